@@ -1,0 +1,78 @@
+/* Implementation of px_flags.h. */
+#include "px_flags.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage_error(const char *prog, const char *fmt, const char *flag, const char *val,
+                        const char *range) __attribute__((noreturn));
+static void usage_error(const char *prog, const char *fmt, const char *flag, const char *val,
+                        const char *range) {
+    fprintf(stderr, "%s: ", prog);
+    fprintf(stderr, fmt, flag, val, range);
+    fprintf(stderr, " (see %s --help)\n", prog);
+    exit(2);
+}
+
+const char *px_flag_need(const char *prog, const char *flag, const char *val) {
+    if (!val) {
+        fprintf(stderr, "%s: flag %s needs a value (see %s --help)\n", prog, flag, prog);
+        exit(2);
+    }
+    return val;
+}
+
+int64_t px_flag_int(const char *prog, const char *flag, const char *val, int64_t min, int64_t max) {
+    px_flag_need(prog, flag, val);
+    char range[96];
+    snprintf(range, sizeof range, "an integer in [%lld, %lld]", (long long)min, (long long)max);
+    errno = 0;
+    char *end = NULL;
+    long long v = strtoll(val, &end, 10);
+    if (errno || end == val || *end != '\0' || v < min || v > max)
+        usage_error(prog, "%s: bad value '%s': expected %s", flag, val, range);
+    return (int64_t)v;
+}
+
+double px_flag_double(const char *prog, const char *flag, const char *val, double min, double max) {
+    px_flag_need(prog, flag, val);
+    char range[96];
+    snprintf(range, sizeof range, "a number in [%g, %g]", min, max);
+    errno = 0;
+    char *end = NULL;
+    double v = strtod(val, &end);
+    if (errno || end == val || *end != '\0' || !isfinite(v) || v < min || v > max)
+        usage_error(prog, "%s: bad value '%s': expected %s", flag, val, range);
+    return v;
+}
+
+const char *px_flag_str(const char *prog, const char *flag, const char *val, int maxlen) {
+    px_flag_need(prog, flag, val);
+    char range[64];
+    snprintf(range, sizeof range, "a non-empty string of at most %d bytes", maxlen);
+    if (val[0] == '\0' || (int)strlen(val) > maxlen)
+        usage_error(prog, "%s: bad value '%s': expected %s", flag, val, range);
+    return val;
+}
+
+int px_flag_hostport(const char *prog, const char *flag, const char *val, char *host, int hostlen) {
+    px_flag_need(prog, flag, val);
+    const char *colon = strrchr(val, ':');
+    if (!colon || colon == val || colon - val >= hostlen)
+        usage_error(prog, "%s: bad value '%s': expected %s", flag, val, "HOST:PORT");
+    char *end = NULL;
+    long port = strtol(colon + 1, &end, 10);
+    if (end == colon + 1 || *end != '\0' || port < 1 || port > 65535)
+        usage_error(prog, "%s: bad value '%s': expected %s", flag, val, "HOST:PORT with PORT in [1, 65535]");
+    memcpy(host, val, (size_t)(colon - val));
+    host[colon - val] = '\0';
+    return (int)port;
+}
+
+void px_flag_unknown(const char *prog, const char *arg) {
+    fprintf(stderr, "%s: unknown flag '%s' (see %s --help)\n", prog, arg, prog);
+    exit(2);
+}

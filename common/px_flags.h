@@ -1,0 +1,22 @@
+/* Command-line value parsing shared by every phalanx program. A bad value is
+ * fatal at start-up: the program prints a message naming the flag, the value
+ * and the accepted range, and exits with status 2 (the usage-error status). */
+#ifndef PX_FLAGS_H
+#define PX_FLAGS_H
+
+#include <stdint.h>
+
+/* Integer in [min, max], or exit(2) naming `flag`. */
+int64_t px_flag_int(const char *prog, const char *flag, const char *val, int64_t min, int64_t max);
+/* Floating point in [min, max], or exit(2). */
+double px_flag_double(const char *prog, const char *flag, const char *val, double min, double max);
+/* Non-empty string of at most maxlen bytes, or exit(2). */
+const char *px_flag_str(const char *prog, const char *flag, const char *val, int maxlen);
+/* "host:port" with port in 1..65535, or exit(2). Writes the host into host[hostlen]. */
+int px_flag_hostport(const char *prog, const char *flag, const char *val, char *host, int hostlen);
+/* Prints "PROG: unknown flag 'X' (see --help)" and exits 2. */
+void px_flag_unknown(const char *prog, const char *arg) __attribute__((noreturn));
+/* Prints "PROG: flag X needs a value" and exits 2 when val is NULL. */
+const char *px_flag_need(const char *prog, const char *flag, const char *val);
+
+#endif

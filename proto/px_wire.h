@@ -1,0 +1,47 @@
+/* Framing and validation for the control-plane protocol (proto/phalanx.proto).
+ *
+ * Every received frame goes through px_wire_decode() before anything looks at
+ * it: it enforces the size limit, decodes, checks the protocol version, the
+ * message type, each body's required fields and their ranges. On failure it
+ * returns the ErrorCode to answer with and a message naming what is wrong, so
+ * the caller can reply with a typed Error and count a bad_message event.
+ * Validation is pure (no I/O) and is tested as a table of cases. */
+#ifndef PX_WIRE_H
+#define PX_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "phalanx.pb-c.h"
+
+#define PX_PROTO_VERSION 1u
+#define PX_WIRE_MAX_FRAME (64 * 1024)   /* bytes, any message */
+#define PX_STORE_VALUE_MAX (16 * 1024)  /* bytes, one rendezvous value */
+#define PX_STORE_KEY_MAX 256
+#define PX_GROUP_NAME_MAX 63
+#define PX_GROUP_SIZE_MAX 1024
+#define PX_HOST_MAX 255
+#define PX_REASON_MAX 512
+#define PX_WAIT_MAX_MS 600000u
+
+typedef Phalanx__Envelope px_msg_t;
+
+/* Decodes and validates one frame. Returns NULL and fills code/why on error;
+ * the caller frees a returned message with px_wire_free(). */
+px_msg_t *px_wire_decode(const void *buf, size_t len, Phalanx__ErrorCode *code, char *why,
+                         size_t why_len);
+void px_wire_free(px_msg_t *msg);
+
+/* Validates an already decoded message (used by px_wire_decode). 0 when valid. */
+int px_wire_validate(const px_msg_t *msg, Phalanx__ErrorCode *code, char *why, size_t why_len);
+
+/* Packs msg (its version field is set here) into a malloc'd buffer. */
+void *px_wire_encode(px_msg_t *msg, size_t *len);
+
+/* A valid group name: 1..63 bytes of [A-Za-z0-9_.-]. */
+int px_wire_group_name_ok(const char *name);
+
+const char *px_wire_body_name(const px_msg_t *msg);
+const char *px_wire_error_name(Phalanx__ErrorCode code);
+
+#endif

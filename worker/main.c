@@ -1,0 +1,26 @@
+/* phalanx-worker entry point: dispatches to standalone training or to the
+ * distributed worker (agent + trainer). */
+#include <stdio.h>
+#include <string.h>
+
+#include "px_log.h"
+#include "standalone.h"
+
+int px_worker_main(int argc, char **argv);
+
+int main(int argc, char **argv) {
+    px_log_set_prog("phalanx-worker");
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--standalone") == 0) {
+#ifdef PX_HAVE_STANDALONE
+            memmove(&argv[i], &argv[i + 1], (size_t)(argc - i) * sizeof(char *));
+            return px_standalone_main(argc - 1, argv);
+#else
+            fprintf(stderr, "phalanx-worker: --standalone is not built into this binary\n");
+            return 2;
+#endif
+        }
+    }
+    fprintf(stderr, "phalanx-worker: distributed mode is not built yet\n");
+    return 2;
+}
