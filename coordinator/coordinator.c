@@ -597,10 +597,12 @@ static void read_router(px_coordinator_t *c) {
             zmq_msg_close(&id);
             return;
         }
-        int fd = zmq_msg_get(&id, ZMQ_SRCFD);
         int more = zmq_msg_more(&id);
         zmq_msg_init(&body);
         int have_body = more && zmq_msg_recv(&body, c->router, ZMQ_DONTWAIT) >= 0;
+        /* The TCP connection a frame came on: matched against the socket
+         * monitor's DISCONNECTED events (the identity frame carries none). */
+        int fd = have_body ? zmq_msg_get(&body, ZMQ_SRCFD) : -1;
         int extra = 0;
         while (have_body && zmq_msg_more(&body) && !extra) {
             /* A multipart frame: drain it and count it as malformed. */

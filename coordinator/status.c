@@ -98,6 +98,18 @@ char *px_status_metrics(const px_status_view_t *v, size_t *len) {
     return px_buf_take(&b, len);
 }
 
+static void html_text(px_buf_t *b, const char *s) {
+    for (; *s; s++) {
+        switch (*s) {
+        case '<': px_buf_append(b, "&lt;", 4); break;
+        case '>': px_buf_append(b, "&gt;", 4); break;
+        case '&': px_buf_append(b, "&amp;", 5); break;
+        case '"': px_buf_append(b, "&quot;", 6); break;
+        default: px_buf_append(b, s, 1);
+        }
+    }
+}
+
 char *px_status_html(const px_status_view_t *v, size_t *len) {
     px_buf_t b;
     px_buf_init(&b);
@@ -117,11 +129,11 @@ char *px_status_html(const px_status_view_t *v, size_t *len) {
     for (int i = 0; i < v->members->n && i < 2000; i++) {
         const px_member_t *m = &v->members->members[i];
         const char *st = px_status_member_state(m, v->quorum);
-        /* Group names and hosts were validated, but escape anyway: it is HTML. */
+        /* Hosts come from workers: escape them, it is HTML. */
         px_buf_printf(&b, "<tr class=\"%s\"><td>", st);
-        for (const char *p = m->group; *p; p++) px_buf_printf(&b, "&#%d;", (unsigned char)*p);
+        html_text(&b, m->group);
         px_buf_printf(&b, "</td><td>%d</td><td>%d</td><td>", m->rank, m->pid);
-        for (const char *p = m->host; *p; p++) px_buf_printf(&b, "&#%d;", (unsigned char)*p);
+        html_text(&b, m->host);
         px_buf_printf(&b, "</td><td>%lld</td><td>%s</td><td>%lld ms ago</td></tr>", (long long)m->step, st,
                       (long long)(v->now_ms - m->last_hb_ms));
     }
