@@ -1,0 +1,26 @@
+# Tests of the coordinator's event log (coordinator/events*.c): spec parsing,
+# JSON helpers, the JSONL file sink, and Kafka delivery against librdkafka's
+# mock cluster hosted by px-kafka-mock, read back with kcat. Bounded in time
+# (each test well under a minute) for a 2-core machine.
+if(TARGET px_events)
+  set(PX_KAFKA_TESTS ${CMAKE_CURRENT_LIST_DIR}/kafka)
+
+  add_executable(px-kafka-mock ${PX_KAFKA_TESTS}/px_kafka_mock.c)
+  target_link_libraries(px-kafka-mock PRIVATE PkgConfig::RDKAFKA)
+
+  add_executable(test_events_file ${PX_KAFKA_TESTS}/test_events_file.c)
+  target_link_libraries(test_events_file PRIVATE px_events)
+  add_executable(test_events_kafka ${PX_KAFKA_TESTS}/test_events_kafka.c)
+  target_link_libraries(test_events_kafka PRIVATE px_events)
+
+  add_test(NAME events_json COMMAND test_events_file json)
+  add_test(NAME events_spec COMMAND test_events_file spec)
+  add_test(NAME events_file COMMAND test_events_file file)
+  foreach(scenario order-outage backlog delivery-error)
+    string(REPLACE "-" "_" name ${scenario})
+    add_test(NAME events_kafka_${name}
+             COMMAND test_events_kafka ${scenario} $<TARGET_FILE:px-kafka-mock>)
+    set_tests_properties(events_kafka_${name} PROPERTIES TIMEOUT 90 LABELS "events;kafka")
+  endforeach()
+  set_tests_properties(events_json events_spec events_file PROPERTIES TIMEOUT 30 LABELS events)
+endif()
