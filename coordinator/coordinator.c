@@ -445,6 +445,23 @@ static void on_failure_report(px_coordinator_t *c, const void *ident, size_t ide
     detect_losses(c, px_now_ms()); /* act on it now, not at the next tick */
 }
 
+static void on_worker_event(px_coordinator_t *c, const void *ident, size_t ident_len, const px_msg_t *msg) {
+    px_member_t *m = require_member(c, ident, ident_len, msg->request_id);
+    if (!m) return;
+    const Phalanx__WorkerEvent *w = msg->worker_event;
+    char detail[PX_REASON_MAX * 2 + 8];
+    px_json_escape(w->detail ? w->detail : "", detail, sizeof detail);
+    emit(c, w->kind, "\"group\":\"%s\",\"rank\":%d,\"quorum_id\":%lld,\"step\":%lld,\"peer_group\":\"%s\",\"bytes\":%llu,\"ms\":%u,\"detail\":\"%s\"",
+         m->group, m->rank, (long long)w->quorum_id, (long long)w->step, w->peer_group ? w->peer_group : "",
+         (unsigned long long)w->bytes, w->ms, detail);
+    px_log_info("%s group=%s rank=%d quorum_id=%lld step=%lld peer=%s bytes=%llu ms=%u %s", w->kind, m->group, m->rank,
+                (long long)w->quorum_id, (long long)w->step, w->peer_group ? w->peer_group : "-",
+                (unsigned long long)w->bytes, w->ms, w->detail ? w->detail : "");
+    if (!strcmp(w->kind, "heal_started")) m->state = PX_STATE_HEALING;
+    if (!strcmp(w->kind, "heal_finished")) m->state = PX_STATE_HEALTHY;
+    reply_ack(c, ident, ident_len, msg->request_id);
+}
+
 static void send_store_value(px_coordinator_t *c, const void *ident, size_t ident_len, uint64_t req_id,
                              const char *key, int found, const void *value, size_t len) {
     Phalanx__Envelope env = PHALANX__ENVELOPE__INIT;
@@ -578,6 +595,7 @@ static void handle_frame(px_coordinator_t *c, const void *ident, size_t ident_le
     case PHALANX__ENVELOPE__BODY_STORE_SET: on_store_set(c, ident, ident_len, msg); break;
     case PHALANX__ENVELOPE__BODY_STORE_GET: on_store_get(c, ident, ident_len, msg); break;
     case PHALANX__ENVELOPE__BODY_STATUS_REQ: on_status_request(c, ident, ident_len, msg); break;
+    case PHALANX__ENVELOPE__BODY_WORKER_EVENT: on_worker_event(c, ident, ident_len, msg); break;
     default: {
         char w[96];
         snprintf(w, sizeof w, "'%s' is not a request the coordinator accepts", px_wire_body_name(msg));
@@ -675,6 +693,9 @@ static int http_handler(void *ctx, const char *path, char **body, size_t *len, c
     } else if (strcmp(path, "/metrics") == 0) {
         *body = px_status_metrics(&v, len);
         *type = "text/plain; version=0.0.4";
+    } else if (strcmp(path, "/status.txt") == 0) {
+        *body = px_status_text(&v, len);
+        *type = "text/plain; charset=utf-8";
     } else if (strcmp(path, "/") == 0) {
         *body = px_status_html(&v, len);
         *type = "text/html; charset=utf-8";

@@ -140,3 +140,23 @@ char *px_status_html(const px_status_view_t *v, size_t *len) {
     px_buf_printf(&b, "</table><p><a href=\"/status\">/status</a> &middot; <a href=\"/metrics\">/metrics</a></p></body></html>\n");
     return px_buf_take(&b, len);
 }
+
+char *px_status_text(const px_status_view_t *v, size_t *len) {
+    px_buf_t b;
+    px_buf_init(&b);
+    px_buf_printf(&b, "job %s  mode %s  uptime %.1fs\n", v->job, v->mode, (double)v->uptime_ms / 1000.0);
+    px_buf_printf(&b, "quorum %lld  step %lld  groups [", (long long)v->quorum->id, (long long)v->quorum->max_step);
+    for (int i = 0; i < v->quorum->n; i++) px_buf_printf(&b, "%s%s", i ? " " : "", v->quorum->groups[i].name);
+    px_buf_printf(&b, "]\nevents produced %llu  pending %llu  spilled %llu  delivery failures %llu  bad messages %llu  heartbeats/s %.0f\n\n",
+                  (unsigned long long)v->events.produced, (unsigned long long)v->events.pending,
+                  (unsigned long long)v->events.spilled, (unsigned long long)v->events.delivery_failures,
+                  (unsigned long long)v->stats->bad_messages, v->stats->heartbeats_per_s);
+    px_buf_printf(&b, "%-16s %5s %8s %-16s %10s %-8s %s\n", "GROUP", "RANK", "PID", "HOST", "STEP", "STATE", "LAST HEARTBEAT");
+    for (int i = 0; i < v->members->n; i++) {
+        const px_member_t *m = &v->members->members[i];
+        px_buf_printf(&b, "%-16s %5d %8d %-16.16s %10lld %-8s %lld ms ago%s%s\n", m->group, m->rank, m->pid, m->host,
+                      (long long)m->step, px_status_member_state(m, v->quorum), (long long)(v->now_ms - m->last_hb_ms),
+                      m->state == PX_STATE_LOST ? "  " : "", m->state == PX_STATE_LOST ? m->lost_reason : "");
+    }
+    return px_buf_take(&b, len);
+}

@@ -35,6 +35,8 @@ typedef struct {
 const char *px_status_member_state(const px_member_t *m, const px_quorum_t *q);
 char *px_status_json(const px_status_view_t *v, size_t *len);
 char *px_status_metrics(const px_status_view_t *v, size_t *len);
+/* A plain-text table for terminals (phalanxctl status). */
+char *px_status_text(const px_status_view_t *v, size_t *len);
 char *px_status_html(const px_status_view_t *v, size_t *len);
 
 #endif

@@ -58,6 +58,8 @@ struct px_agent {
     uint64_t next_id;
     int quorum_wanted; /* a caller waits in px_agent_request_quorum */
     Phalanx__QuorumRequest pending_req;
+    px_agent_quorum_hook_fn hook;
+    void *hook_ctx;
     char fatal[256];
 };
 
@@ -166,7 +168,14 @@ static void store_quorum(px_agent_t *a, const Phalanx__Quorum *q) {
     }
     if (q->id > a->known_qid) a->known_qid = q->id;
     pthread_cond_broadcast(&a->cv);
+    px_agent_quorum_hook_fn hook = a->hook;
+    void *hook_ctx = a->hook_ctx;
+    px_quorum_t copy;
+    px_quorum_init(&copy);
+    if (hook) px_quorum_copy(&copy, &a->latest);
     pthread_mutex_unlock(&a->mu);
+    if (hook) hook(hook_ctx, &copy);
+    px_quorum_free(&copy);
 }
 
 /* Files a reply under its request id; returns 1 if a caller was waiting. */
@@ -472,6 +481,40 @@ void px_agent_report_failure(px_agent_t *a, const char *accused_group, int accus
     wake(a);
 }
 
+void px_agent_set_quorum_hook(px_agent_t *a, px_agent_quorum_hook_fn fn, void *ctx) {
+    pthread_mutex_lock(&a->mu);
+    a->hook = fn;
+    a->hook_ctx = ctx;
+    pthread_mutex_unlock(&a->mu);
+}
+
+void px_agent_notify(px_agent_t *a, const char *kind, int64_t quorum_id, int64_t step, const char *peer_group,
+                     uint64_t bytes, unsigned ms, const char *detail) {
+    Phalanx__Envelope env = PHALANX__ENVELOPE__INIT;
+    Phalanx__WorkerEvent w = PHALANX__WORKER_EVENT__INIT;
+    w.group = a->group;
+    w.has_rank = w.has_quorum_id = w.has_step = w.has_bytes = w.has_ms = 1;
+    w.rank = (uint32_t)a->cfg.rank;
+    w.kind = (char *)kind;
+    w.quorum_id = quorum_id;
+    w.step = step;
+    w.peer_group = (char *)(peer_group ? peer_group : "");
+    w.bytes = bytes;
+    w.ms = ms;
+    char d[PX_REASON_MAX + 1];
+    snprintf(d, sizeof d, "%s", detail ? detail : "");
+    w.detail = d;
+    env.body_case = PHALANX__ENVELOPE__BODY_WORKER_EVENT;
+    env.worker_event = &w;
+    size_t len;
+    void *buf = encode(a, &env, &len);
+    if (!buf) return;
+    pthread_mutex_lock(&a->mu);
+    enqueue_locked(a, buf, len);
+    pthread_mutex_unlock(&a->mu);
+    wake(a);
+}
+
 /* Sends env as a call and waits for its reply (caller frees it). NULL on timeout. */
 static px_msg_t *call(px_agent_t *a, px_msg_t *env, int timeout_ms) {
     pthread_mutex_lock(&a->mu);
@@ -548,11 +591,10 @@ int px_agent_store_get(px_agent_t *a, int64_t quorum_id, const char *key, void *
             rc = -1;
         } else if (!reply->store_value->found) {
             rc = 1;
-        } else if (reply->store_value->value.len > cap) {
-            rc = -1;
         } else {
-            memcpy(buf, reply->store_value->value.data, reply->store_value->value.len);
-            *len = reply->store_value->value.len;
+            size_t n = reply->store_value->value.len;
+            memcpy(buf, reply->store_value->value.data, n < cap ? n : cap);
+            *len = n;
         }
     }
     px_wire_free(reply);

@@ -41,11 +41,19 @@ int px_agent_request_quorum(px_agent_t *a, int64_t step, int64_t held_id, int sh
 /* Fire and forget: accused_group NULL means "a peer, unknown which". */
 void px_agent_report_failure(px_agent_t *a, const char *accused_group, int accused_rank, int64_t quorum_id,
                              int64_t step, const char *reason);
-/* Rendezvous store. 0 ok; 1 not found / timed out; 2 stale quorum; -1 error. */
+/* Rendezvous store. 0 ok; 1 not found / timed out; 2 stale quorum; -1 error.
+ * store_get copies at most cap bytes and sets *len to the value's full length. */
 int px_agent_store_set(px_agent_t *a, int64_t quorum_id, const char *key, const void *value, size_t len,
                        int timeout_ms);
 int px_agent_store_get(px_agent_t *a, int64_t quorum_id, const char *key, void *buf, size_t cap, size_t *len,
                        int timeout_ms);
+/* Records an event in the coordinator's log (kind: see px_wire_worker_event_kind_ok). Fire and forget. */
+void px_agent_notify(px_agent_t *a, const char *kind, int64_t quorum_id, int64_t step, const char *peer_group,
+                     uint64_t bytes, unsigned ms, const char *detail);
+/* Called on the agent thread after each pushed quorum is stored (keep it short:
+ * the trainer uses it to abort a collective whose peers left). */
+typedef void (*px_agent_quorum_hook_fn)(void *ctx, const px_quorum_t *q);
+void px_agent_set_quorum_hook(px_agent_t *a, px_agent_quorum_hook_fn fn, void *ctx);
 /* Non-empty when the coordinator refused us for good (wrong job, wrong token). */
 const char *px_agent_fatal_error(px_agent_t *a);
 
