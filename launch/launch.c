@@ -308,6 +308,7 @@ static void read_worker(launch_t *L, worker_t *w) {
 
 /* Shows the coordinator's drops and quorums from its JSONL event log. */
 static void read_events(launch_t *L) {
+    if (L->finals > 0) return; /* groups leaving at the end are not news */
     if (!L->events_in) {
         if (strncmp(L->cfg.events, "file:", 5) != 0) return;
         L->events_in = fopen(L->cfg.events + 5, "r");
@@ -467,6 +468,14 @@ static int ensure_data(launch_t *L) {
     globfree(&g);
     if (found) return 0;
     say(L, "no training data in %s: preparing the demo corpus (phalanx-data --demo)", L->cfg.data);
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s", L->cfg.data);
+    for (char *p = dir + 1; *p; p++) /* mkdir -p of the parents */
+        if (*p == '/') {
+            *p = '\0';
+            mkdir(dir, 0755);
+            *p = '/';
+        }
     char path[4200];
     snprintf(path, sizeof path, "%s/phalanx-data", L->cfg.bindir);
     pid_t pid = fork();
