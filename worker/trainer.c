@@ -236,9 +236,61 @@ static int recv_state(trainer_t *t, int peer, const char *source) {
     return 0;
 }
 
+/* Inside a group (W > 1): every rank must hold the same state before the
+ * groups compare. A failure can leave ranks of one group a step apart (one
+ * rank's cross-group ring committed a step, another's did not), so the rank
+ * with the highest step (lowest rank among equals) broadcasts its state to
+ * the others over the group's communicator. */
+static int sync_group(trainer_t *t) {
+    int W = t->cfg->ranks_per_group;
+    uint64_t mine[2] = {(uint64_t)t->step, state_checksum(t)};
+    float in[4], *all = calloc((size_t)W * 4, sizeof(float));
+    if (!all) return -1;
+    memcpy(in, mine, sizeof mine);
+    if (px_comm_allgather_f32(t->intra, in, all, 4) != PX_COMM_OK) {
+        free(all);
+        return -1;
+    }
+    int root = 0, same = 1;
+    uint64_t v[2], best[2] = {0, 0};
+    for (int r = 0; r < W; r++) {
+        memcpy(v, all + 4 * r, sizeof v);
+        if (r == 0 || v[0] > best[0]) {
+            root = r;
+            memcpy(best, v, sizeof v);
+        }
+    }
+    for (int r = 0; r < W; r++) {
+        memcpy(v, all + 4 * r, sizeof v);
+        if (v[0] != best[0] || v[1] != best[1]) same = 0;
+    }
+    free(all);
+    if (same) return 0;
+    size_t bytes = t->model->num_params * sizeof(float);
+    int64_t step = t->step;
+    px_comm_status_t st = px_comm_broadcast(t->intra, &step, sizeof step, root);
+    if (st == PX_COMM_OK) st = px_comm_broadcast(t->intra, t->model->params, bytes, root);
+    if (st == PX_COMM_OK) st = px_comm_broadcast(t->intra, t->model->m, bytes, root);
+    if (st == PX_COMM_OK) st = px_comm_broadcast(t->intra, t->model->v, bytes, root);
+    if (st != PX_COMM_OK) {
+        if (t->cfg->rank != root) reset_state(t); /* possibly torn */
+        return -1;
+    }
+    t->step = step;
+    if (state_checksum(t) != best[1]) {
+        px_log_warn("group_sync_failed: state checksum differs from rank %d's after the broadcast", root);
+        reset_state(t);
+        return -1;
+    }
+    if (t->cfg->rank != root)
+        px_log_info("group_synced from_rank=%d step=%lld", root, (long long)t->step);
+    return 0;
+}
+
 /* Exchanges (step, checksum) with every participant and heals whoever is
  * behind or divergent. Every rank computes the same plan from the same data. */
 static int sync_state(trainer_t *t) {
+    if (t->intra && sync_group(t) != 0) return -1;
     int P = t->q.n;
     uint64_t mine[2] = {(uint64_t)t->step, state_checksum(t)};
     float in[4], *all = calloc((size_t)P * 4, sizeof(float));
