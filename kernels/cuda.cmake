@@ -1,0 +1,39 @@
+# The CUDA twin of the ops (ops_cuda.h) and the GPT-2 model on the GPU
+# (model/gpt_cuda.h). Included by kernels/CMakeLists.txt only when nvcc was
+# found (PHALANX_HAVE_CUDA); built everywhere nvcc exists, CI included, so
+# every .cu file is compiled with warnings as errors even where no GPU runs it.
+#
+#   px_kernels_cuda  the ops: the .cu files here, cuBLAS and cuBLASLt
+#
+# Hook into the CPU library (kernels/device.h's contract): when px_kernels
+# exists, it links px_kernels_cuda and gets PX_HAVE_CUDA_OPS=1, so its
+# px_cuda_available() (device.c) asks our px_cuda_device_count(). Without
+# px_kernels (a tree that has only the CUDA side) px_kernels_cuda defines
+# px_cuda_available() itself.
+set(PX_CUDA_WARNINGS
+    $<$<COMPILE_LANGUAGE:CUDA>:-Werror=all-warnings>
+    $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra,-Werror>)
+
+add_library(px_kernels_cuda STATIC
+  ${CMAKE_CURRENT_LIST_DIR}/cuda_context.cu
+  ${CMAKE_CURRENT_LIST_DIR}/encoder.cu
+  ${CMAKE_CURRENT_LIST_DIR}/layernorm.cu
+  ${CMAKE_CURRENT_LIST_DIR}/matmul.cu
+  ${CMAKE_CURRENT_LIST_DIR}/attention.cu
+  ${CMAKE_CURRENT_LIST_DIR}/elementwise.cu
+  ${CMAKE_CURRENT_LIST_DIR}/crossentropy.cu
+  ${CMAKE_CURRENT_LIST_DIR}/optimizer.cu)
+target_include_directories(px_kernels_cuda PUBLIC ${CMAKE_CURRENT_LIST_DIR})
+target_link_libraries(px_kernels_cuda
+  PUBLIC CUDA::cudart CUDA::cublas CUDA::cublasLt
+  PRIVATE px_common Threads::Threads)
+target_compile_options(px_kernels_cuda PRIVATE ${PX_CUDA_WARNINGS})
+set_target_properties(px_kernels_cuda PROPERTIES
+  CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON POSITION_INDEPENDENT_CODE ON)
+
+if(TARGET px_kernels)
+  target_link_libraries(px_kernels PUBLIC px_kernels_cuda)
+  target_compile_definitions(px_kernels PUBLIC PX_HAVE_CUDA_OPS=1)
+else()
+  target_compile_definitions(px_kernels_cuda PRIVATE PX_CUDA_DEFINE_AVAILABLE=1)
+endif()
