@@ -6,10 +6,12 @@
 #                       function
 #   gpu_ops             each CUDA op against its CPU twin (needs px_kernels)
 #   gpu_model           the CUDA model against the CPU model (needs px_model)
+#   gpu_reference       the CUDA model against the PyTorch fixture of
+#                       tests/reference, same tolerances as the CPU (needs px_model)
 # A test binary exits 77 when no usable GPU is present (SKIP_RETURN_CODE).
 # That every .cu file compiles is proven by the build itself: px_kernels_cuda
 # and px_model_cuda are part of `all` wherever nvcc exists.
-set(PX_GPU_TESTS gpu_cuda_available gpu_ops gpu_model)
+set(PX_GPU_TESTS gpu_cuda_available gpu_ops gpu_model gpu_reference)
 
 function(px_gpu_skipped_test name reason)
   add_test(NAME ${name} COMMAND sh -c "echo 'SKIP: ${reason}'; exit 77")
@@ -46,6 +48,14 @@ if(TARGET px_model)
   target_link_libraries(test_gpu_model PRIVATE px_model px_model_cuda px_kernels_cuda px_common m)
   add_test(NAME gpu_model COMMAND test_gpu_model)
   set_tests_properties(gpu_model PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu TIMEOUT 600)
+
+  add_executable(test_gpu_reference ${CMAKE_CURRENT_LIST_DIR}/gpu/test_gpu_reference.c)
+  target_link_libraries(test_gpu_reference PRIVATE px_model px_model_cuda px_kernels_cuda m)
+  add_test(NAME gpu_reference
+           COMMAND test_gpu_reference ${CMAKE_CURRENT_LIST_DIR}/reference)
+  set_tests_properties(gpu_reference PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu TIMEOUT 300)
 else()
-  px_gpu_skipped_test(gpu_model "the CPU model (px_model) is not in this tree, nothing to compare against")
+  foreach(t gpu_model gpu_reference)
+    px_gpu_skipped_test(${t} "the CPU model (px_model) is not in this tree, nothing to compare against")
+  endforeach()
 endif()
