@@ -46,10 +46,12 @@ else()
 endif()
 
 # The model lives in model/ but is built here, beside the ops it needs, so the
-# CPU model's CMakeLists.txt stays free of CUDA.
+# CPU model's CMakeLists.txt stays free of CUDA. It uses the CPU model's config
+# and blob layout (gpt.h), so it links px_model (defined later, in model/;
+# CMake resolves target names at generate time).
 add_library(px_model_cuda STATIC ${PROJECT_SOURCE_DIR}/model/gpt_cuda.cu)
 target_include_directories(px_model_cuda PUBLIC ${PROJECT_SOURCE_DIR}/model)
-target_link_libraries(px_model_cuda PUBLIC px_kernels_cuda PRIVATE px_common)
+target_link_libraries(px_model_cuda PUBLIC px_model px_kernels_cuda PRIVATE px_common)
 target_compile_options(px_model_cuda PRIVATE ${PX_CUDA_FLAGS})
 set_target_properties(px_model_cuda PROPERTIES
   CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON POSITION_INDEPENDENT_CODE ON)

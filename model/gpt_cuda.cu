@@ -30,18 +30,6 @@ extern "C" {
 #include "px_log.h"
 }
 
-/* llm.c's tensor order. */
-enum {
-    T_WTE, T_WPE, T_LN1W, T_LN1B, T_QKVW, T_QKVB, T_ATTPROJW, T_ATTPROJB,
-    T_LN2W, T_LN2B, T_FCW, T_FCB, T_FCPROJW, T_FCPROJB, T_LNFW, T_LNFB
-};
-
-/* Device views into one state buffer. */
-typedef struct {
-    float *wte, *wpe, *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb;
-    float *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb, *lnfw, *lnfb;
-} tensors_t;
-
 /* Activations and scratch on the device, laid out for (B,T). */
 typedef struct {
     int B, T;
@@ -80,12 +68,12 @@ typedef struct {
 } acts_t;
 
 struct px_gpt_cuda {
-    px_gpt_cuda_config_t config;
+    px_gpt_config_t config;
     size_t num_params;
-    size_t sizes[PX_GPT_CUDA_NUM_TENSORS];
-    size_t offsets[PX_GPT_CUDA_NUM_TENSORS];
+    size_t sizes[PX_GPT_NUM_TENSORS];
+    size_t offsets[PX_GPT_NUM_TENSORS];
     float *buf[4]; /* params, grads, m, v: indexed by px_gpt_cuda_buf_t */
-    tensors_t p, g;
+    px_gpt_tensors_t p, g; /* named views, here of device memory */
     acts_t a;
     float *host_losses; /* (tok_capacity) */
     float mean_loss;
@@ -94,46 +82,16 @@ struct px_gpt_cuda {
 
 /* ------------------------------------------------------------------ layout */
 
-size_t px_gpt_cuda_tensor_sizes(const px_gpt_cuda_config_t *cfg,
-                                size_t s[PX_GPT_CUDA_NUM_TENSORS]) {
-    size_t Vp = (size_t)cfg->padded_vocab_size, C = (size_t)cfg->channels;
-    size_t L = (size_t)cfg->num_layers, maxT = (size_t)cfg->max_seq_len;
-    s[T_WTE] = Vp * C;
-    s[T_WPE] = maxT * C;
-    s[T_LN1W] = L * C;
-    s[T_LN1B] = L * C;
-    s[T_QKVW] = L * 3 * C * C;
-    s[T_QKVB] = L * 3 * C;
-    s[T_ATTPROJW] = L * C * C;
-    s[T_ATTPROJB] = L * C;
-    s[T_LN2W] = L * C;
-    s[T_LN2B] = L * C;
-    s[T_FCW] = L * 4 * C * C;
-    s[T_FCB] = L * 4 * C;
-    s[T_FCPROJW] = L * C * 4 * C;
-    s[T_FCPROJB] = L * C;
-    s[T_LNFW] = C;
-    s[T_LNFB] = C;
-    size_t total = 0;
-    for (int i = 0; i < PX_GPT_CUDA_NUM_TENSORS; i++) total += s[i];
-    return total;
-}
-
-static int is_matrix(int t) {
-    return t == T_WTE || t == T_WPE || t == T_QKVW || t == T_ATTPROJW || t == T_FCW ||
-           t == T_FCPROJW;
-}
-
-static void set_views(tensors_t *v, float *base, const size_t *off) {
-    float **slot[PX_GPT_CUDA_NUM_TENSORS] = {
+static void set_views(px_gpt_tensors_t *v, float *base, const size_t *off) {
+    float **slot[PX_GPT_NUM_TENSORS] = {
         &v->wte,  &v->wpe,  &v->ln1w, &v->ln1b, &v->qkvw,    &v->qkvb,    &v->attprojw, &v->attprojb,
         &v->ln2w, &v->ln2b, &v->fcw,  &v->fcb,  &v->fcprojw, &v->fcprojb, &v->lnfw,     &v->lnfb};
-    for (int i = 0; i < PX_GPT_CUDA_NUM_TENSORS; i++) *slot[i] = base + off[i];
+    for (int i = 0; i < PX_GPT_NUM_TENSORS; i++) *slot[i] = base + off[i];
 }
 
 /* Lays the activation views out for (B,T) from mem (or only counts floats
  * when mem is NULL). Returns the float count. */
-static size_t layout_acts(acts_t *a, const px_gpt_cuda_config_t *cfg, int B, int T, float *mem) {
+static size_t layout_acts(acts_t *a, const px_gpt_config_t *cfg, int B, int T, float *mem) {
     size_t L = (size_t)cfg->num_layers, C = (size_t)cfg->channels, NH = (size_t)cfg->num_heads;
     size_t BT = (size_t)B * (size_t)T, Vp = (size_t)cfg->padded_vocab_size;
     struct {
@@ -203,23 +161,12 @@ static int ensure_acts(px_gpt_cuda_t *self, int B, int T) {
 
 /* ------------------------------------------------------------ construction */
 
-static int config_check(const px_gpt_cuda_config_t *c) {
-    if (c->max_seq_len < 1 || c->vocab_size < 1 || c->padded_vocab_size < c->vocab_size ||
-        c->num_layers < 1 || c->channels < 1 || c->num_heads < 1 ||
-        c->channels % c->num_heads != 0) {
-        px_log_error("gpt_cuda_bad_config max_seq_len=%d vocab_size=%d padded_vocab_size=%d "
-                     "num_layers=%d num_heads=%d channels=%d hint=\"all positive, Vp >= V, "
-                     "num_heads divides channels\"",
-                     c->max_seq_len, c->vocab_size, c->padded_vocab_size, c->num_layers,
-                     c->num_heads, c->channels);
-        return -1;
-    }
-    return 0;
-}
-
-px_gpt_cuda_t *px_gpt_cuda_new(const px_gpt_cuda_config_t *cfg) {
-    if (config_check(cfg) != 0) return NULL;
+px_gpt_cuda_t *px_gpt_cuda_new(const px_gpt_config_t *cfg) {
     char why[256];
+    if (px_gpt_config_check(cfg, why, sizeof why) != 0) {
+        px_log_error("gpt_cuda_bad_config problem=\"%s\"", why);
+        return NULL;
+    }
     if (px_cuda_device_count(why, sizeof why) < 1) {
         px_log_error("gpt_cuda_no_device reason=\"%s\"", why);
         return NULL;
@@ -227,9 +174,9 @@ px_gpt_cuda_t *px_gpt_cuda_new(const px_gpt_cuda_config_t *cfg) {
     px_gpt_cuda_t *self = (px_gpt_cuda_t *)calloc(1, sizeof *self);
     if (!self) return NULL;
     self->config = *cfg;
-    self->num_params = px_gpt_cuda_tensor_sizes(cfg, self->sizes);
+    self->num_params = px_gpt_tensor_sizes(cfg, self->sizes);
     size_t off = 0;
-    for (int i = 0; i < PX_GPT_CUDA_NUM_TENSORS; i++) {
+    for (int i = 0; i < PX_GPT_NUM_TENSORS; i++) {
         self->offsets[i] = off;
         off += self->sizes[i];
     }
@@ -269,12 +216,12 @@ void px_gpt_cuda_destroy(px_gpt_cuda_t **pself) {
     *pself = NULL;
 }
 
-const px_gpt_cuda_config_t *px_gpt_cuda_config(const px_gpt_cuda_t *self) { return &self->config; }
+const px_gpt_config_t *px_gpt_cuda_config(const px_gpt_cuda_t *self) { return &self->config; }
 size_t px_gpt_cuda_num_params(const px_gpt_cuda_t *self) { return self->num_params; }
 cudaStream_t px_gpt_cuda_stream(const px_gpt_cuda_t *self) { return self->stream; }
 
 size_t px_gpt_cuda_tensor_offset(const px_gpt_cuda_t *self, int tensor) {
-    return tensor >= 0 && tensor < PX_GPT_CUDA_NUM_TENSORS ? self->offsets[tensor] : 0;
+    return tensor >= 0 && tensor < PX_GPT_NUM_TENSORS ? self->offsets[tensor] : 0;
 }
 
 float *px_gpt_cuda_buffer(px_gpt_cuda_t *self, px_gpt_cuda_buf_t which) {
@@ -351,7 +298,7 @@ static int check_tokens(const int *x, size_t n, int V, const char *what) {
 
 float px_gpt_cuda_forward(px_gpt_cuda_t *self, const int *inputs, const int *targets, int B,
                           int T) {
-    const px_gpt_cuda_config_t *cfg = &self->config;
+    const px_gpt_config_t *cfg = &self->config;
     int C = cfg->channels, L = cfg->num_layers, NH = cfg->num_heads;
     int V = cfg->vocab_size, Vp = cfg->padded_vocab_size;
     cudaStream_t st = self->stream;
@@ -365,7 +312,7 @@ float px_gpt_cuda_forward(px_gpt_cuda_t *self, const int *inputs, const int *tar
     if (targets && check_tokens(targets, BT, V, "targets") != 0) return NAN;
     if (ensure_acts(self, B, T) != 0) return NAN;
     acts_t *a = &self->a;
-    const tensors_t *p = &self->p;
+    const px_gpt_tensors_t *p = &self->p;
     a->have_loss = 0;
     PX_CUDA_CHECK(
         cudaMemcpyAsync(a->inputs, inputs, BT * sizeof(int), cudaMemcpyHostToDevice, st));
@@ -432,12 +379,12 @@ int px_gpt_cuda_backward(px_gpt_cuda_t *self, float loss_scale) {
         return -1;
     }
     a->have_loss = 0; /* the logits are overwritten below */
-    const px_gpt_cuda_config_t *cfg = &self->config;
+    const px_gpt_config_t *cfg = &self->config;
     int B = a->B, T = a->T, C = cfg->channels, L = cfg->num_layers, NH = cfg->num_heads;
     int V = cfg->vocab_size, Vp = cfg->padded_vocab_size;
     size_t BT = (size_t)B * (size_t)T;
-    const tensors_t *p = &self->p;
-    const tensors_t *g = &self->g;
+    const px_gpt_tensors_t *p = &self->p;
+    const px_gpt_tensors_t *g = &self->g;
     cudaStream_t st = self->stream;
 
     float dloss = loss_scale / (float)BT;
@@ -509,9 +456,9 @@ float px_gpt_cuda_clip_grads(px_gpt_cuda_t *self, float max_norm) {
 
 void px_gpt_cuda_adamw_step(px_gpt_cuda_t *self, float lr, float beta1, float beta2, float eps,
                             float weight_decay, int t) {
-    for (int i = 0; i < PX_GPT_CUDA_NUM_TENSORS; i++) {
+    for (int i = 0; i < PX_GPT_NUM_TENSORS; i++) {
         size_t off = self->offsets[i];
-        float wd = is_matrix(i) ? weight_decay : 0.0f;
+        float wd = px_gpt_tensor_is_matrix(i) ? weight_decay : 0.0f;
         adamw_update_cuda(self->buf[PX_GPT_CUDA_PARAMS] + off, self->buf[PX_GPT_CUDA_M] + off,
                           self->buf[PX_GPT_CUDA_V] + off, self->buf[PX_GPT_CUDA_GRADS] + off,
                           self->sizes[i], lr, beta1, beta2, eps, wd, t, self->stream);

@@ -7,8 +7,10 @@
  * wte (Vp,C), wpe (maxT,C), ln1w (L,C), ln1b (L,C), qkvw (L,3C,C), qkvb (L,3C),
  * attprojw (L,C,C), attprojb (L,C), ln2w (L,C), ln2b (L,C), fcw (L,4C,C),
  * fcb (L,4C), fcprojw (L,C,4C), fcprojb (L,C), lnfw (C), lnfb (C).
- * So a blob downloaded from here is a CPU model's blob (checksums, checkpoints,
- * llm.c files, healing), and the reverse: px_gpt_cuda_upload().
+ * The config type, the layout (px_gpt_tensor_sizes) and the config check are
+ * the CPU model's own (gpt.h), so the layout is defined once, and a blob
+ * downloaded from here is a CPU model's blob (checksums, checkpoints, llm.c
+ * files, healing), and the reverse: px_gpt_cuda_upload().
  *
  * There is no initializer here: a new model is all zeros. Initialize on the
  * host (px_gpt_new, seeded) and upload, so CPU and GPU runs start from the
@@ -34,21 +36,7 @@
 extern "C" {
 #endif
 
-/* The model's shape: the same fields, in the same order, as px_gpt_config_t. */
-typedef struct {
-    int max_seq_len;       /* maxT: context length, rows of wpe */
-    int vocab_size;        /* V: real vocabulary */
-    int padded_vocab_size; /* Vp >= V: rows of wte */
-    int num_layers;        /* L */
-    int num_heads;         /* NH, divides C */
-    int channels;          /* C */
-} px_gpt_cuda_config_t;
-
-#define PX_GPT_CUDA_NUM_TENSORS 16
-
-/* Element count of each tensor, in llm.c order (above); returns the total. */
-size_t px_gpt_cuda_tensor_sizes(const px_gpt_cuda_config_t *cfg,
-                                size_t sizes[PX_GPT_CUDA_NUM_TENSORS]);
+#include "gpt.h" /* px_gpt_config_t and the blob layout (px_gpt_tensor_sizes) */
 
 /* The four state buffers. */
 typedef enum {
@@ -63,19 +51,21 @@ typedef struct px_gpt_cuda px_gpt_cuda_t;
 /* A model on the current CUDA device with all four buffers zero. Returns NULL
  * (logged, with the reason) on an invalid config, no usable GPU, or out of
  * GPU memory. */
-px_gpt_cuda_t *px_gpt_cuda_new(const px_gpt_cuda_config_t *cfg);
+px_gpt_cuda_t *px_gpt_cuda_new(const px_gpt_config_t *cfg);
 void px_gpt_cuda_destroy(px_gpt_cuda_t **self);
 
-const px_gpt_cuda_config_t *px_gpt_cuda_config(const px_gpt_cuda_t *self);
+const px_gpt_config_t *px_gpt_cuda_config(const px_gpt_cuda_t *self);
 size_t px_gpt_cuda_num_params(const px_gpt_cuda_t *self);
-/* Offset of tensor i (0..15, llm.c order) in each of the four buffers. */
+/* Offset of tensor i (PX_WTE..PX_LNFB) in each of the four buffers: the
+ * same as the CPU model's tensor_offsets. */
 size_t px_gpt_cuda_tensor_offset(const px_gpt_cuda_t *self, int tensor);
 /* Device pointer to one state buffer (num_params floats): for collectives. */
 float *px_gpt_cuda_buffer(px_gpt_cuda_t *self, px_gpt_cuda_buf_t which);
 /* The stream all of this model's work is queued on. */
 cudaStream_t px_gpt_cuda_stream(const px_gpt_cuda_t *self);
 
-/* Copies a whole state buffer from / to host memory; n must equal num_params.
+/* Copies a whole state buffer from / to host memory; n must equal num_params
+ * (a px_gpt_t's params/grads/m/v buffer fits exactly).
  * Return 0, or -1 (logged) on a size mismatch. Synchronous. */
 int px_gpt_cuda_upload(px_gpt_cuda_t *self, px_gpt_cuda_buf_t which, const float *host, size_t n);
 int px_gpt_cuda_download(px_gpt_cuda_t *self, px_gpt_cuda_buf_t which, float *host, size_t n);

@@ -83,10 +83,7 @@ int main(int argc, char **argv) {
     float lr = hp[0], beta1 = hp[1], beta2 = hp[2], eps = hp[3], wd = hp[4], clip = hp[5];
     printf("fixture: B=%d T=%d steps=%d params=%zu lr=%g clip=%g\n", B, T, nsteps, np, lr, clip);
 
-    const px_gpt_config_t *c = &host->config;
-    px_gpt_cuda_config_t gc = {c->max_seq_len, c->vocab_size, c->padded_vocab_size,
-                               c->num_layers,  c->num_heads,  c->channels};
-    px_gpt_cuda_t *gpu = px_gpt_cuda_new(&gc);
+    px_gpt_cuda_t *gpu = px_gpt_cuda_new(&host->config);
     if (!gpu || px_gpt_cuda_upload(gpu, PX_GPT_CUDA_PARAMS, host->params, np) != 0) {
         printf("FAIL could not create the CUDA model\n");
         return 1;
