@@ -275,10 +275,12 @@ static void detect_losses(px_coordinator_t *c, int64_t now) {
         px_member_t *m = &c->members.members[i];
         if (m->state == PX_STATE_LOST) continue;
         px_member_t probe = *m;
-        /* A report that named nobody counts against every member that also
-         * shows another signal (closed connection or silence). */
-        int silent = (double)(now - m->last_hb_ms) > PX_SILENT_INTERVALS * (double)c->live.heartbeat_interval_ms;
-        if (anon && (m->conn_closed || silent)) probe.reported = 1;
+        /* A report that named nobody counts against members whose connection
+         * closed: that pairing is the signature of a dead process. Against a
+         * member that is merely slow to heartbeat it does not count: on an
+         * overloaded machine that would drop healthy groups in a cascade (a
+         * hung member is caught by the heartbeat timeout instead). */
+        if (anon && m->conn_closed) probe.reported = 1;
         const char *why = px_member_loss_reason(&probe, now, &c->live);
         if (why) member_lost(c, m, why);
     }

@@ -4,8 +4,8 @@
  * Members are ranks (group, rank); groups are the unit of failure. A member is
  * lost when its heartbeats stop for the timeout, or sooner when two independent
  * signals agree (DESIGN.md "Control plane"):
- *   - a failure report naming it (or naming nobody, from a peer whose
- *     collective broke),
+ *   - a failure report naming it (a report naming nobody, from a peer whose
+ *     collective broke, counts only against members whose connection closed),
  *   - its TCP connection closed (ZeroMQ socket monitor),
  *   - it has been silent for more than PX_SILENT_INTERVALS heartbeat intervals.
  * One report alone never drops a healthy, heartbeating member. A member that
