@@ -16,7 +16,7 @@ if(TARGET px_events)
   add_test(NAME events_json COMMAND test_events_file json)
   add_test(NAME events_spec COMMAND test_events_file spec)
   add_test(NAME events_file COMMAND test_events_file file)
-  foreach(scenario order-outage backlog delivery-error)
+  foreach(scenario order-outage backlog delivery-error crash)
     string(REPLACE "-" "_" name ${scenario})
     add_test(NAME events_kafka_${name}
              COMMAND test_events_kafka ${scenario} $<TARGET_FILE:px-kafka-mock>)
