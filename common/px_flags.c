@@ -58,18 +58,27 @@ const char *px_flag_str(const char *prog, const char *flag, const char *val, int
     return val;
 }
 
-int px_flag_hostport(const char *prog, const char *flag, const char *val, char *host, int hostlen) {
+static int hostport(const char *prog, const char *flag, const char *val, char *host, int hostlen, long min_port) {
     px_flag_need(prog, flag, val);
     const char *colon = strrchr(val, ':');
     if (!colon || colon == val || colon - val >= hostlen)
         usage_error(prog, "%s: bad value '%s': expected %s", flag, val, "HOST:PORT");
     char *end = NULL;
     long port = strtol(colon + 1, &end, 10);
-    if (end == colon + 1 || *end != '\0' || port < 1 || port > 65535)
-        usage_error(prog, "%s: bad value '%s': expected %s", flag, val, "HOST:PORT with PORT in [1, 65535]");
+    if (end == colon + 1 || *end != '\0' || port < min_port || port > 65535)
+        usage_error(prog, "%s: bad value '%s': expected %s", flag, val,
+                    min_port ? "HOST:PORT with PORT in [1, 65535]" : "HOST:PORT with PORT in [0, 65535]");
     memcpy(host, val, (size_t)(colon - val));
     host[colon - val] = '\0';
     return (int)port;
+}
+
+int px_flag_hostport(const char *prog, const char *flag, const char *val, char *host, int hostlen) {
+    return hostport(prog, flag, val, host, hostlen, 1);
+}
+
+int px_flag_hostport0(const char *prog, const char *flag, const char *val, char *host, int hostlen) {
+    return hostport(prog, flag, val, host, hostlen, 0);
 }
 
 void px_flag_unknown(const char *prog, const char *arg) {

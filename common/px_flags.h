@@ -14,6 +14,8 @@ double px_flag_double(const char *prog, const char *flag, const char *val, doubl
 const char *px_flag_str(const char *prog, const char *flag, const char *val, int maxlen);
 /* "host:port" with port in 1..65535, or exit(2). Writes the host into host[hostlen]. */
 int px_flag_hostport(const char *prog, const char *flag, const char *val, char *host, int hostlen);
+/* The same, with port 0 allowed (meaning: pick a free port). */
+int px_flag_hostport0(const char *prog, const char *flag, const char *val, char *host, int hostlen);
 /* Prints "PROG: unknown flag 'X' (see --help)" and exits 2. */
 void px_flag_unknown(const char *prog, const char *arg) __attribute__((noreturn));
 /* Prints "PROG: flag X needs a value" and exits 2 when val is NULL. */

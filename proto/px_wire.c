@@ -37,6 +37,14 @@ int px_wire_group_name_ok(const char *name) {
     return 1;
 }
 
+int px_wire_worker_event_kind_ok(const char *kind) {
+    static const char *const kinds[] = {"heal_started", "heal_finished", "divergence_detected", "run_finished"};
+    if (!kind) return 0;
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+        if (strcmp(kind, kinds[i]) == 0) return 1;
+    return 0;
+}
+
 static int str_ok(const char *s, size_t max) { return s && strlen(s) <= max; }
 
 int px_wire_validate(const px_msg_t *m, Phalanx__ErrorCode *code, char *why, size_t why_len) {
@@ -100,6 +108,17 @@ int px_wire_validate(const px_msg_t *m, Phalanx__ErrorCode *code, char *why, siz
         REQUIRE(s->has_quorum_id && s->quorum_id >= 0, "store_get.quorum_id missing or negative");
         REQUIRE(s->key && s->key[0] && strlen(s->key) <= PX_STORE_KEY_MAX, "store_get.key missing or longer than %d", PX_STORE_KEY_MAX);
         REQUIRE(!s->has_wait_ms || s->wait_ms <= PX_WAIT_MAX_MS, "store_get.wait_ms above %u", PX_WAIT_MAX_MS);
+        return 0;
+    }
+    case PHALANX__ENVELOPE__BODY_WORKER_EVENT: {
+        const Phalanx__WorkerEvent *w = m->worker_event;
+        REQUIRE(px_wire_group_name_ok(w->group), "worker_event.group missing or invalid");
+        REQUIRE(w->has_rank && w->rank < PX_GROUP_SIZE_MAX, "worker_event.rank missing or out of range");
+        REQUIRE(px_wire_worker_event_kind_ok(w->kind), "worker_event.kind missing or unknown");
+        REQUIRE(!w->peer_group || !w->peer_group[0] || px_wire_group_name_ok(w->peer_group),
+                "worker_event.peer_group invalid");
+        REQUIRE(!w->detail || strlen(w->detail) <= PX_REASON_MAX, "worker_event.detail too long");
+        REQUIRE(!w->has_step || w->step >= 0, "worker_event.step negative");
         return 0;
     }
     case PHALANX__ENVELOPE__BODY_STATUS_REQ:
@@ -188,6 +207,7 @@ const char *px_wire_body_name(const px_msg_t *m) {
     case PHALANX__ENVELOPE__BODY_STATUS: return "status";
     case PHALANX__ENVELOPE__BODY_ERROR: return "error";
     case PHALANX__ENVELOPE__BODY_ACK: return "ack";
+    case PHALANX__ENVELOPE__BODY_WORKER_EVENT: return "worker_event";
     default: return "unknown";
     }
 }

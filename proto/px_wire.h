@@ -41,6 +41,9 @@ void *px_wire_encode(px_msg_t *msg, size_t *len);
 /* A valid group name: 1..63 bytes of [A-Za-z0-9_.-]. */
 int px_wire_group_name_ok(const char *name);
 
+/* A WorkerEvent kind the coordinator records. */
+int px_wire_worker_event_kind_ok(const char *kind);
+
 const char *px_wire_body_name(const px_msg_t *msg);
 const char *px_wire_error_name(Phalanx__ErrorCode code);
 

@@ -21,6 +21,5 @@ int main(int argc, char **argv) {
 #endif
         }
     }
-    fprintf(stderr, "phalanx-worker: distributed mode is not built yet\n");
-    return 2;
+    return px_worker_main(argc, argv);
 }

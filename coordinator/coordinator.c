@@ -1,0 +1,815 @@
+/* The coordinator's event loop and message handlers (see coordinator.h).
+ *
+ * Flow: px_coordinator_run polls the ROUTER socket, the socket monitor and
+ * the HTTP sockets. A frame from a worker goes to handle_frame, which
+ * validates it (proto/px_wire.c) and dispatches on its type. Every 10 ms,
+ * tick() applies the loss rule (membership.c), re-forms the quorum when
+ * membership changed (quorum.c), expires store waiters and lets the event log
+ * deliver. A new quorum is pushed to every live member at once: workers never
+ * poll for it, and in steady state no message per training step reaches here.
+ *
+ * Restart: the coordinator keeps no state on disk. Workers re-register when
+ * their heartbeats are answered UNKNOWN_MEMBER and say which quorum they are
+ * in; the coordinator adopts that quorum, so training continues undisturbed. */
+#include "coordinator.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "events.h"
+#include "http.h"
+#include "membership.h"
+#include "px_log.h"
+#include "px_time.h"
+#include "px_wire.h"
+#include "quorum.h"
+#include "status.h"
+#include "store.h"
+
+#define TICK_MS 10
+#define ROUTER_MAX_MSG (1 << 20) /* larger frames make ZeroMQ drop the peer */
+
+struct px_coordinator {
+    px_coordinator_config_t cfg;
+    void *zctx, *router, *monitor;
+    px_http_t *http;
+    px_events_t *events;
+    px_members_t members;
+    px_quorum_t quorum;        /* current quorum (id 0: none yet) */
+    px_store_kv_t *kv;
+    px_liveness_config_t live;
+    int quorum_dirty;          /* membership or requests changed since the last compute */
+    int64_t rebuild_requested_ms; /* a participant holding the current id asked for a new one */
+    int64_t anon_report_ms;    /* last failure report that named no peer */
+    int64_t started_ms;
+    int adopted;               /* quorum adopted from re-registering workers */
+    char wait_reason[256];
+    px_coord_stats_t stats;
+    int64_t hb_window_start_ms;
+    uint64_t hb_window_count;
+};
+
+static void answer_waiter(void *ctx, const px_kv_answer_t *a);
+
+/* ---- sending ---------------------------------------------------------- */
+
+static void send_to(px_coordinator_t *c, const void *ident, size_t ident_len, px_msg_t *msg) {
+    size_t len = 0;
+    void *buf = px_wire_encode(msg, &len);
+    if (!buf) return;
+    /* ROUTER_MANDATORY + DONTWAIT: a peer that is gone or not reading costs
+     * us an error code, never a blocked loop. */
+    if (zmq_send(c->router, ident, ident_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0)
+        zmq_send(c->router, buf, len, ZMQ_DONTWAIT);
+    free(buf);
+}
+
+static void reply_error(px_coordinator_t *c, const void *ident, size_t ident_len, uint64_t req_id,
+                        Phalanx__ErrorCode code, const char *why) {
+    Phalanx__Envelope env = PHALANX__ENVELOPE__INIT;
+    Phalanx__Error err = PHALANX__ERROR__INIT;
+    err.has_code = 1;
+    err.code = code;
+    err.message = (char *)why;
+    env.has_request_id = 1;
+    env.request_id = req_id;
+    env.body_case = PHALANX__ENVELOPE__BODY_ERROR;
+    env.error = &err;
+    send_to(c, ident, ident_len, &env);
+}
+
+static void reply_ack(px_coordinator_t *c, const void *ident, size_t ident_len, uint64_t req_id) {
+    Phalanx__Envelope env = PHALANX__ENVELOPE__INIT;
+    Phalanx__Ack ack = PHALANX__ACK__INIT;
+    env.has_request_id = 1;
+    env.request_id = req_id;
+    env.body_case = PHALANX__ENVELOPE__BODY_ACK;
+    env.ack = &ack;
+    send_to(c, ident, ident_len, &env);
+}
+
+/* ---- events ----------------------------------------------------------- */
+
+static void emit(px_coordinator_t *c, const char *type, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void emit(px_coordinator_t *c, const char *type, const char *fmt, ...) {
+    char fields[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(fields, sizeof fields, fmt, ap);
+    va_end(ap);
+    if (c->events) px_events_emit(c->events, type, fields);
+}
+
+/* ---- quorum ----------------------------------------------------------- */
+
+static void push_quorum(px_coordinator_t *c, const void *ident, size_t ident_len, const char *reason) {
+    Phalanx__Envelope env = PHALANX__ENVELOPE__INIT;
+    Phalanx__Quorum q = PHALANX__QUORUM__INIT;
+    Phalanx__QuorumGroup *gs = calloc((size_t)c->quorum.n + 1, sizeof *gs);
+    Phalanx__QuorumGroup **gp = calloc((size_t)c->quorum.n + 1, sizeof *gp);
+    if (!gs || !gp) {
+        free(gs);
+        free(gp);
+        return;
+    }
+    for (int i = 0; i < c->quorum.n; i++) {
+        px_quorum_member_t *m = &c->quorum.groups[i];
+        phalanx__quorum_group__init(&gs[i]);
+        gs[i].name = m->name;
+        gs[i].has_step = 1;
+        gs[i].step = m->step;
+        gs[i].has_heal = 1;
+        gs[i].heal = m->heal;
+        gs[i].heal_source = m->heal ? m->heal_source : NULL;
+        gs[i].has_replica_index = 1;
+        gs[i].replica_index = (uint32_t)i;
+        gp[i] = &gs[i];
+    }
+    q.has_id = 1;
+    q.id = c->quorum.id;
+    q.has_max_step = 1;
+    q.max_step = c->quorum.max_step;
+    q.n_groups = (size_t)c->quorum.n;
+    q.groups = gp;
+    q.reason = (char *)reason;
+    q.mode = (char *)c->cfg.mode;
+    env.body_case = PHALANX__ENVELOPE__BODY_QUORUM;
+    env.quorum = &q;
+    send_to(c, ident, ident_len, &env);
+    free(gs);
+    free(gp);
+}
+
+static void push_quorum_to_all(px_coordinator_t *c, const char *reason) {
+    for (int i = 0; i < c->members.n; i++) {
+        px_member_t *m = &c->members.members[i];
+        if (m->state != PX_STATE_LOST) push_quorum(c, m->ident, m->ident_len, reason);
+    }
+}
+
+static void emit_quorum_formed(px_coordinator_t *c, const char *reason) {
+    char groups[2048] = "", heals[2048] = "", esc[512];
+    size_t gl = 0, hl = 0;
+    for (int i = 0; i < c->quorum.n && gl < sizeof groups - 80; i++) {
+        px_quorum_member_t *m = &c->quorum.groups[i];
+        gl += (size_t)snprintf(groups + gl, sizeof groups - gl, "%s\"%s\"", i ? "," : "", m->name);
+        if (m->heal && hl < sizeof heals - 200)
+            hl += (size_t)snprintf(heals + hl, sizeof heals - hl,
+                                   "%s{\"group\":\"%s\",\"step\":%lld,\"source\":\"%s\"}", hl ? "," : "",
+                                   m->name, (long long)m->step, m->heal_source);
+    }
+    px_json_escape(reason, esc, sizeof esc);
+    emit(c, "quorum_formed", "\"quorum_id\":%lld,\"step\":%lld,\"groups\":[%s],\"heal\":[%s],\"reason\":\"%s\"",
+         (long long)c->quorum.id, (long long)c->quorum.max_step, groups, heals, esc);
+    px_log_info("quorum_formed quorum_id=%lld step=%lld groups=%d reason=\"%s\"", (long long)c->quorum.id,
+                (long long)c->quorum.max_step, c->quorum.n, reason);
+    for (int i = 0; i < c->quorum.n; i++) {
+        px_quorum_member_t *m = &c->quorum.groups[i];
+        if (m->divergent) {
+            emit(c, "divergence_detected", "\"quorum_id\":%lld,\"step\":%lld,\"group\":\"%s\",\"source\":\"%s\"",
+                 (long long)c->quorum.id, (long long)m->step, m->name, m->heal_source);
+            px_log_warn("divergence_detected group=%s step=%lld heal_source=%s", m->name, (long long)m->step,
+                        m->heal_source);
+        }
+    }
+}
+
+/* Re-forms the quorum when membership or requests changed. */
+static void recompute_quorum(px_coordinator_t *c, int64_t now) {
+    /* Recovery window: for one heartbeat timeout after start, workers of a
+     * running job re-register and their quorum is adopted; forming a quorum
+     * before they are all back would needlessly drop groups. */
+    if (now - c->started_ms < c->live.heartbeat_timeout_ms) return;
+    px_quorum_candidate_t *cands = NULL;
+    int n = px_members_candidates(&c->members, now, &c->live, &cands);
+    if (n < 0) return;
+    px_quorum_config_t qcfg = {c->cfg.min_replicas, c->cfg.join_timeout_ms};
+    px_quorum_t next;
+    px_quorum_init(&next);
+    char reason[256];
+    int formed = px_quorum_compute(cands, n, &c->quorum, &qcfg, now, &next, reason, sizeof reason);
+    free(cands);
+    if (formed != 1) {
+        if (strcmp(reason, c->wait_reason) != 0) {
+            px_log_info("quorum_wait %s", reason);
+            snprintf(c->wait_reason, sizeof c->wait_reason, "%s", reason);
+        }
+        px_quorum_free(&next);
+        return;
+    }
+    c->wait_reason[0] = '\0';
+    int changed = next.id != c->quorum.id;
+    /* Participants that found their communicators broken asked for a new
+     * quorum while membership stayed the same: after a settle time (a dead
+     * peer would have been dropped by then), re-form with a fresh id so they
+     * rendezvous under a new store prefix. */
+    if (!changed && c->rebuild_requested_ms) {
+        if (now - c->rebuild_requested_ms < c->cfg.rebuild_settle_ms) {
+            px_quorum_free(&next);
+            return;
+        }
+        next.id = c->quorum.id + 1;
+        changed = 1;
+        snprintf(reason, sizeof reason, "rebuild requested by participants, membership unchanged");
+    }
+    c->quorum_dirty = 0;
+    if (changed) {
+        c->rebuild_requested_ms = 0;
+        px_quorum_free(&c->quorum);
+        c->quorum = next;
+        c->stats.quorums_formed++;
+        c->stats.last_quorum_ms = now;
+        px_members_clear_requests(&c->members, &c->quorum);
+        emit_quorum_formed(c, reason);
+        for (int i = 0; i < c->members.n; i++)
+            if (px_quorum_find(&c->quorum, c->members.members[i].group) >= 0)
+                c->members.members[i].group_dropped_logged = 0;
+        px_kv_drop_before(c->kv, c->quorum.id - 1, answer_waiter, c);
+        push_quorum_to_all(c, reason);
+        return;
+    }
+    /* Same membership: answer requesters that are already in it (a worker
+     * that missed the push, or asked again after a restart). */
+    for (int i = 0; i < c->members.n; i++) {
+        px_member_t *m = &c->members.members[i];
+        if (m->state != PX_STATE_LOST && m->requested && px_quorum_find(&c->quorum, m->group) >= 0) {
+            m->requested = 0;
+            push_quorum(c, m->ident, m->ident_len, "current quorum");
+        }
+    }
+    c->quorum.max_step = next.max_step;
+    px_quorum_free(&next);
+}
+
+/* ---- membership ------------------------------------------------------- */
+
+static void member_lost(px_coordinator_t *c, px_member_t *m, const char *why) {
+    px_members_mark_lost(&c->members, m, why);
+    emit(c, "member_lost", "\"group\":\"%s\",\"rank\":%d,\"pid\":%d,\"step\":%lld,\"quorum_id\":%lld,\"reason\":\"%s\"",
+         m->group, m->rank, m->pid, (long long)m->step, (long long)c->quorum.id, why);
+    px_log_info("member_lost group=%s rank=%d pid=%d reason=%s", m->group, m->rank, m->pid, why);
+    if (px_quorum_find(&c->quorum, m->group) >= 0 && !m->group_dropped_logged) {
+        /* The whole group leaves: the next compute (this tick) forms a quorum
+         * without it, and the survivors finish the step without it. */
+        emit(c, "group_dropped", "\"group\":\"%s\",\"quorum_id\":%lld,\"step\":%lld,\"reason\":\"rank %d %s\"",
+             m->group, (long long)c->quorum.id, (long long)m->step, m->rank, why);
+        px_log_info("group_dropped group=%s quorum_id=%lld", m->group, (long long)c->quorum.id);
+        for (int i = 0; i < c->members.n; i++)
+            if (strcmp(c->members.members[i].group, m->group) == 0) c->members.members[i].group_dropped_logged = 1;
+        c->stats.last_loss_ms = px_now_ms();
+    }
+    c->quorum_dirty = 1;
+}
+
+static void detect_losses(px_coordinator_t *c, int64_t now) {
+    int anon = c->anon_report_ms && now - c->anon_report_ms < c->live.heartbeat_timeout_ms;
+    for (int i = 0; i < c->members.n; i++) {
+        px_member_t *m = &c->members.members[i];
+        if (m->state == PX_STATE_LOST) continue;
+        px_member_t probe = *m;
+        /* A report that named nobody counts against every member that also
+         * shows another signal (closed connection or silence). */
+        int silent = (double)(now - m->last_hb_ms) > PX_SILENT_INTERVALS * (double)c->live.heartbeat_interval_ms;
+        if (anon && (m->conn_closed || silent)) probe.reported = 1;
+        const char *why = px_member_loss_reason(&probe, now, &c->live);
+        if (why) member_lost(c, m, why);
+    }
+}
+
+/* ---- message handlers -------------------------------------------------- */
+
+static px_member_t *require_member(px_coordinator_t *c, const void *ident, size_t ident_len, uint64_t req_id) {
+    px_member_t *m = px_members_by_ident(&c->members, ident, ident_len);
+    if (!m || m->state == PX_STATE_LOST) {
+        reply_error(c, ident, ident_len, req_id, PHALANX__ERROR_CODE__UNKNOWN_MEMBER,
+                    m ? "member was declared lost; register again" : "not registered; register first");
+        return NULL;
+    }
+    return m;
+}
+
+/* Workers re-registering after a coordinator restart say which quorum they
+ * are in: adopt it rather than forming a new one, so training goes on. */
+static void adopt_quorum(px_coordinator_t *c, const char *group, int64_t qid, int64_t step) {
+    if (qid <= 0 || qid < c->quorum.id) return;
+    if (qid > c->quorum.id) {
+        /* Only a coordinator that has formed no quorum of its own adopts. */
+        if (c->quorum.id != 0 && !c->adopted) return;
+        c->quorum.id = qid;
+        c->quorum.n = 0;
+        c->quorum.max_step = 0;
+        c->adopted = 1;
+    }
+    if (!c->adopted || px_quorum_find(&c->quorum, group) >= 0) return;
+    px_quorum_t one = {0};
+    px_quorum_copy(&one, &c->quorum);
+    if (one.n == one.cap) {
+        px_quorum_member_t *g = realloc(one.groups, (size_t)(one.cap + 8) * sizeof *g);
+        if (!g) {
+            px_quorum_free(&one);
+            return;
+        }
+        one.groups = g;
+        one.cap += 8;
+    }
+    memset(&one.groups[one.n], 0, sizeof one.groups[0]);
+    snprintf(one.groups[one.n].name, PX_QUORUM_NAME_MAX, "%s", group);
+    one.groups[one.n].step = step;
+    one.n++;
+    if (step > one.max_step) one.max_step = step;
+    px_quorum_free(&c->quorum);
+    c->quorum = one;
+    emit(c, "quorum_adopted", "\"quorum_id\":%lld,\"group\":\"%s\",\"step\":%lld", (long long)qid, group, (long long)step);
+    px_log_info("quorum_adopted quorum_id=%lld group=%s step=%lld", (long long)qid, group, (long long)step);
+}
+
+static void on_register(px_coordinator_t *c, const void *ident, size_t ident_len, int fd, const px_msg_t *msg) {
+    const Phalanx__Register *r = msg->reg;
+    if (r->job && r->job[0] && strcmp(r->job, c->cfg.job) != 0) {
+        char why[160];
+        snprintf(why, sizeof why, "worker belongs to job '%s', this coordinator runs job '%s'", r->job, c->cfg.job);
+        reply_error(c, ident, ident_len, msg->request_id, PHALANX__ERROR_CODE__WRONG_JOB, why);
+        return;
+    }
+    int replaced = 0;
+    px_member_t *old = px_members_by_name(&c->members, r->group, (int)r->rank);
+    if (old && old->state != PX_STATE_LOST &&
+        (old->ident_len != ident_len || memcmp(old->ident, ident, ident_len) != 0))
+        member_lost(c, old, "replaced_by_new_process");
+    px_member_t *m = px_members_upsert(&c->members, r->group, (int)r->rank, ident, ident_len, &replaced);
+    if (!m) {
+        reply_error(c, ident, ident_len, msg->request_id, PHALANX__ERROR_CODE__BAD_MESSAGE, "identity too long");
+        return;
+    }
+    int64_t now = px_now_ms();
+    m->group_size = (int)r->group_size;
+    m->pid = (int)r->pid;
+    snprintf(m->host, sizeof m->host, "%s", r->host);
+    m->step = r->has_step ? r->step : 0;
+    m->quorum_id = r->has_quorum_id ? r->quorum_id : 0;
+    m->state = PX_STATE_JOINING;
+    m->fd = fd;
+    m->registered_ms = m->last_hb_ms = now;
+    emit(c, "member_joined", "\"group\":\"%s\",\"rank\":%d,\"group_size\":%d,\"pid\":%d,\"host\":\"%s\",\"step\":%lld",
+         m->group, m->rank, m->group_size, m->pid, m->host, (long long)m->step);
+    px_log_info("member_joined group=%s rank=%d/%d pid=%d host=%s step=%lld quorum_id=%lld", m->group, m->rank,
+                m->group_size, m->pid, m->host, (long long)m->step, (long long)m->quorum_id);
+    adopt_quorum(c, m->group, m->quorum_id, m->step);
+
+    Phalanx__Envelope env = PHALANX__ENVELOPE__INIT;
+    Phalanx__RegisterAck ack = PHALANX__REGISTER_ACK__INIT;
+    ack.has_quorum_id = 1;
+    ack.quorum_id = c->quorum.id;
+    ack.has_heartbeat_interval_ms = 1;
+    ack.heartbeat_interval_ms = (uint32_t)c->cfg.heartbeat_interval_ms;
+    ack.has_heartbeat_timeout_ms = 1;
+    ack.heartbeat_timeout_ms = (uint32_t)c->cfg.heartbeat_timeout_ms;
+    ack.job = (char *)c->cfg.job;
+    env.has_request_id = 1;
+    env.request_id = msg->request_id;
+    env.body_case = PHALANX__ENVELOPE__BODY_REG_ACK;
+    env.reg_ack = &ack;
+    send_to(c, ident, ident_len, &env);
+    c->quorum_dirty = 1;
+}
+
+static void on_heartbeat(px_coordinator_t *c, const void *ident, size_t ident_len, int fd, const px_msg_t *msg) {
+    px_member_t *m = require_member(c, ident, ident_len, msg->request_id);
+    if (!m) return;
+    const Phalanx__Heartbeat *h = msg->hb;
+    m->last_hb_ms = px_now_ms();
+    m->step = h->step;
+    if (h->has_state) m->state = (int)h->state;
+    if (h->has_quorum_id) m->quorum_id = h->quorum_id;
+    m->fd = fd;
+    m->conn_closed = 0;
+    c->stats.heartbeats++;
+    c->hb_window_count++;
+    Phalanx__Envelope env = PHALANX__ENVELOPE__INIT;
+    Phalanx__HeartbeatAck ack = PHALANX__HEARTBEAT_ACK__INIT;
+    ack.has_quorum_id = 1;
+    ack.quorum_id = c->quorum.id;
+    env.has_request_id = 1;
+    env.request_id = msg->request_id;
+    env.body_case = PHALANX__ENVELOPE__BODY_HB_ACK;
+    env.hb_ack = &ack;
+    send_to(c, ident, ident_len, &env);
+}
+
+static void on_quorum_request(px_coordinator_t *c, const void *ident, size_t ident_len, const px_msg_t *msg) {
+    px_member_t *m = require_member(c, ident, ident_len, msg->request_id);
+    if (!m) return;
+    const Phalanx__QuorumRequest *q = msg->quorum_req;
+    int64_t now = px_now_ms();
+    if (!m->requested) m->requested_ms = now;
+    m->requested = 1;
+    m->step = q->step;
+    m->shrink_only = q->has_shrink_only && q->shrink_only;
+    m->has_checksum = q->has_state_checksum;
+    m->checksum = q->state_checksum;
+    int64_t held = q->has_quorum_id ? q->quorum_id : 0;
+    if (held > 0 && held == c->quorum.id && px_quorum_find(&c->quorum, m->group) >= 0 && !c->rebuild_requested_ms)
+        c->rebuild_requested_ms = now; /* its communicators broke: it needs a fresh quorum */
+    c->quorum_dirty = 1;
+}
+
+static void on_failure_report(px_coordinator_t *c, const void *ident, size_t ident_len, const px_msg_t *msg) {
+    px_member_t *m = require_member(c, ident, ident_len, msg->request_id);
+    if (!m) return;
+    const Phalanx__FailureReport *f = msg->failure;
+    const char *ag = f->accused_group && f->accused_group[0] ? f->accused_group : NULL;
+    int ar = f->has_accused_rank ? f->accused_rank : -1;
+    char reason[PX_REASON_MAX * 2 + 8];
+    px_json_escape(f->reason ? f->reason : "", reason, sizeof reason);
+    emit(c, "step_failed", "\"group\":\"%s\",\"rank\":%d,\"quorum_id\":%lld,\"step\":%lld,\"accused_group\":\"%s\",\"accused_rank\":%d,\"reason\":\"%s\"",
+         m->group, m->rank, (long long)(f->has_quorum_id ? f->quorum_id : 0), (long long)(f->has_step ? f->step : m->step),
+         ag ? ag : "", ar, reason);
+    px_log_info("step_failed reporter=%s/%d accused=%s/%d reason=\"%s\"", m->group, m->rank, ag ? ag : "?", ar, reason);
+    if (ag && strcmp(ag, m->group) == 0 && ar == m->rank) {
+        m->self_reported = 1;
+    } else if (ag) {
+        for (int i = 0; i < c->members.n; i++) {
+            px_member_t *x = &c->members.members[i];
+            if (x->state != PX_STATE_LOST && strcmp(x->group, ag) == 0 && (ar < 0 || x->rank == ar)) x->reported = 1;
+        }
+    } else {
+        c->anon_report_ms = px_now_ms();
+    }
+    reply_ack(c, ident, ident_len, msg->request_id);
+    detect_losses(c, px_now_ms()); /* act on it now, not at the next tick */
+}
+
+static void on_worker_event(px_coordinator_t *c, const void *ident, size_t ident_len, const px_msg_t *msg) {
+    px_member_t *m = require_member(c, ident, ident_len, msg->request_id);
+    if (!m) return;
+    const Phalanx__WorkerEvent *w = msg->worker_event;
+    char detail[PX_REASON_MAX * 2 + 8];
+    px_json_escape(w->detail ? w->detail : "", detail, sizeof detail);
+    emit(c, w->kind, "\"group\":\"%s\",\"rank\":%d,\"quorum_id\":%lld,\"step\":%lld,\"peer_group\":\"%s\",\"bytes\":%llu,\"ms\":%u,\"detail\":\"%s\"",
+         m->group, m->rank, (long long)w->quorum_id, (long long)w->step, w->peer_group ? w->peer_group : "",
+         (unsigned long long)w->bytes, w->ms, detail);
+    px_log_info("%s group=%s rank=%d quorum_id=%lld step=%lld peer=%s bytes=%llu ms=%u %s", w->kind, m->group, m->rank,
+                (long long)w->quorum_id, (long long)w->step, w->peer_group ? w->peer_group : "-",
+                (unsigned long long)w->bytes, w->ms, w->detail ? w->detail : "");
+    if (!strcmp(w->kind, "heal_started")) m->state = PX_STATE_HEALING;
+    if (!strcmp(w->kind, "heal_finished")) m->state = PX_STATE_HEALTHY;
+    reply_ack(c, ident, ident_len, msg->request_id);
+}
+
+static void send_store_value(px_coordinator_t *c, const void *ident, size_t ident_len, uint64_t req_id,
+                             const char *key, int found, const void *value, size_t len) {
+    Phalanx__Envelope env = PHALANX__ENVELOPE__INIT;
+    Phalanx__StoreValue sv = PHALANX__STORE_VALUE__INIT;
+    sv.key = (char *)key;
+    sv.has_found = 1;
+    sv.found = found;
+    sv.has_value = found;
+    sv.value.data = (uint8_t *)value;
+    sv.value.len = len;
+    env.has_request_id = 1;
+    env.request_id = req_id;
+    env.body_case = PHALANX__ENVELOPE__BODY_STORE_VALUE;
+    env.store_value = &sv;
+    send_to(c, ident, ident_len, &env);
+}
+
+/* Waiter peers are stored as [len byte][identity bytes]. */
+static void answer_waiter(void *ctx, const px_kv_answer_t *a) {
+    px_coordinator_t *c = ctx;
+    const unsigned char *p = a->peer;
+    send_store_value(c, p + 1, p[0], a->request_id, a->key, a->found, a->value, a->len);
+}
+
+static int store_fenced(px_coordinator_t *c, const void *ident, size_t ident_len, uint64_t req_id, int64_t qid) {
+    if (qid == c->quorum.id) return 0;
+    char why[128];
+    snprintf(why, sizeof why, "quorum %lld is not the current quorum %lld", (long long)qid, (long long)c->quorum.id);
+    reply_error(c, ident, ident_len, req_id, PHALANX__ERROR_CODE__STALE_QUORUM, why);
+    return 1;
+}
+
+static void on_store_set(px_coordinator_t *c, const void *ident, size_t ident_len, const px_msg_t *msg) {
+    if (!require_member(c, ident, ident_len, msg->request_id)) return;
+    const Phalanx__StoreSet *s = msg->store_set;
+    if (store_fenced(c, ident, ident_len, msg->request_id, s->quorum_id)) return;
+    px_kv_set(c->kv, s->quorum_id, s->key, s->value.data, s->value.len, answer_waiter, c);
+    reply_ack(c, ident, ident_len, msg->request_id);
+}
+
+static void on_store_get(px_coordinator_t *c, const void *ident, size_t ident_len, const px_msg_t *msg) {
+    if (!require_member(c, ident, ident_len, msg->request_id)) return;
+    const Phalanx__StoreGet *s = msg->store_get;
+    if (store_fenced(c, ident, ident_len, msg->request_id, s->quorum_id)) return;
+    const void *v;
+    size_t len;
+    if (px_kv_get(c->kv, s->quorum_id, s->key, &v, &len)) {
+        send_store_value(c, ident, ident_len, msg->request_id, s->key, 1, v, len);
+    } else if (s->has_wait_ms && s->wait_ms > 0) {
+        unsigned char *peer = malloc(ident_len + 1);
+        if (!peer) return;
+        peer[0] = (unsigned char)ident_len;
+        memcpy(peer + 1, ident, ident_len);
+        if (px_kv_wait(c->kv, s->quorum_id, s->key, px_now_ms() + s->wait_ms, peer, msg->request_id) != 0) free(peer);
+    } else {
+        send_store_value(c, ident, ident_len, msg->request_id, s->key, 0, NULL, 0);
+    }
+}
+
+static px_status_view_t status_view(px_coordinator_t *c) {
+    px_status_view_t v = {0};
+    v.job = c->cfg.job;
+    v.mode = c->cfg.mode;
+    v.quorum = &c->quorum;
+    v.members = &c->members;
+    v.stats = &c->stats;
+    if (c->events) {
+        px_events_stats_t es;
+        px_events_stats(c->events, &es);
+        v.events = (px_status_events_t){es.produced, es.delivered, es.pending, es.spilled, es.delivery_failures};
+    }
+    v.store_keys = px_kv_count(c->kv);
+    v.now_ms = px_now_ms();
+    v.uptime_ms = v.now_ms - c->started_ms;
+    return v;
+}
+
+static void on_status_request(px_coordinator_t *c, const void *ident, size_t ident_len, const px_msg_t *msg) {
+    px_status_view_t v = status_view(c);
+    char *json = px_status_json(&v, NULL);
+    if (!json) return;
+    Phalanx__Envelope env = PHALANX__ENVELOPE__INIT;
+    Phalanx__StatusReply st = PHALANX__STATUS_REPLY__INIT;
+    st.json = json;
+    env.has_request_id = 1;
+    env.request_id = msg->request_id;
+    env.body_case = PHALANX__ENVELOPE__BODY_STATUS;
+    env.status = &st;
+    send_to(c, ident, ident_len, &env);
+    free(json);
+}
+
+static void bad_message(px_coordinator_t *c, const void *ident, size_t ident_len, uint64_t req_id,
+                        Phalanx__ErrorCode code, const char *why) {
+    c->stats.bad_messages++;
+    char esc[512];
+    px_json_escape(why, esc, sizeof esc);
+    emit(c, "bad_message", "\"error\":\"%s\",\"detail\":\"%s\"", px_wire_error_name(code), esc);
+    /* Log the first few, then one line in a thousand: a fuzzer must not flood the log. */
+    if (c->stats.bad_messages <= 10 || c->stats.bad_messages % 1000 == 0)
+        px_log_warn("bad_message error=%s detail=\"%s\" total=%llu", px_wire_error_name(code), why,
+                    (unsigned long long)c->stats.bad_messages);
+    reply_error(c, ident, ident_len, req_id, code, why);
+}
+
+static void handle_frame(px_coordinator_t *c, const void *ident, size_t ident_len, int fd, const void *data,
+                         size_t len) {
+    c->stats.messages++;
+    Phalanx__ErrorCode code = 0;
+    char why[256];
+    px_msg_t *msg = px_wire_decode(data, len, &code, why, sizeof why);
+    if (!msg) {
+        bad_message(c, ident, ident_len, 0, code, why);
+        return;
+    }
+    if (c->cfg.token && (!msg->token || strcmp(msg->token, c->cfg.token) != 0)) {
+        c->stats.auth_rejected++;
+        emit(c, "auth_rejected", "\"message\":\"%s\",\"detail\":\"%s\"", px_wire_body_name(msg),
+             msg->token ? "wrong job token" : "no job token");
+        if (c->stats.auth_rejected <= 10)
+            px_log_warn("auth_rejected message=%s detail=%s", px_wire_body_name(msg), msg->token ? "wrong token" : "no token");
+        reply_error(c, ident, ident_len, msg->request_id, PHALANX__ERROR_CODE__AUTH_REJECTED, "missing or wrong job token");
+        px_wire_free(msg);
+        return;
+    }
+    switch (msg->body_case) {
+    case PHALANX__ENVELOPE__BODY_REG: on_register(c, ident, ident_len, fd, msg); break;
+    case PHALANX__ENVELOPE__BODY_HB: on_heartbeat(c, ident, ident_len, fd, msg); break;
+    case PHALANX__ENVELOPE__BODY_QUORUM_REQ: on_quorum_request(c, ident, ident_len, msg); break;
+    case PHALANX__ENVELOPE__BODY_FAILURE: on_failure_report(c, ident, ident_len, msg); break;
+    case PHALANX__ENVELOPE__BODY_STORE_SET: on_store_set(c, ident, ident_len, msg); break;
+    case PHALANX__ENVELOPE__BODY_STORE_GET: on_store_get(c, ident, ident_len, msg); break;
+    case PHALANX__ENVELOPE__BODY_STATUS_REQ: on_status_request(c, ident, ident_len, msg); break;
+    case PHALANX__ENVELOPE__BODY_WORKER_EVENT: on_worker_event(c, ident, ident_len, msg); break;
+    default: {
+        char w[96];
+        snprintf(w, sizeof w, "'%s' is not a request the coordinator accepts", px_wire_body_name(msg));
+        bad_message(c, ident, ident_len, msg->request_id, PHALANX__ERROR_CODE__UNKNOWN_TYPE, w);
+    }
+    }
+    px_wire_free(msg);
+}
+
+/* ---- the loop ---------------------------------------------------------- */
+
+static void read_router(px_coordinator_t *c) {
+    for (;;) {
+        zmq_msg_t id, body;
+        zmq_msg_init(&id);
+        if (zmq_msg_recv(&id, c->router, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&id);
+            return;
+        }
+        int more = zmq_msg_more(&id);
+        zmq_msg_init(&body);
+        int have_body = more && zmq_msg_recv(&body, c->router, ZMQ_DONTWAIT) >= 0;
+        /* The TCP connection a frame came on: matched against the socket
+         * monitor's DISCONNECTED events (the identity frame carries none). */
+        int fd = have_body ? zmq_msg_get(&body, ZMQ_SRCFD) : -1;
+        int extra = 0;
+        while (have_body && zmq_msg_more(&body) && !extra) {
+            /* A multipart frame: drain it and count it as malformed. */
+            zmq_msg_t junk;
+            zmq_msg_init(&junk);
+            while (zmq_msg_recv(&junk, c->router, ZMQ_DONTWAIT) >= 0 && zmq_msg_more(&junk)) {
+            }
+            zmq_msg_close(&junk);
+            extra = 1;
+        }
+        if (!have_body || extra)
+            bad_message(c, zmq_msg_data(&id), zmq_msg_size(&id), 0, PHALANX__ERROR_CODE__BAD_MESSAGE,
+                        extra ? "multipart message: one frame per message" : "empty message");
+        else
+            handle_frame(c, zmq_msg_data(&id), zmq_msg_size(&id), fd, zmq_msg_data(&body), zmq_msg_size(&body));
+        zmq_msg_close(&body);
+        zmq_msg_close(&id);
+    }
+}
+
+static void read_monitor(px_coordinator_t *c) {
+    for (;;) {
+        zmq_msg_t ev, addr;
+        zmq_msg_init(&ev);
+        if (zmq_msg_recv(&ev, c->monitor, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&ev);
+            return;
+        }
+        zmq_msg_init(&addr);
+        if (zmq_msg_more(&ev)) zmq_msg_recv(&addr, c->monitor, 0);
+        if (zmq_msg_size(&ev) >= 6) {
+            const uint8_t *d = zmq_msg_data(&ev);
+            uint16_t event;
+            uint32_t value;
+            memcpy(&event, d, 2);
+            memcpy(&value, d + 2, 4);
+            if (event == ZMQ_EVENT_DISCONNECTED) {
+                for (int i = 0; i < c->members.n; i++) {
+                    px_member_t *m = &c->members.members[i];
+                    if (m->state != PX_STATE_LOST && m->fd == (int)value) {
+                        m->conn_closed = 1;
+                        m->fd = -1;
+                    }
+                }
+            }
+        }
+        zmq_msg_close(&addr);
+        zmq_msg_close(&ev);
+    }
+}
+
+static void tick(px_coordinator_t *c, int64_t now) {
+    detect_losses(c, now);
+    if (c->quorum_dirty || c->rebuild_requested_ms) recompute_quorum(c, now);
+    px_kv_expire(c->kv, now, answer_waiter, c);
+    if (c->events) px_events_poll(c->events);
+    if (now - c->hb_window_start_ms >= 1000) {
+        c->stats.heartbeats_per_s = (double)c->hb_window_count * 1000.0 / (double)(now - c->hb_window_start_ms);
+        c->hb_window_count = 0;
+        c->hb_window_start_ms = now;
+    }
+}
+
+static int http_handler(void *ctx, const char *path, char **body, size_t *len, const char **type) {
+    px_coordinator_t *c = ctx;
+    px_status_view_t v = status_view(c);
+    if (strcmp(path, "/status") == 0) {
+        *body = px_status_json(&v, len);
+        *type = "application/json";
+    } else if (strcmp(path, "/metrics") == 0) {
+        *body = px_status_metrics(&v, len);
+        *type = "text/plain; version=0.0.4";
+    } else if (strcmp(path, "/status.txt") == 0) {
+        *body = px_status_text(&v, len);
+        *type = "text/plain; charset=utf-8";
+    } else if (strcmp(path, "/") == 0) {
+        *body = px_status_html(&v, len);
+        *type = "text/html; charset=utf-8";
+    } else {
+        return 404;
+    }
+    return *body ? 200 : 500;
+}
+
+int px_coordinator_run(px_coordinator_t *c, volatile sig_atomic_t *stop) {
+    zmq_pollitem_t items[2 + 1 + PX_HTTP_MAX_CONNS];
+    int64_t next_tick = px_now_ms();
+    while (!*stop) {
+        int n = 0;
+        items[n++] = (zmq_pollitem_t){c->router, 0, ZMQ_POLLIN, 0};
+        items[n++] = (zmq_pollitem_t){c->monitor, 0, ZMQ_POLLIN, 0};
+        int nh = c->http ? px_http_pollitems(c->http, items + n) : 0;
+        int64_t now = px_now_ms();
+        long wait = next_tick > now ? (long)(next_tick - now) : 0;
+        int rc = zmq_poll(items, n + nh, wait);
+        if (rc < 0 && errno != EINTR) {
+            px_log_error("zmq_poll failed: %s", zmq_strerror(errno));
+            return 1;
+        }
+        /* Monitor first: a closed connection is evidence for the loss rule. */
+        if (items[1].revents & ZMQ_POLLIN) read_monitor(c);
+        if (items[0].revents & ZMQ_POLLIN) read_router(c);
+        if (nh) px_http_service(c->http, items + n, nh, px_now_ms());
+        now = px_now_ms();
+        if (now >= next_tick) {
+            tick(c, now);
+            next_tick = now + TICK_MS;
+        }
+    }
+    return 0;
+}
+
+/* ---- construction ------------------------------------------------------ */
+
+px_coordinator_t *px_coordinator_new(const px_coordinator_config_t *cfg, char *err, size_t errlen) {
+    px_coordinator_t *c = calloc(1, sizeof *c);
+    if (!c) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    c->cfg = *cfg;
+    c->live.heartbeat_interval_ms = cfg->heartbeat_interval_ms;
+    c->live.heartbeat_timeout_ms = cfg->heartbeat_timeout_ms;
+    c->started_ms = c->hb_window_start_ms = px_now_ms();
+    px_quorum_init(&c->quorum);
+    c->kv = px_kv_new();
+    if (!c->kv || px_members_init(&c->members) != 0) {
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
+    c->zctx = zmq_ctx_new();
+    c->router = zmq_socket(c->zctx, ZMQ_ROUTER);
+    int one = 1, zero = 0, hwm = 100000;
+    int64_t maxmsg = ROUTER_MAX_MSG;
+    zmq_setsockopt(c->router, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
+    zmq_setsockopt(c->router, ZMQ_ROUTER_HANDOVER, &one, sizeof one);
+    zmq_setsockopt(c->router, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(c->router, ZMQ_SNDHWM, &hwm, sizeof hwm);
+    zmq_setsockopt(c->router, ZMQ_RCVHWM, &hwm, sizeof hwm);
+    zmq_setsockopt(c->router, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
+    if (zmq_bind(c->router, cfg->bind) != 0) {
+        snprintf(err, errlen, "--bind: cannot bind '%s': %s", cfg->bind, zmq_strerror(errno));
+        goto fail;
+    }
+    char mon_ep[64];
+    snprintf(mon_ep, sizeof mon_ep, "inproc://px-monitor-%p", (void *)c);
+    zmq_socket_monitor(c->router, mon_ep, ZMQ_EVENT_DISCONNECTED);
+    c->monitor = zmq_socket(c->zctx, ZMQ_PAIR);
+    zmq_setsockopt(c->monitor, ZMQ_LINGER, &zero, sizeof zero);
+    if (zmq_connect(c->monitor, mon_ep) != 0) {
+        snprintf(err, errlen, "socket monitor: %s", zmq_strerror(errno));
+        goto fail;
+    }
+    if (cfg->http_host) {
+        c->http = px_http_new(cfg->http_host, cfg->http_port, http_handler, c, err, errlen);
+        if (!c->http) goto fail;
+    }
+    c->events = px_events_new(cfg->events, cfg->job, cfg->spill_dir, err, errlen);
+    if (cfg->events && strcmp(cfg->events, "none") != 0 && !c->events) goto fail;
+    px_log_info("coordinator_started job=%s bind=%s http=%s:%d events=%s heartbeat_interval_ms=%lld heartbeat_timeout_ms=%lld min_replicas=%d",
+                cfg->job, cfg->bind, cfg->http_host ? cfg->http_host : "off", c->http ? px_http_port(c->http) : 0,
+                cfg->events ? cfg->events : "none", (long long)cfg->heartbeat_interval_ms,
+                (long long)cfg->heartbeat_timeout_ms, cfg->min_replicas);
+    emit(c, "coordinator_started", "\"bind\":\"%s\",\"mode\":\"%s\"", cfg->bind, cfg->mode);
+    return c;
+fail:
+    px_coordinator_destroy(&c, 0);
+    return NULL;
+}
+
+int px_coordinator_http_port(const px_coordinator_t *c) { return c->http ? px_http_port(c->http) : 0; }
+
+void px_coordinator_destroy(px_coordinator_t **self, int flush_ms) {
+    px_coordinator_t *c = *self;
+    if (!c) return;
+    if (c->events) {
+        emit(c, "coordinator_stopped", "\"quorum_id\":%lld", (long long)c->quorum.id);
+        px_events_destroy(&c->events, flush_ms);
+    }
+    px_http_destroy(&c->http);
+    if (c->monitor) zmq_close(c->monitor);
+    if (c->router) {
+        zmq_socket_monitor(c->router, NULL, 0);
+        zmq_close(c->router);
+    }
+    if (c->zctx) zmq_ctx_term(c->zctx);
+    px_kv_destroy(&c->kv);
+    px_members_free(&c->members);
+    px_quorum_free(&c->quorum);
+    free(c);
+    *self = NULL;
+}

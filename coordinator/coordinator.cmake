@@ -1,0 +1,19 @@
+# Libraries and the daemon. px_quorum and px_coordlogic hold pure logic
+# (no sockets) so tests link them without a running daemon.
+add_library(px_quorum STATIC ${CMAKE_CURRENT_LIST_DIR}/quorum.c)
+target_include_directories(px_quorum PUBLIC ${CMAKE_CURRENT_LIST_DIR})
+add_library(px_coordlogic STATIC
+  ${CMAKE_CURRENT_LIST_DIR}/membership.c
+  ${CMAKE_CURRENT_LIST_DIR}/store.c
+  ${CMAKE_CURRENT_LIST_DIR}/status.c)
+target_include_directories(px_coordlogic PUBLIC ${CMAKE_CURRENT_LIST_DIR})
+target_link_libraries(px_coordlogic PUBLIC px_quorum px_common)
+
+add_library(px_coordinator STATIC
+  ${CMAKE_CURRENT_LIST_DIR}/coordinator.c
+  ${CMAKE_CURRENT_LIST_DIR}/http.c)
+target_include_directories(px_coordinator PUBLIC ${CMAKE_CURRENT_LIST_DIR})
+target_link_libraries(px_coordinator PUBLIC px_coordlogic px_events px_proto PkgConfig::ZMQ)
+
+add_executable(phalanx-coordinator ${CMAKE_CURRENT_LIST_DIR}/main.c)
+target_link_libraries(phalanx-coordinator PRIVATE px_coordinator)

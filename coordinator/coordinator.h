@@ -1,0 +1,37 @@
+/* The coordinator daemon: one per job. It owns the ZeroMQ ROUTER socket the
+ * workers talk to, the member table, the current quorum, the rendezvous
+ * store, the HTTP status server and the event log, and runs them from one
+ * event loop (px_coordinator_run) so that a reader can follow a message from
+ * where it arrives (handle_frame) to where it leads. */
+#ifndef PX_COORDINATOR_H
+#define PX_COORDINATOR_H
+
+#include <signal.h>
+#include <stdint.h>
+
+typedef struct {
+    const char *bind;          /* ZeroMQ endpoint, e.g. tcp://127.0.0.1:7777 */
+    const char *http_host;     /* NULL: no HTTP server */
+    int http_port;             /* 0: any free port */
+    const char *job;
+    const char *events;        /* "file:PATH", "kafka:...", or NULL */
+    const char *spill_dir;
+    const char *token;         /* NULL: no token required */
+    const char *mode;          /* "sync" or "diloco" */
+    int64_t heartbeat_interval_ms;
+    int64_t heartbeat_timeout_ms;
+    int min_replicas;
+    int64_t join_timeout_ms;
+    int64_t rebuild_settle_ms; /* wait before re-forming an unchanged quorum on request */
+} px_coordinator_config_t;
+
+typedef struct px_coordinator px_coordinator_t;
+
+px_coordinator_t *px_coordinator_new(const px_coordinator_config_t *cfg, char *err, size_t errlen);
+/* Runs until *stop becomes non-zero. Returns 0 on a clean stop. */
+int px_coordinator_run(px_coordinator_t *c, volatile sig_atomic_t *stop);
+/* Flushes events (waiting up to flush_ms for Kafka delivery) and frees everything. */
+void px_coordinator_destroy(px_coordinator_t **self, int flush_ms);
+int px_coordinator_http_port(const px_coordinator_t *c);
+
+#endif

@@ -1,0 +1,152 @@
+/* Implementation of membership.h: the member table and the loss rule. */
+#include "membership.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *px_member_loss_reason(const px_member_t *m, int64_t now_ms, const px_liveness_config_t *cfg) {
+    if (m->state == PX_STATE_LOST) return NULL;
+    int64_t silent_ms = now_ms - m->last_hb_ms;
+    if (m->self_reported) return "self_reported";
+    if (silent_ms > cfg->heartbeat_timeout_ms) return "heartbeat_timeout";
+    int silent = (double)silent_ms > PX_SILENT_INTERVALS * (double)cfg->heartbeat_interval_ms;
+    int signals = m->reported + m->conn_closed + silent;
+    if (signals >= 2) {
+        if (m->reported && m->conn_closed) return "reported_and_disconnected";
+        if (m->reported) return "reported_and_silent";
+        return "disconnected_and_silent";
+    }
+    return NULL;
+}
+
+int px_members_init(px_members_t *t) {
+    memset(t, 0, sizeof *t);
+    t->by_ident = px_map_new();
+    t->by_name = px_map_new();
+    return t->by_ident && t->by_name ? 0 : -1;
+}
+
+void px_members_free(px_members_t *t) {
+    free(t->members);
+    px_map_destroy(&t->by_ident);
+    px_map_destroy(&t->by_name);
+    memset(t, 0, sizeof *t);
+}
+
+static int name_key(char *buf, size_t len, const char *group, int rank) {
+    return snprintf(buf, len, "%s/%d", group, rank);
+}
+
+px_member_t *px_members_by_ident(px_members_t *t, const void *ident, size_t len) {
+    int64_t i;
+    return px_map_get(t->by_ident, ident, len, &i) ? &t->members[i] : NULL;
+}
+
+px_member_t *px_members_by_name(px_members_t *t, const char *group, int rank) {
+    char key[96];
+    int n = name_key(key, sizeof key, group, rank);
+    int64_t i;
+    return px_map_get(t->by_name, key, (size_t)n, &i) ? &t->members[i] : NULL;
+}
+
+px_member_t *px_members_upsert(px_members_t *t, const char *group, int rank, const void *ident,
+                               size_t ident_len, int *replaced) {
+    *replaced = 0;
+    if (ident_len > PX_IDENT_MAX) return NULL;
+    px_member_t *m = px_members_by_name(t, group, rank);
+    if (m) {
+        *replaced = m->state != PX_STATE_LOST && (m->ident_len != ident_len || memcmp(m->ident, ident, ident_len) != 0);
+        px_map_del(t->by_ident, m->ident, m->ident_len);
+    } else {
+        if (t->n == t->cap) {
+            int ncap = t->cap ? t->cap * 2 : 64;
+            px_member_t *nm = realloc(t->members, (size_t)ncap * sizeof *nm);
+            if (!nm) return NULL;
+            t->members = nm;
+            t->cap = ncap;
+        }
+        m = &t->members[t->n];
+        char key[96];
+        int n = name_key(key, sizeof key, group, rank);
+        if (px_map_put(t->by_name, key, (size_t)n, t->n) != 0) return NULL;
+        t->n++;
+    }
+    memset(m, 0, sizeof *m);
+    snprintf(m->group, sizeof m->group, "%s", group);
+    m->rank = rank;
+    m->fd = -1;
+    memcpy(m->ident, ident, ident_len);
+    m->ident_len = ident_len;
+    if (px_map_put(t->by_ident, ident, ident_len, m - t->members) != 0) return NULL;
+    return m;
+}
+
+void px_members_mark_lost(px_members_t *t, px_member_t *m, const char *why) {
+    (void)t;
+    m->state = PX_STATE_LOST;
+    m->requested = 0;
+    snprintf(m->lost_reason, sizeof m->lost_reason, "%s", why);
+}
+
+int px_members_live(const px_members_t *t) {
+    int n = 0;
+    for (int i = 0; i < t->n; i++) n += t->members[i].state != PX_STATE_LOST;
+    return n;
+}
+
+int px_members_candidates(const px_members_t *t, int64_t now_ms, const px_liveness_config_t *cfg,
+                          px_quorum_candidate_t **out) {
+    px_map_t *idx = px_map_new();
+    px_quorum_candidate_t *c = calloc((size_t)t->n + 1, sizeof *c);
+    int *live = calloc((size_t)t->n + 1, sizeof *live);
+    int *want = calloc((size_t)t->n + 1, sizeof *want);
+    int *reqs = calloc((size_t)t->n + 1, sizeof *reqs);
+    if (!idx || !c || !live || !want || !reqs) {
+        px_map_destroy(&idx);
+        free(c), free(live), free(want), free(reqs);
+        *out = NULL;
+        return -1;
+    }
+    int n = 0;
+    for (int i = 0; i < t->n; i++) {
+        const px_member_t *m = &t->members[i];
+        if (m->state == PX_STATE_LOST) continue;
+        size_t glen = strlen(m->group);
+        int64_t g;
+        if (!px_map_get(idx, m->group, glen, &g)) {
+            g = n++;
+            px_map_put(idx, m->group, glen, g);
+            snprintf(c[g].name, sizeof c[g].name, "%s", m->group);
+            c[g].step = m->step;
+            c[g].requested_ms = m->requested_ms;
+            want[g] = m->group_size;
+        }
+        if (m->group_size > want[g]) want[g] = m->group_size;
+        if (m->step < c[g].step) c[g].step = m->step;
+        if (now_ms - m->last_hb_ms <= cfg->heartbeat_timeout_ms) live[g]++;
+        if (m->requested) {
+            if (reqs[g] == 0 || m->requested_ms < c[g].requested_ms) c[g].requested_ms = m->requested_ms;
+            reqs[g]++;
+            c[g].shrink_only |= m->shrink_only;
+            /* Rank 0 speaks for the group's state checksum. */
+            if (m->rank == 0 && m->has_checksum) {
+                c[g].has_checksum = 1;
+                c[g].checksum = m->checksum;
+            }
+        }
+    }
+    for (int g = 0; g < n; g++) {
+        c[g].healthy = live[g] == want[g];
+        c[g].requested = reqs[g] == want[g];
+    }
+    px_map_destroy(&idx);
+    free(live), free(want), free(reqs);
+    *out = c;
+    return n;
+}
+
+void px_members_clear_requests(px_members_t *t, const px_quorum_t *q) {
+    for (int i = 0; i < t->n; i++)
+        if (px_quorum_find(q, t->members[i].group) >= 0) t->members[i].requested = 0;
+}

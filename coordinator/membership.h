@@ -1,0 +1,87 @@
+/* Membership: who is in the job, how recently each rank was heard from, and
+ * the evidence that a rank is gone.
+ *
+ * Members are ranks (group, rank); groups are the unit of failure. A member is
+ * lost when its heartbeats stop for the timeout, or sooner when two independent
+ * signals agree (DESIGN.md "Control plane"):
+ *   - a failure report naming it (or naming nobody, from a peer whose
+ *     collective broke),
+ *   - its TCP connection closed (ZeroMQ socket monitor),
+ *   - it has been silent for more than PX_SILENT_INTERVALS heartbeat intervals.
+ * One report alone never drops a healthy, heartbeating member. A member that
+ * reports its own failure is lost at once. The decision is a pure function
+ * (px_member_loss_reason) so it is tested as a table. */
+#ifndef PX_MEMBERSHIP_H
+#define PX_MEMBERSHIP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "px_map.h"
+#include "quorum.h"
+
+#define PX_IDENT_MAX 64
+#define PX_SILENT_INTERVALS 2.5
+
+enum { PX_STATE_JOINING = 0, PX_STATE_HEALTHY = 1, PX_STATE_HEALING = 2, PX_STATE_LOST = 3 };
+
+typedef struct {
+    char group[PX_QUORUM_NAME_MAX];
+    int rank, group_size;
+    int pid;
+    char host[256];
+    int64_t step;
+    int state;
+    int64_t quorum_id; /* the quorum the worker says it is in */
+    unsigned char ident[PX_IDENT_MAX];
+    size_t ident_len;
+    int fd;             /* TCP connection it last spoke on (-1: unknown) */
+    int conn_closed;    /* the socket monitor saw that connection close */
+    int reported;       /* a peer reported a failure naming it (or nobody) */
+    int self_reported;  /* it reported its own failure */
+    int64_t registered_ms, last_hb_ms;
+    int requested;      /* asked to join the next quorum */
+    int64_t requested_ms;
+    int shrink_only;
+    int group_dropped_logged; /* group_dropped already emitted for this quorum */
+    int has_checksum;
+    uint64_t checksum;
+    char lost_reason[48];
+} px_member_t;
+
+typedef struct {
+    int64_t heartbeat_interval_ms;
+    int64_t heartbeat_timeout_ms;
+} px_liveness_config_t;
+
+/* Why this member should be considered lost now, or NULL if it should not. */
+const char *px_member_loss_reason(const px_member_t *m, int64_t now_ms, const px_liveness_config_t *cfg);
+
+typedef struct {
+    px_member_t *members;
+    int n, cap;
+    px_map_t *by_ident; /* identity -> index */
+    px_map_t *by_name;  /* "group/rank" -> index */
+} px_members_t;
+
+int px_members_init(px_members_t *t);
+void px_members_free(px_members_t *t);
+px_member_t *px_members_by_ident(px_members_t *t, const void *ident, size_t len);
+px_member_t *px_members_by_name(px_members_t *t, const char *group, int rank);
+/* Adds or replaces the member (group, rank). *replaced is set to 1 when a live
+ * member held that slot (the caller treats that as the old one lost). */
+px_member_t *px_members_upsert(px_members_t *t, const char *group, int rank, const void *ident,
+                               size_t ident_len, int *replaced);
+void px_members_mark_lost(px_members_t *t, px_member_t *m, const char *why);
+/* Counts live (not lost) members. */
+int px_members_live(const px_members_t *t);
+
+/* Builds quorum candidates, one per group that has any live member. A group
+ * is healthy when ranks 0..size-1 are all live and heard from within the
+ * timeout; it has requested when all have. Returns the count; *out is malloc'd. */
+int px_members_candidates(const px_members_t *t, int64_t now_ms, const px_liveness_config_t *cfg,
+                          px_quorum_candidate_t **out);
+/* Clears every member's join request in the groups of quorum q. */
+void px_members_clear_requests(px_members_t *t, const px_quorum_t *q);
+
+#endif

@@ -1,0 +1,172 @@
+/* Implementation of the quorum rule described in quorum.h. Each rule is one
+ * short step of px_quorum_compute(), in the order the header lists them. */
+#include "quorum.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void px_quorum_init(px_quorum_t *q) { memset(q, 0, sizeof *q); }
+
+void px_quorum_free(px_quorum_t *q) {
+    free(q->groups);
+    memset(q, 0, sizeof *q);
+}
+
+static int reserve(px_quorum_t *q, int n) {
+    if (n <= q->cap) return 0;
+    px_quorum_member_t *g = realloc(q->groups, (size_t)n * sizeof *g);
+    if (!g) return -1;
+    q->groups = g;
+    q->cap = n;
+    return 0;
+}
+
+int px_quorum_copy(px_quorum_t *dst, const px_quorum_t *src) {
+    if (reserve(dst, src->n) != 0) return -1;
+    dst->id = src->id;
+    dst->max_step = src->max_step;
+    dst->n = src->n;
+    if (src->n) memcpy(dst->groups, src->groups, (size_t)src->n * sizeof *src->groups);
+    return 0;
+}
+
+int px_quorum_find(const px_quorum_t *q, const char *name) {
+    for (int i = 0; i < q->n; i++)
+        if (strcmp(q->groups[i].name, name) == 0) return i;
+    return -1;
+}
+
+int px_quorum_same_members(const px_quorum_t *a, const px_quorum_t *b) {
+    if (a->n != b->n) return 0;
+    for (int i = 0; i < a->n; i++)
+        if (px_quorum_find(b, a->groups[i].name) < 0) return 0;
+    return 1;
+}
+
+static int cmp_cand_ptr(const void *x, const void *y) {
+    const px_quorum_candidate_t *a = *(const px_quorum_candidate_t *const *)x;
+    const px_quorum_candidate_t *b = *(const px_quorum_candidate_t *const *)y;
+    return strcmp(a->name, b->name);
+}
+
+/* The checksum most up-to-date groups agree on; ties go to the first group in
+ * name order. `parts` is sorted by name. Returns 0 when nobody reports one. */
+static int majority_checksum(const px_quorum_candidate_t **parts, int n, int64_t max_step,
+                             uint64_t *out) {
+    int best_count = 0;
+    for (int i = 0; i < n; i++) {
+        if (parts[i]->step != max_step || !parts[i]->has_checksum) continue;
+        int count = 0;
+        for (int j = 0; j < n; j++)
+            if (parts[j]->step == max_step && parts[j]->has_checksum &&
+                parts[j]->checksum == parts[i]->checksum)
+                count++;
+        if (count > best_count) {
+            best_count = count;
+            *out = parts[i]->checksum;
+        }
+    }
+    return best_count > 0;
+}
+
+/* Fills next with the sorted participants, max_step and heal assignments. */
+static int build(const px_quorum_candidate_t **parts, int n, const px_quorum_t *prev,
+                 px_quorum_t *next) {
+    if (reserve(next, n) != 0) return -1;
+    next->n = n;
+    next->max_step = 0;
+    for (int i = 0; i < n; i++)
+        if (parts[i]->step > next->max_step) next->max_step = parts[i]->step;
+    uint64_t good = 0;
+    int have_good = majority_checksum(parts, n, next->max_step, &good);
+
+    int n_src = 0;
+    for (int i = 0; i < n; i++) {
+        px_quorum_member_t *m = &next->groups[i];
+        memset(m, 0, sizeof *m);
+        snprintf(m->name, sizeof m->name, "%s", parts[i]->name);
+        m->step = parts[i]->step;
+        m->divergent = parts[i]->step == next->max_step && have_good && parts[i]->has_checksum &&
+                       parts[i]->checksum != good;
+        m->heal = parts[i]->step < next->max_step || m->divergent;
+        if (!m->heal) n_src++;
+    }
+    /* Round robin over up-to-date groups, in name order. */
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        if (!next->groups[i].heal) continue;
+        int want = k++ % n_src, seen = 0;
+        for (int j = 0; j < n; j++) {
+            if (next->groups[j].heal) continue;
+            if (seen++ == want) {
+                snprintf(next->groups[i].heal_source, PX_QUORUM_NAME_MAX, "%s", next->groups[j].name);
+                break;
+            }
+        }
+    }
+    if (prev->id == 0)
+        next->id = 1;
+    else
+        next->id = px_quorum_same_members(prev, next) ? prev->id : prev->id + 1;
+    return 1;
+}
+
+int px_quorum_compute(const px_quorum_candidate_t *cands, int n, const px_quorum_t *prev,
+                      const px_quorum_config_t *cfg, int64_t now_ms, px_quorum_t *next,
+                      char *reason, size_t reason_len) {
+    const px_quorum_candidate_t **parts = malloc(((size_t)n + 1) * sizeof *parts);
+    if (!parts) return -1;
+    int n_healthy = 0, n_parts = 0, shrink_only = 0, any_request = 0;
+    int64_t first_request = now_ms;
+    for (int i = 0; i < n; i++) {
+        const px_quorum_candidate_t *c = &cands[i];
+        if (!c->healthy) continue;
+        n_healthy++;
+        int was_member = px_quorum_find(prev, c->name) >= 0;
+        if (!c->requested && !was_member) continue;
+        parts[n_parts++] = c;
+        shrink_only |= c->shrink_only;
+        if (c->requested) {
+            if (!any_request || c->requested_ms < first_request) first_request = c->requested_ms;
+            any_request = 1;
+        }
+    }
+    if (shrink_only && prev->id > 0) {
+        int k = 0;
+        for (int i = 0; i < n_parts; i++)
+            if (px_quorum_find(prev, parts[i]->name) >= 0) parts[k++] = parts[i];
+        n_parts = k;
+    }
+    qsort(parts, (size_t)n_parts, sizeof *parts, cmp_cand_ptr);
+
+    int rc = 0;
+    int prev_all_back = prev->id > 0;
+    for (int i = 0; prev_all_back && i < prev->n; i++) {
+        int found = 0;
+        for (int j = 0; j < n_parts && !found; j++) found = strcmp(parts[j]->name, prev->groups[i].name) == 0;
+        prev_all_back = found;
+    }
+    if (n_parts < cfg->min_replicas) {
+        snprintf(reason, reason_len, "waiting: %d participating groups, need min_replicas %d",
+                 n_parts, cfg->min_replicas);
+    } else if (prev_all_back) {
+        rc = build(parts, n_parts, prev, next);
+        snprintf(reason, reason_len, "fast path: all %d previous groups present, %d participating",
+                 prev->n, n_parts);
+    } else if (2 * n_parts <= n_healthy) {
+        snprintf(reason, reason_len,
+                 "waiting: %d participating groups are not more than half of %d healthy groups (split-brain guard)",
+                 n_parts, n_healthy);
+    } else if (n_parts < n_healthy && any_request && now_ms - first_request < cfg->join_timeout_ms) {
+        snprintf(reason, reason_len,
+                 "waiting: %d of %d healthy groups joined; join window open %lld ms more",
+                 n_parts, n_healthy, (long long)(cfg->join_timeout_ms - (now_ms - first_request)));
+    } else {
+        rc = build(parts, n_parts, prev, next);
+        snprintf(reason, reason_len, "formed: %d of %d healthy groups%s", n_parts, n_healthy,
+                 shrink_only ? " (shrink only)" : "");
+    }
+    free(parts);
+    return rc;
+}

@@ -1,0 +1,85 @@
+/* The quorum rule: which replica groups take part in the next quorum.
+ *
+ * A pure function of the candidate groups, the previous quorum, the clock and
+ * the configuration — no I/O, no globals — so it is tested as a table of cases
+ * (tests/control/test_quorum.c). It follows the rule torchft's lighthouse uses,
+ * adapted to phalanx's "no round trip per step" design:
+ *
+ *  - A group is *healthy* when every one of its ranks is registered and heard
+ *    from within the heartbeat timeout (the caller decides that).
+ *  - A group *participates* when it is healthy and either asked to join (every
+ *    rank sent a quorum request) or was in the previous quorum: survivors of a
+ *    failure need not ask again, so dropping a group forms the next quorum at
+ *    once, without waiting for a round trip.
+ *  - shrink_only (any participant asks for it): only previous members may take part.
+ *  - Fast path: every previous member still participates -> form now, with any
+ *    newcomers included.
+ *  - Otherwise: at least min_replicas participants; split-brain guard:
+ *    participants must be more than half of the healthy groups; when some
+ *    healthy groups have not joined, wait for them until join_timeout after the
+ *    first request.
+ *  - The quorum id changes only when the set of participating groups changes.
+ *  - max_step is the highest step among participants. Groups behind it heal,
+ *    each from an up-to-date group chosen round robin (in name order). Among
+ *    up-to-date groups that report a state checksum, those disagreeing with the
+ *    majority checksum (ties: the one held by the first group in name order)
+ *    are divergent and heal too.
+ */
+#ifndef PX_QUORUM_H
+#define PX_QUORUM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define PX_QUORUM_NAME_MAX 64 /* group names are at most 63 bytes */
+
+typedef struct {
+    char name[PX_QUORUM_NAME_MAX];
+    int healthy;          /* every rank registered and heartbeating */
+    int requested;        /* every rank asked to join */
+    int64_t requested_ms; /* when the first rank asked (join window) */
+    int64_t step;         /* committed steps (the lowest over its ranks) */
+    int shrink_only;
+    int has_checksum;
+    uint64_t checksum;    /* training-state checksum at `step` */
+} px_quorum_candidate_t;
+
+typedef struct {
+    char name[PX_QUORUM_NAME_MAX];
+    int64_t step;
+    int heal;                               /* must receive state before training */
+    int divergent;                          /* heal because its checksum disagreed */
+    char heal_source[PX_QUORUM_NAME_MAX];   /* when heal */
+} px_quorum_member_t;
+
+typedef struct {
+    int64_t id;       /* 0: no quorum yet */
+    int64_t max_step;
+    int n;            /* participating groups, sorted by name */
+    int cap;
+    px_quorum_member_t *groups;
+} px_quorum_t;
+
+typedef struct {
+    int min_replicas;        /* >= 1 */
+    int64_t join_timeout_ms; /* wait this long for healthy groups that have not joined */
+} px_quorum_config_t;
+
+/* Decides whether a quorum forms now. Returns 1 and fills *next when it does
+ * (next->id equals prev->id when the membership is unchanged), 0 when it must
+ * wait. `reason` always explains the decision in one line. `prev` may be an
+ * empty quorum (id 0, n 0). next must not alias prev. Returns -1 on allocation
+ * failure. */
+int px_quorum_compute(const px_quorum_candidate_t *cands, int n, const px_quorum_t *prev,
+                      const px_quorum_config_t *cfg, int64_t now_ms, px_quorum_t *next,
+                      char *reason, size_t reason_len);
+
+void px_quorum_init(px_quorum_t *q);
+void px_quorum_free(px_quorum_t *q);
+int px_quorum_copy(px_quorum_t *dst, const px_quorum_t *src);
+/* Index of group `name` in q, or -1. */
+int px_quorum_find(const px_quorum_t *q, const char *name);
+/* 1 when both quorums hold the same set of group names. */
+int px_quorum_same_members(const px_quorum_t *a, const px_quorum_t *b);
+
+#endif

@@ -1,0 +1,162 @@
+/* Implementation of status.h. */
+#include "status.h"
+
+#include <string.h>
+
+#include "px_buf.h"
+
+const char *px_status_member_state(const px_member_t *m, const px_quorum_t *q) {
+    if (m->state == PX_STATE_LOST) return "lost";
+    if (m->state == PX_STATE_HEALING) return "healing";
+    if (px_quorum_find(q, m->group) >= 0) return "healthy";
+    return "joining";
+}
+
+char *px_status_json(const px_status_view_t *v, size_t *len) {
+    px_buf_t b;
+    px_buf_init(&b);
+    px_buf_printf(&b, "{\"job\":");
+    px_buf_json_str(&b, v->job);
+    px_buf_printf(&b, ",\"mode\":");
+    px_buf_json_str(&b, v->mode);
+    px_buf_printf(&b, ",\"uptime_ms\":%lld,\"quorum\":{\"id\":%lld,\"step\":%lld,\"groups\":[",
+                  (long long)v->uptime_ms, (long long)v->quorum->id, (long long)v->quorum->max_step);
+    for (int i = 0; i < v->quorum->n; i++) {
+        if (i) px_buf_append(&b, ",", 1);
+        px_buf_json_str(&b, v->quorum->groups[i].name);
+    }
+    px_buf_printf(&b, "],\"heal\":[");
+    int k = 0;
+    for (int i = 0; i < v->quorum->n; i++) {
+        const px_quorum_member_t *g = &v->quorum->groups[i];
+        if (!g->heal) continue;
+        px_buf_printf(&b, "%s{\"group\":", k++ ? "," : "");
+        px_buf_json_str(&b, g->name);
+        px_buf_printf(&b, ",\"source\":");
+        px_buf_json_str(&b, g->heal_source);
+        px_buf_printf(&b, "}");
+    }
+    px_buf_printf(&b, "]},\"members\":[");
+    k = 0;
+    for (int i = 0; i < v->members->n; i++) {
+        const px_member_t *m = &v->members->members[i];
+        px_buf_printf(&b, "%s{\"group\":", k++ ? "," : "");
+        px_buf_json_str(&b, m->group);
+        px_buf_printf(&b, ",\"rank\":%d,\"pid\":%d,\"host\":", m->rank, m->pid);
+        px_buf_json_str(&b, m->host);
+        px_buf_printf(&b, ",\"step\":%lld,\"state\":\"%s\",\"last_heartbeat_ms\":%lld,\"quorum_id\":%lld",
+                      (long long)m->step, px_status_member_state(m, v->quorum),
+                      (long long)(v->now_ms - m->last_hb_ms), (long long)m->quorum_id);
+        if (m->state == PX_STATE_LOST) {
+            px_buf_printf(&b, ",\"lost_reason\":");
+            px_buf_json_str(&b, m->lost_reason);
+        }
+        px_buf_printf(&b, "}");
+    }
+    px_buf_printf(&b,
+                  "],\"events\":{\"produced\":%llu,\"delivered\":%llu,\"pending\":%llu,\"spilled\":%llu,"
+                  "\"delivery_failures\":%llu},\"bad_messages\":%llu,\"heartbeats_per_s\":%.1f}\n",
+                  (unsigned long long)v->events.produced, (unsigned long long)v->events.delivered,
+                  (unsigned long long)v->events.pending, (unsigned long long)v->events.spilled,
+                  (unsigned long long)v->events.delivery_failures, (unsigned long long)v->stats->bad_messages,
+                  v->stats->heartbeats_per_s);
+    return px_buf_take(&b, len);
+}
+
+char *px_status_metrics(const px_status_view_t *v, size_t *len) {
+    int counts[4] = {0};
+    for (int i = 0; i < v->members->n; i++) {
+        const char *s = px_status_member_state(&v->members->members[i], v->quorum);
+        counts[strcmp(s, "joining") == 0 ? 0 : strcmp(s, "healthy") == 0 ? 1 : strcmp(s, "healing") == 0 ? 2 : 3]++;
+    }
+    static const char *names[4] = {"joining", "healthy", "healing", "lost"};
+    px_buf_t b;
+    px_buf_init(&b);
+    px_buf_printf(&b, "# HELP phalanx_members Members by state.\n# TYPE phalanx_members gauge\n");
+    for (int i = 0; i < 4; i++) px_buf_printf(&b, "phalanx_members{state=\"%s\"} %d\n", names[i], counts[i]);
+    px_buf_printf(&b,
+                  "# HELP phalanx_quorum_id Current quorum id.\n# TYPE phalanx_quorum_id gauge\nphalanx_quorum_id %lld\n"
+                  "# HELP phalanx_quorum_groups Groups in the current quorum.\n# TYPE phalanx_quorum_groups gauge\nphalanx_quorum_groups %d\n"
+                  "# HELP phalanx_quorum_step Highest committed step among quorum groups.\n# TYPE phalanx_quorum_step gauge\nphalanx_quorum_step %lld\n"
+                  "# HELP phalanx_quorums_formed_total Quorums formed by this coordinator run.\n# TYPE phalanx_quorums_formed_total counter\nphalanx_quorums_formed_total %llu\n"
+                  "# HELP phalanx_events_produced_total Events emitted.\n# TYPE phalanx_events_produced_total counter\nphalanx_events_produced_total %llu\n"
+                  "# HELP phalanx_events_delivered_total Events confirmed delivered by the sink.\n# TYPE phalanx_events_delivered_total counter\nphalanx_events_delivered_total %llu\n"
+                  "# HELP phalanx_events_pending Events not yet confirmed delivered (memory and spill file).\n# TYPE phalanx_events_pending gauge\nphalanx_events_pending %llu\n"
+                  "# HELP phalanx_events_spilled Events waiting in the spill file.\n# TYPE phalanx_events_spilled gauge\nphalanx_events_spilled %llu\n"
+                  "# HELP phalanx_event_delivery_failures_total Delivery reports with an error.\n# TYPE phalanx_event_delivery_failures_total counter\nphalanx_event_delivery_failures_total %llu\n"
+                  "# HELP phalanx_bad_messages_total Frames rejected by validation.\n# TYPE phalanx_bad_messages_total counter\nphalanx_bad_messages_total %llu\n"
+                  "# HELP phalanx_auth_rejected_total Frames rejected for a missing or wrong job token.\n# TYPE phalanx_auth_rejected_total counter\nphalanx_auth_rejected_total %llu\n"
+                  "# HELP phalanx_heartbeats_total Heartbeats handled.\n# TYPE phalanx_heartbeats_total counter\nphalanx_heartbeats_total %llu\n"
+                  "# HELP phalanx_heartbeats_per_second Heartbeats handled per second (last second).\n# TYPE phalanx_heartbeats_per_second gauge\nphalanx_heartbeats_per_second %.1f\n"
+                  "# HELP phalanx_store_keys Keys in the rendezvous store.\n# TYPE phalanx_store_keys gauge\nphalanx_store_keys %zu\n",
+                  (long long)v->quorum->id, v->quorum->n, (long long)v->quorum->max_step,
+                  (unsigned long long)v->stats->quorums_formed, (unsigned long long)v->events.produced,
+                  (unsigned long long)v->events.delivered, (unsigned long long)v->events.pending,
+                  (unsigned long long)v->events.spilled, (unsigned long long)v->events.delivery_failures,
+                  (unsigned long long)v->stats->bad_messages, (unsigned long long)v->stats->auth_rejected,
+                  (unsigned long long)v->stats->heartbeats, v->stats->heartbeats_per_s, v->store_keys);
+    return px_buf_take(&b, len);
+}
+
+static void html_text(px_buf_t *b, const char *s) {
+    for (; *s; s++) {
+        switch (*s) {
+        case '<': px_buf_append(b, "&lt;", 4); break;
+        case '>': px_buf_append(b, "&gt;", 4); break;
+        case '&': px_buf_append(b, "&amp;", 5); break;
+        case '"': px_buf_append(b, "&quot;", 6); break;
+        default: px_buf_append(b, s, 1);
+        }
+    }
+}
+
+char *px_status_html(const px_status_view_t *v, size_t *len) {
+    px_buf_t b;
+    px_buf_init(&b);
+    px_buf_printf(&b,
+                  "<!doctype html><html><head><meta charset=\"utf-8\"><meta http-equiv=\"refresh\" content=\"1\">"
+                  "<title>phalanx %s</title><style>body{font-family:sans-serif;margin:2em}"
+                  "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 8px}"
+                  ".lost{color:#b00}.healthy{color:#070}.joining{color:#a60}.healing{color:#06a}</style></head><body>",
+                  v->job);
+    px_buf_printf(&b, "<h1>phalanx job %s</h1><p>mode <b>%s</b> &middot; quorum <b>%lld</b> &middot; step <b>%lld</b> &middot; groups <b>%d</b>",
+                  v->job, v->mode, (long long)v->quorum->id, (long long)v->quorum->max_step, v->quorum->n);
+    px_buf_printf(&b, " &middot; events %llu (pending %llu, failures %llu) &middot; bad messages %llu &middot; heartbeats/s %.0f</p>",
+                  (unsigned long long)v->events.produced, (unsigned long long)v->events.pending,
+                  (unsigned long long)v->events.delivery_failures, (unsigned long long)v->stats->bad_messages,
+                  v->stats->heartbeats_per_s);
+    px_buf_printf(&b, "<table><tr><th>group</th><th>rank</th><th>pid</th><th>host</th><th>step</th><th>state</th><th>last heartbeat</th></tr>");
+    for (int i = 0; i < v->members->n && i < 2000; i++) {
+        const px_member_t *m = &v->members->members[i];
+        const char *st = px_status_member_state(m, v->quorum);
+        /* Hosts come from workers: escape them, it is HTML. */
+        px_buf_printf(&b, "<tr class=\"%s\"><td>", st);
+        html_text(&b, m->group);
+        px_buf_printf(&b, "</td><td>%d</td><td>%d</td><td>", m->rank, m->pid);
+        html_text(&b, m->host);
+        px_buf_printf(&b, "</td><td>%lld</td><td>%s</td><td>%lld ms ago</td></tr>", (long long)m->step, st,
+                      (long long)(v->now_ms - m->last_hb_ms));
+    }
+    px_buf_printf(&b, "</table><p><a href=\"/status\">/status</a> &middot; <a href=\"/metrics\">/metrics</a></p></body></html>\n");
+    return px_buf_take(&b, len);
+}
+
+char *px_status_text(const px_status_view_t *v, size_t *len) {
+    px_buf_t b;
+    px_buf_init(&b);
+    px_buf_printf(&b, "job %s  mode %s  uptime %.1fs\n", v->job, v->mode, (double)v->uptime_ms / 1000.0);
+    px_buf_printf(&b, "quorum %lld  step %lld  groups [", (long long)v->quorum->id, (long long)v->quorum->max_step);
+    for (int i = 0; i < v->quorum->n; i++) px_buf_printf(&b, "%s%s", i ? " " : "", v->quorum->groups[i].name);
+    px_buf_printf(&b, "]\nevents produced %llu  pending %llu  spilled %llu  delivery failures %llu  bad messages %llu  heartbeats/s %.0f\n\n",
+                  (unsigned long long)v->events.produced, (unsigned long long)v->events.pending,
+                  (unsigned long long)v->events.spilled, (unsigned long long)v->events.delivery_failures,
+                  (unsigned long long)v->stats->bad_messages, v->stats->heartbeats_per_s);
+    px_buf_printf(&b, "%-16s %5s %8s %-16s %10s %-8s %s\n", "GROUP", "RANK", "PID", "HOST", "STEP", "STATE", "LAST HEARTBEAT");
+    for (int i = 0; i < v->members->n; i++) {
+        const px_member_t *m = &v->members->members[i];
+        px_buf_printf(&b, "%-16s %5d %8d %-16.16s %10lld %-8s %lld ms ago%s%s\n", m->group, m->rank, m->pid, m->host,
+                      (long long)m->step, px_status_member_state(m, v->quorum), (long long)(v->now_ms - m->last_hb_ms),
+                      m->state == PX_STATE_LOST ? "  " : "", m->state == PX_STATE_LOST ? m->lost_reason : "");
+    }
+    return px_buf_take(&b, len);
+}

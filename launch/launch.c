@@ -1,0 +1,626 @@
+/* phalanx-launch: the local supervisor and the embedded default.
+ *
+ * Starts a coordinator (unless --coordinator names one) and groups x ranks
+ * workers, restarts any worker that exits abnormally (with backoff and a
+ * restart limit), can kill workers at random moments for chaos drills
+ * (seeded), forwards SIGINT/SIGTERM, and turns what the workers print into
+ * one progress line per committed step plus a line for every drop and heal.
+ * It ends with one JSON summary line. Kubernetes plays this role in a cluster
+ * (deploy/).
+ *
+ * Workers' rank 0 print machine-readable lines on stdout ("progress ...",
+ * "event ...", "final ..."), read here through pipes; everything else they
+ * log goes to files under --log-dir. */
+#include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <math.h>
+#include <stdarg.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "px_flags.h"
+#include "px_time.h"
+
+static const char *PROG = "phalanx-launch";
+static volatile sig_atomic_t g_signal;
+
+#define MAX_WORKERS 1024
+#define MAX_PASS 64
+#define LINE_MAX_LEN 1024
+#define FINISH_GRACE_MS 15000
+
+typedef struct {
+    char group[64];
+    int rank;
+    pid_t pid;
+    int fd;                 /* stdout pipe (rank 0) or -1 */
+    char buf[LINE_MAX_LEN];
+    size_t used;
+    int done;               /* exited 0 after "final" */
+    int restarts;
+    int64_t restart_at_ms;  /* > 0: waiting to restart */
+    int64_t started_ms;
+} worker_t;
+
+typedef struct {
+    int groups, ranks, steps, max_restarts, restart_backoff_ms;
+    const char *model, *data, *http, *events, *coordinator, *bind, *log_dir, *job, *ledger;
+    uint64_t seed, chaos_seed;
+    double chaos_every_s;
+    const char *pass[MAX_PASS];
+    int n_pass;
+    int quiet;
+    char bindir[4096];
+} launch_cfg_t;
+
+typedef struct {
+    launch_cfg_t cfg;
+    worker_t w[MAX_WORKERS];
+    int n;
+    pid_t coord_pid;
+    int64_t last_step;
+    double last_loss, eval_loss, final_loss;
+    int failures, heals, finals;
+    int64_t *commit_ms;
+    int n_commits, cap_commits;
+    int64_t *fail_ms;
+    int n_fail, cap_fail;
+    FILE *events_in;
+    uint64_t rng;
+    int64_t next_kill_ms;
+    int64_t t_start;
+    int64_t finished_ms; /* when the first group reported its final line */
+} launch_t;
+
+static void on_signal(int sig) { g_signal = sig; }
+
+static void usage(void) {
+    printf("usage: %s [flags] [-- extra worker flags]\n\n"
+           "Runs a phalanx job on this machine: a coordinator and groups x ranks workers,\n"
+           "restarting workers that die. Prints a line per committed step, every drop and\n"
+           "heal, and a final JSON summary.\n\n"
+           "flags (default in brackets):\n"
+           "  --groups R               replica groups, 1..256 [3]\n"
+           "  --ranks-per-group W      ranks per group, 1..64 [1]\n"
+           "  --steps N                optimizer steps, 1..100000000 [200]\n"
+           "  --model NAME|PATH        tiny, small, gpt2-124m or an llm.c model file [small]\n"
+           "  --data DIR               token shards; prepared from the demo corpus when empty [data/demo]\n"
+           "  --seed N                 seed of initialisation and data order [1337]\n"
+           "  --http HOST:PORT         coordinator status server [127.0.0.1:8080]\n"
+           "  --events SPEC            coordinator event log (file:PATH, kafka:..., none) [file:LOG_DIR/events.jsonl]\n"
+           "  --bind ENDPOINT          endpoint of the coordinator started here [tcp://127.0.0.1:7777]\n"
+           "  --coordinator ENDPOINT   join a running coordinator instead of starting one [start one]\n"
+           "  --job NAME               job name [phalanx]\n"
+           "  --chaos-kill-every S     SIGKILL a random worker about every S seconds, 0 = off [0]\n"
+           "  --chaos-seed N           seed of the chaos schedule [1]\n"
+           "  --max-restarts N         restarts per worker before giving up, 0..100000 [100]\n"
+           "  --restart-backoff-ms N   first restart delay, doubled per quick death, 0..60000 [200]\n"
+           "  --log-dir DIR            worker and coordinator logs [phalanx-run]\n"
+           "  --sample-ledger PATH     workers append the samples of each committed step [off]\n"
+           "  --quiet                  no per-step lines, only events and the summary\n"
+           "  --help                   this text\n\n"
+           "Flags after -- go to every worker (e.g. -- --global-batch 24 --lr 3e-4).\n"
+           "SIGINT/SIGTERM: forwarded to every process; the summary is printed.\n",
+           PROG);
+}
+
+static uint64_t rng_next(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static double rng_unit(uint64_t *s) { return (double)(rng_next(s) >> 11) / 9007199254740992.0; }
+
+static void append_ms(int64_t **arr, int *n, int *cap, int64_t v) {
+    if (*n == *cap) {
+        int nc = *cap ? *cap * 2 : 256;
+        int64_t *na = realloc(*arr, (size_t)nc * sizeof *na);
+        if (!na) return;
+        *arr = na;
+        *cap = nc;
+    }
+    (*arr)[(*n)++] = v;
+}
+
+static void say(launch_t *L, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(launch_t *L, const char *fmt, ...) {
+    double t = (double)(px_now_ms() - L->t_start) / 1000.0;
+    printf("[%7.1fs] ", t);
+    va_list ap;
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    printf("\n");
+    fflush(stdout);
+}
+
+/* ---- processes ---------------------------------------------------------- */
+
+static pid_t spawn(const char *path, char *const argv[], const char *log_path, int *out_fd) {
+    int pfd[2] = {-1, -1};
+    if (out_fd && pipe(pfd) != 0) return -1;
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        setpgid(0, 0); /* our SIGINT is forwarded deliberately, not broadcast by the terminal */
+        int log = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        if (log >= 0) dup2(log, 2);
+        if (out_fd) {
+            dup2(pfd[1], 1);
+            close(pfd[0]);
+            close(pfd[1]);
+        } else if (log >= 0) {
+            dup2(log, 1);
+        }
+        execv(path, argv);
+        fprintf(stderr, "%s: cannot run %s: %s\n", PROG, path, strerror(errno));
+        _exit(127);
+    }
+    if (out_fd) {
+        close(pfd[1]);
+        fcntl(pfd[0], F_SETFL, O_NONBLOCK);
+        fcntl(pfd[0], F_SETFD, FD_CLOEXEC);
+        *out_fd = pfd[0];
+    }
+    return pid;
+}
+
+static void start_worker(launch_t *L, worker_t *w) {
+    const launch_cfg_t *c = &L->cfg;
+    char path[4200], log[4200], rank[16], rpg[16], steps[16], seed[32];
+    snprintf(path, sizeof path, "%s/phalanx-worker", c->bindir);
+    snprintf(log, sizeof log, "%s/worker-%s-%d.log", c->log_dir, w->group, w->rank);
+    snprintf(rank, sizeof rank, "%d", w->rank);
+    snprintf(rpg, sizeof rpg, "%d", c->ranks);
+    snprintf(steps, sizeof steps, "%d", c->steps);
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)c->seed);
+    const char *coord = c->coordinator ? c->coordinator : c->bind;
+    const char *argv[32 + MAX_PASS];
+    int n = 0;
+    argv[n++] = path;
+    argv[n++] = "--coordinator", argv[n++] = coord;
+    argv[n++] = "--group", argv[n++] = w->group;
+    argv[n++] = "--rank", argv[n++] = rank;
+    argv[n++] = "--ranks-per-group", argv[n++] = rpg;
+    argv[n++] = "--job", argv[n++] = c->job;
+    argv[n++] = "--steps", argv[n++] = steps;
+    argv[n++] = "--model", argv[n++] = c->model;
+    argv[n++] = "--data", argv[n++] = c->data;
+    argv[n++] = "--seed", argv[n++] = seed;
+    if (c->ledger) argv[n++] = "--sample-ledger", argv[n++] = c->ledger;
+    for (int i = 0; i < c->n_pass; i++) argv[n++] = c->pass[i];
+    argv[n] = NULL;
+    w->used = 0;
+    w->pid = spawn(path, (char *const *)argv, log, w->rank == 0 ? &w->fd : NULL);
+    w->started_ms = px_now_ms();
+    w->restart_at_ms = 0;
+    if (w->pid < 0) say(L, "cannot start worker %s/%d: %s", w->group, w->rank, strerror(errno));
+}
+
+static int start_coordinator(launch_t *L) {
+    const launch_cfg_t *c = &L->cfg;
+    char path[4200], log[4200];
+    snprintf(path, sizeof path, "%s/phalanx-coordinator", c->bindir);
+    snprintf(log, sizeof log, "%s/coordinator.log", c->log_dir);
+    const char *argv[] = {path, "--bind", c->bind, "--http", c->http, "--job", c->job, "--events", c->events, NULL};
+    L->coord_pid = spawn(path, (char *const *)argv, log, NULL);
+    if (L->coord_pid < 0) return -1;
+    px_sleep_ms(200);
+    int st;
+    if (waitpid(L->coord_pid, &st, WNOHANG) == L->coord_pid) {
+        fprintf(stderr, "%s: the coordinator exited at start; see %s\n", PROG, log);
+        L->coord_pid = 0;
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- what the workers say ---------------------------------------------- */
+
+static const char *field(const char *line, const char *key, char *out, size_t len) {
+    char pat[64];
+    snprintf(pat, sizeof pat, " %s=", key);
+    const char *p = strstr(line, pat);
+    if (!p) return NULL;
+    p += strlen(pat);
+    size_t n = strcspn(p, " \n");
+    if (n >= len) n = len - 1;
+    memcpy(out, p, n);
+    out[n] = '\0';
+    return out;
+}
+
+static void on_line(launch_t *L, worker_t *w, const char *line) {
+    char a[64], b[64], c[64], d[64], e[64];
+    if (!strncmp(line, "progress ", 9)) {
+        long long step = field(line, "step", a, sizeof a) ? atoll(a) : -1;
+        if (step > L->last_step) {
+            L->last_step = step;
+            L->last_loss = field(line, "loss", b, sizeof b) ? atof(b) : NAN;
+            append_ms(&L->commit_ms, &L->n_commits, &L->cap_commits, px_now_ms());
+            if (field(line, "eval_loss", e, sizeof e)) L->eval_loss = atof(e);
+            if (!L->cfg.quiet)
+                say(L, "step %5lld | groups %s/%d | loss %.4f | %s tok/s | quorum %s%s%s", step,
+                    field(line, "groups", c, sizeof c) ? c : "?", L->cfg.groups, L->last_loss,
+                    field(line, "tok_s", d, sizeof d) ? d : "?", field(line, "quorum", a, sizeof a) ? a : "?",
+                    field(line, "eval_loss", e, sizeof e) ? " | eval " : "", field(line, "eval_loss", e, sizeof e) ? e : "");
+        }
+    } else if (!strncmp(line, "event kind=step_failed", 22)) {
+        say(L, "  ! group %s: step %s failed (%s), retrying without the lost group", w->group,
+            field(line, "step", a, sizeof a) ? a : "?", field(line, "status", b, sizeof b) ? b : "?");
+    } else if (!strncmp(line, "event kind=healed", 17)) {
+        L->heals++;
+        say(L, "  + group %s healed from group %s at step %s in %s ms", w->group,
+            field(line, "source", a, sizeof a) ? a : "?", field(line, "step", b, sizeof b) ? b : "?",
+            field(line, "ms", c, sizeof c) ? c : "?");
+    } else if (!strncmp(line, "final ", 6)) {
+        L->finals++;
+        if (field(line, "loss", a, sizeof a)) L->final_loss = atof(a);
+        if (field(line, "eval_loss", b, sizeof b)) L->eval_loss = atof(b);
+        say(L, "group %s finished: %s", w->group, line + 6);
+    }
+}
+
+static void read_worker(launch_t *L, worker_t *w) {
+    for (;;) {
+        ssize_t r = read(w->fd, w->buf + w->used, sizeof w->buf - 1 - w->used);
+        if (r <= 0) {
+            if (r == 0) {
+                close(w->fd);
+                w->fd = -1;
+            }
+            return;
+        }
+        w->used += (size_t)r;
+        w->buf[w->used] = '\0';
+        char *start = w->buf, *nl;
+        while ((nl = strchr(start, '\n'))) {
+            *nl = '\0';
+            on_line(L, w, start);
+            start = nl + 1;
+        }
+        w->used = (size_t)(w->buf + w->used - start);
+        memmove(w->buf, start, w->used);
+        if (w->used == sizeof w->buf - 1) w->used = 0; /* an over-long line: drop it */
+    }
+}
+
+/* Shows the coordinator's drops and quorums from its JSONL event log. */
+static void read_events(launch_t *L) {
+    if (!L->events_in) {
+        if (strncmp(L->cfg.events, "file:", 5) != 0) return;
+        L->events_in = fopen(L->cfg.events + 5, "r");
+        if (!L->events_in) return;
+    }
+    char line[8192];
+    while (fgets(line, sizeof line, L->events_in)) {
+        if (!strchr(line, '\n')) break;
+        if (strstr(line, "\"type\":\"group_dropped\"")) {
+            char *g = strstr(line, "\"group\":\"");
+            char *r = strstr(line, "\"reason\":\"");
+            say(L, "  - coordinator dropped group %.*s (%.*s)", g ? (int)strcspn(g + 9, "\"") : 1, g ? g + 9 : "?",
+                r ? (int)strcspn(r + 10, "\"") : 1, r ? r + 10 : "?");
+        } else if (strstr(line, "\"type\":\"quorum_formed\"")) {
+            char *q = strstr(line, "\"quorum_id\":");
+            char *gs = strstr(line, "\"groups\":[");
+            say(L, "  = quorum %lld: [%.*s]", q ? atoll(q + 12) : -1LL, gs ? (int)strcspn(gs + 10, "]") : 0,
+                gs ? gs + 10 : "");
+        }
+    }
+    clearerr(L->events_in);
+}
+
+/* ---- supervision --------------------------------------------------------- */
+
+static void reap(launch_t *L) {
+    int st;
+    pid_t pid;
+    while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
+        if (pid == L->coord_pid) {
+            say(L, "the coordinator exited (%s %d)", WIFSIGNALED(st) ? "signal" : "status",
+                WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+            L->coord_pid = 0;
+            continue;
+        }
+        for (int i = 0; i < L->n; i++) {
+            worker_t *w = &L->w[i];
+            if (w->pid != pid) continue;
+            w->pid = 0;
+            if (w->fd >= 0) read_worker(L, w);
+            if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
+                w->done = 1;
+                break;
+            }
+            if (g_signal) break;
+            L->failures++;
+            if (L->finals > 0) { /* the job's last step is committed: nothing to restart for */
+                w->done = 1;
+                say(L, "  x worker %s/%d exited after the job finished (%s %d)", w->group, w->rank,
+                    WIFSIGNALED(st) ? "signal" : "status", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+                break;
+            }
+            append_ms(&L->fail_ms, &L->n_fail, &L->cap_fail, px_now_ms());
+            int64_t alive_ms = px_now_ms() - w->started_ms;
+            int backoff = L->cfg.restart_backoff_ms;
+            for (int k = 0; k < w->restarts && alive_ms < 30000 && backoff < 5000; k++) backoff *= 2;
+            if (w->restarts >= L->cfg.max_restarts) {
+                say(L, "  x worker %s/%d died (%s %d) and reached --max-restarts %d: giving up", w->group, w->rank,
+                    WIFSIGNALED(st) ? "signal" : "status", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st),
+                    L->cfg.max_restarts);
+                g_signal = SIGTERM;
+                break;
+            }
+            w->restarts++;
+            w->restart_at_ms = px_now_ms() + backoff;
+            say(L, "  x worker %s/%d died (%s %d); restart %d in %d ms", w->group, w->rank,
+                WIFSIGNALED(st) ? "signal" : "status", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st), w->restarts,
+                backoff);
+            break;
+        }
+    }
+}
+
+static void chaos(launch_t *L, int64_t now) {
+    if (L->cfg.chaos_every_s <= 0 || now < L->next_kill_ms) return;
+    L->next_kill_ms = now + (int64_t)(L->cfg.chaos_every_s * 1000.0 * (0.5 + rng_unit(&L->rng)));
+    int live[MAX_WORKERS], n = 0;
+    for (int i = 0; i < L->n; i++)
+        if (L->w[i].pid > 0 && !L->w[i].done) live[n++] = i;
+    if (n == 0 || L->last_step < 1) return;
+    worker_t *w = &L->w[live[rng_next(&L->rng) % (uint64_t)n]];
+    say(L, "chaos: SIGKILL worker %s/%d (pid %d)", w->group, w->rank, (int)w->pid);
+    kill(w->pid, SIGKILL);
+}
+
+static double time_lost_s(const launch_t *L) {
+    if (L->n_commits < 3 || L->n_fail == 0) return 0;
+    int ng = L->n_commits - 1;
+    int64_t *gaps = malloc((size_t)ng * sizeof *gaps);
+    if (!gaps) return 0;
+    for (int i = 0; i < ng; i++) gaps[i] = L->commit_ms[i + 1] - L->commit_ms[i];
+    int64_t *sorted = malloc((size_t)ng * sizeof *sorted);
+    if (!sorted) {
+        free(gaps);
+        return 0;
+    }
+    memcpy(sorted, gaps, (size_t)ng * sizeof *sorted);
+    for (int i = 1; i < ng; i++) /* small n: insertion sort */
+        for (int j = i; j > 0 && sorted[j - 1] > sorted[j]; j--) {
+            int64_t t = sorted[j];
+            sorted[j] = sorted[j - 1];
+            sorted[j - 1] = t;
+        }
+    int64_t median = sorted[ng / 2];
+    double lost = 0;
+    for (int i = 0; i < ng; i++) {
+        int hit = 0;
+        for (int k = 0; k < L->n_fail && !hit; k++)
+            hit = L->fail_ms[k] >= L->commit_ms[i] && L->fail_ms[k] < L->commit_ms[i + 1];
+        if (hit && gaps[i] > median) lost += (double)(gaps[i] - median) / 1000.0;
+    }
+    /* failures after the last commit (during shutdown) cost nothing measurable */
+    free(gaps);
+    free(sorted);
+    return lost;
+}
+
+static void stop_all(launch_t *L, int sig) {
+    for (int i = 0; i < L->n; i++)
+        if (L->w[i].pid > 0) kill(L->w[i].pid, sig);
+    int64_t deadline = px_now_ms() + 10000;
+    for (;;) {
+        int alive = 0;
+        for (int i = 0; i < L->n; i++) alive += L->w[i].pid > 0;
+        if (!alive || px_now_ms() > deadline) break;
+        px_sleep_ms(20);
+        int st;
+        pid_t pid;
+        while ((pid = waitpid(-1, &st, WNOHANG)) > 0)
+            for (int i = 0; i < L->n; i++)
+                if (L->w[i].pid == pid) L->w[i].pid = 0;
+    }
+    for (int i = 0; i < L->n; i++)
+        if (L->w[i].pid > 0) kill(L->w[i].pid, SIGKILL), waitpid(L->w[i].pid, NULL, 0), L->w[i].pid = 0;
+    if (L->coord_pid > 0) {
+        kill(L->coord_pid, SIGTERM);
+        int64_t d2 = px_now_ms() + 8000;
+        while (waitpid(L->coord_pid, NULL, WNOHANG) == 0 && px_now_ms() < d2) px_sleep_ms(20);
+        if (waitpid(L->coord_pid, NULL, WNOHANG) == 0) kill(L->coord_pid, SIGKILL), waitpid(L->coord_pid, NULL, 0);
+        L->coord_pid = 0;
+    }
+}
+
+static int ensure_data(launch_t *L) {
+    char pattern[4200];
+    snprintf(pattern, sizeof pattern, "%s/train_*.bin", L->cfg.data);
+    glob_t g;
+    int found = glob(pattern, 0, NULL, &g) == 0 && g.gl_pathc > 0;
+    globfree(&g);
+    if (found) return 0;
+    say(L, "no training data in %s: preparing the demo corpus (phalanx-data --demo)", L->cfg.data);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/phalanx-data", L->cfg.bindir);
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl(path, path, "--demo", "--out", L->cfg.data, (char *)NULL);
+        fprintf(stderr, "%s: cannot run %s: %s\n", PROG, path, strerror(errno));
+        _exit(127);
+    }
+    int st;
+    if (pid < 0 || waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        fprintf(stderr, "%s: preparing data in %s failed\n", PROG, L->cfg.data);
+        return -1;
+    }
+    return 0;
+}
+
+/* JSON has no NaN: an unknown number is null. */
+static void json_num(char *out, size_t len, double v) {
+    if (isnan(v) || isinf(v)) snprintf(out, len, "null");
+    else snprintf(out, len, "%.6f", v);
+}
+
+static void parse(launch_cfg_t *c, int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage();
+            exit(0);
+        } else if (!strcmp(a, "--quiet")) {
+            c->quiet = 1;
+            continue;
+        } else if (!strcmp(a, "--")) {
+            for (int k = i + 1; k < argc; k++) {
+                if (c->n_pass == MAX_PASS) {
+                    fprintf(stderr, "%s: more than %d worker flags after --\n", PROG, MAX_PASS);
+                    exit(2);
+                }
+                c->pass[c->n_pass++] = argv[k];
+            }
+            break;
+        }
+        char host[256];
+        if (!strcmp(a, "--groups")) c->groups = (int)px_flag_int(PROG, a, v, 1, 256);
+        else if (!strcmp(a, "--ranks-per-group")) c->ranks = (int)px_flag_int(PROG, a, v, 1, 64);
+        else if (!strcmp(a, "--steps")) c->steps = (int)px_flag_int(PROG, a, v, 1, 100000000);
+        else if (!strcmp(a, "--model")) c->model = px_flag_str(PROG, a, v, 4096);
+        else if (!strcmp(a, "--data")) c->data = px_flag_str(PROG, a, v, 4096);
+        else if (!strcmp(a, "--seed")) c->seed = (uint64_t)px_flag_int(PROG, a, v, 0, INT64_MAX);
+        else if (!strcmp(a, "--http")) px_flag_hostport0(PROG, a, v, host, sizeof host), c->http = v;
+        else if (!strcmp(a, "--events")) c->events = px_flag_str(PROG, a, v, 4096);
+        else if (!strcmp(a, "--bind")) c->bind = px_flag_str(PROG, a, v, 512);
+        else if (!strcmp(a, "--coordinator")) c->coordinator = px_flag_str(PROG, a, v, 512);
+        else if (!strcmp(a, "--job")) c->job = px_flag_str(PROG, a, v, 63);
+        else if (!strcmp(a, "--chaos-kill-every")) c->chaos_every_s = px_flag_double(PROG, a, v, 0, 86400);
+        else if (!strcmp(a, "--chaos-seed")) c->chaos_seed = (uint64_t)px_flag_int(PROG, a, v, 0, INT64_MAX);
+        else if (!strcmp(a, "--max-restarts")) c->max_restarts = (int)px_flag_int(PROG, a, v, 0, 100000);
+        else if (!strcmp(a, "--restart-backoff-ms")) c->restart_backoff_ms = (int)px_flag_int(PROG, a, v, 0, 60000);
+        else if (!strcmp(a, "--log-dir")) c->log_dir = px_flag_str(PROG, a, v, 4000);
+        else if (!strcmp(a, "--sample-ledger")) c->ledger = px_flag_str(PROG, a, v, 4096);
+        else px_flag_unknown(PROG, a);
+        i++;
+    }
+    if (c->groups * c->ranks > MAX_WORKERS) {
+        fprintf(stderr, "%s: --groups x --ranks-per-group must be at most %d\n", PROG, MAX_WORKERS);
+        exit(2);
+    }
+}
+
+int main(int argc, char **argv) {
+    static launch_t L;
+    launch_cfg_t *c = &L.cfg;
+    *c = (launch_cfg_t){.groups = 3, .ranks = 1, .steps = 200, .max_restarts = 100, .restart_backoff_ms = 200,
+                        .model = "small", .data = "data/demo", .http = "127.0.0.1:8080", .bind = "tcp://127.0.0.1:7777",
+                        .log_dir = "phalanx-run", .job = "phalanx", .seed = 1337, .chaos_seed = 1};
+    parse(c, argc, argv);
+    /* Sibling binaries live next to this one. */
+    ssize_t n = readlink("/proc/self/exe", c->bindir, sizeof c->bindir - 1);
+    if (n <= 0) snprintf(c->bindir, sizeof c->bindir, ".");
+    else {
+        c->bindir[n] = '\0';
+        char *slash = strrchr(c->bindir, '/');
+        if (slash) *slash = '\0';
+    }
+    mkdir(c->log_dir, 0755);
+    static char events_default[4200];
+    if (!c->events) {
+        snprintf(events_default, sizeof events_default, "file:%s/events.jsonl", c->log_dir);
+        c->events = events_default;
+        unlink(events_default + 5);
+    }
+    L.t_start = px_now_ms();
+    L.last_step = 0;
+    L.eval_loss = L.final_loss = L.last_loss = NAN;
+    L.rng = c->chaos_seed ^ 0x6368616f73ull;
+    struct sigaction sa = {0};
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    if (ensure_data(&L) != 0) return 1;
+    if (!c->coordinator) {
+        if (start_coordinator(&L) != 0) return 1;
+        say(&L, "coordinator on %s, status http://%s/ (events %s, logs in %s/)", c->bind, c->http, c->events, c->log_dir);
+    }
+    for (int g = 0; g < c->groups; g++)
+        for (int r = 0; r < c->ranks; r++) {
+            worker_t *w = &L.w[L.n++];
+            snprintf(w->group, sizeof w->group, "g%d", g);
+            w->rank = r;
+            w->fd = -1;
+            start_worker(&L, w);
+        }
+    say(&L, "started %d groups x %d ranks: model %s, %d steps%s", c->groups, c->ranks, c->model, c->steps,
+        c->chaos_every_s > 0 ? ", chaos on" : "");
+    if (c->chaos_every_s > 0) {
+        L.next_kill_ms = px_now_ms() + (int64_t)(c->chaos_every_s * 1000.0 * (0.5 + rng_unit(&L.rng)));
+        say(&L, "chaos: killing a random worker about every %.1f s (seed %llu)", c->chaos_every_s,
+            (unsigned long long)c->chaos_seed);
+    }
+    int rc = 0;
+    for (;;) {
+        struct pollfd pfd[MAX_WORKERS];
+        int idx[MAX_WORKERS], np = 0;
+        for (int i = 0; i < L.n; i++)
+            if (L.w[i].fd >= 0) pfd[np] = (struct pollfd){L.w[i].fd, POLLIN, 0}, idx[np++] = i;
+        poll(pfd, (nfds_t)np, 50);
+        for (int k = 0; k < np; k++)
+            if (pfd[k].revents) read_worker(&L, &L.w[idx[k]]);
+        read_events(&L);
+        reap(&L);
+        if (g_signal) break;
+        int64_t now = px_now_ms();
+        int all_done = 1;
+        for (int i = 0; i < L.n; i++) {
+            worker_t *w = &L.w[i];
+            if (!w->done) all_done = 0;
+            if (!w->done && w->pid == 0 && w->restart_at_ms > 0 && now >= w->restart_at_ms) start_worker(&L, w);
+        }
+        if (all_done) break;
+        if (L.finals == 0) chaos(&L, now);
+        /* Once a group has committed the last step the job's result exists.
+         * Groups still behind (restarted while the finisher ran alone) could
+         * only redo old steps: give the rest a grace period, then stop them. */
+        if (L.finals > 0 && !L.finished_ms) L.finished_ms = now;
+        if (L.finished_ms && now - L.finished_ms > FINISH_GRACE_MS) {
+            for (int i = 0; i < L.n; i++)
+                if (!L.w[i].done && L.w[i].pid == 0) L.w[i].done = 1; /* waiting for a restart: cancel it */
+            say(&L, "the job finished; stopping workers still behind");
+            break;
+        }
+        for (int i = 0; i < L.n; i++)
+            if (L.finals > 0 && !L.w[i].done && L.w[i].pid == 0) L.w[i].done = 1;
+    }
+    if (g_signal) {
+        say(&L, "stopping (%s): signalling every process", g_signal == SIGINT ? "SIGINT" : "SIGTERM");
+        rc = g_signal == SIGINT ? 130 : 143;
+    }
+    stop_all(&L, SIGTERM);
+    read_events(&L);
+    double elapsed = (double)(px_now_ms() - L.t_start) / 1000.0;
+    char fl[32], el[32];
+    json_num(fl, sizeof fl, isnan(L.final_loss) ? L.last_loss : L.final_loss);
+    json_num(el, sizeof el, L.eval_loss);
+    printf("{\"steps\":%lld,\"failures\":%d,\"heals\":%d,\"final_loss\":%s,\"eval_loss\":%s,"
+           "\"time_lost_s\":%.3f,\"elapsed_s\":%.1f,\"completed\":%s}\n",
+           (long long)L.last_step, L.failures, L.heals, fl, el, time_lost_s(&L), elapsed,
+           L.finals > 0 && !g_signal ? "true" : "false");
+    fflush(stdout);
+    if (L.events_in) fclose(L.events_in);
+    free(L.commit_ms);
+    free(L.fail_ms);
+    return rc;
+}

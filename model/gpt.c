@@ -1,0 +1,478 @@
+/* GPT-2 model (gpt.h): parameter layout, seeded initialisation, and the
+ * forward and backward passes as a sequence of kernels/ops.h calls, in the
+ * shape of llm.c's train_gpt2.c.
+ *
+ * Memory: the four state buffers (params, grads, m, v) are allocated once. The
+ * activations the backward pass needs are kept per layer; the outputs of the
+ * two residual projections are not (they are only added into the residual
+ * stream), and the backward pass reuses a handful of scratch buffers instead
+ * of mirroring every activation. The residual stream's gradient lives in one
+ * buffer that every layer adds into, which is what residual_backward would do. */
+#include "gpt.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops.h"
+#include "px_err.h"
+#include "px_log.h"
+#include "rng.h"
+
+const char *const px_gpt_tensor_names[PX_GPT_NUM_TENSORS] = {
+    "wte",  "wpe", "ln1w", "ln1b", "qkvw",    "qkvb",    "attprojw", "attprojb",
+    "ln2w", "ln2b", "fcw", "fcb",  "fcprojw", "fcprojb", "lnfw",     "lnfb"};
+
+/* ------------------------------------------------------------------ config */
+
+typedef struct {
+    const char *name;
+    px_gpt_config_t cfg;
+} preset_t;
+
+static const preset_t g_presets[] = {
+    {"tiny", {.max_seq_len = 64, .vocab_size = 256, .padded_vocab_size = 256, .num_layers = 2,
+              .num_heads = 4, .channels = 64}},
+    {"small", {.max_seq_len = 256, .vocab_size = 256, .padded_vocab_size = 256, .num_layers = 4,
+               .num_heads = 8, .channels = 256}},
+    {"gpt2-124m", {.max_seq_len = 1024, .vocab_size = 50257, .padded_vocab_size = 50304,
+                   .num_layers = 12, .num_heads = 12, .channels = 768}},
+};
+
+int px_gpt_config_preset(const char *name, px_gpt_config_t *cfg) {
+    for (size_t i = 0; i < sizeof g_presets / sizeof g_presets[0]; i++)
+        if (strcmp(name, g_presets[i].name) == 0) {
+            *cfg = g_presets[i].cfg;
+            return 0;
+        }
+    return -1;
+}
+
+const char *px_gpt_preset_names(void) { return "tiny, small, gpt2-124m"; }
+
+int px_gpt_config_check(const px_gpt_config_t *c, char *err, size_t errlen) {
+    /* Upper bounds keep a corrupt header from asking for terabytes. */
+    if (c->max_seq_len < 1 || c->max_seq_len > 65536)
+        return px_err_set(err, errlen, "max_seq_len %d out of range [1, 65536]", c->max_seq_len);
+    if (c->vocab_size < 1 || c->vocab_size > 1 << 20)
+        return px_err_set(err, errlen, "vocab_size %d out of range [1, 1048576]", c->vocab_size);
+    if (c->padded_vocab_size < c->vocab_size || c->padded_vocab_size > (1 << 20) + 4096)
+        return px_err_set(err, errlen, "padded_vocab_size %d must be >= vocab_size %d",
+                          c->padded_vocab_size, c->vocab_size);
+    if (c->num_layers < 1 || c->num_layers > 1024)
+        return px_err_set(err, errlen, "num_layers %d out of range [1, 1024]", c->num_layers);
+    if (c->channels < 1 || c->channels > 65536)
+        return px_err_set(err, errlen, "channels %d out of range [1, 65536]", c->channels);
+    if (c->num_heads < 1 || c->channels % c->num_heads != 0)
+        return px_err_set(err, errlen, "num_heads %d must be >= 1 and divide channels %d",
+                          c->num_heads, c->channels);
+    size_t sizes[PX_GPT_NUM_TENSORS];
+    if (px_gpt_tensor_sizes(c, sizes) > ((size_t)1 << 36))
+        return px_err_set(err, errlen, "model too large (more than 2^36 parameters)");
+    return 0;
+}
+
+size_t px_gpt_tensor_sizes(const px_gpt_config_t *cfg, size_t s[PX_GPT_NUM_TENSORS]) {
+    size_t Vp = (size_t)cfg->padded_vocab_size, C = (size_t)cfg->channels;
+    size_t L = (size_t)cfg->num_layers, maxT = (size_t)cfg->max_seq_len;
+    s[PX_WTE] = Vp * C;
+    s[PX_WPE] = maxT * C;
+    s[PX_LN1W] = L * C;
+    s[PX_LN1B] = L * C;
+    s[PX_QKVW] = L * 3 * C * C;
+    s[PX_QKVB] = L * 3 * C;
+    s[PX_ATTPROJW] = L * C * C;
+    s[PX_ATTPROJB] = L * C;
+    s[PX_LN2W] = L * C;
+    s[PX_LN2B] = L * C;
+    s[PX_FCW] = L * 4 * C * C;
+    s[PX_FCB] = L * 4 * C;
+    s[PX_FCPROJW] = L * C * 4 * C;
+    s[PX_FCPROJB] = L * C;
+    s[PX_LNFW] = C;
+    s[PX_LNFB] = C;
+    size_t total = 0;
+    for (int i = 0; i < PX_GPT_NUM_TENSORS; i++) total += s[i];
+    return total;
+}
+
+int px_gpt_tensor_is_matrix(int t) {
+    return t == PX_WTE || t == PX_WPE || t == PX_QKVW || t == PX_ATTPROJW || t == PX_FCW ||
+           t == PX_FCPROJW;
+}
+
+static void set_views(px_gpt_tensors_t *v, float *base, const size_t *off) {
+    float **slot[PX_GPT_NUM_TENSORS] = {
+        &v->wte,  &v->wpe,  &v->ln1w, &v->ln1b, &v->qkvw,    &v->qkvb,    &v->attprojw, &v->attprojb,
+        &v->ln2w, &v->ln2b, &v->fcw,  &v->fcb,  &v->fcprojw, &v->fcprojb, &v->lnfw,     &v->lnfb};
+    for (int i = 0; i < PX_GPT_NUM_TENSORS; i++) *slot[i] = base + off[i];
+}
+
+/* ------------------------------------------------------------- activations */
+
+struct px_gpt_acts {
+    int B, T;       /* shape the views below are laid out for */
+    size_t capacity; /* floats allocated in mem */
+    size_t tok_capacity; /* tokens that fit in inputs and targets */
+    float *mem;
+    int *inputs;     /* (B,T) copy, for encoder_backward */
+    int *targets;    /* (B,T) copy, for the loss backward */
+    int have_loss;   /* forward with targets done, backward not yet */
+    float *encoded;  /* (B,T,C) */
+    float *ln1;      /* (L,B,T,C) */
+    float *ln1_mean; /* (L,B,T) */
+    float *ln1_rstd; /* (L,B,T) */
+    float *qkv;      /* (L,B,T,3C) */
+    float *atty;     /* (L,B,T,C) */
+    float *att;      /* (L,B,NH,T,T) */
+    float *residual2; /* (L,B,T,C) */
+    float *ln2;      /* (L,B,T,C) */
+    float *ln2_mean; /* (L,B,T) */
+    float *ln2_rstd; /* (L,B,T) */
+    float *fch;      /* (L,B,T,4C) */
+    float *fch_gelu; /* (L,B,T,4C) */
+    float *residual3; /* (L,B,T,C) */
+    float *lnf;      /* (B,T,C) */
+    float *lnf_mean; /* (B,T) */
+    float *lnf_rstd; /* (B,T) */
+    float *logits;   /* (B,T,Vp); dlogits in place after backward */
+    float *losses;   /* (B,T) */
+    float *lse;      /* (B,T) */
+    float *proj;     /* (B,T,C) output of attproj / fcproj before the residual add */
+    float *dres;     /* (B,T,C) gradient of the residual stream */
+    float *dbtc;     /* (B,T,C) scratch gradient */
+    float *d4a;      /* (B,T,4C) scratch gradient (also dqkv, 3C <= 4C) */
+    float *d4b;      /* (B,T,4C) scratch gradient */
+};
+
+/* Lays the activation views out for (B,T) starting at mem (or only counts
+ * floats when mem is NULL). Returns the float count. */
+static size_t layout_acts(struct px_gpt_acts *a, const px_gpt_config_t *cfg, int B, int T,
+                          float *mem) {
+    size_t L = (size_t)cfg->num_layers, C = (size_t)cfg->channels, NH = (size_t)cfg->num_heads;
+    size_t BT = (size_t)B * (size_t)T, Vp = (size_t)cfg->padded_vocab_size;
+    struct {
+        float **p;
+        size_t n;
+    } t[] = {
+        {&a->encoded, BT * C},       {&a->ln1, L * BT * C},        {&a->ln1_mean, L * BT},
+        {&a->ln1_rstd, L * BT},      {&a->qkv, L * BT * 3 * C},    {&a->atty, L * BT * C},
+        {&a->att, L * B * NH * (size_t)T * T}, {&a->residual2, L * BT * C}, {&a->ln2, L * BT * C},
+        {&a->ln2_mean, L * BT},      {&a->ln2_rstd, L * BT},       {&a->fch, L * BT * 4 * C},
+        {&a->fch_gelu, L * BT * 4 * C}, {&a->residual3, L * BT * C}, {&a->lnf, BT * C},
+        {&a->lnf_mean, BT},          {&a->lnf_rstd, BT},           {&a->logits, BT * Vp},
+        {&a->losses, BT},            {&a->lse, BT},                {&a->proj, BT * C},
+        {&a->dres, BT * C},          {&a->dbtc, BT * C},           {&a->d4a, BT * 4 * C},
+        {&a->d4b, BT * 4 * C},
+    };
+    size_t total = 0;
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        size_t n = (t[i].n + 15) & ~(size_t)15; /* keep every view 64-byte aligned */
+        if (mem) *t[i].p = mem + total;
+        total += n;
+    }
+    return total;
+}
+
+static int ensure_acts(px_gpt_t *self, int B, int T) {
+    struct px_gpt_acts *a = self->acts;
+    if (a->B == B && a->T == T) return 0;
+    size_t need = layout_acts(a, &self->config, B, T, NULL);
+    size_t ntok = (size_t)B * (size_t)T;
+    if (need > a->capacity || ntok > a->tok_capacity) {
+        free(a->mem);
+        free(a->inputs);
+        a->mem = aligned_alloc(64, need * sizeof(float));
+        a->inputs = malloc(sizeof(int) * 2 * ntok);
+        if (!a->mem || !a->inputs) {
+            free(a->mem);
+            free(a->inputs);
+            memset(a, 0, sizeof *a);
+            px_log_error("gpt_alloc_failed what=activations floats=%zu B=%d T=%d", need, B, T);
+            return -1;
+        }
+        a->capacity = need;
+        a->tok_capacity = ntok;
+    }
+    layout_acts(a, &self->config, B, T, a->mem);
+    a->targets = a->inputs + ntok;
+    a->B = B;
+    a->T = T;
+    a->have_loss = 0;
+    return 0;
+}
+
+/* ------------------------------------------------------------ construction */
+
+#define INIT_CHUNK 65536
+
+/* Fills n floats of tensor `tensor` with N(0, std^2); each chunk of INIT_CHUNK
+ * floats draws from its own stream so chunks can be filled in parallel. */
+static void init_normal(float *x, size_t n, double std, uint64_t seed, int tensor) {
+    size_t nchunks = (n + INIT_CHUNK - 1) / INIT_CHUNK;
+#pragma omp parallel for schedule(static)
+    for (size_t c = 0; c < nchunks; c++) {
+        size_t lo = c * INIT_CHUNK, len = lo + INIT_CHUNK < n ? INIT_CHUNK : n - lo;
+        px_rng_t r = {px_hash4(seed, 0x696e6974 /* "init" */, (uint64_t)tensor, c)};
+        px_rng_normal(&r, x + lo, len, std);
+    }
+}
+
+static void init_params(px_gpt_t *self, uint64_t seed) {
+    const px_gpt_config_t *c = &self->config;
+    double resid_std = 0.02 / sqrt(2.0 * c->num_layers);
+    for (int t = 0; t < PX_GPT_NUM_TENSORS; t++) {
+        float *x = self->params + self->tensor_offsets[t];
+        size_t n = self->tensor_sizes[t];
+        if (t == PX_LN1W || t == PX_LN2W || t == PX_LNFW) {
+            for (size_t i = 0; i < n; i++) x[i] = 1.0f;
+        } else if (!px_gpt_tensor_is_matrix(t)) {
+            memset(x, 0, n * sizeof(float)); /* biases */
+        } else if (t == PX_WTE) {
+            size_t real = (size_t)c->vocab_size * (size_t)c->channels;
+            init_normal(x, real, 0.02, seed, t);
+            memset(x + real, 0, (n - real) * sizeof(float)); /* padding rows stay 0 */
+        } else {
+            double std = (t == PX_ATTPROJW || t == PX_FCPROJW) ? resid_std : 0.02;
+            init_normal(x, n, std, seed, t);
+        }
+    }
+}
+
+px_gpt_t *px_gpt_new_zeroed(const px_gpt_config_t *cfg) {
+    char err[PX_ERRLEN];
+    if (px_gpt_config_check(cfg, err, sizeof err) != 0) {
+        px_log_error("gpt_bad_config problem=\"%s\"", err);
+        return NULL;
+    }
+    px_gpt_t *self = calloc(1, sizeof *self);
+    if (!self) return NULL;
+    self->config = *cfg;
+    self->num_params = px_gpt_tensor_sizes(cfg, self->tensor_sizes);
+    size_t off = 0;
+    for (int i = 0; i < PX_GPT_NUM_TENSORS; i++) {
+        self->tensor_offsets[i] = off;
+        off += self->tensor_sizes[i];
+    }
+    size_t bytes = ((self->num_params * sizeof(float)) + 63) & ~(size_t)63;
+    self->params = aligned_alloc(64, bytes);
+    self->grads = aligned_alloc(64, bytes);
+    self->m = aligned_alloc(64, bytes);
+    self->v = aligned_alloc(64, bytes);
+    self->acts = calloc(1, sizeof *self->acts);
+    if (!self->params || !self->grads || !self->m || !self->v || !self->acts) {
+        px_log_error("gpt_alloc_failed what=state params=%zu", self->num_params);
+        px_gpt_destroy(&self);
+        return NULL;
+    }
+    memset(self->params, 0, bytes);
+    memset(self->grads, 0, bytes);
+    memset(self->m, 0, bytes);
+    memset(self->v, 0, bytes);
+    set_views(&self->p, self->params, self->tensor_offsets);
+    set_views(&self->g, self->grads, self->tensor_offsets);
+    self->mean_loss = -1.0f;
+    return self;
+}
+
+px_gpt_t *px_gpt_new(const px_gpt_config_t *cfg, uint64_t seed) {
+    px_gpt_t *self = px_gpt_new_zeroed(cfg);
+    if (self) init_params(self, seed);
+    return self;
+}
+
+void px_gpt_destroy(px_gpt_t **self) {
+    if (!self || !*self) return;
+    px_gpt_t *m = *self;
+    if (m->acts) {
+        free(m->acts->mem);
+        free(m->acts->inputs);
+        free(m->acts);
+    }
+    free(m->params);
+    free(m->grads);
+    free(m->m);
+    free(m->v);
+    free(m);
+    *self = NULL;
+}
+
+/* ----------------------------------------------------------------- forward */
+
+static int check_tokens(const int *x, size_t n, int V, const char *what) {
+    for (size_t i = 0; i < n; i++)
+        if (x[i] < 0 || x[i] >= V) {
+            px_log_error("gpt_bad_token what=%s index=%zu token=%d vocab_size=%d", what, i, x[i], V);
+            return -1;
+        }
+    return 0;
+}
+
+float px_gpt_forward(px_gpt_t *self, const int *inputs, const int *targets, int B, int T) {
+    const px_gpt_config_t *cfg = &self->config;
+    int C = cfg->channels, L = cfg->num_layers, NH = cfg->num_heads;
+    int V = cfg->vocab_size, Vp = cfg->padded_vocab_size;
+    self->mean_loss = -1.0f;
+    if (B < 1 || T < 1 || T > cfg->max_seq_len) {
+        px_log_error("gpt_bad_shape B=%d T=%d max_seq_len=%d", B, T, cfg->max_seq_len);
+        return NAN;
+    }
+    size_t BT = (size_t)B * (size_t)T;
+    if (check_tokens(inputs, BT, V, "inputs") != 0) return NAN;
+    if (targets && check_tokens(targets, BT, V, "targets") != 0) return NAN;
+    if (ensure_acts(self, B, T) != 0) return NAN;
+    struct px_gpt_acts *a = self->acts;
+    const px_gpt_tensors_t *p = &self->p;
+    memcpy(a->inputs, inputs, BT * sizeof(int));
+    a->have_loss = 0;
+
+    encoder_forward(a->encoded, inputs, p->wte, p->wpe, B, T, C);
+    const float *residual = a->encoded;
+    for (int l = 0; l < L; l++) {
+        size_t lc = (size_t)l * C;
+        float *ln1 = a->ln1 + l * BT * C, *ln1_mean = a->ln1_mean + l * BT;
+        float *ln1_rstd = a->ln1_rstd + l * BT, *qkv = a->qkv + l * BT * 3 * C;
+        float *atty = a->atty + l * BT * C, *att = a->att + (size_t)l * B * NH * T * T;
+        float *residual2 = a->residual2 + l * BT * C, *ln2 = a->ln2 + l * BT * C;
+        float *ln2_mean = a->ln2_mean + l * BT, *ln2_rstd = a->ln2_rstd + l * BT;
+        float *fch = a->fch + l * BT * 4 * C, *fch_gelu = a->fch_gelu + l * BT * 4 * C;
+        float *residual3 = a->residual3 + l * BT * C;
+
+        layernorm_forward(ln1, ln1_mean, ln1_rstd, residual, p->ln1w + lc, p->ln1b + lc, B, T, C);
+        matmul_forward(qkv, ln1, p->qkvw + lc * 3 * C, p->qkvb + lc * 3, B, T, C, 3 * C);
+        attention_forward(atty, att, qkv, B, T, C, NH);
+        matmul_forward(a->proj, atty, p->attprojw + lc * C, p->attprojb + lc, B, T, C, C);
+        residual_forward(residual2, residual, a->proj, BT * C);
+        layernorm_forward(ln2, ln2_mean, ln2_rstd, residual2, p->ln2w + lc, p->ln2b + lc, B, T, C);
+        matmul_forward(fch, ln2, p->fcw + lc * 4 * C, p->fcb + lc * 4, B, T, C, 4 * C);
+        gelu_forward(fch_gelu, fch, BT * 4 * C);
+        matmul_forward(a->proj, fch_gelu, p->fcprojw + lc * 4 * C, p->fcprojb + lc, B, T, 4 * C, C);
+        residual_forward(residual3, residual2, a->proj, BT * C);
+        residual = residual3;
+    }
+    layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, residual, p->lnfw, p->lnfb, B, T, C);
+    matmul_forward(a->logits, a->lnf, p->wte, NULL, B, T, C, Vp);
+    if (!targets) return -1.0f;
+
+    memcpy(a->targets, targets, BT * sizeof(int));
+    crossentropy_softmax_forward(a->losses, a->lse, a->logits, targets, B, T, V, Vp);
+    double sum = 0.0;
+    for (size_t i = 0; i < BT; i++) sum += a->losses[i];
+    self->mean_loss = (float)(sum / (double)BT);
+    a->have_loss = 1;
+    return self->mean_loss;
+}
+
+const float *px_gpt_logits(const px_gpt_t *self) { return self->acts->logits; }
+const float *px_gpt_losses(const px_gpt_t *self) { return self->acts->losses; }
+
+/* ---------------------------------------------------------------- backward */
+
+void px_gpt_zero_grad(px_gpt_t *self) { memset(self->grads, 0, self->num_params * sizeof(float)); }
+
+int px_gpt_backward(px_gpt_t *self, float loss_scale) {
+    struct px_gpt_acts *a = self->acts;
+    if (!a->have_loss) {
+        px_log_error("gpt_backward_without_loss hint=\"call px_gpt_forward with targets first\"");
+        return -1;
+    }
+    a->have_loss = 0; /* the logits are overwritten below */
+    const px_gpt_config_t *cfg = &self->config;
+    int B = a->B, T = a->T, C = cfg->channels, L = cfg->num_layers, NH = cfg->num_heads;
+    int V = cfg->vocab_size, Vp = cfg->padded_vocab_size;
+    size_t BT = (size_t)B * (size_t)T;
+    const px_gpt_tensors_t *p = &self->p;
+    const px_gpt_tensors_t *g = &self->g;
+
+    float dloss = loss_scale / (float)BT;
+    float *dlogits = a->logits; /* in place */
+    crossentropy_softmax_backward(dlogits, a->logits, a->lse, a->targets, dloss, B, T, V, Vp);
+    memset(a->dbtc, 0, BT * C * sizeof(float));
+    matmul_backward(a->dbtc, g->wte, NULL, dlogits, a->lnf, p->wte, B, T, C, Vp);
+    memset(a->dres, 0, BT * C * sizeof(float));
+    const float *last = L > 0 ? a->residual3 + (size_t)(L - 1) * BT * C : a->encoded;
+    layernorm_backward(a->dres, g->lnfw, g->lnfb, a->dbtc, last, p->lnfw, a->lnf_mean,
+                       a->lnf_rstd, B, T, C);
+
+    for (int l = L - 1; l >= 0; l--) {
+        size_t lc = (size_t)l * C;
+        const float *residual = l == 0 ? a->encoded : a->residual3 + (size_t)(l - 1) * BT * C;
+        float *ln1 = a->ln1 + l * BT * C, *ln1_mean = a->ln1_mean + l * BT;
+        float *ln1_rstd = a->ln1_rstd + l * BT, *qkv = a->qkv + l * BT * 3 * C;
+        float *atty = a->atty + l * BT * C, *att = a->att + (size_t)l * B * NH * T * T;
+        float *residual2 = a->residual2 + l * BT * C, *ln2 = a->ln2 + l * BT * C;
+        float *ln2_mean = a->ln2_mean + l * BT, *ln2_rstd = a->ln2_rstd + l * BT;
+        float *fch = a->fch + l * BT * 4 * C, *fch_gelu = a->fch_gelu + l * BT * 4 * C;
+
+        /* dres holds d(residual3); residual3 = residual2 + fcproj passes it to both. */
+        memset(a->d4a, 0, BT * 4 * C * sizeof(float));
+        matmul_backward(a->d4a, g->fcprojw + lc * 4 * C, g->fcprojb + lc, a->dres, fch_gelu,
+                        p->fcprojw + lc * 4 * C, B, T, 4 * C, C);
+        memset(a->d4b, 0, BT * 4 * C * sizeof(float));
+        gelu_backward(a->d4b, fch, a->d4a, BT * 4 * C);
+        memset(a->dbtc, 0, BT * C * sizeof(float));
+        matmul_backward(a->dbtc, g->fcw + lc * 4 * C, g->fcb + lc * 4, a->d4b, ln2,
+                        p->fcw + lc * 4 * C, B, T, C, 4 * C);
+        layernorm_backward(a->dres, g->ln2w + lc, g->ln2b + lc, a->dbtc, residual2, p->ln2w + lc,
+                           ln2_mean, ln2_rstd, B, T, C);
+        /* dres now holds d(residual2); residual2 = residual + attproj. */
+        memset(a->dbtc, 0, BT * C * sizeof(float));
+        matmul_backward(a->dbtc, g->attprojw + lc * C, g->attprojb + lc, a->dres, atty,
+                        p->attprojw + lc * C, B, T, C, C);
+        float *dqkv = a->d4a;
+        memset(dqkv, 0, BT * 3 * C * sizeof(float));
+        attention_backward(dqkv, a->dbtc, qkv, att, B, T, C, NH);
+        memset(a->dbtc, 0, BT * C * sizeof(float));
+        matmul_backward(a->dbtc, g->qkvw + lc * 3 * C, g->qkvb + lc * 3, dqkv, ln1,
+                        p->qkvw + lc * 3 * C, B, T, C, 3 * C);
+        layernorm_backward(a->dres, g->ln1w + lc, g->ln1b + lc, a->dbtc, residual, p->ln1w + lc,
+                           ln1_mean, ln1_rstd, B, T, C);
+        /* dres now holds d(residual), the input of layer l. */
+    }
+    encoder_backward(g->wte, g->wpe, a->dres, a->inputs, B, T, C);
+    return 0;
+}
+
+/* --------------------------------------------------------------- optimizer */
+
+float px_gpt_grad_norm(px_gpt_t *self) {
+    return (float)sqrt(norm_squared(self->grads, self->num_params));
+}
+
+float px_gpt_clip_grads(px_gpt_t *self, float max_norm) {
+    float norm = px_gpt_grad_norm(self);
+    if (max_norm > 0.0f) {
+        float coef = max_norm / (norm + 1e-6f);
+        if (coef < 1.0f) scale_inplace(self->grads, self->num_params, coef);
+    }
+    return norm;
+}
+
+void px_gpt_adamw_step(px_gpt_t *self, float lr, float beta1, float beta2, float eps,
+                       float weight_decay, int t) {
+    for (int i = 0; i < PX_GPT_NUM_TENSORS; i++) {
+        size_t off = self->tensor_offsets[i];
+        float wd = px_gpt_tensor_is_matrix(i) ? weight_decay : 0.0f;
+        adamw_update(self->params + off, self->m + off, self->v + off, self->grads + off,
+                     self->tensor_sizes[i], lr, beta1, beta2, eps, wd, t);
+    }
+}
+
+float px_lr_at(int step, int warmup, int total, float max_lr, float min_lr) {
+    if (step < warmup) return max_lr * (float)(step + 1) / (float)warmup;
+    if (step >= total) return min_lr;
+    double ratio = (double)(step - warmup) / (double)(total - warmup);
+    double coeff = 0.5 * (1.0 + cos(M_PI * ratio));
+    return (float)(min_lr + coeff * (max_lr - min_lr));
+}
+
+double px_gpt_flops_per_step(const px_gpt_config_t *cfg, int B, int T) {
+    double C = cfg->channels, L = cfg->num_layers, Vp = cfg->padded_vocab_size;
+    double tokens = (double)B * T;
+    double matmul_fwd = 2.0 * tokens * (L * (3 * C * C + C * C + 4 * C * C + 4 * C * C) + Vp * C);
+    /* q.k and att.v: 2 FLOPs per multiply-add, hs * NH = C per query-key pair */
+    double pairs = (double)B * T * (T + 1) / 2.0;
+    double attn_fwd = L * 2.0 * 2.0 * pairs * C;
+    return 3.0 * (matmul_fwd + attn_fwd);
+}

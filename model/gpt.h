@@ -1,0 +1,140 @@
+/* GPT-2 (pre-LayerNorm, learned positions, output projection tied to the
+ * token embedding): the model every phalanx worker trains.
+ *
+ * State is four flat float buffers of num_params floats each, in llm.c's
+ * tensor order: params, grads, and AdamW's m and v. One buffer is what gets
+ * checksummed, sent to a healing peer, written to a checkpoint, and averaged
+ * across replica groups with a single allreduce, so the layout is part of the
+ * API: px_gpt_tensor_sizes() and the named views say where each tensor lives.
+ *
+ * Training step, single process:
+ *     px_gpt_zero_grad(m);
+ *     for each of k micro-batches: px_gpt_forward(m, x, y, B, T); px_gpt_backward(m, 1.0f/k);
+ *     float norm = px_gpt_clip_grads(m, 1.0f);
+ *     px_gpt_adamw_step(m, px_lr_at(step, ...), 0.9f, 0.95f, 1e-8f, 0.1f, step + 1);
+ * The same seed and OpenMP thread count give bitwise identical results. */
+#ifndef PX_GPT_H
+#define PX_GPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    int max_seq_len;       /* maxT: context length, rows of wpe */
+    int vocab_size;        /* V: real vocabulary */
+    int padded_vocab_size; /* Vp >= V: rows of wte, padded for aligned matmuls */
+    int num_layers;        /* L */
+    int num_heads;         /* NH, divides C */
+    int channels;          /* C */
+} px_gpt_config_t;
+
+/* Presets: "tiny" (L=2 C=64 NH=4 maxT=64 V=256), "small" (L=4 C=256 NH=8
+ * maxT=256 V=256), "gpt2-124m" (L=12 C=768 NH=12 maxT=1024 V=50257, Vp=50304).
+ * Returns 0, or -1 for an unknown name. */
+int px_gpt_config_preset(const char *name, px_gpt_config_t *cfg);
+/* Comma-separated preset names, for --help. */
+const char *px_gpt_preset_names(void);
+/* 0 when the config is usable; else -1 with the problem written to err. */
+int px_gpt_config_check(const px_gpt_config_t *cfg, char *err, size_t errlen);
+
+/* The parameter tensors, in llm.c order. */
+enum {
+    PX_WTE, PX_WPE, PX_LN1W, PX_LN1B, PX_QKVW, PX_QKVB, PX_ATTPROJW, PX_ATTPROJB,
+    PX_LN2W, PX_LN2B, PX_FCW, PX_FCB, PX_FCPROJW, PX_FCPROJB, PX_LNFW, PX_LNFB,
+    PX_GPT_NUM_TENSORS
+};
+
+/* Named views into one buffer (params or grads). */
+typedef struct {
+    float *wte;      /* (Vp, C) */
+    float *wpe;      /* (maxT, C) */
+    float *ln1w;     /* (L, C) */
+    float *ln1b;     /* (L, C) */
+    float *qkvw;     /* (L, 3C, C) */
+    float *qkvb;     /* (L, 3C) */
+    float *attprojw; /* (L, C, C) */
+    float *attprojb; /* (L, C) */
+    float *ln2w;     /* (L, C) */
+    float *ln2b;     /* (L, C) */
+    float *fcw;      /* (L, 4C, C) */
+    float *fcb;      /* (L, 4C) */
+    float *fcprojw;  /* (L, C, 4C) */
+    float *fcprojb;  /* (L, C) */
+    float *lnfw;     /* (C) */
+    float *lnfb;     /* (C) */
+} px_gpt_tensors_t;
+
+extern const char *const px_gpt_tensor_names[PX_GPT_NUM_TENSORS];
+/* Element count of each tensor, in order; returns the total. */
+size_t px_gpt_tensor_sizes(const px_gpt_config_t *cfg, size_t sizes[PX_GPT_NUM_TENSORS]);
+/* 1 for the 2-D weight matrices (wte, wpe, qkvw, attprojw, fcw, fcprojw), which take weight decay. */
+int px_gpt_tensor_is_matrix(int tensor);
+
+struct px_gpt_acts; /* activations and scratch, private to gpt.c */
+
+typedef struct {
+    px_gpt_config_t config;
+    size_t num_params;
+    size_t tensor_sizes[PX_GPT_NUM_TENSORS];
+    size_t tensor_offsets[PX_GPT_NUM_TENSORS]; /* into each of the four buffers */
+    float *params;         /* (num_params) */
+    float *grads;          /* (num_params), same layout */
+    float *m;              /* (num_params), AdamW first moment */
+    float *v;              /* (num_params), AdamW second moment */
+    px_gpt_tensors_t p;    /* views into params */
+    px_gpt_tensors_t g;    /* views into grads */
+    float mean_loss;       /* of the last forward with targets, else -1 */
+    struct px_gpt_acts *acts;
+} px_gpt_t;
+
+/* A model with seeded initialisation: weights N(0, 0.02), the two residual
+ * projections (attprojw, fcprojw) N(0, 0.02/sqrt(2L)), LayerNorm weights 1,
+ * biases 0, padded wte rows 0; grads, m, v zero. Each tensor draws from its own
+ * stream (seed, tensor, chunk), so the result does not depend on threads.
+ * Returns NULL on an invalid config (logged) or out of memory. */
+px_gpt_t *px_gpt_new(const px_gpt_config_t *cfg, uint64_t seed);
+/* Same, with every buffer zero: for loaders and healing receivers that fill params. */
+px_gpt_t *px_gpt_new_zeroed(const px_gpt_config_t *cfg);
+void px_gpt_destroy(px_gpt_t **self);
+
+/* Forward pass on inputs (B,T) of token ids in [0, V), T <= maxT. With targets
+ * (B,T) it computes the per-position cross-entropy and returns the mean loss;
+ * with targets NULL it returns -1 and only the logits are meaningful. Returns NAN
+ * (and logs why) on a bad shape or token. Activations are (re)allocated for the
+ * largest B*T seen. */
+float px_gpt_forward(px_gpt_t *self, const int *inputs, const int *targets, int B, int T);
+/* Logits (B,T,Vp) of the last forward. Destroyed by px_gpt_backward. */
+const float *px_gpt_logits(const px_gpt_t *self);
+/* Per-position losses (B,T) of the last forward with targets. */
+const float *px_gpt_losses(const px_gpt_t *self);
+
+void px_gpt_zero_grad(px_gpt_t *self);
+/* Backward pass of the last forward (which must have had targets): ACCUMULATES
+ * loss_scale * d(mean loss)/d(params) into grads. k micro-batches with
+ * loss_scale 1/k give the gradient of one batch k times as large. Returns 0, or -1
+ * (logged) when there is no forward with targets to differentiate. */
+int px_gpt_backward(px_gpt_t *self, float loss_scale);
+
+/* Global L2 norm of grads (double accumulation, fixed order). */
+float px_gpt_grad_norm(px_gpt_t *self);
+/* torch.nn.utils.clip_grad_norm_: when norm > max_norm, scale grads by
+ * max_norm / (norm + 1e-6). max_norm <= 0 disables clipping. Returns the norm
+ * before clipping. */
+float px_gpt_clip_grads(px_gpt_t *self, float max_norm);
+/* One AdamW step over all tensors (torch.optim.AdamW arithmetic); weight decay
+ * only on the 2-D matrices. t is the 1-based step count (bias correction). */
+void px_gpt_adamw_step(px_gpt_t *self, float lr, float beta1, float beta2, float eps,
+                       float weight_decay, int t);
+
+/* Learning rate at 0-based `step`: linear warmup to max_lr over `warmup` steps
+ * ((step+1)/warmup * max_lr), then cosine decay to min_lr at step `total`;
+ * min_lr from then on. Pure. */
+float px_lr_at(int step, int warmup, int total, float max_lr, float min_lr);
+
+/* Training FLOPs of one forward+backward on B x T tokens, for reporting
+ * achieved FLOP/s: 3x the forward's matmul FLOPs plus attention counted over
+ * the causal half only (the T(T+1)/2 query-key pairs actually needed). This is
+ * below the usual 6N + 12LTC per token, which counts the full score matrix. */
+double px_gpt_flops_per_step(const px_gpt_config_t *cfg, int B, int T);
+
+#endif

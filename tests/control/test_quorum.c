@@ -1,0 +1,182 @@
+/* Table-driven tests of the quorum rule (coordinator/quorum.c). Each row is
+ * one situation: the candidate groups, the previous quorum, the clock and the
+ * configuration, and the decision the rule must take. The rows cover every
+ * rule in quorum.h: min_replicas, implicit rejoin of previous members, the
+ * fast path, the split-brain guard, the join window, shrink_only, id changes,
+ * max_step, round-robin heal sources and checksum divergence. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quorum.h"
+
+typedef struct {
+    const char *name;
+    int healthy, requested;
+    long requested_ms;
+    long step;
+    int shrink_only;
+    int has_checksum;
+    unsigned long checksum;
+} cand_t;
+
+typedef struct {
+    const char *what;
+    cand_t cands[8];
+    long prev_id;
+    const char *prev_groups; /* comma-separated, "" for none */
+    int min_replicas;
+    long join_timeout_ms;
+    long now_ms;
+    /* expectations */
+    int formed;
+    long id;
+    const char *groups;      /* comma-separated, sorted */
+    long max_step;
+    const char *heals;       /* "group<source,group<source" ("" none); "!" marks divergent */
+    const char *reason_has;  /* substring of the reason */
+} row_t;
+
+#define C(n, h, r, rms, st) {n, h, r, rms, st, 0, 0, 0}
+#define CS(n, h, r, rms, st) {n, h, r, rms, st, 1, 0, 0}
+#define CK(n, h, r, rms, st, ck) {n, h, r, rms, st, 0, 1, ck}
+
+static const row_t ROWS[] = {
+    {"first quorum, all requested", {C("a", 1, 1, 0, 0), C("b", 1, 1, 0, 0)}, 0, "", 1, 500, 10,
+     1, 1, "a,b", 0, "", "formed"},
+    {"below min_replicas waits", {C("a", 1, 1, 0, 0)}, 0, "", 2, 500, 10, 0, 0, "", 0, "", "min_replicas"},
+    {"exactly min_replicas forms", {C("a", 1, 1, 0, 0), C("b", 1, 1, 0, 0)}, 0, "", 2, 0, 10,
+     1, 1, "a,b", 0, "", "formed"},
+    {"unhealthy requester is not counted", {C("a", 1, 1, 0, 0), C("b", 0, 1, 0, 0)}, 0, "", 2, 0, 10,
+     0, 0, "", 0, "", "min_replicas"},
+    {"join window holds for a healthy straggler", {C("a", 1, 1, 0, 0), C("b", 1, 1, 0, 0), C("c", 1, 0, 0, 0)},
+     0, "", 1, 500, 100, 0, 0, "", 0, "", "join window"},
+    {"join window expired: form without straggler", {C("a", 1, 1, 0, 0), C("b", 1, 1, 0, 0), C("c", 1, 0, 0, 0)},
+     0, "", 1, 500, 600, 1, 1, "a,b", 0, "", "formed: 2 of 3"},
+    {"join window measured from first request", {C("a", 1, 1, 100, 0), C("b", 1, 1, 450, 0), C("c", 1, 0, 0, 0)},
+     0, "", 1, 500, 599, 0, 0, "", 0, "", "join window"},
+    {"split-brain guard: half is not enough", {C("a", 1, 1, 0, 0), C("b", 1, 0, 0, 0)}, 0, "", 1, 0, 10,
+     0, 0, "", 0, "", "split-brain"},
+    {"split-brain guard: 2 of 4 waits", {C("a", 1, 1, 0, 0), C("b", 1, 1, 0, 0), C("c", 1, 0, 0, 0), C("d", 1, 0, 0, 0)},
+     0, "", 1, 0, 10, 0, 0, "", 0, "", "split-brain"},
+    {"split-brain guard: 3 of 4 forms", {C("a", 1, 1, 0, 0), C("b", 1, 1, 0, 0), C("c", 1, 1, 0, 0), C("d", 1, 0, 0, 0)},
+     0, "", 1, 0, 10, 1, 1, "a,b,c", 0, "", "formed"},
+    {"unchanged membership keeps the id", {C("a", 1, 0, 0, 5), C("b", 1, 0, 0, 5)}, 7, "a,b", 1, 500, 10,
+     1, 7, "a,b", 5, "", "fast path"},
+    {"previous members rejoin implicitly after a drop", {C("a", 1, 0, 0, 5), C("b", 1, 0, 0, 5), C("c", 0, 0, 0, 5)},
+     7, "a,b,c", 1, 500, 10, 1, 8, "a,b", 5, "", "formed: 2 of 2"},
+    {"dropped group gone entirely", {C("a", 1, 0, 0, 9), C("c", 1, 0, 0, 9)}, 3, "a,b,c", 1, 500, 10,
+     1, 4, "a,c", 9, "", "formed"},
+    {"fast path admits a newcomer at once", {C("a", 1, 0, 0, 5), C("b", 1, 0, 0, 5), C("c", 1, 1, 10, 0)},
+     7, "a,b", 1, 500, 11, 1, 8, "a,b,c", 5, "c<a", "fast path"},
+    {"newcomer heals from an up-to-date group", {C("a", 1, 0, 0, 12), C("b", 1, 1, 0, 0)}, 2, "a", 1, 0, 10,
+     1, 3, "a,b", 12, "b<a", "fast path"},
+    {"round-robin heal sources", {C("a", 1, 0, 0, 4), C("b", 1, 0, 0, 4), C("c", 1, 1, 0, 0), C("d", 1, 1, 0, 1), C("e", 1, 1, 0, 2)},
+     5, "a,b", 1, 0, 10, 1, 6, "a,b,c,d,e", 4, "c<a,d<b,e<a", "fast path"},
+    {"max_step is the highest participant step", {C("a", 1, 1, 0, 3), C("b", 1, 1, 0, 8), C("c", 1, 1, 0, 8)},
+     0, "", 1, 0, 10, 1, 1, "a,b,c", 8, "a<b", "formed"},
+    {"unhealthy groups excluded from max_step", {C("a", 1, 1, 0, 3), C("b", 0, 1, 0, 99)}, 0, "", 1, 0, 10,
+     1, 1, "a", 3, "", "formed"},
+    {"non-requesting newcomer outside previous quorum is not included", {C("a", 1, 0, 0, 5), C("b", 1, 0, 0, 5), C("z", 1, 0, 0, 0)},
+     4, "a,b", 1, 500, 10, 1, 4, "a,b", 5, "", "fast path"},
+    {"shrink_only excludes newcomers", {CS("a", 1, 1, 0, 5), C("b", 1, 0, 0, 5), C("c", 1, 1, 0, 0)},
+     4, "a,b", 1, 0, 10, 1, 4, "a,b", 5, "", "fast path"},
+    {"shrink_only with a loss", {CS("a", 1, 1, 0, 5), C("b", 0, 0, 0, 5), C("c", 1, 1, 0, 0), C("d", 1, 0, 0, 5)},
+     4, "a,b,d", 1, 0, 10, 1, 5, "a,d", 5, "", "shrink only"},
+    {"shrink_only ignored without a previous quorum", {CS("a", 1, 1, 0, 0), C("b", 1, 1, 0, 0)}, 0, "", 1, 0, 10,
+     1, 1, "a,b", 0, "", "formed"},
+    {"all previous lost, newcomers form a new id", {C("a", 0, 0, 0, 5), C("x", 1, 1, 0, 0), C("y", 1, 1, 0, 0)},
+     9, "a", 1, 0, 10, 1, 10, "x,y", 0, "", "formed"},
+    {"no candidates at all", {{0}}, 0, "", 1, 0, 10, 0, 0, "", 0, "", "min_replicas"},
+    {"survivors below min_replicas wait", {C("a", 1, 0, 0, 5), C("b", 0, 0, 0, 5)}, 3, "a,b", 2, 0, 10,
+     0, 0, "", 0, "", "min_replicas"},
+    {"partition minority cannot form", {C("a", 1, 0, 0, 5), C("b", 1, 0, 0, 5), C("c", 1, 0, 0, 5), C("d", 1, 0, 0, 5), C("x", 0, 0, 0, 5)},
+     3, "a,x", 1, 0, 10, 0, 0, "", 0, "", "split-brain"},
+    {"sorted output regardless of input order", {C("m", 1, 1, 0, 0), C("c", 1, 1, 0, 0), C("k", 1, 1, 0, 0)},
+     0, "", 1, 0, 10, 1, 1, "c,k,m", 0, "", "formed"},
+    {"divergent checksum heals from the majority", {CK("a", 1, 1, 0, 6, 111), CK("b", 1, 1, 0, 6, 222), CK("c", 1, 1, 0, 6, 111)},
+     0, "", 1, 0, 10, 1, 1, "a,b,c", 6, "b<a!", "formed"},
+    {"checksum tie goes to the first group by name", {CK("a", 1, 1, 0, 6, 5), CK("b", 1, 1, 0, 6, 7)},
+     0, "", 1, 0, 10, 1, 1, "a,b", 6, "b<a!", "formed"},
+    {"groups without checksum are not divergent", {CK("a", 1, 1, 0, 6, 5), C("b", 1, 1, 0, 6)}, 0, "", 1, 0, 10,
+     1, 1, "a,b", 6, "", "formed"},
+    {"behind groups' checksums are ignored", {CK("a", 1, 1, 0, 6, 5), CK("b", 1, 1, 0, 2, 9)}, 0, "", 1, 0, 10,
+     1, 1, "a,b", 6, "b<a", "formed"},
+    {"re-added group after a drop gets a fresh id", {C("a", 1, 0, 0, 5), C("b", 1, 1, 0, 0)}, 8, "a", 1, 0, 10,
+     1, 9, "a,b", 5, "b<a", "fast path"},
+};
+
+static int split(const char *s, char out[][PX_QUORUM_NAME_MAX], int max) {
+    int n = 0;
+    const char *p = s;
+    while (*p && n < max) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        snprintf(out[n++], PX_QUORUM_NAME_MAX, "%.*s", (int)len, p);
+        p = e ? e + 1 : p + len;
+    }
+    return n;
+}
+
+static int check_row(const row_t *r) {
+    px_quorum_candidate_t cands[8];
+    int n = 0;
+    for (int i = 0; i < 8 && r->cands[i].name; i++) {
+        const cand_t *c = &r->cands[i];
+        memset(&cands[n], 0, sizeof cands[n]);
+        snprintf(cands[n].name, sizeof cands[n].name, "%s", c->name);
+        cands[n].healthy = c->healthy;
+        cands[n].requested = c->requested;
+        cands[n].requested_ms = c->requested_ms;
+        cands[n].step = c->step;
+        cands[n].shrink_only = c->shrink_only;
+        cands[n].has_checksum = c->has_checksum;
+        cands[n].checksum = c->checksum;
+        n++;
+    }
+    px_quorum_t prev, next;
+    px_quorum_init(&prev);
+    px_quorum_init(&next);
+    char names[8][PX_QUORUM_NAME_MAX];
+    int np = split(r->prev_groups, names, 8);
+    prev.id = r->prev_id;
+    prev.groups = calloc(8, sizeof *prev.groups);
+    prev.cap = 8;
+    prev.n = np;
+    for (int i = 0; i < np; i++) memcpy(prev.groups[i].name, names[i], PX_QUORUM_NAME_MAX);
+    px_quorum_config_t cfg = {r->min_replicas, r->join_timeout_ms};
+    char reason[256];
+    int formed = px_quorum_compute(cands, n, &prev, &cfg, r->now_ms, &next, reason, sizeof reason);
+    int ok = 1;
+    char got[512] = "", heals[512] = "";
+    if (formed != r->formed) ok = 0;
+    if (!strstr(reason, r->reason_has)) ok = 0;
+    if (formed == 1) {
+        size_t gl = 0, hl = 0;
+        for (int i = 0; i < next.n; i++) {
+            gl += (size_t)snprintf(got + gl, sizeof got - gl, "%s%s", i ? "," : "", next.groups[i].name);
+            if (next.groups[i].heal)
+                hl += (size_t)snprintf(heals + hl, sizeof heals - hl, "%s%s<%s%s", hl ? "," : "", next.groups[i].name,
+                                       next.groups[i].heal_source, next.groups[i].divergent ? "!" : "");
+        }
+        if (next.id != r->id || strcmp(got, r->groups) != 0 || next.max_step != r->max_step ||
+            strcmp(heals, r->heals) != 0)
+            ok = 0;
+    }
+    if (!ok)
+        fprintf(stderr,
+                "FAIL: %s\n  want formed=%d id=%ld groups=%s max_step=%ld heals=%s reason~'%s'\n"
+                "  got  formed=%d id=%ld groups=%s max_step=%ld heals=%s reason='%s'\n",
+                r->what, r->formed, r->id, r->groups, r->max_step, r->heals, r->reason_has, formed,
+                (long)next.id, got, (long)next.max_step, heals, reason);
+    px_quorum_free(&prev);
+    px_quorum_free(&next);
+    return ok;
+}
+
+int main(void) {
+    int n = (int)(sizeof ROWS / sizeof ROWS[0]), failed = 0;
+    for (int i = 0; i < n; i++) failed += !check_row(&ROWS[i]);
+    printf("test_quorum: %d cases, %d failed\n", n, failed);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,135 @@
+/* Tests of frame validation (proto/px_wire.c): every kind of malformed input
+ * gets the right typed error, and valid messages round-trip. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "px_wire.h"
+
+static int failed;
+
+static void expect(const char *what, const void *buf, size_t len, int want_ok, Phalanx__ErrorCode want_code) {
+    Phalanx__ErrorCode code = 0;
+    char why[256] = "";
+    px_msg_t *m = px_wire_decode(buf, len, &code, why, sizeof why);
+    int ok = want_ok ? m != NULL : (m == NULL && code == want_code);
+    if (!ok) {
+        fprintf(stderr, "FAIL: %s: want %s, got %s (%s)\n", what, want_ok ? "valid" : px_wire_error_name(want_code),
+                m ? "valid" : px_wire_error_name(code), why);
+        failed++;
+    }
+    px_wire_free(m);
+}
+
+static void *pack(px_msg_t *env, size_t *len, int set_version) {
+    size_t n = phalanx__envelope__get_packed_size(env);
+    void *buf = malloc(n + 1);
+    if (set_version) return px_wire_encode(env, len);
+    phalanx__envelope__pack(env, buf);
+    *len = n;
+    return buf;
+}
+
+static void check_register(const char *what, const char *group, int rank, int size, int has_pid, int want_ok) {
+    Phalanx__Envelope env = PHALANX__ENVELOPE__INIT;
+    Phalanx__Register r = PHALANX__REGISTER__INIT;
+    r.group = (char *)group;
+    r.has_rank = rank >= 0;
+    r.rank = (uint32_t)(rank < 0 ? 0 : rank);
+    r.has_group_size = size >= 0;
+    r.group_size = (uint32_t)(size < 0 ? 0 : size);
+    r.has_pid = has_pid;
+    r.pid = 1;
+    r.host = "h";
+    env.body_case = PHALANX__ENVELOPE__BODY_REG;
+    env.reg = &r;
+    size_t len;
+    void *buf = pack(&env, &len, 1);
+    expect(what, buf, len, want_ok, PHALANX__ERROR_CODE__BAD_MESSAGE);
+    free(buf);
+}
+
+int main(void) {
+    check_register("valid register", "g0", 1, 2, 1, 1);
+    check_register("rank not below group_size", "g0", 2, 2, 1, 0);
+    check_register("missing rank", "g0", -1, 2, 1, 0);
+    check_register("group_size 0", "g0", 0, 0, 1, 0);
+    check_register("group_size above limit", "g0", 0, PX_GROUP_SIZE_MAX + 1, 1, 0);
+    check_register("missing pid", "g0", 0, 1, 0, 0);
+    check_register("missing group", NULL, 0, 1, 1, 0);
+    check_register("group with a space", "g 0", 0, 1, 1, 0);
+    check_register("group too long", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", 0, 1, 1, 0);
+
+    /* wrong and missing version */
+    Phalanx__Envelope env = PHALANX__ENVELOPE__INIT;
+    Phalanx__StatusRequest sr = PHALANX__STATUS_REQUEST__INIT;
+    env.body_case = PHALANX__ENVELOPE__BODY_STATUS_REQ;
+    env.status_req = &sr;
+    size_t len;
+    void *buf = pack(&env, &len, 0);
+    expect("missing version", buf, len, 0, PHALANX__ERROR_CODE__VERSION_MISMATCH);
+    free(buf);
+    env.has_version = 1;
+    env.version = PX_PROTO_VERSION + 1;
+    buf = pack(&env, &len, 0);
+    expect("wrong version", buf, len, 0, PHALANX__ERROR_CODE__VERSION_MISMATCH);
+    free(buf);
+    buf = pack(&env, &len, 1);
+    expect("valid status request", buf, len, 1, 0);
+    /* truncation of a valid frame */
+    Phalanx__Envelope env2 = PHALANX__ENVELOPE__INIT;
+    Phalanx__Heartbeat hb = PHALANX__HEARTBEAT__INIT;
+    hb.group = "grp";
+    hb.has_rank = hb.has_step = 1;
+    hb.step = 123456789;
+    env2.body_case = PHALANX__ENVELOPE__BODY_HB;
+    env2.hb = &hb;
+    free(buf);
+    buf = pack(&env2, &len, 1);
+    expect("valid heartbeat", buf, len, 1, 0);
+    expect("truncated heartbeat", buf, len - 3, 0, PHALANX__ERROR_CODE__BAD_MESSAGE);
+    hb.step = -1;
+    free(buf);
+    buf = pack(&env2, &len, 1);
+    expect("negative step", buf, len, 0, PHALANX__ERROR_CODE__BAD_MESSAGE);
+    free(buf);
+    /* unknown type: a field number no body uses */
+    unsigned char unknown[] = {0x08, PX_PROTO_VERSION, 0xfa, 0x06, 0x00}; /* field 111, empty */
+    expect("unknown message type", unknown, sizeof unknown, 0, PHALANX__ERROR_CODE__UNKNOWN_TYPE);
+    unsigned char version_only[] = {0x08, PX_PROTO_VERSION};
+    expect("no body", version_only, sizeof version_only, 0, PHALANX__ERROR_CODE__UNKNOWN_TYPE);
+    /* oversized */
+    size_t big = PX_WIRE_MAX_FRAME + 1;
+    unsigned char *huge = calloc(1, big);
+    expect("oversized frame", huge, big, 0, PHALANX__ERROR_CODE__OVERSIZED);
+    free(huge);
+    /* garbage */
+    unsigned char junk[] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+    expect("garbage", junk, sizeof junk, 0, PHALANX__ERROR_CODE__BAD_MESSAGE);
+    expect("empty frame", "", 0, 0, PHALANX__ERROR_CODE__VERSION_MISMATCH);
+    /* store limits */
+    Phalanx__Envelope env3 = PHALANX__ENVELOPE__INIT;
+    Phalanx__StoreSet ss = PHALANX__STORE_SET__INIT;
+    ss.has_quorum_id = ss.has_value = 1;
+    ss.quorum_id = 1;
+    ss.key = "k";
+    static unsigned char val[PX_STORE_VALUE_MAX + 1];
+    ss.value.data = val;
+    ss.value.len = PX_STORE_VALUE_MAX;
+    env3.body_case = PHALANX__ENVELOPE__BODY_STORE_SET;
+    env3.store_set = &ss;
+    buf = pack(&env3, &len, 1);
+    expect("store value at the limit", buf, len, 1, 0);
+    free(buf);
+    ss.value.len = PX_STORE_VALUE_MAX + 1;
+    buf = pack(&env3, &len, 1);
+    expect("store value over the limit", buf, len, 0, PHALANX__ERROR_CODE__BAD_MESSAGE);
+    free(buf);
+    ss.value.len = 1;
+    ss.key = "";
+    buf = pack(&env3, &len, 1);
+    expect("empty store key", buf, len, 0, PHALANX__ERROR_CODE__BAD_MESSAGE);
+    free(buf);
+    printf("test_wire: %d failed\n", failed);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,28 @@
+# Model tests (issue 3): ops against finite differences, the tiny model against
+# a committed PyTorch fixture, determinism, file readers against corrupt input,
+# the sampler, and a short standalone training run. All run on 2 cores without
+# a GPU; `ctest -R model_` runs just these.
+if(TARGET px_model)
+  set(PX_MODEL_TEST_DIR ${CMAKE_CURRENT_LIST_DIR}/model)
+
+  add_executable(test_ops ${PX_MODEL_TEST_DIR}/test_ops.c)
+  target_link_libraries(test_ops PRIVATE px_kernels m)
+  add_test(NAME model_ops_gradcheck COMMAND test_ops)
+
+  add_executable(test_reference ${PX_MODEL_TEST_DIR}/test_reference.c)
+  target_link_libraries(test_reference PRIVATE px_model)
+  add_test(NAME model_reference_pytorch
+           COMMAND test_reference ${CMAKE_CURRENT_LIST_DIR}/reference)
+
+  add_executable(test_gpt ${PX_MODEL_TEST_DIR}/test_gpt.c)
+  target_link_libraries(test_gpt PRIVATE px_model px_common)
+  add_test(NAME model_gpt_determinism COMMAND test_gpt)
+
+  add_executable(test_files ${PX_MODEL_TEST_DIR}/test_files.c)
+  target_link_libraries(test_files PRIVATE px_model)
+  add_test(NAME model_files_corrupt COMMAND test_files WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+
+  add_executable(test_data ${PX_MODEL_TEST_DIR}/test_data.c)
+  target_link_libraries(test_data PRIVATE px_model)
+  add_test(NAME model_data_sampler COMMAND test_data WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+endif()

@@ -1,0 +1,241 @@
+/* Model-level properties beyond the PyTorch match (test_reference.c):
+ * - determinism: the same seed and thread count give bitwise identical losses
+ *   and parameters over several training steps; initialisation is the same on
+ *   any thread count; a different seed gives different weights;
+ * - initialisation statistics (N(0, 0.02), residual projections scaled by
+ *   1/sqrt(2L), LayerNorm 1/0, zero padding rows);
+ * - gradient accumulation: two half batches with loss_scale 1/2 give the
+ *   gradient of the whole batch;
+ * - parameter counts of the presets (gpt2-124m: llm.c's 124,475,904);
+ * - the learning-rate schedule;
+ * - misuse is refused (backward without a loss, bad token, T > maxT). */
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpt.h"
+#include "px_hash.h"
+#include "px_log.h"
+
+static int g_failures;
+
+#define CHECK(cond, ...)                                                                      \
+    do {                                                                                      \
+        if (!(cond)) {                                                                        \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                       \
+            printf(__VA_ARGS__);                                                              \
+            printf("\n");                                                                     \
+            g_failures++;                                                                     \
+        }                                                                                     \
+    } while (0)
+
+static void make_batch(int *x, int *y, int n, int V, unsigned seed) {
+    for (int i = 0; i < n; i++) {
+        seed = seed * 1103515245u + 12345u;
+        x[i] = (int)((seed >> 8) % (unsigned)V);
+        y[i] = (x[i] * 7 + 3) % V; /* learnable */
+    }
+}
+
+/* Trains `steps` steps of tiny at `threads` threads; fills losses, returns the params hash. */
+static uint64_t train_run(uint64_t seed, int threads, int steps, float *losses) {
+    omp_set_num_threads(threads);
+    px_gpt_config_t cfg;
+    px_gpt_config_preset("tiny", &cfg);
+    px_gpt_t *m = px_gpt_new(&cfg, seed);
+    int B = 4, T = 64;
+    int *x = malloc(sizeof(int) * B * T), *y = malloc(sizeof(int) * B * T);
+    for (int s = 0; s < steps; s++) {
+        make_batch(x, y, B * T, cfg.vocab_size, 1000u + (unsigned)s);
+        px_gpt_zero_grad(m);
+        losses[s] = px_gpt_forward(m, x, y, B, T);
+        px_gpt_backward(m, 1.0f);
+        px_gpt_clip_grads(m, 1.0f);
+        px_gpt_adamw_step(m, px_lr_at(s, 2, steps, 3e-3f, 3e-4f), 0.9f, 0.95f, 1e-8f, 0.1f, s + 1);
+    }
+    uint64_t h = px_hash64(m->params, m->num_params * sizeof(float), 0) ^
+                 px_hash64(m->m, m->num_params * sizeof(float), 1) ^
+                 px_hash64(m->v, m->num_params * sizeof(float), 2);
+    free(x), free(y);
+    px_gpt_destroy(&m);
+    return h;
+}
+
+static void test_determinism(void) {
+    enum { STEPS = 8 };
+    float a[STEPS], b[STEPS];
+    uint64_t ha = train_run(42, 2, STEPS, a), hb = train_run(42, 2, STEPS, b);
+    CHECK(memcmp(a, b, sizeof a) == 0, "same seed, 2 threads: losses differ between runs");
+    CHECK(ha == hb, "same seed, 2 threads: final state hashes differ (%016llx vs %016llx)",
+          (unsigned long long)ha, (unsigned long long)hb);
+    CHECK(a[STEPS - 1] < a[0] - 0.5f, "loss did not fall: %g -> %g", a[0], a[STEPS - 1]);
+    printf("determinism: losses %.6f .. %.6f bitwise equal over 2 runs, state hash %016llx\n",
+           a[0], a[STEPS - 1], (unsigned long long)ha);
+    float c[STEPS];
+    uint64_t hc = train_run(43, 2, STEPS, c);
+    CHECK(hc != ha && c[0] != a[0], "a different seed gave the same run");
+
+    px_gpt_config_t cfg;
+    px_gpt_config_preset("small", &cfg);
+    omp_set_num_threads(1);
+    px_gpt_t *m1 = px_gpt_new(&cfg, 7);
+    omp_set_num_threads(3);
+    px_gpt_t *m3 = px_gpt_new(&cfg, 7);
+    CHECK(memcmp(m1->params, m3->params, m1->num_params * sizeof(float)) == 0,
+          "initialisation depends on the thread count");
+    px_gpt_destroy(&m1);
+    px_gpt_destroy(&m3);
+    omp_set_num_threads(2);
+}
+
+static void stats(const float *x, size_t n, double *mean, double *std) {
+    double s = 0, s2 = 0;
+    for (size_t i = 0; i < n; i++) {
+        s += x[i];
+        s2 += (double)x[i] * x[i];
+    }
+    *mean = s / n;
+    *std = sqrt(s2 / n - *mean * *mean);
+}
+
+static void test_init(void) {
+    px_gpt_config_t cfg = {.max_seq_len = 128, .vocab_size = 250, .padded_vocab_size = 256,
+                           .num_layers = 3, .num_heads = 4, .channels = 128};
+    px_gpt_t *m = px_gpt_new(&cfg, 1);
+    CHECK(m != NULL, "px_gpt_new failed");
+    size_t C = 128, L = 3;
+    double mean, std;
+    stats(m->p.wte, 250 * C, &mean, &std);
+    CHECK(fabs(mean) < 1e-3 && fabs(std - 0.02) < 5e-4, "wte mean %g std %g", mean, std);
+    double wte_std = std;
+    stats(m->p.fcw, L * 4 * C * C, &mean, &std);
+    CHECK(fabs(mean) < 1e-3 && fabs(std - 0.02) < 5e-4, "fcw mean %g std %g", mean, std);
+    double rstd = 0.02 / sqrt(2.0 * L);
+    stats(m->p.fcprojw, L * 4 * C * C, &mean, &std);
+    CHECK(fabs(std - rstd) < 3e-4, "fcprojw std %g, want %g", std, rstd);
+    stats(m->p.attprojw, L * C * C, &mean, &std);
+    CHECK(fabs(std - rstd) < 3e-4, "attprojw std %g, want %g", std, rstd);
+    int pad_zero = 1;
+    for (size_t i = 250 * C; i < 256 * C; i++) pad_zero &= m->p.wte[i] == 0.0f;
+    CHECK(pad_zero, "padded wte rows are not zero");
+    int ln_ok = 1;
+    for (size_t i = 0; i < L * C; i++)
+        ln_ok &= m->p.ln1w[i] == 1.0f && m->p.ln2w[i] == 1.0f && m->p.ln1b[i] == 0.0f &&
+                 m->p.qkvb[i] == 0.0f;
+    for (size_t i = 0; i < C; i++) ln_ok &= m->p.lnfw[i] == 1.0f && m->p.lnfb[i] == 0.0f;
+    CHECK(ln_ok, "LayerNorm weights/biases or linear biases not initialised to 1/0");
+    /* named views and offsets agree, and the views tile the buffer in llm.c order */
+    CHECK(m->p.wte == m->params && m->p.lnfb + C == m->params + m->num_params,
+          "views do not tile the params buffer");
+    CHECK(m->g.fcw - m->grads == m->p.fcw - m->params, "grads views differ from params views");
+    printf("init: wte std %.5f, residual projections std %.5f (want %.5f)\n", wte_std, std, rstd);
+    px_gpt_destroy(&m);
+}
+
+static void test_accumulation(void) {
+    px_gpt_config_t cfg;
+    px_gpt_config_preset("tiny", &cfg);
+    px_gpt_t *m = px_gpt_new(&cfg, 5);
+    int B = 4, T = 32;
+    int x[128], y[128];
+    make_batch(x, y, B * T, cfg.vocab_size, 77);
+    px_gpt_zero_grad(m);
+    float full = px_gpt_forward(m, x, y, B, T);
+    px_gpt_backward(m, 1.0f);
+    float *g_full = malloc(m->num_params * sizeof(float));
+    memcpy(g_full, m->grads, m->num_params * sizeof(float));
+    px_gpt_zero_grad(m);
+    float h1 = px_gpt_forward(m, x, y, 2, T);
+    px_gpt_backward(m, 0.5f);
+    float h2 = px_gpt_forward(m, x + 2 * T, y + 2 * T, 2, T);
+    px_gpt_backward(m, 0.5f);
+    double maxabs = 0, maxerr = 0;
+    for (size_t i = 0; i < m->num_params; i++) {
+        maxabs = fmax(maxabs, fabs(g_full[i]));
+        maxerr = fmax(maxerr, fabs(g_full[i] - m->grads[i]));
+    }
+    CHECK(fabs(0.5 * (h1 + h2) - full) < 1e-5 * full, "half-batch losses %g %g vs %g", h1, h2,
+          full);
+    CHECK(maxerr <= 1e-5 * maxabs, "accumulated grads differ: %g (max %g)", maxerr, maxabs);
+    printf("accumulation: 2 x B/2 with loss_scale 1/2 vs B: max grad error %.2e (max %.2e)\n",
+           maxerr, maxabs);
+    free(g_full);
+    px_gpt_destroy(&m);
+}
+
+static void test_counts(void) {
+    struct {
+        const char *name;
+        size_t params;
+    } want[] = {{"tiny", 120576}, {"small", 3290624}, {"gpt2-124m", 124475904}};
+    for (int i = 0; i < 3; i++) {
+        px_gpt_config_t cfg;
+        CHECK(px_gpt_config_preset(want[i].name, &cfg) == 0, "preset %s missing", want[i].name);
+        size_t s[PX_GPT_NUM_TENSORS];
+        size_t n = px_gpt_tensor_sizes(&cfg, s);
+        CHECK(n == want[i].params, "%s: %zu params, want %zu", want[i].name, n, want[i].params);
+    }
+    px_gpt_config_t cfg;
+    CHECK(px_gpt_config_preset("gpt3", &cfg) != 0, "unknown preset accepted");
+}
+
+static void test_lr(void) {
+    struct {
+        int step, warmup, total;
+        float max, min, want;
+    } t[] = {
+        {0, 10, 100, 1.0f, 0.1f, 0.1f},   {4, 10, 100, 1.0f, 0.1f, 0.5f},
+        {9, 10, 100, 1.0f, 0.1f, 1.0f},   {10, 10, 100, 1.0f, 0.1f, 1.0f},
+        {55, 10, 100, 1.0f, 0.1f, 0.55f}, {100, 10, 100, 1.0f, 0.1f, 0.1f},
+        {500, 10, 100, 1.0f, 0.1f, 0.1f}, {0, 0, 10, 2.0f, 0.0f, 2.0f},
+        {5, 0, 10, 2.0f, 0.0f, 1.0f},
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        float got = px_lr_at(t[i].step, t[i].warmup, t[i].total, t[i].max, t[i].min);
+        CHECK(fabsf(got - t[i].want) < 1e-6f, "px_lr_at(%d, %d, %d) = %g, want %g", t[i].step,
+              t[i].warmup, t[i].total, got, t[i].want);
+    }
+}
+
+static void test_misuse(void) {
+    px_gpt_config_t cfg;
+    px_gpt_config_preset("tiny", &cfg);
+    px_gpt_t *m = px_gpt_new(&cfg, 1);
+    int x[8] = {1, 2, 3, 4, 5, 6, 7, 8}, y[8] = {2, 3, 4, 5, 6, 7, 8, 9};
+    px_log_set_quiet(0);
+    CHECK(px_gpt_backward(m, 1.0f) != 0, "backward without a forward accepted");
+    px_gpt_forward(m, x, NULL, 1, 8);
+    CHECK(px_gpt_backward(m, 1.0f) != 0, "backward after a forward without targets accepted");
+    px_gpt_forward(m, x, y, 1, 8);
+    CHECK(px_gpt_backward(m, 1.0f) == 0, "backward refused after a good forward");
+    CHECK(px_gpt_backward(m, 1.0f) != 0, "second backward on destroyed logits accepted");
+    y[3] = 256;
+    CHECK(isnan(px_gpt_forward(m, x, y, 1, 8)), "out-of-range target accepted");
+    x[0] = -1;
+    CHECK(isnan(px_gpt_forward(m, x, NULL, 1, 8)), "negative token accepted");
+    CHECK(isnan(px_gpt_forward(m, x, NULL, 1, 65)), "T > max_seq_len accepted");
+    px_gpt_config_t bad = cfg;
+    bad.num_heads = 5;
+    CHECK(px_gpt_new(&bad, 1) == NULL, "config with heads not dividing channels accepted");
+    px_gpt_destroy(&m);
+    CHECK(m == NULL, "destroy did not clear the pointer");
+    px_gpt_destroy(&m); /* harmless */
+}
+
+int main(void) {
+    omp_set_num_threads(2);
+    test_counts();
+    test_lr();
+    test_init();
+    test_accumulation();
+    test_determinism();
+    test_misuse();
+    if (g_failures) {
+        printf("test_gpt: %d check(s) FAILED\n", g_failures);
+        return 1;
+    }
+    printf("test_gpt: all checks passed\n");
+    return 0;
+}

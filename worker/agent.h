@@ -1,0 +1,60 @@
+/* The worker's agent: a thread that keeps the coordinator informed while the
+ * trainer computes. It owns the worker's only ZeroMQ socket (a DEALER with a
+ * stable identity), registers (again after a coordinator restart), heartbeats
+ * every interval with the trainer's step and quorum id, receives pushed
+ * quorums, and carries the trainer's requests: join a quorum, report a
+ * failure, use the rendezvous store. All functions are thread-safe. */
+#ifndef PX_AGENT_H
+#define PX_AGENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "quorum.h"
+
+typedef struct {
+    const char *coordinator; /* ZeroMQ endpoint */
+    const char *group;
+    int rank, group_size;
+    const char *job;         /* NULL: accept any coordinator job */
+    const char *token;       /* NULL: none */
+} px_agent_config_t;
+
+typedef struct px_agent px_agent_t;
+
+px_agent_t *px_agent_new(const px_agent_config_t *cfg, char *err, size_t errlen);
+void px_agent_destroy(px_agent_t **self);
+
+/* What the heartbeats carry: committed step, member state, quorum id held. */
+void px_agent_set_progress(px_agent_t *a, int64_t step, int state, int64_t quorum_id);
+int px_agent_registered(px_agent_t *a);
+/* Highest quorum id the coordinator has mentioned (pushes and heartbeat acks). */
+int64_t px_agent_known_quorum_id(px_agent_t *a);
+/* Copies the latest pushed quorum into *out (px_quorum_init'd by the caller). */
+void px_agent_latest_quorum(px_agent_t *a, px_quorum_t *out);
+
+/* Asks to join the next quorum and waits for a quorum with id > held_id that
+ * includes this group. 0: *out filled; 1: timed out; -1: agent stopping or
+ * fatal error (wrong job or token). */
+int px_agent_request_quorum(px_agent_t *a, int64_t step, int64_t held_id, int shrink_only, int has_checksum,
+                            uint64_t checksum, int timeout_ms, px_quorum_t *out);
+/* Fire and forget: accused_group NULL means "a peer, unknown which". */
+void px_agent_report_failure(px_agent_t *a, const char *accused_group, int accused_rank, int64_t quorum_id,
+                             int64_t step, const char *reason);
+/* Rendezvous store. 0 ok; 1 not found / timed out; 2 stale quorum; -1 error.
+ * store_get copies at most cap bytes and sets *len to the value's full length. */
+int px_agent_store_set(px_agent_t *a, int64_t quorum_id, const char *key, const void *value, size_t len,
+                       int timeout_ms);
+int px_agent_store_get(px_agent_t *a, int64_t quorum_id, const char *key, void *buf, size_t cap, size_t *len,
+                       int timeout_ms);
+/* Records an event in the coordinator's log (kind: see px_wire_worker_event_kind_ok). Fire and forget. */
+void px_agent_notify(px_agent_t *a, const char *kind, int64_t quorum_id, int64_t step, const char *peer_group,
+                     uint64_t bytes, unsigned ms, const char *detail);
+/* Called on the agent thread after each pushed quorum is stored (keep it short:
+ * the trainer uses it to abort a collective whose peers left). */
+typedef void (*px_agent_quorum_hook_fn)(void *ctx, const px_quorum_t *q);
+void px_agent_set_quorum_hook(px_agent_t *a, px_agent_quorum_hook_fn fn, void *ctx);
+/* Non-empty when the coordinator refused us for good (wrong job, wrong token). */
+const char *px_agent_fatal_error(px_agent_t *a);
+
+#endif

@@ -1,0 +1,143 @@
+/* phalanx-worker in distributed mode: the agent keeps the coordinator
+ * informed; this loop follows the job's quorum. Until the trainer lands
+ * (issue 4) a worker holds its place in the quorum without training: it
+ * joins, follows every membership change, rejoins after its group is
+ * dropped, and survives coordinator restarts. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent.h"
+#include "px_flags.h"
+#include "px_log.h"
+#include "px_time.h"
+#include "px_wire.h"
+
+static const char *PROG = "phalanx-worker";
+static volatile sig_atomic_t g_stop;
+
+static void on_signal(int sig) {
+    (void)sig;
+    g_stop = 1;
+}
+
+static void usage(void) {
+    printf("usage: %s --group NAME --rank R [flags]\n"
+           "       %s --standalone [flags]   (single-process training; see --standalone --help)\n\n"
+           "One rank of a phalanx job. Registers with the coordinator, heartbeats, and\n"
+           "follows the job's quorum.\n\n"
+           "flags (default in brackets):\n"
+           "  --coordinator ENDPOINT   coordinator's ZeroMQ endpoint [tcp://127.0.0.1:7777]\n"
+           "  --group NAME             replica group, [A-Za-z0-9_.-]{1,63} (required)\n"
+           "  --rank R                 rank inside the group, 0..ranks-per-group-1 [0]\n"
+           "  --ranks-per-group W      ranks in each group, 1..1024 [1]\n"
+           "  --job NAME               refuse a coordinator running another job [any]\n"
+           "  --token-file PATH        job token to present (first line of the file) [none]\n"
+           "  --quiet                  log warnings and errors only\n"
+           "  --help                   this text\n\n"
+           "SIGTERM or SIGINT: leave the quorum (the coordinator drops the group at once) and exit 0.\n",
+           PROG, PROG);
+}
+
+static char *read_token(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "%s: --token-file: cannot open '%s'\n", PROG, path);
+        exit(2);
+    }
+    char line[300] = {0};
+    if (!fgets(line, sizeof line, f)) line[0] = '\0';
+    fclose(f);
+    line[strcspn(line, "\r\n")] = '\0';
+    return strdup(line);
+}
+
+static void log_quorum(const char *what, const px_quorum_t *q) {
+    char groups[512] = "";
+    size_t n = 0;
+    for (int i = 0; i < q->n && n < sizeof groups - 70; i++)
+        n += (size_t)snprintf(groups + n, sizeof groups - n, "%s%s", i ? "," : "", q->groups[i].name);
+    px_log_info("%s quorum_id=%lld step=%lld groups=%s", what, (long long)q->id, (long long)q->max_step, groups);
+}
+
+int px_worker_main(int argc, char **argv) {
+    px_agent_config_t cfg = {.coordinator = "tcp://127.0.0.1:7777", .rank = 0, .group_size = 1};
+    char *token = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage();
+            return 0;
+        } else if (!strcmp(a, "--quiet")) {
+            px_log_set_quiet(1);
+            continue;
+        }
+        if (!strcmp(a, "--coordinator")) cfg.coordinator = px_flag_str(PROG, a, v, 512);
+        else if (!strcmp(a, "--group")) cfg.group = px_flag_str(PROG, a, v, 63);
+        else if (!strcmp(a, "--rank")) cfg.rank = (int)px_flag_int(PROG, a, v, 0, 1023);
+        else if (!strcmp(a, "--ranks-per-group")) cfg.group_size = (int)px_flag_int(PROG, a, v, 1, 1024);
+        else if (!strcmp(a, "--job")) cfg.job = px_flag_str(PROG, a, v, 63);
+        else if (!strcmp(a, "--token-file")) token = read_token(px_flag_str(PROG, a, v, 4096));
+        else px_flag_unknown(PROG, a);
+        i++;
+    }
+    if (!cfg.group) {
+        fprintf(stderr, "%s: --group is required (see %s --help)\n", PROG, PROG);
+        return 2;
+    }
+    if (cfg.rank >= cfg.group_size) {
+        fprintf(stderr, "%s: --rank %d must be below --ranks-per-group %d\n", PROG, cfg.rank, cfg.group_size);
+        return 2;
+    }
+    cfg.token = token;
+    struct sigaction sa = {0};
+    sa.sa_handler = on_signal;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+
+    char err[256];
+    px_agent_t *agent = px_agent_new(&cfg, err, sizeof err);
+    if (!agent) {
+        fprintf(stderr, "%s: %s\n", PROG, err);
+        return 2;
+    }
+    int64_t held = 0, step = 0;
+    px_quorum_t q, latest;
+    px_quorum_init(&q);
+    px_quorum_init(&latest);
+    int rc = 0;
+    while (!g_stop) {
+        px_agent_latest_quorum(agent, &latest);
+        if (latest.id > held && px_quorum_find(&latest, cfg.group) >= 0) {
+            held = latest.id;
+            px_agent_set_progress(agent, step, PHALANX__MEMBER_STATE__HEALTHY, held);
+            log_quorum("quorum_followed", &latest);
+            continue;
+        }
+        if (held == 0 || px_agent_known_quorum_id(agent) > held) {
+            int r = px_agent_request_quorum(agent, step, held, 0, 0, 0, 500, &q);
+            if (r == 0) {
+                held = q.id;
+                px_agent_set_progress(agent, step, PHALANX__MEMBER_STATE__HEALTHY, held);
+                log_quorum("quorum_joined", &q);
+            } else if (r < 0 && px_agent_fatal_error(agent)[0]) {
+                px_log_error("coordinator refused this worker: %s", px_agent_fatal_error(agent));
+                rc = 1;
+                break;
+            }
+            continue;
+        }
+        px_sleep_ms(20);
+    }
+    if (g_stop) {
+        px_agent_report_failure(agent, cfg.group, cfg.rank, held, step, "worker shutting down");
+        px_sleep_ms(50); /* let the agent send it */
+        px_log_info("worker_stopped group=%s rank=%d", cfg.group, cfg.rank);
+    }
+    px_quorum_free(&q);
+    px_quorum_free(&latest);
+    px_agent_destroy(&agent);
+    free(token);
+    return rc;
+}
