@@ -600,9 +600,13 @@ static void begin_reset(px_kafka_t *k) {
     px_log_error("events_producer_reset reason=\"%s\" in_flight=%llu fatal=%d: undelivered events "
                  "go back to the spill file in order; events in flight now may arrive twice",
                  k->reset_reason, (unsigned long long)k->inflight, k->fatal);
-    rd_kafka_purge(k->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+    /* Non-blocking: the purged events come back as delivery reports on later polls. */
+    rd_kafka_purge(k->rk,
+                   RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT | RD_KAFKA_PURGE_F_NON_BLOCKING);
 }
 
+/* The one place that may block the loop briefly: recreating the producer
+ * after a fatal error waits for the old one's threads (milliseconds here). */
 static void finish_reset(px_kafka_t *k) {
     if (rebuild_spill(k) != 0) return;
     if (k->fatal) {
