@@ -23,4 +23,13 @@ if(TARGET px_events)
     set_tests_properties(events_kafka_${name} PROPERTIES TIMEOUT 90 LABELS "events;kafka")
   endforeach()
   set_tests_properties(events_json events_spec events_file PROPERTIES TIMEOUT 30 LABELS events)
+
+  # The real coordinator and workers publishing to the mock cluster.
+  if(TARGET phalanx-coordinator AND TARGET phalanx-worker)
+    find_package(Python3 REQUIRED COMPONENTS Interpreter)
+    add_test(NAME events_kafka_coordinator
+             COMMAND ${Python3_EXECUTABLE} ${PX_KAFKA_TESTS}/test_coordinator_kafka.py
+                     $<TARGET_FILE_DIR:phalanx-coordinator>)
+    set_tests_properties(events_kafka_coordinator PROPERTIES TIMEOUT 120 LABELS "events;kafka")
+  endif()
 endif()
