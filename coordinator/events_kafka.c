@@ -236,9 +236,13 @@ void px_kafka_send(px_kafka_t *k, const char *line, size_t len) {
             if (journaled) k->read_off = end; /* not spilling: read_off was at the end */
             return;
         }
-        if (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE) {
+        if (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE) { /* never sendable: set it aside */
             k->failures++;
             dead_letter(k, line, len - 1, rd_kafka_err2str(err));
+            if (journaled) {
+                k->read_off = end;
+                if (k->inflight == 0) k->done_off = end;
+            }
             return;
         }
         if (err == RD_KAFKA_RESP_ERR__FATAL) {
@@ -452,6 +456,7 @@ static void drain(px_kafka_t *k) {
         int64_t end = k->read_off + (int64_t)len;
         if (len == 1) { /* an empty line: nothing to send */
             k->read_off = end;
+            k->spill_unread--;
             if (k->inflight == 0 && k->done_off < end) k->done_off = end;
             continue;
         }
