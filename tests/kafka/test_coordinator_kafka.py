@@ -18,6 +18,7 @@ read back with kcat.
 Why each step waits on /status before acting: the exact sequence is only
 defined if one membership change settles before the next starts."""
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -159,6 +160,7 @@ def run_scenario(bindir, mock):
     mock.close()
     spill = os.path.join(job.dir, "kafkajob.spill.jsonl")
     check(os.path.exists(spill) and os.path.getsize(spill) == 0, "spill file empty after a clean shutdown")
+    shutil.rmtree(job.dir)  # kept on failure, for the logs
 
 
 if __name__ == "__main__":
