@@ -251,9 +251,11 @@ static void recompute_quorum(px_coordinator_t *c, int64_t now) {
 
 static void member_lost(px_coordinator_t *c, px_member_t *m, const char *why) {
     px_members_mark_lost(&c->members, m, why);
-    emit(c, "member_lost", "\"group\":\"%s\",\"rank\":%d,\"pid\":%d,\"step\":%lld,\"quorum_id\":%lld,\"reason\":\"%s\"",
-         m->group, m->rank, m->pid, (long long)m->step, (long long)c->quorum.id, why);
-    px_log_info("member_lost group=%s rank=%d pid=%d reason=%s", m->group, m->rank, m->pid, why);
+    int64_t silent_ms = px_now_ms() - m->last_hb_ms;
+    emit(c, "member_lost", "\"group\":\"%s\",\"rank\":%d,\"pid\":%d,\"step\":%lld,\"quorum_id\":%lld,\"reason\":\"%s\",\"silent_ms\":%lld",
+         m->group, m->rank, m->pid, (long long)m->step, (long long)c->quorum.id, why, (long long)silent_ms);
+    px_log_info("member_lost group=%s rank=%d pid=%d reason=%s silent_ms=%lld conn_closed=%d reported=%d", m->group,
+                m->rank, m->pid, why, (long long)silent_ms, m->conn_closed, m->reported);
     if (px_quorum_find(&c->quorum, m->group) >= 0 && !m->group_dropped_logged) {
         /* The whole group leaves: the next compute (this tick) forms a quorum
          * without it, and the survivors finish the step without it. */

@@ -22,8 +22,8 @@ int px_cuda_available(char *why, size_t whylen) {
     return px_cuda_device_count(why, whylen) > 0;
 #else
     snprintf(why, whylen,
-             "this binary was built without CUDA support (configure with nvcc on PATH, "
-             "-DPHALANX_CUDA=ON)");
+             "this binary was built without the CUDA kernels (they need nvcc at configure "
+             "time, PHALANX_CUDA=AUTO or ON, and the kernels' .cu sources)");
     return 0;
 #endif
 }

@@ -57,6 +57,8 @@ typedef struct {
     const char *model, *data, *http, *events, *coordinator, *bind, *log_dir, *job, *ledger;
     uint64_t seed, chaos_seed;
     double chaos_every_s;
+    int chaos_max_kills;
+    int64_t chaos_until_step;
     const char *pass[MAX_PASS];
     int n_pass;
     int quiet;
@@ -78,6 +80,9 @@ typedef struct {
     FILE *events_in;
     uint64_t rng;
     int64_t next_kill_ms;
+    int kills;
+    int last_groups;        /* groups that committed the last step */
+    int64_t kill_step;      /* last_step when the last kill happened */
     int64_t t_start;
     int64_t finished_ms; /* when the first group reported its final line */
 } launch_t;
@@ -101,8 +106,11 @@ static void usage(void) {
            "  --bind ENDPOINT          endpoint of the coordinator started here [tcp://127.0.0.1:7777]\n"
            "  --coordinator ENDPOINT   join a running coordinator instead of starting one [start one]\n"
            "  --job NAME               job name [phalanx]\n"
-           "  --chaos-kill-every S     SIGKILL a random worker about every S seconds, 0 = off [0]\n"
+           "  --chaos-kill-every S     SIGKILL a random worker about every S seconds, 0 = off [0];\n"
+           "                           never one whose loss would leave no group holding the job's state\n"
            "  --chaos-seed N           seed of the chaos schedule [1]\n"
+           "  --chaos-max-kills N      stop killing after N kills, 0 = no limit [0]\n"
+           "  --chaos-until-step N     no kills once step N is committed, 0 = no limit [0]\n"
            "  --max-restarts N         restarts per worker before giving up, 0..100000 [100]\n"
            "  --restart-backoff-ms N   first restart delay, doubled per quick death, 0..60000 [200]\n"
            "  --log-dir DIR            worker and coordinator logs [phalanx-run]\n"
@@ -249,6 +257,7 @@ static void on_line(launch_t *L, worker_t *w, const char *line) {
         if (step > L->last_step) {
             L->last_step = step;
             L->last_loss = field(line, "loss", b, sizeof b) ? atof(b) : NAN;
+            L->last_groups = field(line, "groups", c, sizeof c) ? atoi(c) : 0;
             append_ms(&L->commit_ms, &L->n_commits, &L->cap_commits, px_now_ms());
             if (field(line, "eval_loss", e, sizeof e)) L->eval_loss = atof(e);
             if (!L->cfg.quiet)
@@ -299,6 +308,7 @@ static void read_worker(launch_t *L, worker_t *w) {
 
 /* Shows the coordinator's drops and quorums from its JSONL event log. */
 static void read_events(launch_t *L) {
+    if (L->finals > 0) return; /* groups leaving at the end are not news */
     if (!L->events_in) {
         if (strncmp(L->cfg.events, "file:", 5) != 0) return;
         L->events_in = fopen(L->cfg.events + 5, "r");
@@ -374,13 +384,21 @@ static void reap(launch_t *L) {
 
 static void chaos(launch_t *L, int64_t now) {
     if (L->cfg.chaos_every_s <= 0 || now < L->next_kill_ms) return;
+    if (L->cfg.chaos_max_kills > 0 && L->kills >= L->cfg.chaos_max_kills) return;
+    if (L->cfg.chaos_until_step > 0 && L->last_step >= L->cfg.chaos_until_step) return;
     L->next_kill_ms = now + (int64_t)(L->cfg.chaos_every_s * 1000.0 * (0.5 + rng_unit(&L->rng)));
     int live[MAX_WORKERS], n = 0;
     for (int i = 0; i < L->n; i++)
         if (L->w[i].pid > 0 && !L->w[i].done) live[n++] = i;
-    if (n == 0 || L->last_step < 1) return;
+    /* Never kill the last group holding the job's state: without a checkpoint
+     * it could not be recovered. Kill only after a step committed by at least
+     * two groups since the previous kill (every committer holds the state). */
+    if (n == 0 || L->last_step < 1 || L->last_groups < 2 || L->last_step <= L->kill_step) return;
+    L->kill_step = L->last_step;
     worker_t *w = &L->w[live[rng_next(&L->rng) % (uint64_t)n]];
-    say(L, "chaos: SIGKILL worker %s/%d (pid %d)", w->group, w->rank, (int)w->pid);
+    L->kills++;
+    say(L, "chaos: SIGKILL %d: worker %s/%d (pid %d) at step %lld", L->kills, w->group, w->rank, (int)w->pid,
+        (long long)L->last_step);
     kill(w->pid, SIGKILL);
 }
 
@@ -450,6 +468,14 @@ static int ensure_data(launch_t *L) {
     globfree(&g);
     if (found) return 0;
     say(L, "no training data in %s: preparing the demo corpus (phalanx-data --demo)", L->cfg.data);
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s", L->cfg.data);
+    for (char *p = dir + 1; *p; p++) /* mkdir -p of the parents */
+        if (*p == '/') {
+            *p = '\0';
+            mkdir(dir, 0755);
+            *p = '/';
+        }
     char path[4200];
     snprintf(path, sizeof path, "%s/phalanx-data", L->cfg.bindir);
     pid_t pid = fork();
@@ -504,6 +530,8 @@ static void parse(launch_cfg_t *c, int argc, char **argv) {
         else if (!strcmp(a, "--coordinator")) c->coordinator = px_flag_str(PROG, a, v, 512);
         else if (!strcmp(a, "--job")) c->job = px_flag_str(PROG, a, v, 63);
         else if (!strcmp(a, "--chaos-kill-every")) c->chaos_every_s = px_flag_double(PROG, a, v, 0, 86400);
+        else if (!strcmp(a, "--chaos-max-kills")) c->chaos_max_kills = (int)px_flag_int(PROG, a, v, 0, 1000000);
+        else if (!strcmp(a, "--chaos-until-step")) c->chaos_until_step = px_flag_int(PROG, a, v, 0, INT64_MAX);
         else if (!strcmp(a, "--chaos-seed")) c->chaos_seed = (uint64_t)px_flag_int(PROG, a, v, 0, INT64_MAX);
         else if (!strcmp(a, "--max-restarts")) c->max_restarts = (int)px_flag_int(PROG, a, v, 0, 100000);
         else if (!strcmp(a, "--restart-backoff-ms")) c->restart_backoff_ms = (int)px_flag_int(PROG, a, v, 0, 60000);
@@ -615,9 +643,9 @@ int main(int argc, char **argv) {
     json_num(fl, sizeof fl, isnan(L.final_loss) ? L.last_loss : L.final_loss);
     json_num(el, sizeof el, L.eval_loss);
     printf("{\"steps\":%lld,\"failures\":%d,\"heals\":%d,\"final_loss\":%s,\"eval_loss\":%s,"
-           "\"time_lost_s\":%.3f,\"elapsed_s\":%.1f,\"completed\":%s}\n",
+           "\"time_lost_s\":%.3f,\"elapsed_s\":%.1f,\"completed\":%s,\"chaos_kills\":%d,\"chaos_seed\":%llu}\n",
            (long long)L.last_step, L.failures, L.heals, fl, el, time_lost_s(&L), elapsed,
-           L.finals > 0 && !g_signal ? "true" : "false");
+           L.finals > 0 && !g_signal ? "true" : "false", L.kills, (unsigned long long)c->chaos_seed);
     fflush(stdout);
     if (L.events_in) fclose(L.events_in);
     free(L.commit_ms);

@@ -25,4 +25,10 @@ if(TARGET px_model)
   add_executable(test_data ${PX_MODEL_TEST_DIR}/test_data.c)
   target_link_libraries(test_data PRIVATE px_model)
   add_test(NAME model_data_sampler COMMAND test_data WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+
+  if(TARGET phalanx-worker)
+    add_test(NAME model_standalone_train
+             COMMAND sh ${PX_MODEL_TEST_DIR}/standalone_train.sh $<TARGET_FILE_DIR:phalanx-worker>
+                     ${CMAKE_CURRENT_BINARY_DIR}/standalone_train)
+  endif()
 endif()

@@ -58,6 +58,7 @@ struct px_agent {
     uint64_t next_id;
     int quorum_wanted; /* a caller waits in px_agent_request_quorum */
     Phalanx__QuorumRequest pending_req;
+    int leaving; /* reported its own departure: never register again */
     px_agent_quorum_hook_fn hook;
     void *hook_ctx;
     char fatal[256];
@@ -248,7 +249,8 @@ static void *agent_main(void *arg) {
     int64_t next_hb = 0, next_register = 0, next_resend = 0;
     for (;;) {
         pthread_mutex_lock(&a->mu);
-        int stop = a->stop, registered = a->registered, want = a->quorum_wanted, fatal = a->fatal[0] != 0;
+        int stop = a->stop, registered = a->registered, want = a->quorum_wanted,
+            fatal = a->fatal[0] != 0 || a->leaving;
         int64_t interval = a->hb_interval_ms;
         frame_t out[OUTBOX_MAX];
         int n_out = registered ? a->n_out : 0;
@@ -268,6 +270,8 @@ static void *agent_main(void *arg) {
             next_register = now + REGISTER_RETRY_MS;
         }
         if (registered && now >= next_hb) {
+            if (next_hb && now - next_hb > 3 * interval)
+                px_log_warn("heartbeat late by %lld ms (process starved of CPU?)", (long long)(now - next_hb));
             send_heartbeat(a);
             next_hb = now + interval;
         }
@@ -477,6 +481,7 @@ void px_agent_report_failure(px_agent_t *a, const char *accused_group, int accus
     if (!buf) return;
     pthread_mutex_lock(&a->mu);
     enqueue_locked(a, buf, len);
+    if (accused_group && !strcmp(accused_group, a->group) && accused_rank == a->cfg.rank) a->leaving = 1;
     pthread_mutex_unlock(&a->mu);
     wake(a);
 }

@@ -1,14 +1,17 @@
-/* phalanx-worker in distributed mode: the agent keeps the coordinator
- * informed; this loop follows the job's quorum. Until the trainer lands
- * (issue 4) a worker holds its place in the quorum without training: it
- * joins, follows every membership change, rejoins after its group is
- * dropped, and survives coordinator restarts. */
+/* phalanx-worker in distributed mode: flags, the agent (control plane), and
+ * either the trainer (with --steps: worker/trainer.c runs the step protocol)
+ * or a control-only loop that holds a place in the quorum without training
+ * (used by control-plane tests and load drills): it joins, follows every
+ * membership change, rejoins after its group is dropped, and survives
+ * coordinator restarts. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "agent.h"
+#include "trainer.h"
 #include "px_flags.h"
 #include "px_log.h"
 #include "px_time.h"
@@ -36,6 +39,25 @@ static void usage(void) {
            "  --token-file PATH        job token to present (first line of the file) [none]\n"
            "  --quiet                  log warnings and errors only\n"
            "  --help                   this text\n\n"
+           "training (with --steps N; without it the worker only holds its place in the quorum):\n"
+           "  --steps N                optimizer steps of the whole job, 1..100000000\n"
+           "  --model NAME|PATH        preset (tiny, small, gpt2-124m) or llm.c model file [tiny]\n"
+           "  --data DIR               token shards train_*.bin, val_*.bin [data/demo]\n"
+           "  --global-batch N         samples per step over all groups, fixed under failures, 1..65536 [16]\n"
+           "  --micro-batch N          samples per forward/backward, 1..4096 [4]\n"
+           "  --seq T                  sequence length, 0 = the model's context [0]\n"
+           "  --lr X                   peak learning rate, 0..1 [0.001]\n"
+           "  --min-lr X               final learning rate of the cosine decay, 0..1 [0.0001]\n"
+           "  --warmup N               linear warmup steps, 0..1000000 [10]\n"
+           "  --weight-decay X         AdamW decoupled weight decay (2-D weights), 0..1 [0.1]\n"
+           "  --grad-clip X            global gradient-norm clip, 0 = off, 0..1000 [1.0]\n"
+           "  --seed N                 seed of initialisation and data order [1337]\n"
+           "  --threads N              OpenMP threads, 1..256 [1]\n"
+           "  --eval-every N           eval loss every N steps on group replica 0, 0 = only at the end [0]\n"
+           "  --eval-batches N         micro-batches of validation data per eval, 0..10000 [4]\n"
+           "  --comm-timeout-ms N      bound on every collective and rendezvous, 100..3600000 [30000]\n"
+           "  --sample-ledger PATH     append one line per committed step: which samples this group took [off]\n"
+           "  --save PATH              write the final model as an llm.c file (rank 0) [off]\n\n"
            "SIGTERM or SIGINT: leave the quorum (the coordinator drops the group at once) and exit 0.\n",
            PROG, PROG);
 }
@@ -63,6 +85,11 @@ static void log_quorum(const char *what, const px_quorum_t *q) {
 
 int px_worker_main(int argc, char **argv) {
     px_agent_config_t cfg = {.coordinator = "tcp://127.0.0.1:7777", .rank = 0, .group_size = 1};
+    px_trainer_config_t tc = {
+        .model = "tiny", .data = "data/demo", .global_batch = 16, .micro_batch = 4, .lr = 1e-3f, .min_lr = 1e-4f,
+        .warmup = 10, .weight_decay = 0.1f, .grad_clip = 1.0f, .seed = 1337, .threads = 1, .eval_batches = 4,
+        .comm_timeout_ms = 30000, .progress = 1,
+    };
     char *token = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -79,6 +106,24 @@ int px_worker_main(int argc, char **argv) {
         else if (!strcmp(a, "--ranks-per-group")) cfg.group_size = (int)px_flag_int(PROG, a, v, 1, 1024);
         else if (!strcmp(a, "--job")) cfg.job = px_flag_str(PROG, a, v, 63);
         else if (!strcmp(a, "--token-file")) token = read_token(px_flag_str(PROG, a, v, 4096));
+        else if (!strcmp(a, "--steps")) tc.steps = px_flag_int(PROG, a, v, 1, 100000000);
+        else if (!strcmp(a, "--model")) tc.model = px_flag_str(PROG, a, v, 4096);
+        else if (!strcmp(a, "--data")) tc.data = px_flag_str(PROG, a, v, 4096);
+        else if (!strcmp(a, "--global-batch")) tc.global_batch = (int)px_flag_int(PROG, a, v, 1, 65536);
+        else if (!strcmp(a, "--micro-batch")) tc.micro_batch = (int)px_flag_int(PROG, a, v, 1, 4096);
+        else if (!strcmp(a, "--seq")) tc.seq_len = (int)px_flag_int(PROG, a, v, 0, 1 << 20);
+        else if (!strcmp(a, "--lr")) tc.lr = (float)px_flag_double(PROG, a, v, 0, 1);
+        else if (!strcmp(a, "--min-lr")) tc.min_lr = (float)px_flag_double(PROG, a, v, 0, 1);
+        else if (!strcmp(a, "--warmup")) tc.warmup = (int)px_flag_int(PROG, a, v, 0, 1000000);
+        else if (!strcmp(a, "--weight-decay")) tc.weight_decay = (float)px_flag_double(PROG, a, v, 0, 1);
+        else if (!strcmp(a, "--grad-clip")) tc.grad_clip = (float)px_flag_double(PROG, a, v, 0, 1000);
+        else if (!strcmp(a, "--seed")) tc.seed = (uint64_t)px_flag_int(PROG, a, v, 0, INT64_MAX);
+        else if (!strcmp(a, "--threads")) tc.threads = (int)px_flag_int(PROG, a, v, 1, 256);
+        else if (!strcmp(a, "--eval-every")) tc.eval_every = (int)px_flag_int(PROG, a, v, 0, 100000000);
+        else if (!strcmp(a, "--eval-batches")) tc.eval_batches = (int)px_flag_int(PROG, a, v, 0, 10000);
+        else if (!strcmp(a, "--comm-timeout-ms")) tc.comm_timeout_ms = (int)px_flag_int(PROG, a, v, 100, 3600000);
+        else if (!strcmp(a, "--sample-ledger")) tc.ledger = px_flag_str(PROG, a, v, 4096);
+        else if (!strcmp(a, "--save")) tc.save = px_flag_str(PROG, a, v, 4096);
         else px_flag_unknown(PROG, a);
         i++;
     }
@@ -101,6 +146,18 @@ int px_worker_main(int argc, char **argv) {
     if (!agent) {
         fprintf(stderr, "%s: %s\n", PROG, err);
         return 2;
+    }
+    if (tc.steps > 0) {
+        tc.group = cfg.group;
+        tc.rank = cfg.rank;
+        tc.ranks_per_group = cfg.group_size;
+        int rc = px_trainer_run(agent, &tc, &g_stop);
+        /* Leaving: tell the coordinator at once so nobody waits for our heartbeats to stop. */
+        px_agent_report_failure(agent, cfg.group, cfg.rank, 0, 0, rc == 0 ? "finished" : "worker stopping");
+        px_sleep_ms(50);
+        px_agent_destroy(&agent);
+        free(token);
+        return rc == 2 ? 0 : rc;
     }
     int64_t held = 0, step = 0;
     px_quorum_t q, latest;

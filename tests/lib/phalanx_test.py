@@ -127,3 +127,121 @@ def main(test_fn):
         print("FAIL: %s" % e)
         sys.exit(1)
     print("PASS")
+
+
+def make_corpus(bindir, out_dir, seed=1, words=60000):
+    """A small deterministic text corpus turned into shards by phalanx-data."""
+    import random
+    rnd = random.Random(seed)
+    vocab = ("the quick brown fox jumps over the lazy dog while fault tolerant training "
+             "keeps every committed step and heals a replica from a live peer").split()
+    os.makedirs(out_dir, exist_ok=True)
+    txt = os.path.join(out_dir, "corpus.txt")
+    with open(txt, "w") as f:
+        for i in range(words // 12):
+            f.write(" ".join(rnd.choice(vocab) for _ in range(12)) + ".\n")
+    data = os.path.join(out_dir, "shards")
+    r = subprocess.run([os.path.join(bindir, "phalanx-data"), "--out", data, txt],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    check(r.returncode == 0, "phalanx-data failed: %s" % r.stdout[-500:])
+    return data
+
+
+class Launch:
+    """phalanx-launch as a real process; its stdout is collected line by line
+    on a thread so a test can wait for progress while the job runs."""
+
+    def __init__(self, bindir, args, env=None, name="launch"):
+        import threading
+        self.dir = tempfile.mkdtemp(prefix="phalanx-%s-" % name)
+        self.http_port = free_port()
+        self.zmq_port = free_port()
+        self.http = "127.0.0.1:%d" % self.http_port
+        self.events_path = os.path.join(self.dir, "events.jsonl")
+        full = [os.path.join(bindir, "phalanx-launch"), "--log-dir", self.dir, "--http", self.http,
+                "--bind", "tcp://127.0.0.1:%d" % self.zmq_port] + list(args)
+        e = dict(os.environ)
+        e.update(env or {})
+        self.proc = subprocess.Popen(full, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=e)
+        self.lines = []
+        self.lock = threading.Lock()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            with self.lock:
+                self.lines.append(line.rstrip("\n"))
+
+    def output(self):
+        with self.lock:
+            return list(self.lines)
+
+    def last_step(self):
+        step = 0
+        for line in self.output():
+            if "| step " in line or "] step " in line:
+                try:
+                    step = max(step, int(line.split("step")[1].split("|")[0]))
+                except ValueError:
+                    pass
+        return step
+
+    def finals(self):
+        out = {}
+        for line in self.output():
+            if "finished: group=" in line:
+                kv = dict(p.split("=", 1) for p in line.split("finished: ")[1].split() if "=" in p)
+                out[kv["group"]] = kv
+        return out
+
+    def summary(self):
+        for line in reversed(self.output()):
+            if line.startswith("{"):
+                return json.loads(line)
+        return None
+
+    def status(self):
+        with urllib.request.urlopen("http://%s/status" % self.http, timeout=5) as r:
+            return json.loads(r.read().decode())
+
+    def pid_of(self, group, rank=0):
+        for m in self.status()["members"]:
+            if m["group"] == group and m["rank"] == rank and m["state"] != "lost":
+                return m["pid"]
+        return None
+
+    def read_events(self):
+        evs = []
+        if os.path.exists(self.events_path):
+            with open(self.events_path) as f:
+                for line in f:
+                    if line.strip():
+                        try:
+                            evs.append(json.loads(line))
+                        except ValueError:
+                            pass  # a line being written
+        return evs
+
+    def wait(self, timeout_s):
+        try:
+            self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(timeout=30)
+            raise Fail("phalanx-launch did not finish within %d s; last lines:\n%s" %
+                       (timeout_s, "\n".join(self.output()[-30:])))
+        self.reader.join(timeout=5)
+        return self.proc.returncode
+
+    def terminate(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self.reader.join(timeout=5)
+
+    def tail(self, n=40):
+        return "\n".join(self.output()[-n:])

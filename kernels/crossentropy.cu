@@ -1,0 +1,66 @@
+/* Fused softmax + cross-entropy on the GPU (crossentropy_softmax_* of ops.h),
+ * over the real vocabulary V of each (B,T,Vp) logits row; the padding columns
+ * take no part in the forward and get gradient 0.
+ *
+ * Forward: one block per row (a row is up to ~50k logits): block max, then the
+ * block sum of px_expf(x - max), both by fixed trees; lse = max + log(sum).
+ * Backward: element-wise, (px_expf(x - lse) - onehot) * dloss, written over
+ * dlogits; each element reads only its own logit first, so dlogits may be the
+ * logits buffer itself (in place), as the model does. */
+#include <math.h>
+
+#include "cuda_common.cuh"
+#include "ops_math.h"
+
+__global__ void crossentropy_forward_kernel(float *losses, float *lse, const float *logits,
+                                            const int *targets, int V, int Vp) {
+    __shared__ float shared[PX_THREADS / 32];
+    size_t row = blockIdx.x;
+    const float *x = logits + row * (size_t)Vp;
+    float mx = -INFINITY;
+    for (int i = threadIdx.x; i < V; i += PX_THREADS) mx = fmaxf(mx, x[i]);
+    mx = px_block_max(mx, shared);
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < V; i += PX_THREADS) s += px_expf(x[i] - mx);
+    s = px_block_sum(s, shared);
+    if (threadIdx.x == 0) {
+        float l = mx + logf(s);
+        lse[row] = l;
+        losses[row] = l - x[targets[row]];
+    }
+}
+
+__global__ void crossentropy_backward_kernel(float *dlogits, const float *logits, const float *lse,
+                                             const int *targets, float dloss, int BT, int V,
+                                             int Vp) {
+    size_t n = (size_t)BT * Vp;
+    PX_GRID_STRIDE(i, n) {
+        size_t row = i / (size_t)Vp;
+        int col = (int)(i % (size_t)Vp);
+        float d = 0.0f;
+        if (col < V) {
+            d = px_expf(logits[i] - lse[row]) * dloss;
+            if (col == targets[row]) d -= dloss;
+        }
+        dlogits[i] = d;
+    }
+}
+
+extern "C" void crossentropy_softmax_forward_cuda(float *losses, float *lse, const float *logits,
+                                                  const int *targets, int B, int T, int V, int Vp,
+                                                  cudaStream_t stream) {
+    crossentropy_forward_kernel<<<(unsigned)(B * T), PX_THREADS, 0, stream>>>(losses, lse, logits,
+                                                                             targets, V, Vp);
+    PX_CUDA_LAUNCH_CHECK();
+}
+
+extern "C" void crossentropy_softmax_backward_cuda(float *dlogits, const float *logits,
+                                                   const float *lse, const int *targets,
+                                                   float dloss, int B, int T, int V, int Vp,
+                                                   cudaStream_t stream) {
+    size_t n = (size_t)B * T * Vp;
+    crossentropy_backward_kernel<<<px_grid(n), PX_THREADS, 0, stream>>>(dlogits, logits, lse,
+                                                                        targets, dloss, B * T, V,
+                                                                        Vp);
+    PX_CUDA_LAUNCH_CHECK();
+}

@@ -1,0 +1,136 @@
+/* The GPT-2 training ops on the GPU: the CUDA twin of kernels/ops.h. Every op
+ * has the CPU name plus a `_cuda` suffix, the same arguments in the same order
+ * with the same shapes and semantics (read ops.h for those), followed by the
+ * cudaStream_t it is queued on (0 is the legacy default stream). Pointers are
+ * device pointers unless said otherwise. Matmuls run through cuBLAS (the
+ * forward matmul with a bias through cuBLASLt's bias epilogue); element math
+ * comes from ops_math.h, the same functions the CPU runs.
+ *
+ * Semantics kept from ops.h: every *_backward ACCUMULATES into its gradients
+ * (except crossentropy_softmax_backward_cuda, which overwrites and may run in
+ * place); gradient pointers documented "may be NULL" are skipped when NULL.
+ *
+ * Differences from the CPU ops, all deliberate:
+ * - Ops are asynchronous on their stream. norm_squared_cuda returns a host
+ *   double, so it synchronizes the stream.
+ * - attention_*_cuda need scratch memory (q, k, v in head-major layout, and a
+ *   (B,NH,T,T) buffer in the backward); they take it from a library-owned
+ *   scratch buffer that grows on demand. The backward masks att itself, so it
+ *   never reads entries above the diagonal (ops.h's contract).
+ * - Results match the CPU ops to float tolerance, not bitwise: the summation
+ *   orders differ. Run to run on one GPU model, every op is bitwise
+ *   reproducible: no float atomics anywhere; reductions use fixed trees; cuBLAS
+ *   is reproducible by NVIDIA's documentation (same GPU architecture, SM count
+ *   and toolkit, one stream per handle at a time). TF32 is not used: matmuls
+ *   are full FP32, to stay comparable with the CPU.
+ *
+ * Usage rules: call px_cuda_ops_init() (or any op: they init lazily) with the
+ * device you want current; issue ops from one host thread on one stream at a
+ * time (they share handles and scratch). A failed CUDA or cuBLAS call logs
+ * file:line, the call and the error string, and exits the process.
+ *
+ * Device presence: px_cuda_device_count() never exits; it returns 0 with a
+ * reason when no usable GPU exists, so `--device cuda` can fail clearly and
+ * the CPU path is unaffected. */
+#ifndef PX_OPS_CUDA_H
+#define PX_OPS_CUDA_H
+
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- device presence ---- */
+
+/* Number of CUDA devices when the current one can run this build's kernels,
+ * with a description ("1 CUDA device(s); device 0: NVIDIA H100 ... sm_90") in
+ * why; else 0 with the reason in why, e.g. "no CUDA device: cudaGetDeviceCount
+ * returned error 35 (CUDA driver version is insufficient ...)". Never exits. */
+int px_cuda_device_count(char *why, size_t whylen);
+/* 1 when a usable GPU is present, else 0 with the reason in why. Also
+ * declared, with the same meaning, in kernels/device.h of the CPU library. */
+int px_cuda_available(char *why, size_t whylen);
+
+/* ---- library context ---- */
+
+/* Creates the cuBLAS/cuBLASLt handles and workspace on the current device.
+ * Idempotent and thread-safe; every op calls it. Exits on failure (call
+ * px_cuda_device_count first for a clean message). */
+void px_cuda_ops_init(void);
+/* Frees handles, workspace and scratch (after synchronizing the device). */
+void px_cuda_ops_shutdown(void);
+/* enable 1 (default): matmul_forward_cuda with a bias uses cuBLASLt's bias
+ * epilogue where cuBLASLt offers an algorithm for the pointers' alignment;
+ * 0: always cublasSgemm plus a bias kernel. Both paths are tested. */
+void px_cuda_ops_set_lt(int enable);
+
+/* ---- token + position embedding ---- */
+/* out (B,T,C) = wte[inp] + wpe[t]; inp (B,T) device ints. */
+void encoder_forward_cuda(float *out, const int *inp, const float *wte, const float *wpe, int B,
+                          int T, int C, cudaStream_t stream);
+/* dwte (Vp,C) +=, dwpe (maxT,C) +=. Each (row, channel) of dwte is owned by one
+ * thread that walks the positions in order, so repeated tokens never race and
+ * every sum has the CPU's order. */
+void encoder_backward_cuda(float *dwte, float *dwpe, const float *dout, const int *inp, int B,
+                           int T, int C, cudaStream_t stream);
+
+/* ---- LayerNorm ---- */
+void layernorm_forward_cuda(float *out, float *mean, float *rstd, const float *inp,
+                            const float *weight, const float *bias, int B, int T, int C,
+                            cudaStream_t stream);
+void layernorm_backward_cuda(float *dinp, float *dweight, float *dbias, const float *dout,
+                             const float *inp, const float *weight, const float *mean,
+                             const float *rstd, int B, int T, int C, cudaStream_t stream);
+
+/* ---- matmul with bias ---- */
+void matmul_forward_cuda(float *out, const float *inp, const float *weight, const float *bias,
+                         int B, int T, int C, int OC, cudaStream_t stream);
+void matmul_backward_cuda(float *dinp, float *dweight, float *dbias, const float *dout,
+                          const float *inp, const float *weight, int B, int T, int C, int OC,
+                          cudaStream_t stream);
+
+/* ---- causal multi-head self-attention ---- */
+/* att (B,NH,T,T): entries above the diagonal are written as 0. */
+void attention_forward_cuda(float *out, float *att, const float *qkv, int B, int T, int C, int NH,
+                            cudaStream_t stream);
+void attention_backward_cuda(float *dqkv, const float *dout, const float *qkv, const float *att,
+                             int B, int T, int C, int NH, cudaStream_t stream);
+
+/* ---- GELU (tanh form) ---- */
+void gelu_forward_cuda(float *out, const float *inp, size_t N, cudaStream_t stream);
+void gelu_backward_cuda(float *dinp, const float *inp, const float *dout, size_t N,
+                        cudaStream_t stream);
+
+/* ---- residual add ---- */
+void residual_forward_cuda(float *out, const float *inp1, const float *inp2, size_t N,
+                           cudaStream_t stream);
+void residual_backward_cuda(float *dinp1, float *dinp2, const float *dout, size_t N,
+                            cudaStream_t stream);
+
+/* ---- fused softmax + cross-entropy ---- */
+/* targets (B,T) device ints in [0,V) (not checked on the device). */
+void crossentropy_softmax_forward_cuda(float *losses, float *lse, const float *logits,
+                                       const int *targets, int B, int T, int V, int Vp,
+                                       cudaStream_t stream);
+void crossentropy_softmax_backward_cuda(float *dlogits, const float *logits, const float *lse,
+                                        const int *targets, float dloss, int B, int T, int V,
+                                        int Vp, cudaStream_t stream);
+
+/* ---- AdamW ---- */
+void adamw_update_cuda(float *params, float *m, float *v, const float *grads, size_t n, float lr,
+                       float beta1, float beta2, float eps, float weight_decay, int t,
+                       cudaStream_t stream);
+
+/* ---- global gradient norm and clipping ---- */
+/* Sum of squares of x (n) in double: per 16384-element block (as the CPU), then
+ * the blocks in order. Synchronizes the stream; returns a host value. */
+double norm_squared_cuda(const float *x, size_t n, cudaStream_t stream);
+void scale_inplace_cuda(float *x, size_t n, float scale, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,55 @@
+"""Every program answers --help with exit 0 and lists its flags; a bad flag
+value exits 2 with a message naming the flag; an unknown flag exits 2."""
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
+from phalanx_test import check, main  # noqa: E402
+
+HELP = {
+    "phalanx-coordinator": ["--bind", "--http", "--events", "--heartbeat-timeout-ms", "--min-replicas", "--job"],
+    "phalanx-worker": ["--coordinator", "--group", "--rank", "--steps", "--global-batch"],
+    "phalanx-launch": ["--groups", "--ranks-per-group", "--steps", "--chaos-kill-every", "--coordinator"],
+    "phalanx-data": ["--out", "--demo"],
+    "phalanxctl": ["status", "kill", "--http"],
+}
+
+BAD = [
+    ("phalanx-coordinator", ["--heartbeat-timeout-ms", "abc"], "--heartbeat-timeout-ms"),
+    ("phalanx-coordinator", ["--heartbeat-timeout-ms", "5"], "--heartbeat-timeout-ms"),
+    ("phalanx-coordinator", ["--min-replicas", "0"], "--min-replicas"),
+    ("phalanx-coordinator", ["--http", "127.0.0.1:99999"], "--http"),
+    ("phalanx-coordinator", ["--job", "bad name"], "--job"),
+    ("phalanx-coordinator", ["--mode", "fast"], "--mode"),
+    ("phalanx-coordinator", ["--bind"], "--bind"),
+    ("phalanx-worker", ["--group", "g", "--rank", "-1"], "--rank"),
+    ("phalanx-worker", ["--group", "g", "--steps", "1", "--lr", "2"], "--lr"),
+    ("phalanx-worker", ["--group", "g", "--rank", "2", "--ranks-per-group", "2"], "--rank"),
+    ("phalanx-launch", ["--groups", "0"], "--groups"),
+    ("phalanx-launch", ["--chaos-kill-every", "-1"], "--chaos-kill-every"),
+    ("phalanxctl", ["status", "--http", "nohost"], "--http"),
+]
+
+
+def run(bindir, prog, args):
+    return subprocess.run([os.path.join(bindir, prog)] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, timeout=30)
+
+
+def test(bindir):
+    for prog, flags in HELP.items():
+        r = run(bindir, prog, ["--help"])
+        check(r.returncode == 0, "%s --help exits 0, got %d" % (prog, r.returncode))
+        for f in flags:
+            check(f in r.stdout, "%s --help mentions %s" % (prog, f))
+        r = run(bindir, prog, ["--no-such-flag"] if prog != "phalanxctl" else ["status", "--no-such-flag"])
+        check(r.returncode == 2 and "--no-such-flag" in r.stderr, "%s rejects an unknown flag: %d %r" % (prog, r.returncode, r.stderr))
+    for prog, args, flag in BAD:
+        r = run(bindir, prog, args)
+        check(r.returncode == 2, "%s %s exits 2, got %d (%s)" % (prog, args, r.returncode, r.stderr.strip()))
+        check(flag in r.stderr, "%s %s names %s: %r" % (prog, args, flag, r.stderr.strip()))
+
+
+if __name__ == "__main__":
+    main(test)

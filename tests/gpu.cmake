@@ -1,0 +1,61 @@
+# GPU tests. Every one is registered on every machine, so the report always
+# lists them; where they cannot run they are SKIPPED with the reason printed,
+# never reported as passed:
+#   gpu_cuda_available  px_cuda_available() answers truthfully; runs (and must
+#                       pass) with or without a GPU; links every public CUDA
+#                       function
+#   gpu_ops             each CUDA op against its CPU twin (needs px_kernels)
+#   gpu_model           the CUDA model against the CPU model (needs px_model)
+#   gpu_reference       the CUDA model against the PyTorch fixture of
+#                       tests/reference, same tolerances as the CPU (needs px_model)
+# A test binary exits 77 when no usable GPU is present (SKIP_RETURN_CODE).
+# That every .cu file compiles is proven by the build itself: px_kernels_cuda
+# and px_model_cuda are part of `all` wherever nvcc exists.
+set(PX_GPU_TESTS gpu_cuda_available gpu_ops gpu_model gpu_reference)
+
+function(px_gpu_skipped_test name reason)
+  add_test(NAME ${name} COMMAND sh -c "echo 'SKIP: ${reason}'; exit 77")
+  set_tests_properties(${name} PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu)
+endfunction()
+
+if(NOT PHALANX_HAVE_CUDA OR NOT TARGET px_kernels_cuda)
+  foreach(t ${PX_GPU_TESTS})
+    px_gpu_skipped_test(${t} "built without CUDA: no nvcc at configure time (install the CUDA toolkit and reconfigure)")
+  endforeach()
+  return()
+endif()
+
+add_executable(test_cuda_available ${CMAKE_CURRENT_LIST_DIR}/gpu/test_cuda_available.c)
+# With the CPU library present, px_cuda_available() comes from it (device.c).
+if(TARGET px_kernels)
+  target_link_libraries(test_cuda_available PRIVATE px_kernels)
+endif()
+target_link_libraries(test_cuda_available PRIVATE px_model_cuda px_kernels_cuda)
+add_test(NAME gpu_cuda_available COMMAND test_cuda_available)
+set_tests_properties(gpu_cuda_available PROPERTIES LABELS gpu TIMEOUT 120)
+
+if(TARGET px_kernels)
+  add_executable(test_gpu_ops ${CMAKE_CURRENT_LIST_DIR}/gpu/test_gpu_ops.c)
+  target_link_libraries(test_gpu_ops PRIVATE px_kernels px_kernels_cuda m)
+  add_test(NAME gpu_ops COMMAND test_gpu_ops)
+  set_tests_properties(gpu_ops PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu TIMEOUT 600)
+else()
+  px_gpu_skipped_test(gpu_ops "the CPU ops (px_kernels) are not in this tree, nothing to compare against")
+endif()
+
+if(TARGET px_model)
+  add_executable(test_gpu_model ${CMAKE_CURRENT_LIST_DIR}/gpu/test_gpu_model.c)
+  target_link_libraries(test_gpu_model PRIVATE px_model px_model_cuda px_kernels_cuda px_common m)
+  add_test(NAME gpu_model COMMAND test_gpu_model)
+  set_tests_properties(gpu_model PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu TIMEOUT 600)
+
+  add_executable(test_gpu_reference ${CMAKE_CURRENT_LIST_DIR}/gpu/test_gpu_reference.c)
+  target_link_libraries(test_gpu_reference PRIVATE px_model px_model_cuda px_kernels_cuda m)
+  add_test(NAME gpu_reference
+           COMMAND test_gpu_reference ${CMAKE_CURRENT_LIST_DIR}/reference)
+  set_tests_properties(gpu_reference PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu TIMEOUT 300)
+else()
+  foreach(t gpu_model gpu_reference)
+    px_gpu_skipped_test(${t} "the CPU model (px_model) is not in this tree, nothing to compare against")
+  endforeach()
+endif()

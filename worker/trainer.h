@@ -1,0 +1,37 @@
+/* The distributed trainer: one rank of a fault-tolerant data-parallel job.
+ * It runs the step protocol of DESIGN.md ("Training semantics under
+ * failure") on top of the agent (control plane) and px_comm (data plane).
+ * See trainer.c for the protocol and docs/operations.md for what a user sees. */
+#ifndef PX_TRAINER_H
+#define PX_TRAINER_H
+
+#include <signal.h>
+#include <stdint.h>
+
+#include "agent.h"
+
+typedef struct {
+    const char *group;
+    int rank, ranks_per_group;
+    const char *model;        /* preset name or llm.c model file */
+    const char *data;         /* directory with train_*.bin / val_*.bin */
+    int64_t steps;            /* total optimizer steps of the job */
+    int global_batch;         /* samples per step, over all groups (fixed) */
+    int micro_batch;          /* samples per forward/backward */
+    int seq_len;              /* T */
+    float lr, min_lr, weight_decay, grad_clip;
+    int warmup;
+    uint64_t seed;
+    int threads;
+    int eval_every, eval_batches;
+    int comm_timeout_ms;
+    const char *ledger;       /* sample ledger file (NULL: none) */
+    const char *save;         /* llm.c model file written at the end (NULL: none) */
+    int progress;             /* print a progress line per committed step on stdout */
+} px_trainer_config_t;
+
+/* Trains until cfg->steps are committed or *stop is set. Returns 0 when the
+ * job's steps are done, 1 on a fatal error, 2 when stopped by a signal. */
+int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile sig_atomic_t *stop);
+
+#endif
