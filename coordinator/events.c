@@ -382,6 +382,7 @@ int px_events_flush(px_events_t *ev, int timeout_ms) {
             poll_locked(ev);
         }
         stats_locked(ev, &st);
+        if (st.pending == 0 && ev->kind == SINK_KAFKA) px_kafka_sync(ev->kafka);
         pthread_mutex_unlock(&ev->mu);
         if (st.pending == 0) return 0;
         if (px_now_ms() >= deadline) return -1;

@@ -58,6 +58,8 @@ px_kafka_t *px_kafka_new(const char *brokers, const char *topic, const char *job
  * spill file. Never blocks on the network. */
 void px_kafka_send(px_kafka_t *k, const char *line, size_t len);
 void px_kafka_poll(px_kafka_t *k);
+/* Makes the spill file and its delivered offset durable now. */
+void px_kafka_sync(px_kafka_t *k);
 /* Fills delivered, pending, spilled, delivery_failures. */
 void px_kafka_stats(px_kafka_t *k, px_events_stats_t *out);
 void px_kafka_describe(px_kafka_t *k, char *out, size_t outlen);

@@ -7,21 +7,24 @@
  * (the key sends every event of a job to one partition) and the idempotent
  * producer removes the duplicates its own retries would cause.
  *
- *  - Normal: emit hands the event to librdkafka at once.
+ *  - Journal: every event is first appended to <spill_dir>/<job>.spill.jsonl
+ *    (one write(), fsynced in batches), and the file keeps a line until Kafka
+ *    acknowledged it: <job>.spill.done holds the offset below which every line
+ *    is delivered. So a coordinator killed at any moment loses nothing it
+ *    emitted; the next run resends from that offset (at-least-once for the
+ *    events delivered or in flight just before the crash). Once everything in
+ *    the file is delivered it is truncated.
+ *  - Normal: the event is also handed to librdkafka at once.
  *  - Memory cap: librdkafka holds at most `max_inflight` undelivered events
  *    (message.timeout.ms=0: they wait for the brokers forever instead of
  *    timing out, which with idempotence would leave a gap). Past the cap, or
  *    when librdkafka refuses, we start *spilling*: this event and every later
- *    one is appended to <spill_dir>/<job>.spill.jsonl.
+ *    one stays only in the file, not yet handed to librdkafka.
  *  - Drain: once every in-memory event is delivered (inflight == 0, which also
  *    proves the brokers are back), lines are read back from the spill file, in
  *    order, keeping at most `max_inflight` in librdkafka. New events keep
  *    going to the end of the file until the reader reaches it; then spilling
  *    ends and emit goes straight to librdkafka again.
- *  - The file keeps a line until Kafka acknowledged it: <job>.spill.done holds
- *    the offset below which every line is delivered, so a coordinator killed
- *    mid-drain resends at most the lines that were in flight. When everything
- *    is delivered the file is truncated.
  *  - A backlog left by a previous run of the same job (a crash, or a shutdown
  *    during an outage) is found at start-up and delivered before this run's
  *    events, which simply start out spilling behind it.
@@ -85,10 +88,11 @@ struct px_kafka {
     char spill_path[PATH_MAX], done_path[PATH_MAX], lock_path[PATH_MAX], dead_path[PATH_MAX];
     char spill_dir[PATH_MAX - 256]; /* room for "/<job>.spill.jsonl" in the paths */
     int lock_fd, done_fd;
-    int64_t read_off;       /* next spill byte to hand to librdkafka */
+    int64_t read_off;       /* next spill byte to hand to librdkafka (offsets count the
+                               bytes still in spill.buf, see logical_size) */
     int64_t done_off;       /* every line below this offset is delivered */
     int64_t done_persisted; /* value in the .done file (-1: unknown) */
-    int64_t done_synced_ms;
+    int64_t done_synced_ms, truncated_ms;
     uint64_t spill_unread;  /* spilled lines not yet handed to librdkafka */
     int spilling, draining;
     int64_t drain_after_ms;
@@ -187,9 +191,8 @@ static void start_spilling(px_kafka_t *k, const char *why) {
                 (unsigned long long)k->inflight, k->opts.max_inflight, k->spill_path);
 }
 
-static void spill_append(px_kafka_t *k, const char *line, size_t len) {
-    if (px_appender_append(&k->spill, line, len) == 0) k->spill_unread++;
-}
+/* The file's size plus the bytes the disk has not taken yet. */
+static int64_t logical_size(const px_kafka_t *k) { return k->spill.size + (int64_t)k->spill.len; }
 
 /* ---- producing ---- */
 
@@ -219,17 +222,27 @@ static void request_reset(px_kafka_t *k, const char *why) {
 }
 
 void px_kafka_send(px_kafka_t *k, const char *line, size_t len) {
+    /* Journal first. If the disk refuses it too, Kafka is its only chance. */
+    int journaled = px_appender_append(&k->spill, line, len) == 0;
+    int64_t end = logical_size(k);
     const char *why = NULL;
     if (k->spilling || k->resetting || k->reset_requested) {
         why = "producer reset";
     } else if (k->inflight >= (uint64_t)k->opts.max_inflight) {
         why = "in-memory cap reached";
     } else {
-        rd_kafka_resp_err_t err = produce(k, line, len - 1, -1);
-        if (!err) return;
-        if (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE) {
+        rd_kafka_resp_err_t err = produce(k, line, len - 1, journaled ? end : -1);
+        if (!err) {
+            if (journaled) k->read_off = end; /* not spilling: read_off was at the end */
+            return;
+        }
+        if (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE) { /* never sendable: set it aside */
             k->failures++;
             dead_letter(k, line, len - 1, rd_kafka_err2str(err));
+            if (journaled) {
+                k->read_off = end;
+                if (k->inflight == 0) k->done_off = end;
+            }
             return;
         }
         if (err == RD_KAFKA_RESP_ERR__FATAL) {
@@ -238,8 +251,14 @@ void px_kafka_send(px_kafka_t *k, const char *line, size_t len) {
         }
         why = rd_kafka_err2str(err);
     }
+    if (!journaled) { /* neither the disk nor Kafka took it (counted by the appender) */
+        px_log_error("events_lost reason=\"the spill file refuses writes and Kafka is not "
+                     "taking events (%s)\" event=%.*s",
+                     why, (int)(len > 300 ? 300 : len - 1), line);
+        return;
+    }
     start_spilling(k, why);
-    spill_append(k, line, len);
+    k->spill_unread++;
 }
 
 /* ---- librdkafka callbacks (served inside rd_kafka_poll, our thread) ---- */
@@ -437,6 +456,7 @@ static void drain(px_kafka_t *k) {
         int64_t end = k->read_off + (int64_t)len;
         if (len == 1) { /* an empty line: nothing to send */
             k->read_off = end;
+            k->spill_unread--;
             if (k->inflight == 0 && k->done_off < end) k->done_off = end;
             continue;
         }
@@ -453,7 +473,7 @@ static void drain(px_kafka_t *k) {
         k->read_off = end;
         k->spill_unread--;
     }
-    if (k->read_off == k->spill.size && k->spill.len == 0) {
+    if (k->read_off == logical_size(k)) {
         k->spilling = 0;
         k->draining = 0;
         k->spill_unread = 0;
@@ -461,11 +481,17 @@ static void drain(px_kafka_t *k) {
     }
 }
 
-/* Everything in the file is delivered: start it over, empty. The .done
- * offset is zeroed first, so a crash in between repeats lines, never skips. */
-static void maybe_truncate(px_kafka_t *k) {
-    if (k->spilling || k->resetting || k->spill.size == 0 || k->spill.len != 0) return;
+/* Everything in the file is delivered: start it over, empty (at most once a
+ * second unless it grew past 1 MiB: each start-over costs an fsync). The
+ * .done offset is zeroed first, so a crash in between repeats lines, never
+ * skips them. */
+static void maybe_truncate(px_kafka_t *k, int now) {
+    if (k->spilling || k->resetting || k->inflight || k->spill.size == 0 || k->spill.len != 0)
+        return;
     if (k->done_off < k->spill.size) return;
+    int64_t t = px_now_ms();
+    if (!now && k->spill.size < (1 << 20) && t - k->truncated_ms < 1000) return;
+    k->truncated_ms = t;
     k->done_off = 0;
     persist_done(k, 1);
     if (k->done_persisted != 0 || ftruncate(k->spill.fd, 0) != 0) {
@@ -475,6 +501,7 @@ static void maybe_truncate(px_kafka_t *k) {
     k->spill.size = 0;
     k->spill.unsynced = 0;
     k->read_off = 0;
+    k->done_persisted = 0;
     cache_drop(k);
 }
 
@@ -521,8 +548,11 @@ static int rebuild_spill(px_kafka_t *k) {
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     int ok = fd >= 0;
     for (size_t i = 0; ok && i < k->nheld; i++) ok = write_all(fd, k->held[i].line, k->held[i].len) == 0;
-    if (ok) ok = copy_range(k->spill.fd, k->read_off, k->spill.size, fd) == 0;
-    if (ok && k->spill.len) ok = write_all(fd, k->spill.buf, k->spill.len) == 0;
+    /* The unread rest: part may still wait in spill.buf (a disk that refused writes). */
+    if (ok && k->read_off < k->spill.size)
+        ok = copy_range(k->spill.fd, k->read_off, k->spill.size, fd) == 0;
+    size_t skip = k->read_off > k->spill.size ? (size_t)(k->read_off - k->spill.size) : 0;
+    if (ok && k->spill.len > skip) ok = write_all(fd, k->spill.buf + skip, k->spill.len - skip) == 0;
     if (ok) ok = fsync(fd) == 0;
     if (fd >= 0) close(fd);
     if (ok) { /* zero .done before the rename: a crash between repeats lines, never skips */
@@ -575,9 +605,13 @@ static void begin_reset(px_kafka_t *k) {
     px_log_error("events_producer_reset reason=\"%s\" in_flight=%llu fatal=%d: undelivered events "
                  "go back to the spill file in order; events in flight now may arrive twice",
                  k->reset_reason, (unsigned long long)k->inflight, k->fatal);
-    rd_kafka_purge(k->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+    /* Non-blocking: the purged events come back as delivery reports on later polls. */
+    rd_kafka_purge(k->rk,
+                   RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT | RD_KAFKA_PURGE_F_NON_BLOCKING);
 }
 
+/* The one place that may block the loop briefly: recreating the producer
+ * after a fatal error waits for the old one's threads (milliseconds here). */
 static void finish_reset(px_kafka_t *k) {
     if (rebuild_spill(k) != 0) return;
     if (k->fatal) {
@@ -604,9 +638,15 @@ void px_kafka_poll(px_kafka_t *k) {
         if (k->inflight == 0) finish_reset(k);
     }
     drain(k);
-    maybe_truncate(k);
+    maybe_truncate(k, 0);
     px_appender_maybe_sync(&k->spill, (uint64_t)k->opts.batch_events, k->opts.batch_ms);
     persist_done(k, 0);
+}
+
+void px_kafka_sync(px_kafka_t *k) {
+    maybe_truncate(k, 1);
+    px_appender_sync(&k->spill);
+    persist_done(k, 1);
 }
 
 void px_kafka_stats(px_kafka_t *k, px_events_stats_t *out) {
@@ -792,7 +832,7 @@ void px_kafka_close(px_kafka_t *k, int timeout_ms) {
         k->failures += k->nheld;
     }
     k->spilling = k->spill_unread > 0;
-    maybe_truncate(k);
+    maybe_truncate(k, 1);
     px_appender_sync(&k->spill);
     persist_done(k, 1);
     if (k->spill_unread > 0)

@@ -16,11 +16,20 @@ if(TARGET px_events)
   add_test(NAME events_json COMMAND test_events_file json)
   add_test(NAME events_spec COMMAND test_events_file spec)
   add_test(NAME events_file COMMAND test_events_file file)
-  foreach(scenario order-outage backlog delivery-error)
+  foreach(scenario order-outage backlog delivery-error crash)
     string(REPLACE "-" "_" name ${scenario})
     add_test(NAME events_kafka_${name}
              COMMAND test_events_kafka ${scenario} $<TARGET_FILE:px-kafka-mock>)
     set_tests_properties(events_kafka_${name} PROPERTIES TIMEOUT 90 LABELS "events;kafka")
   endforeach()
   set_tests_properties(events_json events_spec events_file PROPERTIES TIMEOUT 30 LABELS events)
+
+  # The real coordinator and workers publishing to the mock cluster.
+  if(TARGET phalanx-coordinator AND TARGET phalanx-worker)
+    find_package(Python3 REQUIRED COMPONENTS Interpreter)
+    add_test(NAME events_kafka_coordinator
+             COMMAND ${Python3_EXECUTABLE} ${PX_KAFKA_TESTS}/test_coordinator_kafka.py
+                     $<TARGET_FILE_DIR:phalanx-coordinator>)
+    set_tests_properties(events_kafka_coordinator PROPERTIES TIMEOUT 120 LABELS "events;kafka")
+  endif()
 endif()

@@ -237,6 +237,22 @@ static void kcat_read(const char *topic, event_list_t *out) {
     fclose(f);
 }
 
+/* Parses a JSONL file (a spill file or a file sink) into events. */
+static void read_jsonl(const char *path, event_list_t *out) {
+    memset(out, 0, sizeof *out);
+    FILE *f = fopen(path, "r");
+    REQUIRE(f != NULL, "open %s", path);
+    char *line = NULL;
+    size_t cap = 0;
+    while (getline(&line, &cap, f) > 0) {
+        test_event_t e;
+        REQUIRE(parse_event(line, &e) == 0, "unparsable line in %s: %.200s", path, line);
+        list_push(out, &e);
+    }
+    free(line);
+    fclose(f);
+}
+
 /* What we expect, in order: runs[i] with seqs 1..counts[i]. */
 typedef struct {
     const char *run;

@@ -47,13 +47,16 @@ static int lookup_error(const char *name, rd_kafka_resp_err_t *out) {
     return -1;
 }
 
-static void set_all(rd_kafka_mock_cluster_t *mc, int brokers, int up) {
+static int set_all(rd_kafka_mock_cluster_t *mc, int brokers, int up) {
     for (int id = 1; id <= brokers; id++) {
-        if (up)
-            rd_kafka_mock_broker_set_up(mc, id);
-        else
-            rd_kafka_mock_broker_set_down(mc, id);
+        rd_kafka_resp_err_t err =
+            up ? rd_kafka_mock_broker_set_up(mc, id) : rd_kafka_mock_broker_set_down(mc, id);
+        if (err) {
+            printf("error: broker %d %s: %s\n", id, up ? "up" : "down", rd_kafka_err2str(err));
+            return -1;
+        }
     }
+    return 0;
 }
 
 static int create_topic(rd_kafka_mock_cluster_t *mc, const char *name, int partitions,
@@ -115,8 +118,7 @@ int main(int argc, char **argv) {
         if (!strcmp(cmd, "quit")) {
             break;
         } else if (!strcmp(cmd, "down") || !strcmp(cmd, "up")) {
-            set_all(mc, brokers, cmd[0] == 'u');
-            printf("ok\n");
+            if (set_all(mc, brokers, cmd[0] == 'u') == 0) printf("ok\n");
         } else if (!strcmp(cmd, "topic") && a1[0]) {
             if (create_topic(mc, a1, a2[0] ? atoi(a2) : partitions, brokers) == 0) printf("ok\n");
         } else if (!strcmp(cmd, "fail") && a1[0] && a2[0]) {
