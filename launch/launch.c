@@ -222,7 +222,8 @@ static int start_coordinator(launch_t *L) {
     char path[4200], log[4200];
     snprintf(path, sizeof path, "%s/phalanx-coordinator", c->bindir);
     snprintf(log, sizeof log, "%s/coordinator.log", c->log_dir);
-    const char *argv[] = {path, "--bind", c->bind, "--http", c->http, "--job", c->job, "--events", c->events, NULL};
+    const char *argv[] = {path, "--bind", c->bind, "--http", c->http, "--job", c->job, "--events", c->events,
+                          "--spill-dir", c->log_dir, NULL};
     L->coord_pid = spawn(path, (char *const *)argv, log, NULL);
     if (L->coord_pid < 0) return -1;
     px_sleep_ms(200);
