@@ -81,6 +81,21 @@ int px_flag_hostport0(const char *prog, const char *flag, const char *val, char 
     return hostport(prog, flag, val, host, hostlen, 0);
 }
 
+char *px_flag_token_file(const char *prog, const char *flag, const char *val) {
+    px_flag_need(prog, flag, val);
+    FILE *f = fopen(val, "r");
+    if (!f) usage_error(prog, "%s: cannot open '%s'%s", flag, val, "");
+    char line[300] = {0};
+    if (!fgets(line, sizeof line, f)) line[0] = '\0';
+    fclose(f);
+    line[strcspn(line, "\r\n")] = '\0';
+    if (!line[0] || strlen(line) > 256)
+        usage_error(prog, "%s: '%s' %s", flag, val, "must hold a token of 1..256 bytes on its first line");
+    char *tok = strdup(line);
+    if (!tok) usage_error(prog, "%s: %s%s", flag, "out of memory", "");
+    return tok;
+}
+
 void px_flag_unknown(const char *prog, const char *arg) {
     fprintf(stderr, "%s: unknown flag '%s' (see %s --help)\n", prog, arg, prog);
     exit(2);

@@ -16,6 +16,9 @@ const char *px_flag_str(const char *prog, const char *flag, const char *val, int
 int px_flag_hostport(const char *prog, const char *flag, const char *val, char *host, int hostlen);
 /* The same, with port 0 allowed (meaning: pick a free port). */
 int px_flag_hostport0(const char *prog, const char *flag, const char *val, char *host, int hostlen);
+/* Reads a job token from the first line of file `val` (1..256 bytes), or
+ * exit(2) naming `flag`. Returns a malloc'd string. */
+char *px_flag_token_file(const char *prog, const char *flag, const char *val);
 /* Prints "PROG: unknown flag 'X' (see --help)" and exits 2. */
 void px_flag_unknown(const char *prog, const char *arg) __attribute__((noreturn));
 /* Prints "PROG: flag X needs a value" and exits 2 when val is NULL. */

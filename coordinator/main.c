@@ -40,23 +40,6 @@ static void usage(void) {
            PROG);
 }
 
-static char *read_token(const char *path) {
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        fprintf(stderr, "%s: --token-file: cannot open '%s'\n", PROG, path);
-        exit(2);
-    }
-    char line[300] = {0};
-    if (!fgets(line, sizeof line, f)) line[0] = '\0';
-    fclose(f);
-    line[strcspn(line, "\r\n")] = '\0';
-    if (!line[0] || strlen(line) > 256) {
-        fprintf(stderr, "%s: --token-file: '%s' must hold a token of 1..256 bytes on its first line\n", PROG, path);
-        exit(2);
-    }
-    return strdup(line);
-}
-
 int main(int argc, char **argv) {
     px_log_set_prog(PROG);
     px_coordinator_config_t cfg = {
@@ -90,7 +73,7 @@ int main(int argc, char **argv) {
             }
         } else if (!strcmp(a, "--events")) cfg.events = px_flag_str(PROG, a, v, 4096);
         else if (!strcmp(a, "--spill-dir")) cfg.spill_dir = px_flag_str(PROG, a, v, 4096);
-        else if (!strcmp(a, "--token-file")) cfg.token = read_token(px_flag_str(PROG, a, v, 4096));
+        else if (!strcmp(a, "--token-file")) cfg.token = px_flag_token_file(PROG, a, v);
         else if (!strcmp(a, "--heartbeat-interval-ms")) cfg.heartbeat_interval_ms = px_flag_int(PROG, a, v, 10, 10000);
         else if (!strcmp(a, "--heartbeat-timeout-ms")) cfg.heartbeat_timeout_ms = px_flag_int(PROG, a, v, 50, 600000);
         else if (!strcmp(a, "--min-replicas")) cfg.min_replicas = (int)px_flag_int(PROG, a, v, 1, 100000);

@@ -6,7 +6,7 @@ foreach(t quorum membership store wire)
 endforeach()
 
 find_package(Python3 REQUIRED COMPONENTS Interpreter)
-foreach(t integration coordinator_restart cli)
+foreach(t integration coordinator_restart cli auth)
   add_test(NAME control_${t}
            COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/control/test_${t}.py
                    $<TARGET_FILE_DIR:phalanx-coordinator>)

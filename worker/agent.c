@@ -87,6 +87,19 @@ static void enqueue_locked(px_agent_t *a, void *buf, size_t len) {
     a->outbox[a->n_out++] = (frame_t){buf, len};
 }
 
+/* Fire and forget from a caller's thread: queue it for the agent thread.
+ * leaving: this is our own departure notice; never register again after it. */
+static void post(px_agent_t *a, px_msg_t *env, int leaving) {
+    size_t len;
+    void *buf = encode(a, env, &len);
+    if (!buf) return;
+    pthread_mutex_lock(&a->mu);
+    enqueue_locked(a, buf, len);
+    if (leaving) a->leaving = 1;
+    pthread_mutex_unlock(&a->mu);
+    wake(a);
+}
+
 static void send_now(px_agent_t *a, px_msg_t *env) {
     size_t len;
     void *buf = encode(a, env, &len);
@@ -476,14 +489,7 @@ void px_agent_report_failure(px_agent_t *a, const char *accused_group, int accus
     f.reason = r;
     env.body_case = PHALANX__ENVELOPE__BODY_FAILURE;
     env.failure = &f;
-    size_t len;
-    void *buf = encode(a, &env, &len);
-    if (!buf) return;
-    pthread_mutex_lock(&a->mu);
-    enqueue_locked(a, buf, len);
-    if (accused_group && !strcmp(accused_group, a->group) && accused_rank == a->cfg.rank) a->leaving = 1;
-    pthread_mutex_unlock(&a->mu);
-    wake(a);
+    post(a, &env, accused_group && !strcmp(accused_group, a->group) && accused_rank == a->cfg.rank);
 }
 
 void px_agent_set_quorum_hook(px_agent_t *a, px_agent_quorum_hook_fn fn, void *ctx) {
@@ -511,13 +517,7 @@ void px_agent_notify(px_agent_t *a, const char *kind, int64_t quorum_id, int64_t
     w.detail = d;
     env.body_case = PHALANX__ENVELOPE__BODY_WORKER_EVENT;
     env.worker_event = &w;
-    size_t len;
-    void *buf = encode(a, &env, &len);
-    if (!buf) return;
-    pthread_mutex_lock(&a->mu);
-    enqueue_locked(a, buf, len);
-    pthread_mutex_unlock(&a->mu);
-    wake(a);
+    post(a, &env, 0);
 }
 
 /* Sends env as a call and waits for its reply (caller frees it). NULL on timeout. */

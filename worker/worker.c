@@ -62,19 +62,6 @@ static void usage(void) {
            PROG, PROG);
 }
 
-static char *read_token(const char *path) {
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        fprintf(stderr, "%s: --token-file: cannot open '%s'\n", PROG, path);
-        exit(2);
-    }
-    char line[300] = {0};
-    if (!fgets(line, sizeof line, f)) line[0] = '\0';
-    fclose(f);
-    line[strcspn(line, "\r\n")] = '\0';
-    return strdup(line);
-}
-
 static void log_quorum(const char *what, const px_quorum_t *q) {
     char groups[512] = "";
     size_t n = 0;
@@ -105,7 +92,7 @@ int px_worker_main(int argc, char **argv) {
         else if (!strcmp(a, "--rank")) cfg.rank = (int)px_flag_int(PROG, a, v, 0, 1023);
         else if (!strcmp(a, "--ranks-per-group")) cfg.group_size = (int)px_flag_int(PROG, a, v, 1, 1024);
         else if (!strcmp(a, "--job")) cfg.job = px_flag_str(PROG, a, v, 63);
-        else if (!strcmp(a, "--token-file")) token = read_token(px_flag_str(PROG, a, v, 4096));
+        else if (!strcmp(a, "--token-file")) token = px_flag_token_file(PROG, a, v);
         else if (!strcmp(a, "--steps")) tc.steps = px_flag_int(PROG, a, v, 1, 100000000);
         else if (!strcmp(a, "--model")) tc.model = px_flag_str(PROG, a, v, 4096);
         else if (!strcmp(a, "--data")) tc.data = px_flag_str(PROG, a, v, 4096);
