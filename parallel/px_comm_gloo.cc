@@ -35,7 +35,6 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
-#include <gloo/types.h>
 
 #include <pthread.h>
 #include <signal.h>
@@ -61,13 +60,28 @@ using Clock = std::chrono::steady_clock;
 using Ms = std::chrono::milliseconds;
 using UnboundBuffer = gloo::transport::UnboundBuffer;
 
-// Slot prefixes for our traffic (Gloo's own collectives use 0x01..0x08).
-// Collectives add a per-communicator operation counter, so a message can
-// only ever match the same operation on the peer.
-constexpr uint8_t kP2PSlotPrefix = 0x70;
-constexpr uint8_t kCollectiveSlotPrefix = 0x71;
-constexpr uint8_t kPoisonSlotPrefix = 0x72;
-constexpr uint8_t kSentinelSlotPrefix = 0x73;
+// Gloo matches a send with a receive by (pair, 64-bit slot), in order. A
+// match whose sizes differ is fatal: Gloo's I/O thread throws and the process
+// terminates. So every slot here carries a hash of what defines the sizes
+// (operation, element count, root; for send/recv the byte count): a rank
+// that calls a different operation or size never matches, and both sides
+// end with a timeout instead of a crash.
+//   bits 56..63 kind | collectives: 32..55 operation counter, 0..31 hash
+//                    | send/recv:   24..55 tag,               0..23 hash
+constexpr uint64_t kP2PSlot = 0x70;
+constexpr uint64_t kCollectiveSlot = 0x71;
+constexpr uint64_t kPoisonSlot = 0x72;
+constexpr uint64_t kSentinelSlot = 0x73;
+
+uint64_t mix(uint64_t x) {  // splitmix64 finaliser
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+uint64_t p2pSlot(int tag, size_t bytes) {
+    return (kP2PSlot << 56) | (static_cast<uint64_t>(tag) << 24) | (mix(bytes) & 0xffffff);
+}
 
 // Transfers are cut into segments so that adding a received segment overlaps
 // with the transfer of the next ones.
@@ -224,7 +238,7 @@ void poison(GlooComm *g) {
         if (peer == g->rank) continue;
         try {
             auto ub = g->ctx->createUnboundBuffer(&dummy, 1);
-            ub->recv(peer, gloo::Slot::build(kPoisonSlotPrefix, 0));
+            ub->recv(peer, kPoisonSlot << 56);
             ub->waitRecv(Ms(1));
         } catch (const std::exception &e) {
             if (std::strstr(e.what(), "Timed out")) break;
@@ -381,15 +395,27 @@ px_comm_status_t run(GlooComm *g, const char *what, int timeoutMs, char *err, si
     if (st != PX_COMM_OK) {
         poison(g);
         interruptAll(g, msg);
-        fmt(err, errlen, "gloo %s: %s after %ld ms (timeout %d ms): %s", what,
-            px_comm_status_str(st), elapsed, timeoutMs, msg.c_str());
+        fmt(err, errlen, "gloo %s: %s after %ld ms (timeout %d ms): %s%s", what,
+            px_comm_status_str(st), elapsed, timeoutMs, msg.c_str(),
+            st == PX_COMM_TIMEOUT ? " (a peer stopped or is slow, or called a different "
+                                    "operation, size, root or tag)"
+                                  : "");
     }
     return st;
 }
 
 GlooComm *self(void *impl) { return static_cast<GlooComm *>(impl); }
 
-uint64_t nextSlot(GlooComm *g) { return gloo::Slot::build(kCollectiveSlotPrefix, g->opSeq++); }
+// Slot of the next collective step; `what` hashes the operation, its element
+// count and its root (the same on every rank that makes the same call).
+uint64_t nextSlot(GlooComm *g, uint64_t what) {
+    const uint64_t seq = g->opSeq++ & 0xffffff;
+    return (kCollectiveSlot << 56) | (seq << 32) | (mix(what) & 0xffffffff);
+}
+enum : uint64_t { kRingReduce = 1, kRingGather = 2, kBroadcast = 3, kBarrier = 4 };
+uint64_t describe(uint64_t kind, uint64_t count, uint64_t extra = 0) {
+    return mix(kind) ^ mix(count + 0x1000) ^ mix(extra + 0x2000000);
+}
 
 // Element range [begin, end) of chunk c when n elements are split in `parts`.
 struct Range {
@@ -419,7 +445,8 @@ void ringPass(GlooComm *g, float *data, size_t n, const std::vector<Range> &chun
               bool reduce, px_comm_op_t op, Clock::time_point deadline) {
     const int P = g->size, r = g->rank;
     const int right = (r + 1) % P, left = (r + P - 1) % P;
-    const uint64_t slot = nextSlot(g);
+    const uint64_t slot = nextSlot(g, describe(reduce ? kRingReduce : kRingGather, n,
+                                               static_cast<uint64_t>(shift + 8) * 4 + op));
     OpBuffer dataBuf(g, data, n * sizeof(float), deadline);
     std::unique_ptr<OpBuffer> tmpBuf;
     if (reduce) {
@@ -501,7 +528,7 @@ px_comm_status_t broadcastBytes(void *impl, void *buf, size_t bytes, int root, i
     GlooComm *g = self(impl);
     return run(g, "broadcast", timeoutMs, err, errlen, [&](Clock::time_point deadline) {
         const int P = g->size, vrank = (g->rank - root + P) % P;
-        const uint64_t slot = nextSlot(g);
+        const uint64_t slot = nextSlot(g, describe(kBroadcast, bytes, root));
         OpBuffer b(g, buf, bytes, deadline);
         int span = 1;
         while (span < P) span <<= 1;
@@ -525,7 +552,7 @@ px_comm_status_t sendBytes(void *impl, const void *buf, size_t bytes, int peer, 
     GlooComm *g = self(impl);
     return run(g, "send", timeoutMs, err, errlen, [&](Clock::time_point deadline) {
         OpBuffer b(g, const_cast<void *>(buf), bytes, deadline);
-        b.send(peer, gloo::Slot::build(kP2PSlotPrefix, static_cast<uint32_t>(tag)), 0, bytes);
+        b.send(peer, p2pSlot(tag, bytes), 0, bytes);
         b.waitSend();
     });
 }
@@ -535,7 +562,7 @@ px_comm_status_t recvBytes(void *impl, void *buf, size_t bytes, int peer, int ta
     GlooComm *g = self(impl);
     return run(g, "recv", timeoutMs, err, errlen, [&](Clock::time_point deadline) {
         OpBuffer b(g, buf, bytes, deadline);
-        b.recv(peer, gloo::Slot::build(kP2PSlotPrefix, static_cast<uint32_t>(tag)), 0, bytes);
+        b.recv(peer, p2pSlot(tag, bytes), 0, bytes);
         b.waitRecv();
     });
 }
@@ -547,7 +574,7 @@ px_comm_status_t barrierAll(void *impl, int timeoutMs, char *err, size_t errlen)
     GlooComm *g = self(impl);
     return run(g, "barrier", timeoutMs, err, errlen, [&](Clock::time_point deadline) {
         const int P = g->size, r = g->rank;
-        const uint64_t slot = nextSlot(g);
+        const uint64_t slot = nextSlot(g, describe(kBarrier, 0));
         char out = 1, in = 0;
         OpBuffer sb(g, &out, 1, deadline), rb(g, &in, 1, deadline);
         for (int d = 1; d < P; d <<= 1) {
@@ -586,7 +613,7 @@ void destroyComm(void *impl) {
 // Posts the sentinel receive on every pair and starts the watchdog.
 void startWatchdog(GlooComm *g) {
     g->sentinel = g->ctx->createUnboundBuffer(&g->sentinelByte, 1);
-    const uint64_t slot = gloo::Slot::build(kSentinelSlotPrefix, 0);
+    const uint64_t slot = kSentinelSlot << 56;
     for (int peer = 0; peer < g->size; peer++)
         if (peer != g->rank) g->sentinel->recv(peer, slot, 0, 1);
     g->watchdog = std::thread(watch, g);

@@ -13,6 +13,8 @@
  *                              peer's next operation fails with PEER_FAILED
  *   comm_test rendezvous       reused prefix fails fast; a missing rank times
  *                              out in about the timeout; a late rank is waited for
+ *   comm_test mismatch         ranks that disagree on a size, an operation or a
+ *                              root get PX_COMM_TIMEOUT, and nobody crashes
  *   comm_test nccl             without a GPU px_comm_new_nccl returns NULL with
  *                              a clear message (with one: a 1-rank smoke test)
  *
@@ -639,6 +641,64 @@ static int test_rendezvous(void) {
     return bad ? 1 : 0;
 }
 
+/* ------------------------------------------------------------- mismatch */
+
+#define MM_TIMEOUT_MS 500
+
+/* Runs one deliberately mismatched call on a fresh communicator; both ranks
+ * must get PX_COMM_TIMEOUT at about the timeout (Gloo itself would abort the
+ * process on a size mismatch; px_comm keeps mismatches from ever matching). */
+static int mismatch_case(px_store_t *st, const char *prefix, int rank, int which) {
+    char err[512];
+    px_comm_t *c = px_comm_new_gloo(st, prefix, rank, 2, 5000, err, sizeof(err));
+    CHECK(c, "new %s: %s", prefix, err);
+    CHECK_OK(c, px_comm_barrier(c));
+    px_comm_set_timeout(c, MM_TIMEOUT_MS);
+    CHECK(px_comm_timeout(c) == MM_TIMEOUT_MS, "set_timeout");
+    char bytes[100] = {0};
+    float v[10] = {0};
+    px_comm_status_t s = PX_COMM_OK;
+    int64_t t0 = px_now_ms();
+    if (which == 0) /* send 100 bytes, receive 50 */
+        s = rank == 0 ? px_comm_send(c, bytes, 100, 1, 3) : px_comm_recv(c, bytes, 50, 0, 3);
+    else if (which == 1) /* allreduce of 10 against 7 elements */
+        s = px_comm_allreduce_sum_f32(c, v, rank == 0 ? 10 : 7);
+    else if (which == 2) /* broadcast from different roots */
+        s = px_comm_broadcast(c, bytes, sizeof(bytes), rank);
+    else /* allreduce against allgather */
+        s = rank == 0 ? px_comm_allreduce_sum_f32(c, v, 10) : px_comm_allgather_f32(c, v, v, 5);
+    int64_t took = px_now_ms() - t0;
+    printf("mismatch %s: rank%d %s after %lld ms\n", prefix, rank, px_comm_status_str(s),
+           (long long)took);
+    CHECK(s == PX_COMM_TIMEOUT, "%s: %s: %s", prefix, px_comm_status_str(s),
+          px_comm_last_error(c));
+    CHECK(took < MM_TIMEOUT_MS + 1500, "%s took %lld ms", prefix, (long long)took);
+    px_comm_destroy(&c);
+    return 0;
+}
+
+static int mismatch_rank(int rank, int size, void *argp) {
+    (void)size;
+    g_rank = rank;
+    px_store_t st = px_dir_store(argp);
+    const char *names[] = {"mm/p2p", "mm/count", "mm/root", "mm/op"};
+    for (int i = 0; i < 4; i++)
+        if (mismatch_case(&st, names[i], rank, i)) return 1;
+    return 0;
+}
+
+static int test_mismatch(void) {
+    px_dir_store_t *store = px_procs_shared(sizeof(*store));
+    store_dir(store, "mm");
+    pid_t pids[2];
+    int codes[2];
+    if (px_procs_spawn(2, mismatch_rank, store, pids) != 0) return 1;
+    int bad = px_procs_wait(2, pids, px_now_ms() + 30000, codes, -1);
+    px_dir_store_remove(store);
+    printf("mismatch: %s (exit codes %d %d)\n", bad ? "FAIL" : "ok", codes[0], codes[1]);
+    return bad ? 1 : 0;
+}
+
 /* ----------------------------------------------------------------- nccl */
 
 static int test_nccl(void) {
@@ -672,7 +732,7 @@ int main(int argc, char **argv) {
     if (seed && *seed) g_seed = (unsigned)strtoul(seed, NULL, 10);
     if (!g_seed) g_seed = 1;
     if (argc < 2) {
-        fprintf(stderr, "usage: %s basic [--small] | kill | stop | abort | rendezvous | nccl\n",
+        fprintf(stderr, "usage: %s basic [--small] | kill | stop | abort | rendezvous | mismatch | nccl\n",
                 argv[0]);
         return 2;
     }
@@ -683,6 +743,7 @@ int main(int argc, char **argv) {
     if (!strcmp(t, "abort")) return test_abort();
     if (!strcmp(t, "rendezvous")) return test_rendezvous();
     if (!strcmp(t, "nccl")) return test_nccl();
+    if (!strcmp(t, "mismatch")) return test_mismatch();
     fprintf(stderr, "%s: unknown test '%s'\n", argv[0], t);
     return 2;
 }
