@@ -38,10 +38,13 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -90,6 +93,13 @@ constexpr size_t kSegmentFloats = 256 * 1024;  // 1 MiB
 // The watchdog waits "forever"; a Gloo wait cannot be unbounded, and a timed
 // out wait would poison the context, so forever is a long time.
 constexpr auto kForever = std::chrono::hours(24 * 365);
+
+// After a connection fails, how long the watchdog lets the operation in
+// flight finish before interrupting it. A peer that completed the operation
+// and closed its communicator sent its last data before closing, so that data
+// is already here: the operation completes within microseconds unless it is
+// truly stuck on the closed connection.
+constexpr auto kDrainGrace = Ms(20);
 
 // Blocks SIGPIPE on this thread for the guard's lifetime; a SIGPIPE raised
 // meanwhile (by Gloo writing to a reset socket) is consumed on the way out.
@@ -191,8 +201,66 @@ class CallbackStore : public gloo::rendezvous::Store {
 };
 
 
+// Gloo's I/O loop sleeps in epoll_wait for up to 10 ms, and closing a
+// connection from any other thread waits for the loop's next turn: 10 ms per
+// connection. While we close connections (poison, destroy) an eventfd
+// registered with the loop is kept readable and its handler leaves it so,
+// which keeps the loop turning; closing then takes microseconds.
+class LoopKicker : public gloo::transport::tcp::Handler {
+  public:
+    explicit LoopKicker(gloo::transport::tcp::Device &dev)
+        : fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+        if (fd_ < 0) throw std::runtime_error(std::string("eventfd: ") + strerror(errno));
+        dev.registerDescriptor(fd_, EPOLLIN, this);
+    }
+    ~LoopKicker() override { close(fd_); }
+    LoopKicker(const LoopKicker &) = delete;
+    LoopKicker &operator=(const LoopKicker &) = delete;
+
+    void handleEvents(int /*events*/) override {}  // stay readable: keep turning
+
+    void start() {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (users_++ == 0) {
+            uint64_t one = 1;
+            if (write(fd_, &one, sizeof(one)) != sizeof(one)) {
+            }  // at worst the loop turns at its usual 10 ms pace
+        }
+    }
+    void stop() {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (--users_ == 0) {
+            uint64_t value;
+            if (read(fd_, &value, sizeof(value)) != sizeof(value)) {
+            }
+        }
+    }
+
+  private:
+    int fd_;
+    std::mutex mu_;
+    int users_ = 0;
+};
+
+// Keeps Gloo's loop turning for a scope (see LoopKicker).
+class Kick {
+  public:
+    explicit Kick(LoopKicker *k) : k_(k) {
+        if (k_) k_->start();
+    }
+    ~Kick() {
+        if (k_) k_->stop();
+    }
+    Kick(const Kick &) = delete;
+    Kick &operator=(const Kick &) = delete;
+
+  private:
+    LoopKicker *k_;
+};
+
 struct GlooComm {
     int rank = 0, size = 0;
+    std::unique_ptr<LoopKicker> kicker;  // before dev: destroyed after the loop stops
     std::shared_ptr<gloo::transport::Device> dev;
     std::shared_ptr<gloo::rendezvous::Context> ctx;
     uint32_t opSeq = 0;          // collectives issued so far (same on every rank)
@@ -200,7 +268,9 @@ struct GlooComm {
 
     std::atomic<bool> aborted{false};
     std::atomic<bool> poisoned{false};     // every connection closed (poison() ran)
-    std::mutex mu;                         // guards the four fields below
+    std::mutex mu;                         // guards the fields down to inflight
+    std::condition_variable opCv;          // signalled when an operation ends
+    bool opRunning = false;                // inside run()
     bool failed = false;                   // a pair failed, or abort: no more waiting
     std::string failReason;                // why, for the status message
     std::vector<UnboundBuffer *> inflight;  // buffers the running operation waits on
@@ -224,6 +294,7 @@ void interruptAll(GlooComm *g, const std::string &why) {
         b->abortWaitSend();
         b->abortWaitRecv();
     }
+    g->opCv.notify_all();
 }
 
 // Closes every connection of the context and fails everything pending on it,
@@ -233,6 +304,7 @@ void interruptAll(GlooComm *g, const std::string &why) {
 void poison(GlooComm *g) {
     if (!g->ctx || g->poisoned.load()) return;
     SigpipeBlock guard;
+    Kick kick(g->kicker.get());
     char dummy = 0;
     for (int peer = 0; peer < g->size; peer++) {
         if (peer == g->rank) continue;
@@ -254,8 +326,9 @@ void poison(GlooComm *g) {
 
 // The watchdog: sleeps on the sentinel until a pair fails (the sentinel's
 // wait throws) or destroy wakes it (abortWaitRecv, with stopping set). On a
-// failure it closes everything first, so the peers learn at once, then
-// wakes the operation in flight.
+// failure it lets the operation in flight finish if it can (kDrainGrace),
+// then closes everything, so the peers learn at once, and wakes the
+// operation if it is still waiting.
 void watch(GlooComm *g) {
     std::string why;
     try {
@@ -268,6 +341,10 @@ void watch(GlooComm *g) {
         why = "unknown exception on the sentinel";
     }
     if (g->stopping.load()) return;
+    {
+        std::unique_lock<std::mutex> lock(g->mu);
+        g->opCv.wait_for(lock, kDrainGrace, [g] { return !g->opRunning || g->failed; });
+    }
     poison(g);
     interruptAll(g, why);
 }
@@ -365,6 +442,10 @@ px_comm_status_t run(GlooComm *g, const char *what, int timeoutMs, char *err, si
     px_comm_status_t st = PX_COMM_OK;
     std::string msg;
     {
+        std::lock_guard<std::mutex> lock(g->mu);
+        g->opRunning = true;
+    }
+    {
         SigpipeBlock guard;
         try {
             body(t0 + Ms(timeoutMs));
@@ -382,6 +463,11 @@ px_comm_status_t run(GlooComm *g, const char *what, int timeoutMs, char *err, si
             st = PX_COMM_ERROR;
             msg = "unknown exception";
         }
+    }
+    {
+        std::lock_guard<std::mutex> lock(g->mu);
+        g->opRunning = false;
+        g->opCv.notify_all();
     }
     const long elapsed =
         static_cast<long>(std::chrono::duration_cast<Ms>(Clock::now() - t0).count());
@@ -603,8 +689,10 @@ void destroyComm(void *impl) {
             g->watchdog.join();
         }
         g->sentinel.reset();
+        if (g->kicker) g->kicker->start();  // left on: the loop must also notice it is done
         g->ctx.reset();
         g->dev.reset();
+        g->kicker.reset();
     } catch (...) {
     }
     delete g;
@@ -658,6 +746,8 @@ extern "C" void *px_gloo_new(const px_store_t *store, const char *prefix, int ra
         // blocked SIGPIPE.
         SigpipeBlock guard;
         g->dev = gloo::transport::tcp::CreateDevice(attr);
+        auto *tcpDev = dynamic_cast<gloo::transport::tcp::Device *>(g->dev.get());
+        if (tcpDev) g->kicker.reset(new LoopKicker(*tcpDev));
         g->ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
         // Gloo waits up to 5x the context timeout for a pair to connect,
         // after the store wait: keep the whole creation near timeout_ms.
