@@ -15,6 +15,9 @@
  *                              out in about the timeout; a late rank is waited for
  *   comm_test mismatch         ranks that disagree on a size, an operation or a
  *                              root get PX_COMM_TIMEOUT, and nobody crashes
+ *   comm_test shutdown         ranks that finish an operation and destroy the
+ *                              communicator at once never fail a slower rank's
+ *                              same operation (40 rounds, seeded jitter)
  *   comm_test nccl             without a GPU px_comm_new_nccl returns NULL with
  *                              a clear message (with one: a 1-rank smoke test)
  *
@@ -699,6 +702,47 @@ static int test_mismatch(void) {
     return bad ? 1 : 0;
 }
 
+/* ------------------------------------------------------------- shutdown */
+
+#define SD_ROUNDS 40
+
+static int shutdown_rank(int rank, int size, void *argp) {
+    g_rank = rank;
+    px_store_t st = px_dir_store(argp);
+    unsigned rs = g_seed * 7919u + (unsigned)rank * 104729u + 1u;
+    float buf[1024];
+    char err[512], prefix[64];
+    for (int round = 0; round < SD_ROUNDS; round++) {
+        snprintf(prefix, sizeof(prefix), "sd/q%d", round);
+        px_comm_t *c = px_comm_new_gloo(&st, prefix, rank, size, 10000, err, sizeof(err));
+        CHECK(c, "round %d: new: %s", round, err);
+        for (int i = 0; i < 1024; i++) buf[i] = (float)(rank + 1);
+        /* Jitter so that different ranks are the last to finish. */
+        if (rnd(&rs) % 2) px_sleep_ms(rnd(&rs) % 4);
+        px_comm_status_t s = (round % 2) ? px_comm_barrier(c)
+                                         : px_comm_allreduce_sum_f32(c, buf, 1024);
+        CHECK(s == PX_COMM_OK, "round %d: %s: %s", round, px_comm_status_str(s),
+              px_comm_last_error(c));
+        CHECK(round % 2 || buf[1023] == 6.0f, "round %d: sum %g", round, buf[1023]);
+        px_comm_destroy(&c); /* at once: a slower rank may still be inside the call */
+    }
+    return 0;
+}
+
+static int test_shutdown(void) {
+    px_dir_store_t *store = px_procs_shared(sizeof(*store));
+    store_dir(store, "sd");
+    pid_t pids[3];
+    int codes[3];
+    int64_t t0 = px_now_ms();
+    if (px_procs_spawn(3, shutdown_rank, store, pids) != 0) return 1;
+    int bad = px_procs_wait(3, pids, px_now_ms() + 60000, codes, -1);
+    px_dir_store_remove(store);
+    printf("shutdown: %s, %d rounds in %lld ms (seed %u)\n", bad ? "FAIL" : "ok", SD_ROUNDS,
+           (long long)(px_now_ms() - t0), g_seed);
+    return bad ? 1 : 0;
+}
+
 /* ----------------------------------------------------------------- nccl */
 
 static int test_nccl(void) {
@@ -732,7 +776,7 @@ int main(int argc, char **argv) {
     if (seed && *seed) g_seed = (unsigned)strtoul(seed, NULL, 10);
     if (!g_seed) g_seed = 1;
     if (argc < 2) {
-        fprintf(stderr, "usage: %s basic [--small] | kill | stop | abort | rendezvous | mismatch | nccl\n",
+        fprintf(stderr, "usage: %s basic [--small] | kill | stop | abort | rendezvous | mismatch | shutdown | nccl\n",
                 argv[0]);
         return 2;
     }
@@ -744,6 +788,7 @@ int main(int argc, char **argv) {
     if (!strcmp(t, "rendezvous")) return test_rendezvous();
     if (!strcmp(t, "nccl")) return test_nccl();
     if (!strcmp(t, "mismatch")) return test_mismatch();
+    if (!strcmp(t, "shutdown")) return test_shutdown();
     fprintf(stderr, "%s: unknown test '%s'\n", argv[0], t);
     return 2;
 }
