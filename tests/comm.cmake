@@ -32,7 +32,8 @@ if(TARGET px_comm)
                        --errors-for-leak-kinds=definite
                        --suppressions=${CMAKE_CURRENT_SOURCE_DIR}/comm/valgrind.supp
                        $<TARGET_FILE:comm_test> ${t})
-      set_tests_properties(comm_valgrind_${name} PROPERTIES TIMEOUT 180 LABELS comm)
+      set_tests_properties(comm_valgrind_${name} PROPERTIES TIMEOUT 180 LABELS comm
+                           ENVIRONMENT PX_TEST_SLOW=4)
     endforeach()
   endif()
 endif()

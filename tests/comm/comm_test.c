@@ -23,7 +23,10 @@
  *
  * Random choices (which rank dies, when) come from a fixed seed, printed with
  * every failure; PX_TEST_SEED overrides it. Every wait has a deadline: a hung
- * rank is killed and fails the test. Exit status 0 pass, 1 fail. */
+ * rank is killed and fails the test. Latency bounds ("promptly") are far
+ * below the timeouts yet loose enough for a loaded 2-core machine; under
+ * valgrind ctest sets PX_TEST_SLOW (a multiplier, e.g. 4) to widen them.
+ * Exit status 0 pass, 1 fail. */
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -39,6 +42,7 @@
 
 static unsigned g_seed = 20240611u;
 static int g_rank = -1;
+static int g_slow = 1; /* PX_TEST_SLOW: multiplies latency bounds */
 
 #define CHECK(cond, ...)                                                                   \
     do {                                                                                   \
@@ -274,7 +278,7 @@ static int test_basic(int argc, char **argv) {
 
 #define KILL_RANKS 3
 #define KILL_TIMEOUT_MS 5000
-#define KILL_BOUND_MS 1000 /* detection must be well under the timeout */
+#define KILL_BOUND_MS (1000 * g_slow) /* detection: well under the timeout */
 
 typedef struct {
     px_dir_store_t store;
@@ -549,10 +553,10 @@ static int abort_rank(int rank, int size, void *argp) {
                px_comm_status_str(s), blocked, lag);
         CHECK(s == PX_COMM_ABORTED, "status %s: %s", px_comm_status_str(s), px_comm_last_error(c));
         CHECK(blocked >= ABORT_AFTER_MS - 20, "returned before the abort (%.1f ms)", blocked);
-        CHECK(lag < 200, "returned %.1f ms after the abort", lag);
+        CHECK(lag < 500 * g_slow, "returned %.1f ms after the abort", lag);
         int64_t t1 = px_now_us();
         CHECK(px_comm_barrier(c) == PX_COMM_ABORTED, "later operation not aborted");
-        CHECK(px_now_us() - t1 < 50000, "later operation was not immediate");
+        CHECK(px_now_us() - t1 < 200000 * g_slow, "later operation was not immediate");
         CHECK(px_comm_health(c) == PX_COMM_ABORTED, "health after abort");
     } else {
         /* Wait until rank 0 has aborted, then use the communicator: the
@@ -566,7 +570,7 @@ static int abort_rank(int rank, int size, void *argp) {
         printf("abort: rank1 (peer) %s after %.1f ms\n", px_comm_status_str(s), took);
         CHECK(s == PX_COMM_PEER_FAILED, "peer status %s: %s", px_comm_status_str(s),
               px_comm_last_error(c));
-        CHECK(took < 500, "peer took %.1f ms to fail", took);
+        CHECK(took < 1000 * g_slow, "peer took %.1f ms to fail", took);
     }
     px_comm_destroy(&c);
     return 0;
@@ -774,6 +778,8 @@ static int test_nccl(void) {
 int main(int argc, char **argv) {
     const char *seed = getenv("PX_TEST_SEED");
     if (seed && *seed) g_seed = (unsigned)strtoul(seed, NULL, 10);
+    const char *slow = getenv("PX_TEST_SLOW");
+    if (slow && atoi(slow) > 1) g_slow = atoi(slow);
     if (!g_seed) g_seed = 1;
     if (argc < 2) {
         fprintf(stderr, "usage: %s basic [--small] | kill | stop | abort | rendezvous | mismatch | shutdown | nccl\n",
