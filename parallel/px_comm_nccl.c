@@ -28,6 +28,10 @@
 #include "px_comm_backend.h"
 #include "px_time.h"
 
+#if NCCL_VERSION_CODE < NCCL_VERSION(2, 14, 0)
+#error "the px_comm NCCL backend needs NCCL >= 2.14 (non-blocking communicators, ncclCommFinalize)"
+#endif
+
 typedef struct {
     ncclComm_t comm; /* NULL once aborted or destroyed */
     cudaStream_t stream;
