@@ -200,7 +200,6 @@ class CallbackStore : public gloo::rendezvous::Store {
     const Clock::time_point deadline_;
 };
 
-
 // Gloo's I/O loop sleeps in epoll_wait for up to 10 ms, and closing a
 // connection from any other thread waits for the loop's next turn: 10 ms per
 // connection. While we close connections (poison, destroy) an eventfd
@@ -379,24 +378,30 @@ class OpBuffer {
     void recv(int peer, uint64_t slot, size_t offset, size_t bytes) {
         ub_->recv(peer, slot, offset, bytes);
     }
-    // A wait returns false when interrupted. The awaited transfer may have
-    // completed just before (a peer that finished this operation and closed
-    // its communicator: data first, then the connection close that fired the
-    // watchdog), so unless aborted, look once more before calling it failed.
+    // A wait returns false when interrupted, and once the communicator has
+    // failed nothing more arrives. The awaited transfer may still have
+    // completed (a peer that finished this operation and closed its
+    // communicator: data first, then the close that fired the watchdog), so
+    // unless aborted, a failed communicator's waits only look whether the
+    // transfer is done.
     void waitSend() {
-        if (ub_->waitSend(nullptr, left())) return;
+        if (!failed() && ub_->waitSend(nullptr, left())) return;
         if (!g_->aborted.load() && recheck([this] { return ub_->waitSend(nullptr, Ms(1)); }))
             return;
         throw Interrupted();
     }
     void waitRecv() {
-        if (ub_->waitRecv(nullptr, left())) return;
+        if (!failed() && ub_->waitRecv(nullptr, left())) return;
         if (!g_->aborted.load() && recheck([this] { return ub_->waitRecv(nullptr, Ms(1)); }))
             return;
         throw Interrupted();
     }
 
   private:
+    bool failed() const {
+        std::lock_guard<std::mutex> lock(g_->mu);
+        return g_->failed;
+    }
     template <typename Wait>
     static bool recheck(Wait &&wait) {
         try {
