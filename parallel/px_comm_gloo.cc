@@ -262,6 +262,7 @@ struct GlooComm {
     std::unique_ptr<LoopKicker> kicker;  // before dev: destroyed after the loop stops
     std::shared_ptr<gloo::transport::Device> dev;
     std::shared_ptr<gloo::rendezvous::Context> ctx;
+    bool connected = false;      // ctx's rendezvous completed: it has pairs
     uint32_t opSeq = 0;          // collectives issued so far (same on every rank)
     std::vector<float> scratch;  // received segments before they are added
 
@@ -300,25 +301,54 @@ void interruptAll(GlooComm *g, const std::string &why) {
 // from any thread: Gloo does exactly that when a wait times out, so this
 // runs a 1 ms receive that no peer will match. A pair that already failed
 // throws at once instead of timing out; then the next peer is tried.
-void poison(GlooComm *g) {
-    if (!g->ctx || g->poisoned.load()) return;
+// hard: also reset the connections (Gloo's closeConnections: SO_LINGER 0),
+// which drops unsent data; destroy closes softly so that the last bytes of
+// a completed operation still reach a slower peer.
+//
+// Then it "settles": Gloo's I/O thread signals the buffers pending on a
+// pair under that pair's lock, possibly just after this thread saw the pair
+// fail. Taking every pair's lock once more after all of them failed (a
+// receive on a failed pair locks it and throws) orders those signals before
+// whatever this thread does next, such as freeing the buffers. So every
+// thread that is about to free buffers calls poison() itself.
+void poison(GlooComm *g, bool hard = true) {
+    if (!g->connected) return;
     SigpipeBlock guard;
     Kick kick(g->kicker.get());
     char dummy = 0;
-    for (int peer = 0; peer < g->size; peer++) {
-        if (peer == g->rank) continue;
-        try {
-            auto ub = g->ctx->createUnboundBuffer(&dummy, 1);
-            ub->recv(peer, kPoisonSlot << 56);
-            ub->waitRecv(Ms(1));
-        } catch (const std::exception &e) {
-            if (std::strstr(e.what(), "Timed out")) break;
-        } catch (...) {
+    const uint64_t slot = kPoisonSlot << 56;
+    if (!g->poisoned.load()) {
+        for (int peer = 0; peer < g->size; peer++) {
+            if (peer == g->rank) continue;
+            try {
+                auto ub = g->ctx->createUnboundBuffer(&dummy, 1);
+                ub->recv(peer, slot);
+                ub->waitRecv(Ms(1));
+            } catch (const std::exception &e) {
+                if (std::strstr(e.what(), "Timed out")) break;
+            } catch (...) {
+            }
+        }
+        if (hard) {
+            try {
+                g->ctx->closeConnections();
+            } catch (...) {
+            }
         }
     }
-    try {
-        g->ctx->closeConnections();
-    } catch (...) {
+    for (int round = 0; round < 3; round++) {
+        bool allFailed = true;
+        for (int peer = 0; peer < g->size; peer++) {
+            if (peer == g->rank) continue;
+            try {
+                auto ub = g->ctx->createUnboundBuffer(&dummy, 1);
+                ub->recv(peer, slot);  // throws on a failed pair
+                allFailed = false;     // still open: fail it (and all) now
+                ub->waitRecv(Ms(1));
+            } catch (...) {
+            }
+        }
+        if (allFailed) break;
     }
     g->poisoned.store(true);
 }
@@ -693,6 +723,10 @@ void destroyComm(void *impl) {
             g->sentinel->abortWaitRecv();
             g->watchdog.join();
         }
+        // The sentinel is still posted on every pair, and Gloo's I/O thread
+        // signals it when a peer closes; close the pairs first (under their
+        // locks), so that nothing touches it once it is freed.
+        poison(g, false);
         g->sentinel.reset();
         if (g->kicker) g->kicker->start();  // left on: the loop must also notice it is done
         g->ctx.reset();
@@ -758,6 +792,7 @@ extern "C" void *px_gloo_new(const px_store_t *store, const char *prefix, int ra
         // after the store wait: keep the whole creation near timeout_ms.
         g->ctx->setTimeout(Ms(std::max(1, timeout_ms / 5)));
         g->ctx->connectFullMesh(cstore, g->dev);
+        g->connected = true;
         g->ctx->setTimeout(Ms(timeout_ms));
         if (size > 1) startWatchdog(g);
         return g;
