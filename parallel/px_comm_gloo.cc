@@ -14,14 +14,22 @@
  *     (seen in about one SIGKILL in six). So the collectives here are our own
  *     rings on buffers we own, and a watchdog thread per communicator waits
  *     on a "sentinel": a receive posted on every pair that no peer ever
- *     matches. Any pair failure fails the sentinel; the watchdog then
- *     interrupts every wait of the operation in flight (abortWaitSend/Recv).
+ *     matches. Any pair failure fails the sentinel; the watchdog lets the
+ *     operation in flight drain for up to 20 ms (a peer that finished and
+ *     closed already sent its data), then interrupts its waits
+ *     (abortWaitSend/Recv).
  *   - Poisoning: after any failure this rank closes all its connections, so
  *     its other peers fail at once instead of waiting out their timeouts.
  *     Gloo has no public "close everything and fail everything"; it does
  *     that itself when a wait times out, so poison() runs a 1 ms receive
- *     that nobody will match.
- *   - Abort from any thread: mark, interrupt the waits, poison.
+ *     that nobody will match, then takes every pair's lock once more so that
+ *     Gloo's I/O thread is done with our buffers before they are freed.
+ *   - Abort from any thread: mark, poison, interrupt the waits.
+ *   - Mismatched calls never match: a size mismatch between a send and its
+ *     receive makes Gloo terminate the process, so slots carry a hash of the
+ *     operation and its sizes; disagreeing ranks time out instead.
+ *   - Fast closing: Gloo's I/O loop turns every 10 ms when idle and closing
+ *     a connection waits for a turn; an eventfd keeps it turning meanwhile.
  *   - SIGPIPE protection: Gloo writes with writev(), which raises SIGPIPE on
  *     a connection the peer reset, and SIGPIPE kills a process by default.
  *     The signal is blocked while Gloo runs on the caller's thread (and in
