@@ -7,7 +7,8 @@
  *   NCCL (GPU): buffers are device memory on the communicator's device.
  *
  * Failure semantics, the reason this layer exists (details in docs/comm.md):
- *   - Every call returns within a bounded time. Nothing waits forever.
+ *   - Every call returns within a bounded time. Nothing waits forever. An
+ *     operation's timeout is end to end: one deadline for the whole call.
  *   - The first non-OK status of an operation breaks the communicator for
  *     good: every later operation returns that same status at once. The
  *     caller destroys it and creates a new one, with a fresh store prefix and
@@ -91,7 +92,9 @@ px_comm_status_t px_comm_allgather_f32(px_comm_t *c, const float *in, float *out
 px_comm_status_t px_comm_broadcast(px_comm_t *c, void *buf, size_t bytes, int root);
 /* Point to point. Each send pairs with one recv of the same size and tag on
  * the peer; messages with the same (peer, tag) arrive in order. tag >= 0.
- * (NCCL ignores the tag: its sends and recvs pair in call order.) */
+ * A send returns once the peer has posted the matching recv and the data is
+ * on its way, so two ranks that both send to each other first time out:
+ * order them. (NCCL ignores the tag: sends and recvs pair in call order.) */
 px_comm_status_t px_comm_send(px_comm_t *c, const void *buf, size_t bytes, int peer, int tag);
 px_comm_status_t px_comm_recv(px_comm_t *c, void *buf, size_t bytes, int peer, int tag);
 px_comm_status_t px_comm_barrier(px_comm_t *c);

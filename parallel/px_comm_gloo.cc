@@ -14,14 +14,22 @@
  *     (seen in about one SIGKILL in six). So the collectives here are our own
  *     rings on buffers we own, and a watchdog thread per communicator waits
  *     on a "sentinel": a receive posted on every pair that no peer ever
- *     matches. Any pair failure fails the sentinel; the watchdog then
- *     interrupts every wait of the operation in flight (abortWaitSend/Recv).
+ *     matches. Any pair failure fails the sentinel; the watchdog lets the
+ *     operation in flight drain for up to 20 ms (a peer that finished and
+ *     closed already sent its data), then interrupts its waits
+ *     (abortWaitSend/Recv).
  *   - Poisoning: after any failure this rank closes all its connections, so
  *     its other peers fail at once instead of waiting out their timeouts.
  *     Gloo has no public "close everything and fail everything"; it does
  *     that itself when a wait times out, so poison() runs a 1 ms receive
- *     that nobody will match.
- *   - Abort from any thread: mark, interrupt the waits, poison.
+ *     that nobody will match, then takes every pair's lock once more so that
+ *     Gloo's I/O thread is done with our buffers before they are freed.
+ *   - Abort from any thread: mark, poison, interrupt the waits.
+ *   - Mismatched calls never match: a size mismatch between a send and its
+ *     receive makes Gloo terminate the process, so slots carry a hash of the
+ *     operation and its sizes; disagreeing ranks time out instead.
+ *   - Fast closing: Gloo's I/O loop turns every 10 ms when idle and closing
+ *     a connection waits for a turn; an eventfd keeps it turning meanwhile.
  *   - SIGPIPE protection: Gloo writes with writev(), which raises SIGPIPE on
  *     a connection the peer reset, and SIGPIPE kills a process by default.
  *     The signal is blocked while Gloo runs on the caller's thread (and in
@@ -35,14 +43,16 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
-#include <gloo/types.h>
 
 #include <pthread.h>
 #include <signal.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -61,13 +71,28 @@ using Clock = std::chrono::steady_clock;
 using Ms = std::chrono::milliseconds;
 using UnboundBuffer = gloo::transport::UnboundBuffer;
 
-// Slot prefixes for our traffic (Gloo's own collectives use 0x01..0x08).
-// Collectives add a per-communicator operation counter, so a message can
-// only ever match the same operation on the peer.
-constexpr uint8_t kP2PSlotPrefix = 0x70;
-constexpr uint8_t kCollectiveSlotPrefix = 0x71;
-constexpr uint8_t kPoisonSlotPrefix = 0x72;
-constexpr uint8_t kSentinelSlotPrefix = 0x73;
+// Gloo matches a send with a receive by (pair, 64-bit slot), in order. A
+// match whose sizes differ is fatal: Gloo's I/O thread throws and the process
+// terminates. So every slot here carries a hash of what defines the sizes
+// (operation, element count, root; for send/recv the byte count): a rank
+// that calls a different operation or size never matches, and both sides
+// end with a timeout instead of a crash.
+//   bits 56..63 kind | collectives: 32..55 operation counter, 0..31 hash
+//                    | send/recv:   24..55 tag,               0..23 hash
+constexpr uint64_t kP2PSlot = 0x70;
+constexpr uint64_t kCollectiveSlot = 0x71;
+constexpr uint64_t kPoisonSlot = 0x72;
+constexpr uint64_t kSentinelSlot = 0x73;
+
+uint64_t mix(uint64_t x) {  // splitmix64 finaliser
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+uint64_t p2pSlot(int tag, size_t bytes) {
+    return (kP2PSlot << 56) | (static_cast<uint64_t>(tag) << 24) | (mix(bytes) & 0xffffff);
+}
 
 // Transfers are cut into segments so that adding a received segment overlaps
 // with the transfer of the next ones.
@@ -76,6 +101,13 @@ constexpr size_t kSegmentFloats = 256 * 1024;  // 1 MiB
 // The watchdog waits "forever"; a Gloo wait cannot be unbounded, and a timed
 // out wait would poison the context, so forever is a long time.
 constexpr auto kForever = std::chrono::hours(24 * 365);
+
+// After a connection fails, how long the watchdog lets the operation in
+// flight finish before interrupting it. A peer that completed the operation
+// and closed its communicator sent its last data before closing, so that data
+// is already here: the operation completes within microseconds unless it is
+// truly stuck on the closed connection.
+constexpr auto kDrainGrace = Ms(20);
 
 // Blocks SIGPIPE on this thread for the guard's lifetime; a SIGPIPE raised
 // meanwhile (by Gloo writing to a reset socket) is consumed on the way out.
@@ -176,17 +208,77 @@ class CallbackStore : public gloo::rendezvous::Store {
     const Clock::time_point deadline_;
 };
 
+// Gloo's I/O loop sleeps in epoll_wait for up to 10 ms, and closing a
+// connection from any other thread waits for the loop's next turn: 10 ms per
+// connection. While we close connections (poison, destroy) an eventfd
+// registered with the loop is kept readable and its handler leaves it so,
+// which keeps the loop turning; closing then takes microseconds.
+class LoopKicker : public gloo::transport::tcp::Handler {
+  public:
+    explicit LoopKicker(gloo::transport::tcp::Device &dev)
+        : fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+        if (fd_ < 0) throw std::runtime_error(std::string("eventfd: ") + strerror(errno));
+        dev.registerDescriptor(fd_, EPOLLIN, this);
+    }
+    ~LoopKicker() override { close(fd_); }
+    LoopKicker(const LoopKicker &) = delete;
+    LoopKicker &operator=(const LoopKicker &) = delete;
+
+    void handleEvents(int /*events*/) override {}  // stay readable: keep turning
+
+    void start() {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (users_++ == 0) {
+            uint64_t one = 1;
+            if (write(fd_, &one, sizeof(one)) != sizeof(one)) {
+            }  // at worst the loop turns at its usual 10 ms pace
+        }
+    }
+    void stop() {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (--users_ == 0) {
+            uint64_t value;
+            if (read(fd_, &value, sizeof(value)) != sizeof(value)) {
+            }
+        }
+    }
+
+  private:
+    int fd_;
+    std::mutex mu_;
+    int users_ = 0;
+};
+
+// Keeps Gloo's loop turning for a scope (see LoopKicker).
+class Kick {
+  public:
+    explicit Kick(LoopKicker *k) : k_(k) {
+        if (k_) k_->start();
+    }
+    ~Kick() {
+        if (k_) k_->stop();
+    }
+    Kick(const Kick &) = delete;
+    Kick &operator=(const Kick &) = delete;
+
+  private:
+    LoopKicker *k_;
+};
 
 struct GlooComm {
     int rank = 0, size = 0;
+    std::unique_ptr<LoopKicker> kicker;  // before dev: destroyed after the loop stops
     std::shared_ptr<gloo::transport::Device> dev;
     std::shared_ptr<gloo::rendezvous::Context> ctx;
+    bool connected = false;      // ctx's rendezvous completed: it has pairs
     uint32_t opSeq = 0;          // collectives issued so far (same on every rank)
     std::vector<float> scratch;  // received segments before they are added
 
     std::atomic<bool> aborted{false};
     std::atomic<bool> poisoned{false};     // every connection closed (poison() ran)
-    std::mutex mu;                         // guards the four fields below
+    std::mutex mu;                         // guards the fields down to inflight
+    std::condition_variable opCv;          // signalled when an operation ends
+    bool opRunning = false;                // inside run()
     bool failed = false;                   // a pair failed, or abort: no more waiting
     std::string failReason;                // why, for the status message
     std::vector<UnboundBuffer *> inflight;  // buffers the running operation waits on
@@ -210,38 +302,70 @@ void interruptAll(GlooComm *g, const std::string &why) {
         b->abortWaitSend();
         b->abortWaitRecv();
     }
+    g->opCv.notify_all();
 }
 
 // Closes every connection of the context and fails everything pending on it,
 // from any thread: Gloo does exactly that when a wait times out, so this
 // runs a 1 ms receive that no peer will match. A pair that already failed
 // throws at once instead of timing out; then the next peer is tried.
-void poison(GlooComm *g) {
-    if (!g->ctx || g->poisoned.load()) return;
+// hard: also reset the connections (Gloo's closeConnections: SO_LINGER 0),
+// which drops unsent data; destroy closes softly so that the last bytes of
+// a completed operation still reach a slower peer.
+//
+// Then it "settles": Gloo's I/O thread signals the buffers pending on a
+// pair under that pair's lock, possibly just after this thread saw the pair
+// fail. Taking every pair's lock once more after all of them failed (a
+// receive on a failed pair locks it and throws) orders those signals before
+// whatever this thread does next, such as freeing the buffers. So every
+// thread that is about to free buffers calls poison() itself.
+void poison(GlooComm *g, bool hard = true) {
+    if (!g->connected) return;
     SigpipeBlock guard;
+    Kick kick(g->kicker.get());
     char dummy = 0;
-    for (int peer = 0; peer < g->size; peer++) {
-        if (peer == g->rank) continue;
-        try {
-            auto ub = g->ctx->createUnboundBuffer(&dummy, 1);
-            ub->recv(peer, gloo::Slot::build(kPoisonSlotPrefix, 0));
-            ub->waitRecv(Ms(1));
-        } catch (const std::exception &e) {
-            if (std::strstr(e.what(), "Timed out")) break;
-        } catch (...) {
+    const uint64_t slot = kPoisonSlot << 56;
+    if (!g->poisoned.load()) {
+        for (int peer = 0; peer < g->size; peer++) {
+            if (peer == g->rank) continue;
+            try {
+                auto ub = g->ctx->createUnboundBuffer(&dummy, 1);
+                ub->recv(peer, slot);
+                ub->waitRecv(Ms(1));
+            } catch (const std::exception &e) {
+                if (std::strstr(e.what(), "Timed out")) break;
+            } catch (...) {
+            }
+        }
+        if (hard) {
+            try {
+                g->ctx->closeConnections();
+            } catch (...) {
+            }
         }
     }
-    try {
-        g->ctx->closeConnections();
-    } catch (...) {
+    for (int round = 0; round < 3; round++) {
+        bool allFailed = true;
+        for (int peer = 0; peer < g->size; peer++) {
+            if (peer == g->rank) continue;
+            try {
+                auto ub = g->ctx->createUnboundBuffer(&dummy, 1);
+                ub->recv(peer, slot);  // throws on a failed pair
+                allFailed = false;     // still open: fail it (and all) now
+                ub->waitRecv(Ms(1));
+            } catch (...) {
+            }
+        }
+        if (allFailed) break;
     }
     g->poisoned.store(true);
 }
 
 // The watchdog: sleeps on the sentinel until a pair fails (the sentinel's
 // wait throws) or destroy wakes it (abortWaitRecv, with stopping set). On a
-// failure it closes everything first, so the peers learn at once, then
-// wakes the operation in flight.
+// failure it lets the operation in flight finish if it can (kDrainGrace),
+// then closes everything, so the peers learn at once, and wakes the
+// operation if it is still waiting.
 void watch(GlooComm *g) {
     std::string why;
     try {
@@ -254,6 +378,10 @@ void watch(GlooComm *g) {
         why = "unknown exception on the sentinel";
     }
     if (g->stopping.load()) return;
+    {
+        std::unique_lock<std::mutex> lock(g->mu);
+        g->opCv.wait_for(lock, kDrainGrace, [g] { return !g->opRunning || g->failed; });
+    }
     poison(g);
     interruptAll(g, why);
 }
@@ -288,24 +416,30 @@ class OpBuffer {
     void recv(int peer, uint64_t slot, size_t offset, size_t bytes) {
         ub_->recv(peer, slot, offset, bytes);
     }
-    // A wait returns false when interrupted. The awaited transfer may have
-    // completed just before (a peer that finished this operation and closed
-    // its communicator: data first, then the connection close that fired the
-    // watchdog), so unless aborted, look once more before calling it failed.
+    // A wait returns false when interrupted, and once the communicator has
+    // failed nothing more arrives. The awaited transfer may still have
+    // completed (a peer that finished this operation and closed its
+    // communicator: data first, then the close that fired the watchdog), so
+    // unless aborted, a failed communicator's waits only look whether the
+    // transfer is done.
     void waitSend() {
-        if (ub_->waitSend(nullptr, left())) return;
+        if (!failed() && ub_->waitSend(nullptr, left())) return;
         if (!g_->aborted.load() && recheck([this] { return ub_->waitSend(nullptr, Ms(1)); }))
             return;
         throw Interrupted();
     }
     void waitRecv() {
-        if (ub_->waitRecv(nullptr, left())) return;
+        if (!failed() && ub_->waitRecv(nullptr, left())) return;
         if (!g_->aborted.load() && recheck([this] { return ub_->waitRecv(nullptr, Ms(1)); }))
             return;
         throw Interrupted();
     }
 
   private:
+    bool failed() const {
+        std::lock_guard<std::mutex> lock(g_->mu);
+        return g_->failed;
+    }
     template <typename Wait>
     static bool recheck(Wait &&wait) {
         try {
@@ -351,6 +485,10 @@ px_comm_status_t run(GlooComm *g, const char *what, int timeoutMs, char *err, si
     px_comm_status_t st = PX_COMM_OK;
     std::string msg;
     {
+        std::lock_guard<std::mutex> lock(g->mu);
+        g->opRunning = true;
+    }
+    {
         SigpipeBlock guard;
         try {
             body(t0 + Ms(timeoutMs));
@@ -369,6 +507,11 @@ px_comm_status_t run(GlooComm *g, const char *what, int timeoutMs, char *err, si
             msg = "unknown exception";
         }
     }
+    {
+        std::lock_guard<std::mutex> lock(g->mu);
+        g->opRunning = false;
+        g->opCv.notify_all();
+    }
     const long elapsed =
         static_cast<long>(std::chrono::duration_cast<Ms>(Clock::now() - t0).count());
     if (g->aborted.load()) {
@@ -381,15 +524,27 @@ px_comm_status_t run(GlooComm *g, const char *what, int timeoutMs, char *err, si
     if (st != PX_COMM_OK) {
         poison(g);
         interruptAll(g, msg);
-        fmt(err, errlen, "gloo %s: %s after %ld ms (timeout %d ms): %s", what,
-            px_comm_status_str(st), elapsed, timeoutMs, msg.c_str());
+        fmt(err, errlen, "gloo %s: %s after %ld ms (timeout %d ms): %s%s", what,
+            px_comm_status_str(st), elapsed, timeoutMs, msg.c_str(),
+            st == PX_COMM_TIMEOUT ? " (a peer stopped or is slow, or called a different "
+                                    "operation, size, root or tag)"
+                                  : "");
     }
     return st;
 }
 
 GlooComm *self(void *impl) { return static_cast<GlooComm *>(impl); }
 
-uint64_t nextSlot(GlooComm *g) { return gloo::Slot::build(kCollectiveSlotPrefix, g->opSeq++); }
+// Slot of the next collective step; `what` hashes the operation, its element
+// count and its root (the same on every rank that makes the same call).
+uint64_t nextSlot(GlooComm *g, uint64_t what) {
+    const uint64_t seq = g->opSeq++ & 0xffffff;
+    return (kCollectiveSlot << 56) | (seq << 32) | (mix(what) & 0xffffffff);
+}
+enum : uint64_t { kRingReduce = 1, kRingGather = 2, kBroadcast = 3, kBarrier = 4 };
+uint64_t describe(uint64_t kind, uint64_t count, uint64_t extra = 0) {
+    return mix(kind) ^ mix(count + 0x1000) ^ mix(extra + 0x2000000);
+}
 
 // Element range [begin, end) of chunk c when n elements are split in `parts`.
 struct Range {
@@ -419,7 +574,8 @@ void ringPass(GlooComm *g, float *data, size_t n, const std::vector<Range> &chun
               bool reduce, px_comm_op_t op, Clock::time_point deadline) {
     const int P = g->size, r = g->rank;
     const int right = (r + 1) % P, left = (r + P - 1) % P;
-    const uint64_t slot = nextSlot(g);
+    const uint64_t slot = nextSlot(g, describe(reduce ? kRingReduce : kRingGather, n,
+                                               static_cast<uint64_t>(shift + 8) * 4 + op));
     OpBuffer dataBuf(g, data, n * sizeof(float), deadline);
     std::unique_ptr<OpBuffer> tmpBuf;
     if (reduce) {
@@ -501,7 +657,7 @@ px_comm_status_t broadcastBytes(void *impl, void *buf, size_t bytes, int root, i
     GlooComm *g = self(impl);
     return run(g, "broadcast", timeoutMs, err, errlen, [&](Clock::time_point deadline) {
         const int P = g->size, vrank = (g->rank - root + P) % P;
-        const uint64_t slot = nextSlot(g);
+        const uint64_t slot = nextSlot(g, describe(kBroadcast, bytes, root));
         OpBuffer b(g, buf, bytes, deadline);
         int span = 1;
         while (span < P) span <<= 1;
@@ -525,7 +681,7 @@ px_comm_status_t sendBytes(void *impl, const void *buf, size_t bytes, int peer, 
     GlooComm *g = self(impl);
     return run(g, "send", timeoutMs, err, errlen, [&](Clock::time_point deadline) {
         OpBuffer b(g, const_cast<void *>(buf), bytes, deadline);
-        b.send(peer, gloo::Slot::build(kP2PSlotPrefix, static_cast<uint32_t>(tag)), 0, bytes);
+        b.send(peer, p2pSlot(tag, bytes), 0, bytes);
         b.waitSend();
     });
 }
@@ -535,7 +691,7 @@ px_comm_status_t recvBytes(void *impl, void *buf, size_t bytes, int peer, int ta
     GlooComm *g = self(impl);
     return run(g, "recv", timeoutMs, err, errlen, [&](Clock::time_point deadline) {
         OpBuffer b(g, buf, bytes, deadline);
-        b.recv(peer, gloo::Slot::build(kP2PSlotPrefix, static_cast<uint32_t>(tag)), 0, bytes);
+        b.recv(peer, p2pSlot(tag, bytes), 0, bytes);
         b.waitRecv();
     });
 }
@@ -547,7 +703,7 @@ px_comm_status_t barrierAll(void *impl, int timeoutMs, char *err, size_t errlen)
     GlooComm *g = self(impl);
     return run(g, "barrier", timeoutMs, err, errlen, [&](Clock::time_point deadline) {
         const int P = g->size, r = g->rank;
-        const uint64_t slot = nextSlot(g);
+        const uint64_t slot = nextSlot(g, describe(kBarrier, 0));
         char out = 1, in = 0;
         OpBuffer sb(g, &out, 1, deadline), rb(g, &in, 1, deadline);
         for (int d = 1; d < P; d <<= 1) {
@@ -575,9 +731,15 @@ void destroyComm(void *impl) {
             g->sentinel->abortWaitRecv();
             g->watchdog.join();
         }
+        // The sentinel is still posted on every pair, and Gloo's I/O thread
+        // signals it when a peer closes; close the pairs first (under their
+        // locks), so that nothing touches it once it is freed.
+        poison(g, false);
         g->sentinel.reset();
+        if (g->kicker) g->kicker->start();  // left on: the loop must also notice it is done
         g->ctx.reset();
         g->dev.reset();
+        g->kicker.reset();
     } catch (...) {
     }
     delete g;
@@ -586,7 +748,7 @@ void destroyComm(void *impl) {
 // Posts the sentinel receive on every pair and starts the watchdog.
 void startWatchdog(GlooComm *g) {
     g->sentinel = g->ctx->createUnboundBuffer(&g->sentinelByte, 1);
-    const uint64_t slot = gloo::Slot::build(kSentinelSlotPrefix, 0);
+    const uint64_t slot = kSentinelSlot << 56;
     for (int peer = 0; peer < g->size; peer++)
         if (peer != g->rank) g->sentinel->recv(peer, slot, 0, 1);
     g->watchdog = std::thread(watch, g);
@@ -631,11 +793,14 @@ extern "C" void *px_gloo_new(const px_store_t *store, const char *prefix, int ra
         // blocked SIGPIPE.
         SigpipeBlock guard;
         g->dev = gloo::transport::tcp::CreateDevice(attr);
+        auto *tcpDev = dynamic_cast<gloo::transport::tcp::Device *>(g->dev.get());
+        if (tcpDev) g->kicker.reset(new LoopKicker(*tcpDev));
         g->ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
         // Gloo waits up to 5x the context timeout for a pair to connect,
         // after the store wait: keep the whole creation near timeout_ms.
         g->ctx->setTimeout(Ms(std::max(1, timeout_ms / 5)));
         g->ctx->connectFullMesh(cstore, g->dev);
+        g->connected = true;
         g->ctx->setTimeout(Ms(timeout_ms));
         if (size > 1) startWatchdog(g);
         return g;

@@ -28,6 +28,10 @@
 #include "px_comm_backend.h"
 #include "px_time.h"
 
+#if NCCL_VERSION_CODE < NCCL_VERSION(2, 14, 0)
+#error "the px_comm NCCL backend needs NCCL >= 2.14 (non-blocking communicators, ncclCommFinalize)"
+#endif
+
 typedef struct {
     ncclComm_t comm; /* NULL once aborted or destroyed */
     cudaStream_t stream;
@@ -355,9 +359,11 @@ void *px_nccl_new(const px_store_t *store, const char *prefix, int rank, int siz
         return NULL;
     }
     if ((ce = cudaStreamCreate(&x->stream)) != cudaSuccess ||
-        (ce = cudaMalloc((void **)&x->barrier_buf, sizeof(float))) != cudaSuccess) {
+        (ce = cudaMalloc((void **)&x->barrier_buf, sizeof(float))) != cudaSuccess ||
+        (ce = cudaMemset(x->barrier_buf, 0, sizeof(float))) != cudaSuccess) {
         fmt(err, errlen, "nccl: CUDA setup failed: %s", cudaGetErrorString(ce));
         abort_now(x);
+        if (x->barrier_buf) cudaFree(x->barrier_buf);
         if (x->stream) cudaStreamDestroy(x->stream);
         free(x);
         return NULL;

@@ -9,7 +9,7 @@ if(TARGET px_comm)
   add_executable(comm_test comm/comm_test.c)
   target_link_libraries(comm_test PRIVATE px_comm_testutil Threads::Threads)
 
-  foreach(t basic kill stop abort rendezvous)
+  foreach(t basic kill stop abort rendezvous mismatch shutdown)
     add_test(NAME comm_${t} COMMAND comm_test ${t})
     set_tests_properties(comm_${t} PROPERTIES TIMEOUT 90 LABELS comm)
   endforeach()
@@ -32,7 +32,8 @@ if(TARGET px_comm)
                        --errors-for-leak-kinds=definite
                        --suppressions=${CMAKE_CURRENT_SOURCE_DIR}/comm/valgrind.supp
                        $<TARGET_FILE:comm_test> ${t})
-      set_tests_properties(comm_valgrind_${name} PROPERTIES TIMEOUT 180 LABELS comm)
+      set_tests_properties(comm_valgrind_${name} PROPERTIES TIMEOUT 180 LABELS comm
+                           ENVIRONMENT PX_TEST_SLOW=4)
     endforeach()
   endif()
 endif()
