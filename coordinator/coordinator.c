@@ -611,8 +611,11 @@ static void handle_frame(px_coordinator_t *c, const void *ident, size_t ident_le
 
 /* ---- the loop ---------------------------------------------------------- */
 
+/* Handles at most ROUTER_BATCH frames, so that a flood of (bad) frames
+ * cannot starve the tick, the socket monitor or the HTTP server. */
+#define ROUTER_BATCH 256
 static void read_router(px_coordinator_t *c) {
-    for (;;) {
+    for (int k = 0; k < ROUTER_BATCH; k++) {
         zmq_msg_t id, body;
         zmq_msg_init(&id);
         if (zmq_msg_recv(&id, c->router, ZMQ_DONTWAIT) < 0) {
@@ -724,9 +727,11 @@ int px_coordinator_run(px_coordinator_t *c, volatile sig_atomic_t *stop) {
             px_log_error("zmq_poll failed: %s", zmq_strerror(errno));
             return 1;
         }
-        /* Monitor first: a closed connection is evidence for the loss rule. */
-        if (items[1].revents & ZMQ_POLLIN) read_monitor(c);
+        /* Frames before the monitor: a frame sent just before its connection
+         * closed is queued before the DISCONNECTED event, and handling it
+         * afterwards would wrongly clear the closed-connection evidence. */
         if (items[0].revents & ZMQ_POLLIN) read_router(c);
+        if (items[1].revents & ZMQ_POLLIN) read_monitor(c);
         if (nh) px_http_service(c->http, items + n, nh, px_now_ms());
         now = px_now_ms();
         if (now >= next_tick) {
