@@ -78,9 +78,16 @@ static inline float sum_sq_dev(const float *x, float mu, int n) {
     return s;
 }
 
+/* Max of x[0..n), n >= 1, in 8 lanes (max is exact, so this is only for speed). */
 static inline float max_f(const float *x, int n) {
-    float m = x[0];
-    for (int i = 1; i < n; i++) m = x[i] > m ? x[i] : m;
+    float acc[8];
+    for (int k = 0; k < 8; k++) acc[k] = x[0];
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) acc[k] = x[i + k] > acc[k] ? x[i + k] : acc[k];
+    float m = acc[0];
+    for (int k = 1; k < 8; k++) m = acc[k] > m ? acc[k] : m;
+    for (; i < n; i++) m = x[i] > m ? x[i] : m;
     return m;
 }
 

@@ -37,12 +37,13 @@ PX_HD static inline float px_bits_to_float(int32_t i) {
  * NaN propagates. Cody-Waite range reduction x = n*ln2 + r, |r| <= ln2/2, then
  * a degree-7 Taylor polynomial (truncation error < 1e-8 relative). */
 PX_HD static inline float px_expf(float x) {
-    x = x < -87.0f ? -87.0f : x;
-    x = x > 88.0f ? 88.0f : x;
+    float xc = x > -87.0f ? x : -87.0f; /* NaN lands here too: n stays in range */
+    xc = xc < 88.0f ? xc : 88.0f;
     const float shifter = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
-    float n = (x * 1.44269504088896341f + shifter) - shifter;
-    float r = x - n * 0.693145751953125f;  /* ln2 high part, exact in float */
+    float n = (xc * 1.44269504088896341f + shifter) - shifter;
+    float r = xc - n * 0.693145751953125f; /* ln2 high part, exact in float */
     r = r - n * 1.42860682030941723e-06f;  /* ln2 low part */
+    r = x == x ? r : x;                    /* NaN in, NaN out */
     float p = 1.0f / 5040.0f;
     p = p * r + 1.0f / 720.0f;
     p = p * r + 1.0f / 120.0f;
@@ -51,7 +52,8 @@ PX_HD static inline float px_expf(float x) {
     p = p * r + 0.5f;
     p = p * r + 1.0f;
     p = p * r + 1.0f;
-    return p * px_bits_to_float(((int32_t)n + 127) << 23);
+    /* n is in [-126, 127], so the biased exponent n + 127 is in [1, 254] */
+    return p * px_bits_to_float((int32_t)((uint32_t)((int32_t)n + 127) << 23));
 }
 
 /* GELU, tanh form: 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3).
