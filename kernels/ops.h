@@ -20,7 +20,8 @@
  * - Threads: ops run on the current OpenMP team (omp_set_num_threads). Matmuls
  *   call OpenBLAS single-threaded from inside the OpenMP team, each thread on
  *   its own block; px_ops_init() pins OpenBLAS to one thread so its own
- *   pthreads never compete with OpenMP's. Every op calls it implicitly.
+ *   pthreads never compete with OpenMP's. The ops that call BLAS call it
+ *   implicitly.
  *
  * Element math (GELU, exp, the AdamW element update) lives in ops_math.h as
  * host/device inline functions so CPU tests exercise the code the GPU runs. */
@@ -74,7 +75,7 @@ void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dou
  * never read. */
 void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
 /* dqkv (B,T,3C) +=; dout (B,T,C), qkv (B,T,3C), att (B,NH,T,T) from the forward.
- * The CPU version uses a per-thread (T,T) scratch it allocates itself. */
+ * The CPU version allocates its own per-thread (64,T) scratch. */
 void attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B,
                         int T, int C, int NH);
 

@@ -37,12 +37,13 @@ PX_HD static inline float px_bits_to_float(int32_t i) {
  * NaN propagates. Cody-Waite range reduction x = n*ln2 + r, |r| <= ln2/2, then
  * a degree-7 Taylor polynomial (truncation error < 1e-8 relative). */
 PX_HD static inline float px_expf(float x) {
-    x = x < -87.0f ? -87.0f : x;
-    x = x > 88.0f ? 88.0f : x;
+    float xc = x > -87.0f ? x : -87.0f; /* NaN lands here too: n stays in range */
+    xc = xc < 88.0f ? xc : 88.0f;
     const float shifter = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
-    float n = (x * 1.44269504088896341f + shifter) - shifter;
-    float r = x - n * 0.693145751953125f;  /* ln2 high part, exact in float */
+    float n = (xc * 1.44269504088896341f + shifter) - shifter;
+    float r = xc - n * 0.693145751953125f; /* ln2 high part, exact in float */
     r = r - n * 1.42860682030941723e-06f;  /* ln2 low part */
+    r = x == x ? r : x;                    /* NaN in, NaN out */
     float p = 1.0f / 5040.0f;
     p = p * r + 1.0f / 720.0f;
     p = p * r + 1.0f / 120.0f;
@@ -51,26 +52,30 @@ PX_HD static inline float px_expf(float x) {
     p = p * r + 0.5f;
     p = p * r + 1.0f;
     p = p * r + 1.0f;
-    return p * px_bits_to_float(((int32_t)n + 127) << 23);
+    /* n is in [-126, 127], so the biased exponent n + 127 is in [1, 254] */
+    return p * px_bits_to_float((int32_t)((uint32_t)((int32_t)n + 127) << 23));
 }
 
 /* GELU, tanh form: 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3).
  * Evaluated through the identity 0.5 (1 + tanh(u)) = 1 / (1 + e^(-2u)), which
- * needs one exp and no tanh. */
+ * needs one exp and no tanh; the gate is a reciprocal times x rather than x
+ * divided by (1 + e), so the clamped branches of px_expf fold to constants
+ * and a vectorized loop needs one division per element, not two. */
 #define PX_GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 #define PX_GELU_A 0.044715f
 
-PX_HD static inline float px_gelu(float x) {
+/* 1 / (1 + e^(-2u)) = 0.5 (1 + tanh(u)): the factor GELU applies to x. */
+PX_HD static inline float px_gelu_gate(float x) {
     float u = PX_GELU_K * (x + PX_GELU_A * x * x * x);
-    return x / (1.0f + px_expf(-2.0f * u));
+    return 1.0f / (1.0f + px_expf(-2.0f * u));
 }
 
-/* d gelu / dx = s + x * 2 s (1 - s) du/dx with s = 1 / (1 + e^(-2u)). */
+PX_HD static inline float px_gelu(float x) { return x * px_gelu_gate(x); }
+
+/* d gelu / dx = s + x * 2 s (1 - s) du/dx with s the gate above. */
 PX_HD static inline float px_gelu_grad(float x) {
-    float x2 = x * x;
-    float u = PX_GELU_K * (x + PX_GELU_A * x2 * x);
-    float s = 1.0f / (1.0f + px_expf(-2.0f * u));
-    float du = PX_GELU_K * (1.0f + 3.0f * PX_GELU_A * x2);
+    float s = px_gelu_gate(x);
+    float du = PX_GELU_K * (1.0f + 3.0f * PX_GELU_A * x * x);
     return s + x * 2.0f * s * (1.0f - s) * du;
 }
 

@@ -9,6 +9,18 @@ if(TARGET px_model)
   target_link_libraries(test_ops PRIVATE px_kernels m)
   add_test(NAME model_ops_gradcheck COMMAND test_ops)
 
+  # The AVX-512/AVX2/baseline clones of the element loops must agree bit for bit.
+  add_executable(ops_hash ${PX_MODEL_TEST_DIR}/ops_hash.c)
+  target_link_libraries(ops_hash PRIVATE px_kernels)
+  add_executable(ops_hash_baseline ${PX_MODEL_TEST_DIR}/ops_hash.c ${CMAKE_SOURCE_DIR}/kernels/ops_cpu.c)
+  target_compile_definitions(ops_hash_baseline PRIVATE PX_NO_CLONES=1)
+  target_compile_options(ops_hash_baseline PRIVATE -O3 -fno-math-errno -fno-trapping-math)
+  target_include_directories(ops_hash_baseline PRIVATE ${CMAKE_SOURCE_DIR}/kernels)
+  target_link_libraries(ops_hash_baseline PRIVATE OpenMP::OpenMP_C PkgConfig::OPENBLAS Threads::Threads m)
+  add_test(NAME model_ops_isa_clones
+           COMMAND sh -c "a=$(\"$1\") && b=$(\"$2\") && echo \"dispatched $a baseline $b\" && [ \"$a\" = \"$b\" ]"
+                   sh $<TARGET_FILE:ops_hash> $<TARGET_FILE:ops_hash_baseline>)
+
   add_executable(test_reference ${PX_MODEL_TEST_DIR}/test_reference.c)
   target_link_libraries(test_reference PRIVATE px_model)
   add_test(NAME model_reference_pytorch
