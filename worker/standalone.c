@@ -10,6 +10,9 @@
  * steps, a summary at the end. SIGINT/SIGTERM finish the current step, then
  * save (with --save) and print the summary. */
 #include "standalone.h"
+#ifdef PX_HAVE_GPT_CUDA
+#include "gpt_cuda.h"
+#endif
 
 #include <math.h>
 #include <omp.h>
@@ -196,12 +199,89 @@ static int has_shards(const char *dir) {
     return access(p, R_OK) == 0;
 }
 
-static float eval_loss(px_gpt_t *m, const px_dataset_t *val, int batches, int B, int T, int *x,
+/* The model on its device: the CPU model always exists (it is initialised
+ * or loaded on the host and is what --save writes); with --device cuda a GPU
+ * copy does the training and the host copy is refreshed before saving. */
+typedef struct {
+    px_gpt_t *cpu;
+#ifdef PX_HAVE_GPT_CUDA
+    px_gpt_cuda_t *gpu;
+#endif
+} dev_model_t;
+
+static float dev_forward(dev_model_t *d, const int *x, const int *y, int B, int T) {
+#ifdef PX_HAVE_GPT_CUDA
+    if (d->gpu) return px_gpt_cuda_forward(d->gpu, x, y, B, T);
+#endif
+    return px_gpt_forward(d->cpu, x, y, B, T);
+}
+
+static int dev_train_grads(dev_model_t *d, const int *x, const int *y, int B, int T, float *loss) {
+#ifdef PX_HAVE_GPT_CUDA
+    if (d->gpu) {
+        px_gpt_cuda_zero_grad(d->gpu);
+        *loss = px_gpt_cuda_forward(d->gpu, x, y, B, T);
+        return isfinite(*loss) && px_gpt_cuda_backward(d->gpu, 1.0f) == 0 ? 0 : -1;
+    }
+#endif
+    px_gpt_zero_grad(d->cpu);
+    *loss = px_gpt_forward(d->cpu, x, y, B, T);
+    return isfinite(*loss) && px_gpt_backward(d->cpu, 1.0f) == 0 ? 0 : -1;
+}
+
+static float dev_update(dev_model_t *d, float grad_clip, float lr, float wd, int t) {
+#ifdef PX_HAVE_GPT_CUDA
+    if (d->gpu) {
+        float norm = px_gpt_cuda_clip_grads(d->gpu, grad_clip);
+        px_gpt_cuda_adamw_step(d->gpu, lr, 0.9f, 0.95f, 1e-8f, wd, t);
+        return norm;
+    }
+#endif
+    float norm = px_gpt_clip_grads(d->cpu, grad_clip);
+    px_gpt_adamw_step(d->cpu, lr, 0.9f, 0.95f, 1e-8f, wd, t);
+    return norm;
+}
+
+/* Brings the host copy up to date (before --save). 0 on success. */
+static int dev_to_host(dev_model_t *d) {
+#ifdef PX_HAVE_GPT_CUDA
+    if (d->gpu) return px_gpt_cuda_download(d->gpu, PX_GPT_CUDA_PARAMS, d->cpu->params, d->cpu->num_params);
+#endif
+    (void)d;
+    return 0;
+}
+
+/* Moves the model to the GPU for --device cuda. 0 on success, else a message in why. */
+static int dev_to_gpu(dev_model_t *d, char *why, size_t len) {
+#ifdef PX_HAVE_GPT_CUDA
+    if (!px_cuda_available(why, len)) return -1;
+    d->gpu = px_gpt_cuda_new(&d->cpu->config);
+    if (!d->gpu || px_gpt_cuda_upload(d->gpu, PX_GPT_CUDA_PARAMS, d->cpu->params, d->cpu->num_params) != 0) {
+        snprintf(why, len, "cannot create the model on the GPU");
+        return -1;
+    }
+    return 0;
+#else
+    (void)d;
+    if (!px_cuda_available(why, len)) return -1;
+    snprintf(why, len, "this binary was built without the CUDA model (configure with nvcc present)");
+    return -1;
+#endif
+}
+
+static void dev_free(dev_model_t *d) {
+#ifdef PX_HAVE_GPT_CUDA
+    px_gpt_cuda_destroy(&d->gpu);
+#endif
+    px_gpt_destroy(&d->cpu);
+}
+
+static float eval_loss(dev_model_t *m, const px_dataset_t *val, int batches, int B, int T, int *x,
                        int *y) {
     double sum = 0;
     for (int k = 0; k < batches; k++) {
         px_dataset_fill_eval(val, k, B, T, x, y);
-        sum += px_gpt_forward(m, x, y, B, T);
+        sum += dev_forward(m, x, y, B, T);
     }
     return (float)(sum / batches);
 }
@@ -214,30 +294,36 @@ int px_standalone_main(int argc, char **argv) {
 
     if (o.device == PX_DEVICE_CUDA) {
         char why[256];
-        if (!px_cuda_available(why, sizeof why)) {
+        if (!px_cuda_available(why, sizeof why)) { /* fail before any work */
             fprintf(stderr, "%s: --device cuda: %s\n", PROG, why);
             return 1;
         }
-        fprintf(stderr, "%s: --device cuda: a GPU is present, but the CUDA training path is "
-                        "not wired into --standalone in this build; use --device cpu\n", PROG);
-        return 1;
     }
     int threads = o.threads > 0 ? o.threads : omp_get_num_procs();
     omp_set_num_threads(threads);
 
     px_gpt_t *model = load_model(&o);
     if (!model) return 1;
+    dev_model_t dev = {.cpu = model};
+    if (o.device == PX_DEVICE_CUDA) {
+        char why[256];
+        if (dev_to_gpu(&dev, why, sizeof why) != 0) {
+            fprintf(stderr, "%s: --device cuda: %s\n", PROG, why);
+            dev_free(&dev);
+            return 1;
+        }
+    }
     const px_gpt_config_t *cfg = &model->config;
     int B = o.batch, T = o.seq ? o.seq : cfg->max_seq_len;
     if (T > cfg->max_seq_len) {
         fprintf(stderr, "%s: --seq: bad value %d: expected at most the model context %d\n", PROG,
                 T, cfg->max_seq_len);
-        px_gpt_destroy(&model);
+        dev_free(&dev);
         return 2;
     }
 
     if (!o.data_given && !has_shards(o.data) && prepare_demo(o.data, o.quiet) != 0) {
-        px_gpt_destroy(&model);
+        dev_free(&dev);
         return 1;
     }
     char err[PX_ERRLEN];
@@ -245,7 +331,7 @@ int px_standalone_main(int argc, char **argv) {
                                           sizeof err);
     if (!train) {
         fprintf(stderr, "%s: %s\n", PROG, err);
-        px_gpt_destroy(&model);
+        dev_free(&dev);
         return 1;
     }
     px_dataset_t *val = NULL;
@@ -255,11 +341,12 @@ int px_standalone_main(int argc, char **argv) {
     }
 
     printf("config model=%s params=%zu L=%d C=%d NH=%d V=%d B=%d T=%d steps=%d lr=%g "
-           "min_lr=%g warmup=%d weight_decay=%g grad_clip=%g seed=%llu threads=%d device=cpu "
+           "min_lr=%g warmup=%d weight_decay=%g grad_clip=%g seed=%llu threads=%d device=%s "
            "data=%s train_tokens=%zu val_tokens=%zu\n",
            o.model, model->num_params, cfg->num_layers, cfg->channels, cfg->num_heads,
            cfg->vocab_size, B, T, o.steps, o.lr, o.min_lr, o.warmup, o.weight_decay, o.grad_clip,
-           (unsigned long long)o.seed, threads, o.data, px_dataset_num_tokens(train),
+           (unsigned long long)o.seed, threads, o.device == PX_DEVICE_CUDA ? "cuda" : "cpu", o.data,
+           px_dataset_num_tokens(train),
            val ? px_dataset_num_tokens(val) : (size_t)0);
 
     struct sigaction sa;
@@ -276,24 +363,21 @@ int px_standalone_main(int argc, char **argv) {
     double loss_sum = 0, train_ms = 0;
     int loss_n = 0;
     if (val) {
-        first_val = val_loss = eval_loss(model, val, o.eval_batches, B, T, x, y);
+        first_val = val_loss = eval_loss(&dev, val, o.eval_batches, B, T, x, y);
         printf("eval step=0 val_loss=%.4f batches=%d\n", val_loss, o.eval_batches);
     }
     int64_t t_start = px_now_us();
     for (int step = 0; step < o.steps && !g_stop; step++) {
         int64_t t0 = px_now_us();
         px_dataset_fill(train, o.seed, step, 0, B, B, T, x, y);
-        px_gpt_zero_grad(model);
-        loss = px_gpt_forward(model, x, y, B, T);
-        if (!isfinite(loss) || px_gpt_backward(model, 1.0f) != 0) {
+        if (dev_train_grads(&dev, x, y, B, T, &loss) != 0) {
             fprintf(stderr, "%s: step %d: loss is %g; stopping (lower --lr?)\n", PROG, step + 1,
                     loss);
             rc = 1;
             break;
         }
-        float norm = px_gpt_clip_grads(model, (float)o.grad_clip);
         float lr = px_lr_at(step, o.warmup, o.steps, (float)o.lr, (float)o.min_lr);
-        px_gpt_adamw_step(model, lr, 0.9f, 0.95f, 1e-8f, (float)o.weight_decay, step + 1);
+        float norm = dev_update(&dev, (float)o.grad_clip, lr, (float)o.weight_decay, step + 1);
         double ms = (double)(px_now_us() - t0) / 1000.0;
         train_ms += ms;
         done = step + 1;
@@ -306,14 +390,17 @@ int px_standalone_main(int argc, char **argv) {
             printf("step=%d/%d loss=%.4f lr=%.3e grad_norm=%.4f ms=%.1f tok_s=%.0f\n", done,
                    o.steps, loss, lr, norm, ms, (double)bt / (ms / 1000.0));
         if (val && (done % o.eval_every == 0 || done == o.steps)) {
-            val_loss = eval_loss(model, val, o.eval_batches, B, T, x, y);
+            val_loss = eval_loss(&dev, val, o.eval_batches, B, T, x, y);
             printf("eval step=%d val_loss=%.4f batches=%d\n", done, val_loss, o.eval_batches);
         }
     }
     double wall_s = (double)(px_now_us() - t_start) / 1e6;
     if (g_stop) printf("stopping signal=%d after_step=%d\n", (int)g_stop, done);
     if (rc == 0 && o.save) {
-        if (px_gpt_save(model, o.save, err, sizeof err) != 0) {
+        if (dev_to_host(&dev) != 0) {
+            fprintf(stderr, "%s: --save: cannot copy the model back from the GPU\n", PROG);
+            rc = 1;
+        } else if (px_gpt_save(model, o.save, err, sizeof err) != 0) {
             fprintf(stderr, "%s: %s\n", PROG, err);
             rc = 1;
         } else {
@@ -329,6 +416,6 @@ int px_standalone_main(int argc, char **argv) {
     free(y);
     px_dataset_destroy(&train);
     px_dataset_destroy(&val);
-    px_gpt_destroy(&model);
+    dev_free(&dev);
     return rc;
 }
