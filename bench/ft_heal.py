@@ -21,6 +21,13 @@ Printed: every heal, the median heal rate, the TCP bandwidth, and the ratio
 against the target (>= 50% of link bandwidth, DESIGN.md "Anchors and
 targets"). MB and GB are 1e6 and 1e9 bytes on both sides of the ratio.
 
+To say where a gap comes from, two more yardsticks run beside ft_tcpbw
+(before and after the heals, --p2p-bytes each): ft_p2p streams the same
+4 MiB chunks through a Gloo communicator (the transport a heal uses), and
+ft_p2p --checksum adds the heal's per-chunk hash and hash message. What a
+heal adds beyond the latter is its two whole-state checksums (the source's
+before the header, the joiner's after the last chunk).
+
 The default model, preset gpt2-124m (124M parameters: 1.49 GB of state to
 heal), needs about 2.5 GB of memory per worker; the script checks the
 machine's available memory first. Training steps are kept small (--seq 32,
@@ -48,6 +55,24 @@ def tcp_bandwidth(bindir, nbytes, env):
     if r.returncode != 0:
         raise BenchError("ft_tcpbw failed: %s" % r.stdout)
     return float(kv(r.stdout.strip())["GBps"]) * 1000.0  # MB/s
+
+
+def p2p_rate(bindir, nbytes, checksum, env):
+    args = [os.path.join(bindir, "ft_p2p"), "--bytes", str(nbytes)] + (["--checksum"] if checksum else [])
+    r = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, timeout=300)
+    if r.returncode != 0:
+        raise BenchError("ft_p2p failed: %s" % r.stdout)
+    return float(kv(r.stdout.strip())["MBps"])
+
+
+def yardsticks(a, env, when):
+    """Loopback TCP, Gloo p2p, Gloo p2p with per-chunk checksums (MB/s)."""
+    y = {"tcp": tcp_bandwidth(a.bindir, a.tcp_bytes, env),
+         "p2p": p2p_rate(a.bindir, a.p2p_bytes, False, env),
+         "p2p_ck": p2p_rate(a.bindir, a.p2p_bytes, True, env)}
+    print("%-6s loopback TCP %6.0f MB/s | Gloo p2p 4 MiB chunks %6.0f MB/s | same + per-chunk checksums %6.0f MB/s"
+          % (when, y["tcp"], y["p2p"], y["p2p_ck"]), flush=True)
+    return y
 
 
 def mem_available_gb():
@@ -79,6 +104,7 @@ def main():
     ap.add_argument("--heals", type=int, default=4)
     ap.add_argument("--seq", type=int, default=32)
     ap.add_argument("--tcp-bytes", type=int, default=4 << 30)
+    ap.add_argument("--p2p-bytes", type=int, default=1500000000, help="bytes per ft_p2p run [1.5 GB]")
     ap.add_argument("--mem-per-worker-gb", type=float, default=2.8,
                     help="memory one worker needs, checked before starting [2.8, for gpt2-124m]")
     ap.add_argument("--coretype", default="", help="OPENBLAS_CORETYPE for every process")
@@ -98,8 +124,8 @@ def main():
     print("ft_heal: %d groups x 1 rank of %s, %d heals; memory available %.1f GB" % (a.groups, a.model, a.heals, have))
     print("  " + environment(blas_note), flush=True)
     t_start = time.monotonic()
-    tcp = [tcp_bandwidth(a.bindir, a.tcp_bytes, env)]
-    print("loopback TCP stream, %.2f GB: %.0f MB/s" % (a.tcp_bytes / 1e9, tcp[0]), flush=True)
+    print("yardsticks: TCP streams %.2f GB, Gloo p2p %.2f GB" % (a.tcp_bytes / 1e9, a.p2p_bytes / 1e9))
+    ys = [yardsticks(a, env, "before")]
 
     wflags = ["--model", a.model, "--data", a.data, "--steps", "100000000", "--global-batch", str(a.groups),
               "--micro-batch", "1", "--seq", str(a.seq), "--threads", "1", "--eval-batches", "0"]
@@ -133,17 +159,21 @@ def main():
             print("logs: %s" % job.dir)
         else:
             shutil.rmtree(job.dir, ignore_errors=True)
-    tcp.append(tcp_bandwidth(a.bindir, a.tcp_bytes, env))
-    print("loopback TCP stream, %.2f GB: %.0f MB/s" % (a.tcp_bytes / 1e9, tcp[1]))
+    ys.append(yardsticks(a, env, "after"))
     rates = [h["rate"] for h in heals]
-    link = statistics.fmean(tcp)
+    link = statistics.fmean(y["tcp"] for y in ys)
+    p2p = statistics.fmean(y["p2p"] for y in ys)
+    p2p_ck = statistics.fmean(y["p2p_ck"] for y in ys)
     med = statistics.median(rates)
     print()
     print("heal rate: median %.0f MB/s (min %.0f, max %.0f) over %d heals of %.1f MB"
           % (med, min(rates), max(rates), len(rates), heals[0]["mb"]))
-    print("loopback TCP: %.0f MB/s (mean of %.0f before and %.0f after)" % (link, tcp[0], tcp[1]))
+    print("loopback TCP: %.0f MB/s (mean of %.0f before and %.0f after)" % (link, ys[0]["tcp"], ys[1]["tcp"]))
     print("heal / TCP: %.1f%%   target >= %.0f%%: %s" % (100 * med / link, 100 * TARGET,
                                                          "met" if med / link >= TARGET else "NOT met"))
+    print("where it goes (means of before and after, as a share of TCP): Gloo p2p %.0f%%, with per-chunk "
+          "checksums %.0f%%, the heal (plus two whole-state checksums) %.0f%%"
+          % (100 * p2p / link, 100 * p2p_ck / link, 100 * med / link))
     print("  " + environment(blas_note))
     print("elapsed %.0f s" % (time.monotonic() - t_start))
 
