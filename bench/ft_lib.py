@@ -81,11 +81,33 @@ def prepare_data(bindir, data_dir):
     return data_dir
 
 
-class Proc:
-    """A process whose stdout lines are collected as (monotonic time, line)."""
+def cpu_ns(pid):
+    """CPU time a process has run so far, in ns: the sum over its live threads
+    of /proc/PID/task/TID/schedstat (0 when it is gone)."""
+    total = 0
+    try:
+        tids = os.listdir("/proc/%d/task" % pid)
+    except OSError:
+        return 0
+    for tid in tids:
+        try:
+            with open("/proc/%d/task/%s/schedstat" % (pid, tid)) as f:
+                total += int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass
+    return total
 
-    def __init__(self, args, log_path, env=None, name=""):
+
+class Proc:
+    """A process whose stdout lines are collected as (monotonic time, line).
+    At each progress line the reader also samples the CPU time used so far by
+    this process and by the processes in cpu_pids (e.g. the coordinator), so
+    that CPU per step can be taken over exactly the steps measured."""
+
+    def __init__(self, args, log_path, env=None, name="", cpu_pids=()):
         self.name = name or os.path.basename(args[0])
+        self.cpu_pids = list(cpu_pids)
+        self.cpu = []  # (step line index, own ns, [ns of each cpu_pids])
         self.log_path = log_path
         self.log = open(log_path, "a")
         self.popen = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=self.log, env=env,
@@ -99,8 +121,13 @@ class Proc:
     def _read(self):
         for line in self.popen.stdout:
             t = time.monotonic()
+            sample = None
+            if line.startswith("progress "):
+                sample = (cpu_ns(self.pid), [cpu_ns(p) for p in self.cpu_pids])
             with self.cv:
                 self.lines.append((t, line.rstrip("\n")))
+                if sample:
+                    self.cpu.append((len(self.lines) - 1,) + sample)
                 self.cv.notify_all()
         with self.cv:
             self.cv.notify_all()
@@ -108,6 +135,11 @@ class Proc:
     def snapshot(self):
         with self.cv:
             return list(self.lines)
+
+    def cpu_by_step(self):
+        """{step: (own CPU ns, [CPU ns of cpu_pids])} sampled at each progress line."""
+        with self.cv:
+            return {int(kv(self.lines[i][1])["step"]): (own, list(extra)) for i, own, extra in self.cpu}
 
     def alive(self):
         return self.popen.poll() is None
@@ -172,7 +204,7 @@ class Job:
         args = [os.path.join(self.bindir, "phalanx-worker"), "--coordinator", self.endpoint, "--group", group,
                 "--rank", "0", "--ranks-per-group", "1"] + list(worker_args)
         p = Proc(args, os.path.join(self.dir, "worker-%s.%d.log" % (group, n)), env=self.env,
-                 name="worker %s#%d" % (group, n))
+                 name="worker %s#%d" % (group, n), cpu_pids=[self.coord.pid])
         self.workers[group] = p
         return p
 

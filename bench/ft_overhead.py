@@ -39,7 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ft_lib import BenchError, Job, Proc, blas_env, environment, kv, prepare_data, summary  # noqa: E402
 
 
-def collect(procs, want_steps):
+def collect(procs):
     """{step: {group: (arrival time, ms, line fields)}} from progress lines."""
     out = {}
     for p in procs:
@@ -76,6 +76,20 @@ def measure(steps_seen, groups, warmup, total):
     return ms, iv
 
 
+def cpu_per_step(procs, warmup, total):
+    """(CPU ms per step summed over the processes, CPU ms per step of the
+    extra sampled process (the coordinator) or 0), over steps warmup..total."""
+    own, extra = 0.0, 0.0
+    for i, p in enumerate(procs):
+        c = p.cpu_by_step()
+        if warmup not in c or total not in c:
+            return None
+        own += (c[total][0] - c[warmup][0]) / 1e6 / (total - warmup)
+        if i == 0 and c[total][1]:
+            extra = (c[total][1][0] - c[warmup][1][0]) / 1e6 / (total - warmup)
+    return own, extra
+
+
 def train_flags(a):
     return ["--model", a.model, "--data", a.data, "--steps", str(a.steps), "--global-batch", str(a.global_batch),
             "--micro-batch", str(a.micro_batch), "--seq", str(a.seq), "--seed", str(a.seed), "--threads", "1"]
@@ -89,7 +103,7 @@ def run_ft(a, env):
             rc = p.wait(a.timeout)
             if rc != 0:
                 raise BenchError("%s exited %d; see %s" % (p.name, rc, p.log_path))
-        return collect(procs, a.steps), finals(procs), job.dir
+        return collect(procs), finals(procs), cpu_per_step(procs, a.warmup, a.steps), job.dir
     finally:
         job.stop()
 
@@ -106,7 +120,7 @@ def run_plain(a, env):
             rc = p.wait(a.timeout)
             if rc != 0:
                 raise BenchError("%s exited %d; see %s" % (p.name, rc, p.log_path))
-        return collect(procs, a.steps), finals(procs), d
+        return collect(procs), finals(procs), cpu_per_step(procs, a.warmup, a.steps), d
     finally:
         for p in procs:
             p.stop()
@@ -146,23 +160,28 @@ def main():
     t_start = time.monotonic()
     ms = {"plain": [], "ft": []}
     iv = {"plain": [], "ft": []}
+    cpu_ms = {"plain": [], "ft": []}
     round_ratio = []
     norms = {}
     order = ["plain", "ft"]
     for r in range(a.rounds):
         med = {}
         for side in order:
-            seen, fin, d = (run_ft if side == "ft" else run_plain)(a, env)
+            seen, fin, cpu, d = (run_ft if side == "ft" else run_plain)(a, env)
             m, i = measure(seen, a.groups, a.warmup, a.steps)
             if not m:
                 raise BenchError("%s run %d: no step after warm-up was committed by all %d groups (logs in %s)"
                                  % (side, r + 1, a.groups, d))
             ms[side] += m
             iv[side] += i
+            if cpu:
+                cpu_ms[side].append(cpu)
             norms.setdefault(side, []).append(fin)
             med[side] = statistics.median(m)
-            print("round %d %-5s step ms %s | commit interval ms median %8.1f" %
-                  (r + 1, side, fmt(summary(m)), statistics.median(i) if i else float("nan")), flush=True)
+            print("round %d %-5s step ms %s | commit interval median %7.1f | CPU ms/step %7.1f%s" %
+                  (r + 1, side, fmt(summary(m)), statistics.median(i) if i else float("nan"),
+                   cpu[0] if cpu else float("nan"), " + coordinator %.2f" % cpu[1] if cpu and side == "ft" else ""),
+                  flush=True)
             if a.keep:
                 print("  logs: %s" % d)
             else:
@@ -184,6 +203,13 @@ def main():
           % (100 * om, 100 * oa, 100 * oi))
     print("  per round (median): %s" % ", ".join("%+.2f%%" % (100 * x) for x in round_ratio))
     print("  target < 2%%: %s (on the median step time)" % ("met" if om < 0.02 else "NOT met"))
+    if cpu_ms["plain"] and cpu_ms["ft"]:
+        cp = statistics.fmean(c[0] for c in cpu_ms["plain"])
+        cf = statistics.fmean(c[0] for c in cpu_ms["ft"])
+        cc = statistics.fmean(c[1] for c in cpu_ms["ft"])
+        print("CPU time per step, summed over the %d rank processes (less sensitive to the machine's load):" % a.groups)
+        print("  plain %.1f ms, ft %.1f ms + coordinator %.2f ms: overhead %+.2f%% (%+.2f%% without the coordinator)"
+              % (cp, cf, cc, 100 * ((cf + cc) / cp - 1), 100 * (cf / cp - 1)))
     pn = [v for f in norms["plain"] for v in f.values()]
     fn = [v for f in norms["ft"] for v in f.values()]
     if pn and fn:

@@ -180,7 +180,9 @@ int main(int argc, char **argv) {
     for (int64_t step = 0; step < c.steps; step++) {
         int64_t t0 = px_now_us();
         float loss = compute_grads(&c, m, train, step, T, lo, hi, inputs, targets);
+        int64_t t1 = px_now_us();
         px_comm_status_t st = px_comm_allreduce_sum_f32(comm, m->grads, m->num_params);
+        int64_t t2 = px_now_us();
         if (st != PX_COMM_OK) {
             fprintf(stderr, PROG ": rank %d: allreduce failed at step %lld: %s\n", c.rank, (long long)step,
                     px_comm_last_error(comm));
@@ -190,8 +192,10 @@ int main(int argc, char **argv) {
         float lr = px_lr_at((int)step, c.warmup, (int)c.steps, c.lr, c.min_lr);
         px_gpt_adamw_step(m, lr, 0.9f, 0.95f, 1e-8f, c.weight_decay, (int)step + 1);
         double ms = (double)(px_now_us() - t0) / 1000.0;
-        emit("progress step=%lld local_loss=%.4f norm=%.3f ms=%.1f groups=%d quorum=0 group=r%d\n",
-             (long long)step + 1, loss, norm, ms, c.ranks, c.rank);
+        emit("progress step=%lld local_loss=%.4f norm=%.3f ms=%.1f compute_ms=%.1f allreduce_ms=%.1f groups=%d "
+             "quorum=0 group=r%d\n",
+             (long long)step + 1, loss, norm, ms, (double)(t1 - t0) / 1000.0, (double)(t2 - t1) / 1000.0, c.ranks,
+             c.rank);
     }
     double pn = 0;
     for (size_t i = 0; i < m->num_params; i++) pn += (double)m->params[i] * m->params[i];

@@ -21,12 +21,20 @@ and one phalanx-worker per group train without end. For each kill:
      and shown, not measured;
   5. restart the killed worker and wait until it has healed and all groups
      commit together again (the rejoin time is shown too).
-Also shown per kill: detection, the first `event kind=step_failed` line of a
-survivor (its collective failed or was aborted). Printed: p50 and p95 of
+Also shown per kill, all from the same kill time: detection, the first
+`event kind=step_failed` line of a survivor (its collective failed or was
+aborted); the coordinator's group_dropped and quorum_formed events (their
+wall-clock timestamps, 1 ms resolution, against the wall clock at the kill);
+the first survivor's `quorum_joined` log line (communicators rebuilt over
+the coordinator's rendezvous store, state checksums exchanged); what
+remains up to the recovery is the retried step itself (the survivors now
+take the lost group's share of the same global batch). Printed: p50 and p95 of
 the recovery time against the target (< 300 ms on loopback) and beside
 torchft's default heartbeat timeout (5 s), the time that alone takes before
 torchft's lighthouse considers a silent replica gone."""
 import argparse
+import datetime
+import json
 import os
 import random
 import shutil
@@ -49,6 +57,58 @@ def progress(proc, since=0.0):
 
 def events(proc, kind, since):
     return [(t, kv(l)) for t, l in proc.snapshot() if t > since and l.startswith("event kind=%s " % kind)]
+
+
+def coordinator_events(job):
+    out = []
+    try:
+        with open(os.path.join(job.dir, "events.jsonl")) as f:
+            for line in f:
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    pass  # a line being written
+    except OSError:
+        pass
+    return out
+
+
+def coordinator_times(job, victim, wall_kill):
+    """ms from the kill (wall clock) to the coordinator's group_dropped for the
+    victim and to the next quorum_formed without it (event timestamps, 1 ms)."""
+    dropped = formed = float("nan")
+    for e in coordinator_events(job):
+        if e.get("ts", 0) < wall_kill * 1000 - 1:
+            continue
+        if e["type"] == "group_dropped" and e.get("group") == victim and dropped != dropped:
+            dropped = e["ts"] - wall_kill * 1000
+        if e["type"] == "quorum_formed" and victim not in e.get("groups", []) and formed != formed:
+            formed = e["ts"] - wall_kill * 1000
+    return dropped, formed
+
+
+def log_wall_s(line):
+    """Wall-clock seconds of a px_log line ('ts=2026-01-02T03:04:05.678Z ...')."""
+    ts = line.split(" ", 1)[0][3:]
+    d = datetime.datetime.strptime(ts, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=datetime.timezone.utc)
+    return d.timestamp()
+
+
+def survivors_joined(procs, q0, wall_kill):
+    """ms from the kill to the first survivor's `quorum_joined` with a quorum
+    newer than q0 (its log line: communicators rebuilt and state checked)."""
+    best = float("nan")
+    for p in procs:
+        try:
+            with open(p.log_path) as f:
+                for line in f:
+                    if " quorum_joined " in line and int(kv(line)["quorum_id"]) > q0:
+                        ms = 1000 * (log_wall_s(line) - wall_kill)
+                        if ms >= -1 and not best <= ms:
+                            best = ms
+        except (OSError, ValueError, KeyError):
+            pass
+    return best
 
 
 def newest_quorum(job):
@@ -120,8 +180,9 @@ def main():
             job.start_worker(g, wflags)
         q_now, step_s = wait_for(lambda: steady(job, a.groups, a.settle_steps), 120, "all groups training together")
         print("steady: quorum %d, %.1f ms per step" % (q_now, 1000 * step_s))
-        print("%4s %6s %6s %10s %9s %9s %10s %7s %9s" % ("kill", "victim", "step", "kill_at_ms", "detect_ms",
-                                                         "recover_ms", "old_commits", "quorum", "rejoin_s"))
+        print("%4s %6s %6s %10s %9s %10s %9s %9s %10s %9s %6s %8s" % (
+            "kill", "victim", "step", "kill_at_ms", "detect_ms", "dropped_ms", "quorum_ms", "joined_ms",
+            "recover_ms", "old_steps", "quorum", "rejoin_s"))
         for k in range(1, a.kills + 1):
             q_now, step_s = wait_for(lambda: steady(job, a.groups, a.settle_steps), 120,
                                      "all groups committing together before kill %d" % k)
@@ -135,6 +196,7 @@ def main():
             q0 = newest_quorum(job)
             victim = job.workers[victim_name]
             last_step = max(int(progress(victim)[-1][1]["step"]), 0)
+            wall_kill = time.time()
             t_kill = victim.kill()
             survivors = [job.workers[n] for n in names if n != victim_name]
 
@@ -148,7 +210,10 @@ def main():
             t_rec, f_rec = wait_for(recovered, 60, "a survivor's commit in a quorum newer than %d after kill %d"
                                     % (q0, k), interval_s=0.002)
             fails = [t for p in survivors for t, _ in events(p, "step_failed", t_kill)]
-            old = sum(1 for p in survivors for t, f in progress(p, t_kill) if t < t_rec and int(f["quorum"]) <= q0)
+            old = len({f["step"] for p in survivors for t, f in progress(p, t_kill)
+                       if t < t_rec and int(f["quorum"]) <= q0})
+            dropped, formed = coordinator_times(job, victim_name, wall_kill)
+            joined = survivors_joined(survivors, q0, wall_kill)
             victim.wait(10)
             victim.stop()
             t_restart = time.monotonic()
@@ -159,10 +224,12 @@ def main():
             row = {"victim": victim_name, "step": last_step, "kill_at": 1000 * (t_kill - last),
                    "detect": 1000 * (min(fails) - t_kill) if fails else float("nan"),
                    "recover": 1000 * (t_rec - t_kill), "old": old, "quorum": int(f_rec["quorum"]),
+                   "dropped": dropped, "formed": formed, "joined": joined,
                    "groups_after": int(f_rec["groups"]), "rejoin": rejoin}
             rows.append(row)
-            print("%4d %6s %6d %10.1f %9.1f %9.1f %10d %7d %9.2f" % (k, victim_name, row["step"], row["kill_at"],
-                  row["detect"], row["recover"], row["old"], row["quorum"], row["rejoin"]), flush=True)
+            print("%4d %6s %6d %10.1f %9.1f %10.0f %9.0f %9.0f %10.1f %9d %6d %8.2f" % (
+                k, victim_name, row["step"], row["kill_at"], row["detect"], row["dropped"], row["formed"],
+                row["joined"], row["recover"], row["old"], row["quorum"], row["rejoin"]), flush=True)
     finally:
         job.stop()
         if a.keep:
@@ -178,8 +245,14 @@ def main():
     if det:
         print("  detection (SIGKILL -> survivor's step_failed): p50 %.1f ms   p95 %.1f ms"
               % (percentile(det, 50), percentile(det, 95)))
-    print("  steps committed in the old quorum after a kill (not counted as recovery): %d"
-          % sum(r["old"] for r in rows))
+    for key, what in (("dropped", "coordinator drops the group (group_dropped event)"),
+                      ("formed", "coordinator forms the new quorum (quorum_formed event)"),
+                      ("joined", "first survivor has rebuilt its communicators and checked state (quorum_joined log)")):
+        xs = [r[key] for r in rows if r[key] == r[key]]
+        if xs:
+            print("  %s: p50 %.0f ms   p95 %.0f ms" % (what, percentile(xs, 50), percentile(xs, 95)))
+    print("  steps committed in the old quorum after a kill (the kill came after their allreduce; not counted "
+          "as recovery): %d" % sum(r["old"] for r in rows))
     print("  every recovery step committed by %s groups" % sorted({r["groups_after"] for r in rows}))
     print("  target p50 < %.0f ms: %s" % (TARGET_P50_MS, "met" if percentile(rec, 50) < TARGET_P50_MS else "NOT met"))
     print("  baseline: torchft's default heartbeat timeout alone is %.0f ms (%.0fx our p50)"
