@@ -62,7 +62,7 @@ def blas_env(coretype):
     env = dict(os.environ)
     if coretype:
         env["OPENBLAS_CORETYPE"] = coretype
-        return env, "OPENBLAS_CORETYPE=%s, set equally for every process of both sides" % coretype
+        return env, "OPENBLAS_CORETYPE=%s, set for every process the benchmark starts (both sides alike)" % coretype
     if env.get("OPENBLAS_CORETYPE"):
         return env, ("OPENBLAS_CORETYPE=%s inherited from the environment, equally for every process"
                      % env["OPENBLAS_CORETYPE"])
