@@ -21,7 +21,9 @@ and one phalanx-worker per group train without end. For each kill:
      and shown, not measured;
   5. restart the killed worker and wait until it has healed and all groups
      commit together again (the rejoin time is shown too).
-Also shown per kill, all from the same kill time: detection, the first
+Also shown per kill, all from the same kill time: when the killed process
+is gone (waitpid returns: the kernel has torn it down, memory first, then
+its sockets, which is when peers can notice); detection, the first
 `event kind=step_failed` line of a survivor (its collective failed or was
 aborted); the coordinator's group_dropped and quorum_formed events (their
 wall-clock timestamps, 1 ms resolution, against the wall clock at the kill);
@@ -41,6 +43,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -180,8 +183,8 @@ def main():
             job.start_worker(g, wflags)
         q_now, step_s = wait_for(lambda: steady(job, a.groups, a.settle_steps), 120, "all groups training together")
         print("steady: quorum %d, %.1f ms per step" % (q_now, 1000 * step_s))
-        print("%4s %6s %6s %10s %9s %10s %9s %9s %10s %9s %6s %8s" % (
-            "kill", "victim", "step", "kill_at_ms", "detect_ms", "dropped_ms", "quorum_ms", "joined_ms",
+        print("%4s %6s %6s %10s %8s %9s %10s %9s %9s %10s %9s %6s %8s" % (
+            "kill", "victim", "step", "kill_at_ms", "gone_ms", "detect_ms", "dropped_ms", "quorum_ms", "joined_ms",
             "recover_ms", "old_steps", "quorum", "rejoin_s"))
         for k in range(1, a.kills + 1):
             q_now, step_s = wait_for(lambda: steady(job, a.groups, a.settle_steps), 120,
@@ -196,6 +199,9 @@ def main():
             q0 = newest_quorum(job)
             victim = job.workers[victim_name]
             last_step = max(int(progress(victim)[-1][1]["step"]), 0)
+            gone = []
+            reaper = threading.Thread(target=lambda: (victim.popen.wait(), gone.append(time.monotonic())), daemon=True)
+            reaper.start()
             wall_kill = time.time()
             t_kill = victim.kill()
             survivors = [job.workers[n] for n in names if n != victim_name]
@@ -215,6 +221,7 @@ def main():
             dropped, formed = coordinator_times(job, victim_name, wall_kill)
             joined = survivors_joined(survivors, q0, wall_kill)
             victim.wait(10)
+            reaper.join(10)
             victim.stop()
             t_restart = time.monotonic()
             newp = job.start_worker(victim_name, wflags)
@@ -225,10 +232,11 @@ def main():
                    "detect": 1000 * (min(fails) - t_kill) if fails else float("nan"),
                    "recover": 1000 * (t_rec - t_kill), "old": old, "quorum": int(f_rec["quorum"]),
                    "dropped": dropped, "formed": formed, "joined": joined,
+                   "gone": 1000 * (gone[0] - t_kill) if gone else float("nan"),
                    "groups_after": int(f_rec["groups"]), "rejoin": rejoin}
             rows.append(row)
-            print("%4d %6s %6d %10.1f %9.1f %10.0f %9.0f %9.0f %10.1f %9d %6d %8.2f" % (
-                k, victim_name, row["step"], row["kill_at"], row["detect"], row["dropped"], row["formed"],
+            print("%4d %6s %6d %10.1f %8.1f %9.1f %10.0f %9.0f %9.0f %10.1f %9d %6d %8.2f" % (
+                k, victim_name, row["step"], row["kill_at"], row["gone"], row["detect"], row["dropped"], row["formed"],
                 row["joined"], row["recover"], row["old"], row["quorum"], row["rejoin"]), flush=True)
     finally:
         job.stop()
@@ -245,7 +253,8 @@ def main():
     if det:
         print("  detection (SIGKILL -> survivor's step_failed): p50 %.1f ms   p95 %.1f ms"
               % (percentile(det, 50), percentile(det, 95)))
-    for key, what in (("dropped", "coordinator drops the group (group_dropped event)"),
+    for key, what in (("gone", "the killed process is gone (waitpid returns; its sockets are closed by then)"),
+                      ("dropped", "coordinator drops the group (group_dropped event)"),
                       ("formed", "coordinator forms the new quorum (quorum_formed event)"),
                       ("joined", "first survivor has rebuilt its communicators and checked state (quorum_joined log)")):
         xs = [r[key] for r in rows if r[key] == r[key]]
