@@ -38,6 +38,7 @@ static volatile sig_atomic_t g_signal;
 #define MAX_PASS 64
 #define LINE_MAX_LEN 1024
 #define FINISH_GRACE_MS 15000
+#define CHAOS_STEP_JITTER_MS 250.0
 
 typedef struct {
     char group[64];
@@ -57,6 +58,7 @@ typedef struct {
     const char *model, *data, *http, *events, *coordinator, *bind, *log_dir, *job, *ledger;
     uint64_t seed, chaos_seed;
     double chaos_every_s;
+    int chaos_every_steps;
     int chaos_max_kills;
     int64_t chaos_until_step;
     const char *pass[MAX_PASS];
@@ -80,6 +82,8 @@ typedef struct {
     FILE *events_in;
     uint64_t rng;
     int64_t next_kill_ms;
+    int64_t next_kill_step; /* step mode: arm the next kill at this step */
+    int kill_armed;
     int kills;
     int last_groups;        /* groups that committed the last step */
     int64_t kill_step;      /* last_step when the last kill happened */
@@ -108,6 +112,8 @@ static void usage(void) {
            "  --job NAME               job name [phalanx]\n"
            "  --chaos-kill-every S     SIGKILL a random worker about every S seconds, 0 = off [0];\n"
            "                           never one whose loss would leave no group holding the job's state\n"
+           "  --chaos-kill-every-steps K  instead: about every K committed steps, at a random\n"
+           "                           moment within 250 ms (independent of machine speed), 0 = off [0]\n"
            "  --chaos-seed N           seed of the chaos schedule [1]\n"
            "  --chaos-max-kills N      stop killing after N kills, 0 = no limit [0]\n"
            "  --chaos-until-step N     no kills once step N is committed, 0 = no limit [0]\n"
@@ -383,11 +389,28 @@ static void reap(launch_t *L) {
     }
 }
 
+/* When the next kill is due. By time: about every --chaos-kill-every seconds.
+ * By steps: about every --chaos-kill-every-steps committed steps, then after a
+ * random delay of up to CHAOS_STEP_JITTER_MS so that it lands at a random
+ * point of a step; the schedule does not depend on how fast the machine is. */
+static int chaos_due(launch_t *L, int64_t now) {
+    const launch_cfg_t *c = &L->cfg;
+    if (c->chaos_every_steps > 0) {
+        if (!L->kill_armed && L->last_step >= L->next_kill_step) {
+            L->kill_armed = 1;
+            L->next_kill_ms = now + (int64_t)(CHAOS_STEP_JITTER_MS * rng_unit(&L->rng));
+        }
+        return L->kill_armed && now >= L->next_kill_ms;
+    }
+    if (c->chaos_every_s <= 0 || now < L->next_kill_ms) return 0;
+    L->next_kill_ms = now + (int64_t)(c->chaos_every_s * 1000.0 * (0.5 + rng_unit(&L->rng)));
+    return 1;
+}
+
 static void chaos(launch_t *L, int64_t now) {
-    if (L->cfg.chaos_every_s <= 0 || now < L->next_kill_ms) return;
     if (L->cfg.chaos_max_kills > 0 && L->kills >= L->cfg.chaos_max_kills) return;
     if (L->cfg.chaos_until_step > 0 && L->last_step >= L->cfg.chaos_until_step) return;
-    L->next_kill_ms = now + (int64_t)(L->cfg.chaos_every_s * 1000.0 * (0.5 + rng_unit(&L->rng)));
+    if (!chaos_due(L, now)) return;
     int live[MAX_WORKERS], n = 0;
     for (int i = 0; i < L->n; i++)
         if (L->w[i].pid > 0 && !L->w[i].done) live[n++] = i;
@@ -396,6 +419,8 @@ static void chaos(launch_t *L, int64_t now) {
      * two groups since the previous kill (every committer holds the state). */
     if (n == 0 || L->last_step < 1 || L->last_groups < 2 || L->last_step <= L->kill_step) return;
     L->kill_step = L->last_step;
+    L->kill_armed = 0;
+    L->next_kill_step = L->last_step + (int64_t)((double)L->cfg.chaos_every_steps * (0.5 + rng_unit(&L->rng))) + 1;
     worker_t *w = &L->w[live[rng_next(&L->rng) % (uint64_t)n]];
     L->kills++;
     say(L, "chaos: SIGKILL %d: worker %s/%d (pid %d) at step %lld", L->kills, w->group, w->rank, (int)w->pid,
@@ -530,6 +555,7 @@ static void parse(launch_cfg_t *c, int argc, char **argv) {
         else if (!strcmp(a, "--bind")) c->bind = px_flag_str(PROG, a, v, 512);
         else if (!strcmp(a, "--coordinator")) c->coordinator = px_flag_str(PROG, a, v, 512);
         else if (!strcmp(a, "--job")) c->job = px_flag_str(PROG, a, v, 63);
+        else if (!strcmp(a, "--chaos-kill-every-steps")) c->chaos_every_steps = (int)px_flag_int(PROG, a, v, 0, 100000000);
         else if (!strcmp(a, "--chaos-kill-every")) c->chaos_every_s = px_flag_double(PROG, a, v, 0, 86400);
         else if (!strcmp(a, "--chaos-max-kills")) c->chaos_max_kills = (int)px_flag_int(PROG, a, v, 0, 1000000);
         else if (!strcmp(a, "--chaos-until-step")) c->chaos_until_step = px_flag_int(PROG, a, v, 0, INT64_MAX);
@@ -593,8 +619,12 @@ int main(int argc, char **argv) {
             start_worker(&L, w);
         }
     say(&L, "started %d groups x %d ranks: model %s, %d steps%s", c->groups, c->ranks, c->model, c->steps,
-        c->chaos_every_s > 0 ? ", chaos on" : "");
-    if (c->chaos_every_s > 0) {
+        c->chaos_every_s > 0 || c->chaos_every_steps > 0 ? ", chaos on" : "");
+    if (c->chaos_every_steps > 0) {
+        L.next_kill_step = 1 + (int64_t)((double)c->chaos_every_steps * (0.5 + rng_unit(&L.rng)));
+        say(&L, "chaos: killing a random worker about every %d steps (seed %llu)", c->chaos_every_steps,
+            (unsigned long long)c->chaos_seed);
+    } else if (c->chaos_every_s > 0) {
         L.next_kill_ms = px_now_ms() + (int64_t)(c->chaos_every_s * 1000.0 * (0.5 + rng_unit(&L.rng)));
         say(&L, "chaos: killing a random worker about every %.1f s (seed %llu)", c->chaos_every_s,
             (unsigned long long)c->chaos_seed);

@@ -47,7 +47,7 @@
 #include "quorum.h"
 
 enum { TAIL_COUNT, TAIL_STEP, TAIL_NEWER, TAIL_LOSS, TAIL_N };
-#define HEAL_CHUNK_FLOATS (1u << 20) /* 4 MiB */
+#define HEAL_CHUNK_FLOATS ((size_t)1 << 22) /* 16 MiB: fewer round trips on a fast link */
 #define HEAL_MAGIC 0x7068616c6865616cull
 
 typedef struct {
@@ -66,6 +66,11 @@ typedef struct {
     int my_index;
     pthread_mutex_t comm_mu;
     px_comm_t *cross, *intra;
+    /* state checksum cache (see state_checksum) */
+    uint64_t *hashes; /* 3 * chunks_per_buffer(num_params) chunk hashes */
+    uint64_t ck;
+    int64_t ck_step;
+    int ck_valid;
     /* stats */
     int failures, heals;
     FILE *ledger;
@@ -110,15 +115,41 @@ static void on_quorum_pushed(void *ctx, const px_quorum_t *nq) {
     pthread_mutex_unlock(&t->comm_mu);
 }
 
-static uint64_t state_checksum(const trainer_t *t) {
-    size_t n = t->model->num_params;
+/* The state digest: one hash per HEAL_CHUNK_FLOATS chunk of params, m and v
+ * (in that order), and the state checksum = hash of those chunk hashes and
+ * the step. Healing sends the chunk hashes with the data, so the receiver's
+ * verification pass also yields the state checksum, and nobody hashes the
+ * state twice. Cached per step (the state changes only through a step, a
+ * heal, a group sync or a reset, each of which invalidates it). */
+static size_t chunks_per_buffer(size_t n) { return (n + HEAL_CHUNK_FLOATS - 1) / HEAL_CHUNK_FLOATS; }
+
+static void chunk_hashes(const float *buf, size_t n, uint64_t *out) {
+    size_t nc = chunks_per_buffer(n);
+#pragma omp parallel for schedule(static)
+    for (size_t k = 0; k < nc; k++) {
+        size_t off = k * HEAL_CHUNK_FLOATS, len = n - off < HEAL_CHUNK_FLOATS ? n - off : HEAL_CHUNK_FLOATS;
+        out[k] = px_hash64(buf + off, len * sizeof(float), off);
+    }
+}
+
+static uint64_t digest_checksum(const uint64_t *hashes, size_t count, int64_t step) {
     px_hash_t h;
     px_hash_init(&h, 0x5048414c414e58ull);
-    px_hash_update(&h, t->model->params, n * sizeof(float));
-    px_hash_update(&h, t->model->m, n * sizeof(float));
-    px_hash_update(&h, t->model->v, n * sizeof(float));
-    px_hash_update(&h, &t->step, sizeof t->step);
+    px_hash_update(&h, hashes, count * sizeof *hashes);
+    px_hash_update(&h, &step, sizeof step);
     return px_hash_final(&h);
+}
+
+static uint64_t state_checksum(trainer_t *t) {
+    if (t->ck_valid && t->ck_step == t->step) return t->ck;
+    size_t n = t->model->num_params, nc = chunks_per_buffer(n);
+    chunk_hashes(t->model->params, n, t->hashes);
+    chunk_hashes(t->model->m, n, t->hashes + nc);
+    chunk_hashes(t->model->v, n, t->hashes + 2 * nc);
+    t->ck = digest_checksum(t->hashes, 3 * nc, t->step);
+    t->ck_step = t->step;
+    t->ck_valid = 1;
+    return t->ck;
 }
 
 /* ---- healing ----------------------------------------------------------- */
@@ -134,6 +165,7 @@ static void reset_state(trainer_t *t) {
         px_gpt_destroy(&fresh);
     }
     t->step = 0;
+    t->ck_valid = 0;
 }
 
 /* Fault injection for tests: PX_TEST_HEAL_CHUNK_DELAY_MS slows a heal down
@@ -152,46 +184,61 @@ static px_comm_status_t send_buffer(px_comm_t *c, const float *buf, size_t n, in
     for (size_t off = 0; off < n; off += HEAL_CHUNK_FLOATS) {
         if (delay > 0) px_sleep_ms(delay);
         size_t len = n - off < HEAL_CHUNK_FLOATS ? n - off : HEAL_CHUNK_FLOATS;
-        uint64_t h = px_hash64(buf + off, len * sizeof(float), off);
         px_comm_status_t st = px_comm_send(c, buf + off, len * sizeof(float), peer, (*tag)++);
-        if (st == PX_COMM_OK) st = px_comm_send(c, &h, sizeof h, peer, (*tag)++);
         if (st != PX_COMM_OK) return st;
     }
     return PX_COMM_OK;
 }
 
-static int recv_buffer(px_comm_t *c, float *buf, size_t n, int peer, int *tag, char *why, size_t wlen) {
+static px_comm_status_t recv_buffer(px_comm_t *c, float *buf, size_t n, int peer, int *tag) {
     for (size_t off = 0; off < n; off += HEAL_CHUNK_FLOATS) {
         size_t len = n - off < HEAL_CHUNK_FLOATS ? n - off : HEAL_CHUNK_FLOATS;
-        uint64_t h = 0;
         px_comm_status_t st = px_comm_recv(c, buf + off, len * sizeof(float), peer, (*tag)++);
-        if (st == PX_COMM_OK) st = px_comm_recv(c, &h, sizeof h, peer, (*tag)++);
-        if (st != PX_COMM_OK) {
-            snprintf(why, wlen, "receive failed: %s", px_comm_status_str(st));
-            return -1;
-        }
-        if (h != px_hash64(buf + off, len * sizeof(float), off)) {
-            snprintf(why, wlen, "chunk at float %zu failed its checksum", off);
-            return -1;
-        }
+        if (st != PX_COMM_OK) return st;
     }
-    return 0;
+    return PX_COMM_OK;
 }
 
+/* Header, the three buffers in chunks, then every chunk's hash in one message. */
 static int send_state(trainer_t *t, int peer) {
-    size_t n = t->model->num_params;
+    size_t n = t->model->num_params, nc = chunks_per_buffer(n);
     heal_header_t hdr = {HEAL_MAGIC, (uint64_t)t->step, n, state_checksum(t)};
     int tag = 1;
     px_comm_status_t st = px_comm_send(t->cross, &hdr, sizeof hdr, peer, tag++);
     if (st == PX_COMM_OK) st = send_buffer(t->cross, t->model->params, n, peer, &tag);
     if (st == PX_COMM_OK) st = send_buffer(t->cross, t->model->m, n, peer, &tag);
     if (st == PX_COMM_OK) st = send_buffer(t->cross, t->model->v, n, peer, &tag);
+    if (st == PX_COMM_OK) st = px_comm_send(t->cross, t->hashes, 3 * nc * sizeof *t->hashes, peer, tag++);
     return st == PX_COMM_OK ? 0 : -1;
+}
+
+/* Checks the received chunks against the sender's hashes; on success the
+ * digest (and so the state checksum) is known without another pass. */
+static int verify_received(trainer_t *t, const uint64_t *sent, const heal_header_t *hdr, char *why, size_t wlen) {
+    size_t n = t->model->num_params, nc = chunks_per_buffer(n);
+    chunk_hashes(t->model->params, n, t->hashes);
+    chunk_hashes(t->model->m, n, t->hashes + nc);
+    chunk_hashes(t->model->v, n, t->hashes + 2 * nc);
+    for (size_t k = 0; k < 3 * nc; k++)
+        if (t->hashes[k] != sent[k]) {
+            snprintf(why, wlen, "chunk %zu of %s failed its checksum", k % nc, k < nc ? "params" : k < 2 * nc ? "m" : "v");
+            return -1;
+        }
+    uint64_t ck = digest_checksum(t->hashes, 3 * nc, (int64_t)hdr->step);
+    if (ck != hdr->checksum) {
+        snprintf(why, wlen, "state checksum mismatch after transfer");
+        return -1;
+    }
+    t->step = (int64_t)hdr->step;
+    t->ck = ck;
+    t->ck_step = t->step;
+    t->ck_valid = 1;
+    return 0;
 }
 
 static int recv_state(trainer_t *t, int peer, const char *source) {
     size_t n = t->model->num_params;
-    int64_t t0 = px_now_ms(), old_step = t->step;
+    int64_t t0 = px_now_ms();
     px_agent_set_progress(t->agent, t->step, PHALANX__MEMBER_STATE__HEALING, t->qid);
     if (t->cfg->rank == 0)
         px_agent_notify(t->agent, "heal_started", t->qid, t->step, source, 3 * n * sizeof(float), 0, "");
@@ -203,16 +250,24 @@ static int recv_state(trainer_t *t, int peer, const char *source) {
         snprintf(why, sizeof why, "bad heal header (model mismatch?)");
         rc = -1;
     }
-    if (rc == 0) rc = recv_buffer(t->cross, t->model->params, n, peer, &tag, why, sizeof why);
-    if (rc == 0) rc = recv_buffer(t->cross, t->model->m, n, peer, &tag, why, sizeof why);
-    if (rc == 0) rc = recv_buffer(t->cross, t->model->v, n, peer, &tag, why, sizeof why);
-    if (rc == 0) {
-        t->step = (int64_t)hdr.step;
-        if (state_checksum(t) != hdr.checksum) {
-            snprintf(why, sizeof why, "state checksum mismatch after transfer");
-            rc = -1;
-        }
+    size_t nc = chunks_per_buffer(n);
+    uint64_t *sent = rc == 0 ? malloc(3 * nc * sizeof *sent) : NULL;
+    px_comm_status_t st = PX_COMM_OK;
+    if (rc == 0 && !sent) {
+        snprintf(why, sizeof why, "out of memory");
+        rc = -1;
     }
+    t->ck_valid = 0; /* the buffers are being overwritten */
+    if (rc == 0) st = recv_buffer(t->cross, t->model->params, n, peer, &tag);
+    if (rc == 0 && st == PX_COMM_OK) st = recv_buffer(t->cross, t->model->m, n, peer, &tag);
+    if (rc == 0 && st == PX_COMM_OK) st = recv_buffer(t->cross, t->model->v, n, peer, &tag);
+    if (rc == 0 && st == PX_COMM_OK) st = px_comm_recv(t->cross, sent, 3 * nc * sizeof *sent, peer, tag++);
+    if (rc == 0 && st != PX_COMM_OK) {
+        snprintf(why, sizeof why, "receive failed: %s", px_comm_status_str(st));
+        rc = -1;
+    }
+    if (rc == 0) rc = verify_received(t, sent, &hdr, why, sizeof why);
+    free(sent);
     int64_t ms = px_now_ms() - t0;
     if (rc != 0) {
         /* The partial state is garbage: start over from the initial state
@@ -220,7 +275,6 @@ static int recv_state(trainer_t *t, int peer, const char *source) {
         px_log_warn("heal_failed source=%s quorum_id=%lld reason=\"%s\" (state reset to step 0)", source,
                     (long long)t->qid, why);
         reset_state(t);
-        (void)old_step;
         return -1;
     }
     t->heals++;
@@ -268,6 +322,7 @@ static int sync_group(trainer_t *t) {
     if (same) return 0;
     size_t bytes = t->model->num_params * sizeof(float);
     int64_t step = t->step;
+    if (t->cfg->rank != root) t->ck_valid = 0; /* the buffers are being overwritten */
     px_comm_status_t st = px_comm_broadcast(t->intra, &step, sizeof step, root);
     if (st == PX_COMM_OK) st = px_comm_broadcast(t->intra, t->model->params, bytes, root);
     if (st == PX_COMM_OK) st = px_comm_broadcast(t->intra, t->model->m, bytes, root);
@@ -530,7 +585,8 @@ static int setup(trainer_t *t) {
     t->inputs = malloc(mb * sizeof(int));
     t->targets = malloc(mb * sizeof(int));
     t->red = malloc((t->model->num_params + TAIL_N) * sizeof(float));
-    if (!t->inputs || !t->targets || !t->red) {
+    t->hashes = malloc(3 * chunks_per_buffer(t->model->num_params) * sizeof *t->hashes);
+    if (!t->inputs || !t->targets || !t->red || !t->hashes) {
         px_log_error("out of memory");
         return -1;
     }
@@ -553,6 +609,7 @@ static void teardown(trainer_t *t) {
     free(t->inputs);
     free(t->targets);
     free(t->red);
+    free(t->hashes);
     px_quorum_free(&t->q);
     if (t->ledger) fclose(t->ledger);
     pthread_mutex_destroy(&t->comm_mu);

@@ -78,7 +78,7 @@ def run(bindir, data, chaos):
     ledger = None
     if chaos:
         ledger = os.path.join(os.path.dirname(data), "ledger-%d.txt" % os.getpid())
-        args += ["--chaos-kill-every", "0.4", "--chaos-max-kills", "12", "--chaos-until-step", str(STEPS * 2 // 3),
+        args += ["--chaos-kill-every-steps", "8", "--chaos-max-kills", "12", "--chaos-until-step", str(STEPS * 2 // 3),
                  "--chaos-seed", str(SEED), "--sample-ledger", ledger]
     launch = Launch(bindir, args + WORKER, name="chaos" if chaos else "clean")
     rc = launch.wait(600)

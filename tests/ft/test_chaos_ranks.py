@@ -16,7 +16,7 @@ SEED = int(os.environ.get("PX_CHAOS_SEED", "3"))
 def test(bindir):
     data = make_corpus(bindir, tempfile.mkdtemp(prefix="phalanx-ranks-data-"))
     launch = Launch(bindir, ["--groups", "2", "--ranks-per-group", "2", "--model", "tiny", "--steps", "200",
-                             "--data", data, "--chaos-kill-every", "0.8", "--chaos-max-kills", "5",
+                             "--data", data, "--chaos-kill-every-steps", "20", "--chaos-max-kills", "5",
                              "--chaos-until-step", "130", "--chaos-seed", str(SEED),
                              "--", "--global-batch", "12", "--micro-batch", "3"], name="ranks")
     try:
