@@ -29,3 +29,15 @@ add_test(NAME control_fuzz_hostile_strings
          COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/control/test_fuzz.py
                  $<TARGET_FILE_DIR:phalanx-coordinator> hostile)
 set_tests_properties(control_fuzz_hostile_strings PROPERTIES TIMEOUT 60)
+# A flood of bad frames must not starve /status, loss detection or SIGTERM;
+# a heartbeat in flight when a member dies must not hide its closed connection.
+foreach(t flood race)
+  set(name control_fuzz_${t})
+  if(t STREQUAL "race")
+    set(name control_fuzz_disconnect_race)
+  endif()
+  add_test(NAME ${name}
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/control/test_fuzz.py
+                   $<TARGET_FILE_DIR:phalanx-coordinator> ${t})
+  set_tests_properties(${name} PROPERTIES TIMEOUT 90)
+endforeach()

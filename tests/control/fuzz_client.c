@@ -25,6 +25,7 @@
  * the coordinator must have counted in phalanx_bad_messages_total. Exit 0 on
  * success, 1 on a failed check (the line starts with FAIL and names the seed). */
 #include <errno.h>
+#include <signal.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -45,6 +46,8 @@ typedef struct {
     long frames;
     int timeout_ms;
     int verbose;
+    int flood_ms, flood_sockets;
+    int coordinator_pid, race_rounds;
 } opts_t;
 
 typedef struct {
@@ -66,8 +69,8 @@ static void die(const char *fmt, ...) {
     va_start(ap, fmt);
     printf("FAIL: ");
     vprintf(fmt, ap);
-    printf(" (seed=%" PRIu64 "; reproduce: fuzz_client --endpoint %s --seed %" PRIu64 " --frames %ld)\n", O.seed,
-           O.endpoint, O.seed, O.frames);
+    printf(" (seed=%" PRIu64 "; reproduce: fuzz_client --endpoint %s --mode %s --seed %" PRIu64 " --frames %ld)\n", O.seed,
+           O.endpoint, O.mode, O.seed, O.frames);
     va_end(ap);
     fflush(stdout);
     exit(1);
@@ -849,6 +852,139 @@ static void hostile(void) {
     printf("hostile_register=ok\n");
 }
 
+/* ---- a heartbeat in flight when the connection closes ------------------- */
+
+static Phalanx__Envelope *await_body(peer_t *p, Phalanx__Envelope__BodyCase body, const char *what) {
+    for (;;) {
+        Phalanx__Envelope *r = recv_reply(p, O.timeout_ms);
+        if (!r) die("%s: no reply within %d ms", what, O.timeout_ms);
+        if (r->body_case == body) return r;
+        if (r->body_case == PHALANX__ENVELOPE__BODY_ERROR)
+            die("%s: Error %s: %s", what, px_wire_error_name(r->error->code), r->error->message ? r->error->message : "");
+        phalanx__envelope__free_unpacked(r, NULL);
+    }
+}
+
+static void race_register(peer_t *p, const char *group) {
+    reg_spec_t r = REG_OK;
+    r.group = group;
+    r.job = O.job;
+    size_t len;
+    uint8_t *buf = build_register(&r, 1, &len);
+    send_frame(p, buf, len, 0);
+    free(buf);
+    phalanx__envelope__free_unpacked(await_body(p, PHALANX__ENVELOPE__BODY_REG_ACK, "race: register"), NULL);
+}
+
+static void race_heartbeat(peer_t *p, const char *group, int wait_ack) {
+    hb_spec_t h = HB_OK;
+    h.group = group;
+    size_t len;
+    uint8_t *buf = build_heartbeat(&h, 1, &len);
+    send_frame(p, buf, len, 0);
+    free(buf);
+    if (wait_ack) phalanx__envelope__free_unpacked(await_body(p, PHALANX__ENVELOPE__BODY_HB_ACK, "race: heartbeat"), NULL);
+}
+
+/* The loss rule's two signals: a peer's failure report plus the victim's
+ * closed connection drop the victim at once. This checks they still do when
+ * the victim's last heartbeat was in flight as it died: the coordinator is
+ * stopped (SIGSTOP) while the victim sends a heartbeat and closes, so on
+ * SIGCONT the heartbeat and the disconnect are both waiting. A report then
+ * names the victim; the StatusRequest after it must show it lost with reason
+ * reported_and_disconnected, not still alive waiting out its silence. */
+static void disconnect_race(void) {
+    if (O.coordinator_pid <= 0) die("--mode race needs --coordinator-pid");
+    int failures = 0;
+    for (int round = 0; round < O.race_rounds; round++) {
+        char ga[32], gb[32], ia[64], ib[64];
+        snprintf(ga, sizeof ga, "race%da", round);
+        snprintf(gb, sizeof gb, "race%db", round);
+        snprintf(ia, sizeof ia, "fuzz-race-a-%d-%d", (int)getpid(), round);
+        snprintf(ib, sizeof ib, "fuzz-race-b-%d-%d", (int)getpid(), round);
+        peer_t a, b;
+        peer_open(&a, ia);
+        peer_open(&b, ib);
+        race_register(&a, ga);
+        race_register(&b, gb);
+        race_heartbeat(&a, ga, 1);
+        race_heartbeat(&b, gb, 1);
+        if (kill(O.coordinator_pid, SIGSTOP) != 0) die("SIGSTOP %d: %s", O.coordinator_pid, strerror(errno));
+        race_heartbeat(&a, ga, 0);
+        px_sleep_ms(30); /* the heartbeat reaches the kernel ... */
+        peer_close(&a);  /* ... then the victim dies: FIN after it */
+        px_sleep_ms(30);
+        kill(O.coordinator_pid, SIGCONT);
+        px_sleep_ms(30);
+        size_t len;
+        uint8_t *buf = build_failure(gb, 0, ga, 0, "race: collective with the victim failed", &len);
+        send_frame(&b, buf, len, 0);
+        free(buf);
+        phalanx__envelope__free_unpacked(await_body(&b, PHALANX__ENVELOPE__BODY_ACK, "race: failure report"), NULL);
+        Phalanx__Envelope env = PHALANX__ENVELOPE__INIT;
+        Phalanx__StatusRequest sr = PHALANX__STATUS_REQUEST__INIT;
+        env.body_case = PHALANX__ENVELOPE__BODY_STATUS_REQ;
+        env.status_req = &sr;
+        buf = pack_v(&env, &len);
+        send_frame(&b, buf, len, 0);
+        free(buf);
+        Phalanx__Envelope *st = await_body(&b, PHALANX__ENVELOPE__BODY_STATUS, "race: status");
+        /* Find the victim's entry: {"group":"raceNa","rank":0,...,"state":"...",...} */
+        char key[64];
+        snprintf(key, sizeof key, "{\"group\":\"%s\",", ga);
+        const char *e = strstr(st->status->json, key);
+        const char *state = e ? strstr(e, "\"state\":\"") : NULL;
+        int lost = state && strncmp(state + 9, "lost", 4) == 0;
+        const char *reason = e ? strstr(e, "\"lost_reason\":\"") : NULL;
+        const char *end = e ? strchr(e, '}') : NULL;
+        int right = lost && reason && reason < end && strncmp(reason + 15, "reported_and_disconnected", 25) == 0;
+        if (!right) {
+            failures++;
+            printf("race round %d: after the report the victim is %.*s (want lost, reported_and_disconnected)\n", round,
+                   e && end ? (int)(end - e + 1) : 4, e ? e : "gone");
+        }
+        phalanx__envelope__free_unpacked(st, NULL);
+        peer_close(&b);
+    }
+    printf("race_rounds=%d race_failures=%d\n", O.race_rounds, failures);
+    if (failures)
+        die("%d of %d rounds: a heartbeat that was in flight when the victim's connection closed erased the "
+            "closed-connection signal, so report + disconnect did not drop it at once", failures, O.race_rounds);
+}
+
+/* ---- flood ------------------------------------------------------------- */
+
+/* Sends bad frames from --flood-sockets DEALERs as fast as ZeroMQ takes them
+ * for --flood-ms, reading and dropping the replies: more than the
+ * coordinator can handle, so its input queue never empties. test_fuzz.py
+ * checks that it keeps serving HTTP and stops on SIGTERM meanwhile. */
+static void flood(void) {
+    peer_t *p = calloc((size_t)O.flood_sockets, sizeof *p);
+    for (int i = 0; i < O.flood_sockets; i++) {
+        char ident[64];
+        snprintf(ident, sizeof ident, "fuzz-flood-%d-%d", (int)getpid(), i);
+        peer_open(&p[i], ident);
+    }
+    static const uint8_t junk[] = {0x08, 0x01, 0x57, 0x00}; /* invalid wire type: BAD_MESSAGE */
+    uint64_t sent = 0, replies = 0;
+    int64_t end = px_now_ms() + O.flood_ms;
+    while (px_now_ms() < end) {
+        for (int i = 0; i < O.flood_sockets; i++) {
+            for (int k = 0; k < 256; k++) {
+                if (zmq_send(p[i].sock, junk, sizeof junk, ZMQ_DONTWAIT) < 0) break;
+                sent++;
+            }
+            zmq_msg_t m;
+            zmq_msg_init(&m);
+            while (zmq_msg_recv(&m, p[i].sock, ZMQ_DONTWAIT) >= 0) replies++;
+            zmq_msg_close(&m);
+        }
+    }
+    for (int i = 0; i < O.flood_sockets; i++) peer_close(&p[i]);
+    free(p);
+    printf("flood_sent=%" PRIu64 " flood_replies=%" PRIu64 "\n", sent, replies);
+}
+
 /* ---- main -------------------------------------------------------------- */
 
 static void usage(void) {
@@ -857,16 +993,20 @@ static void usage(void) {
            "flags (default in brackets):\n"
            "  --endpoint EP      coordinator ZeroMQ endpoint (required)\n"
            "  --job NAME         the coordinator's --job [phalanx]\n"
-           "  --mode M           all | targeted | random | valid, or hostile [all]\n"
+           "  --mode M           all | targeted | random | valid; or hostile, flood, race [all]\n"
            "  --seed N           PRNG seed for the random frames [time-based, printed]\n"
            "  --frames N         random frames to send [10000]\n"
            "  --timeout-ms N     how long to wait for each reply [3000]\n"
            "  --dump-dir DIR     write the frame that broke a check here [none]\n"
+           "  --flood-ms N       flood mode: how long to flood [5000]\n"
+           "  --flood-sockets N  flood mode: DEALER sockets [4]\n"
+           "  --coordinator-pid P  race mode: the coordinator to SIGSTOP/SIGCONT (required)\n"
+           "  --race-rounds N    race mode: rounds [5]\n"
            "  --verbose          print every targeted case\n");
 }
 
 int main(int argc, char **argv) {
-    O = (opts_t){.job = "phalanx", .mode = "all", .frames = 10000, .timeout_ms = 3000};
+    O = (opts_t){.job = "phalanx", .mode = "all", .frames = 10000, .timeout_ms = 3000, .flood_ms = 5000, .flood_sockets = 4, .race_rounds = 5};
     O.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -888,6 +1028,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--frames")) O.frames = strtol(v, NULL, 10);
         else if (!strcmp(a, "--timeout-ms")) O.timeout_ms = atoi(v);
         else if (!strcmp(a, "--dump-dir")) O.dump_dir = v;
+        else if (!strcmp(a, "--flood-ms")) O.flood_ms = atoi(v);
+        else if (!strcmp(a, "--coordinator-pid")) O.coordinator_pid = atoi(v);
+        else if (!strcmp(a, "--race-rounds")) O.race_rounds = atoi(v) > 0 ? atoi(v) : 1;
+        else if (!strcmp(a, "--flood-sockets")) O.flood_sockets = atoi(v) > 0 ? atoi(v) : 1;
         else {
             fprintf(stderr, "fuzz_client: unknown flag %s (see --help)\n", a);
             return 2;
@@ -907,6 +1051,8 @@ int main(int argc, char **argv) {
     if (all || !strcmp(O.mode, "random")) random_frames();
     if (all || !strcmp(O.mode, "valid")) valid_client();
     if (!strcmp(O.mode, "hostile")) hostile();
+    if (!strcmp(O.mode, "flood")) flood();
+    if (!strcmp(O.mode, "race")) disconnect_race();
     printf("expected_bad_messages=%" PRIu64 " unsolicited=%" PRIu64 "\n", g_expected_bad, g_unsolicited);
     zmq_ctx_term(g_ctx);
     return 0;

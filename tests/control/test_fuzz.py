@@ -3,6 +3,8 @@ plane": bad input gets an error reply and a bad_message event, never a crash).
 
   test_fuzz.py BINDIR            the full run (ctest: control_fuzz)
   test_fuzz.py BINDIR hostile    hostile strings (ctest: control_fuzz_hostile_strings)
+  test_fuzz.py BINDIR flood      service under a flood of bad frames (ctest: control_fuzz_flood)
+  test_fuzz.py BINDIR race       a heartbeat in flight at disconnect (ctest: control_fuzz_disconnect_race)
 
 Full run:
   1. fuzz_client (a raw ZeroMQ DEALER, tests/control/fuzz_client.c) sends the
@@ -19,6 +21,16 @@ Full run:
      is answered, and a real phalanx-worker joins a quorum.
 The seed is printed first; PHALANX_FUZZ_SEED=N reruns the same frames.
 
+Flood: four DEALERs send bad frames faster than the coordinator can answer
+them (for up to 25 s). Meanwhile /status must answer within 2 s, a SIGKILLed worker
+must still be noticed (member_lost) within the heartbeat timeout plus slack,
+and SIGTERM must stop the coordinator within 5 s: bad input may cost
+throughput, but must not starve the loop's other duties.
+
+Race: fuzz_client --mode race (SIGSTOP/SIGCONT of the coordinator around a
+victim's last heartbeat and its disconnect) checks that report + closed
+connection still drop the victim at once.
+
 Hostile strings: a member registers with a host (free text) full of JSON and
 HTML metacharacters, control bytes and invalid UTF-8; /status must stay valid
 UTF-8 JSON, the member_joined event must keep its fields, and the dashboard
@@ -26,6 +38,7 @@ must escape it."""
 import json
 import os
 import random
+import signal
 import socket
 import subprocess
 import sys
@@ -403,11 +416,100 @@ def test_hostile(bindir):
         job.stop()
 
 
+def test_flood(bindir):
+    job = Job(bindir, "flood")
+    flood = None
+    try:
+        job.start_coordinator()
+        for g in ("keep", "doomed"):
+            job.start_worker(g, 0, 1, ["--job", job.job])
+
+        def both():
+            st = status_json(job)
+            return sorted(st["quorum"]["groups"]) == ["doomed", "keep"] and st
+        wait_until(both, 15, "a quorum of both workers", 0.05)
+        flood = subprocess.Popen([os.path.join(bindir, "fuzz_client"), "--endpoint", job.endpoint, "--job", job.job,
+                                  "--mode", "flood", "--flood-ms", "25000", "--flood-sockets", "4"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        time.sleep(1.0)  # let a backlog build
+        problems = []
+
+        t = time.monotonic()
+        try:
+            get_raw(job, "/status", timeout=4)
+            dt = time.monotonic() - t
+            if dt > 2.0:
+                problems.append("GET /status took %.1f s during the flood (limit 2 s)" % dt)
+        except OSError as e:
+            problems.append("GET /status got no answer within 4 s during the flood (%s)" % e)
+
+        victim = job.workers[("doomed", 0)]
+        victim.kill()
+        victim.wait()
+        t_kill = time.time()
+        limit_s = 1.0 + 1.0  # heartbeat timeout + slack
+
+        def lost():
+            return [e for e in job.read_events() if e["type"] == "member_lost" and e["group"] == "doomed"] or None
+        try:
+            evs = wait_until(lost, limit_s + 2, "member_lost for the SIGKILLed worker", 0.05)
+            dt = evs[0]["ts"] / 1000.0 - t_kill
+            if dt > limit_s:
+                problems.append("a SIGKILLed worker was declared lost %.1f s after the kill during the flood (limit %.1f s)"
+                                % (dt, limit_s))
+        except Fail:
+            problems.append("a SIGKILLed worker was not declared lost within %.1f s during the flood" % (limit_s + 2))
+
+        if flood.poll() is None:
+            t = time.monotonic()
+            job.coord.send_signal(signal.SIGTERM)
+            try:
+                job.coord.wait(timeout=6)
+                dt = time.monotonic() - t
+                if dt > 5:
+                    problems.append("SIGTERM during the flood: the coordinator exited after %.1f s (limit 5 s)" % dt)
+            except subprocess.TimeoutExpired:
+                problems.append("SIGTERM during the flood: the coordinator still ran 6 s later")
+                flood.kill()
+                flood.wait()
+                try:
+                    job.coord.wait(timeout=30)
+                    problems[-1] += " (it exited %.1f s after the SIGTERM, once the flood stopped)" % (time.monotonic() - t)
+                except subprocess.TimeoutExpired:
+                    problems[-1] += " (and 30 s after the flood stopped)"
+        else:
+            problems.append("the flood ended before the SIGTERM check (machine too slow?)")
+        check(not problems, "under a flood of bad frames:\n  " + "\n  ".join(problems))
+    finally:
+        if flood and flood.poll() is None:
+            flood.kill()
+            flood.wait()
+        for p in [job.coord] + list(job.workers.values()):
+            if p and p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def test_race(bindir):
+    job = Job(bindir, "race")
+    try:
+        job.start_coordinator()
+        out, text = run_fuzz_client(bindir, job, ["--mode", "race", "--coordinator-pid", str(job.coord.pid),
+                                                  "--race-rounds", "5"], 60)
+        print(text.strip())
+        alive(job, "after the race rounds")
+    finally:
+        if job.coord and job.coord.poll() is None:
+            job.coord.send_signal(signal.SIGCONT)  # never leave it stopped
+        job.stop()
+
+
 def main():
     bindir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.getcwd(), "bin")
     which = sys.argv[2] if len(sys.argv) > 2 else "fuzz"
+    tests = {"fuzz": test_fuzz, "hostile": test_hostile, "flood": test_flood, "race": test_race}
     try:
-        (test_hostile if which == "hostile" else test_fuzz)(bindir)
+        tests[which](bindir)
     except Fail as e:
         print("FAIL: %s" % e)
         sys.exit(1)
