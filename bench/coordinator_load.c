@@ -3,10 +3,12 @@
  *
  * The driver (this process) starts phalanx-coordinator itself (or uses one
  * given by --endpoint/--http/--pid) and forks --procs client processes. Each
- * client owns a slice of the N simulated members: one ZeroMQ DEALER per
- * member (the coordinator tells members apart by their connection identity,
- * so a member needs its own connection), all driven by one thread through
- * epoll on the sockets' ZMQ_FDs. A member registers (groups of --group-size
+ * client owns a slice of the N simulated members, one connection per member
+ * (the coordinator tells members apart by their connection identity), all
+ * driven by one thread through epoll: either a libzmq DEALER per member
+ * (--transport zmq), or the same DEALER spoken by hand, ZMTP 3.0 over a plain
+ * TCP socket (--transport zmtp: identical on the wire, half the client CPU,
+ * which is what lets 10,000 members run on a 2-core machine). A member registers (groups of --group-size
  * ranks), asks for a quorum, then heartbeats at --rate-hz on a fixed phase
  * (member j of a client beats in millisecond slot j mod period), exactly like
  * worker/agent.c does, and reads every reply.
@@ -14,7 +16,8 @@
  * Phases and what they report:
  *   1. register all members, request a quorum, wait until every member holds
  *      the quorum with every group in it;
- *   2. steady state for --measure-s seconds: heartbeats handled per second
+ *   2. once the clients' ack rate has matched the target for 2 s (the first
+ *      quorum's fan-out can leave a backlog), steady state for --measure-s: heartbeats handled per second
  *      (the coordinator's phalanx_heartbeats_total delta, and the clients'
  *      acks), heartbeat round-trip p50/p99, and the coordinator's CPU use
  *      (utime+stime from /proc/PID/stat over the window) as % of one core;
