@@ -12,3 +12,32 @@ foreach(t integration coordinator_restart cli auth)
                    $<TARGET_FILE_DIR:phalanx-coordinator>)
   set_tests_properties(control_${t} PROPERTIES TIMEOUT 120)
 endforeach()
+
+# Protocol robustness: a raw ZeroMQ DEALER (fuzz_client) throws malformed and
+# seeded random frames at a live coordinator; test_fuzz.py adds HTTP and raw
+# TCP abuse and checks the coordinator still serves /status, counts every bad
+# frame and lets a real worker join a quorum. PHALANX_FUZZ_SEED reproduces a run.
+add_executable(fuzz_client ${CMAKE_CURRENT_LIST_DIR}/control/fuzz_client.c)
+target_link_libraries(fuzz_client PRIVATE px_proto PkgConfig::ZMQ)
+add_test(NAME control_fuzz
+         COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/control/test_fuzz.py
+                 $<TARGET_FILE_DIR:phalanx-coordinator>)
+set_tests_properties(control_fuzz PROPERTIES TIMEOUT 120)
+# Free-text fields (a register's host) full of JSON/HTML metacharacters and
+# invalid UTF-8 must leave /status, the dashboard and the event log well formed.
+add_test(NAME control_fuzz_hostile_strings
+         COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/control/test_fuzz.py
+                 $<TARGET_FILE_DIR:phalanx-coordinator> hostile)
+set_tests_properties(control_fuzz_hostile_strings PROPERTIES TIMEOUT 60)
+# A flood of bad frames must not starve /status, loss detection or SIGTERM;
+# a heartbeat in flight when a member dies must not hide its closed connection.
+foreach(t flood race)
+  set(name control_fuzz_${t})
+  if(t STREQUAL "race")
+    set(name control_fuzz_disconnect_race)
+  endif()
+  add_test(NAME ${name}
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/control/test_fuzz.py
+                   $<TARGET_FILE_DIR:phalanx-coordinator> ${t})
+  set_tests_properties(${name} PROPERTIES TIMEOUT 90)
+endforeach()
