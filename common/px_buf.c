@@ -52,8 +52,18 @@ void px_buf_json_str(px_buf_t *b, const char *s) {
             char e[8];
             snprintf(e, sizeof e, "\\u%04x", *p);
             px_buf_append(b, e, 6);
-        } else {
+        } else if (*p < 0x80) {
             px_buf_append(b, (const char *)p, 1);
+        } else {
+            int n = (*p & 0xe0) == 0xc0 ? 2 : (*p & 0xf0) == 0xe0 ? 3 : (*p & 0xf8) == 0xf0 ? 4 : 0;
+            int ok = n > 0;
+            for (int k = 1; ok && k < n; k++) ok = (p[k] & 0xc0) == 0x80;
+            if (ok) {
+                px_buf_append(b, (const char *)p, (size_t)n);
+                p += n - 1;
+            } else {
+                px_buf_append(b, "\\ufffd", 6);
+            }
         }
     }
     px_buf_append(b, "\"", 1);

@@ -56,16 +56,15 @@ struct px_coordinator {
 
 static void answer_waiter(void *ctx, const px_kv_answer_t *a);
 
+static void send_frame(px_coordinator_t *c, const void *ident, size_t ident_len, const void *buf, size_t len);
+
 /* ---- sending ---------------------------------------------------------- */
 
 static void send_to(px_coordinator_t *c, const void *ident, size_t ident_len, px_msg_t *msg) {
     size_t len = 0;
     void *buf = px_wire_encode(msg, &len);
     if (!buf) return;
-    /* ROUTER_MANDATORY + DONTWAIT: a peer that is gone or not reading costs
-     * us an error code, never a blocked loop. */
-    if (zmq_send(c->router, ident, ident_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0)
-        zmq_send(c->router, buf, len, ZMQ_DONTWAIT);
+    send_frame(c, ident, ident_len, buf, len);
     free(buf);
 }
 
@@ -108,49 +107,68 @@ static void emit(px_coordinator_t *c, const char *type, const char *fmt, ...) {
 
 /* ---- quorum ----------------------------------------------------------- */
 
-static void push_quorum(px_coordinator_t *c, const void *ident, size_t ident_len, const char *reason) {
+/* Encodes the current quorum once (with thousands of groups a frame is large:
+ * encoding it per member would dominate a quorum change). */
+static void *encode_quorum(px_coordinator_t *c, const char *reason, size_t *len) {
     Phalanx__Envelope env = PHALANX__ENVELOPE__INIT;
     Phalanx__Quorum q = PHALANX__QUORUM__INIT;
     Phalanx__QuorumGroup *gs = calloc((size_t)c->quorum.n + 1, sizeof *gs);
     Phalanx__QuorumGroup **gp = calloc((size_t)c->quorum.n + 1, sizeof *gp);
-    if (!gs || !gp) {
-        free(gs);
-        free(gp);
-        return;
+    void *buf = NULL;
+    if (gs && gp) {
+        for (int i = 0; i < c->quorum.n; i++) {
+            px_quorum_member_t *m = &c->quorum.groups[i];
+            phalanx__quorum_group__init(&gs[i]);
+            gs[i].name = m->name;
+            gs[i].has_step = 1;
+            gs[i].step = m->step;
+            gs[i].has_heal = 1;
+            gs[i].heal = m->heal;
+            gs[i].heal_source = m->heal ? m->heal_source : NULL;
+            gs[i].has_replica_index = 1;
+            gs[i].replica_index = (uint32_t)i;
+            gp[i] = &gs[i];
+        }
+        q.has_id = 1;
+        q.id = c->quorum.id;
+        q.has_max_step = 1;
+        q.max_step = c->quorum.max_step;
+        q.n_groups = (size_t)c->quorum.n;
+        q.groups = gp;
+        q.reason = (char *)reason;
+        q.mode = (char *)c->cfg.mode;
+        env.body_case = PHALANX__ENVELOPE__BODY_QUORUM;
+        env.quorum = &q;
+        buf = px_wire_encode(&env, len);
     }
-    for (int i = 0; i < c->quorum.n; i++) {
-        px_quorum_member_t *m = &c->quorum.groups[i];
-        phalanx__quorum_group__init(&gs[i]);
-        gs[i].name = m->name;
-        gs[i].has_step = 1;
-        gs[i].step = m->step;
-        gs[i].has_heal = 1;
-        gs[i].heal = m->heal;
-        gs[i].heal_source = m->heal ? m->heal_source : NULL;
-        gs[i].has_replica_index = 1;
-        gs[i].replica_index = (uint32_t)i;
-        gp[i] = &gs[i];
-    }
-    q.has_id = 1;
-    q.id = c->quorum.id;
-    q.has_max_step = 1;
-    q.max_step = c->quorum.max_step;
-    q.n_groups = (size_t)c->quorum.n;
-    q.groups = gp;
-    q.reason = (char *)reason;
-    q.mode = (char *)c->cfg.mode;
-    env.body_case = PHALANX__ENVELOPE__BODY_QUORUM;
-    env.quorum = &q;
-    send_to(c, ident, ident_len, &env);
     free(gs);
     free(gp);
+    return buf;
+}
+
+/* ROUTER_MANDATORY + DONTWAIT: a peer that is gone or not reading costs us an
+ * error code, never a blocked loop. */
+static void send_frame(px_coordinator_t *c, const void *ident, size_t ident_len, const void *buf, size_t len) {
+    if (zmq_send(c->router, ident, ident_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0)
+        zmq_send(c->router, buf, len, ZMQ_DONTWAIT);
+}
+
+static void push_quorum(px_coordinator_t *c, const void *ident, size_t ident_len, const char *reason) {
+    size_t len;
+    void *buf = encode_quorum(c, reason, &len);
+    if (buf) send_frame(c, ident, ident_len, buf, len);
+    free(buf);
 }
 
 static void push_quorum_to_all(px_coordinator_t *c, const char *reason) {
+    size_t len;
+    void *buf = encode_quorum(c, reason, &len);
+    if (!buf) return;
     for (int i = 0; i < c->members.n; i++) {
         px_member_t *m = &c->members.members[i];
-        if (m->state != PX_STATE_LOST) push_quorum(c, m->ident, m->ident_len, reason);
+        if (m->state != PX_STATE_LOST) send_frame(c, m->ident, m->ident_len, buf, len);
     }
+    free(buf);
 }
 
 static void emit_quorum_formed(px_coordinator_t *c, const char *reason) {
@@ -360,8 +378,10 @@ static void on_register(px_coordinator_t *c, const void *ident, size_t ident_len
     m->state = PX_STATE_JOINING;
     m->fd = fd;
     m->registered_ms = m->last_hb_ms = now;
+    char host_esc[PX_HOST_MAX * 6 + 8];
+    px_json_escape(m->host, host_esc, sizeof host_esc);
     emit(c, "member_joined", "\"group\":\"%s\",\"rank\":%d,\"group_size\":%d,\"pid\":%d,\"host\":\"%s\",\"step\":%lld",
-         m->group, m->rank, m->group_size, m->pid, m->host, (long long)m->step);
+         m->group, m->rank, m->group_size, m->pid, host_esc, (long long)m->step);
     px_log_info("member_joined group=%s rank=%d/%d pid=%d host=%s step=%lld quorum_id=%lld", m->group, m->rank,
                 m->group_size, m->pid, m->host, (long long)m->step, (long long)m->quorum_id);
     adopt_quorum(c, m->group, m->quorum_id, m->step);
@@ -391,8 +411,10 @@ static void on_heartbeat(px_coordinator_t *c, const void *ident, size_t ident_le
     m->step = h->step;
     if (h->has_state) m->state = (int)h->state;
     if (h->has_quorum_id) m->quorum_id = h->quorum_id;
-    m->fd = fd;
-    m->conn_closed = 0;
+    if (!(m->conn_closed && fd == m->closed_fd)) {
+        m->fd = fd;
+        m->conn_closed = 0;
+    }
     c->stats.heartbeats++;
     c->hb_window_count++;
     Phalanx__Envelope env = PHALANX__ENVELOPE__INIT;
@@ -669,6 +691,7 @@ static void read_monitor(px_coordinator_t *c) {
                     px_member_t *m = &c->members.members[i];
                     if (m->state != PX_STATE_LOST && m->fd == (int)value) {
                         m->conn_closed = 1;
+                        m->closed_fd = m->fd;
                         m->fd = -1;
                     }
                 }

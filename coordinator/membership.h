@@ -37,6 +37,7 @@ typedef struct {
     size_t ident_len;
     int fd;             /* TCP connection it last spoke on (-1: unknown) */
     int conn_closed;    /* the socket monitor saw that connection close */
+    int closed_fd;
     int reported;       /* a peer reported a failure naming it (or nobody) */
     int self_reported;  /* it reported its own failure */
     int64_t registered_ms, last_hb_ms;

@@ -159,9 +159,13 @@ int px_wire_validate(const px_msg_t *m, Phalanx__ErrorCode *code, char *why, siz
 
 px_msg_t *px_wire_decode(const void *buf, size_t len, Phalanx__ErrorCode *code, char *why,
                          size_t why_len) {
-    if (len > PX_WIRE_MAX_FRAME) {
-        fail(code, why, why_len, PHALANX__ERROR_CODE__OVERSIZED, "frame of %zu bytes exceeds %d",
-             len, PX_WIRE_MAX_FRAME);
+    return px_wire_decode_max(buf, len, PX_WIRE_MAX_FRAME, code, why, why_len);
+}
+
+px_msg_t *px_wire_decode_max(const void *buf, size_t len, size_t max, Phalanx__ErrorCode *code, char *why,
+                             size_t why_len) {
+    if (len > max) {
+        fail(code, why, why_len, PHALANX__ERROR_CODE__OVERSIZED, "frame of %zu bytes exceeds %zu", len, max);
         return NULL;
     }
     px_msg_t *m = phalanx__envelope__unpack(NULL, len, buf);

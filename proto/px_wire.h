@@ -15,7 +15,8 @@
 #include "phalanx.pb-c.h"
 
 #define PX_PROTO_VERSION 1u
-#define PX_WIRE_MAX_FRAME (64 * 1024)   /* bytes, any message */
+#define PX_WIRE_MAX_FRAME (64 * 1024)   /* bytes, any message to the coordinator */
+#define PX_WIRE_MAX_REPLY (8 * 1024 * 1024) /* bytes, coordinator to worker (a quorum of ~100k groups) */
 #define PX_STORE_VALUE_MAX (16 * 1024)  /* bytes, one rendezvous value */
 #define PX_STORE_KEY_MAX 256
 #define PX_GROUP_NAME_MAX 63
@@ -30,6 +31,9 @@ typedef Phalanx__Envelope px_msg_t;
  * the caller frees a returned message with px_wire_free(). */
 px_msg_t *px_wire_decode(const void *buf, size_t len, Phalanx__ErrorCode *code, char *why,
                          size_t why_len);
+/* The same with another size limit (workers accept PX_WIRE_MAX_REPLY from the coordinator). */
+px_msg_t *px_wire_decode_max(const void *buf, size_t len, size_t max, Phalanx__ErrorCode *code, char *why,
+                             size_t why_len);
 void px_wire_free(px_msg_t *msg);
 
 /* Validates an already decoded message (used by px_wire_decode). 0 when valid. */

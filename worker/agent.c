@@ -313,7 +313,8 @@ static void *agent_main(void *arg) {
             }
             Phalanx__ErrorCode code;
             char why[256];
-            px_msg_t *msg = px_wire_decode(zmq_msg_data(&m), zmq_msg_size(&m), &code, why, sizeof why);
+            px_msg_t *msg = px_wire_decode_max(zmq_msg_data(&m), zmq_msg_size(&m), PX_WIRE_MAX_REPLY, &code, why,
+                                               sizeof why);
             zmq_msg_close(&m);
             if (!msg) {
                 px_log_warn("bad message from coordinator: %s", why);
