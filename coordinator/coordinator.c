@@ -51,6 +51,8 @@ struct px_coordinator {
     char wait_reason[256];
     px_coord_stats_t stats;
     int64_t hb_window_start_ms;
+    int64_t bad_window_ms;     /* bad_message event rate limit window */
+    uint64_t bad_in_window, bad_suppressed;
     uint64_t hb_window_count;
 };
 
@@ -580,12 +582,34 @@ static void on_status_request(px_coordinator_t *c, const void *ident, size_t ide
     free(json);
 }
 
+#define BAD_EVENTS_PER_S 200
+
+static void flush_bad_summary(px_coordinator_t *c) {
+    if (!c->bad_suppressed) return;
+    emit(c, "bad_message", "\"error\":\"FLOOD\",\"detail\":\"more than %d bad frames in a second; summarised\",\"count\":%llu",
+         BAD_EVENTS_PER_S, (unsigned long long)c->bad_suppressed);
+    c->bad_suppressed = 0;
+}
+
 static void bad_message(px_coordinator_t *c, const void *ident, size_t ident_len, uint64_t req_id,
                         Phalanx__ErrorCode code, const char *why) {
     c->stats.bad_messages++;
-    char esc[512];
-    px_json_escape(why, esc, sizeof esc);
-    emit(c, "bad_message", "\"error\":\"%s\",\"detail\":\"%s\"", px_wire_error_name(code), esc);
+    /* One event per bad frame, up to BAD_EVENTS_PER_S a second; past that a
+     * flood is summarised (one event per second with its count, see tick) so
+     * it cannot fill the event log's disk. Counts always add up. */
+    int64_t now = px_now_ms();
+    if (now - c->bad_window_ms >= 1000) {
+        flush_bad_summary(c);
+        c->bad_window_ms = now;
+        c->bad_in_window = 0;
+    }
+    if (++c->bad_in_window > BAD_EVENTS_PER_S) {
+        c->bad_suppressed++;
+    } else {
+        char esc[512];
+        px_json_escape(why, esc, sizeof esc);
+        emit(c, "bad_message", "\"error\":\"%s\",\"detail\":\"%s\",\"count\":1", px_wire_error_name(code), esc);
+    }
     /* Log the first few, then one line in a thousand: a fuzzer must not flood the log. */
     if (c->stats.bad_messages <= 10 || c->stats.bad_messages % 1000 == 0)
         px_log_warn("bad_message error=%s detail=\"%s\" total=%llu", px_wire_error_name(code), why,
@@ -702,7 +726,14 @@ static void read_monitor(px_coordinator_t *c) {
     }
 }
 
+static void flush_bad_summary(px_coordinator_t *c);
+
 static void tick(px_coordinator_t *c, int64_t now) {
+    if (c->bad_suppressed && now - c->bad_window_ms >= 1000) {
+        flush_bad_summary(c);
+        c->bad_window_ms = now;
+        c->bad_in_window = 0;
+    }
     detect_losses(c, now);
     if (c->quorum_dirty || c->rebuild_requested_ms) recompute_quorum(c, now);
     px_kv_expire(c->kv, now, answer_waiter, c);
@@ -829,6 +860,7 @@ void px_coordinator_destroy(px_coordinator_t **self, int flush_ms) {
     px_coordinator_t *c = *self;
     if (!c) return;
     if (c->events) {
+        flush_bad_summary(c);
         emit(c, "coordinator_stopped", "\"quorum_id\":%lld", (long long)c->quorum.id);
         px_events_destroy(&c->events, flush_ms);
     }
