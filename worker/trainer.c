@@ -125,7 +125,10 @@ static size_t chunks_per_buffer(size_t n) { return (n + HEAL_CHUNK_FLOATS - 1) /
 
 static void chunk_hashes(const float *buf, size_t n, uint64_t *out) {
     size_t nc = chunks_per_buffer(n);
-#pragma omp parallel for schedule(static)
+    /* Chunks hash independently: use every core (during a heal or a quorum
+     * check the training threads are idle), whatever --threads says. */
+    int threads = omp_get_num_procs();
+#pragma omp parallel for schedule(static) num_threads(threads)
     for (size_t k = 0; k < nc; k++) {
         size_t off = k * HEAL_CHUNK_FLOATS, len = n - off < HEAL_CHUNK_FLOATS ? n - off : HEAL_CHUNK_FLOATS;
         out[k] = px_hash64(buf + off, len * sizeof(float), off);
