@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "px_err.h"
+#include "shard.h"
 
 #define HEADER_INTS 256
 #define HEADER_BYTES (HEADER_INTS * (long)sizeof(int32_t))
@@ -132,28 +133,6 @@ int px_gpt_save(const px_gpt_t *model, const char *path, char *err, size_t errle
     h[5] = c->num_heads;
     h[6] = c->channels;
     h[7] = c->padded_vocab_size;
-    size_t plen = strlen(path) + 32;
-    char *tmp = malloc(plen);
-    if (!tmp) return px_err_set(err, errlen, "saving '%s': out of memory", path);
-    snprintf(tmp, plen, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        px_err_set(err, errlen, "cannot create '%s': %s", tmp, strerror(errno));
-        free(tmp);
-        return -1;
-    }
-    int ok = fwrite(h, sizeof h, 1, f) == 1 &&
-             fwrite(model->params, sizeof(float), model->num_params, f) == model->num_params &&
-             fflush(f) == 0 && fsync(fileno(f)) == 0;
-    int saved_errno = errno;
-    if (fclose(f) != 0) ok = 0;
-    if (!ok || rename(tmp, path) != 0) {
-        if (ok) saved_errno = errno;
-        unlink(tmp);
-        px_err_set(err, errlen, "cannot write model file '%s': %s", path, strerror(saved_errno));
-        free(tmp);
-        return -1;
-    }
-    free(tmp);
-    return 0;
+    return px_file_write_atomic(path, h, sizeof h, model->params, model->num_params * sizeof(float),
+                                "model file", err, errlen);
 }

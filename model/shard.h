@@ -22,4 +22,10 @@ int px_shard_read(const char *path, int vocab_size, uint16_t **tokens, size_t *n
  * n must fit the header's int32 count. 0, or -1 with a message. */
 int px_shard_write(const char *path, const uint16_t *tokens, size_t n, char *err, size_t errlen);
 
+/* Writes header (hlen bytes) then data (dlen bytes) to path atomically:
+ * a temporary file in the same folder, fsync, rename. `what` names the file
+ * kind in messages ("model file", "shard"). 0, or -1 with a message. */
+int px_file_write_atomic(const char *path, const void *header, size_t hlen, const void *data, size_t dlen,
+                         const char *what, char *err, size_t errlen);
+
 #endif
