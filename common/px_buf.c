@@ -30,16 +30,21 @@ void px_buf_append(px_buf_t *b, const char *s, size_t n) {
     b->data[b->len] = '\0';
 }
 
+void px_buf_vprintf(px_buf_t *b, const char *fmt, va_list ap) {
+    va_list ap2;
+    va_copy(ap2, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap2);
+    va_end(ap2);
+    if (n < 0 || reserve(b, (size_t)n) != 0) return;
+    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+    b->len += (size_t)n;
+}
+
 void px_buf_printf(px_buf_t *b, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
+    px_buf_vprintf(b, fmt, ap);
     va_end(ap);
-    if (n < 0 || reserve(b, (size_t)n) != 0) return;
-    va_start(ap, fmt);
-    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    b->len += (size_t)n;
 }
 
 void px_buf_json_str(px_buf_t *b, const char *s) {
@@ -75,6 +80,7 @@ char *px_buf_take(px_buf_t *b, size_t *len) {
         return NULL;
     }
     char *d = b->data;
+    d[b->len] = '\0'; /* an empty buffer was never written to */
     if (len) *len = b->len;
     memset(b, 0, sizeof *b);
     return d;

@@ -4,6 +4,7 @@
 #ifndef PX_BUF_H
 #define PX_BUF_H
 
+#include <stdarg.h>
 #include <stddef.h>
 
 typedef struct {
@@ -14,6 +15,7 @@ typedef struct {
 
 void px_buf_init(px_buf_t *b);
 void px_buf_printf(px_buf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void px_buf_vprintf(px_buf_t *b, const char *fmt, va_list ap);
 void px_buf_append(px_buf_t *b, const char *s, size_t n);
 /* Appends s as a JSON string literal, quotes included. */
 void px_buf_json_str(px_buf_t *b, const char *s);

@@ -24,6 +24,7 @@
 #include "events.h"
 #include "http.h"
 #include "membership.h"
+#include "px_buf.h"
 #include "px_log.h"
 #include "px_time.h"
 #include "px_wire.h"
@@ -99,12 +100,16 @@ static void reply_ack(px_coordinator_t *c, const void *ident, size_t ident_len, 
 static void emit(px_coordinator_t *c, const char *type, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static void emit(px_coordinator_t *c, const char *type, const char *fmt, ...) {
-    char fields[4096];
+    if (!c->events) return;
+    px_buf_t b; /* no fixed size: a quorum of thousands of groups is one event */
+    px_buf_init(&b);
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(fields, sizeof fields, fmt, ap);
+    px_buf_vprintf(&b, fmt, ap);
     va_end(ap);
-    if (c->events) px_events_emit(c->events, type, fields);
+    char *fields = px_buf_take(&b, NULL);
+    px_events_emit(c->events, type, fields ? fields : "");
+    free(fields);
 }
 
 /* ---- quorum ----------------------------------------------------------- */
@@ -174,19 +179,23 @@ static void push_quorum_to_all(px_coordinator_t *c, const char *reason) {
 }
 
 static void emit_quorum_formed(px_coordinator_t *c, const char *reason) {
-    char groups[2048] = "", heals[2048] = "", esc[512];
-    size_t gl = 0, hl = 0;
-    for (int i = 0; i < c->quorum.n && gl < sizeof groups - 80; i++) {
+    px_buf_t groups, heals;
+    px_buf_init(&groups);
+    px_buf_init(&heals);
+    for (int i = 0; i < c->quorum.n; i++) {
         px_quorum_member_t *m = &c->quorum.groups[i];
-        gl += (size_t)snprintf(groups + gl, sizeof groups - gl, "%s\"%s\"", i ? "," : "", m->name);
-        if (m->heal && hl < sizeof heals - 200)
-            hl += (size_t)snprintf(heals + hl, sizeof heals - hl,
-                                   "%s{\"group\":\"%s\",\"step\":%lld,\"source\":\"%s\"}", hl ? "," : "",
-                                   m->name, (long long)m->step, m->heal_source);
+        px_buf_printf(&groups, "%s\"%s\"", i ? "," : "", m->name);
+        if (m->heal)
+            px_buf_printf(&heals, "%s{\"group\":\"%s\",\"step\":%lld,\"source\":\"%s\"}", heals.len ? "," : "",
+                          m->name, (long long)m->step, m->heal_source);
     }
+    char esc[512];
     px_json_escape(reason, esc, sizeof esc);
+    char *g = px_buf_take(&groups, NULL), *h = px_buf_take(&heals, NULL);
     emit(c, "quorum_formed", "\"quorum_id\":%lld,\"step\":%lld,\"groups\":[%s],\"heal\":[%s],\"reason\":\"%s\"",
-         (long long)c->quorum.id, (long long)c->quorum.max_step, groups, heals, esc);
+         (long long)c->quorum.id, (long long)c->quorum.max_step, g ? g : "", h ? h : "", esc);
+    free(g);
+    free(h);
     px_log_info("quorum_formed quorum_id=%lld step=%lld groups=%d reason=\"%s\"", (long long)c->quorum.id,
                 (long long)c->quorum.max_step, c->quorum.n, reason);
     for (int i = 0; i < c->quorum.n; i++) {
