@@ -13,24 +13,20 @@ they were taken."""
 import glob
 import os
 import signal
-import socket
 import statistics
 import subprocess
+import sys
 import tempfile
 import threading
 import time
 
+# The test helpers' process plumbing serves the benchmarks too.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "lib"))
+from phalanx_test import Fail, free_port, wait_until  # noqa: E402
+
 
 class BenchError(Exception):
     pass
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def kv(line):
@@ -172,14 +168,10 @@ class Proc:
 
 
 def wait_for(pred, timeout_s, what, interval_s=0.005):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise BenchError("timed out after %.0f s waiting for %s" % (timeout_s, what))
-        time.sleep(interval_s)
+    try:
+        return wait_until(pred, timeout_s, what, interval_s)
+    except Fail as e:
+        raise BenchError(str(e))
 
 
 class Job:
