@@ -293,6 +293,22 @@ static int recv_state(trainer_t *t, int peer, const char *source) {
     return 0;
 }
 
+/* Every rank of `c` learns every rank's (step, state checksum): out[2*r] is
+ * rank r's step, out[2*r+1] its checksum (the bits travel as floats through
+ * an allgather, which copies without arithmetic). Returns a malloc'd array
+ * of 2 * size values, or NULL on failure. */
+static uint64_t *allgather_state(trainer_t *t, px_comm_t *c) {
+    int size = px_comm_size(c);
+    uint64_t mine[2] = {(uint64_t)t->step, state_checksum(t)};
+    uint64_t *all = calloc((size_t)size * 2, sizeof *all);
+    if (!all) return NULL;
+    if (px_comm_allgather_f32(c, (const float *)(const void *)mine, (float *)(void *)all, 4) != PX_COMM_OK) {
+        free(all);
+        return NULL;
+    }
+    return all;
+}
+
 /* Inside a group (W > 1): every rank must hold the same state before the
  * groups compare. A failure can leave ranks of one group a step apart (one
  * rank's cross-group ring committed a step, another's did not), so the rank
@@ -300,27 +316,14 @@ static int recv_state(trainer_t *t, int peer, const char *source) {
  * the others over the group's communicator. */
 static int sync_group(trainer_t *t) {
     int W = t->cfg->ranks_per_group;
-    uint64_t mine[2] = {(uint64_t)t->step, state_checksum(t)};
-    float in[4], *all = calloc((size_t)W * 4, sizeof(float));
+    uint64_t *all = allgather_state(t, t->intra);
     if (!all) return -1;
-    memcpy(in, mine, sizeof mine);
-    if (px_comm_allgather_f32(t->intra, in, all, 4) != PX_COMM_OK) {
-        free(all);
-        return -1;
-    }
     int root = 0, same = 1;
-    uint64_t v[2], best[2] = {0, 0};
-    for (int r = 0; r < W; r++) {
-        memcpy(v, all + 4 * r, sizeof v);
-        if (r == 0 || v[0] > best[0]) {
-            root = r;
-            memcpy(best, v, sizeof v);
-        }
-    }
-    for (int r = 0; r < W; r++) {
-        memcpy(v, all + 4 * r, sizeof v);
-        if (v[0] != best[0] || v[1] != best[1]) same = 0;
-    }
+    for (int r = 1; r < W; r++)
+        if (all[2 * r] > all[2 * root]) root = r;
+    uint64_t best[2] = {all[2 * root], all[2 * root + 1]};
+    for (int r = 0; r < W; r++)
+        if (all[2 * r] != best[0] || all[2 * r + 1] != best[1]) same = 0;
     free(all);
     if (same) return 0;
     size_t bytes = t->model->num_params * sizeof(float);
@@ -350,26 +353,18 @@ static int sync_group(trainer_t *t) {
 static int sync_state(trainer_t *t) {
     if (t->intra && sync_group(t) != 0) return -1;
     int P = t->q.n;
-    uint64_t mine[2] = {(uint64_t)t->step, state_checksum(t)};
-    float in[4], *all = calloc((size_t)P * 4, sizeof(float));
+    uint64_t *all = allgather_state(t, t->cross);
     if (!all) return -1;
-    memcpy(in, mine, sizeof mine);
-    if (px_comm_allgather_f32(t->cross, in, all, 4) != PX_COMM_OK) {
-        free(all);
-        return -1;
-    }
     px_quorum_candidate_t *c = calloc((size_t)P, sizeof *c);
     if (!c) {
         free(all);
         return -1;
     }
     for (int i = 0; i < P; i++) {
-        uint64_t v[2];
-        memcpy(v, all + 4 * i, sizeof v);
         snprintf(c[i].name, sizeof c[i].name, "%s", t->q.groups[i].name);
         c[i].healthy = c[i].requested = c[i].has_checksum = 1;
-        c[i].step = (int64_t)v[0];
-        c[i].checksum = v[1];
+        c[i].step = (int64_t)all[2 * i];
+        c[i].checksum = all[2 * i + 1];
     }
     free(all);
     px_quorum_t none, plan;
