@@ -653,15 +653,15 @@ int main(int argc, char **argv) {
         /* Once a group has committed the last step the job's result exists.
          * Groups still behind (restarted while the finisher ran alone) could
          * only redo old steps: give the rest a grace period, then stop them. */
-        if (L.finals > 0 && !L.finished_ms) L.finished_ms = now;
-        if (L.finished_ms && now - L.finished_ms > FINISH_GRACE_MS) {
-            for (int i = 0; i < L.n; i++)
-                if (!L.w[i].done && L.w[i].pid == 0) L.w[i].done = 1; /* waiting for a restart: cancel it */
-            say(&L, "the job finished; stopping workers still behind");
-            break;
+        if (L.finals > 0) {
+            if (!L.finished_ms) L.finished_ms = now;
+            for (int i = 0; i < L.n; i++) /* waiting for a restart: cancel it */
+                if (!L.w[i].done && L.w[i].pid == 0) L.w[i].done = 1;
+            if (now - L.finished_ms > FINISH_GRACE_MS) {
+                say(&L, "the job finished; stopping workers still behind");
+                break;
+            }
         }
-        for (int i = 0; i < L.n; i++)
-            if (L.finals > 0 && !L.w[i].done && L.w[i].pid == 0) L.w[i].done = 1;
     }
     if (g_signal) {
         say(&L, "stopping (%s): signalling every process", g_signal == SIGINT ? "SIGINT" : "SIGTERM");
