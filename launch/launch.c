@@ -49,6 +49,7 @@ typedef struct {
     size_t used;
     int done;               /* exited 0 after "final" */
     int restarts;
+    int chaos_killed;       /* the last death was ours (chaos): restart without escalating */
     int64_t restart_at_ms;  /* > 0: waiting to restart */
     int64_t started_ms;
 } worker_t;
@@ -118,7 +119,7 @@ static void usage(void) {
            "  --chaos-max-kills N      stop killing after N kills, 0 = no limit [0]\n"
            "  --chaos-until-step N     no kills once step N is committed, 0 = no limit [0]\n"
            "  --max-restarts N         restarts per worker before giving up, 0..100000 [100]\n"
-           "  --restart-backoff-ms N   first restart delay, doubled per quick death, 0..60000 [200]\n"
+           "  --restart-backoff-ms N   first restart delay, doubled per quick crash (not per chaos kill), 0..60000 [200]\n"
            "  --log-dir DIR            worker and coordinator logs [phalanx-run]\n"
            "  --sample-ledger PATH     workers append the samples of each committed step [off]\n"
            "  --quiet                  no per-step lines, only events and the summary\n"
@@ -370,8 +371,11 @@ static void reap(launch_t *L) {
             }
             append_ms(&L->fail_ms, &L->n_fail, &L->cap_fail, px_now_ms());
             int64_t alive_ms = px_now_ms() - w->started_ms;
+            /* Doubling is for crash loops; a chaos kill is not the worker's fault. */
             int backoff = L->cfg.restart_backoff_ms;
-            for (int k = 0; k < w->restarts && alive_ms < 30000 && backoff < 5000; k++) backoff *= 2;
+            for (int k = 0; k < w->restarts && alive_ms < 30000 && backoff < 5000 && !w->chaos_killed; k++)
+                backoff *= 2;
+            w->chaos_killed = 0;
             if (w->restarts >= L->cfg.max_restarts) {
                 say(L, "  x worker %s/%d died (%s %d) and reached --max-restarts %d: giving up", w->group, w->rank,
                     WIFSIGNALED(st) ? "signal" : "status", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st),
@@ -425,6 +429,7 @@ static void chaos(launch_t *L, int64_t now) {
     L->kills++;
     say(L, "chaos: SIGKILL %d: worker %s/%d (pid %d) at step %lld", L->kills, w->group, w->rank, (int)w->pid,
         (long long)L->last_step);
+    w->chaos_killed = 1;
     kill(w->pid, SIGKILL);
 }
 
