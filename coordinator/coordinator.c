@@ -49,6 +49,7 @@ struct px_coordinator {
     int64_t anon_report_ms;    /* last failure report that named no peer */
     int64_t started_ms;
     int adopted;               /* quorum adopted from re-registering workers */
+    int64_t finished_step;     /* highest step a group reported finishing the job at */
     char wait_reason[256];
     px_coord_stats_t stats;
     int64_t hb_window_start_ms;
@@ -144,6 +145,8 @@ static void *encode_quorum(px_coordinator_t *c, const char *reason, size_t *len)
         q.groups = gp;
         q.reason = (char *)reason;
         q.mode = (char *)c->cfg.mode;
+        q.has_finished_step = c->finished_step > 0;
+        q.finished_step = c->finished_step;
         env.body_case = PHALANX__ENVELOPE__BODY_QUORUM;
         env.quorum = &q;
         buf = px_wire_encode(&env, len);
@@ -432,6 +435,8 @@ static void on_heartbeat(px_coordinator_t *c, const void *ident, size_t ident_le
     Phalanx__HeartbeatAck ack = PHALANX__HEARTBEAT_ACK__INIT;
     ack.has_quorum_id = 1;
     ack.quorum_id = c->quorum.id;
+    ack.has_finished_step = c->finished_step > 0;
+    ack.finished_step = c->finished_step;
     env.has_request_id = 1;
     env.request_id = msg->request_id;
     env.body_case = PHALANX__ENVELOPE__BODY_HB_ACK;
@@ -496,6 +501,10 @@ static void on_worker_event(px_coordinator_t *c, const void *ident, size_t ident
                 (unsigned long long)w->bytes, w->ms, w->detail ? w->detail : "");
     if (!strcmp(w->kind, "heal_started")) m->state = PX_STATE_HEALING;
     if (!strcmp(w->kind, "heal_finished")) m->state = PX_STATE_HEALTHY;
+    /* A group committed the job's last step: its result exists. Workers
+     * still behind learn it from acks and pushes and leave rather than
+     * train on alone (with no group holding the state, from scratch). */
+    if (!strcmp(w->kind, "run_finished") && w->step > c->finished_step) c->finished_step = w->step;
     reply_ack(c, ident, ident_len, msg->request_id);
 }
 

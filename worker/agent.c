@@ -51,6 +51,7 @@ struct px_agent {
     int64_t step, quorum_id_held;
     int state;
     int64_t known_qid;
+    int64_t finished_step;
     px_quorum_t latest;
     call_t calls[MAX_CALLS];
     frame_t outbox[OUTBOX_MAX];
@@ -181,6 +182,7 @@ static void store_quorum(px_agent_t *a, const Phalanx__Quorum *q) {
         }
     }
     if (q->id > a->known_qid) a->known_qid = q->id;
+    if (q->finished_step > a->finished_step) a->finished_step = q->finished_step;
     pthread_cond_broadcast(&a->cv);
     px_agent_quorum_hook_fn hook = a->hook;
     void *hook_ctx = a->hook_ctx;
@@ -228,6 +230,7 @@ static void handle_reply(px_agent_t *a, px_msg_t *msg, int64_t *next_register) {
     case PHALANX__ENVELOPE__BODY_HB_ACK:
         pthread_mutex_lock(&a->mu);
         if (msg->hb_ack->quorum_id > a->known_qid) a->known_qid = msg->hb_ack->quorum_id;
+        if (msg->hb_ack->finished_step > a->finished_step) a->finished_step = msg->hb_ack->finished_step;
         pthread_mutex_unlock(&a->mu);
         break;
     case PHALANX__ENVELOPE__BODY_QUORUM:
@@ -404,6 +407,13 @@ void px_agent_set_progress(px_agent_t *a, int64_t step, int state, int64_t quoru
     a->state = state;
     a->quorum_id_held = quorum_id;
     pthread_mutex_unlock(&a->mu);
+}
+
+int64_t px_agent_finished_step(px_agent_t *a) {
+    pthread_mutex_lock(&a->mu);
+    int64_t s = a->finished_step;
+    pthread_mutex_unlock(&a->mu);
+    return s;
 }
 
 int px_agent_registered(px_agent_t *a) {

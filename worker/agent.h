@@ -30,6 +30,8 @@ void px_agent_set_progress(px_agent_t *a, int64_t step, int state, int64_t quoru
 int px_agent_registered(px_agent_t *a);
 /* Highest quorum id the coordinator has mentioned (pushes and heartbeat acks). */
 int64_t px_agent_known_quorum_id(px_agent_t *a);
+/* > 0 once the coordinator says a group finished the job at that step. */
+int64_t px_agent_finished_step(px_agent_t *a);
 /* Copies the latest pushed quorum into *out (px_quorum_init'd by the caller). */
 void px_agent_latest_quorum(px_agent_t *a, px_quorum_t *out);
 

@@ -393,6 +393,16 @@ static int sync_state(trainer_t *t) {
     return rc;
 }
 
+/* A group finished the job (committed its last step) while this one is
+ * behind: the result exists, and training on could only redo old steps
+ * (alone, from the initial state, when no group holds the state any more). */
+static int job_finished_elsewhere(trainer_t *t) {
+    int64_t f = px_agent_finished_step(t->agent);
+    if (f <= t->step) return 0;
+    px_log_info("job_finished_elsewhere finished_step=%lld my_step=%lld: leaving", (long long)f, (long long)t->step);
+    return 1;
+}
+
 /* Joins the next quorum: takes a pushed one that includes us, or asks for
  * one (after a failure, always asks: our communicators are broken). Creates
  * the communicators and brings the state in line. Retries until it works or
@@ -403,7 +413,7 @@ static int reconfigure(trainer_t *t, int failed) {
     px_quorum_t nq;
     px_quorum_init(&nq);
     int64_t t0 = px_now_ms();
-    for (int attempt = 0; !*t->stop; attempt++) {
+    for (int attempt = 0; !*t->stop && !job_finished_elsewhere(t); attempt++) {
         px_agent_latest_quorum(t->agent, &nq);
         if (failed || nq.id <= t->qid || px_quorum_find(&nq, cfg->group) < 0) {
             int r = px_agent_request_quorum(t->agent, t->step, t->qid, 0, 1, state_checksum(t), 1000, &nq);
@@ -633,9 +643,13 @@ int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile s
     int need = 1, failed = 0, rc = 0;
     float loss = NAN, norm = 0, ev = NAN;
     while (t.step < cfg->steps && !*stop) {
+        if (job_finished_elsewhere(&t)) {
+            rc = 3;
+            break;
+        }
         if (need) {
             if (reconfigure(&t, failed) != 0) {
-                rc = *stop ? 2 : 1;
+                rc = *stop ? 2 : job_finished_elsewhere(&t) ? 3 : 1;
                 break;
             }
             need = failed = 0;
@@ -678,7 +692,7 @@ int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile s
             if (px_gpt_save(t.model, cfg->save, err, sizeof err) != 0) px_log_error("--save: %s", err);
         }
         rc = 0;
-    } else if (*stop) {
+    } else if (*stop && rc != 3) {
         rc = 2;
     }
     teardown(&t);

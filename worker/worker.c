@@ -140,11 +140,11 @@ int px_worker_main(int argc, char **argv) {
         tc.ranks_per_group = cfg.group_size;
         int rc = px_trainer_run(agent, &tc, &g_stop);
         /* Leaving: tell the coordinator at once so nobody waits for our heartbeats to stop. */
-        px_agent_report_failure(agent, cfg.group, cfg.rank, 0, 0, rc == 0 ? "finished" : "worker stopping");
+        px_agent_report_failure(agent, cfg.group, cfg.rank, 0, 0, rc == 0 ? "finished" : rc == 3 ? "job finished by another group" : "worker stopping");
         px_sleep_ms(50);
         px_agent_destroy(&agent);
         free(token);
-        return rc == 2 ? 0 : rc;
+        return rc == 2 || rc == 3 ? 0 : rc;
     }
     int64_t held = 0, step = 0;
     px_quorum_t q, latest;
