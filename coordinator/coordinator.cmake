@@ -1,7 +1,6 @@
-# Libraries and the daemon. px_quorum and px_coordlogic hold pure logic
-# (no sockets) so tests link them without a running daemon.
-add_library(px_quorum STATIC ${CMAKE_CURRENT_LIST_DIR}/quorum.c)
-target_include_directories(px_quorum PUBLIC ${CMAKE_CURRENT_LIST_DIR})
+# Libraries and the daemon. px_coordlogic holds pure logic (no sockets) so
+# tests link it without a running daemon; the quorum rule it uses is shared
+# with the workers and lives in proto/ (px_quorum).
 add_library(px_coordlogic STATIC
   ${CMAKE_CURRENT_LIST_DIR}/membership.c
   ${CMAKE_CURRENT_LIST_DIR}/store.c

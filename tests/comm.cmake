@@ -1,39 +1,37 @@
 # px_comm tests (parallel/): real rank processes on loopback, real signals,
 # every wait bounded. One binary, one ctest per scenario; all labelled "comm"
 # (ctest -L comm). The whole suite takes well under a minute on 2 cores.
-if(TARGET px_comm)
-  add_library(px_comm_testutil STATIC comm/px_dir_store.c comm/px_procs.c)
-  target_include_directories(px_comm_testutil PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/comm)
-  target_link_libraries(px_comm_testutil PUBLIC px_comm px_common)
+add_library(px_comm_testutil STATIC comm/px_dir_store.c comm/px_procs.c)
+target_include_directories(px_comm_testutil PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/comm)
+target_link_libraries(px_comm_testutil PUBLIC px_comm px_common)
 
-  add_executable(comm_test comm/comm_test.c)
-  target_link_libraries(comm_test PRIVATE px_comm_testutil Threads::Threads)
+add_executable(comm_test comm/comm_test.c)
+target_link_libraries(comm_test PRIVATE px_comm_testutil Threads::Threads)
 
-  foreach(t basic kill stop abort rendezvous mismatch shutdown)
-    add_test(NAME comm_${t} COMMAND comm_test ${t})
-    set_tests_properties(comm_${t} PROPERTIES TIMEOUT 90 LABELS comm)
+foreach(t basic kill stop abort rendezvous mismatch shutdown)
+  add_test(NAME comm_${t} COMMAND comm_test ${t})
+  set_tests_properties(comm_${t} PROPERTIES TIMEOUT 90 LABELS comm)
+endforeach()
+
+get_property(px_comm_nccl GLOBAL PROPERTY PX_COMM_NCCL)
+if(px_comm_nccl)
+  add_test(NAME comm_nccl COMMAND comm_test nccl)
+  set_tests_properties(comm_nccl PROPERTIES TIMEOUT 60 LABELS comm)
+endif()
+
+# Memory errors and definite leaks in the shim and the Gloo paths it uses:
+# the collectives (--small keeps them quick), abort from another thread,
+# and the failure/poison/re-form path after a SIGKILL.
+find_program(PX_VALGRIND valgrind)
+if(PX_VALGRIND)
+  foreach(t "basic;--small" abort kill)
+    list(GET t 0 name)
+    add_test(NAME comm_valgrind_${name}
+             COMMAND ${PX_VALGRIND} --quiet --error-exitcode=99 --leak-check=full
+                     --errors-for-leak-kinds=definite
+                     --suppressions=${CMAKE_CURRENT_SOURCE_DIR}/comm/valgrind.supp
+                     $<TARGET_FILE:comm_test> ${t})
+    set_tests_properties(comm_valgrind_${name} PROPERTIES TIMEOUT 180 LABELS comm
+                         ENVIRONMENT PX_TEST_SLOW=4)
   endforeach()
-
-  get_property(px_comm_nccl GLOBAL PROPERTY PX_COMM_NCCL)
-  if(px_comm_nccl)
-    add_test(NAME comm_nccl COMMAND comm_test nccl)
-    set_tests_properties(comm_nccl PROPERTIES TIMEOUT 60 LABELS comm)
-  endif()
-
-  # Memory errors and definite leaks in the shim and the Gloo paths it uses:
-  # the collectives (--small keeps them quick), abort from another thread,
-  # and the failure/poison/re-form path after a SIGKILL.
-  find_program(PX_VALGRIND valgrind)
-  if(PX_VALGRIND)
-    foreach(t "basic;--small" abort kill)
-      list(GET t 0 name)
-      add_test(NAME comm_valgrind_${name}
-               COMMAND ${PX_VALGRIND} --quiet --error-exitcode=99 --leak-check=full
-                       --errors-for-leak-kinds=definite
-                       --suppressions=${CMAKE_CURRENT_SOURCE_DIR}/comm/valgrind.supp
-                       $<TARGET_FILE:comm_test> ${t})
-      set_tests_properties(comm_valgrind_${name} PROPERTIES TIMEOUT 180 LABELS comm
-                           ENVIRONMENT PX_TEST_SLOW=4)
-    endforeach()
-  endif()
 endif()

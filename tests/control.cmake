@@ -5,11 +5,8 @@ foreach(t quorum membership store wire)
   add_test(NAME control_${t} COMMAND test_${t})
 endforeach()
 
-find_package(Python3 REQUIRED COMPONENTS Interpreter)
 foreach(t integration coordinator_restart cli auth)
-  add_test(NAME control_${t}
-           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/control/test_${t}.py
-                   $<TARGET_FILE_DIR:phalanx-coordinator>)
+  px_add_py_test(control_${t} ${CMAKE_CURRENT_LIST_DIR}/control/test_${t}.py $<TARGET_FILE_DIR:phalanx-coordinator>)
   set_tests_properties(control_${t} PROPERTIES TIMEOUT 120)
 endforeach()
 
@@ -19,9 +16,7 @@ endforeach()
 # frame and lets a real worker join a quorum. PHALANX_FUZZ_SEED reproduces a run.
 add_executable(fuzz_client ${CMAKE_CURRENT_LIST_DIR}/control/fuzz_client.c)
 target_link_libraries(fuzz_client PRIVATE px_proto PkgConfig::ZMQ)
-add_test(NAME control_fuzz
-         COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/control/test_fuzz.py
-                 $<TARGET_FILE_DIR:phalanx-coordinator>)
+px_add_py_test(control_fuzz ${CMAKE_CURRENT_LIST_DIR}/control/test_fuzz.py $<TARGET_FILE_DIR:phalanx-coordinator>)
 set_tests_properties(control_fuzz PROPERTIES TIMEOUT 120)
 # Free-text fields (a register's host) full of JSON/HTML metacharacters and
 # invalid UTF-8 must leave /status, the dashboard and the event log well formed.

@@ -2,34 +2,28 @@
 # JSON helpers, the JSONL file sink, and Kafka delivery against librdkafka's
 # mock cluster hosted by px-kafka-mock, read back with kcat. Bounded in time
 # (each test well under a minute) for a 2-core machine.
-if(TARGET px_events)
-  set(PX_KAFKA_TESTS ${CMAKE_CURRENT_LIST_DIR}/kafka)
+set(PX_KAFKA_TESTS ${CMAKE_CURRENT_LIST_DIR}/kafka)
 
-  add_executable(px-kafka-mock ${PX_KAFKA_TESTS}/px_kafka_mock.c)
-  target_link_libraries(px-kafka-mock PRIVATE PkgConfig::RDKAFKA)
+add_executable(px-kafka-mock ${PX_KAFKA_TESTS}/px_kafka_mock.c)
+target_link_libraries(px-kafka-mock PRIVATE PkgConfig::RDKAFKA)
 
-  add_executable(test_events_file ${PX_KAFKA_TESTS}/test_events_file.c)
-  target_link_libraries(test_events_file PRIVATE px_events)
-  add_executable(test_events_kafka ${PX_KAFKA_TESTS}/test_events_kafka.c)
-  target_link_libraries(test_events_kafka PRIVATE px_events)
+add_executable(test_events_file ${PX_KAFKA_TESTS}/test_events_file.c)
+target_link_libraries(test_events_file PRIVATE px_events)
+add_executable(test_events_kafka ${PX_KAFKA_TESTS}/test_events_kafka.c)
+target_link_libraries(test_events_kafka PRIVATE px_events)
 
-  add_test(NAME events_json COMMAND test_events_file json)
-  add_test(NAME events_spec COMMAND test_events_file spec)
-  add_test(NAME events_file COMMAND test_events_file file)
-  foreach(scenario order-outage backlog delivery-error crash)
-    string(REPLACE "-" "_" name ${scenario})
-    add_test(NAME events_kafka_${name}
-             COMMAND test_events_kafka ${scenario} $<TARGET_FILE:px-kafka-mock>)
-    set_tests_properties(events_kafka_${name} PROPERTIES TIMEOUT 90 LABELS "events;kafka")
-  endforeach()
-  set_tests_properties(events_json events_spec events_file PROPERTIES TIMEOUT 30 LABELS events)
+add_test(NAME events_json COMMAND test_events_file json)
+add_test(NAME events_spec COMMAND test_events_file spec)
+add_test(NAME events_file COMMAND test_events_file file)
+foreach(scenario order-outage backlog delivery-error crash)
+  string(REPLACE "-" "_" name ${scenario})
+  add_test(NAME events_kafka_${name}
+           COMMAND test_events_kafka ${scenario} $<TARGET_FILE:px-kafka-mock>)
+  set_tests_properties(events_kafka_${name} PROPERTIES TIMEOUT 90 LABELS "events;kafka")
+endforeach()
+set_tests_properties(events_json events_spec events_file PROPERTIES TIMEOUT 30 LABELS events)
 
-  # The real coordinator and workers publishing to the mock cluster.
-  if(TARGET phalanx-coordinator AND TARGET phalanx-worker)
-    find_package(Python3 REQUIRED COMPONENTS Interpreter)
-    add_test(NAME events_kafka_coordinator
-             COMMAND ${Python3_EXECUTABLE} ${PX_KAFKA_TESTS}/test_coordinator_kafka.py
-                     $<TARGET_FILE_DIR:phalanx-coordinator>)
-    set_tests_properties(events_kafka_coordinator PROPERTIES TIMEOUT 120 LABELS "events;kafka")
-  endif()
-endif()
+# The real coordinator and workers publishing to the mock cluster.
+px_add_py_test(events_kafka_coordinator ${PX_KAFKA_TESTS}/test_coordinator_kafka.py
+               $<TARGET_FILE_DIR:phalanx-coordinator>)
+set_tests_properties(events_kafka_coordinator PROPERTIES TIMEOUT 120 LABELS "events;kafka")

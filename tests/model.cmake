@@ -2,45 +2,41 @@
 # a committed PyTorch fixture, determinism, file readers against corrupt input,
 # the sampler, and a short standalone training run. All run on 2 cores without
 # a GPU; `ctest -R model_` runs just these.
-if(TARGET px_model)
-  set(PX_MODEL_TEST_DIR ${CMAKE_CURRENT_LIST_DIR}/model)
+set(PX_MODEL_TEST_DIR ${CMAKE_CURRENT_LIST_DIR}/model)
 
-  add_executable(test_ops ${PX_MODEL_TEST_DIR}/test_ops.c)
-  target_link_libraries(test_ops PRIVATE px_kernels m)
-  add_test(NAME model_ops_gradcheck COMMAND test_ops)
+add_executable(test_ops ${PX_MODEL_TEST_DIR}/test_ops.c)
+target_link_libraries(test_ops PRIVATE px_kernels m)
+add_test(NAME model_ops_gradcheck COMMAND test_ops)
 
-  # The AVX-512/AVX2/baseline clones of the element loops must agree bit for bit.
-  add_executable(ops_hash ${PX_MODEL_TEST_DIR}/ops_hash.c)
-  target_link_libraries(ops_hash PRIVATE px_kernels)
-  add_executable(ops_hash_baseline ${PX_MODEL_TEST_DIR}/ops_hash.c ${CMAKE_SOURCE_DIR}/kernels/ops_cpu.c)
-  target_compile_definitions(ops_hash_baseline PRIVATE PX_NO_CLONES=1)
-  target_compile_options(ops_hash_baseline PRIVATE -O3 -fno-math-errno -fno-trapping-math)
-  target_include_directories(ops_hash_baseline PRIVATE ${CMAKE_SOURCE_DIR}/kernels)
-  target_link_libraries(ops_hash_baseline PRIVATE OpenMP::OpenMP_C PkgConfig::OPENBLAS Threads::Threads m)
-  add_test(NAME model_ops_isa_clones
-           COMMAND sh -c "a=$(\"$1\") && b=$(\"$2\") && echo \"dispatched $a baseline $b\" && [ \"$a\" = \"$b\" ]"
-                   sh $<TARGET_FILE:ops_hash> $<TARGET_FILE:ops_hash_baseline>)
+# The AVX-512/AVX2/baseline clones of the element loops must agree bit for bit.
+add_executable(ops_hash ${PX_MODEL_TEST_DIR}/ops_hash.c)
+target_link_libraries(ops_hash PRIVATE px_kernels)
+add_executable(ops_hash_baseline ${PX_MODEL_TEST_DIR}/ops_hash.c ${CMAKE_SOURCE_DIR}/kernels/ops_cpu.c)
+target_compile_definitions(ops_hash_baseline PRIVATE PX_NO_CLONES=1)
+target_compile_options(ops_hash_baseline PRIVATE -O3 -fno-math-errno -fno-trapping-math)
+target_include_directories(ops_hash_baseline PRIVATE ${CMAKE_SOURCE_DIR}/kernels)
+target_link_libraries(ops_hash_baseline PRIVATE OpenMP::OpenMP_C PkgConfig::OPENBLAS Threads::Threads m)
+add_test(NAME model_ops_isa_clones
+         COMMAND sh -c "a=$(\"$1\") && b=$(\"$2\") && echo \"dispatched $a baseline $b\" && [ \"$a\" = \"$b\" ]"
+                 sh $<TARGET_FILE:ops_hash> $<TARGET_FILE:ops_hash_baseline>)
 
-  add_executable(test_reference ${PX_MODEL_TEST_DIR}/test_reference.c)
-  target_link_libraries(test_reference PRIVATE px_model)
-  add_test(NAME model_reference_pytorch
-           COMMAND test_reference ${CMAKE_CURRENT_LIST_DIR}/reference)
+add_executable(test_reference ${PX_MODEL_TEST_DIR}/test_reference.c)
+target_link_libraries(test_reference PRIVATE px_model)
+add_test(NAME model_reference_pytorch
+         COMMAND test_reference ${CMAKE_CURRENT_LIST_DIR}/reference)
 
-  add_executable(test_gpt ${PX_MODEL_TEST_DIR}/test_gpt.c)
-  target_link_libraries(test_gpt PRIVATE px_model px_common)
-  add_test(NAME model_gpt_determinism COMMAND test_gpt)
+add_executable(test_gpt ${PX_MODEL_TEST_DIR}/test_gpt.c)
+target_link_libraries(test_gpt PRIVATE px_model px_common)
+add_test(NAME model_gpt_determinism COMMAND test_gpt)
 
-  add_executable(test_files ${PX_MODEL_TEST_DIR}/test_files.c)
-  target_link_libraries(test_files PRIVATE px_model)
-  add_test(NAME model_files_corrupt COMMAND test_files WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+add_executable(test_files ${PX_MODEL_TEST_DIR}/test_files.c)
+target_link_libraries(test_files PRIVATE px_model)
+add_test(NAME model_files_corrupt COMMAND test_files WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
 
-  add_executable(test_data ${PX_MODEL_TEST_DIR}/test_data.c)
-  target_link_libraries(test_data PRIVATE px_model)
-  add_test(NAME model_data_sampler COMMAND test_data WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+add_executable(test_data ${PX_MODEL_TEST_DIR}/test_data.c)
+target_link_libraries(test_data PRIVATE px_model)
+add_test(NAME model_data_sampler COMMAND test_data WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
 
-  if(TARGET phalanx-worker)
-    add_test(NAME model_standalone_train
-             COMMAND sh ${PX_MODEL_TEST_DIR}/standalone_train.sh $<TARGET_FILE_DIR:phalanx-worker>
-                     ${CMAKE_CURRENT_BINARY_DIR}/standalone_train)
-  endif()
-endif()
+add_test(NAME model_standalone_train
+         COMMAND sh ${PX_MODEL_TEST_DIR}/standalone_train.sh $<TARGET_FILE_DIR:phalanx-worker>
+                 ${CMAKE_CURRENT_BINARY_DIR}/standalone_train)

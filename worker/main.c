@@ -12,13 +12,8 @@ int main(int argc, char **argv) {
     px_log_set_prog("phalanx-worker");
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--standalone") == 0) {
-#ifdef PX_HAVE_STANDALONE
             memmove(&argv[i], &argv[i + 1], (size_t)(argc - i) * sizeof(char *));
             return px_standalone_main(argc - 1, argv);
-#else
-            fprintf(stderr, "phalanx-worker: --standalone is not built into this binary\n");
-            return 2;
-#endif
         }
     }
     return px_worker_main(argc, argv);
