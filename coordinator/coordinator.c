@@ -29,6 +29,7 @@
 #include "px_time.h"
 #include "px_wire.h"
 #include "quorum.h"
+#include "ratelimit.h"
 #include "status.h"
 #include "store.h"
 
@@ -46,15 +47,16 @@ struct px_coordinator {
     px_liveness_config_t live;
     int quorum_dirty;          /* membership or requests changed since the last compute */
     int64_t rebuild_requested_ms; /* a participant holding the current id asked for a new one */
-    int64_t anon_report_ms;    /* last failure report that named no peer */
+    int64_t anon_report_ms;    /* last failure report of the current quorum that named no peer */
+    int64_t anon_report_qid;   /* ... and the quorum it was about */
     int64_t started_ms;
-    int adopted;               /* quorum adopted from re-registering workers */
-    int64_t finished_step;     /* highest step a group reported finishing the job at */
+    int adopted;               /* quorum adopted from re-registering workers (recovery window only) */
+    int64_t finished_step;     /* the job's last step, once a quorum member committed it */
+    int64_t first_store_ms;    /* first rendezvous store use under the current quorum (0: none yet) */
     char wait_reason[256];
     px_coord_stats_t stats;
     int64_t hb_window_start_ms;
-    int64_t bad_window_ms;     /* bad_message event rate limit window */
-    uint64_t bad_in_window, bad_suppressed;
+    px_rate_t rl_bad, rl_auth, rl_conflict, rl_refused; /* event rate limits, see ratelimit.h */
     uint64_t hb_window_count;
 };
 
@@ -110,6 +112,42 @@ static void emit(px_coordinator_t *c, const char *type, const char *fmt, ...) {
     va_end(ap);
     char *fields = px_buf_take(&b, NULL);
     px_events_emit(c->events, type, fields ? fields : "");
+    free(fields);
+}
+
+/* Events that any peer can cause (bad frames, rejected credentials, identity
+ * conflicts, refused reports) go through a rate limit: one event per frame,
+ * "count":1, up to PX_PEER_EVENTS_PER_S a second; past that one summary event
+ * per second ("error":"FLOOD", "count":N), so a flood cannot fill the event
+ * log's disk and the counts still add up. */
+#define PX_PEER_EVENTS_PER_S 200
+static void flush_rate_summary(px_coordinator_t *c, px_rate_t *r, int64_t now, int force) {
+    uint64_t n = px_rate_take_summary(r, now, force);
+    if (n)
+        emit(c, r->name, "\"error\":\"FLOOD\",\"detail\":\"more than %d in a second; summarised\",\"count\":%llu",
+             PX_PEER_EVENTS_PER_S, (unsigned long long)n);
+}
+
+static void flush_rate_summaries(px_coordinator_t *c, int64_t now, int force) {
+    px_rate_t *all[] = {&c->rl_bad, &c->rl_auth, &c->rl_conflict, &c->rl_refused};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) flush_rate_summary(c, all[i], now, force);
+}
+
+static void emit_limited(px_coordinator_t *c, px_rate_t *r, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void emit_limited(px_coordinator_t *c, px_rate_t *r, const char *fmt, ...) {
+    int64_t now = px_now_ms();
+    flush_rate_summary(c, r, now, 0);
+    if (!px_rate_admit(r, now) || !c->events) return;
+    px_buf_t b;
+    px_buf_init(&b);
+    va_list ap;
+    va_start(ap, fmt);
+    px_buf_vprintf(&b, fmt, ap);
+    va_end(ap);
+    px_buf_printf(&b, ",\"count\":1");
+    char *fields = px_buf_take(&b, NULL);
+    px_events_emit(c->events, r->name, fields ? fields : "");
     free(fields);
 }
 
@@ -218,6 +256,7 @@ static void recompute_quorum(px_coordinator_t *c, int64_t now) {
      * running job re-register and their quorum is adopted; forming a quorum
      * before they are all back would needlessly drop groups. */
     if (now - c->started_ms < c->live.heartbeat_timeout_ms) return;
+    c->adopted = 0; /* the recovery window is over: from now on quorums are formed here */
     px_quorum_candidate_t *cands = NULL;
     int n = px_members_candidates(&c->members, now, &c->live, &cands);
     if (n < 0) return;
@@ -253,6 +292,7 @@ static void recompute_quorum(px_coordinator_t *c, int64_t now) {
     c->quorum_dirty = 0;
     if (changed) {
         c->rebuild_requested_ms = 0;
+        c->first_store_ms = 0;
         px_quorum_free(&c->quorum);
         c->quorum = next;
         c->stats.quorums_formed++;
@@ -286,8 +326,9 @@ static void member_lost(px_coordinator_t *c, px_member_t *m, const char *why) {
     int64_t silent_ms = px_now_ms() - m->last_hb_ms;
     emit(c, "member_lost", "\"group\":\"%s\",\"rank\":%d,\"pid\":%d,\"step\":%lld,\"quorum_id\":%lld,\"reason\":\"%s\",\"silent_ms\":%lld",
          m->group, m->rank, m->pid, (long long)m->step, (long long)c->quorum.id, why, (long long)silent_ms);
-    px_log_info("member_lost group=%s rank=%d pid=%d reason=%s silent_ms=%lld conn_closed=%d reported=%d", m->group,
-                m->rank, m->pid, why, (long long)silent_ms, m->conn_closed, m->reported);
+    px_log_info("member_lost group=%s rank=%d pid=%d reason=%s silent_ms=%lld conn_closed=%d reported_ms_ago=%lld", m->group,
+                m->rank, m->pid, why, (long long)silent_ms, m->conn_closed,
+                (long long)(m->reported_ms ? px_now_ms() - m->reported_ms : -1));
     if (px_quorum_find(&c->quorum, m->group) >= 0 && !m->group_dropped_logged) {
         /* The whole group leaves: the next compute (this tick) forms a quorum
          * without it, and the survivors finish the step without it. */
@@ -301,12 +342,33 @@ static void member_lost(px_coordinator_t *c, px_member_t *m, const char *why) {
     c->quorum_dirty = 1;
 }
 
+/* Liveness includes progress. A member of the quorum that heartbeats but
+ * never joins the quorum's rendezvous (a rogue that joined and does not
+ * train, or a hung trainer behind a live agent thread) would hold every
+ * other group in the rendezvous forever. Once some member has used the store
+ * under the current quorum, every member of it has stall_timeout_ms to do
+ * the same; one that has not is lost as "stalled" and its group dropped. A
+ * trainer adopts a new quorum at its next step boundary, so the timeout must
+ * exceed about two step times (docs/operations.md). */
+static void detect_stalled(px_coordinator_t *c, int64_t now) {
+    if (!c->first_store_ms || now - c->first_store_ms <= c->cfg.stall_timeout_ms) return;
+    for (int i = 0; i < c->members.n; i++) {
+        px_member_t *m = &c->members.members[i];
+        if (m->state == PX_STATE_LOST || m->store_qid == c->quorum.id) continue;
+        if (px_quorum_find(&c->quorum, m->group) < 0) continue;
+        c->stats.members_stalled++;
+        member_lost(c, m, "stalled");
+    }
+}
+
 static void detect_losses(px_coordinator_t *c, int64_t now) {
-    int anon = c->anon_report_ms && now - c->anon_report_ms < c->live.heartbeat_timeout_ms;
+    int anon = c->anon_report_ms && c->anon_report_qid == c->quorum.id &&
+               now - c->anon_report_ms <= c->live.heartbeat_timeout_ms;
     for (int i = 0; i < c->members.n; i++) {
         px_member_t *m = &c->members.members[i];
         if (m->state == PX_STATE_LOST) continue;
         px_member_t probe = *m;
+        probe.reported = px_member_report_fresh(m, now, &c->live, c->quorum.id);
         /* A report that named nobody counts against members whose connection
          * closed: that pairing is the signature of a dead process. Against a
          * member that is merely slow to heartbeat it does not count: on an
@@ -331,38 +393,56 @@ static px_member_t *require_member(px_coordinator_t *c, const void *ident, size_
 }
 
 /* Workers re-registering after a coordinator restart say which quorum they
- * are in: adopt it rather than forming a new one, so training goes on. */
-static void adopt_quorum(px_coordinator_t *c, const char *group, int64_t qid, int64_t step) {
-    if (qid <= 0 || qid < c->quorum.id) return;
-    if (qid > c->quorum.id) {
-        /* Only a coordinator that has formed no quorum of its own adopts. */
-        if (c->quorum.id != 0 && !c->adopted) return;
+ * are in: adopt it rather than forming a new one, so training goes on. Only
+ * during the recovery window (one heartbeat timeout after start, before this
+ * coordinator formed a quorum of its own): afterwards a register carrying
+ * another id is a stale or forged claim and changes nothing. Adopted groups
+ * are kept sorted by name, as in every formed quorum. */
+static int in_recovery_window(const px_coordinator_t *c, int64_t now) {
+    return now - c->started_ms < c->live.heartbeat_timeout_ms && (c->quorum.id == 0 || c->adopted);
+}
+
+static void adopt_quorum(px_coordinator_t *c, const char *group, int64_t qid, int64_t step, int64_t now) {
+    if (qid <= 0 || qid < c->quorum.id || !in_recovery_window(c, now)) return;
+    if (qid > c->quorum.id) { /* the newest quorum any worker reports wins */
         c->quorum.id = qid;
         c->quorum.n = 0;
         c->quorum.max_step = 0;
         c->adopted = 1;
     }
-    if (!c->adopted || px_quorum_find(&c->quorum, group) >= 0) return;
-    px_quorum_t one = {0};
-    px_quorum_copy(&one, &c->quorum);
-    if (one.n == one.cap) {
-        px_quorum_member_t *g = realloc(one.groups, (size_t)(one.cap + 8) * sizeof *g);
-        if (!g) {
-            px_quorum_free(&one);
-            return;
-        }
-        one.groups = g;
-        one.cap += 8;
+    if (px_quorum_find(&c->quorum, group) >= 0) return;
+    if (px_quorum_insert_sorted(&c->quorum, group, step) != 0) {
+        px_log_error("quorum_adopt_failed quorum_id=%lld group=%s: out of memory", (long long)qid, group);
+        return;
     }
-    memset(&one.groups[one.n], 0, sizeof one.groups[0]);
-    snprintf(one.groups[one.n].name, PX_QUORUM_NAME_MAX, "%s", group);
-    one.groups[one.n].step = step;
-    one.n++;
-    if (step > one.max_step) one.max_step = step;
-    px_quorum_free(&c->quorum);
-    c->quorum = one;
     emit(c, "quorum_adopted", "\"quorum_id\":%lld,\"group\":\"%s\",\"step\":%lld", (long long)qid, group, (long long)step);
     px_log_info("quorum_adopted quorum_id=%lld group=%s step=%lld", (long long)qid, group, (long long)step);
+}
+
+/* A (group, rank) belongs to the process holding it while that process is
+ * alive: heard from recently, on a connection that is still open. A second
+ * process claiming it then is refused (an impersonation, or a duplicate
+ * launch); once the holder's connection closed or it went silent, the claim
+ * is a restarted process and takes over. */
+static int holder_alive(const px_coordinator_t *c, const px_member_t *m, int64_t now) {
+    return m->state != PX_STATE_LOST && !m->conn_closed &&
+           (double)(now - m->last_hb_ms) <= PX_SILENT_INTERVALS * (double)c->live.heartbeat_interval_ms;
+}
+
+static void refuse_identity_conflict(px_coordinator_t *c, const void *ident, size_t ident_len, uint64_t req_id,
+                                    const px_member_t *holder, const Phalanx__Register *r) {
+    c->stats.identity_conflicts++;
+    char host_esc[PX_HOST_MAX * 6 + 8];
+    px_json_escape(r->host, host_esc, sizeof host_esc);
+    emit_limited(c, &c->rl_conflict, "\"group\":\"%s\",\"rank\":%d,\"holder_pid\":%d,\"claimant_pid\":%u,\"claimant_host\":\"%s\"",
+                 holder->group, holder->rank, holder->pid, r->pid, host_esc);
+    if (c->stats.identity_conflicts <= 10 || c->stats.identity_conflicts % 1000 == 0)
+        px_log_warn("identity_conflict group=%s rank=%d holder_pid=%d claimant_pid=%u total=%llu", holder->group,
+                    holder->rank, holder->pid, r->pid, (unsigned long long)c->stats.identity_conflicts);
+    char why[160];
+    snprintf(why, sizeof why, "%s/%d is held by a live process (pid %d); a restarted process is admitted once it is gone",
+             holder->group, holder->rank, holder->pid);
+    reply_error(c, ident, ident_len, req_id, PHALANX__ERROR_CODE__IDENTITY_CONFLICT, why);
 }
 
 static void on_register(px_coordinator_t *c, const void *ident, size_t ident_len, int fd, const px_msg_t *msg) {
@@ -374,21 +454,27 @@ static void on_register(px_coordinator_t *c, const void *ident, size_t ident_len
         return;
     }
     int replaced = 0;
+    int64_t now = px_now_ms();
     px_member_t *old = px_members_by_name(&c->members, r->group, (int)r->rank);
     if (old && old->state != PX_STATE_LOST &&
-        (old->ident_len != ident_len || memcmp(old->ident, ident, ident_len) != 0))
+        (old->ident_len != ident_len || memcmp(old->ident, ident, ident_len) != 0)) {
+        if (holder_alive(c, old, now)) {
+            refuse_identity_conflict(c, ident, ident_len, msg->request_id, old, r);
+            return;
+        }
         member_lost(c, old, "replaced_by_new_process");
+    }
     px_member_t *m = px_members_upsert(&c->members, r->group, (int)r->rank, ident, ident_len, &replaced);
     if (!m) {
         reply_error(c, ident, ident_len, msg->request_id, PHALANX__ERROR_CODE__BAD_MESSAGE, "identity too long");
         return;
     }
-    int64_t now = px_now_ms();
     m->group_size = (int)r->group_size;
     m->pid = (int)r->pid;
     snprintf(m->host, sizeof m->host, "%s", r->host);
     m->step = r->has_step ? r->step : 0;
     m->quorum_id = r->has_quorum_id ? r->quorum_id : 0;
+    m->job_steps = r->has_job_steps ? r->job_steps : 0;
     m->state = PX_STATE_JOINING;
     m->fd = fd;
     m->registered_ms = m->last_hb_ms = now;
@@ -398,7 +484,7 @@ static void on_register(px_coordinator_t *c, const void *ident, size_t ident_len
          m->group, m->rank, m->group_size, m->pid, host_esc, (long long)m->step);
     px_log_info("member_joined group=%s rank=%d/%d pid=%d host=%s step=%lld quorum_id=%lld", m->group, m->rank,
                 m->group_size, m->pid, m->host, (long long)m->step, (long long)m->quorum_id);
-    adopt_quorum(c, m->group, m->quorum_id, m->step);
+    adopt_quorum(c, m->group, m->quorum_id, m->step, now);
 
     Phalanx__Envelope env = PHALANX__ENVELOPE__INIT;
     Phalanx__RegisterAck ack = PHALANX__REGISTER_ACK__INIT;
@@ -461,36 +547,93 @@ static void on_quorum_request(px_coordinator_t *c, const void *ident, size_t ide
     c->quorum_dirty = 1;
 }
 
+/* Refuses a request only members of the current quorum may make (failure
+ * reports that accuse others, run_finished): from anyone else it is a
+ * forgery or stale, and acting on it would let any registered peer evict
+ * members or end the job. */
+static int refuse_non_member(px_coordinator_t *c, const void *ident, size_t ident_len, uint64_t req_id,
+                             const px_member_t *m, const char *what) {
+    if (px_quorum_find(&c->quorum, m->group) >= 0) return 0;
+    c->stats.reports_refused++;
+    emit_limited(c, &c->rl_refused, "\"group\":\"%s\",\"rank\":%d,\"message\":\"%s\",\"quorum_id\":%lld,\"detail\":\"not a member of the current quorum\"",
+                 m->group, m->rank, what, (long long)c->quorum.id);
+    reply_error(c, ident, ident_len, req_id, PHALANX__ERROR_CODE__NOT_AUTHORIZED,
+                "only a member of the current quorum may send this");
+    return 1;
+}
+
 static void on_failure_report(px_coordinator_t *c, const void *ident, size_t ident_len, const px_msg_t *msg) {
     px_member_t *m = require_member(c, ident, ident_len, msg->request_id);
     if (!m) return;
     const Phalanx__FailureReport *f = msg->failure;
     const char *ag = f->accused_group && f->accused_group[0] ? f->accused_group : NULL;
     int ar = f->has_accused_rank ? f->accused_rank : -1;
+    int self = ag && strcmp(ag, m->group) == 0 && ar == m->rank;
+    /* Anyone may report its own departure; accusing others takes membership. */
+    if (!self && refuse_non_member(c, ident, ident_len, msg->request_id, m, "failure_report")) return;
+    int64_t now = px_now_ms();
+    int64_t about = f->has_quorum_id ? f->quorum_id : 0;
     char reason[PX_REASON_MAX * 2 + 8];
     px_json_escape(f->reason ? f->reason : "", reason, sizeof reason);
     emit(c, "step_failed", "\"group\":\"%s\",\"rank\":%d,\"quorum_id\":%lld,\"step\":%lld,\"accused_group\":\"%s\",\"accused_rank\":%d,\"reason\":\"%s\"",
          m->group, m->rank, (long long)(f->has_quorum_id ? f->quorum_id : 0), (long long)(f->has_step ? f->step : m->step),
          ag ? ag : "", ar, reason);
     px_log_info("step_failed reporter=%s/%d accused=%s/%d reason=\"%s\"", m->group, m->rank, ag ? ag : "?", ar, reason);
-    if (ag && strcmp(ag, m->group) == 0 && ar == m->rank) {
+    if (self) {
         m->self_reported = 1;
+    } else if (about != c->quorum.id) {
+        /* About a quorum no longer in force: recorded above, but no evidence. */
     } else if (ag) {
         for (int i = 0; i < c->members.n; i++) {
             px_member_t *x = &c->members.members[i];
-            if (x->state != PX_STATE_LOST && strcmp(x->group, ag) == 0 && (ar < 0 || x->rank == ar)) x->reported = 1;
+            if (x->state != PX_STATE_LOST && strcmp(x->group, ag) == 0 && (ar < 0 || x->rank == ar)) {
+                x->reported_ms = now;
+                x->reported_qid = about;
+            }
         }
     } else {
-        c->anon_report_ms = px_now_ms();
+        c->anon_report_ms = now;
+        c->anon_report_qid = about;
     }
     reply_ack(c, ident, ident_len, msg->request_id);
-    detect_losses(c, px_now_ms()); /* act on it now, not at the next tick */
+    detect_losses(c, now); /* act on it now, not at the next tick */
+}
+
+/* The job's last step: a run_finished counts only when it names the step
+ * count that every live member of the current quorum was started with (a
+ * quorum member alone cannot declare a longer or shorter job). It is kept
+ * for the coordinator's life: one coordinator serves one run of a job. */
+static int job_steps_agreed(const px_coordinator_t *c, int64_t step) {
+    int seen = 0;
+    for (int i = 0; i < c->members.n; i++) {
+        const px_member_t *x = &c->members.members[i];
+        if (x->state == PX_STATE_LOST || px_quorum_find(&c->quorum, x->group) < 0) continue;
+        if (x->job_steps != step) return 0;
+        seen++;
+    }
+    return seen > 0;
+}
+
+static int refuse_run_finished(px_coordinator_t *c, const void *ident, size_t ident_len, uint64_t req_id,
+                               px_member_t *m, const Phalanx__WorkerEvent *w) {
+    if (refuse_non_member(c, ident, ident_len, req_id, m, "run_finished")) return 1;
+    if (job_steps_agreed(c, w->step)) return 0;
+    c->stats.reports_refused++;
+    emit_limited(c, &c->rl_refused, "\"group\":\"%s\",\"rank\":%d,\"message\":\"run_finished\",\"quorum_id\":%lld,\"step\":%lld,\"detail\":\"step is not the job length every quorum member registered with\"",
+                 m->group, m->rank, (long long)c->quorum.id, (long long)w->step);
+    px_log_warn("run_finished_refused group=%s rank=%d step=%lld: not the job length the quorum registered with",
+                m->group, m->rank, (long long)w->step);
+    reply_error(c, ident, ident_len, req_id, PHALANX__ERROR_CODE__NOT_AUTHORIZED,
+                "run_finished step is not the job's last step");
+    return 1;
 }
 
 static void on_worker_event(px_coordinator_t *c, const void *ident, size_t ident_len, const px_msg_t *msg) {
     px_member_t *m = require_member(c, ident, ident_len, msg->request_id);
     if (!m) return;
     const Phalanx__WorkerEvent *w = msg->worker_event;
+    int finished = !strcmp(w->kind, "run_finished");
+    if (finished && refuse_run_finished(c, ident, ident_len, msg->request_id, m, w)) return;
     char detail[PX_REASON_MAX * 2 + 8];
     px_json_escape(w->detail ? w->detail : "", detail, sizeof detail);
     emit(c, w->kind, "\"group\":\"%s\",\"rank\":%d,\"quorum_id\":%lld,\"step\":%lld,\"peer_group\":\"%s\",\"bytes\":%llu,\"ms\":%u,\"detail\":\"%s\"",
@@ -504,7 +647,7 @@ static void on_worker_event(px_coordinator_t *c, const void *ident, size_t ident
     /* A group committed the job's last step: its result exists. Workers
      * still behind learn it from acks and pushes and leave rather than
      * train on alone (with no group holding the state, from scratch). */
-    if (!strcmp(w->kind, "run_finished") && w->step > c->finished_step) c->finished_step = w->step;
+    if (finished) c->finished_step = w->step;
     reply_ack(c, ident, ident_len, msg->request_id);
 }
 
@@ -540,18 +683,29 @@ static int store_fenced(px_coordinator_t *c, const void *ident, size_t ident_len
     return 1;
 }
 
+/* A member using the store under the current quorum is taking part in its
+ * rendezvous (stall detection, see detect_stalled). */
+static void note_rendezvous(px_coordinator_t *c, px_member_t *m) {
+    m->store_qid = c->quorum.id;
+    if (!c->first_store_ms) c->first_store_ms = px_now_ms();
+}
+
 static void on_store_set(px_coordinator_t *c, const void *ident, size_t ident_len, const px_msg_t *msg) {
-    if (!require_member(c, ident, ident_len, msg->request_id)) return;
+    px_member_t *m = require_member(c, ident, ident_len, msg->request_id);
+    if (!m) return;
     const Phalanx__StoreSet *s = msg->store_set;
     if (store_fenced(c, ident, ident_len, msg->request_id, s->quorum_id)) return;
+    note_rendezvous(c, m);
     px_kv_set(c->kv, s->quorum_id, s->key, s->value.data, s->value.len, answer_waiter, c);
     reply_ack(c, ident, ident_len, msg->request_id);
 }
 
 static void on_store_get(px_coordinator_t *c, const void *ident, size_t ident_len, const px_msg_t *msg) {
-    if (!require_member(c, ident, ident_len, msg->request_id)) return;
+    px_member_t *m = require_member(c, ident, ident_len, msg->request_id);
+    if (!m) return;
     const Phalanx__StoreGet *s = msg->store_get;
     if (store_fenced(c, ident, ident_len, msg->request_id, s->quorum_id)) return;
+    note_rendezvous(c, m);
     const void *v;
     size_t len;
     if (px_kv_get(c->kv, s->quorum_id, s->key, &v, &len)) {
@@ -600,34 +754,12 @@ static void on_status_request(px_coordinator_t *c, const void *ident, size_t ide
     free(json);
 }
 
-#define BAD_EVENTS_PER_S 200
-
-static void flush_bad_summary(px_coordinator_t *c) {
-    if (!c->bad_suppressed) return;
-    emit(c, "bad_message", "\"error\":\"FLOOD\",\"detail\":\"more than %d bad frames in a second; summarised\",\"count\":%llu",
-         BAD_EVENTS_PER_S, (unsigned long long)c->bad_suppressed);
-    c->bad_suppressed = 0;
-}
-
 static void bad_message(px_coordinator_t *c, const void *ident, size_t ident_len, uint64_t req_id,
                         Phalanx__ErrorCode code, const char *why) {
     c->stats.bad_messages++;
-    /* One event per bad frame, up to BAD_EVENTS_PER_S a second; past that a
-     * flood is summarised (one event per second with its count, see tick) so
-     * it cannot fill the event log's disk. Counts always add up. */
-    int64_t now = px_now_ms();
-    if (now - c->bad_window_ms >= 1000) {
-        flush_bad_summary(c);
-        c->bad_window_ms = now;
-        c->bad_in_window = 0;
-    }
-    if (++c->bad_in_window > BAD_EVENTS_PER_S) {
-        c->bad_suppressed++;
-    } else {
-        char esc[512];
-        px_json_escape(why, esc, sizeof esc);
-        emit(c, "bad_message", "\"error\":\"%s\",\"detail\":\"%s\",\"count\":1", px_wire_error_name(code), esc);
-    }
+    char esc[512];
+    px_json_escape(why, esc, sizeof esc);
+    emit_limited(c, &c->rl_bad, "\"error\":\"%s\",\"detail\":\"%s\"", px_wire_error_name(code), esc);
     /* Log the first few, then one line in a thousand: a fuzzer must not flood the log. */
     if (c->stats.bad_messages <= 10 || c->stats.bad_messages % 1000 == 0)
         px_log_warn("bad_message error=%s detail=\"%s\" total=%llu", px_wire_error_name(code), why,
@@ -647,8 +779,8 @@ static void handle_frame(px_coordinator_t *c, const void *ident, size_t ident_le
     }
     if (c->cfg.token && (!msg->token || strcmp(msg->token, c->cfg.token) != 0)) {
         c->stats.auth_rejected++;
-        emit(c, "auth_rejected", "\"message\":\"%s\",\"detail\":\"%s\"", px_wire_body_name(msg),
-             msg->token ? "wrong job token" : "no job token");
+        emit_limited(c, &c->rl_auth, "\"message\":\"%s\",\"detail\":\"%s\"", px_wire_body_name(msg),
+                     msg->token ? "wrong job token" : "no job token");
         if (c->stats.auth_rejected <= 10)
             px_log_warn("auth_rejected message=%s detail=%s", px_wire_body_name(msg), msg->token ? "wrong token" : "no token");
         reply_error(c, ident, ident_len, msg->request_id, PHALANX__ERROR_CODE__AUTH_REJECTED, "missing or wrong job token");
@@ -744,15 +876,10 @@ static void read_monitor(px_coordinator_t *c) {
     }
 }
 
-static void flush_bad_summary(px_coordinator_t *c);
-
 static void tick(px_coordinator_t *c, int64_t now) {
-    if (c->bad_suppressed && now - c->bad_window_ms >= 1000) {
-        flush_bad_summary(c);
-        c->bad_window_ms = now;
-        c->bad_in_window = 0;
-    }
+    flush_rate_summaries(c, now, 0);
     detect_losses(c, now);
+    detect_stalled(c, now);
     if (c->quorum_dirty || c->rebuild_requested_ms) recompute_quorum(c, now);
     px_kv_expire(c->kv, now, answer_waiter, c);
     if (c->events) px_events_poll(c->events);
@@ -784,9 +911,29 @@ static int http_handler(void *ctx, const char *path, char **body, size_t *len, c
     return *body ? 200 : 500;
 }
 
+/* The loop itself stalled (SIGSTOP, descheduled, a slow system call) for
+ * `ms`: nobody was listening, so that time is not silence of the members.
+ * Their heartbeats are queued, unread; shift every member's last-heard time
+ * by the stall, so each is judged only on time the coordinator listened. */
+static void credit_stall(px_coordinator_t *c, int64_t ms, int64_t now) {
+    c->stats.loop_stalls++;
+    px_log_warn("loop_stall ms=%lld: member deadlines shifted by the stall", (long long)ms);
+    for (int i = 0; i < c->members.n; i++) {
+        px_member_t *m = &c->members.members[i];
+        if (m->state == PX_STATE_LOST) continue;
+        m->last_hb_ms = m->last_hb_ms + ms < now ? m->last_hb_ms + ms : now;
+    }
+    if (c->first_store_ms) c->first_store_ms = c->first_store_ms + ms < now ? c->first_store_ms + ms : now;
+}
+
 int px_coordinator_run(px_coordinator_t *c, volatile sig_atomic_t *stop) {
     zmq_pollitem_t items[2 + 1 + PX_HTTP_MAX_CONNS];
-    int64_t next_tick = px_now_ms();
+    int64_t next_tick = px_now_ms(), last_wake = next_tick;
+    /* From one wake-up to the next, a turn takes its poll wait plus its work;
+     * more than a heartbeat interval beyond the wait means the loop was not
+     * listening. Checked right after the poll, before any queued frame or
+     * the loss rule is looked at. */
+    int64_t stall_ms = c->live.heartbeat_interval_ms > 2 * TICK_MS ? c->live.heartbeat_interval_ms : 2 * TICK_MS;
     while (!*stop) {
         int n = 0;
         items[n++] = (zmq_pollitem_t){c->router, 0, ZMQ_POLLIN, 0};
@@ -799,6 +946,9 @@ int px_coordinator_run(px_coordinator_t *c, volatile sig_atomic_t *stop) {
             px_log_error("zmq_poll failed: %s", zmq_strerror(errno));
             return 1;
         }
+        int64_t woke = px_now_ms();
+        if (woke - last_wake - wait > stall_ms) credit_stall(c, woke - last_wake - wait, woke);
+        last_wake = woke;
         /* Frames before the monitor: a frame sent just before its connection
          * closed is queued before the DISCONNECTED event, and handling it
          * afterwards would wrongly clear the closed-connection evidence. */
@@ -826,6 +976,10 @@ px_coordinator_t *px_coordinator_new(const px_coordinator_config_t *cfg, char *e
     c->live.heartbeat_interval_ms = cfg->heartbeat_interval_ms;
     c->live.heartbeat_timeout_ms = cfg->heartbeat_timeout_ms;
     c->started_ms = c->hb_window_start_ms = px_now_ms();
+    c->rl_bad = (px_rate_t){.name = "bad_message", .per_s = PX_PEER_EVENTS_PER_S};
+    c->rl_auth = (px_rate_t){.name = "auth_rejected", .per_s = PX_PEER_EVENTS_PER_S};
+    c->rl_conflict = (px_rate_t){.name = "identity_conflict", .per_s = PX_PEER_EVENTS_PER_S};
+    c->rl_refused = (px_rate_t){.name = "report_refused", .per_s = PX_PEER_EVENTS_PER_S};
     px_quorum_init(&c->quorum);
     c->kv = px_kv_new();
     if (!c->kv || px_members_init(&c->members) != 0) {
@@ -878,7 +1032,7 @@ void px_coordinator_destroy(px_coordinator_t **self, int flush_ms) {
     px_coordinator_t *c = *self;
     if (!c) return;
     if (c->events) {
-        flush_bad_summary(c);
+        flush_rate_summaries(c, px_now_ms(), 1);
         emit(c, "coordinator_stopped", "\"quorum_id\":%lld", (long long)c->quorum.id);
         px_events_destroy(&c->events, flush_ms);
     }

@@ -23,6 +23,7 @@ typedef struct {
     int min_replicas;
     int64_t join_timeout_ms;
     int64_t rebuild_settle_ms; /* wait before re-forming an unchanged quorum on request */
+    int64_t stall_timeout_ms;  /* a quorum member not in its rendezvous this long is dropped */
 } px_coordinator_config_t;
 
 typedef struct px_coordinator px_coordinator_t;

@@ -33,6 +33,9 @@ static void usage(void) {
            "  --min-replicas N            groups needed for a quorum, 1..100000 [1]\n"
            "  --join-timeout-ms N         wait for healthy groups not yet joined, 0..600000 [500]\n"
            "  --rebuild-settle-ms N       wait before re-forming an unchanged quorum, 0..60000 [300]\n"
+           "  --stall-timeout-ms N        drop a quorum member that has not joined the quorum's\n"
+           "                              rendezvous this long after others did; keep above two\n"
+           "                              step times, 100..3600000 [60000]\n"
            "  --mode sync|diloco          training mode announced to workers [sync]\n"
            "  --quiet                     log warnings and errors only\n"
            "  --help                      this text\n\n"
@@ -52,6 +55,7 @@ int main(int argc, char **argv) {
         .min_replicas = 1,
         .join_timeout_ms = 500,
         .rebuild_settle_ms = 300,
+        .stall_timeout_ms = 60000,
     };
     static char http_host[256];
     for (int i = 1; i < argc; i++) {
@@ -79,6 +83,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--min-replicas")) cfg.min_replicas = (int)px_flag_int(PROG, a, v, 1, 100000);
         else if (!strcmp(a, "--join-timeout-ms")) cfg.join_timeout_ms = px_flag_int(PROG, a, v, 0, 600000);
         else if (!strcmp(a, "--rebuild-settle-ms")) cfg.rebuild_settle_ms = px_flag_int(PROG, a, v, 0, 60000);
+        else if (!strcmp(a, "--stall-timeout-ms")) cfg.stall_timeout_ms = px_flag_int(PROG, a, v, 100, 3600000);
         else if (!strcmp(a, "--mode")) {
             cfg.mode = px_flag_str(PROG, a, v, 16);
             if (strcmp(cfg.mode, "sync") && strcmp(cfg.mode, "diloco")) {

@@ -5,6 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+int px_member_report_fresh(const px_member_t *m, int64_t now_ms, const px_liveness_config_t *cfg, int64_t qid) {
+    return m->reported_ms > 0 && m->reported_qid == qid && now_ms - m->reported_ms <= cfg->heartbeat_timeout_ms;
+}
+
 const char *px_member_loss_reason(const px_member_t *m, int64_t now_ms, const px_liveness_config_t *cfg) {
     if (m->state == PX_STATE_LOST) return NULL;
     int64_t silent_ms = now_ms - m->last_hb_ms;

@@ -10,7 +10,12 @@
  *   - it has been silent for more than PX_SILENT_INTERVALS heartbeat intervals.
  * One report alone never drops a healthy, heartbeating member. A member that
  * reports its own failure is lost at once. The decision is a pure function
- * (px_member_loss_reason) so it is tested as a table. */
+ * (px_member_loss_reason) so it is tested as a table.
+ *
+ * A report is evidence only while it is fresh and about the quorum in force:
+ * it expires after one heartbeat timeout and when the quorum changes
+ * (px_member_report_fresh), so an old or mistaken accusation cannot make a
+ * later harmless pause fatal. Only members of the current quorum may accuse. */
 #ifndef PX_MEMBERSHIP_H
 #define PX_MEMBERSHIP_H
 
@@ -38,7 +43,8 @@ typedef struct {
     int fd;             /* TCP connection it last spoke on (-1: unknown) */
     int conn_closed;    /* the socket monitor saw that connection close */
     int closed_fd;
-    int reported;       /* a peer reported a failure naming it (or nobody) */
+    int reported;       /* evidence in force now: set from reported_ms by the caller (px_member_report_fresh) */
+    int64_t reported_ms, reported_qid; /* last failure report naming it, and the quorum it was about */
     int self_reported;  /* it reported its own failure */
     int64_t registered_ms, last_hb_ms;
     int requested;      /* asked to join the next quorum */
@@ -47,6 +53,8 @@ typedef struct {
     int group_dropped_logged; /* group_dropped already emitted for this quorum */
     int has_checksum;
     uint64_t checksum;
+    int64_t job_steps;  /* the job's length as the worker was told it (0: not training) */
+    int64_t store_qid;  /* last quorum whose rendezvous store it used (stall detection) */
     char lost_reason[48];
 } px_member_t;
 
@@ -54,6 +62,9 @@ typedef struct {
     int64_t heartbeat_interval_ms;
     int64_t heartbeat_timeout_ms;
 } px_liveness_config_t;
+
+/* Whether a failure report naming m still counts at now_ms while quorum qid is in force. */
+int px_member_report_fresh(const px_member_t *m, int64_t now_ms, const px_liveness_config_t *cfg, int64_t qid);
 
 /* Why this member should be considered lost now, or NULL if it should not. */
 const char *px_member_loss_reason(const px_member_t *m, int64_t now_ms, const px_liveness_config_t *cfg);

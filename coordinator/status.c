@@ -95,6 +95,13 @@ char *px_status_metrics(const px_status_view_t *v, size_t *len) {
                   (unsigned long long)v->events.spilled, (unsigned long long)v->events.delivery_failures,
                   (unsigned long long)v->stats->bad_messages, (unsigned long long)v->stats->auth_rejected,
                   (unsigned long long)v->stats->heartbeats, v->stats->heartbeats_per_s, v->store_keys);
+    px_buf_printf(&b,
+                  "# HELP phalanx_identity_conflicts_total Registrations refused: the (group, rank) is held by a live process.\n# TYPE phalanx_identity_conflicts_total counter\nphalanx_identity_conflicts_total %llu\n"
+                  "# HELP phalanx_reports_refused_total Failure reports and run_finished refused (not from the current quorum, or a wrong step).\n# TYPE phalanx_reports_refused_total counter\nphalanx_reports_refused_total %llu\n"
+                  "# HELP phalanx_members_stalled_total Quorum members dropped for not joining the quorum's rendezvous.\n# TYPE phalanx_members_stalled_total counter\nphalanx_members_stalled_total %llu\n"
+                  "# HELP phalanx_loop_stalls_total Event loop turns late by more than a heartbeat interval (deadlines shifted).\n# TYPE phalanx_loop_stalls_total counter\nphalanx_loop_stalls_total %llu\n",
+                  (unsigned long long)v->stats->identity_conflicts, (unsigned long long)v->stats->reports_refused,
+                  (unsigned long long)v->stats->members_stalled, (unsigned long long)v->stats->loop_stalls);
     return px_buf_take(&b, len);
 }
 

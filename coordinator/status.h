@@ -13,6 +13,7 @@
 
 typedef struct {
     uint64_t bad_messages, heartbeats, quorums_formed, auth_rejected, messages;
+    uint64_t identity_conflicts, reports_refused, members_stalled, loop_stalls;
     double heartbeats_per_s;
     int64_t last_loss_ms, last_quorum_ms;
 } px_coord_stats_t;

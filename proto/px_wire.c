@@ -64,7 +64,11 @@ int px_wire_validate(const px_msg_t *m, Phalanx__ErrorCode *code, char *why, siz
         REQUIRE(r->has_rank && r->rank < r->group_size, "register.rank missing or not below group_size");
         REQUIRE(r->has_pid, "register.pid missing");
         REQUIRE(str_ok(r->host, PX_HOST_MAX), "register.host missing or longer than %d", PX_HOST_MAX);
-        REQUIRE(!r->has_step || r->step >= 0, "register.step negative");
+        REQUIRE(!r->has_step || (r->step >= 0 && r->step <= PX_STEP_MAX), "register.step not in [0, %lld]", PX_STEP_MAX);
+        REQUIRE(!r->has_quorum_id || (r->quorum_id >= 0 && r->quorum_id <= PX_QUORUM_ID_MAX),
+                "register.quorum_id not in [0, %lld]", PX_QUORUM_ID_MAX);
+        REQUIRE(!r->has_job_steps || (r->job_steps >= 0 && r->job_steps <= PX_STEP_MAX),
+                "register.job_steps not in [0, %lld]", PX_STEP_MAX);
         REQUIRE(!r->job || strlen(r->job) <= PX_GROUP_NAME_MAX, "register.job too long");
         return 0;
     }
@@ -72,8 +76,10 @@ int px_wire_validate(const px_msg_t *m, Phalanx__ErrorCode *code, char *why, siz
         const Phalanx__Heartbeat *h = m->hb;
         REQUIRE(px_wire_group_name_ok(h->group), "heartbeat.group missing or invalid");
         REQUIRE(h->has_rank && h->rank < PX_GROUP_SIZE_MAX, "heartbeat.rank missing or out of range");
-        REQUIRE(h->has_step && h->step >= 0, "heartbeat.step missing or negative");
-        REQUIRE(!h->has_quorum_id || h->quorum_id >= 0, "heartbeat.quorum_id negative");
+        REQUIRE(h->has_step && h->step >= 0 && h->step <= PX_STEP_MAX, "heartbeat.step missing or not in [0, %lld]",
+                PX_STEP_MAX);
+        REQUIRE(!h->has_quorum_id || (h->quorum_id >= 0 && h->quorum_id <= PX_QUORUM_ID_MAX),
+                "heartbeat.quorum_id not in [0, %lld]", PX_QUORUM_ID_MAX);
         REQUIRE(!h->has_state || (h->state >= 0 && h->state <= 2), "heartbeat.state out of range");
         return 0;
     }
@@ -81,8 +87,10 @@ int px_wire_validate(const px_msg_t *m, Phalanx__ErrorCode *code, char *why, siz
         const Phalanx__QuorumRequest *q = m->quorum_req;
         REQUIRE(px_wire_group_name_ok(q->group), "quorum_request.group missing or invalid");
         REQUIRE(q->has_rank && q->rank < PX_GROUP_SIZE_MAX, "quorum_request.rank missing or out of range");
-        REQUIRE(q->has_step && q->step >= 0, "quorum_request.step missing or negative");
-        REQUIRE(!q->has_quorum_id || q->quorum_id >= 0, "quorum_request.quorum_id negative");
+        REQUIRE(q->has_step && q->step >= 0 && q->step <= PX_STEP_MAX,
+                "quorum_request.step missing or not in [0, %lld]", PX_STEP_MAX);
+        REQUIRE(!q->has_quorum_id || (q->quorum_id >= 0 && q->quorum_id <= PX_QUORUM_ID_MAX),
+                "quorum_request.quorum_id not in [0, %lld]", PX_QUORUM_ID_MAX);
         return 0;
     }
     case PHALANX__ENVELOPE__BODY_FAILURE: {
@@ -118,7 +126,8 @@ int px_wire_validate(const px_msg_t *m, Phalanx__ErrorCode *code, char *why, siz
         REQUIRE(!w->peer_group || !w->peer_group[0] || px_wire_group_name_ok(w->peer_group),
                 "worker_event.peer_group invalid");
         REQUIRE(!w->detail || strlen(w->detail) <= PX_REASON_MAX, "worker_event.detail too long");
-        REQUIRE(!w->has_step || w->step >= 0, "worker_event.step negative");
+        REQUIRE(!w->has_step || (w->step >= 0 && w->step <= PX_STEP_MAX), "worker_event.step not in [0, %lld]",
+                PX_STEP_MAX);
         return 0;
     }
     case PHALANX__ENVELOPE__BODY_STATUS_REQ:
@@ -228,6 +237,8 @@ const char *px_wire_error_name(Phalanx__ErrorCode code) {
     case PHALANX__ERROR_CODE__TIMEOUT: return "TIMEOUT";
     case PHALANX__ERROR_CODE__AUTH_REJECTED: return "AUTH_REJECTED";
     case PHALANX__ERROR_CODE__WRONG_JOB: return "WRONG_JOB";
+    case PHALANX__ERROR_CODE__IDENTITY_CONFLICT: return "IDENTITY_CONFLICT";
+    case PHALANX__ERROR_CODE__NOT_AUTHORIZED: return "NOT_AUTHORIZED";
     default: return "UNKNOWN_ERROR";
     }
 }

@@ -24,6 +24,10 @@
 #define PX_HOST_MAX 255
 #define PX_REASON_MAX 512
 #define PX_WAIT_MAX_MS 600000u
+/* Steps and quorum ids from peers are bounded so that sums and comparisons on
+ * them can never overflow and a forged id cannot jump the job's far ahead. */
+#define PX_STEP_MAX 1000000000000LL /* 1e12 */
+#define PX_QUORUM_ID_MAX 1000000000000LL
 
 typedef Phalanx__Envelope px_msg_t;
 

@@ -2,6 +2,7 @@
  * short step of px_quorum_compute(), in the order the header lists them. */
 #include "quorum.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,20 @@ int px_quorum_find(const px_quorum_t *q, const char *name) {
     for (int i = 0; i < q->n; i++)
         if (strcmp(q->groups[i].name, name) == 0) return i;
     return -1;
+}
+
+int px_quorum_insert_sorted(px_quorum_t *q, const char *name, int64_t step) {
+    if (px_quorum_find(q, name) >= 0) return 0;
+    if (reserve(q, q->n + 1) != 0) return -1;
+    int at = 0;
+    while (at < q->n && strcmp(q->groups[at].name, name) < 0) at++;
+    memmove(&q->groups[at + 1], &q->groups[at], (size_t)(q->n - at) * sizeof *q->groups);
+    memset(&q->groups[at], 0, sizeof *q->groups);
+    snprintf(q->groups[at].name, sizeof q->groups[at].name, "%s", name);
+    q->groups[at].step = step;
+    q->n++;
+    if (step > q->max_step) q->max_step = step;
+    return 0;
 }
 
 int px_quorum_same_members(const px_quorum_t *a, const px_quorum_t *b) {
@@ -92,7 +107,11 @@ static int build(const px_quorum_candidate_t **parts, int n, const px_quorum_t *
         m->heal = parts[i]->step < next->max_step || m->divergent;
         if (!m->heal) n_src++;
     }
-    /* Round robin over up-to-date groups, in name order. */
+    /* Round robin over up-to-date groups, in name order. At least one group
+     * is at max_step, and one of those holds the majority checksum (or no
+     * group is divergent when there is none), so there is a source. */
+    assert(n_src > 0 || n == 0);
+    if (n_src == 0 && n > 0) return -1;
     int k = 0;
     for (int i = 0; i < n; i++) {
         if (!next->groups[i].heal) continue;

@@ -79,6 +79,10 @@ void px_quorum_free(px_quorum_t *q);
 int px_quorum_copy(px_quorum_t *dst, const px_quorum_t *src);
 /* Index of group `name` in q, or -1. */
 int px_quorum_find(const px_quorum_t *q, const char *name);
+/* Adds group `name` at `step` keeping q sorted by name, as every formed
+ * quorum is (workers use the position as ring rank and batch share); raises
+ * max_step. 0 on success or when already present, -1 on allocation failure. */
+int px_quorum_insert_sorted(px_quorum_t *q, const char *name, int64_t step);
 /* 1 when both quorums hold the same set of group names. */
 int px_quorum_same_members(const px_quorum_t *a, const px_quorum_t *b);
 

@@ -1,5 +1,5 @@
 # Control-plane tests: pure logic as tables, then real processes on loopback.
-foreach(t quorum membership store wire)
+foreach(t quorum membership store wire ratelimit)
   add_executable(test_${t} ${CMAKE_CURRENT_LIST_DIR}/control/test_${t}.c)
   target_link_libraries(test_${t} PRIVATE px_coordlogic px_proto)
   add_test(NAME control_${t} COMMAND test_${t})
@@ -35,4 +35,14 @@ foreach(t flood race)
            COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/control/test_fuzz.py
                    $<TARGET_FILE_DIR:phalanx-coordinator> ${t})
   set_tests_properties(${name} PROPERTIES TIMEOUT 90)
+endforeach()
+
+# Hostile peers that speak the protocol but lie (rogue_client): impersonation,
+# forged run_finished, stale accusations, a quorum member that never trains.
+add_executable(rogue_client ${CMAKE_CURRENT_LIST_DIR}/control/rogue_client.c)
+target_link_libraries(rogue_client PRIVATE px_proto PkgConfig::ZMQ)
+foreach(t impersonation forged_finish stale_report stalled_member)
+  px_add_py_test(control_hostile_${t} ${CMAKE_CURRENT_LIST_DIR}/control/test_hostile.py
+                 $<TARGET_FILE_DIR:phalanx-coordinator> ${t})
+  set_tests_properties(control_hostile_${t} PROPERTIES TIMEOUT 120)
 endforeach()

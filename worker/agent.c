@@ -126,6 +126,8 @@ static void send_register(px_agent_t *a) {
     r.step = a->step;
     r.quorum_id = a->quorum_id_held;
     r.job = a->job[0] ? a->job : NULL;
+    r.has_job_steps = a->cfg.job_steps > 0;
+    r.job_steps = a->cfg.job_steps;
     pthread_mutex_unlock(&a->mu);
     env.body_case = PHALANX__ENVELOPE__BODY_REG;
     env.reg = &r;
@@ -159,6 +161,12 @@ static void send_quorum_request(px_agent_t *a) {
     send_now(a, &env);
 }
 
+/* A finish counts only at our own job length: a coordinator that was told of
+ * another run's end (or a forged one) must not make this run stop early. */
+static void note_finished_locked(px_agent_t *a, int64_t step) {
+    if (step > 0 && step == a->cfg.job_steps) a->finished_step = step;
+}
+
 static void store_quorum(px_agent_t *a, const Phalanx__Quorum *q) {
     pthread_mutex_lock(&a->mu);
     if (q->id >= a->latest.id) {
@@ -182,7 +190,7 @@ static void store_quorum(px_agent_t *a, const Phalanx__Quorum *q) {
         }
     }
     if (q->id > a->known_qid) a->known_qid = q->id;
-    if (q->finished_step > a->finished_step) a->finished_step = q->finished_step;
+    note_finished_locked(a, q->finished_step);
     pthread_cond_broadcast(&a->cv);
     px_agent_quorum_hook_fn hook = a->hook;
     void *hook_ctx = a->hook_ctx;
@@ -230,7 +238,7 @@ static void handle_reply(px_agent_t *a, px_msg_t *msg, int64_t *next_register) {
     case PHALANX__ENVELOPE__BODY_HB_ACK:
         pthread_mutex_lock(&a->mu);
         if (msg->hb_ack->quorum_id > a->known_qid) a->known_qid = msg->hb_ack->quorum_id;
-        if (msg->hb_ack->finished_step > a->finished_step) a->finished_step = msg->hb_ack->finished_step;
+        note_finished_locked(a, msg->hb_ack->finished_step);
         pthread_mutex_unlock(&a->mu);
         break;
     case PHALANX__ENVELOPE__BODY_QUORUM:

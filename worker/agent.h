@@ -18,6 +18,8 @@ typedef struct {
     int rank, group_size;
     const char *job;         /* NULL: accept any coordinator job */
     const char *token;       /* NULL: none */
+    int64_t job_steps;       /* the job's length (--steps), 0 when not training; sent at
+                                registration, and only a finish at this step ends our run */
 } px_agent_config_t;
 
 typedef struct px_agent px_agent_t;
@@ -30,7 +32,8 @@ void px_agent_set_progress(px_agent_t *a, int64_t step, int state, int64_t quoru
 int px_agent_registered(px_agent_t *a);
 /* Highest quorum id the coordinator has mentioned (pushes and heartbeat acks). */
 int64_t px_agent_known_quorum_id(px_agent_t *a);
-/* > 0 once the coordinator says a group finished the job at that step. */
+/* > 0 once the coordinator says a group finished the job at that step (only
+ * a step equal to this worker's job_steps counts). */
 int64_t px_agent_finished_step(px_agent_t *a);
 /* Copies the latest pushed quorum into *out (px_quorum_init'd by the caller). */
 void px_agent_latest_quorum(px_agent_t *a, px_quorum_t *out);

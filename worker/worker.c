@@ -123,6 +123,7 @@ int px_worker_main(int argc, char **argv) {
         return 2;
     }
     cfg.token = token;
+    cfg.job_steps = tc.steps;
     struct sigaction sa = {0};
     sa.sa_handler = on_signal;
     sigaction(SIGTERM, &sa, NULL);

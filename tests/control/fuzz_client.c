@@ -308,6 +308,23 @@ static uint8_t *build_failure(const char *group, int64_t rank, const char *accus
     return pack_v(&env, len);
 }
 
+/* A well-formed failure report by a quorum member about quorum qid. */
+static uint8_t *build_failure_about(const char *group, const char *accused, int64_t qid, const char *reason,
+                                    size_t *len) {
+    Phalanx__Envelope env = PHALANX__ENVELOPE__INIT;
+    Phalanx__FailureReport f = PHALANX__FAILURE_REPORT__INIT;
+    f.group = (char *)group;
+    f.has_rank = f.has_accused_rank = f.has_quorum_id = 1;
+    f.accused_group = (char *)accused;
+    f.quorum_id = qid;
+    f.reason = (char *)reason;
+    env.has_request_id = 1;
+    env.request_id = ++g_next_req;
+    env.body_case = PHALANX__ENVELOPE__BODY_FAILURE;
+    env.failure = &f;
+    return pack_v(&env, len);
+}
+
 static uint8_t *build_quorum_req(const char *group, int64_t rank, int64_t step, size_t *len) {
     Phalanx__Envelope env = PHALANX__ENVELOPE__INIT;
     Phalanx__QuorumRequest q = PHALANX__QUORUM_REQUEST__INIT;
@@ -886,6 +903,38 @@ static void race_heartbeat(peer_t *p, const char *group, int wait_ack) {
     if (wait_ack) phalanx__envelope__free_unpacked(await_body(p, PHALANX__ENVELOPE__BODY_HB_ACK, "race: heartbeat"), NULL);
 }
 
+/* Both peers join a quorum (only its members may accuse, and only about it);
+ * returns its id once a pushed quorum holds just the two of them (earlier
+ * rounds' groups gone, so it stays current). Both keep heartbeating while
+ * they wait, as workers do. */
+static void race_heartbeat(peer_t *p, const char *group, int wait_ack);
+static int64_t race_join(peer_t *a, const char *ga, peer_t *b, const char *gb) {
+    size_t len;
+    uint8_t *buf = build_quorum_req(ga, 0, 0, &len);
+    send_frame(a, buf, len, 0);
+    free(buf);
+    buf = build_quorum_req(gb, 0, 0, &len);
+    send_frame(b, buf, len, 0);
+    free(buf);
+    int64_t deadline = px_now_ms() + O.timeout_ms;
+    while (px_now_ms() < deadline) {
+        race_heartbeat(a, ga, 0);
+        race_heartbeat(b, gb, 0);
+        Phalanx__Envelope *q = recv_reply(b, 100);
+        if (!q) continue;
+        int64_t id = -1;
+        if (q->body_case == PHALANX__ENVELOPE__BODY_QUORUM && q->quorum->n_groups == 2) {
+            int both = 0;
+            for (size_t i = 0; i < 2; i++)
+                both += !strcmp(q->quorum->groups[i]->name, ga) || !strcmp(q->quorum->groups[i]->name, gb);
+            if (both == 2) id = q->quorum->id;
+        }
+        phalanx__envelope__free_unpacked(q, NULL);
+        if (id > 0) return id;
+    }
+    die("race: no quorum of %s and %s within %d ms", ga, gb, O.timeout_ms);
+}
+
 /* The loss rule's two signals: a peer's failure report plus the victim's
  * closed connection drop the victim at once. This checks they still do when
  * the victim's last heartbeat was in flight as it died: the coordinator is
@@ -909,6 +958,9 @@ static void disconnect_race(void) {
         race_register(&b, gb);
         race_heartbeat(&a, ga, 1);
         race_heartbeat(&b, gb, 1);
+        int64_t qid = race_join(&a, ga, &b, gb);
+        race_heartbeat(&a, ga, 1); /* joining took a while: both fresh again */
+        race_heartbeat(&b, gb, 1);
         if (kill(O.coordinator_pid, SIGSTOP) != 0) die("SIGSTOP %d: %s", O.coordinator_pid, strerror(errno));
         race_heartbeat(&a, ga, 0);
         px_sleep_ms(30); /* the heartbeat reaches the kernel ... */
@@ -917,7 +969,7 @@ static void disconnect_race(void) {
         kill(O.coordinator_pid, SIGCONT);
         px_sleep_ms(30);
         size_t len;
-        uint8_t *buf = build_failure(gb, 0, ga, 0, "race: collective with the victim failed", &len);
+        uint8_t *buf = build_failure_about(gb, ga, qid, "race: collective with the victim failed", &len);
         send_frame(&b, buf, len, 0);
         free(buf);
         phalanx__envelope__free_unpacked(await_body(&b, PHALANX__ENVELOPE__BODY_ACK, "race: failure report"), NULL);

@@ -1,4 +1,4 @@
-/* Table-driven tests of the quorum rule (coordinator/quorum.c). Each row is
+/* Table-driven tests of the quorum rule (proto/quorum.c). Each row is
  * one situation: the candidate groups, the previous quorum, the clock and the
  * configuration, and the decision the rule must take. The rows cover every
  * rule in quorum.h: min_replicas, implicit rejoin of previous members, the
@@ -174,9 +174,30 @@ static int check_row(const row_t *r) {
     return ok;
 }
 
+/* Adopted groups (a coordinator restart) arrive in registration order; the
+ * quorum must stay sorted by name, since workers use the position as ring
+ * rank and batch share. */
+static int check_insert_sorted(void) {
+    const char *order[] = {"g2", "g0", "g10", "g1", "g0"}; /* g0 twice: kept once */
+    const long steps[] = {7, 5, 9, 6, 5};
+    px_quorum_t q;
+    px_quorum_init(&q);
+    for (int i = 0; i < 5; i++)
+        if (px_quorum_insert_sorted(&q, order[i], steps[i]) != 0) return 0;
+    char got[128] = "";
+    size_t n = 0;
+    for (int i = 0; i < q.n; i++) n += (size_t)snprintf(got + n, sizeof got - n, "%s%s", i ? "," : "", q.groups[i].name);
+    int ok = strcmp(got, "g0,g1,g10,g2") == 0 && q.max_step == 9 && q.groups[px_quorum_find(&q, "g1")].step == 6;
+    if (!ok) fprintf(stderr, "FAIL: insert_sorted: got %s max_step=%ld\n", got, (long)q.max_step);
+    px_quorum_free(&q);
+    return ok;
+}
+
 int main(void) {
     int n = (int)(sizeof ROWS / sizeof ROWS[0]), failed = 0;
     for (int i = 0; i < n; i++) failed += !check_row(&ROWS[i]);
+    failed += !check_insert_sorted();
+    n++;
     printf("test_quorum: %d cases, %d failed\n", n, failed);
     return failed ? 1 : 0;
 }

@@ -1,0 +1,184 @@
+"""Peers that speak the protocol correctly but lie (tests/control/rogue_client.c),
+against a real coordinator and real workers. One scenario per run:
+
+  impersonation   a second process registering a live member's (group, rank)
+                  is refused (IDENTITY_CONFLICT, an identity_conflict event, no
+                  member lost, no group dropped); once the holder is SIGKILLed
+                  the same registration is admitted (a restarted process).
+  forged_finish   run_finished from a peer outside the quorum, and from a
+                  quorum member naming a step that is not the job's length, are
+                  refused (NOT_AUTHORIZED); training goes on, nobody leaves.
+  stale_report    an accusation from a quorum member is evidence only for one
+                  heartbeat timeout: a 400 ms pause of the accused member
+                  seconds later does not drop it. An accusation from a peer
+                  outside the quorum is refused outright.
+  stalled_member  a rogue joins the quorum of a training job and heartbeats but
+                  never joins the rendezvous: it is dropped as "stalled" after
+                  --stall-timeout-ms and the job commits steps again within
+                  seconds (the workers abort the superseded rendezvous).
+"""
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
+from phalanx_test import Fail, Job, check, main, make_corpus, wait_until  # noqa: E402
+
+
+class Rogue:
+    def __init__(self, job, args):
+        self.p = subprocess.Popen([os.path.join(job.bindir, "rogue_client"), "--endpoint", job.endpoint] + args,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def wait(self, timeout=30):
+        out, _ = self.p.communicate(timeout=timeout)
+        return out
+
+    def kill(self):
+        if self.p.poll() is None:
+            self.p.kill()
+        self.p.wait()
+
+
+def lines_of(out, key):
+    return [l.split("=", 1)[1] for l in out.splitlines() if l.startswith(key + "=")]
+
+
+def events(job, kind, **match):
+    return [e for e in job.read_events() if e["type"] == kind and all(e.get(k) == v for k, v in match.items())]
+
+
+def wait_quorum(job, groups, timeout=15):
+    want = sorted(groups)
+    wait_until(lambda: sorted(job.status()["quorum"]["groups"]) == want, timeout, "quorum %s" % want)
+
+
+def control_job(bindir, name, groups, coord_extra=()):
+    job = Job(bindir, name)
+    job.start_coordinator(list(coord_extra))
+    for g in groups:
+        job.start_worker(g, 0, 1)
+    wait_quorum(job, groups)
+    return job
+
+
+def training_job(bindir, name, groups, coord_extra=()):
+    data = make_corpus(bindir, tempfile.mkdtemp(prefix="phalanx-hostile-data-"))
+    job = Job(bindir, name)
+    job.start_coordinator(list(coord_extra))
+    for g in groups:
+        job.start_worker(g, 0, 1, ["--steps", "100000", "--model", "tiny", "--data", data, "--global-batch", "8",
+                                   "--micro-batch", "4", "--comm-timeout-ms", "20000"])
+    wait_quorum(job, groups, 30)
+    return job
+
+
+def step_of(job, group):
+    for m in job.status()["members"]:
+        if m["group"] == group and m["state"] != "lost":
+            return m["step"]
+    return -1
+
+
+def test_impersonation(bindir):
+    job = control_job(bindir, "impersonate", ["g0", "g1"])
+    try:
+        out = Rogue(job, ["--group", "g0", "--rank", "0", "--hold-ms", "1500"]).wait()
+        check(lines_of(out, "register") == ["IDENTITY_CONFLICT"], "impersonation of a live member refused, got %r" % out)
+        check(events(job, "identity_conflict", group="g0"), "identity_conflict event recorded")
+        check(not events(job, "member_lost", group="g0"), "the live holder was not marked lost")
+        check(not events(job, "group_dropped"), "no group dropped by an impersonation attempt")
+        check(sorted(job.status()["quorum"]["groups"]) == ["g0", "g1"], "quorum unchanged")
+
+        holder = job.workers[("g0", 0)]
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+        wait_until(lambda: events(job, "member_lost", group="g0"), 10, "the killed holder is lost")
+        out = Rogue(job, ["--group", "g0", "--rank", "0", "--hold-ms", "500"]).wait()
+        reg = lines_of(out, "register")
+        check(reg and reg[0].startswith("ok"), "a process claiming a dead holder's slot is admitted, got %r" % out)
+    finally:
+        job.stop()
+
+
+def test_forged_finish(bindir):
+    job = training_job(bindir, "forgefinish", ["g0", "g1"])
+    try:
+        wait_until(lambda: step_of(job, "g0") >= 3, 60, "3 committed steps")
+        # Outside the quorum: refused whatever it claims.
+        out = Rogue(job, ["--group", "evil", "--job-steps", "1000000000", "--finish", "1000000000",
+                          "--hold-ms", "1500"]).wait()
+        check(lines_of(out, "finish") == ["NOT_AUTHORIZED"], "run_finished from outside the quorum refused: %r" % out)
+        # Inside the quorum, with a job length nobody else registered with: refused.
+        r = Rogue(job, ["--group", "evil2", "--job-steps", "1000000000", "--finish", "1000000000",
+                        "--request-quorum", "--hold-ms", "8000"])
+        out = r.wait()
+        check(any("evil2" in q for q in lines_of(out, "quorum id")) or "evil2" in out,
+              "the rogue entered a quorum: %r" % out)
+        check(lines_of(out, "finish") == ["NOT_AUTHORIZED"], "run_finished with a wrong step refused: %r" % out)
+        check(events(job, "report_refused"), "report_refused events recorded")
+        before = step_of(job, "g0")
+        wait_until(lambda: step_of(job, "g0") > before + 2, 60, "training goes on after the forged finishes")
+        for key, p in job.workers.items():
+            check(p.poll() is None, "worker %s still running (exit %s)" % (key, p.poll()))
+    finally:
+        job.stop()
+
+
+def test_stale_report(bindir):
+    job = control_job(bindir, "stalereport", ["g0", "g1"])
+    try:
+        out = Rogue(job, ["--group", "outsider", "--accuse", "g1", "--hold-ms", "1000"]).wait()
+        check(lines_of(out, "accuse") == ["NOT_AUTHORIZED"], "accusation from outside the quorum refused: %r" % out)
+        r = Rogue(job, ["--group", "g2", "--accuse", "g1", "--request-quorum", "--hold-ms", "9000"])
+        wait_until(lambda: events(job, "step_failed", group="g2"), 10, "the quorum member's accusation is recorded")
+        check(not events(job, "member_lost", group="g1"), "one accusation alone drops nobody")
+        time.sleep(2.5)  # past the heartbeat timeout (1 s): the accusation is stale
+        g1 = job.workers[("g1", 0)]
+        g1.send_signal(signal.SIGSTOP)
+        time.sleep(0.4)
+        g1.send_signal(signal.SIGCONT)
+        time.sleep(1.5)
+        lost = events(job, "member_lost", group="g1")
+        check(not lost, "a 400 ms pause after a stale accusation must not drop g1: %r" % lost)
+        r.kill()
+    finally:
+        job.stop()
+
+
+def test_stalled_member(bindir):
+    job = training_job(bindir, "stalled", ["g0", "g1"], ["--stall-timeout-ms", "2000"])
+    try:
+        wait_until(lambda: step_of(job, "g0") >= 3, 60, "3 committed steps")
+        r = Rogue(job, ["--group", "g9", "--request-quorum", "--hold-ms", "60000"])
+        wait_until(lambda: "g9" in job.status()["quorum"]["groups"], 15, "the rogue is in the quorum")
+        lost = wait_until(lambda: events(job, "member_lost", group="g9"), 15, "the rogue dropped")
+        check(lost[0]["reason"] == "stalled", "dropped as stalled, got %r" % lost[0]["reason"])
+        t_drop = time.monotonic()
+        before = step_of(job, "g0")
+        wait_until(lambda: step_of(job, "g0") > before, 10,
+                   "a step committed within 10 s of the drop (the superseded rendezvous is aborted)")
+        print("resumed %.1f s after the rogue was dropped" % (time.monotonic() - t_drop))
+        for g in ("g0", "g1"):
+            check(not events(job, "member_lost", group=g), "honest group %s never lost" % g)
+        r.kill()
+    finally:
+        job.stop()
+
+
+SCENARIOS = {
+    "impersonation": test_impersonation,
+    "forged_finish": test_forged_finish,
+    "stale_report": test_stale_report,
+    "stalled_member": test_stalled_member,
+}
+
+if __name__ == "__main__":
+    scenario = sys.argv[2] if len(sys.argv) > 2 else ""
+    if scenario not in SCENARIOS:
+        print("usage: test_hostile.py BINDIR {%s}" % "|".join(SCENARIOS))
+        sys.exit(2)
+    main(SCENARIOS[scenario])
