@@ -696,7 +696,11 @@ static void on_store_set(px_coordinator_t *c, const void *ident, size_t ident_le
     const Phalanx__StoreSet *s = msg->store_set;
     if (store_fenced(c, ident, ident_len, msg->request_id, s->quorum_id)) return;
     note_rendezvous(c, m);
-    px_kv_set(c->kv, s->quorum_id, s->key, s->value.data, s->value.len, answer_waiter, c);
+    if (px_kv_set(c->kv, s->quorum_id, s->key, s->value.data, s->value.len, answer_waiter, c) != 0) {
+        /* Not stored: the worker must not believe it was (its peers would wait for it). */
+        reply_error(c, ident, ident_len, msg->request_id, PHALANX__ERROR_CODE__BAD_MESSAGE, "store set failed: out of memory");
+        return;
+    }
     reply_ack(c, ident, ident_len, msg->request_id);
 }
 
