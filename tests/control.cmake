@@ -41,7 +41,7 @@ endforeach()
 # forged run_finished, stale accusations, a quorum member that never trains.
 add_executable(rogue_client ${CMAKE_CURRENT_LIST_DIR}/control/rogue_client.c)
 target_link_libraries(rogue_client PRIVATE px_proto PkgConfig::ZMQ)
-foreach(t impersonation forged_finish stale_report stalled_member)
+foreach(t impersonation forged_finish stale_report stalled_member auth_flood late_adoption)
   px_add_py_test(control_hostile_${t} ${CMAKE_CURRENT_LIST_DIR}/control/test_hostile.py
                  $<TARGET_FILE_DIR:phalanx-coordinator> ${t})
   set_tests_properties(control_hostile_${t} PROPERTIES TIMEOUT 120)

@@ -7,6 +7,9 @@
  *                      trainer behind a live agent thread)
  *   --finish STEP      claim the job finished at STEP (WorkerEvent run_finished)
  *   --accuse GROUP     report a failure naming GROUP (about the current quorum)
+ *   --quorum-id N      claim, when registering, to be in quorum N
+ *   --spam N           send N registrations as fast as possible first (with
+ *                      the --token-file given, or none), replies unread
  * The lies are told right after registering, or with --request-quorum once
  * the rogue is a member of the quorum.
  *
@@ -30,7 +33,8 @@
 typedef struct {
     const char *endpoint, *group, *accuse, *token;
     int rank, request_quorum, hold_ms;
-    int64_t finish, step, job_steps;
+    int64_t finish, step, job_steps, quorum_id;
+    long spam;
 } opts_t;
 
 static void *g_sock;
@@ -58,6 +62,8 @@ static void send_register(const opts_t *o) {
     r.host = "rogue";
     r.step = o->step;
     r.job_steps = o->job_steps;
+    r.has_quorum_id = o->quorum_id > 0;
+    r.quorum_id = o->quorum_id;
     env.body_case = PHALANX__ENVELOPE__BODY_REG;
     env.reg = &r;
     sendmsg_env(&env);
@@ -136,10 +142,28 @@ static void say_reply(const char *what, const px_msg_t *m) {
     fflush(stdout);
 }
 
+/* --spam: register frames back to back, then count replies for --hold-ms. */
+static int spam(const opts_t *o) {
+    for (long i = 0; i < o->spam; i++) send_register(o);
+    long replies = 0;
+    int64_t end = px_now_ms() + o->hold_ms;
+    while (px_now_ms() < end && replies < o->spam) {
+        zmq_pollitem_t it = {g_sock, 0, ZMQ_POLLIN, 0};
+        if (zmq_poll(&it, 1, 50) <= 0) continue;
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        while (zmq_msg_recv(&m, g_sock, ZMQ_DONTWAIT) >= 0) replies++;
+        zmq_msg_close(&m);
+    }
+    printf("spam=%ld replies=%ld\n", o->spam, replies);
+    fflush(stdout);
+    return 0;
+}
+
 static void usage(void) {
     printf("usage: rogue_client --endpoint E --group G [--rank R] [--step S] [--job-steps N]\n"
            "                    [--request-quorum] [--finish STEP] [--accuse GROUP] [--hold-ms MS]\n"
-           "                    [--token-file PATH]\n"
+           "                    [--quorum-id N] [--spam N] [--token-file PATH]\n"
            "A lying peer for hostile tests; see the top of tests/control/rogue_client.c.\n");
 }
 
@@ -158,6 +182,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--accuse")) o.accuse = v;
         else if (!strcmp(a, "--hold-ms")) o.hold_ms = atoi(v);
         else if (!strcmp(a, "--token-file")) o.token = v;
+        else if (!strcmp(a, "--quorum-id")) o.quorum_id = atoll(v);
+        else if (!strcmp(a, "--spam")) o.spam = atol(v);
         else {
             fprintf(stderr, "rogue_client: unknown flag '%s'\n", a);
             return 2;
@@ -177,8 +203,11 @@ int main(int argc, char **argv) {
     g_sock = zmq_socket(ctx, ZMQ_DEALER);
     int zero = 0;
     zmq_setsockopt(g_sock, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(g_sock, ZMQ_SNDHWM, &zero, sizeof zero); /* no limit: --spam queues everything */
+    zmq_setsockopt(g_sock, ZMQ_RCVHWM, &zero, sizeof zero);
     if (zmq_connect(g_sock, o.endpoint) != 0) return fprintf(stderr, "rogue_client: cannot connect\n"), 1;
 
+    if (o.spam > 0) return spam(&o);
     send_register(&o);
     uint64_t finish_req = 0, accuse_req = 0;
     int registered = 0;

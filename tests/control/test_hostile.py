@@ -169,7 +169,59 @@ def test_stalled_member(bindir):
         job.stop()
 
 
+def test_auth_flood(bindir):
+    """20,000 frames with no job token: every one refused and counted, but the
+    event log gets at most ~200 auth_rejected events a second plus summaries."""
+    tokdir = tempfile.mkdtemp(prefix="phalanx-authflood-")
+    tok = os.path.join(tokdir, "token")
+    with open(tok, "w") as f:
+        f.write("s3cret-token\n")
+    job = Job(bindir, "authflood")
+    job.start_coordinator(["--token-file", tok])
+    try:
+        t0 = time.monotonic()
+        out = Rogue(job, ["--group", "flood", "--spam", "20000", "--hold-ms", "20000"]).wait(60)
+        elapsed = time.monotonic() - t0
+        check("replies=20000" in out, "every flooded frame answered: %r" % out)
+        wait_until(lambda: job.metrics().get("phalanx_auth_rejected_total") == 20000, 10, "20000 rejections counted")
+        time.sleep(1.2)  # the last summary is written a second after its window opened
+        evs = events(job, "auth_rejected")
+        total = sum(e.get("count", 1) for e in evs)
+        check(total == 20000, "auth_rejected counts add up to 20000, got %d in %d events" % (total, len(evs)))
+        bound = 200 * (elapsed + 2) + elapsed + 2
+        check(len(evs) <= bound, "%d auth_rejected events for a %.1f s flood (bound %d)" % (len(evs), elapsed, bound))
+        size = os.path.getsize(job.events_path)
+        print("flood of 20000 frames: %d events, %d bytes of event log, %.1f s" % (len(evs), size, elapsed))
+    finally:
+        job.stop()
+
+
+def test_late_adoption(bindir):
+    """A restarted coordinator adopts its workers' quorum during its recovery
+    window only: afterwards a quorum id claimed in a registration changes
+    nothing (before the fix the adopted flag stayed set for good)."""
+    job = control_job(bindir, "lateadopt", ["g0", "g1"])
+    try:
+        qid = job.status()["quorum"]["id"]
+        job.coord.send_signal(signal.SIGKILL)
+        job.coord.wait()
+        job.start_coordinator()
+        wait_until(lambda: events(job, "quorum_adopted", quorum_id=qid, group="g1"), 10, "the restarted coordinator adopts")
+        time.sleep(1.5)  # past the recovery window (one heartbeat timeout)
+        check(job.status()["quorum"]["id"] == qid, "adopted quorum kept")
+        out = Rogue(job, ["--group", "zz", "--quorum-id", "999999", "--step", "5", "--hold-ms", "1500"]).wait()
+        check(lines_of(out, "register")[:1] and lines_of(out, "register")[0].startswith("ok"), "registered: %r" % out)
+        st = job.status()
+        check(st["quorum"]["id"] == qid and sorted(st["quorum"]["groups"]) == ["g0", "g1"],
+              "quorum unchanged after a claim of quorum 999999: %r" % st["quorum"])
+        check(not events(job, "quorum_adopted", quorum_id=999999), "no adoption of a claimed quorum")
+    finally:
+        job.stop()
+
+
 SCENARIOS = {
+    "auth_flood": test_auth_flood,
+    "late_adoption": test_late_adoption,
     "impersonation": test_impersonation,
     "forged_finish": test_forged_finish,
     "stale_report": test_stale_report,
