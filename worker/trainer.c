@@ -100,8 +100,9 @@ static void drop_comms(trainer_t *t) {
 
 /* Agent thread: a pushed quorum without one of our peers means the collective
  * in flight can never finish. Abort it now rather than wait for its timeout. */
-static void on_quorum_pushed(void *ctx, const px_quorum_t *nq) {
+static void on_quorum_pushed(void *ctx, const px_quorum_t *nq, int64_t known_qid) {
     trainer_t *t = ctx;
+    (void)known_qid;
     pthread_mutex_lock(&t->comm_mu);
     if ((t->cross || t->intra) && nq->id > t->qid) {
         for (int i = 0; i < t->q.n; i++) {
@@ -414,12 +415,16 @@ static int reconfigure(trainer_t *t, int failed) {
     px_quorum_init(&nq);
     int64_t t0 = px_now_ms();
     for (int attempt = 0; !*t->stop && !job_finished_elsewhere(t); attempt++) {
-        px_agent_latest_quorum(t->agent, &nq);
+        if (px_agent_latest_quorum(t->agent, &nq) != 0) { /* out of memory: ask the coordinator instead */
+            px_quorum_free(&nq);
+            px_quorum_init(&nq);
+        }
         if (failed || nq.id <= t->qid || px_quorum_find(&nq, cfg->group) < 0) {
             int r = px_agent_request_quorum(t->agent, t->step, t->qid, 0, 1, state_checksum(t), 1000, &nq);
             if (r == 1) continue;
             if (r < 0) {
-                px_log_error("cannot join a quorum: %s", px_agent_fatal_error(t->agent)[0] ? px_agent_fatal_error(t->agent) : "agent stopped");
+                const char *fatal = px_agent_fatal_error(t->agent);
+                px_log_error("cannot join a quorum: %s", fatal[0] ? fatal : "agent stopped");
                 px_quorum_free(&nq);
                 return -1;
             }
@@ -439,11 +444,12 @@ static int reconfigure(trainer_t *t, int failed) {
         pthread_mutex_lock(&t->comm_mu);
         t->cross = cross;
         t->intra = intra;
-        px_quorum_copy(&t->q, &nq);
+        int copied = px_quorum_copy(&t->q, &nq) == 0;
         t->qid = nq.id;
         t->my_index = idx;
         pthread_mutex_unlock(&t->comm_mu);
-        if (!cross || (cfg->ranks_per_group > 1 && !intra)) {
+        if (!copied) snprintf(err, sizeof err, "out of memory copying quorum %lld", (long long)nq.id);
+        if (!cross || (cfg->ranks_per_group > 1 && !intra) || !copied) {
             px_log_warn("rendezvous_failed quorum_id=%lld attempt=%d reason=\"%s\"", (long long)nq.id, attempt, err);
             drop_comms(t);
             failed = 1;
@@ -609,7 +615,7 @@ static int setup(trainer_t *t) {
 }
 
 static void teardown(trainer_t *t) {
-    px_agent_set_quorum_hook(t->agent, NULL, NULL);
+    px_agent_set_quorum_hook(t->agent, NULL, NULL); /* waits for a running call: t is about to go */
     drop_comms(t);
     px_gpt_destroy(&t->model);
     px_dataset_destroy(&t->train);
