@@ -9,10 +9,11 @@
  *     [jB/P, (j+1)B/P), its rank r a contiguous part of that; micro-batches
  *     accumulate, each scaled by its size / B, so the sum over all ranks is
  *     the mean gradient of the whole batch whatever P is.
- *  2. One reduction: grads plus a tail [1, s mod 1024, newer-quorum flag,
- *     weighted loss], summed inside the group then across groups. The tail is
- *     the commit vote: every rank sees the same sums and applies the step only
- *     if all P*W ranks took part at the same step. No coordinator message.
+ *  2. One reduction: grads plus the commit vote's tail (vote.h: count, step
+ *     mod 13 and its square, newer-quorum flag, weighted loss), summed inside
+ *     the group, checked and relayed, then summed across groups. Every rank
+ *     sees the same sums and applies the step only if every rank of every
+ *     group voted for the same step. No coordinator message.
  *  3. On any communicator error or timeout the step is discarded, the failure
  *     reported at once, a new quorum requested, and the same step retried.
  *     The agent aborts an in-flight collective as soon as the coordinator
@@ -45,8 +46,8 @@
 #include "px_time.h"
 #include "px_wire.h"
 #include "quorum.h"
+#include "vote.h"
 
-enum { TAIL_COUNT, TAIL_STEP, TAIL_NEWER, TAIL_LOSS, TAIL_N };
 #define HEAL_CHUNK_FLOATS ((size_t)1 << 22) /* 16 MiB: fewer round trips on a fast link */
 #define HEAL_MAGIC 0x7068616c6865616cull
 
@@ -58,7 +59,7 @@ typedef struct {
     px_dataset_t *train, *val;
     int T;
     int *inputs, *targets;
-    float *red; /* grads + tail */
+    float *red; /* (num_params + PX_VOTE_N): grads + vote tail */
     int64_t step;
     /* quorum and communicators; comm pointers guarded by comm_mu for the abort hook */
     px_quorum_t q;
@@ -429,6 +430,12 @@ static int reconfigure(trainer_t *t, int failed) {
                 return -1;
             }
         }
+        if (nq.n > PX_VOTE_MAX_MEMBERS) {
+            px_log_error("quorum %lld has %d groups: the commit vote is exact for at most %d", (long long)nq.id, nq.n,
+                         PX_VOTE_MAX_MEMBERS);
+            px_quorum_free(&nq);
+            return -1;
+        }
         int idx = px_quorum_find(&nq, cfg->group);
         t->store_qid = nq.id;
         px_store_t store = {t, store_set, store_get};
@@ -497,11 +504,15 @@ static float compute_grads(trainer_t *t, int lo, int hi) {
     return (float)loss;
 }
 
+/* The grads and the vote's tail: summed inside the group, the group's vote
+ * checked and relayed as one contribution (vote.h), then summed across groups. */
 static px_comm_status_t reduce(trainer_t *t, size_t n) {
-    px_comm_status_t st = PX_COMM_OK;
-    if (t->intra) st = px_comm_allreduce_sum_f32(t->intra, t->red, n);
-    if (st == PX_COMM_OK) st = px_comm_allreduce_sum_f32(t->cross, t->red, n);
-    return st;
+    if (t->intra) {
+        px_comm_status_t st = px_comm_allreduce_sum_f32(t->intra, t->red, n + PX_VOTE_N);
+        if (st != PX_COMM_OK) return st;
+        px_vote_relay(t->red + n, t->cfg->ranks_per_group, t->step);
+    }
+    return px_comm_allreduce_sum_f32(t->cross, t->red, n + PX_VOTE_N);
 }
 
 static float eval_loss(trainer_t *t) {
@@ -514,7 +525,7 @@ static float eval_loss(trainer_t *t) {
     return (float)(sum / t->cfg->eval_batches);
 }
 
-/* 1: committed; 0: discarded (reconfigure, failed); -1: newer quorum to adopt after commit is signalled via *adopt. */
+/* 1: committed (*adopt: every rank saw a newer quorum, switch now); 0: discarded. */
 static int train_step(trainer_t *t, int *adopt, float *loss_out, float *norm_out) {
     const px_trainer_config_t *cfg = t->cfg;
     size_t n = t->model->num_params;
@@ -522,11 +533,9 @@ static int train_step(trainer_t *t, int *adopt, float *loss_out, float *norm_out
     my_share(t, &lo, &hi);
     float local_loss = compute_grads(t, lo, hi);
     memcpy(t->red, t->model->grads, n * sizeof(float));
-    t->red[n + TAIL_COUNT] = 1.0f;
-    t->red[n + TAIL_STEP] = (float)(t->step % 1024);
-    t->red[n + TAIL_NEWER] = px_agent_known_quorum_id(t->agent) > t->qid ? 1.0f : 0.0f;
-    t->red[n + TAIL_LOSS] = local_loss;
-    px_comm_status_t st = reduce(t, n + TAIL_N);
+    float *tail = t->red + n;
+    px_vote_fill(tail, t->step, px_agent_known_quorum_id(t->agent) > t->qid, local_loss);
+    px_comm_status_t st = reduce(t, n);
     if (st != PX_COMM_OK) {
         const char *why = t->cross ? px_comm_last_error(t->cross) : "no communicator";
         px_log_warn("step_failed step=%lld quorum_id=%lld status=%s reason=\"%s\"", (long long)t->step,
@@ -539,11 +548,10 @@ static int train_step(trainer_t *t, int *adopt, float *loss_out, float *norm_out
         }
         return 0;
     }
-    float ranks = (float)(t->q.n * cfg->ranks_per_group);
-    if (fabsf(t->red[n + TAIL_COUNT] - ranks) > 0.5f ||
-        fabsf(t->red[n + TAIL_STEP] - ranks * (float)(t->step % 1024)) > 0.5f) {
-        px_log_warn("vote_failed step=%lld quorum_id=%lld count=%.0f expected=%.0f: participants disagree on the step",
-                    (long long)t->step, (long long)t->qid, t->red[n + TAIL_COUNT], ranks);
+    if (!px_vote_passed(tail, t->q.n, t->step)) {
+        px_log_warn("vote_failed step=%lld quorum_id=%lld count=%.0f sum=%.0f sum_sq=%.0f groups=%d: participants "
+                    "disagree on the step", (long long)t->step, (long long)t->qid, tail[PX_VOTE_COUNT],
+                    tail[PX_VOTE_STEP], tail[PX_VOTE_STEP_SQ], t->q.n);
         px_agent_report_failure(t->agent, NULL, -1, t->qid, t->step, "commit vote disagreed");
         return 0;
     }
@@ -551,8 +559,8 @@ static int train_step(trainer_t *t, int *adopt, float *loss_out, float *norm_out
     *norm_out = px_gpt_clip_grads(t->model, cfg->grad_clip);
     float lr = px_lr_at((int)t->step, cfg->warmup, (int)cfg->steps, cfg->lr, cfg->min_lr);
     px_gpt_adamw_step(t->model, lr, 0.9f, 0.95f, 1e-8f, cfg->weight_decay, (int)t->step + 1);
-    *loss_out = t->red[n + TAIL_LOSS];
-    *adopt = t->red[n + TAIL_NEWER] > 0.5f;
+    *loss_out = tail[PX_VOTE_LOSS];
+    *adopt = tail[PX_VOTE_NEWER] > 0.5f;
     if (t->ledger && cfg->rank == 0) {
         fprintf(t->ledger, "step=%lld quorum=%lld group=%s replica=%d of=%d lo=%d hi=%d groups=", (long long)t->step,
                 (long long)t->qid, cfg->group, t->my_index, t->q.n, (int)((int64_t)t->my_index * cfg->global_batch / t->q.n),
@@ -598,7 +606,7 @@ static int setup(trainer_t *t) {
     size_t mb = (size_t)cfg->micro_batch * (size_t)t->T;
     t->inputs = malloc(mb * sizeof(int));
     t->targets = malloc(mb * sizeof(int));
-    t->red = malloc((t->model->num_params + TAIL_N) * sizeof(float));
+    t->red = malloc((t->model->num_params + PX_VOTE_N) * sizeof(float));
     t->hashes = malloc(3 * chunks_per_buffer(t->model->num_params) * sizeof *t->hashes);
     if (!t->inputs || !t->targets || !t->red || !t->hashes) {
         px_log_error("out of memory");
