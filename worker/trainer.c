@@ -16,15 +16,21 @@
  *     group voted for the same step. No coordinator message.
  *  3. On any communicator error or timeout the step is discarded, the failure
  *     reported at once, a new quorum requested, and the same step retried.
- *     The agent aborts an in-flight collective as soon as the coordinator
- *     pushes a quorum without one of its peers (a stopped peer costs the
- *     heartbeat timeout, not the collective timeout).
+ *     The agent tells a hook about every newer quorum; it aborts the
+ *     collectives in flight when they can no longer finish: the newer quorum
+ *     drops one of our peers (or us), or was formed without being pushed to
+ *     us (we were fenced out), or we were still joining the old one. A
+ *     stopped peer costs the heartbeat timeout, not the collective timeout.
  *  4. After every quorum change the participants bring their state in line
  *     (heal.c): the ranks of a group first, then the groups, where those
  *     behind or divergent receive the whole state from an up-to-date group.
- *  5. A newly pushed quorum that adds groups is adopted at a step boundary
- *     that every participant agrees on: whoever has seen it raises the flag
- *     in the tail, and all switch after that step. */
+ *     A rendezvous or heal of a quorum that a newer one has replaced is given
+ *     up at once (store reads poll the agent's newest quorum id between short
+ *     waits), and the worker moves to the newest quorum.
+ *  5. A newly pushed quorum that only adds groups is adopted at a step
+ *     boundary that every participant agrees on: whoever has seen it raises
+ *     the flag in the tail, and all switch after that step. Collectives in
+ *     flight are not aborted for it (that would cost a retried step). */
 #include "trainer.h"
 
 #include <inttypes.h>
@@ -47,6 +53,12 @@
 #include "train_state.h"
 #include "vote.h"
 
+/* A rendezvous read waits in slices this long, so that it notices a newer
+ * quorum (the agent's known id) within one slice. */
+#define STORE_POLL_MS 200
+
+typedef enum { PHASE_JOINING, PHASE_TRAINING } phase_t;
+
 typedef struct {
     const px_trainer_config_t *cfg;
     px_agent_t *agent;
@@ -65,6 +77,8 @@ typedef struct {
     int64_t qid;        /* the quorum that q and the communicators belong to */
     int64_t store_qid;  /* the quorum whose rendezvous runs */
     int my_index;
+    phase_t phase;
+    int64_t aborted_for; /* newest quorum id that aborted our collectives (logged once) */
     px_comm_t *cross, *intra;
     /* stats */
     int failures;
@@ -73,15 +87,28 @@ typedef struct {
 
 /* ---- rendezvous store over the coordinator ----------------------------- */
 
+/* A newer quorum than the one being formed is known: its rendezvous can
+ * never complete (its other members moved on to the newer one). */
+static int superseded(trainer_t *t, int64_t qid) { return px_agent_known_quorum_id(t->agent) > qid; }
+
 static int store_set(void *ctx, const char *key, const void *value, size_t len) {
     trainer_t *t = ctx;
     return px_agent_store_set(t->agent, t->store_qid, key, value, len, 5000) == 0 ? 0 : -1;
 }
 
+/* Waits for key in slices of STORE_POLL_MS, giving up (-1) as soon as the
+ * quorum is superseded; a stale-quorum refusal means the same. */
 static int store_get(void *ctx, const char *key, void *buf, size_t cap, size_t *len, int timeout_ms) {
     trainer_t *t = ctx;
-    int rc = px_agent_store_get(t->agent, t->store_qid, key, buf, cap, len, timeout_ms);
-    return rc == 0 ? 0 : rc == 1 ? 1 : -1;
+    int64_t deadline = px_now_ms() + timeout_ms;
+    for (;;) {
+        if (superseded(t, t->store_qid)) return -1;
+        int64_t left = deadline - px_now_ms();
+        int slice = left <= 0 ? 0 : left < STORE_POLL_MS ? (int)left : STORE_POLL_MS;
+        int rc = px_agent_store_get(t->agent, t->store_qid, key, buf, cap, len, slice);
+        if (rc != 1) return rc == 0 ? 0 : -1;
+        if (slice == 0 || px_now_ms() >= deadline) return 1;
+    }
 }
 
 /* ---- communicators ----------------------------------------------------- */
@@ -90,24 +117,51 @@ static void drop_comms(trainer_t *t) {
     pthread_mutex_lock(&t->comm_mu);
     px_comm_destroy(&t->cross);
     px_comm_destroy(&t->intra);
+    t->phase = PHASE_JOINING;
     pthread_mutex_unlock(&t->comm_mu);
 }
 
-/* Agent thread: a pushed quorum without one of our peers means the collective
- * in flight can never finish. Abort it now rather than wait for its timeout. */
-static void on_quorum_pushed(void *ctx, const px_quorum_t *nq, int64_t known_qid) {
-    trainer_t *t = ctx;
-    (void)known_qid;
-    pthread_mutex_lock(&t->comm_mu);
-    if ((t->cross || t->intra) && nq->id > t->qid) {
-        for (int i = 0; i < t->q.n; i++) {
-            if (px_quorum_find(nq, t->q.groups[i].name) < 0) {
-                if (t->cross) px_comm_abort(t->cross);
-                if (t->intra) px_comm_abort(t->intra);
-                break;
-            }
+/* Why the collectives of quorum t->qid can never finish, now that `latest`
+ * was pushed and quorum id `known` heard of; NULL when they can. Caller
+ * holds comm_mu. */
+static const char *stale_reason(const trainer_t *t, const px_quorum_t *latest, int64_t known, char *buf,
+                                size_t len) {
+    if (known <= t->qid) return NULL;
+    if (t->phase == PHASE_JOINING) {
+        snprintf(buf, len, "quorum %lld replaced the one being joined", (long long)known);
+        return buf;
+    }
+    if (latest->id < known) {
+        snprintf(buf, len, "quorum %lld formed without being pushed to us (fenced out)", (long long)known);
+        return buf;
+    }
+    for (int i = 0; i < t->q.n; i++) {
+        if (px_quorum_find(latest, t->q.groups[i].name) < 0) {
+            snprintf(buf, len, "quorum %lld drops group %s", (long long)latest->id, t->q.groups[i].name);
+            return buf;
         }
     }
+    return NULL; /* it only adds groups: adopted at a step boundary */
+}
+
+/* Aborts the communicators (caller holds comm_mu). */
+static void abort_comms_locked(trainer_t *t, int64_t known, const char *why) {
+    if (t->cross) px_comm_abort(t->cross);
+    if (t->intra) px_comm_abort(t->intra);
+    if (known > t->aborted_for) {
+        t->aborted_for = known;
+        px_log_info("collectives_aborted quorum_id=%lld newer=%lld reason=\"%s\"", (long long)t->qid,
+                    (long long)known, why);
+    }
+}
+
+/* Agent thread: a newer quorum was pushed or heard of. */
+static void on_quorum_news(void *ctx, const px_quorum_t *latest, int64_t known) {
+    trainer_t *t = ctx;
+    char buf[200];
+    pthread_mutex_lock(&t->comm_mu);
+    const char *why = t->cross || t->intra ? stale_reason(t, latest, known, buf, sizeof buf) : NULL;
+    if (why) abort_comms_locked(t, known, why);
     pthread_mutex_unlock(&t->comm_mu);
 }
 
@@ -143,6 +197,10 @@ static int rendezvous(trainer_t *t, const px_quorum_t *nq, int idx, char *err, s
     int copied = px_quorum_copy(&t->q, nq) == 0;
     t->qid = nq->id;
     t->my_index = idx;
+    t->phase = PHASE_JOINING;
+    /* A newer quorum heard of before the hook could see these communicators. */
+    if ((cross || intra) && superseded(t, nq->id))
+        abort_comms_locked(t, px_agent_known_quorum_id(t->agent), "superseded during rendezvous");
     pthread_mutex_unlock(&t->comm_mu);
     if (!copied) snprintf(err, errlen, "out of memory copying quorum %lld", (long long)nq->id);
     return cross && (cfg->ranks_per_group == 1 || intra) && copied ? 0 : -1;
@@ -154,29 +212,39 @@ static int sync_state(trainer_t *t) {
     return px_heal_sync_quorum(&t->heal, t->cross, &t->q, t->my_index);
 }
 
-/* One attempt at quorum nq: rendezvous, then state sync. 0 on success. */
+enum { JOINED, JOIN_FAILED, JOIN_SUPERSEDED };
+
+/* One attempt at quorum nq: rendezvous, then state sync. */
 static int join(trainer_t *t, const px_quorum_t *nq, int attempt) {
     int idx = px_quorum_find(nq, t->cfg->group);
     char err[256] = "";
     if (rendezvous(t, nq, idx, err, sizeof err) != 0) {
-        px_log_warn("rendezvous_failed quorum_id=%lld attempt=%d reason=\"%s\"", (long long)nq->id, attempt, err);
+        int sup = superseded(t, nq->id);
+        px_log_warn("rendezvous_%s quorum_id=%lld attempt=%d newest=%lld reason=\"%s\"", sup ? "superseded" : "failed",
+                    (long long)nq->id, attempt, (long long)px_agent_known_quorum_id(t->agent), err);
         drop_comms(t);
-        return -1;
+        return sup ? JOIN_SUPERSEDED : JOIN_FAILED;
     }
     if (sync_state(t) != 0) {
-        px_log_warn("state_sync_failed quorum_id=%lld attempt=%d reason=\"%s\"", (long long)nq->id, attempt,
+        int sup = superseded(t, nq->id);
+        px_log_warn("state_sync_%s quorum_id=%lld attempt=%d newest=%lld reason=\"%s\"", sup ? "superseded" : "failed",
+                    (long long)nq->id, attempt, (long long)px_agent_known_quorum_id(t->agent),
                     px_comm_last_error(t->cross));
-        px_agent_report_failure(t->agent, NULL, -1, t->qid, t->st.step, "state sync failed");
+        if (!sup) px_agent_report_failure(t->agent, NULL, -1, t->qid, t->st.step, "state sync failed");
         drop_comms(t);
-        return -1;
+        return sup ? JOIN_SUPERSEDED : JOIN_FAILED;
     }
-    return 0;
+    pthread_mutex_lock(&t->comm_mu);
+    t->phase = PHASE_TRAINING;
+    pthread_mutex_unlock(&t->comm_mu);
+    return JOINED;
 }
 
 /* Joins the next quorum: takes a pushed one that includes us, or asks for
  * one (after a failure, always asks: our communicators are broken). Creates
  * the communicators and brings the state in line. Retries until it works or
- * the worker is stopped. */
+ * the worker is stopped; a superseded attempt moves on to the newest quorum
+ * without reporting a failure. */
 static int reconfigure(trainer_t *t, int failed) {
     const px_trainer_config_t *cfg = t->cfg;
     drop_comms(t);
@@ -204,14 +272,15 @@ static int reconfigure(trainer_t *t, int failed) {
             px_quorum_free(&nq);
             return -1;
         }
-        if (join(t, &nq, attempt) == 0) {
+        int rc = join(t, &nq, attempt);
+        if (rc == JOINED) {
             px_agent_set_progress(t->agent, t->st.step, PHALANX__MEMBER_STATE__HEALTHY, t->qid);
             px_log_info("quorum_joined quorum_id=%lld groups=%d replica=%d step=%lld ms=%lld", (long long)t->qid,
                         t->q.n, t->my_index, (long long)t->st.step, (long long)(px_now_ms() - t0));
             px_quorum_free(&nq);
             return 0;
         }
-        failed = 1;
+        failed = rc == JOIN_FAILED;
     }
     px_quorum_free(&nq);
     return -1;
@@ -387,7 +456,7 @@ int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile s
         teardown(&t);
         return 1;
     }
-    px_agent_set_quorum_hook(agent, on_quorum_pushed, &t);
+    px_agent_set_quorum_hook(agent, on_quorum_news, &t);
     px_log_info("trainer_started group=%s rank=%d model=%s params=%zu steps=%lld global_batch=%d micro_batch=%d T=%d",
                 cfg->group, cfg->rank, cfg->model, t.model->num_params, (long long)cfg->steps, cfg->global_batch,
                 cfg->micro_batch, t.T);
