@@ -208,6 +208,7 @@ static int broadcast_state(px_heal_t *h, px_comm_t *intra, int root, uint64_t ro
         if (px_state_alloc_like(&stage, live) != 0 || !got) {
             px_log_warn("group_sync_failed: out of memory for the staging copy");
             px_comm_abort(intra);
+            px_state_free(&stage); /* alloc_like initialised it, even when it failed */
             free(got);
             return -1;
         }
