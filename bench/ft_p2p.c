@@ -7,8 +7,9 @@
  *
  * Two forked rank processes meet through a directory store and create a
  * Gloo communicator (px_comm). Rank 0 sends N bytes to rank 1 in chunks of
- * --chunk bytes (default 4 MiB, the trainer's HEAL_CHUNK_FLOATS), one
- * px_comm_send per chunk with a new tag, as the trainer's send_buffer does.
+ * --chunk bytes (default 4 MiB; healing sends PX_STATE_CHUNK_FLOATS floats,
+ * 16 MiB, see model/train_state.h), one px_comm_send per chunk with a new
+ * tag, as healing (worker/heal.c) does.
  * With --checksum each chunk is also hashed by the sender (px_hash64, then
  * an 8-byte message with the hash) and verified by the receiver after it
  * arrives: exactly the trainer's per-chunk work, without its whole-state

@@ -5,8 +5,8 @@
  *
  * One forked process writes N bytes through a 127.0.0.1 TCP connection,
  * the parent reads them; the rate is bytes / (time from the first read to
- * the end of the stream). Default 4 GiB in 4 MiB writes: the same chunk size
- * the trainer's heal sends (HEAL_CHUNK_FLOATS in worker/trainer.c). One line
+ * the end of the stream). Default 4 GiB in 4 MiB writes (healing sends 16 MiB
+ * chunks: PX_STATE_CHUNK_FLOATS in model/train_state.h). One line
  * on stdout: "tcp_bw bytes=N chunk=N seconds=S GBps=X" (GB = 1e9 bytes). */
 #include <arpa/inet.h>
 #include <netinet/in.h>

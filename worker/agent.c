@@ -5,7 +5,14 @@
  * synchronous calls (store, quorum) then wait on a condition variable for the
  * reply the agent thread files under their request id. The agent thread does
  * all socket I/O: sends the outbox, heartbeats on time, re-registers when the
- * coordinator no longer knows us, and records pushed quorums. */
+ * coordinator no longer knows us, and records pushed quorums.
+ *
+ * Fire-and-forget frames carry request ids too: the coordinator acks each in
+ * order, so the highest id acked tells px_agent_flush what has arrived.
+ * Timed waits use a CLOCK_MONOTONIC condition clock (a wall-clock jump must
+ * not stretch or cut a wait). The quorum hook runs on the agent thread with
+ * no lock held; hook_calls counts running calls so that replacing the hook
+ * waits for them (the trainer's hook touches memory its teardown frees). */
 #include "agent.h"
 
 #include <errno.h>
@@ -62,7 +69,11 @@ struct px_agent {
     int leaving; /* reported its own departure: never register again */
     px_agent_quorum_hook_fn hook;
     void *hook_ctx;
-    char fatal[256];
+    int hook_calls;        /* hook calls running on the agent thread */
+    uint64_t last_posted;  /* request id of the last fire-and-forget frame queued */
+    uint64_t acked;        /* highest request id the coordinator answered */
+    char fatal[256];       /* written once, under mu, before fatal_set */
+    int fatal_set;
 };
 
 /* ---- helpers used by both sides --------------------------------------- */
@@ -88,14 +99,25 @@ static void enqueue_locked(px_agent_t *a, void *buf, size_t len) {
     a->outbox[a->n_out++] = (frame_t){buf, len};
 }
 
+/* Gives env the next request id and queues it (caller holds mu): ids are
+ * queued, and so sent and answered, in increasing order. 0 on success. */
+static int enqueue_call_locked(px_agent_t *a, px_msg_t *env, uint64_t *id) {
+    *id = a->next_id++;
+    env->has_request_id = 1;
+    env->request_id = *id;
+    size_t len;
+    void *buf = encode(a, env, &len);
+    if (!buf) return -1;
+    enqueue_locked(a, buf, len);
+    return 0;
+}
+
 /* Fire and forget from a caller's thread: queue it for the agent thread.
  * leaving: this is our own departure notice; never register again after it. */
 static void post(px_agent_t *a, px_msg_t *env, int leaving) {
-    size_t len;
-    void *buf = encode(a, env, &len);
-    if (!buf) return;
+    uint64_t id;
     pthread_mutex_lock(&a->mu);
-    enqueue_locked(a, buf, len);
+    if (enqueue_call_locked(a, env, &id) == 0) a->last_posted = id;
     if (leaving) a->leaving = 1;
     pthread_mutex_unlock(&a->mu);
     wake(a);
@@ -167,6 +189,37 @@ static void note_finished_locked(px_agent_t *a, int64_t step) {
     if (step > 0 && step == a->cfg.job_steps) a->finished_step = step;
 }
 
+/* Tells the hook what is known now: the latest pushed quorum and the highest
+ * quorum id heard of. Called on the agent thread without mu held. */
+static void call_hook(px_agent_t *a) {
+    pthread_mutex_lock(&a->mu);
+    px_agent_quorum_hook_fn hook = a->hook;
+    void *hook_ctx = a->hook_ctx;
+    int64_t known = a->known_qid;
+    px_quorum_t copy;
+    px_quorum_init(&copy);
+    if (hook && px_quorum_copy(&copy, &a->latest) != 0) {
+        px_log_warn("out of memory copying quorum %lld for the quorum hook: not called", (long long)a->latest.id);
+        hook = NULL;
+    }
+    if (hook) a->hook_calls++;
+    pthread_mutex_unlock(&a->mu);
+    if (!hook) return;
+    hook(hook_ctx, &copy, known);
+    px_quorum_free(&copy);
+    pthread_mutex_lock(&a->mu);
+    a->hook_calls--;
+    pthread_cond_broadcast(&a->cv);
+    pthread_mutex_unlock(&a->mu);
+}
+
+/* Raises known_qid from a reply (caller holds mu); 1 when it rose. */
+static int learn_qid_locked(px_agent_t *a, int64_t qid) {
+    if (qid <= a->known_qid) return 0;
+    a->known_qid = qid;
+    return 1;
+}
+
 static void store_quorum(px_agent_t *a, const Phalanx__Quorum *q) {
     pthread_mutex_lock(&a->mu);
     if (q->id >= a->latest.id) {
@@ -189,17 +242,11 @@ static void store_quorum(px_agent_t *a, const Phalanx__Quorum *q) {
             a->latest = nq;
         }
     }
-    if (q->id > a->known_qid) a->known_qid = q->id;
+    learn_qid_locked(a, q->id);
     note_finished_locked(a, q->finished_step);
     pthread_cond_broadcast(&a->cv);
-    px_agent_quorum_hook_fn hook = a->hook;
-    void *hook_ctx = a->hook_ctx;
-    px_quorum_t copy;
-    px_quorum_init(&copy);
-    if (hook) px_quorum_copy(&copy, &a->latest);
     pthread_mutex_unlock(&a->mu);
-    if (hook) hook(hook_ctx, &copy);
-    px_quorum_free(&copy);
+    call_hook(a);
 }
 
 /* Files a reply under its request id; returns 1 if a caller was waiting. */
@@ -207,6 +254,10 @@ static int file_reply(px_agent_t *a, px_msg_t *msg) {
     if (!msg->has_request_id || msg->request_id == 0) return 0;
     int taken = 0;
     pthread_mutex_lock(&a->mu);
+    if (msg->request_id > a->acked) {
+        a->acked = msg->request_id;
+        pthread_cond_broadcast(&a->cv); /* px_agent_flush */
+    }
     for (int i = 0; i < MAX_CALLS; i++) {
         if (a->calls[i].id == msg->request_id && !a->calls[i].reply) {
             a->calls[i].reply = msg;
@@ -227,20 +278,23 @@ static void handle_reply(px_agent_t *a, px_msg_t *msg, int64_t *next_register) {
         a->registered = 1;
         if (msg->reg_ack->has_heartbeat_interval_ms && msg->reg_ack->heartbeat_interval_ms > 0)
             a->hb_interval_ms = msg->reg_ack->heartbeat_interval_ms;
-        if (msg->reg_ack->quorum_id > a->known_qid) a->known_qid = msg->reg_ack->quorum_id;
+        int newer = learn_qid_locked(a, msg->reg_ack->quorum_id);
         int want = a->quorum_wanted;
         pthread_mutex_unlock(&a->mu);
         if (first)
             px_log_info("registered group=%s rank=%d coordinator=%s", a->group, a->cfg.rank, a->endpoint);
         if (want) send_quorum_request(a); /* the coordinator lost it if it restarted */
+        if (newer) call_hook(a);
         break;
     }
-    case PHALANX__ENVELOPE__BODY_HB_ACK:
+    case PHALANX__ENVELOPE__BODY_HB_ACK: {
         pthread_mutex_lock(&a->mu);
-        if (msg->hb_ack->quorum_id > a->known_qid) a->known_qid = msg->hb_ack->quorum_id;
+        int newer = learn_qid_locked(a, msg->hb_ack->quorum_id);
         note_finished_locked(a, msg->hb_ack->finished_step);
         pthread_mutex_unlock(&a->mu);
+        if (newer) call_hook(a);
         break;
+    }
     case PHALANX__ENVELOPE__BODY_QUORUM:
         store_quorum(a, msg->quorum);
         break;
@@ -256,8 +310,11 @@ static void handle_reply(px_agent_t *a, px_msg_t *msg, int64_t *next_register) {
         } else if (code == PHALANX__ERROR_CODE__WRONG_JOB || code == PHALANX__ERROR_CODE__AUTH_REJECTED ||
                    code == PHALANX__ERROR_CODE__VERSION_MISMATCH) {
             pthread_mutex_lock(&a->mu);
-            snprintf(a->fatal, sizeof a->fatal, "%s: %s", px_wire_error_name(code),
-                     msg->error->message ? msg->error->message : "");
+            if (!a->fatal_set) { /* the first refusal is the one reported; never rewritten after */
+                snprintf(a->fatal, sizeof a->fatal, "%s: %s", px_wire_error_name(code),
+                         msg->error->message ? msg->error->message : "");
+                a->fatal_set = 1;
+            }
             pthread_cond_broadcast(&a->cv);
             pthread_mutex_unlock(&a->mu);
         }
@@ -274,7 +331,7 @@ static void *agent_main(void *arg) {
     for (;;) {
         pthread_mutex_lock(&a->mu);
         int stop = a->stop, registered = a->registered, want = a->quorum_wanted,
-            fatal = a->fatal[0] != 0 || a->leaving;
+            fatal = a->fatal_set || a->leaving;
         int64_t interval = a->hb_interval_ms;
         frame_t out[OUTBOX_MAX];
         int n_out = registered ? a->n_out : 0;
@@ -359,7 +416,11 @@ px_agent_t *px_agent_new(const px_agent_config_t *cfg, char *err, size_t errlen)
     a->next_id = 1;
     px_quorum_init(&a->latest);
     pthread_mutex_init(&a->mu, NULL);
-    pthread_cond_init(&a->cv, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&a->cv, &ca);
+    pthread_condattr_destroy(&ca);
     a->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     a->zctx = zmq_ctx_new();
     a->sock = zmq_socket(a->zctx, ZMQ_DEALER);
@@ -438,16 +499,25 @@ int64_t px_agent_known_quorum_id(px_agent_t *a) {
     return q;
 }
 
-void px_agent_latest_quorum(px_agent_t *a, px_quorum_t *out) {
+int px_agent_latest_quorum(px_agent_t *a, px_quorum_t *out) {
     pthread_mutex_lock(&a->mu);
-    px_quorum_copy(out, &a->latest);
+    int rc = px_quorum_copy(out, &a->latest);
     pthread_mutex_unlock(&a->mu);
+    return rc;
 }
 
-const char *px_agent_fatal_error(px_agent_t *a) { return a->fatal; }
+/* fatal is written once, before fatal_set, both under mu: once the flag is
+ * seen under mu the text is complete and never changes again. */
+const char *px_agent_fatal_error(px_agent_t *a) {
+    pthread_mutex_lock(&a->mu);
+    int set = a->fatal_set;
+    pthread_mutex_unlock(&a->mu);
+    return set ? a->fatal : "";
+}
 
+/* Deadline on the condition variable's clock (CLOCK_MONOTONIC). */
 static void deadline_ts(struct timespec *ts, int timeout_ms) {
-    clock_gettime(CLOCK_REALTIME, ts);
+    clock_gettime(CLOCK_MONOTONIC, ts);
     ts->tv_sec += timeout_ms / 1000;
     ts->tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
     if (ts->tv_nsec >= 1000000000L) {
@@ -476,13 +546,13 @@ int px_agent_request_quorum(px_agent_t *a, int64_t step, int64_t held_id, int sh
     int rc = 1;
     pthread_mutex_lock(&a->mu);
     for (;;) {
-        if (a->stop || a->fatal[0]) {
+        if (a->stop || a->fatal_set) {
             rc = -1;
             break;
         }
         if (a->latest.id > held_id && px_quorum_find(&a->latest, a->group) >= 0) {
-            px_quorum_copy(out, &a->latest);
-            rc = 0;
+            if (px_quorum_copy(out, &a->latest) == 0) rc = 0;
+            else px_log_warn("out of memory copying quorum %lld: asking again", (long long)a->latest.id);
             break;
         }
         if (pthread_cond_timedwait(&a->cv, &a->mu, &ts) == ETIMEDOUT) break;
@@ -515,7 +585,20 @@ void px_agent_set_quorum_hook(px_agent_t *a, px_agent_quorum_hook_fn fn, void *c
     pthread_mutex_lock(&a->mu);
     a->hook = fn;
     a->hook_ctx = ctx;
+    while (a->hook_calls > 0) pthread_cond_wait(&a->cv, &a->mu); /* a call of the old hook may be running */
     pthread_mutex_unlock(&a->mu);
+}
+
+int px_agent_flush(px_agent_t *a, int timeout_ms) {
+    struct timespec ts;
+    deadline_ts(&ts, timeout_ms);
+    pthread_mutex_lock(&a->mu);
+    uint64_t target = a->last_posted;
+    while (a->acked < target && !a->stop)
+        if (pthread_cond_timedwait(&a->cv, &a->mu, &ts) == ETIMEDOUT) break;
+    int rc = a->acked >= target ? 0 : 1;
+    pthread_mutex_unlock(&a->mu);
+    return rc;
 }
 
 void px_agent_notify(px_agent_t *a, const char *kind, int64_t quorum_id, int64_t step, const char *peer_group,
@@ -549,16 +632,13 @@ static px_msg_t *call(px_agent_t *a, px_msg_t *env, int timeout_ms) {
         pthread_mutex_unlock(&a->mu);
         return NULL;
     }
-    uint64_t id = a->next_id++;
+    uint64_t id;
+    if (enqueue_call_locked(a, env, &id) != 0) {
+        pthread_mutex_unlock(&a->mu);
+        return NULL;
+    }
     a->calls[slot].id = id;
     a->calls[slot].reply = NULL;
-    pthread_mutex_unlock(&a->mu);
-    env->has_request_id = 1;
-    env->request_id = id;
-    size_t len;
-    void *buf = encode(a, env, &len);
-    pthread_mutex_lock(&a->mu);
-    if (buf) enqueue_locked(a, buf, len);
     pthread_mutex_unlock(&a->mu);
     wake(a);
     struct timespec ts;

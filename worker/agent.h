@@ -35,8 +35,9 @@ int64_t px_agent_known_quorum_id(px_agent_t *a);
 /* > 0 once the coordinator says a group finished the job at that step (only
  * a step equal to this worker's job_steps counts). */
 int64_t px_agent_finished_step(px_agent_t *a);
-/* Copies the latest pushed quorum into *out (px_quorum_init'd by the caller). */
-void px_agent_latest_quorum(px_agent_t *a, px_quorum_t *out);
+/* Copies the latest pushed quorum into *out (px_quorum_init'd by the caller).
+ * 0, or -1 when out of memory (*out unchanged). */
+int px_agent_latest_quorum(px_agent_t *a, px_quorum_t *out);
 
 /* Asks to join the next quorum and waits for a quorum with id > held_id that
  * includes this group. 0: *out filled; 1: timed out; -1: agent stopping or
@@ -55,11 +56,24 @@ int px_agent_store_get(px_agent_t *a, int64_t quorum_id, const char *key, void *
 /* Records an event in the coordinator's log (kind: see px_wire_worker_event_kind_ok). Fire and forget. */
 void px_agent_notify(px_agent_t *a, const char *kind, int64_t quorum_id, int64_t step, const char *peer_group,
                      uint64_t bytes, unsigned ms, const char *detail);
-/* Called on the agent thread after each pushed quorum is stored (keep it short:
- * the trainer uses it to abort a collective whose peers left). */
-typedef void (*px_agent_quorum_hook_fn)(void *ctx, const px_quorum_t *q);
+/* Waits up to timeout_ms until every fire-and-forget frame queued before the
+ * call (reports, events, the departure notice) has reached the coordinator:
+ * it answered the last of them (frames are answered in order). 0 when they
+ * all arrived (or nothing was queued), 1 on timeout. Use before destroying
+ * the agent, which discards whatever is still unsent. */
+int px_agent_flush(px_agent_t *a, int timeout_ms);
+/* Called on the agent thread, with no lock held, after each pushed quorum is
+ * stored and whenever a reply raises the highest known quorum id: latest is
+ * the latest pushed quorum (its id may be below known_qid when a newer quorum
+ * was formed without pushing it to us), known_qid the highest quorum id heard
+ * of. Keep it short: the trainer uses it to abort collectives of a stale
+ * quorum. Replacing the hook (NULL to remove it) waits until a running call
+ * of the old one returns, so its context may be freed afterwards; never
+ * call px_agent_set_quorum_hook from inside the hook. */
+typedef void (*px_agent_quorum_hook_fn)(void *ctx, const px_quorum_t *latest, int64_t known_qid);
 void px_agent_set_quorum_hook(px_agent_t *a, px_agent_quorum_hook_fn fn, void *ctx);
-/* Non-empty when the coordinator refused us for good (wrong job, wrong token). */
+/* Non-empty when the coordinator refused us for good (wrong job, wrong token).
+ * The text never changes once set; "" before. */
 const char *px_agent_fatal_error(px_agent_t *a);
 
 #endif

@@ -142,7 +142,7 @@ int px_worker_main(int argc, char **argv) {
         int rc = px_trainer_run(agent, &tc, &g_stop);
         /* Leaving: tell the coordinator at once so nobody waits for our heartbeats to stop. */
         px_agent_report_failure(agent, cfg.group, cfg.rank, 0, 0, rc == 0 ? "finished" : rc == 3 ? "job finished by another group" : "worker stopping");
-        px_sleep_ms(50);
+        px_agent_flush(agent, 500); /* bounded: wait until the coordinator has the departure notice */
         px_agent_destroy(&agent);
         free(token);
         return rc == 2 || rc == 3 ? 0 : rc;
@@ -177,7 +177,7 @@ int px_worker_main(int argc, char **argv) {
     }
     if (g_stop) {
         px_agent_report_failure(agent, cfg.group, cfg.rank, held, step, "worker shutting down");
-        px_sleep_ms(50); /* let the agent send it */
+        px_agent_flush(agent, 500);
         px_log_info("worker_stopped group=%s rank=%d", cfg.group, cfg.rank);
     }
     px_quorum_free(&q);

@@ -1,0 +1,80 @@
+/* The training state's description, copies and digest (see train_state.h). */
+#include "train_state.h"
+
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "px_hash.h"
+
+const char *const px_state_buf_names[PX_STATE_NBUF] = {"params", "m", "v"};
+
+px_train_state_t px_state_of_model(px_gpt_t *model, int64_t step, uint64_t seed) {
+    px_train_state_t s = {{model->params, model->m, model->v}, model->num_params, step, seed, 0};
+    return s;
+}
+
+int px_state_alloc_like(px_train_state_t *dst, const px_train_state_t *like) {
+    memset(dst, 0, sizeof *dst);
+    dst->n = like->n;
+    dst->step = like->step;
+    dst->seed = like->seed;
+    dst->owned = 1;
+    size_t bytes = ((like->n * sizeof(float)) + 63) & ~(size_t)63;
+    for (int b = 0; b < PX_STATE_NBUF; b++) {
+        dst->buf[b] = aligned_alloc(64, bytes ? bytes : 64);
+        if (!dst->buf[b]) {
+            px_state_free(dst);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+void px_state_free(px_train_state_t *s) {
+    if (!s->owned) return;
+    for (int b = 0; b < PX_STATE_NBUF; b++) {
+        free(s->buf[b]);
+        s->buf[b] = NULL;
+    }
+    s->owned = 0;
+}
+
+void px_state_copy(px_train_state_t *dst, const px_train_state_t *src) {
+    for (int b = 0; b < PX_STATE_NBUF; b++) memcpy(dst->buf[b], src->buf[b], src->n * sizeof(float));
+    dst->step = src->step;
+}
+
+size_t px_state_chunks(size_t n) { return (n + PX_STATE_CHUNK_FLOATS - 1) / PX_STATE_CHUNK_FLOATS; }
+
+size_t px_state_digest_len(size_t n) { return PX_STATE_NBUF * px_state_chunks(n); }
+
+void px_state_chunk(size_t n, size_t k, int *buffer, size_t *off, size_t *len) {
+    size_t nc = px_state_chunks(n);
+    *buffer = (int)(k / nc);
+    *off = (k % nc) * PX_STATE_CHUNK_FLOATS;
+    *len = n - *off < PX_STATE_CHUNK_FLOATS ? n - *off : PX_STATE_CHUNK_FLOATS;
+}
+
+void px_state_digest(const px_train_state_t *s, uint64_t *digest) {
+    size_t len = px_state_digest_len(s->n);
+    /* Chunks hash independently: use every core (hashing happens while a
+     * quorum forms or a heal runs, when the training threads are idle),
+     * whatever --threads says. */
+    int threads = omp_get_num_procs();
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (size_t k = 0; k < len; k++) {
+        int b;
+        size_t off, n;
+        px_state_chunk(s->n, k, &b, &off, &n);
+        digest[k] = px_hash64(s->buf[b] + off, n * sizeof(float), off);
+    }
+}
+
+uint64_t px_state_checksum(const uint64_t *digest, size_t len, int64_t step) {
+    px_hash_t h;
+    px_hash_init(&h, 0x5048414c414e58ull);
+    px_hash_update(&h, digest, len * sizeof *digest);
+    px_hash_update(&h, &step, sizeof step);
+    return px_hash_final(&h);
+}

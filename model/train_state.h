@@ -1,0 +1,66 @@
+/* The training state of one replica: what a group must hold to go on with
+ * the job from where it is, described once, so that healing (worker/heal.c)
+ * sends it and checkpoints (checkpoint/, not built yet) will write it the
+ * same way. It lives next to the model because both users link the model
+ * library, and neither should have to include the other's folder.
+ *
+ *   params, m, v  three buffers of n floats each, in px_gpt_t's layout: the
+ *                 parameters and AdamW's two moments. Gradients are not
+ *                 state: every step recomputes them from scratch.
+ *   step          optimizer steps committed. It is also the data cursor:
+ *                 step s reads the samples px_dataset_fill(seed, s, i), so
+ *                 nothing else about the data position needs keeping.
+ *   seed          the job's seed (initialisation and data order), the same
+ *                 for every replica: part of what the state means.
+ *
+ * Slices: every buffer is cut into PX_STATE_CHUNK_FLOATS chunks, hashed
+ * independently (and in parallel). The digest is the list of chunk hashes,
+ * params' chunks first, then m's, then v's; the state checksum is a hash of
+ * the digest and the step. A heal sends the chunks and then the digest, so
+ * the receiver proves every chunk and the checksum in one pass over the
+ * data; a checkpoint can store the digest to verify a restore the same way. */
+#ifndef PX_TRAIN_STATE_H
+#define PX_TRAIN_STATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpt.h"
+
+enum { PX_STATE_PARAMS, PX_STATE_M, PX_STATE_V, PX_STATE_NBUF };
+
+/* 16 MiB chunks: few enough round trips on a fast link, many enough to hash
+ * a large model on every core. */
+#define PX_STATE_CHUNK_FLOATS ((size_t)1 << 22)
+
+typedef struct {
+    float *buf[PX_STATE_NBUF]; /* (n) each: params, m, v */
+    size_t n;                  /* floats per buffer: the model's num_params */
+    int64_t step;              /* committed steps = the data cursor */
+    uint64_t seed;             /* initialisation and data order */
+    int owned;                 /* 1: buffers allocated by px_state_alloc_like */
+} px_train_state_t;
+
+extern const char *const px_state_buf_names[PX_STATE_NBUF]; /* "params", "m", "v" */
+
+/* The model's state as views into its buffers (nothing copied or owned). */
+px_train_state_t px_state_of_model(px_gpt_t *model, int64_t step, uint64_t seed);
+/* A private state shaped like `like` (buffers allocated, contents
+ * undefined): a staging copy for a heal. 0, or -1 when out of memory. */
+int px_state_alloc_like(px_train_state_t *dst, const px_train_state_t *like);
+/* Frees the buffers of an owned state; a view is left alone. */
+void px_state_free(px_train_state_t *s);
+/* dst's buffers and step become src's (same n). */
+void px_state_copy(px_train_state_t *dst, const px_train_state_t *src);
+
+/* Chunks per buffer, and digest entries (PX_STATE_NBUF chunks per buffer). */
+size_t px_state_chunks(size_t n);
+size_t px_state_digest_len(size_t n);
+/* Digest entry k's chunk: its buffer and float range [*off, *off + *len). */
+void px_state_chunk(size_t n, size_t k, int *buffer, size_t *off, size_t *len);
+/* digest[px_state_digest_len(s->n)] = every chunk's hash, on every core. */
+void px_state_digest(const px_train_state_t *s, uint64_t *digest);
+/* The state checksum of a digest and a step. */
+uint64_t px_state_checksum(const uint64_t *digest, size_t len, int64_t step);
+
+#endif
