@@ -159,8 +159,8 @@ def test_stalled_member(bindir):
         check(lost[0]["reason"] == "stalled", "dropped as stalled, got %r" % lost[0]["reason"])
         t_drop = time.monotonic()
         before = step_of(job, "g0")
-        wait_until(lambda: step_of(job, "g0") > before, 10,
-                   "a step committed within 10 s of the drop (the superseded rendezvous is aborted)")
+        wait_until(lambda: step_of(job, "g0") > before, 5,
+                   "a step committed within 5 s of the drop (the superseded rendezvous is aborted)")
         print("resumed %.1f s after the rogue was dropped" % (time.monotonic() - t_drop))
         for g in ("g0", "g1"):
             check(not events(job, "member_lost", group=g), "honest group %s never lost" % g)
