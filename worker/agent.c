@@ -72,7 +72,8 @@ struct px_agent {
     int hook_calls;        /* hook calls running on the agent thread */
     uint64_t last_posted;  /* request id of the last fire-and-forget frame queued */
     uint64_t acked;        /* highest request id the coordinator answered */
-    char fatal[256];       /* written once, under mu, before fatal_set */
+    char fatal[256];
+    int64_t conflict_logged_ms; /* agent thread only */       /* written once, under mu, before fatal_set */
     int fatal_set;
 };
 
@@ -317,6 +318,15 @@ static void handle_reply(px_agent_t *a, px_msg_t *msg, int64_t *next_register) {
             }
             pthread_cond_broadcast(&a->cv);
             pthread_mutex_unlock(&a->mu);
+        } else if (code == PHALANX__ERROR_CODE__IDENTITY_CONFLICT) {
+            /* Another live process holds our (group, rank): a duplicate launch,
+             * or our own previous incarnation not yet gone. Registration is
+             * retried; say so every few seconds rather than wait in silence. */
+            int64_t now = px_now_ms();
+            if (now - a->conflict_logged_ms >= 5000) {
+                px_log_warn("registration refused: %s (retrying)", msg->error->message ? msg->error->message : "");
+                a->conflict_logged_ms = now;
+            }
         }
         break;
     }
