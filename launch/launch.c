@@ -10,7 +10,10 @@
  *
  * Workers' rank 0 print machine-readable lines on stdout ("progress ...",
  * "event ...", "final ..."), read here through pipes; everything else they
- * log goes to files under --log-dir. */
+ * log goes to files under --log-dir.
+ *
+ * Every child dies with the launcher, even one killed with SIGKILL (a
+ * parent-death signal, px_child.h): a job never outlives its supervisor. */
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
@@ -28,6 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "px_child.h"
 #include "px_flags.h"
 #include "px_time.h"
 
@@ -125,7 +129,8 @@ static void usage(void) {
            "  --quiet                  no per-step lines, only events and the summary\n"
            "  --help                   this text\n\n"
            "Flags after -- go to every worker (e.g. -- --global-batch 24 --lr 3e-4).\n"
-           "SIGINT/SIGTERM: forwarded to every process; the summary is printed.\n",
+           "SIGINT/SIGTERM: forwarded to every process; the summary is printed.\n"
+           "Every process started here dies with this one, even after SIGKILL.\n",
            PROG);
 }
 
@@ -166,9 +171,11 @@ static void say(launch_t *L, const char *fmt, ...) {
 static pid_t spawn(const char *path, char *const argv[], const char *log_path, int *out_fd) {
     int pfd[2] = {-1, -1};
     if (out_fd && pipe(pfd) != 0) return -1;
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) return -1;
     if (pid == 0) {
+        px_child_die_with_parent(parent);
         setpgid(0, 0); /* our SIGINT is forwarded deliberately, not broadcast by the terminal */
         int log = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
         if (log >= 0) dup2(log, 2);
@@ -509,8 +516,10 @@ static int ensure_data(launch_t *L) {
         }
     char path[4200];
     snprintf(path, sizeof path, "%s/phalanx-data", L->cfg.bindir);
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid == 0) {
+        px_child_die_with_parent(parent);
         execl(path, path, "--demo", "--out", L->cfg.data, (char *)NULL);
         fprintf(stderr, "%s: cannot run %s: %s\n", PROG, path, strerror(errno));
         _exit(127);
