@@ -13,7 +13,11 @@
  * log goes to files under --log-dir.
  *
  * Every child dies with the launcher, even one killed with SIGKILL (a
- * parent-death signal, px_child.h): a job never outlives its supervisor. */
+ * parent-death signal, px_child.h): a job never outlives its supervisor.
+ *
+ * A worker that exits with the configuration-error status 2 (or cannot be
+ * run at all) is not restarted: it would fail the same way. The job stops
+ * with the end of that worker's log on the terminal. */
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
@@ -43,6 +47,10 @@ static volatile sig_atomic_t g_signal;
 #define LINE_MAX_LEN 1024
 #define FINISH_GRACE_MS 15000
 #define CHAOS_STEP_JITTER_MS 250.0
+#define WORKER_EXIT_CONFIG 2 /* phalanx-worker: cannot work as configured, do not restart */
+#define EXEC_FAILED 127      /* the child could not run the program at all */
+#define LOG_TAIL_LINES 6
+#define EXIT_CONFIG 2        /* a worker reported a configuration error (or a bad flag here) */
 
 typedef struct {
     char group[64];
@@ -80,6 +88,7 @@ typedef struct {
     int64_t last_step;
     double last_loss, eval_loss, final_loss;
     int failures, heals, finals;
+    int stop_rc;            /* > 0: the job cannot go on; stop and exit with this */
     int64_t *commit_ms;
     int n_commits, cap_commits;
     int64_t *fail_ms;
@@ -130,7 +139,9 @@ static void usage(void) {
            "  --help                   this text\n\n"
            "Flags after -- go to every worker (e.g. -- --global-batch 24 --lr 3e-4).\n"
            "SIGINT/SIGTERM: forwarded to every process; the summary is printed.\n"
-           "Every process started here dies with this one, even after SIGKILL.\n",
+           "A worker exiting with status 2 (bad flag, model or data; no coordinator) is not restarted:\n"
+           "the job stops and its log's last lines are shown. Every process started here dies with\n"
+           "this one, even after SIGKILL.\n",
            PROG);
 }
 
@@ -199,11 +210,15 @@ static pid_t spawn(const char *path, char *const argv[], const char *log_path, i
     return pid;
 }
 
+static void worker_log_path(const launch_t *L, const worker_t *w, char *out, size_t len) {
+    snprintf(out, len, "%s/worker-%s-%d.log", L->cfg.log_dir, w->group, w->rank);
+}
+
 static void start_worker(launch_t *L, worker_t *w) {
     const launch_cfg_t *c = &L->cfg;
     char path[4200], log[4200], rank[16], rpg[16], steps[16], seed[32];
     snprintf(path, sizeof path, "%s/phalanx-worker", c->bindir);
-    snprintf(log, sizeof log, "%s/worker-%s-%d.log", c->log_dir, w->group, w->rank);
+    worker_log_path(L, w, log, sizeof log);
     snprintf(rank, sizeof rank, "%d", w->rank);
     snprintf(rpg, sizeof rpg, "%d", c->ranks);
     snprintf(steps, sizeof steps, "%d", c->steps);
@@ -349,6 +364,41 @@ static void read_events(launch_t *L) {
 
 /* ---- supervision --------------------------------------------------------- */
 
+/* Prints the last lines of a worker's log: what it said before it exited. */
+static void show_log_tail(launch_t *L, const worker_t *w) {
+    char path[4200], buf[8192];
+    worker_log_path(L, w, path, sizeof path);
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        say(L, "    (no log at %s: %s)", path, strerror(errno));
+        return;
+    }
+    long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : 0;
+    long from = size > (long)sizeof buf - 1 ? size - (long)sizeof buf + 1 : 0;
+    fseek(f, from, SEEK_SET);
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    while (n > 0 && buf[n - 1] == '\n') buf[--n] = '\0';
+    char *start = buf + n;
+    for (int lines = 0; start > buf && lines < LOG_TAIL_LINES; start--)
+        if (start[-1] == '\n' && ++lines == LOG_TAIL_LINES) break;
+    if (from > 0 && start == buf) start += strcspn(buf, "\n") + (buf[strcspn(buf, "\n")] != '\0'); /* partial line */
+    say(L, "    %s ends with:", path);
+    for (char *line = strtok(start, "\n"); line; line = strtok(NULL, "\n")) say(L, "    | %s", line);
+}
+
+/* A worker that cannot work as configured (or cannot be run at all) would
+ * fail the same way after a restart: stop the job and show why. */
+static int config_error(launch_t *L, const worker_t *w, int st) {
+    if (!WIFEXITED(st) || (WEXITSTATUS(st) != WORKER_EXIT_CONFIG && WEXITSTATUS(st) != EXEC_FAILED)) return 0;
+    say(L, "  x worker %s/%d exited with status %d (a configuration error: restarting cannot help); stopping the job",
+        w->group, w->rank, WEXITSTATUS(st));
+    show_log_tail(L, w);
+    L->stop_rc = EXIT_CONFIG;
+    return 1;
+}
+
 static void reap(launch_t *L) {
     int st;
     pid_t pid;
@@ -368,7 +418,7 @@ static void reap(launch_t *L) {
                 w->done = 1;
                 break;
             }
-            if (g_signal) break;
+            if (g_signal || L->stop_rc) break;
             L->failures++;
             if (L->finals > 0) { /* the job's last step is committed: nothing to restart for */
                 w->done = 1;
@@ -376,6 +426,7 @@ static void reap(launch_t *L) {
                     WIFSIGNALED(st) ? "signal" : "status", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
                 break;
             }
+            if (config_error(L, w, st)) break;
             append_ms(&L->fail_ms, &L->n_fail, &L->cap_fail, px_now_ms());
             int64_t alive_ms = px_now_ms() - w->started_ms;
             /* Doubling is for crash loops; a chaos kill is not the worker's fault. */
@@ -654,7 +705,7 @@ int main(int argc, char **argv) {
             if (pfd[k].revents) read_worker(&L, &L.w[idx[k]]);
         read_events(&L);
         reap(&L);
-        if (g_signal) break;
+        if (g_signal || L.stop_rc) break;
         int64_t now = px_now_ms();
         int all_done = 1;
         for (int i = 0; i < L.n; i++) {
@@ -680,6 +731,10 @@ int main(int argc, char **argv) {
     if (g_signal) {
         say(&L, "stopping (%s): signalling every process", g_signal == SIGINT ? "SIGINT" : "SIGTERM");
         rc = g_signal == SIGINT ? 130 : 143;
+    } else if (L.stop_rc) {
+        rc = L.stop_rc;
+        say(&L, "the job stopped before step %d: a worker's configuration error, above; logs in %s/", c->steps,
+            c->log_dir);
     }
     stop_all(&L, SIGTERM);
     read_events(&L);

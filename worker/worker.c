@@ -3,7 +3,12 @@
  * or a control-only loop that holds a place in the quorum without training
  * (used by control-plane tests and load drills): it joins, follows every
  * membership change, rejoins after its group is dropped, and survives
- * coordinator restarts. */
+ * coordinator restarts.
+ *
+ * Exit status: 0 finished (or stopped, or the job finished elsewhere); 1 a
+ * failure worth a restart; 2 this worker cannot work as configured (a bad
+ * flag, model or data shard): a supervisor should not restart it
+ * (phalanx-launch stops the job and shows the error). */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +23,7 @@
 #include "px_wire.h"
 
 static const char *PROG = "phalanx-worker";
+#define EXIT_CONFIG 2 /* see the top of this file */
 static volatile sig_atomic_t g_stop;
 
 static void on_signal(int sig) {
@@ -58,7 +64,8 @@ static void usage(void) {
            "  --comm-timeout-ms N      bound on every collective and rendezvous, 100..3600000 [30000]\n"
            "  --sample-ledger PATH     append one line per committed step: which samples this group took [off]\n"
            "  --save PATH              write the final model as an llm.c file (rank 0) [off]\n\n"
-           "SIGTERM or SIGINT: leave the quorum (the coordinator drops the group at once) and exit 0.\n",
+           "SIGTERM or SIGINT: leave the quorum (the coordinator drops the group at once) and exit 0.\n"
+           "Exit status: 0 done, 1 failed (worth a restart), 2 cannot work as configured (do not restart).\n",
            PROG, PROG);
 }
 
@@ -142,9 +149,10 @@ int px_worker_main(int argc, char **argv) {
         /* Leaving: tell the coordinator at once so nobody waits for our heartbeats to stop. */
         px_agent_report_failure(agent, cfg.group, cfg.rank, 0, 0, rc == 0 ? "finished" : rc == 3 ? "job finished by another group" : "worker stopping");
         px_sleep_ms(50);
+        int code = rc == 2 || rc == 3 ? 0 : rc == 4 ? EXIT_CONFIG : rc;
         px_agent_destroy(&agent);
         free(token);
-        return rc == 2 || rc == 3 ? 0 : rc;
+        return code;
     }
     int64_t held = 0, step = 0;
     px_quorum_t q, latest;
