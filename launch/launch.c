@@ -67,7 +67,7 @@ typedef struct {
 } worker_t;
 
 typedef struct {
-    int groups, ranks, steps, max_restarts, restart_backoff_ms;
+    int groups, ranks, steps, max_restarts, restart_backoff_ms, connect_timeout_s;
     const char *model, *data, *http, *events, *coordinator, *bind, *log_dir, *job, *ledger;
     uint64_t seed, chaos_seed;
     double chaos_every_s;
@@ -133,6 +133,8 @@ static void usage(void) {
            "  --chaos-until-step N     no kills once step N is committed, 0 = no limit [0]\n"
            "  --max-restarts N         restarts per worker before giving up, 0..100000 [100]\n"
            "  --restart-backoff-ms N   first restart delay, doubled per quick crash (not per chaos kill), 0..60000 [200]\n"
+           "  --connect-timeout S      workers give up when no coordinator answers within S seconds,\n"
+           "                           0 = wait forever, 0..86400 [300]; meanwhile they say whom they wait for\n"
            "  --log-dir DIR            worker and coordinator logs [phalanx-run]\n"
            "  --sample-ledger PATH     workers append the samples of each committed step [off]\n"
            "  --quiet                  no per-step lines, only events and the summary\n"
@@ -216,13 +218,14 @@ static void worker_log_path(const launch_t *L, const worker_t *w, char *out, siz
 
 static void start_worker(launch_t *L, worker_t *w) {
     const launch_cfg_t *c = &L->cfg;
-    char path[4200], log[4200], rank[16], rpg[16], steps[16], seed[32];
+    char path[4200], log[4200], rank[16], rpg[16], steps[16], seed[32], wait_s[16];
     snprintf(path, sizeof path, "%s/phalanx-worker", c->bindir);
     worker_log_path(L, w, log, sizeof log);
     snprintf(rank, sizeof rank, "%d", w->rank);
     snprintf(rpg, sizeof rpg, "%d", c->ranks);
     snprintf(steps, sizeof steps, "%d", c->steps);
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)c->seed);
+    snprintf(wait_s, sizeof wait_s, "%d", c->connect_timeout_s);
     const char *coord = c->coordinator ? c->coordinator : c->bind;
     const char *argv[32 + MAX_PASS];
     int n = 0;
@@ -236,6 +239,7 @@ static void start_worker(launch_t *L, worker_t *w) {
     argv[n++] = "--model", argv[n++] = c->model;
     argv[n++] = "--data", argv[n++] = c->data;
     argv[n++] = "--seed", argv[n++] = seed;
+    argv[n++] = "--connect-timeout", argv[n++] = wait_s;
     if (c->ledger) argv[n++] = "--sample-ledger", argv[n++] = c->ledger;
     for (int i = 0; i < c->n_pass; i++) argv[n++] = c->pass[i];
     argv[n] = NULL;
@@ -281,7 +285,7 @@ static const char *field(const char *line, const char *key, char *out, size_t le
 }
 
 static void on_line(launch_t *L, worker_t *w, const char *line) {
-    char a[64], b[64], c[64], d[64], e[64];
+    char a[64], b[64], c[64], d[64], e[64], ep[512];
     if (!strncmp(line, "progress ", 9)) {
         long long step = field(line, "step", a, sizeof a) ? atoll(a) : -1;
         if (step > L->last_step) {
@@ -304,6 +308,14 @@ static void on_line(launch_t *L, worker_t *w, const char *line) {
         say(L, "  + group %s healed from group %s at step %s in %s ms", w->group,
             field(line, "source", a, sizeof a) ? a : "?", field(line, "step", b, sizeof b) ? b : "?",
             field(line, "ms", c, sizeof c) ? c : "?");
+    } else if (!strncmp(line, "event kind=waiting_coordinator", 30)) {
+        long long limit = field(line, "timeout_s", c, sizeof c) ? atoll(c) : -1;
+        char until[64];
+        if (limit > 0) snprintf(until, sizeof until, "gives up after %lld s", limit);
+        else snprintf(until, sizeof until, "waits forever");
+        say(L, "  ? %s/%d waiting for the coordinator at %s: no answer for %s s (%s)", w->group, w->rank,
+            field(line, "coordinator", ep, sizeof ep) ? ep : "?", field(line, "waited_s", b, sizeof b) ? b : "?",
+            until);
     } else if (!strncmp(line, "final ", 6)) {
         L->finals++;
         if (field(line, "loss", a, sizeof a)) L->final_loss = atof(a);
@@ -627,6 +639,7 @@ static void parse(launch_cfg_t *c, int argc, char **argv) {
         else if (!strcmp(a, "--chaos-seed")) c->chaos_seed = (uint64_t)px_flag_int(PROG, a, v, 0, INT64_MAX);
         else if (!strcmp(a, "--max-restarts")) c->max_restarts = (int)px_flag_int(PROG, a, v, 0, 100000);
         else if (!strcmp(a, "--restart-backoff-ms")) c->restart_backoff_ms = (int)px_flag_int(PROG, a, v, 0, 60000);
+        else if (!strcmp(a, "--connect-timeout")) c->connect_timeout_s = (int)px_flag_int(PROG, a, v, 0, 86400);
         else if (!strcmp(a, "--log-dir")) c->log_dir = px_flag_str(PROG, a, v, 4000);
         else if (!strcmp(a, "--sample-ledger")) c->ledger = px_flag_str(PROG, a, v, 4096);
         else px_flag_unknown(PROG, a);
@@ -642,6 +655,7 @@ int main(int argc, char **argv) {
     static launch_t L;
     launch_cfg_t *c = &L.cfg;
     *c = (launch_cfg_t){.groups = 3, .ranks = 1, .steps = 200, .max_restarts = 100, .restart_backoff_ms = 200,
+                        .connect_timeout_s = 300,
                         .model = "small", .data = "data/demo", .http = "127.0.0.1:8080", .bind = "tcp://127.0.0.1:7777",
                         .log_dir = "phalanx-run", .job = "phalanx", .seed = 1337, .chaos_seed = 1};
     parse(c, argc, argv);

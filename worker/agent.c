@@ -25,6 +25,8 @@
 #define OUTBOX_MAX 256
 #define REGISTER_RETRY_MS 500
 #define REQUEST_RESEND_MS 1000
+#define WAIT_FIRST_NOTICE_MS 2000 /* a healthy start registers within milliseconds */
+#define WAIT_NOTICE_MS 5000
 
 typedef struct {
     uint64_t id; /* 0: free */
@@ -63,6 +65,10 @@ struct px_agent {
     px_agent_quorum_hook_fn hook;
     void *hook_ctx;
     char fatal[256];
+    int gave_up;     /* guarded by mu: no answer within connect_timeout_s */
+    /* agent thread only: the wait for the first registration */
+    int ever_registered;
+    int64_t started_ms, next_notice_ms;
 };
 
 /* ---- helpers used by both sides --------------------------------------- */
@@ -222,6 +228,7 @@ static void handle_reply(px_agent_t *a, px_msg_t *msg, int64_t *next_register) {
         if (msg->reg_ack->quorum_id > a->known_qid) a->known_qid = msg->reg_ack->quorum_id;
         int want = a->quorum_wanted;
         pthread_mutex_unlock(&a->mu);
+        a->ever_registered = 1;
         if (first)
             px_log_info("registered group=%s rank=%d coordinator=%s", a->group, a->cfg.rank, a->endpoint);
         if (want) send_quorum_request(a); /* the coordinator lost it if it restarted */
@@ -260,6 +267,37 @@ static void handle_reply(px_agent_t *a, px_msg_t *msg, int64_t *next_register) {
     }
 }
 
+/* Before the first registration: says every few seconds that we wait and
+ * for whom, and gives up after connect_timeout_s (a fatal error, so every
+ * caller stops waiting). Later silences are coordinator restarts: waited out. */
+static void watch_first_contact(px_agent_t *a, int64_t now) {
+    if (a->ever_registered) return;
+    int64_t waited = now - a->started_ms;
+    int limit = a->cfg.connect_timeout_s;
+    if (limit > 0 && waited >= (int64_t)limit * 1000) {
+        pthread_mutex_lock(&a->mu);
+        snprintf(a->fatal, sizeof a->fatal,
+                 "no answer from the coordinator at %.100s within --connect-timeout %d s (group %s rank %d)",
+                 a->endpoint, limit, a->group, a->cfg.rank);
+        a->gave_up = 1;
+        pthread_cond_broadcast(&a->cv);
+        pthread_mutex_unlock(&a->mu);
+        px_log_error("connect_timeout %s", a->fatal);
+        return;
+    }
+    if (now < a->next_notice_ms) return;
+    a->next_notice_ms = now + WAIT_NOTICE_MS;
+    long long s = (long long)(waited / 1000);
+    px_log_warn("waiting_for_coordinator coordinator=%s group=%s rank=%d job=%s waited_s=%lld timeout_s=%d: "
+                "no answer yet (is a coordinator running there?)",
+                a->endpoint, a->group, a->cfg.rank, a->job[0] ? a->job : "any", s, limit);
+    if (a->cfg.print_waiting) { /* before registration the trainer prints nothing: lines cannot interleave */
+        printf("event kind=waiting_coordinator coordinator=%s group=%s rank=%d waited_s=%lld timeout_s=%d\n",
+               a->endpoint, a->group, a->cfg.rank, s, limit);
+        fflush(stdout);
+    }
+}
+
 static void *agent_main(void *arg) {
     px_agent_t *a = arg;
     int64_t next_hb = 0, next_register = 0, next_resend = 0;
@@ -281,6 +319,7 @@ static void *agent_main(void *arg) {
             free(out[i].buf);
         }
         int64_t now = px_now_ms();
+        if (!fatal && !registered) watch_first_contact(a, now);
         if (!fatal && !registered && now >= next_register) {
             send_register(a);
             next_register = now + REGISTER_RETRY_MS;
@@ -349,6 +388,8 @@ px_agent_t *px_agent_new(const px_agent_config_t *cfg, char *err, size_t errlen)
     snprintf(a->endpoint, sizeof a->endpoint, "%s", cfg->coordinator);
     a->hb_interval_ms = 100;
     a->next_id = 1;
+    a->started_ms = px_now_ms();
+    a->next_notice_ms = a->started_ms + WAIT_FIRST_NOTICE_MS;
     px_quorum_init(&a->latest);
     pthread_mutex_init(&a->mu, NULL);
     pthread_cond_init(&a->cv, NULL);
@@ -437,6 +478,13 @@ void px_agent_latest_quorum(px_agent_t *a, px_quorum_t *out) {
 }
 
 const char *px_agent_fatal_error(px_agent_t *a) { return a->fatal; }
+
+int px_agent_gave_up(px_agent_t *a) {
+    pthread_mutex_lock(&a->mu);
+    int g = a->gave_up;
+    pthread_mutex_unlock(&a->mu);
+    return g;
+}
 
 static void deadline_ts(struct timespec *ts, int timeout_ms) {
     clock_gettime(CLOCK_REALTIME, ts);

@@ -18,6 +18,8 @@ typedef struct {
     int rank, group_size;
     const char *job;         /* NULL: accept any coordinator job */
     const char *token;       /* NULL: none */
+    int connect_timeout_s;   /* give up if the first registration takes longer; 0: wait forever */
+    int print_waiting;       /* also print waiting notices on stdout as "event kind=waiting_coordinator" */
 } px_agent_config_t;
 
 typedef struct px_agent px_agent_t;
@@ -56,7 +58,13 @@ void px_agent_notify(px_agent_t *a, const char *kind, int64_t quorum_id, int64_t
  * the trainer uses it to abort a collective whose peers left). */
 typedef void (*px_agent_quorum_hook_fn)(void *ctx, const px_quorum_t *q);
 void px_agent_set_quorum_hook(px_agent_t *a, px_agent_quorum_hook_fn fn, void *ctx);
-/* Non-empty when the coordinator refused us for good (wrong job, wrong token). */
+/* Non-empty when the coordinator refused us for good (wrong job, wrong token)
+ * or never answered within connect_timeout_s. */
 const char *px_agent_fatal_error(px_agent_t *a);
+/* 1 when the agent gave up because no coordinator answered its first
+ * registration within connect_timeout_s. Until then it logs every few seconds
+ * that it is waiting and for whom. Only the first registration is timed: a
+ * coordinator that goes away later is waited for (restarts are survivable). */
+int px_agent_gave_up(px_agent_t *a);
 
 #endif
