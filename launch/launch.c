@@ -17,7 +17,12 @@
  *
  * A worker that exits with the configuration-error status 2 (or cannot be
  * run at all) is not restarted: it would fail the same way. The job stops
- * with the end of that worker's log on the terminal. */
+ * with the end of that worker's log on the terminal.
+ *
+ * Success means the job reached --steps: some group printed its final line
+ * with steps equal to --steps. Anything else (every worker left early, a
+ * configuration error, a worker past --max-restarts) ends with a message
+ * saying why and a non-zero exit status. */
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
@@ -50,6 +55,7 @@ static volatile sig_atomic_t g_signal;
 #define WORKER_EXIT_CONFIG 2 /* phalanx-worker: cannot work as configured, do not restart */
 #define EXEC_FAILED 127      /* the child could not run the program at all */
 #define LOG_TAIL_LINES 6
+#define EXIT_INCOMPLETE 1    /* the job stopped before --steps */
 #define EXIT_CONFIG 2        /* a worker reported a configuration error (or a bad flag here) */
 
 typedef struct {
@@ -88,6 +94,7 @@ typedef struct {
     int64_t last_step;
     double last_loss, eval_loss, final_loss;
     int failures, heals, finals;
+    int finals_full;        /* final lines with steps == --steps: the job's result exists */
     int stop_rc;            /* > 0: the job cannot go on; stop and exit with this */
     int64_t *commit_ms;
     int n_commits, cap_commits;
@@ -143,7 +150,9 @@ static void usage(void) {
            "SIGINT/SIGTERM: forwarded to every process; the summary is printed.\n"
            "A worker exiting with status 2 (bad flag, model or data; no coordinator) is not restarted:\n"
            "the job stops and its log's last lines are shown. Every process started here dies with\n"
-           "this one, even after SIGKILL.\n",
+           "this one, even after SIGKILL.\n"
+           "Exit status: 0 the job reached --steps; 1 it did not; 2 a configuration error;\n"
+           "130/143 stopped by SIGINT/SIGTERM.\n",
            PROG);
 }
 
@@ -318,6 +327,10 @@ static void on_line(launch_t *L, worker_t *w, const char *line) {
             until);
     } else if (!strncmp(line, "final ", 6)) {
         L->finals++;
+        if (field(line, "steps", c, sizeof c) && atoll(c) == L->cfg.steps) L->finals_full++;
+        else
+            say(L, "  ! group %s finished at step %s, not at --steps %d", w->group,
+                field(line, "steps", c, sizeof c) ? c : "?", L->cfg.steps);
         if (field(line, "loss", a, sizeof a)) L->final_loss = atof(a);
         if (field(line, "eval_loss", b, sizeof b)) L->eval_loss = atof(b);
         say(L, "group %s finished: %s", w->group, line + 6);
@@ -450,7 +463,8 @@ static void reap(launch_t *L) {
                 say(L, "  x worker %s/%d died (%s %d) and reached --max-restarts %d: giving up", w->group, w->rank,
                     WIFSIGNALED(st) ? "signal" : "status", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st),
                     L->cfg.max_restarts);
-                g_signal = SIGTERM;
+                show_log_tail(L, w);
+                L->stop_rc = EXIT_INCOMPLETE;
                 break;
             }
             w->restarts++;
@@ -593,6 +607,14 @@ static int ensure_data(launch_t *L) {
         return -1;
     }
     return 0;
+}
+
+/* Why a job that was not stopped by a signal ended before --steps. */
+static const char *incomplete_reason(const launch_t *L) {
+    if (L->stop_rc == EXIT_CONFIG) return "a worker's configuration error, above";
+    if (L->stop_rc) return "a worker reached --max-restarts, above";
+    if (L->finals > 0) return "groups finished at another step count, above";
+    return "every worker left before the end";
 }
 
 /* JSON has no NaN: an unknown number is null. */
@@ -747,10 +769,14 @@ int main(int argc, char **argv) {
         rc = g_signal == SIGINT ? 130 : 143;
     } else if (L.stop_rc) {
         rc = L.stop_rc;
-        say(&L, "the job stopped before step %d: a worker's configuration error, above; logs in %s/", c->steps,
-            c->log_dir);
     }
     stop_all(&L, SIGTERM);
+    int completed = L.finals_full > 0 && !g_signal && !L.stop_rc;
+    if (!completed && !g_signal) {
+        say(&L, "the job did not reach step %d: the last committed step is %lld (%s); logs in %s/", c->steps,
+            (long long)L.last_step, incomplete_reason(&L), c->log_dir);
+        if (rc == 0) rc = EXIT_INCOMPLETE;
+    }
     read_events(&L);
     double elapsed = (double)(px_now_ms() - L.t_start) / 1000.0;
     char fl[32], el[32];
@@ -759,7 +785,7 @@ int main(int argc, char **argv) {
     printf("{\"steps\":%lld,\"failures\":%d,\"heals\":%d,\"final_loss\":%s,\"eval_loss\":%s,"
            "\"time_lost_s\":%.3f,\"elapsed_s\":%.1f,\"completed\":%s,\"chaos_kills\":%d,\"chaos_seed\":%llu}\n",
            (long long)L.last_step, L.failures, L.heals, fl, el, time_lost_s(&L), elapsed,
-           L.finals > 0 && !g_signal ? "true" : "false", L.kills, (unsigned long long)c->chaos_seed);
+           completed ? "true" : "false", L.kills, (unsigned long long)c->chaos_seed);
     fflush(stdout);
     if (L.events_in) fclose(L.events_in);
     free(L.commit_ms);
