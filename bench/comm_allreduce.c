@@ -21,6 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "px_child.h"
 #include "px_comm.h"
 #include "px_dir_store.h"
 #include "px_flags.h"
@@ -51,8 +52,10 @@ static double tcp_bandwidth(size_t total) {
         exit(1);
     }
     const size_t chunk = 4u << 20;
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid == 0) {
+        px_child_die_with_parent(parent);
         int s = socket(AF_INET, SOCK_STREAM, 0);
         if (connect(s, (struct sockaddr *)&a, sizeof(a)) != 0) _exit(1);
         char *buf = malloc(chunk);

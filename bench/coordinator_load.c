@@ -61,6 +61,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "px_child.h"
 #include "px_wire.h"
 
 #define HIST_N 512
@@ -1138,8 +1139,10 @@ static void start_coordinator(void) {
     snprintf(hbt, sizeof hbt, "%d", C.hb_timeout_ms);
     int out[2];
     if (pipe(out) != 0) die("pipe");
+    pid_t parent = getpid();
     coord_pid = fork();
     if (coord_pid == 0) {
+        px_child_die_with_parent(parent); /* a killed benchmark leaves no coordinator behind */
         dup2(out[1], 1);
         int lf = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         if (lf >= 0) dup2(lf, 2);
@@ -1316,7 +1319,8 @@ int main(int argc, char **argv) {
     print_loadavg("at start");
     fflush(stdout);
 
-    /* Fork the clients. */
+    /* Fork the clients; they die with this process (a killed benchmark leaves nothing behind). */
+    pid_t parent = getpid();
     for (int i = 0; i < NK; i++) {
         int cmd[2], rep[2];
         if (pipe(cmd) != 0 || pipe(rep) != 0) die("pipe: %s", strerror(errno));
@@ -1324,6 +1328,7 @@ int main(int argc, char **argv) {
         K[i].hi = (i + 1) * per_proc < C.members ? (i + 1) * per_proc : C.members;
         pid_t p = fork();
         if (p == 0) {
+            px_child_die_with_parent(parent);
             close(cmd[1]), close(rep[0]);
             for (int k = 0; k < i; k++) close(K[k].cmd_fd), close(K[k].rep_fd);
             client_main(i, K[i].lo, K[i].hi, cmd[0], rep[1]);

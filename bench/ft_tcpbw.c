@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "px_child.h"
 #include "px_flags.h"
 #include "px_time.h"
 
@@ -56,12 +57,14 @@ int main(int argc, char **argv) {
     char *buf = malloc(chunk);
     if (!buf) return 1;
     memset(buf, 0x5a, chunk);
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) {
         perror(PROG ": fork");
         return 1;
     }
     if (pid == 0) {
+        px_child_die_with_parent(parent);
         int s = socket(AF_INET, SOCK_STREAM, 0);
         if (s < 0 || connect(s, (struct sockaddr *)&addr, sizeof addr) != 0) _exit(1);
         send_all(s, buf, chunk, total);

@@ -495,6 +495,8 @@ static void on_register(px_coordinator_t *c, const void *ident, size_t ident_len
     ack.has_heartbeat_timeout_ms = 1;
     ack.heartbeat_timeout_ms = (uint32_t)c->cfg.heartbeat_timeout_ms;
     ack.job = (char *)c->cfg.job;
+    ack.has_finished_step = c->finished_step > 0;
+    ack.finished_step = c->finished_step;
     env.has_request_id = 1;
     env.request_id = msg->request_id;
     env.body_case = PHALANX__ENVELOPE__BODY_REG_ACK;

@@ -10,7 +10,19 @@
  *
  * Workers' rank 0 print machine-readable lines on stdout ("progress ...",
  * "event ...", "final ..."), read here through pipes; everything else they
- * log goes to files under --log-dir. */
+ * log goes to files under --log-dir.
+ *
+ * Every child dies with the launcher, even one killed with SIGKILL (a
+ * parent-death signal, px_child.h): a job never outlives its supervisor.
+ *
+ * A worker that exits with the configuration-error status 2 (or cannot be
+ * run at all) is not restarted: it would fail the same way. The job stops
+ * with the end of that worker's log on the terminal.
+ *
+ * Success means the job reached --steps: some group printed its final line
+ * with steps equal to --steps. Anything else (every worker left early, a
+ * configuration error, a worker past --max-restarts) ends with a message
+ * saying why and a non-zero exit status. */
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
@@ -28,6 +40,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "px_child.h"
 #include "px_flags.h"
 #include "px_time.h"
 
@@ -39,6 +52,11 @@ static volatile sig_atomic_t g_signal;
 #define LINE_MAX_LEN 1024
 #define FINISH_GRACE_MS 15000
 #define CHAOS_STEP_JITTER_MS 250.0
+#define WORKER_EXIT_CONFIG 2 /* phalanx-worker: cannot work as configured, do not restart */
+#define EXEC_FAILED 127      /* the child could not run the program at all */
+#define LOG_TAIL_LINES 6
+#define EXIT_INCOMPLETE 1    /* the job stopped before --steps */
+#define EXIT_CONFIG 2        /* a worker reported a configuration error (or a bad flag here) */
 
 typedef struct {
     char group[64];
@@ -55,7 +73,7 @@ typedef struct {
 } worker_t;
 
 typedef struct {
-    int groups, ranks, steps, max_restarts, restart_backoff_ms;
+    int groups, ranks, steps, max_restarts, restart_backoff_ms, connect_timeout_s;
     const char *model, *data, *http, *events, *coordinator, *bind, *log_dir, *job, *ledger;
     uint64_t seed, chaos_seed;
     double chaos_every_s;
@@ -76,6 +94,8 @@ typedef struct {
     int64_t last_step;
     double last_loss, eval_loss, final_loss;
     int failures, heals, finals;
+    int finals_full;        /* final lines with steps == --steps: the job's result exists */
+    int stop_rc;            /* > 0: the job cannot go on; stop and exit with this */
     int64_t *commit_ms;
     int n_commits, cap_commits;
     int64_t *fail_ms;
@@ -120,12 +140,19 @@ static void usage(void) {
            "  --chaos-until-step N     no kills once step N is committed, 0 = no limit [0]\n"
            "  --max-restarts N         restarts per worker before giving up, 0..100000 [100]\n"
            "  --restart-backoff-ms N   first restart delay, doubled per quick crash (not per chaos kill), 0..60000 [200]\n"
+           "  --connect-timeout S      workers give up when no coordinator answers within S seconds,\n"
+           "                           0 = wait forever, 0..86400 [300]; meanwhile they say whom they wait for\n"
            "  --log-dir DIR            worker and coordinator logs [phalanx-run]\n"
            "  --sample-ledger PATH     workers append the samples of each committed step [off]\n"
            "  --quiet                  no per-step lines, only events and the summary\n"
            "  --help                   this text\n\n"
            "Flags after -- go to every worker (e.g. -- --global-batch 24 --lr 3e-4).\n"
-           "SIGINT/SIGTERM: forwarded to every process; the summary is printed.\n",
+           "SIGINT/SIGTERM: forwarded to every process; the summary is printed.\n"
+           "A worker exiting with status 2 (bad flag, model or data; no coordinator) is not restarted:\n"
+           "the job stops and its log's last lines are shown. Every process started here dies with\n"
+           "this one, even after SIGKILL.\n"
+           "Exit status: 0 the job reached --steps; 1 it did not; 2 a configuration error;\n"
+           "130/143 stopped by SIGINT/SIGTERM.\n",
            PROG);
 }
 
@@ -166,9 +193,11 @@ static void say(launch_t *L, const char *fmt, ...) {
 static pid_t spawn(const char *path, char *const argv[], const char *log_path, int *out_fd) {
     int pfd[2] = {-1, -1};
     if (out_fd && pipe(pfd) != 0) return -1;
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) return -1;
     if (pid == 0) {
+        px_child_die_with_parent(parent);
         setpgid(0, 0); /* our SIGINT is forwarded deliberately, not broadcast by the terminal */
         int log = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
         if (log >= 0) dup2(log, 2);
@@ -192,15 +221,20 @@ static pid_t spawn(const char *path, char *const argv[], const char *log_path, i
     return pid;
 }
 
+static void worker_log_path(const launch_t *L, const worker_t *w, char *out, size_t len) {
+    snprintf(out, len, "%s/worker-%s-%d.log", L->cfg.log_dir, w->group, w->rank);
+}
+
 static void start_worker(launch_t *L, worker_t *w) {
     const launch_cfg_t *c = &L->cfg;
-    char path[4200], log[4200], rank[16], rpg[16], steps[16], seed[32];
+    char path[4200], log[4200], rank[16], rpg[16], steps[16], seed[32], wait_s[16];
     snprintf(path, sizeof path, "%s/phalanx-worker", c->bindir);
-    snprintf(log, sizeof log, "%s/worker-%s-%d.log", c->log_dir, w->group, w->rank);
+    worker_log_path(L, w, log, sizeof log);
     snprintf(rank, sizeof rank, "%d", w->rank);
     snprintf(rpg, sizeof rpg, "%d", c->ranks);
     snprintf(steps, sizeof steps, "%d", c->steps);
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)c->seed);
+    snprintf(wait_s, sizeof wait_s, "%d", c->connect_timeout_s);
     const char *coord = c->coordinator ? c->coordinator : c->bind;
     const char *argv[32 + MAX_PASS];
     int n = 0;
@@ -214,6 +248,7 @@ static void start_worker(launch_t *L, worker_t *w) {
     argv[n++] = "--model", argv[n++] = c->model;
     argv[n++] = "--data", argv[n++] = c->data;
     argv[n++] = "--seed", argv[n++] = seed;
+    argv[n++] = "--connect-timeout", argv[n++] = wait_s;
     if (c->ledger) argv[n++] = "--sample-ledger", argv[n++] = c->ledger;
     for (int i = 0; i < c->n_pass; i++) argv[n++] = c->pass[i];
     argv[n] = NULL;
@@ -259,7 +294,7 @@ static const char *field(const char *line, const char *key, char *out, size_t le
 }
 
 static void on_line(launch_t *L, worker_t *w, const char *line) {
-    char a[64], b[64], c[64], d[64], e[64];
+    char a[64], b[64], c[64], d[64], e[64], ep[512];
     if (!strncmp(line, "progress ", 9)) {
         long long step = field(line, "step", a, sizeof a) ? atoll(a) : -1;
         if (step > L->last_step) {
@@ -282,8 +317,20 @@ static void on_line(launch_t *L, worker_t *w, const char *line) {
         say(L, "  + group %s healed from group %s at step %s in %s ms", w->group,
             field(line, "source", a, sizeof a) ? a : "?", field(line, "step", b, sizeof b) ? b : "?",
             field(line, "ms", c, sizeof c) ? c : "?");
+    } else if (!strncmp(line, "event kind=waiting_coordinator", 30)) {
+        long long limit = field(line, "timeout_s", c, sizeof c) ? atoll(c) : -1;
+        char until[64];
+        if (limit > 0) snprintf(until, sizeof until, "gives up after %lld s", limit);
+        else snprintf(until, sizeof until, "waits forever");
+        say(L, "  ? %s/%d waiting for the coordinator at %s: no answer for %s s (%s)", w->group, w->rank,
+            field(line, "coordinator", ep, sizeof ep) ? ep : "?", field(line, "waited_s", b, sizeof b) ? b : "?",
+            until);
     } else if (!strncmp(line, "final ", 6)) {
         L->finals++;
+        if (field(line, "steps", c, sizeof c) && atoll(c) == L->cfg.steps) L->finals_full++;
+        else
+            say(L, "  ! group %s finished at step %s, not at --steps %d", w->group,
+                field(line, "steps", c, sizeof c) ? c : "?", L->cfg.steps);
         if (field(line, "loss", a, sizeof a)) L->final_loss = atof(a);
         if (field(line, "eval_loss", b, sizeof b)) L->eval_loss = atof(b);
         say(L, "group %s finished: %s", w->group, line + 6);
@@ -342,6 +389,41 @@ static void read_events(launch_t *L) {
 
 /* ---- supervision --------------------------------------------------------- */
 
+/* Prints the last lines of a worker's log: what it said before it exited. */
+static void show_log_tail(launch_t *L, const worker_t *w) {
+    char path[4200], buf[8192];
+    worker_log_path(L, w, path, sizeof path);
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        say(L, "    (no log at %s: %s)", path, strerror(errno));
+        return;
+    }
+    long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : 0;
+    long from = size > (long)sizeof buf - 1 ? size - (long)sizeof buf + 1 : 0;
+    fseek(f, from, SEEK_SET);
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    while (n > 0 && buf[n - 1] == '\n') buf[--n] = '\0';
+    char *start = buf + n;
+    for (int lines = 0; start > buf && lines < LOG_TAIL_LINES; start--)
+        if (start[-1] == '\n' && ++lines == LOG_TAIL_LINES) break;
+    if (from > 0 && start == buf) start += strcspn(buf, "\n") + (buf[strcspn(buf, "\n")] != '\0'); /* partial line */
+    say(L, "    %s ends with:", path);
+    for (char *line = strtok(start, "\n"); line; line = strtok(NULL, "\n")) say(L, "    | %s", line);
+}
+
+/* A worker that cannot work as configured (or cannot be run at all) would
+ * fail the same way after a restart: stop the job and show why. */
+static int config_error(launch_t *L, const worker_t *w, int st) {
+    if (!WIFEXITED(st) || (WEXITSTATUS(st) != WORKER_EXIT_CONFIG && WEXITSTATUS(st) != EXEC_FAILED)) return 0;
+    say(L, "  x worker %s/%d exited with status %d (a configuration error: restarting cannot help); stopping the job",
+        w->group, w->rank, WEXITSTATUS(st));
+    show_log_tail(L, w);
+    L->stop_rc = EXIT_CONFIG;
+    return 1;
+}
+
 static void reap(launch_t *L) {
     int st;
     pid_t pid;
@@ -361,7 +443,7 @@ static void reap(launch_t *L) {
                 w->done = 1;
                 break;
             }
-            if (g_signal) break;
+            if (g_signal || L->stop_rc) break;
             L->failures++;
             if (L->finals > 0) { /* the job's last step is committed: nothing to restart for */
                 w->done = 1;
@@ -369,6 +451,7 @@ static void reap(launch_t *L) {
                     WIFSIGNALED(st) ? "signal" : "status", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
                 break;
             }
+            if (config_error(L, w, st)) break;
             append_ms(&L->fail_ms, &L->n_fail, &L->cap_fail, px_now_ms());
             int64_t alive_ms = px_now_ms() - w->started_ms;
             /* Doubling is for crash loops; a chaos kill is not the worker's fault. */
@@ -380,7 +463,8 @@ static void reap(launch_t *L) {
                 say(L, "  x worker %s/%d died (%s %d) and reached --max-restarts %d: giving up", w->group, w->rank,
                     WIFSIGNALED(st) ? "signal" : "status", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st),
                     L->cfg.max_restarts);
-                g_signal = SIGTERM;
+                show_log_tail(L, w);
+                L->stop_rc = EXIT_INCOMPLETE;
                 break;
             }
             w->restarts++;
@@ -509,8 +593,10 @@ static int ensure_data(launch_t *L) {
         }
     char path[4200];
     snprintf(path, sizeof path, "%s/phalanx-data", L->cfg.bindir);
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid == 0) {
+        px_child_die_with_parent(parent);
         execl(path, path, "--demo", "--out", L->cfg.data, (char *)NULL);
         fprintf(stderr, "%s: cannot run %s: %s\n", PROG, path, strerror(errno));
         _exit(127);
@@ -521,6 +607,14 @@ static int ensure_data(launch_t *L) {
         return -1;
     }
     return 0;
+}
+
+/* Why a job that was not stopped by a signal ended before --steps. */
+static const char *incomplete_reason(const launch_t *L) {
+    if (L->stop_rc == EXIT_CONFIG) return "a worker's configuration error, above";
+    if (L->stop_rc) return "a worker reached --max-restarts, above";
+    if (L->finals > 0) return "groups finished at another step count, above";
+    return "every worker left before the end";
 }
 
 /* JSON has no NaN: an unknown number is null. */
@@ -567,6 +661,7 @@ static void parse(launch_cfg_t *c, int argc, char **argv) {
         else if (!strcmp(a, "--chaos-seed")) c->chaos_seed = (uint64_t)px_flag_int(PROG, a, v, 0, INT64_MAX);
         else if (!strcmp(a, "--max-restarts")) c->max_restarts = (int)px_flag_int(PROG, a, v, 0, 100000);
         else if (!strcmp(a, "--restart-backoff-ms")) c->restart_backoff_ms = (int)px_flag_int(PROG, a, v, 0, 60000);
+        else if (!strcmp(a, "--connect-timeout")) c->connect_timeout_s = (int)px_flag_int(PROG, a, v, 0, 86400);
         else if (!strcmp(a, "--log-dir")) c->log_dir = px_flag_str(PROG, a, v, 4000);
         else if (!strcmp(a, "--sample-ledger")) c->ledger = px_flag_str(PROG, a, v, 4096);
         else px_flag_unknown(PROG, a);
@@ -582,6 +677,7 @@ int main(int argc, char **argv) {
     static launch_t L;
     launch_cfg_t *c = &L.cfg;
     *c = (launch_cfg_t){.groups = 3, .ranks = 1, .steps = 200, .max_restarts = 100, .restart_backoff_ms = 200,
+                        .connect_timeout_s = 300,
                         .model = "small", .data = "data/demo", .http = "127.0.0.1:8080", .bind = "tcp://127.0.0.1:7777",
                         .log_dir = "phalanx-run", .job = "phalanx", .seed = 1337, .chaos_seed = 1};
     parse(c, argc, argv);
@@ -645,7 +741,7 @@ int main(int argc, char **argv) {
             if (pfd[k].revents) read_worker(&L, &L.w[idx[k]]);
         read_events(&L);
         reap(&L);
-        if (g_signal) break;
+        if (g_signal || L.stop_rc) break;
         int64_t now = px_now_ms();
         int all_done = 1;
         for (int i = 0; i < L.n; i++) {
@@ -671,8 +767,16 @@ int main(int argc, char **argv) {
     if (g_signal) {
         say(&L, "stopping (%s): signalling every process", g_signal == SIGINT ? "SIGINT" : "SIGTERM");
         rc = g_signal == SIGINT ? 130 : 143;
+    } else if (L.stop_rc) {
+        rc = L.stop_rc;
     }
     stop_all(&L, SIGTERM);
+    int completed = L.finals_full > 0 && !g_signal && !L.stop_rc;
+    if (!completed && !g_signal) {
+        say(&L, "the job did not reach step %d: the last committed step is %lld (%s); logs in %s/", c->steps,
+            (long long)L.last_step, incomplete_reason(&L), c->log_dir);
+        if (rc == 0) rc = EXIT_INCOMPLETE;
+    }
     read_events(&L);
     double elapsed = (double)(px_now_ms() - L.t_start) / 1000.0;
     char fl[32], el[32];
@@ -681,7 +785,7 @@ int main(int argc, char **argv) {
     printf("{\"steps\":%lld,\"failures\":%d,\"heals\":%d,\"final_loss\":%s,\"eval_loss\":%s,"
            "\"time_lost_s\":%.3f,\"elapsed_s\":%.1f,\"completed\":%s,\"chaos_kills\":%d,\"chaos_seed\":%llu}\n",
            (long long)L.last_step, L.failures, L.heals, fl, el, time_lost_s(&L), elapsed,
-           L.finals > 0 && !g_signal ? "true" : "false", L.kills, (unsigned long long)c->chaos_seed);
+           completed ? "true" : "false", L.kills, (unsigned long long)c->chaos_seed);
     fflush(stdout);
     if (L.events_in) fclose(L.events_in);
     free(L.commit_ms);

@@ -32,6 +32,8 @@
 #define OUTBOX_MAX 256
 #define REGISTER_RETRY_MS 500
 #define REQUEST_RESEND_MS 1000
+#define WAIT_FIRST_NOTICE_MS 2000 /* a healthy start registers within milliseconds */
+#define WAIT_NOTICE_MS 5000
 
 typedef struct {
     uint64_t id; /* 0: free */
@@ -72,9 +74,13 @@ struct px_agent {
     int hook_calls;        /* hook calls running on the agent thread */
     uint64_t last_posted;  /* request id of the last fire-and-forget frame queued */
     uint64_t acked;        /* highest request id the coordinator answered */
-    char fatal[256];
-    int64_t conflict_logged_ms; /* agent thread only */       /* written once, under mu, before fatal_set */
+    char fatal[256];       /* written once, under mu, before fatal_set */
     int fatal_set;
+    int gave_up;     /* guarded by mu: no answer within connect_timeout_s */
+    /* agent thread only: the wait for the first registration */
+    int ever_registered;
+    int64_t started_ms, next_notice_ms;
+    int64_t conflict_logged_ms; /* last IDENTITY_CONFLICT warning */
 };
 
 /* ---- helpers used by both sides --------------------------------------- */
@@ -280,8 +286,10 @@ static void handle_reply(px_agent_t *a, px_msg_t *msg, int64_t *next_register) {
         if (msg->reg_ack->has_heartbeat_interval_ms && msg->reg_ack->heartbeat_interval_ms > 0)
             a->hb_interval_ms = msg->reg_ack->heartbeat_interval_ms;
         int newer = learn_qid_locked(a, msg->reg_ack->quorum_id);
+        note_finished_locked(a, msg->reg_ack->finished_step);
         int want = a->quorum_wanted;
         pthread_mutex_unlock(&a->mu);
+        a->ever_registered = 1;
         if (first)
             px_log_info("registered group=%s rank=%d coordinator=%s", a->group, a->cfg.rank, a->endpoint);
         if (want) send_quorum_request(a); /* the coordinator lost it if it restarted */
@@ -335,6 +343,40 @@ static void handle_reply(px_agent_t *a, px_msg_t *msg, int64_t *next_register) {
     }
 }
 
+/* Before the first registration: says every few seconds that we wait and
+ * for whom, and gives up after connect_timeout_s (a fatal error, so every
+ * caller stops waiting). Later silences are coordinator restarts: waited out. */
+static void watch_first_contact(px_agent_t *a, int64_t now) {
+    if (a->ever_registered) return;
+    int64_t waited = now - a->started_ms;
+    int limit = a->cfg.connect_timeout_s;
+    if (limit > 0 && waited >= (int64_t)limit * 1000) {
+        pthread_mutex_lock(&a->mu);
+        if (!a->fatal_set) { /* written once, like a refusal */
+            snprintf(a->fatal, sizeof a->fatal,
+                     "no answer from the coordinator at %.100s within --connect-timeout %d s (group %s rank %d)",
+                     a->endpoint, limit, a->group, a->cfg.rank);
+            a->fatal_set = 1;
+        }
+        a->gave_up = 1;
+        pthread_cond_broadcast(&a->cv);
+        pthread_mutex_unlock(&a->mu);
+        px_log_error("connect_timeout %s", a->fatal);
+        return;
+    }
+    if (now < a->next_notice_ms) return;
+    a->next_notice_ms = now + WAIT_NOTICE_MS;
+    long long s = (long long)(waited / 1000);
+    px_log_warn("waiting_for_coordinator coordinator=%s group=%s rank=%d job=%s waited_s=%lld timeout_s=%d: "
+                "no answer yet (is a coordinator running there?)",
+                a->endpoint, a->group, a->cfg.rank, a->job[0] ? a->job : "any", s, limit);
+    if (a->cfg.print_waiting) { /* before registration the trainer prints nothing: lines cannot interleave */
+        printf("event kind=waiting_coordinator coordinator=%s group=%s rank=%d waited_s=%lld timeout_s=%d\n",
+               a->endpoint, a->group, a->cfg.rank, s, limit);
+        fflush(stdout);
+    }
+}
+
 static void *agent_main(void *arg) {
     px_agent_t *a = arg;
     int64_t next_hb = 0, next_register = 0, next_resend = 0;
@@ -356,6 +398,7 @@ static void *agent_main(void *arg) {
             free(out[i].buf);
         }
         int64_t now = px_now_ms();
+        if (!fatal && !registered) watch_first_contact(a, now);
         if (!fatal && !registered && now >= next_register) {
             send_register(a);
             next_register = now + REGISTER_RETRY_MS;
@@ -424,6 +467,8 @@ px_agent_t *px_agent_new(const px_agent_config_t *cfg, char *err, size_t errlen)
     snprintf(a->endpoint, sizeof a->endpoint, "%s", cfg->coordinator);
     a->hb_interval_ms = 100;
     a->next_id = 1;
+    a->started_ms = px_now_ms();
+    a->next_notice_ms = a->started_ms + WAIT_FIRST_NOTICE_MS;
     px_quorum_init(&a->latest);
     pthread_mutex_init(&a->mu, NULL);
     pthread_condattr_t ca;
@@ -523,6 +568,13 @@ const char *px_agent_fatal_error(px_agent_t *a) {
     int set = a->fatal_set;
     pthread_mutex_unlock(&a->mu);
     return set ? a->fatal : "";
+}
+
+int px_agent_gave_up(px_agent_t *a) {
+    pthread_mutex_lock(&a->mu);
+    int g = a->gave_up;
+    pthread_mutex_unlock(&a->mu);
+    return g;
 }
 
 /* Deadline on the condition variable's clock (CLOCK_MONOTONIC). */

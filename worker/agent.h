@@ -20,6 +20,8 @@ typedef struct {
     const char *token;       /* NULL: none */
     int64_t job_steps;       /* the job's length (--steps), 0 when not training; sent at
                                 registration, and only a finish at this step ends our run */
+    int connect_timeout_s;   /* give up if the first registration takes longer; 0: wait forever */
+    int print_waiting;       /* also print waiting notices on stdout as "event kind=waiting_coordinator" */
 } px_agent_config_t;
 
 typedef struct px_agent px_agent_t;
@@ -72,8 +74,14 @@ int px_agent_flush(px_agent_t *a, int timeout_ms);
  * call px_agent_set_quorum_hook from inside the hook. */
 typedef void (*px_agent_quorum_hook_fn)(void *ctx, const px_quorum_t *latest, int64_t known_qid);
 void px_agent_set_quorum_hook(px_agent_t *a, px_agent_quorum_hook_fn fn, void *ctx);
-/* Non-empty when the coordinator refused us for good (wrong job, wrong token).
- * The text never changes once set; "" before. */
+/* Non-empty when the coordinator refused us for good (wrong job, wrong token)
+ * or never answered within connect_timeout_s. The text never changes once
+ * set; "" before. */
 const char *px_agent_fatal_error(px_agent_t *a);
+/* 1 when the agent gave up because no coordinator answered its first
+ * registration within connect_timeout_s. Until then it logs every few seconds
+ * that it is waiting and for whom. Only the first registration is timed: a
+ * coordinator that goes away later is waited for (restarts are survivable). */
+int px_agent_gave_up(px_agent_t *a);
 
 #endif

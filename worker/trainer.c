@@ -454,7 +454,7 @@ int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile s
     pthread_mutex_init(&t.comm_mu, NULL);
     if (setup(&t) != 0) {
         teardown(&t);
-        return 1;
+        return 4;
     }
     px_agent_set_quorum_hook(agent, on_quorum_news, &t);
     px_log_info("trainer_started group=%s rank=%d model=%s params=%zu steps=%lld global_batch=%d micro_batch=%d T=%d",
@@ -474,6 +474,10 @@ int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile s
             }
             need = failed = 0;
             if (t.st.step >= cfg->steps) break;
+            if (job_finished_elsewhere(&t)) { /* learned while joining (a late start): train nothing */
+                rc = 3;
+                break;
+            }
         }
         int64_t t0 = px_now_us();
         int adopt = 0;

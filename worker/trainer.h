@@ -32,7 +32,9 @@ typedef struct {
 
 /* Trains until cfg->steps are committed or *stop is set. Returns 0 when the
  * job's steps are done, 1 on a fatal error, 2 when stopped by a signal, 3
- * when another group finished the job while this one was behind. */
+ * when another group finished the job while this one was behind, 4 when the
+ * configuration cannot work (model, data, sequence length or ledger refused
+ * at setup: retrying cannot help). */
 int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile sig_atomic_t *stop);
 
 #endif

@@ -3,7 +3,13 @@
  * or a control-only loop that holds a place in the quorum without training
  * (used by control-plane tests and load drills): it joins, follows every
  * membership change, rejoins after its group is dropped, and survives
- * coordinator restarts. */
+ * coordinator restarts.
+ *
+ * Exit status: 0 finished (or stopped, or the job finished elsewhere); 1 a
+ * failure worth a restart; 2 this worker cannot work as configured (a bad
+ * flag, model or data shard, or no coordinator answering within
+ * --connect-timeout): a supervisor should not restart it (phalanx-launch
+ * stops the job and shows the error). */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +24,7 @@
 #include "px_wire.h"
 
 static const char *PROG = "phalanx-worker";
+#define EXIT_CONFIG 2 /* see the top of this file */
 static volatile sig_atomic_t g_stop;
 
 static void on_signal(int sig) {
@@ -37,6 +44,9 @@ static void usage(void) {
            "  --ranks-per-group W      ranks in each group, 1..1024 [1]\n"
            "  --job NAME               refuse a coordinator running another job [any]\n"
            "  --token-file PATH        job token to present (first line of the file) [none]\n"
+           "  --connect-timeout S      give up (exit 2) if no coordinator answers the first registration\n"
+           "                           within S seconds, 0 = wait forever, 0..86400 [300]; says every few\n"
+           "                           seconds that it is waiting; once registered, outages are waited out\n"
            "  --quiet                  log warnings and errors only\n"
            "  --help                   this text\n\n"
            "training (with --steps N; without it the worker only holds its place in the quorum):\n"
@@ -58,7 +68,8 @@ static void usage(void) {
            "  --comm-timeout-ms N      bound on every collective and rendezvous, 100..3600000 [30000]\n"
            "  --sample-ledger PATH     append one line per committed step: which samples this group took [off]\n"
            "  --save PATH              write the final model as an llm.c file (rank 0) [off]\n\n"
-           "SIGTERM or SIGINT: leave the quorum (the coordinator drops the group at once) and exit 0.\n",
+           "SIGTERM or SIGINT: leave the quorum (the coordinator drops the group at once) and exit 0.\n"
+           "Exit status: 0 done, 1 failed (worth a restart), 2 cannot work as configured (do not restart).\n",
            PROG, PROG);
 }
 
@@ -71,7 +82,9 @@ static void log_quorum(const char *what, const px_quorum_t *q) {
 }
 
 int px_worker_main(int argc, char **argv) {
-    px_agent_config_t cfg = {.coordinator = "tcp://127.0.0.1:7777", .rank = 0, .group_size = 1};
+    px_agent_config_t cfg = {
+        .coordinator = "tcp://127.0.0.1:7777", .rank = 0, .group_size = 1, .connect_timeout_s = 300,
+    };
     px_trainer_config_t tc = {
         .model = "tiny", .data = "data/demo", .global_batch = 16, .micro_batch = 4, .lr = 1e-3f, .min_lr = 1e-4f,
         .warmup = 10, .weight_decay = 0.1f, .grad_clip = 1.0f, .seed = 1337, .threads = 1, .eval_batches = 4,
@@ -93,6 +106,7 @@ int px_worker_main(int argc, char **argv) {
         else if (!strcmp(a, "--ranks-per-group")) cfg.group_size = (int)px_flag_int(PROG, a, v, 1, 1024);
         else if (!strcmp(a, "--job")) cfg.job = px_flag_str(PROG, a, v, 63);
         else if (!strcmp(a, "--token-file")) token = px_flag_token_file(PROG, a, v);
+        else if (!strcmp(a, "--connect-timeout")) cfg.connect_timeout_s = (int)px_flag_int(PROG, a, v, 0, 86400);
         else if (!strcmp(a, "--steps")) tc.steps = px_flag_int(PROG, a, v, 1, 100000000);
         else if (!strcmp(a, "--model")) tc.model = px_flag_str(PROG, a, v, 4096);
         else if (!strcmp(a, "--data")) tc.data = px_flag_str(PROG, a, v, 4096);
@@ -124,6 +138,7 @@ int px_worker_main(int argc, char **argv) {
     }
     cfg.token = token;
     cfg.job_steps = tc.steps;
+    cfg.print_waiting = cfg.rank == 0; /* rank 0's stdout is what phalanx-launch reads */
     struct sigaction sa = {0};
     sa.sa_handler = on_signal;
     sigaction(SIGTERM, &sa, NULL);
@@ -143,9 +158,10 @@ int px_worker_main(int argc, char **argv) {
         /* Leaving: tell the coordinator at once so nobody waits for our heartbeats to stop. */
         px_agent_report_failure(agent, cfg.group, cfg.rank, 0, 0, rc == 0 ? "finished" : rc == 3 ? "job finished by another group" : "worker stopping");
         px_agent_flush(agent, 500); /* bounded: wait until the coordinator has the departure notice */
+        int code = rc == 2 || rc == 3 ? 0 : rc == 4 || px_agent_gave_up(agent) ? EXIT_CONFIG : rc;
         px_agent_destroy(&agent);
         free(token);
-        return rc == 2 || rc == 3 ? 0 : rc;
+        return code;
     }
     int64_t held = 0, step = 0;
     px_quorum_t q, latest;
@@ -166,6 +182,9 @@ int px_worker_main(int argc, char **argv) {
                 held = q.id;
                 px_agent_set_progress(agent, step, PHALANX__MEMBER_STATE__HEALTHY, held);
                 log_quorum("quorum_joined", &q);
+            } else if (r < 0 && px_agent_gave_up(agent)) {
+                rc = EXIT_CONFIG; /* the agent logged why */
+                break;
             } else if (r < 0 && px_agent_fatal_error(agent)[0]) {
                 px_log_error("coordinator refused this worker: %s", px_agent_fatal_error(agent));
                 rc = 1;

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "px_child.h"
 #include "px_time.h"
 
 void *px_procs_shared(size_t bytes) {
@@ -25,6 +26,7 @@ void *px_procs_shared(size_t bytes) {
 int px_procs_spawn(int size, px_rank_fn fn, void *arg, pid_t *pids) {
     fflush(stdout);
     fflush(stderr);
+    pid_t parent = getpid();
     for (int r = 0; r < size; r++) {
         pid_t pid = fork();
         if (pid < 0) {
@@ -33,6 +35,7 @@ int px_procs_spawn(int size, px_rank_fn fn, void *arg, pid_t *pids) {
             return -1;
         }
         if (pid == 0) {
+            px_child_die_with_parent(parent); /* a killed test leaves no rank behind */
             int rc = fn(r, size, arg);
             fflush(stdout);
             exit(rc);

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "events.h"
+#include "px_child.h"
 #include "px_time.h"
 
 /* Each driver uses a subset of these helpers. */
@@ -151,9 +152,11 @@ static char g_boot[512];
 static void mock_start(const char *mock_path, const char *topics) {
     int in[2], out[2];
     REQUIRE(pipe(in) == 0 && pipe(out) == 0, "pipe");
+    pid_t parent = getpid();
     g_mock_pid = fork();
     REQUIRE(g_mock_pid >= 0, "fork");
     if (g_mock_pid == 0) {
+        px_child_die_with_parent(parent); /* the mock cluster ends with its test */
         dup2(in[0], 0);
         dup2(out[1], 1);
         close(in[0]);

@@ -275,9 +275,11 @@ static void crashing_run(const char *spec, const char *job, int before, int flus
                          char run[20]) {
     int fds[2];
     REQUIRE(pipe(fds) == 0, "pipe");
+    pid_t parent = getpid();
     pid_t pid = fork();
     REQUIRE(pid >= 0, "fork");
     if (pid == 0) {
+        px_child_die_with_parent(parent);
         close(fds[0]);
         char err[512];
         px_events_t *ev = px_events_new(spec, job, g_tmpdir, err, sizeof err);
