@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "px_keys.h"
 #include "quorum.h"
 
 typedef struct {
@@ -18,6 +19,7 @@ typedef struct {
     int rank, group_size;
     const char *job;         /* NULL: accept any coordinator job */
     const char *token;       /* NULL: none */
+    const px_curve_client_t *curve; /* NULL or not on: plaintext control plane */
 } px_agent_config_t;
 
 typedef struct px_agent px_agent_t;
