@@ -5,7 +5,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -184,7 +183,7 @@ typedef struct {
 struct px_auth {
     void *rep;
     char *path;
-    volatile sig_atomic_t *reload;
+    atomic_int *reload;
     pthread_t thread;
     int started;
     atomic_int stop;
@@ -347,10 +346,7 @@ static void *auth_main(void *arg) {
     while (!atomic_load(&a->stop)) {
         zmq_pollitem_t it = {a->rep, 0, ZMQ_POLLIN, 0};
         int rc = zmq_poll(&it, 1, ZAP_POLL_MS);
-        if (a->reload && *a->reload) {
-            *a->reload = 0;
-            reload_keys(a);
-        }
+        if (a->reload && atomic_exchange(a->reload, 0)) reload_keys(a);
         if (rc > 0 && (it.revents & ZMQ_POLLIN)) serve_one(a);
         roll_window(a, px_now_ms());
     }
@@ -358,8 +354,7 @@ static void *auth_main(void *arg) {
     return NULL;
 }
 
-px_auth_t *px_auth_start(void *zctx, const char *keys_path, volatile sig_atomic_t *reload, char *err,
-                         size_t errlen) {
+px_auth_t *px_auth_start(void *zctx, const char *keys_path, atomic_int *reload, char *err, size_t errlen) {
     px_auth_t *a = calloc(1, sizeof *a);
     if (!a || !(a->path = strdup(keys_path))) {
         free(a);

@@ -9,7 +9,8 @@
  * nothing of the coordinator's: it owns its REP socket and its key table, and
  * hands what the event log should record (rejections, rate limited; reloads)
  * to the loop through a small locked queue (px_auth_drain). It re-reads the
- * authorized-keys file when *reload becomes non-zero (SIGHUP); a file that
+ * authorized-keys file when *reload becomes non-zero (SIGHUP: a lock-free
+ * atomic, so a signal handler may set it and this thread read it); a file that
  * no longer parses leaves the previous keys in force.
  *
  * Pure logic, tested as tables: the authorized-keys parser, the constant-time
@@ -17,7 +18,7 @@
 #ifndef PX_AUTH_H
 #define PX_AUTH_H
 
-#include <signal.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -64,8 +65,7 @@ typedef struct px_auth px_auth_t;
 
 /* Loads the authorized keys and starts serving ZAP in zctx. Call before the
  * CURVE socket binds: a CURVE server with no handler would admit anyone. */
-px_auth_t *px_auth_start(void *zctx, const char *keys_path, volatile sig_atomic_t *reload, char *err,
-                         size_t errlen);
+px_auth_t *px_auth_start(void *zctx, const char *keys_path, atomic_int *reload, char *err, size_t errlen);
 /* On the loop: hands each queued event (type, JSON members, how many
  * rejections it stands for) to fn, then forgets it. */
 typedef void (*px_auth_event_fn)(void *ctx, const char *type, const char *fields, uint64_t count);

@@ -12,7 +12,9 @@
 #include "px_wire.h"
 
 static const char *PROG = "phalanx-coordinator";
-static volatile sig_atomic_t g_stop, g_reload;
+static volatile sig_atomic_t g_stop;
+static atomic_int g_reload; /* set in a signal handler, read by the ZAP thread */
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "a signal handler may only touch lock-free atomics");
 
 static void on_signal(int sig) {
     (void)sig;
@@ -21,7 +23,7 @@ static void on_signal(int sig) {
 
 static void on_sighup(int sig) {
     (void)sig;
-    g_reload = 1;
+    atomic_store(&g_reload, 1);
 }
 
 static void usage(void) {

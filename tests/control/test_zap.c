@@ -96,7 +96,7 @@ int main(void) {
     write_file(path, text);
 
     void *ctx = zmq_ctx_new();
-    volatile sig_atomic_t reload = 0;
+    atomic_int reload = 0;
     char err[600];
     px_auth_t *auth = px_auth_start(ctx, path, &reload, err, sizeof err);
     if (!auth) {
@@ -138,8 +138,8 @@ int main(void) {
 
     /* A broken file on reload keeps the keys in force. */
     write_file(path, "garbage\n");
-    reload = 1;
-    for (int i = 0; reload && i < 500; i++) px_sleep_ms(10);
+    atomic_store(&reload, 1);
+    for (int i = 0; atomic_load(&reload) && i < 500; i++) px_sleep_ms(10);
     px_sleep_ms(50);
     px_auth_drain(auth, on_event, &t);
     CHECK(t.reloads == 1 && t.reload_errors == 1, "a failed reload is reported (%d, %d)", t.reloads, t.reload_errors);
@@ -150,8 +150,8 @@ int main(void) {
     /* Rotation: add a key, reload, the new one is admitted. */
     snprintf(text, sizeof text, "%s good\n%s later\n", good.pub, later.pub);
     write_file(path, text);
-    reload = 1;
-    for (int i = 0; reload && i < 500; i++) px_sleep_ms(10);
+    atomic_store(&reload, 1);
+    for (int i = 0; atomic_load(&reload) && i < 500; i++) px_sleep_ms(10);
     px_sleep_ms(50);
     px_auth_drain(auth, on_event, &t);
     CHECK(t.reloads == 2 && t.reload_errors == 1 && px_auth_key_count(auth) == 2, "reload with two keys");
