@@ -21,6 +21,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "auth.h"
 #include "events.h"
 #include "http.h"
 #include "membership.h"
@@ -41,6 +42,7 @@ struct px_coordinator {
     void *zctx, *router, *monitor;
     px_http_t *http;
     px_events_t *events;
+    px_auth_t *auth;           /* ZAP handler when CURVE is on (auth.h) */
     px_members_t members;
     px_quorum_t quorum;        /* current quorum (id 0: none yet) */
     px_store_kv_t *kv;
@@ -783,7 +785,7 @@ static void handle_frame(px_coordinator_t *c, const void *ident, size_t ident_le
         bad_message(c, ident, ident_len, 0, code, why);
         return;
     }
-    if (c->cfg.token && (!msg->token || strcmp(msg->token, c->cfg.token) != 0)) {
+    if (c->cfg.token && (!msg->token || !px_auth_token_equal(msg->token, c->cfg.token))) {
         c->stats.auth_rejected++;
         emit_limited(c, &c->rl_auth, "\"message\":\"%s\",\"detail\":\"%s\"", px_wire_body_name(msg),
                      msg->token ? "wrong job token" : "no job token");
@@ -882,8 +884,16 @@ static void read_monitor(px_coordinator_t *c) {
     }
 }
 
+/* Events from the ZAP handler's thread (auth.c), already rate limited there. */
+static void auth_event(void *ctx, const char *type, const char *fields, uint64_t count) {
+    px_coordinator_t *c = ctx;
+    if (!strcmp(type, "auth_rejected")) c->stats.auth_rejected += count;
+    emit(c, type, "%s", fields);
+}
+
 static void tick(px_coordinator_t *c, int64_t now) {
     flush_rate_summaries(c, now, 0);
+    px_auth_drain(c->auth, auth_event, c);
     detect_losses(c, now);
     detect_stalled(c, now);
     if (c->quorum_dirty || c->rebuild_requested_ms) recompute_quorum(c, now);
@@ -1002,6 +1012,18 @@ px_coordinator_t *px_coordinator_new(const px_coordinator_config_t *cfg, char *e
     zmq_setsockopt(c->router, ZMQ_SNDHWM, &hwm, sizeof hwm);
     zmq_setsockopt(c->router, ZMQ_RCVHWM, &hwm, sizeof hwm);
     zmq_setsockopt(c->router, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
+    if (cfg->curve_secret_key) {
+        /* The ZAP handler must be bound before the socket accepts anyone: a
+         * CURVE server without one admits every client. */
+        c->auth = px_auth_start(c->zctx, cfg->authorized_keys, cfg->reload_keys, err, errlen);
+        if (!c->auth) goto fail;
+        if (zmq_setsockopt(c->router, ZMQ_CURVE_SERVER, &one, sizeof one) != 0 ||
+            zmq_setsockopt(c->router, ZMQ_CURVE_SECRETKEY, cfg->curve_secret_key, strlen(cfg->curve_secret_key)) != 0 ||
+            zmq_setsockopt(c->router, ZMQ_ZAP_DOMAIN, "phalanx", 7) != 0) {
+            snprintf(err, errlen, "--curve-secret-key-file: CURVE refused: %s", zmq_strerror(errno));
+            goto fail;
+        }
+    }
     if (zmq_bind(c->router, cfg->bind) != 0) {
         snprintf(err, errlen, "--bind: cannot bind '%s': %s", cfg->bind, zmq_strerror(errno));
         goto fail;
@@ -1025,7 +1047,8 @@ px_coordinator_t *px_coordinator_new(const px_coordinator_config_t *cfg, char *e
                 cfg->job, cfg->bind, cfg->http_host ? cfg->http_host : "off", c->http ? px_http_port(c->http) : 0,
                 cfg->events ? cfg->events : "none", (long long)cfg->heartbeat_interval_ms,
                 (long long)cfg->heartbeat_timeout_ms, cfg->min_replicas);
-    emit(c, "coordinator_started", "\"bind\":\"%s\",\"mode\":\"%s\"", cfg->bind, cfg->mode);
+    emit(c, "coordinator_started", "\"bind\":\"%s\",\"mode\":\"%s\",\"auth\":\"%s\"", cfg->bind, cfg->mode,
+         c->auth ? (cfg->token ? "curve+token" : "curve") : cfg->token ? "token" : "none");
     return c;
 fail:
     px_coordinator_destroy(&c, 0);
@@ -1039,10 +1062,12 @@ void px_coordinator_destroy(px_coordinator_t **self, int flush_ms) {
     if (!c) return;
     if (c->events) {
         flush_rate_summaries(c, px_now_ms(), 1);
+        px_auth_stop(&c->auth, auth_event, c); /* its last summary goes into the log */
         emit(c, "coordinator_stopped", "\"quorum_id\":%lld", (long long)c->quorum.id);
         px_events_destroy(&c->events, flush_ms);
     }
     px_http_destroy(&c->http);
+    px_auth_stop(&c->auth, NULL, NULL);
     if (c->monitor) zmq_close(c->monitor);
     if (c->router) {
         zmq_socket_monitor(c->router, NULL, 0);

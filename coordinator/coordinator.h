@@ -7,6 +7,7 @@
 #define PX_COORDINATOR_H
 
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 typedef struct {
@@ -17,6 +18,9 @@ typedef struct {
     const char *events;        /* "file:PATH", "kafka:...", or NULL */
     const char *spill_dir;
     const char *token;         /* NULL: no token required */
+    const char *curve_secret_key; /* Z85 secret key: CURVE on the ROUTER socket; NULL: plaintext */
+    const char *authorized_keys;  /* with CURVE: file of client public keys admitted (auth.h) */
+    atomic_int *reload_keys;   /* set non-zero (SIGHUP) to re-read authorized_keys; may be NULL */
     const char *mode;          /* "sync" or "diloco" */
     int64_t heartbeat_interval_ms;
     int64_t heartbeat_timeout_ms;

@@ -42,6 +42,7 @@
 
 #include "px_child.h"
 #include "px_flags.h"
+#include "px_keys.h"
 #include "px_time.h"
 
 static const char *PROG = "phalanx-launch";
@@ -83,6 +84,9 @@ typedef struct {
     const char *pass[MAX_PASS];
     int n_pass;
     int quiet;
+    int curve, insecure;                   /* --curve: throwaway keys in LOG_DIR/curve */
+    const char *curve_secret, *curve_server; /* workers' key and the coordinator's public key */
+    char curve_dir[4200];
     char bindir[4096];
 } launch_cfg_t;
 
@@ -131,6 +135,12 @@ static void usage(void) {
            "  --bind ENDPOINT          endpoint of the coordinator started here [tcp://127.0.0.1:7777]\n"
            "  --coordinator ENDPOINT   join a running coordinator instead of starting one [start one]\n"
            "  --job NAME               job name [phalanx]\n"
+           "  --curve                  encrypt and authenticate the control plane with throwaway CURVE keys\n"
+           "                           made in LOG_DIR/curve for this job [off: the default bind is loopback]\n"
+           "  --curve-secret-key-file PATH  with --coordinator: the workers' CURVE secret key [none]\n"
+           "  --coordinator-public-key-file PATH  with --coordinator: that coordinator's public key [none]\n"
+           "  --insecure               let the coordinator started here bind a non-loopback --bind\n"
+           "                           without CURVE (see docs/security.md) [off]\n"
            "  --chaos-kill-every S     SIGKILL a random worker about every S seconds, 0 = off [0];\n"
            "                           never one whose loss would leave no group holding the job's state\n"
            "  --chaos-kill-every-steps K  instead: about every K committed steps, at a random\n"
@@ -250,6 +260,9 @@ static void start_worker(launch_t *L, worker_t *w) {
     argv[n++] = "--seed", argv[n++] = seed;
     argv[n++] = "--connect-timeout", argv[n++] = wait_s;
     if (c->ledger) argv[n++] = "--sample-ledger", argv[n++] = c->ledger;
+    if (c->curve_secret)
+        argv[n++] = "--curve-secret-key-file", argv[n++] = c->curve_secret,
+        argv[n++] = "--coordinator-public-key-file", argv[n++] = c->curve_server;
     for (int i = 0; i < c->n_pass; i++) argv[n++] = c->pass[i];
     argv[n] = NULL;
     w->used = 0;
@@ -264,8 +277,15 @@ static int start_coordinator(launch_t *L) {
     char path[4200], log[4200];
     snprintf(path, sizeof path, "%s/phalanx-coordinator", c->bindir);
     snprintf(log, sizeof log, "%s/coordinator.log", c->log_dir);
-    const char *argv[] = {path, "--bind", c->bind, "--http", c->http, "--job", c->job, "--events", c->events,
-                          "--spill-dir", c->log_dir, NULL};
+    char key[4300], authorized[4300];
+    snprintf(key, sizeof key, "%s/coordinator.key", c->curve_dir);
+    snprintf(authorized, sizeof authorized, "%s/authorized_keys", c->curve_dir);
+    const char *argv[20] = {path, "--bind", c->bind, "--http", c->http, "--job", c->job, "--events", c->events,
+                            "--spill-dir", c->log_dir};
+    int n = 11;
+    if (c->curve) argv[n++] = "--curve-secret-key-file", argv[n++] = key, argv[n++] = "--authorized-keys", argv[n++] = authorized;
+    if (c->insecure) argv[n++] = "--insecure";
+    argv[n] = NULL;
     L->coord_pid = spawn(path, (char *const *)argv, log, NULL);
     if (L->coord_pid < 0) return -1;
     px_sleep_ms(200);
@@ -632,6 +652,12 @@ static void parse(launch_cfg_t *c, int argc, char **argv) {
         } else if (!strcmp(a, "--quiet")) {
             c->quiet = 1;
             continue;
+        } else if (!strcmp(a, "--curve")) {
+            c->curve = 1;
+            continue;
+        } else if (!strcmp(a, "--insecure")) {
+            c->insecure = 1;
+            continue;
         } else if (!strcmp(a, "--")) {
             for (int k = i + 1; k < argc; k++) {
                 if (c->n_pass == MAX_PASS) {
@@ -654,6 +680,8 @@ static void parse(launch_cfg_t *c, int argc, char **argv) {
         else if (!strcmp(a, "--bind")) c->bind = px_flag_str(PROG, a, v, 512);
         else if (!strcmp(a, "--coordinator")) c->coordinator = px_flag_str(PROG, a, v, 512);
         else if (!strcmp(a, "--job")) c->job = px_flag_str(PROG, a, v, 63);
+        else if (!strcmp(a, "--curve-secret-key-file")) c->curve_secret = px_flag_str(PROG, a, v, 4096);
+        else if (!strcmp(a, "--coordinator-public-key-file")) c->curve_server = px_flag_str(PROG, a, v, 4096);
         else if (!strcmp(a, "--chaos-kill-every-steps")) c->chaos_every_steps = (int)px_flag_int(PROG, a, v, 0, 100000000);
         else if (!strcmp(a, "--chaos-kill-every")) c->chaos_every_s = px_flag_double(PROG, a, v, 0, 86400);
         else if (!strcmp(a, "--chaos-max-kills")) c->chaos_max_kills = (int)px_flag_int(PROG, a, v, 0, 1000000);
@@ -666,6 +694,20 @@ static void parse(launch_cfg_t *c, int argc, char **argv) {
         else if (!strcmp(a, "--sample-ledger")) c->ledger = px_flag_str(PROG, a, v, 4096);
         else px_flag_unknown(PROG, a);
         i++;
+    }
+    const char *bad = c->curve && c->coordinator ? "--curve makes keys for the coordinator started here; with "
+                                                   "--coordinator give --curve-secret-key-file and "
+                                                   "--coordinator-public-key-file"
+                      : !c->curve_secret != !c->curve_server ? "--curve-secret-key-file and "
+                                                               "--coordinator-public-key-file go together"
+                      : c->curve_secret && !c->coordinator ? "--curve-secret-key-file is for --coordinator (use --curve "
+                                                             "for the coordinator started here)"
+                      : c->insecure && c->coordinator ? "--insecure applies to the coordinator started here, not to "
+                                                        "--coordinator"
+                                                      : NULL;
+    if (bad) {
+        fprintf(stderr, "%s: %s\n", PROG, bad);
+        exit(2);
     }
     if (c->groups * c->ranks > MAX_WORKERS) {
         fprintf(stderr, "%s: --groups x --ranks-per-group must be at most %d\n", PROG, MAX_WORKERS);
@@ -690,6 +732,18 @@ int main(int argc, char **argv) {
         if (slash) *slash = '\0';
     }
     mkdir(c->log_dir, 0755);
+    if (c->curve) {
+        char err[600];
+        snprintf(c->curve_dir, sizeof c->curve_dir, "%s/curve", c->log_dir);
+        if (px_keys_make_local_set(c->curve_dir, err, sizeof err) != 0) {
+            fprintf(stderr, "%s: --curve: %s\n", PROG, err);
+            return 1;
+        }
+        static char wkey[4300], cpub[4300];
+        snprintf(wkey, sizeof wkey, "%s/worker.key", c->curve_dir);
+        snprintf(cpub, sizeof cpub, "%s/coordinator.pub", c->curve_dir);
+        c->curve_secret = wkey, c->curve_server = cpub;
+    }
     static char events_default[4200];
     if (!c->events) {
         snprintf(events_default, sizeof events_default, "file:%s/events.jsonl", c->log_dir);

@@ -46,3 +46,15 @@ foreach(t impersonation forged_finish stale_report stalled_member auth_flood lat
                  $<TARGET_FILE_DIR:phalanx-coordinator> ${t})
   set_tests_properties(control_hostile_${t} PROPERTIES TIMEOUT 120)
 endforeach()
+# CURVE and the bind policy: the authorized-keys parser, token comparison,
+# loopback classification and key files as tables (test_auth_keys.c); real
+# coordinators, workers and phalanxctl with keys (test_curve.py).
+add_executable(test_auth_keys ${CMAKE_CURRENT_LIST_DIR}/control/test_auth_keys.c)
+target_link_libraries(test_auth_keys PRIVATE px_coordinator)
+add_test(NAME control_auth_keys COMMAND test_auth_keys)
+add_executable(test_zap ${CMAKE_CURRENT_LIST_DIR}/control/test_zap.c)
+target_link_libraries(test_zap PRIVATE px_coordinator)
+add_test(NAME control_zap COMMAND test_zap)
+set_tests_properties(control_zap PROPERTIES TIMEOUT 60)
+px_add_py_test(control_curve ${CMAKE_CURRENT_LIST_DIR}/control/test_curve.py $<TARGET_FILE_DIR:phalanx-coordinator>)
+set_tests_properties(control_curve PROPERTIES TIMEOUT 300)

@@ -488,6 +488,11 @@ px_agent_t *px_agent_new(const px_agent_config_t *cfg, char *err, size_t errlen)
     zmq_setsockopt(a->sock, ZMQ_LINGER, &zero, sizeof zero);
     zmq_setsockopt(a->sock, ZMQ_RECONNECT_IVL, &ivl, sizeof ivl);
     zmq_setsockopt(a->sock, ZMQ_RECONNECT_IVL_MAX, &ivl_max, sizeof ivl_max);
+    if (cfg->curve && px_curve_client_apply(a->sock, cfg->curve) != 0) {
+        snprintf(err, errlen, "--curve-secret-key-file: CURVE refused: %s", zmq_strerror(errno));
+        px_agent_destroy(&a);
+        return NULL;
+    }
     if (a->wake_fd < 0 || zmq_connect(a->sock, cfg->coordinator) != 0) {
         snprintf(err, errlen, "--coordinator: cannot connect to '%s': %s", cfg->coordinator, zmq_strerror(errno));
         px_agent_destroy(&a);

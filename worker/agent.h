@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "px_keys.h"
 #include "quorum.h"
 
 typedef struct {
@@ -22,6 +23,7 @@ typedef struct {
                                 registration, and only a finish at this step ends our run */
     int connect_timeout_s;   /* give up if the first registration takes longer; 0: wait forever */
     int print_waiting;       /* also print waiting notices on stdout as "event kind=waiting_coordinator" */
+    const px_curve_client_t *curve; /* NULL or not on: plaintext control plane */
 } px_agent_config_t;
 
 typedef struct px_agent px_agent_t;

@@ -19,6 +19,7 @@
 #include "agent.h"
 #include "trainer.h"
 #include "px_flags.h"
+#include "px_keys.h"
 #include "px_log.h"
 #include "px_time.h"
 #include "px_wire.h"
@@ -47,6 +48,9 @@ static void usage(void) {
            "  --connect-timeout S      give up (exit 2) if no coordinator answers the first registration\n"
            "                           within S seconds, 0 = wait forever, 0..86400 [300]; says every few\n"
            "                           seconds that it is waiting; once registered, outages are waited out\n"
+           "  --curve-secret-key-file PATH  CURVE: this worker's secret key (phalanxctl keygen) [off]\n"
+           "  --coordinator-public-key-file PATH  CURVE: the coordinator's public key [none]\n"
+           "  --coordinator-key Z85    CURVE: the coordinator's public key, inline [none]\n"
            "  --quiet                  log warnings and errors only\n"
            "  --help                   this text\n\n"
            "training (with --steps N; without it the worker only holds its place in the quorum):\n"
@@ -91,6 +95,7 @@ int px_worker_main(int argc, char **argv) {
         .comm_timeout_ms = 30000, .progress = 1,
     };
     char *token = NULL;
+    const char *curve_secret = NULL, *curve_server_file = NULL, *curve_server_key = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -107,6 +112,9 @@ int px_worker_main(int argc, char **argv) {
         else if (!strcmp(a, "--job")) cfg.job = px_flag_str(PROG, a, v, 63);
         else if (!strcmp(a, "--token-file")) token = px_flag_token_file(PROG, a, v);
         else if (!strcmp(a, "--connect-timeout")) cfg.connect_timeout_s = (int)px_flag_int(PROG, a, v, 0, 86400);
+        else if (!strcmp(a, "--curve-secret-key-file")) curve_secret = px_flag_str(PROG, a, v, 4096);
+        else if (!strcmp(a, "--coordinator-public-key-file")) curve_server_file = px_flag_str(PROG, a, v, 4096);
+        else if (!strcmp(a, "--coordinator-key")) curve_server_key = px_flag_str(PROG, a, v, 64);
         else if (!strcmp(a, "--steps")) tc.steps = px_flag_int(PROG, a, v, 1, 100000000);
         else if (!strcmp(a, "--model")) tc.model = px_flag_str(PROG, a, v, 4096);
         else if (!strcmp(a, "--data")) tc.data = px_flag_str(PROG, a, v, 4096);
@@ -139,6 +147,13 @@ int px_worker_main(int argc, char **argv) {
     cfg.token = token;
     cfg.job_steps = tc.steps;
     cfg.print_waiting = cfg.rank == 0; /* rank 0's stdout is what phalanx-launch reads */
+    static px_curve_client_t curve;
+    char kerr[600];
+    if (px_curve_client_load(curve_secret, curve_server_file, curve_server_key, &curve, kerr, sizeof kerr) != 0) {
+        fprintf(stderr, "%s: %s\n", PROG, kerr);
+        return 2;
+    }
+    cfg.curve = &curve;
     struct sigaction sa = {0};
     sa.sa_handler = on_signal;
     sigaction(SIGTERM, &sa, NULL);

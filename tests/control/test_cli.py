@@ -8,11 +8,15 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 from phalanx_test import check, main  # noqa: E402
 
 HELP = {
-    "phalanx-coordinator": ["--bind", "--http", "--events", "--heartbeat-timeout-ms", "--min-replicas", "--job"],
-    "phalanx-worker": ["--coordinator", "--group", "--rank", "--steps", "--global-batch"],
-    "phalanx-launch": ["--groups", "--ranks-per-group", "--steps", "--chaos-kill-every", "--coordinator"],
+    "phalanx-coordinator": ["--bind", "--http", "--events", "--heartbeat-timeout-ms", "--min-replicas", "--job",
+                            "--curve-secret-key-file", "--authorized-keys", "--insecure", "SIGHUP"],
+    "phalanx-worker": ["--coordinator", "--group", "--rank", "--steps", "--global-batch", "--curve-secret-key-file",
+                       "--coordinator-public-key-file", "--coordinator-key"],
+    "phalanx-launch": ["--groups", "--ranks-per-group", "--steps", "--chaos-kill-every", "--coordinator", "--curve",
+                       "--insecure", "--curve-secret-key-file", "--coordinator-public-key-file"],
     "phalanx-data": ["--out", "--demo"],
-    "phalanxctl": ["status", "kill", "--http"],
+    "phalanxctl": ["status", "kill", "keygen", "--http", "--coordinator", "--curve-secret-key-file",
+                   "--coordinator-public-key-file", "--coordinator-key", "--token-file", "--timeout-ms", "--out"],
 }
 
 BAD = [
@@ -29,6 +33,23 @@ BAD = [
     ("phalanx-launch", ["--groups", "0"], "--groups"),
     ("phalanx-launch", ["--chaos-kill-every", "-1"], "--chaos-kill-every"),
     ("phalanxctl", ["status", "--http", "nohost"], "--http"),
+    # CURVE and the bind policy
+    ("phalanx-coordinator", ["--curve-secret-key-file", "/nonexistent"], "--authorized-keys"),
+    ("phalanx-coordinator", ["--authorized-keys", "/nonexistent"], "--curve-secret-key-file"),
+    ("phalanx-coordinator", ["--curve-secret-key-file", "/nonexistent", "--authorized-keys", "/nonexistent"],
+     "--curve-secret-key-file"),
+    ("phalanx-coordinator", ["--bind", "tcp://0.0.0.0:1"], "--insecure"),
+    ("phalanx-worker", ["--group", "g", "--coordinator-key", "short"], "--coordinator-key"),
+    ("phalanx-worker", ["--group", "g", "--curve-secret-key-file", "/nonexistent", "--coordinator-key", "x" * 40],
+     "--curve-secret-key-file"),
+    ("phalanx-worker", ["--group", "g", "--curve-secret-key-file", "/nonexistent"], "--coordinator-public-key-file"),
+    ("phalanx-launch", ["--curve", "--coordinator", "tcp://127.0.0.1:1"], "--curve"),
+    ("phalanx-launch", ["--insecure", "--coordinator", "tcp://127.0.0.1:1"], "--insecure"),
+    ("phalanx-launch", ["--curve-secret-key-file", "k", "--coordinator", "tcp://127.0.0.1:1"],
+     "--coordinator-public-key-file"),
+    ("phalanxctl", ["keygen"], "--out"),
+    ("phalanxctl", ["status", "--coordinator", "tcp://127.0.0.1:1", "--timeout-ms", "5"], "--timeout-ms"),
+    ("phalanxctl", ["status", "--curve-secret-key-file", "k"], "--coordinator"),
 ]
 
 
