@@ -36,3 +36,19 @@ foreach(t flood race)
                    $<TARGET_FILE_DIR:phalanx-coordinator> ${t})
   set_tests_properties(${name} PROPERTIES TIMEOUT 90)
 endforeach()
+# Hostile HTTP clients: slowloris half-open connections must not lock fresh
+# requests out, and clients that never read their (large) answers must not
+# delay anyone (coordinator/http.c). register_members makes /status large.
+add_executable(register_members ${CMAKE_CURRENT_LIST_DIR}/control/register_members.c)
+target_link_libraries(register_members PRIVATE px_proto PkgConfig::ZMQ)
+foreach(t slowloris lazy-readers)
+  string(REPLACE "-" "_" name ${t})
+  px_add_py_test(control_http_${name} ${CMAKE_CURRENT_LIST_DIR}/control/test_http_abuse.py
+                 $<TARGET_FILE_DIR:phalanx-coordinator> ${t})
+  set_tests_properties(control_http_${name} PROPERTIES TIMEOUT 120)
+endforeach()
+# The HTTP server alone (status lines, deadlines, slot eviction, lazy readers).
+add_executable(test_http ${CMAKE_CURRENT_LIST_DIR}/control/test_http.c)
+target_link_libraries(test_http PRIVATE px_coordinator)
+add_test(NAME control_http COMMAND test_http)
+set_tests_properties(control_http PROPERTIES TIMEOUT 60)
