@@ -1,9 +1,18 @@
 /* Implementation of http.h. A connection lives in one slot and goes through
  * two states: reading (until the end of the request headers), then writing
- * (the answer, built at once by the handler and kept in the slot until the
- * socket has taken all of it); then it is closed. Nothing here sleeps or
- * retries in a loop: a socket that is not ready is polled again on the next
- * turn, and every state has a deadline. The eviction rules are in http.h. */
+ * (the answer, built at once by the handler and kept until the socket has
+ * taken all of it); then it is closed. Nothing here sleeps or retries in a
+ * loop: a socket that is not ready is polled again on the next turn, and
+ * every state has a deadline. The eviction rules are in http.h.
+ *
+ * Pages are shared and briefly reused: a page the handler built (status 200)
+ * serves every request for the same path for PAGE_REUSE_FACTOR times as long
+ * as it took to build. Building /status for thousands of members takes tens
+ * of milliseconds of the loop; without reuse, a few clients asking at once
+ * (or an attacker asking in a loop) would cost the loop that much each. With
+ * it, building pages takes at most about 1/PAGE_REUSE_FACTOR of the loop's
+ * time per path, whatever the request rate, and a page small enough to build
+ * in microseconds is reused for microseconds only, i.e. always fresh. */
 #include "http.h"
 
 #include <arpa/inet.h>
@@ -18,6 +27,8 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "px_time.h"
+
 #define REQ_MAX 4096
 #define READ_DEADLINE_MS 2000
 #define WRITE_DEADLINE_MS 10000
@@ -25,6 +36,20 @@
  * turn (a fresh client queued behind them is reached at once), bounded so
  * that the loop gets back to its ZeroMQ sockets within a millisecond or so. */
 #define ACCEPTS_PER_TURN 256
+#define PAGE_REUSE_FACTOR 20
+#define PAGE_CACHE 8 /* paths whose last page is kept (the coordinator serves 4) */
+
+/* A built answer (head and body), shared by the connections sending it and
+ * by the cache; freed when the last one lets go. */
+typedef struct {
+    int refs;
+    char path[64];          /* cache key; "" when not cacheable */
+    long long reuse_until_ms;
+    char head[256];
+    size_t head_len;
+    char *body;
+    size_t body_len;
+} page_t;
 
 typedef struct {
     int fd; /* -1: a free slot */
@@ -35,10 +60,8 @@ typedef struct {
     long long since_ms; /* accepted (reading) or answer ready (writing) */
     size_t used;
     char req[REQ_MAX];
-    char head[256];
-    size_t head_len;
-    char *body;
-    size_t body_len, sent; /* sent counts head then body bytes */
+    page_t *page;       /* while writing */
+    size_t sent;        /* bytes of page head then body sent */
 } conn_t;
 
 struct px_http {
@@ -46,8 +69,16 @@ struct px_http {
     px_http_handler_fn fn;
     void *ctx;
     uint64_t accepted;
+    page_t *cache[PAGE_CACHE];
     conn_t conns[PX_HTTP_MAX_CONNS];
 };
+
+static void page_release(page_t *p) {
+    if (p && --p->refs == 0) {
+        free(p->body);
+        free(p);
+    }
+}
 
 static void set_nonblock(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
 
@@ -113,14 +144,15 @@ px_http_t *px_http_new(const char *host, int port, px_http_handler_fn fn, void *
 static void conn_close(conn_t *c) {
     if (c->fd >= 0) close(c->fd);
     c->fd = -1;
-    free(c->body);
-    c->body = NULL;
+    page_release(c->page);
+    c->page = NULL;
 }
 
 void px_http_destroy(px_http_t **self) {
     px_http_t *h = *self;
     if (!h) return;
     for (int i = 0; i < PX_HTTP_MAX_CONNS; i++) conn_close(&h->conns[i]);
+    for (int i = 0; i < PAGE_CACHE; i++) page_release(h->cache[i]);
     close(h->listen_fd);
     free(h);
     *self = NULL;
@@ -141,17 +173,86 @@ int px_http_pollitems(px_http_t *h, zmq_pollitem_t *items) {
     return n;
 }
 
+/* ---- building the answer ---- */
+
+/* Calls the handler for path (or uses status when it is not 0) and wraps
+ * the result in a page with one reference. NULL when out of memory. */
+static page_t *build_page(px_http_t *h, const char *path, int status, long long now_ms) {
+    page_t *p = calloc(1, sizeof *p);
+    if (!p) return NULL;
+    p->refs = 1;
+    const char *type = "text/plain";
+    if (!status) {
+        int64_t t0 = px_now_us();
+        status = h->fn(h->ctx, path, &p->body, &p->body_len, &type);
+        if (status < 100 || status > 599) status = 500;
+        int64_t took_us = px_now_us() - t0;
+        if (status == 200 && p->body && strlen(path) < sizeof p->path) {
+            snprintf(p->path, sizeof p->path, "%s", path);
+            p->reuse_until_ms = now_ms + took_us * PAGE_REUSE_FACTOR / 1000;
+        }
+    }
+    const char *reason = px_http_reason(status);
+    if (!p->body) {
+        size_t n = strlen(reason) + 2;
+        p->body = malloc(n);
+        p->body_len = p->body ? (size_t)snprintf(p->body, n, "%s\n", reason) : 0;
+        type = "text/plain";
+    }
+    int hn = snprintf(p->head, sizeof p->head,
+                      "HTTP/1.0 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nCache-Control: no-store\r\n"
+                      "Connection: close\r\n\r\n",
+                      status, reason, type, p->body_len);
+    p->head_len = hn > 0 && (size_t)hn < sizeof p->head ? (size_t)hn : 0;
+    return p;
+}
+
+/* Where path's page is cached: its slot, else an empty one, else the stalest. */
+static int cache_slot(px_http_t *h, const char *path) {
+    int empty = -1, stalest = -1;
+    for (int i = 0; i < PAGE_CACHE; i++) {
+        page_t *p = h->cache[i];
+        if (!p) {
+            if (empty < 0) empty = i;
+        } else if (!strcmp(p->path, path)) {
+            return i;
+        } else if (stalest < 0 || p->reuse_until_ms < h->cache[stalest]->reuse_until_ms) {
+            stalest = i;
+        }
+    }
+    return empty >= 0 ? empty : stalest;
+}
+
+/* The page for a GET of path: a recent one from the cache, or a new one
+ * (kept in the cache when the handler built it). Adds a reference. */
+static page_t *page_for(px_http_t *h, const char *path, long long now_ms) {
+    int slot = cache_slot(h, path);
+    page_t *p = h->cache[slot];
+    if (p && !strcmp(p->path, path) && now_ms < p->reuse_until_ms) {
+        p->refs++;
+        return p;
+    }
+    p = build_page(h, path, 0, now_ms);
+    if (p && p->path[0]) {
+        page_release(h->cache[slot]);
+        h->cache[slot] = p;
+        p->refs++;
+    }
+    return p;
+}
+
 /* ---- writing the answer ---- */
 
 /* Sends what the socket takes now; closes the connection once all is sent
  * or the client is gone. */
 static void conn_write(conn_t *c) {
-    while (c->sent < c->head_len + c->body_len) {
+    const page_t *p = c->page;
+    while (c->sent < p->head_len + p->body_len) {
         struct iovec iov[2];
         int n = 0;
-        if (c->sent < c->head_len) iov[n++] = (struct iovec){c->head + c->sent, c->head_len - c->sent};
-        size_t boff = c->sent > c->head_len ? c->sent - c->head_len : 0;
-        if (boff < c->body_len) iov[n++] = (struct iovec){c->body + boff, c->body_len - boff};
+        if (c->sent < p->head_len) iov[n++] = (struct iovec){(char *)p->head + c->sent, p->head_len - c->sent};
+        size_t boff = c->sent > p->head_len ? c->sent - p->head_len : 0;
+        if (boff < p->body_len) iov[n++] = (struct iovec){p->body + boff, p->body_len - boff};
         struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)n};
         ssize_t w = sendmsg(c->fd, &m, MSG_NOSIGNAL);
         if (w > 0) {
@@ -175,35 +276,21 @@ static void conn_write(conn_t *c) {
 
 static void respond(px_http_t *h, conn_t *c, long long now_ms) {
     char method[8] = {0}, path[512] = {0};
-    int status;
-    char *body = NULL;
-    size_t len = 0;
-    const char *type = "text/plain";
+    page_t *p;
     if (sscanf(c->req, "%7s %511s", method, path) != 2) {
-        status = 400;
+        p = build_page(h, NULL, 400, now_ms);
     } else if (strcmp(method, "GET") != 0) {
-        status = 405;
+        p = build_page(h, NULL, 405, now_ms);
     } else {
         char *q = strchr(path, '?');
         if (q) *q = '\0';
-        status = h->fn(h->ctx, path, &body, &len, &type);
-        if (status < 100 || status > 599) status = 500;
+        p = page_for(h, path, now_ms);
     }
-    const char *reason = px_http_reason(status);
-    if (!body) {
-        len = strlen(reason) + 1;
-        body = malloc(len + 1);
-        if (body) snprintf(body, len + 1, "%s\n", reason);
-        len = body ? len : 0;
-        type = "text/plain";
+    if (!p) { /* out of memory: nothing to say it with */
+        conn_close(c);
+        return;
     }
-    int hn = snprintf(c->head, sizeof c->head,
-                      "HTTP/1.0 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nCache-Control: no-store\r\n"
-                      "Connection: close\r\n\r\n",
-                      status, reason, type, len);
-    c->head_len = hn > 0 && (size_t)hn < sizeof c->head ? (size_t)hn : 0;
-    c->body = body;
-    c->body_len = len;
+    c->page = p;
     c->sent = 0;
     c->writing = 1;
     c->since_ms = now_ms;

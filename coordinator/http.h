@@ -18,7 +18,9 @@
  *    the connection is answered in the same turn of the loop, before later
  *    connections can evict it.
  * So slowloris connections (a partial request line, never finished) from one
- * or many addresses only ever evict each other and fresh requests are served;
+ * or many addresses only ever evict each other and fresh requests are served.
+ * A page the handler built is reused for 20 times its build time (http.c), so
+ * clients asking for an expensive page cannot keep the loop busy building it.
  * docs/protocol.md states the rules for operators. */
 #ifndef PX_HTTP_H
 #define PX_HTTP_H

@@ -16,7 +16,10 @@
  *   lazy reader   a client that never reads a large answer costs the loop no
  *                 waiting: the service call returns at once, others are
  *                 answered, and the lazy client gets the whole answer when it
- *                 reads; one that never reads is dropped at the write deadline */
+ *                 reads; one that never reads is dropped at the write deadline
+ *   page reuse    a page that took the handler 5 ms serves the requests of the
+ *                 next 20 x 5 ms without calling it again; later it is built
+ *                 anew; a page built in microseconds is built for each request */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -44,9 +47,18 @@ static int g_failures;
 
 #define BIG_BYTES (8u << 20) /* far more than loopback TCP buffers for one connection */
 
+static int g_slow_builds, g_ok_builds;
+
 static int handler(void *ctx, const char *path, char **body, size_t *len, const char **type) {
     (void)ctx;
     *type = "text/plain";
+    if (!strcmp(path, "/slow")) { /* an expensive page, like /status of a big job */
+        px_sleep_ms(5);
+        *body = malloc(32);
+        *len = (size_t)snprintf(*body, 32, "build %d\n", ++g_slow_builds);
+        return 200;
+    }
+    if (!strcmp(path, "/ok")) g_ok_builds++;
     if (!strcmp(path, "/ok")) {
         *body = strdup("ok\n");
         *len = 3;
@@ -282,7 +294,38 @@ static void test_lazy_reader(void) {
     px_http_destroy(&h);
 }
 
+/* GET path at server time now; returns the body (static buffer). */
+static const char *get_body(px_http_t *h, long long now, const char *path) {
+    static char buf[1024];
+    char req[128];
+    snprintf(req, sizeof req, "GET %s HTTP/1.0\r\n\r\n", path);
+    int fd = client(h, "127.0.0.1");
+    say(fd, req);
+    int closed;
+    drain(h, now, fd, buf, sizeof buf, 50, &closed);
+    close(fd);
+    char *body = strstr(buf, "\r\n\r\n");
+    return body ? body + 4 : "";
+}
+
+static void test_page_reuse(void) {
+    px_http_t *h = server();
+    long long t0 = px_now_ms();
+    CHECK(!strcmp(get_body(h, t0, "/slow"), "build 1\n"), "the first request builds the page");
+    for (int i = 1; i <= 10; i++)
+        CHECK(!strcmp(get_body(h, t0 + 9 * i, "/slow"), "build 1\n"), "reused %d ms later", 9 * i);
+    CHECK(g_slow_builds == 1, "ten requests within 20x the build time: built once, got %d", g_slow_builds);
+    CHECK(!strcmp(get_body(h, t0 + 60000, "/slow"), "build 2\n"), "built anew once the reuse time is over");
+    int before = g_ok_builds;
+    get_body(h, t0, "/ok");
+    get_body(h, t0 + 100, "/ok");
+    CHECK(g_ok_builds == before + 2, "a page built in microseconds is built for every request (%d builds)",
+          g_ok_builds - before);
+    px_http_destroy(&h);
+}
+
 int main(void) {
+    test_page_reuse();
     test_status_lines();
     test_deadline();
     test_slots_full();

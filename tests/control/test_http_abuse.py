@@ -32,7 +32,9 @@ fresh client's /status must still be answered within 1 s (it takes some ten
 milliseconds unloaded: 1 s is a generous functional bound, not a timing
 measurement), a ZeroMQ client must still get its register and heartbeat
 answered within 1 s, and a lazy client that finally reads must get the whole
-answer. Before the fix, the loop retried each blocked write with 10 ms sleeps
+answer. (The 20 requests cost the loop one build of the page: the server
+reuses a page for 20 times its build time, some 40 ms here.) Before the fix,
+the loop retried each blocked write with 10 ms sleeps
 for about 1 s per client, so the fresh request waited some 20 s and the lazy
 clients got truncated answers."""
 import json
@@ -299,7 +301,10 @@ def test_lazy_readers(bindir):
 
         for _ in range(LAZY_CLIENTS):
             lazy.append(lazy_client(job))
-        time.sleep(0.5)  # every lazy request has arrived and its answer is blocked
+        # Every lazy request has arrived and its answer is blocked. (Building
+        # this /status takes the loop some 40 ms; the server reuses a page for
+        # 20 times its build time, so the 20 requests cost one build.)
+        time.sleep(0.5)
         problems = []
         for i in range(5):
             t = time.monotonic()
