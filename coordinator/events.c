@@ -28,6 +28,7 @@ struct px_events {
     char run[17];
     uint64_t seq, produced;
     px_events_opts_t opts;
+    px_syncer_t *syncer; /* runs the file sink's and the spill's fsyncs */
     px_appender_t file;
     uint64_t file_delivered;
     px_kafka_t *kafka;
@@ -238,16 +239,17 @@ px_events_t *px_events_new_opts(const char *spec, const char *job, const char *s
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
+    if (kind != SINK_NONE && !(ev->syncer = px_syncer_new(err, errlen))) goto fail;
     if (kind == SINK_FILE) {
         char why[PATH_MAX + 128];
-        if (px_appender_open(&ev->file, arg, why, sizeof why) != 0) {
+        if (px_appender_open(&ev->file, arg, ev->syncer, why, sizeof why) != 0) {
             snprintf(err, errlen, "events spec '%s': %s", spec, why);
             goto fail;
         }
         px_log_info("events_file_started path=%s run=%s", arg, ev->run);
     } else if (kind == SINK_KAFKA) {
         char why[PATH_MAX + 256];
-        ev->kafka = px_kafka_new(brokers, topic, job, spill_dir, &o, why, sizeof why);
+        ev->kafka = px_kafka_new(brokers, topic, job, spill_dir, ev->syncer, &o, why, sizeof why);
         if (!ev->kafka) {
             snprintf(err, errlen, "events spec '%s': %s", spec, why);
             goto fail;
@@ -255,6 +257,7 @@ px_events_t *px_events_new_opts(const char *spec, const char *job, const char *s
     }
     return ev;
 fail:
+    px_syncer_destroy(&ev->syncer);
     free(ev->line);
     free(ev->scratch);
     pthread_mutex_destroy(&ev->mu);
@@ -423,6 +426,7 @@ void px_events_destroy(px_events_t **evp, int timeout_ms) {
         px_kafka_close(ev->kafka, timeout_ms);
     }
     pthread_mutex_unlock(&ev->mu);
+    px_syncer_destroy(&ev->syncer);
     pthread_mutex_destroy(&ev->mu);
     free(ev->line);
     free(ev->scratch);

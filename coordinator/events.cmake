@@ -4,6 +4,7 @@
 add_library(px_events STATIC
   ${CMAKE_CURRENT_LIST_DIR}/events.c
   ${CMAKE_CURRENT_LIST_DIR}/events_file.c
+  ${CMAKE_CURRENT_LIST_DIR}/events_sync.c
   ${CMAKE_CURRENT_LIST_DIR}/events_json.c
   ${CMAKE_CURRENT_LIST_DIR}/events_kafka.c)
 target_include_directories(px_events PUBLIC ${CMAKE_CURRENT_LIST_DIR})

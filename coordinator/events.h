@@ -9,9 +9,11 @@
  * the brokers return). The schema and the delivery guarantees are documented
  * in docs/events.md; that file is the contract, this header the API.
  *
- * Threading: every function takes an internal lock, so the HTTP thread may
+ * Threading: every function takes an internal lock, so another thread may
  * call px_events_stats while the loop emits. Delivery reports are served only
- * inside px_events_poll/emit/destroy, in the caller's thread. */
+ * inside px_events_poll/emit/destroy, in the caller's thread. The fsyncs run
+ * on a thread of the event log's own (events_sync.c), so emit and poll never
+ * wait for the disk; flush and destroy do. */
 #ifndef PX_EVENTS_H
 #define PX_EVENTS_H
 
@@ -26,7 +28,8 @@ typedef struct px_events px_events_t;
 
 /* produced: events emitted by this run.
  * delivered: Kafka: acknowledged by the brokers (a backlog left by a previous
- *   run counts too, so delivered may exceed produced); file: written and fsynced.
+ *   run counts too, so delivered may exceed produced); file: written and fsynced
+ *   (counted when the loop collects the sync's result, on a later poll).
  * pending: not yet delivered (in memory, in the spill file, or not yet fsynced).
  * spilled: part of pending: events in the spill file not yet handed to Kafka.
  * delivery_failures: delivery errors reported by Kafka, failed writes or fsyncs
@@ -62,11 +65,13 @@ px_events_t *px_events_new_opts(const char *spec, const char *job, const char *s
  * "job", "run" (a random id of this coordinator run). Fields that are not
  * valid JSON members are kept as a string in "bad_fields" (and logged), so an
  * event is never lost and never breaks a consumer. Returns seq (0 only when
- * ev is NULL; a "none" log counts seq too). Never blocks on the network. */
+ * ev is NULL; a "none" log counts seq too). Never blocks on the network and
+ * never waits for an fsync. */
 uint64_t px_events_emit(px_events_t *ev, const char *type, const char *fields);
 
 /* Called from the coordinator's loop every ~10 ms: serves delivery reports,
- * moves spilled events back to Kafka, fsyncs file batches. Non-blocking. */
+ * moves spilled events back to Kafka, starts the background fsync of a due
+ * batch and collects finished ones. Non-blocking: never waits for the disk. */
 void px_events_poll(px_events_t *ev);
 
 void px_events_stats(px_events_t *ev, px_events_stats_t *out);

@@ -4,8 +4,12 @@
  * Each line is handed to write() at once, so a coordinator that is killed
  * loses nothing already emitted; fsync runs in batches (N lines or T ms, and
  * on close), so a power loss costs at most one batch and the loop does not pay
- * one fsync per event. When the disk refuses a write (full, I/O error) the
- * bytes wait in memory, in order, and are retried on the next poll; only past
+ * one fsync per event. The fdatasync itself runs on the event log's sync
+ * thread (events_sync.c): the loop only starts a batch's sync and, on a later
+ * turn, collects its result, so a slow disk never stalls it. While a sync is
+ * in flight new lines keep being written; the next sync covers all of them
+ * (group commit). When the disk refuses a write (full, I/O error) the bytes
+ * wait in memory, in order, and are retried on the next poll; only past
  * PX_APPENDER_MAX_BUFFERED is a line refused, and that is counted and logged,
  * never silent. */
 #include <errno.h>
@@ -29,9 +33,10 @@ static void log_failure(px_appender_t *a, const char *what, int e) {
                  what, a->path, strerror(e), (unsigned long long)a->failures, a->len);
 }
 
-int px_appender_open(px_appender_t *a, const char *path, char *err, size_t errlen) {
+int px_appender_open(px_appender_t *a, const char *path, px_syncer_t *syncer, char *err, size_t errlen) {
     memset(a, 0, sizeof *a);
     a->fd = -1;
+    a->syncer = syncer;
     if (snprintf(a->path, sizeof a->path, "%s", path) >= (int)sizeof a->path) {
         snprintf(err, errlen, "path too long: '%s'", path);
         return -1;
@@ -107,7 +112,7 @@ int px_appender_append(px_appender_t *a, const char *line, size_t len) {
                      line);
         return -1;
     }
-    if (a->unsynced++ == 0) a->first_unsynced_ms = px_now_ms();
+    if (a->unsynced++ == a->sync_lines) a->first_unsynced_ms = px_now_ms(); /* first not covered */
     return 0;
 }
 
@@ -117,25 +122,55 @@ static uint64_t count_lines(const char *p, size_t len) {
     return n;
 }
 
-int64_t px_appender_sync(px_appender_t *a) {
-    if (a->fd < 0 || a->unsynced == 0) return 0;
+/* Collects the sync in flight (waiting for it when `wait`): the lines it
+ * covered are durable. Same return as px_appender_maybe_sync. */
+static int64_t finish_sync(px_appender_t *a, int wait) {
+    if (!a->syncing || !px_syncer_collect(a->syncer, &a->req, wait)) return 0;
+    a->syncing = 0;
+    uint64_t covered = a->sync_lines;
+    a->sync_lines = 0;
+    if (a->req.err) {
+        log_failure(a, "fsync", a->req.err);
+        return -1; /* those lines stay pending: the next batch retries them */
+    }
+    if (covered > a->unsynced) covered = a->unsynced; /* the file was emptied meanwhile */
+    a->unsynced -= covered;
+    return (int64_t)covered;
+}
+
+/* Starts a sync of every line that reached the file. 1 when one started. */
+static int start_sync(px_appender_t *a) {
+    if (a->fd < 0 || a->syncing || a->unsynced == 0) return 0;
     px_appender_write_buffered(a);
     uint64_t waiting = count_lines(a->buf, a->len);
     if (waiting >= a->unsynced) return 0; /* nothing new reached the file */
-    if (fdatasync(a->fd) != 0) {
-        log_failure(a, "fsync", errno);
-        return -1;
-    }
-    uint64_t durable = a->unsynced - waiting;
-    a->unsynced = waiting;
-    if (waiting) a->first_unsynced_ms = px_now_ms();
-    return (int64_t)durable;
+    a->sync_lines = a->unsynced - waiting;
+    a->syncing = 1;
+    px_syncer_submit(a->syncer, &a->req, a->fd);
+    return 1;
+}
+
+int64_t px_appender_sync(px_appender_t *a) {
+    int64_t before = finish_sync(a, 1);
+    int64_t now = start_sync(a) ? finish_sync(a, 1) : 0;
+    if (a->unsynced > 0) a->first_unsynced_ms = px_now_ms();
+    int64_t durable = (before > 0 ? before : 0) + (now > 0 ? now : 0);
+    return durable > 0 ? durable : (before < 0 || now < 0) ? -1 : 0;
 }
 
 int64_t px_appender_maybe_sync(px_appender_t *a, uint64_t batch_lines, int batch_ms) {
-    if (a->unsynced == 0) return 0;
-    if (a->unsynced < batch_lines && px_now_ms() - a->first_unsynced_ms < batch_ms) return 0;
-    return px_appender_sync(a);
+    int64_t done = finish_sync(a, 0);
+    if (a->syncing || a->unsynced == 0) return done;
+    if (a->unsynced >= batch_lines || px_now_ms() - a->first_unsynced_ms >= batch_ms) start_sync(a);
+    return done;
+}
+
+int px_appender_truncate(px_appender_t *a) {
+    if (ftruncate(a->fd, 0) != 0) return -1;
+    a->size = 0;
+    a->unsynced = 0;
+    a->sync_lines = 0; /* a sync in flight now makes nothing durable */
+    return 0;
 }
 
 void px_appender_close(px_appender_t *a) {

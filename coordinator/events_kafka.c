@@ -8,12 +8,13 @@
  * producer removes the duplicates its own retries would cause.
  *
  *  - Journal: every event is first appended to <spill_dir>/<job>.spill.jsonl
- *    (one write(), fsynced in batches), and the file keeps a line until Kafka
- *    acknowledged it: <job>.spill.done holds the offset below which every line
- *    is delivered. So a coordinator killed at any moment loses nothing it
- *    emitted; the next run resends from that offset (at-least-once for the
- *    events delivered or in flight just before the crash). Once everything in
- *    the file is delivered it is truncated.
+ *    (one write(), fsynced in batches on the event log's sync thread, as is
+ *    the .done file below: the loop never waits for the disk), and the file
+ *    keeps a line until Kafka acknowledged it: <job>.spill.done holds the
+ *    offset below which every line is delivered. So a coordinator killed at
+ *    any moment loses nothing it emitted; the next run resends from that
+ *    offset (at-least-once for the events delivered or in flight just before
+ *    the crash). Once everything in the file is delivered it is truncated.
  *  - Normal: the event is also handed to librdkafka at once.
  *  - Memory cap: librdkafka holds at most `max_inflight` undelivered events
  *    (message.timeout.ms=0: they wait for the brokers forever instead of
@@ -91,8 +92,13 @@ struct px_kafka {
     int64_t read_off;       /* next spill byte to hand to librdkafka (offsets count the
                                bytes still in spill.buf, see logical_size) */
     int64_t done_off;       /* every line below this offset is delivered */
-    int64_t done_persisted; /* value in the .done file (-1: unknown) */
+    int64_t done_persisted; /* durable value in the .done file (-1: unknown) */
     int64_t done_synced_ms, truncated_ms;
+    px_syncer_t *syncer;    /* runs the fsyncs of the spill, .done and dead-letter files */
+    px_sync_req_t done_req;
+    int done_syncing;       /* a .done sync is in flight ... */
+    int64_t done_writing;   /* ... for this value */
+    int truncating;         /* .done = 0 is being made durable before the spill is emptied */
     uint64_t spill_unread;  /* spilled lines not yet handed to librdkafka */
     int spilling, draining;
     int64_t drain_after_ms;
@@ -118,26 +124,57 @@ struct px_kafka {
 
 static void cache_drop(px_kafka_t *k) { k->rbuf_len = 0; }
 
-static void persist_done(px_kafka_t *k, int force) {
-    if (k->done_off == k->done_persisted) return;
-    int64_t now = px_now_ms();
-    if (!force && now - k->done_synced_ms < k->opts.batch_ms) return;
+/* .done: the loop pwrite()s the offset (a page-cache copy) and the sync
+ * thread makes it durable; done_persisted moves only once that sync is done.
+ * One write in flight at a time. */
+static void collect_done(px_kafka_t *k, int wait) {
+    if (!k->done_syncing || !px_syncer_collect(k->syncer, &k->done_req, wait)) return;
+    k->done_syncing = 0;
+    if (k->done_req.err) {
+        k->failures++;
+        px_log_error("events_io_failed op=fsync path=%s error=\"%s\"", k->done_path,
+                     strerror(k->done_req.err));
+        return; /* done_persisted unchanged: persist_done writes it again */
+    }
+    k->done_persisted = k->done_writing;
+}
+
+/* Writes value to .done and starts its sync (waits for it when `wait`).
+ * The caller made sure no .done sync is in flight. */
+static void write_done(px_kafka_t *k, int64_t value, int wait) {
     char buf[32];
-    int n = snprintf(buf, sizeof buf, "%020lld\n", (long long)k->done_off);
-    if (pwrite(k->done_fd, buf, (size_t)n, 0) != n || fdatasync(k->done_fd) != 0) {
+    int n = snprintf(buf, sizeof buf, "%020lld\n", (long long)value);
+    k->done_synced_ms = px_now_ms();
+    if (pwrite(k->done_fd, buf, (size_t)n, 0) != n) {
         k->failures++;
         px_log_error("events_io_failed op=write path=%s error=\"%s\"", k->done_path,
                      strerror(errno));
         return;
     }
-    k->done_persisted = k->done_off;
-    k->done_synced_ms = now;
+    k->done_writing = value;
+    k->done_syncing = 1;
+    px_syncer_submit(k->syncer, &k->done_req, k->done_fd);
+    if (wait) collect_done(k, 1);
+}
+
+/* Makes done_off durable in batches (force: now, waiting). A forced persist
+ * also gives up an emptying of the spill in progress (maybe_truncate). */
+static void persist_done(px_kafka_t *k, int force) {
+    collect_done(k, force);
+    if (k->done_syncing) return;
+    if (k->truncating) {
+        if (!force) return; /* the truncation owns .done until it is finished */
+        k->truncating = 0;
+    }
+    if (k->done_off == k->done_persisted) return;
+    if (!force && px_now_ms() - k->done_synced_ms < k->opts.batch_ms) return;
+    write_done(k, k->done_off, force);
 }
 
 static void dead_letter(px_kafka_t *k, const char *payload, size_t len, const char *why) {
     if (!k->dead_open) {
         char err[512];
-        if (px_appender_open(&k->dead, k->dead_path, err, sizeof err) != 0) {
+        if (px_appender_open(&k->dead, k->dead_path, k->syncer, err, sizeof err) != 0) {
             k->failures++;
             px_log_error("events_lost reason=\"%s; dead-letter file: %s\" event=%.*s", why, err,
                          (int)(len > 300 ? 300 : len), payload);
@@ -150,7 +187,7 @@ static void dead_letter(px_kafka_t *k, const char *payload, size_t len, const ch
         memcpy(line, payload, len);
         line[len] = '\n';
         px_appender_append(&k->dead, line, len + 1);
-        px_appender_sync(&k->dead);
+        px_appender_maybe_sync(&k->dead, 1, 0); /* starts its sync; px_kafka_poll collects it */
         free(line);
     }
     k->dead_lettered++;
@@ -483,25 +520,40 @@ static void drain(px_kafka_t *k) {
 
 /* Everything in the file is delivered: start it over, empty (at most once a
  * second unless it grew past 1 MiB: each start-over costs an fsync). The
- * .done offset is zeroed first, so a crash in between repeats lines, never
- * skips them. */
+ * .done offset is made durable as 0 first, so a crash in between repeats
+ * lines, never skips them: phase 1 writes 0 and starts its sync; a later
+ * call, once that sync is done, empties the file if everything in it is
+ * still delivered (lines added meanwhile count too), or gives up (a reset,
+ * a spill, an event in flight) and lets persist_done restore .done. While it
+ * runs nothing else writes .done. now: the whole sequence at once, waiting
+ * for the sync (shutdown, flush). */
+static int all_delivered(const px_kafka_t *k) {
+    return !k->spilling && !k->resetting && !k->reset_requested && !k->inflight &&
+           k->spill.size > 0 && k->spill.len == 0 && k->done_off >= k->spill.size;
+}
+
 static void maybe_truncate(px_kafka_t *k, int now) {
-    if (k->spilling || k->resetting || k->inflight || k->spill.size == 0 || k->spill.len != 0)
-        return;
-    if (k->done_off < k->spill.size) return;
-    int64_t t = px_now_ms();
-    if (!now && k->spill.size < (1 << 20) && t - k->truncated_ms < 1000) return;
-    k->truncated_ms = t;
-    k->done_off = 0;
-    persist_done(k, 1);
-    if (k->done_persisted != 0 || ftruncate(k->spill.fd, 0) != 0) {
-        k->done_off = k->spill.size;
+    if (!k->truncating) {
+        collect_done(k, now);
+        if (k->done_syncing || !all_delivered(k)) return;
+        int64_t t = px_now_ms();
+        if (!now && k->spill.size < (1 << 20) && t - k->truncated_ms < 1000) return;
+        k->truncated_ms = t;
+        k->truncating = 1;
+        write_done(k, 0, now);
+    }
+    collect_done(k, now);
+    if (k->done_syncing) return;
+    k->truncating = 0;
+    if (k->done_persisted != 0 || !all_delivered(k)) return; /* persist_done restores .done */
+    if (px_appender_truncate(&k->spill) != 0) {
+        k->failures++;
+        px_log_error("events_io_failed op=truncate path=%s error=\"%s\"", k->spill_path,
+                     strerror(errno));
         return;
     }
-    k->spill.size = 0;
-    k->spill.unsynced = 0;
     k->read_off = 0;
-    k->done_persisted = 0;
+    k->done_off = 0;
     cache_drop(k);
 }
 
@@ -582,7 +634,7 @@ static int rebuild_spill(px_kafka_t *k) {
     uint64_t fails = k->spill.failures;
     px_appender_close(&k->spill);
     char err[512];
-    if (px_appender_open(&k->spill, k->spill_path, err, sizeof err) != 0) {
+    if (px_appender_open(&k->spill, k->spill_path, k->syncer, err, sizeof err) != 0) {
         px_log_error("events_io_failed op=reopen error=\"%s\"", err); /* next poll retries writes */
     }
     k->spill.failures = fails;
@@ -641,6 +693,7 @@ void px_kafka_poll(px_kafka_t *k) {
     maybe_truncate(k, 0);
     px_appender_maybe_sync(&k->spill, (uint64_t)k->opts.batch_events, k->opts.batch_ms);
     persist_done(k, 0);
+    if (k->dead_open) px_appender_maybe_sync(&k->dead, 1, 1);
 }
 
 void px_kafka_sync(px_kafka_t *k) {
@@ -730,8 +783,8 @@ static int load_backlog(px_kafka_t *k, char *err, size_t errlen) {
 }
 
 px_kafka_t *px_kafka_new(const char *brokers, const char *topic, const char *job,
-                         const char *spill_dir, const px_events_opts_t *opts, char *err,
-                         size_t errlen) {
+                         const char *spill_dir, px_syncer_t *syncer, const px_events_opts_t *opts,
+                         char *err, size_t errlen) {
     px_kafka_t *k = calloc(1, sizeof *k);
     if (!k) {
         snprintf(err, errlen, "out of memory");
@@ -749,6 +802,7 @@ px_kafka_t *px_kafka_new(const char *brokers, const char *topic, const char *job
     }
     snprintf(k->spill_dir, sizeof k->spill_dir, "%s", spill_dir);
     k->opts = *opts;
+    k->syncer = syncer;
     k->rbuf = malloc(READ_BUF);
     if (!k->rbuf) {
         snprintf(err, errlen, "out of memory");
@@ -783,7 +837,7 @@ px_kafka_t *px_kafka_new(const char *brokers, const char *topic, const char *job
         snprintf(err, errlen, "cannot open '%s': %s", k->done_path, strerror(errno));
         goto fail;
     }
-    if (px_appender_open(&k->spill, k->spill_path, err, errlen) != 0) goto fail;
+    if (px_appender_open(&k->spill, k->spill_path, k->syncer, err, errlen) != 0) goto fail;
     if (load_backlog(k, err, errlen) != 0) goto fail;
 
     k->rk = make_producer(k, err, errlen);

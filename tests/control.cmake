@@ -58,3 +58,19 @@ add_test(NAME control_zap COMMAND test_zap)
 set_tests_properties(control_zap PROPERTIES TIMEOUT 60)
 px_add_py_test(control_curve ${CMAKE_CURRENT_LIST_DIR}/control/test_curve.py $<TARGET_FILE_DIR:phalanx-coordinator>)
 set_tests_properties(control_curve PROPERTIES TIMEOUT 300)
+# Hostile HTTP clients: slowloris half-open connections must not lock fresh
+# requests out, and clients that never read their (large) answers must not
+# delay anyone (coordinator/http.c). register_members makes /status large.
+add_executable(register_members ${CMAKE_CURRENT_LIST_DIR}/control/register_members.c)
+target_link_libraries(register_members PRIVATE px_proto PkgConfig::ZMQ)
+foreach(t slowloris lazy-readers)
+  string(REPLACE "-" "_" name ${t})
+  px_add_py_test(control_http_${name} ${CMAKE_CURRENT_LIST_DIR}/control/test_http_abuse.py
+                 $<TARGET_FILE_DIR:phalanx-coordinator> ${t})
+  set_tests_properties(control_http_${name} PROPERTIES TIMEOUT 120)
+endforeach()
+# The HTTP server alone (status lines, deadlines, slot eviction, lazy readers).
+add_executable(test_http ${CMAKE_CURRENT_LIST_DIR}/control/test_http.c)
+target_link_libraries(test_http PRIVATE px_coordinator)
+add_test(NAME control_http COMMAND test_http)
+set_tests_properties(control_http PROPERTIES TIMEOUT 60)

@@ -27,3 +27,13 @@ set_tests_properties(events_json events_spec events_file PROPERTIES TIMEOUT 30 L
 px_add_py_test(events_kafka_coordinator ${PX_KAFKA_TESTS}/test_coordinator_kafka.py
                $<TARGET_FILE_DIR:phalanx-coordinator>)
 set_tests_properties(events_kafka_coordinator PROPERTIES TIMEOUT 120 LABELS "events;kafka")
+
+# A slow disk (every fsync takes 1 s, slow_fsync.so preloaded into the real
+# coordinator) must not stall the loop; SIGTERM still leaves every event synced.
+add_library(px_slow_fsync SHARED ${PX_KAFKA_TESTS}/slow_fsync.c)
+px_add_py_test(events_slow_disk ${PX_KAFKA_TESTS}/test_events_slow_disk.py
+               $<TARGET_FILE_DIR:phalanx-coordinator> $<TARGET_FILE:px_slow_fsync>)
+set_tests_properties(events_slow_disk PROPERTIES TIMEOUT 120 LABELS events)
+px_add_py_test(events_kafka_slow_disk ${PX_KAFKA_TESTS}/test_events_slow_disk.py
+               $<TARGET_FILE_DIR:phalanx-coordinator> $<TARGET_FILE:px_slow_fsync> kafka)
+set_tests_properties(events_kafka_slow_disk PROPERTIES TIMEOUT 120 LABELS "events;kafka")

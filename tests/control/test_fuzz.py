@@ -48,7 +48,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 from phalanx_test import Fail, Job, check, wait_until  # noqa: E402
 
 HTTP_DEADLINE_S = 2.0   # coordinator/http.c: a request must arrive within 2 s
-HTTP_MAX_CONNS = 32     # coordinator/http.h: PX_HTTP_MAX_CONNS
+HTTP_MAX_CONNS = 64     # coordinator/http.h: PX_HTTP_MAX_CONNS
 SLACK_S = 1.5           # scheduling on a loaded 2-core machine
 
 
