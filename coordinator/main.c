@@ -34,10 +34,16 @@ static void usage(void) {
            "  --join-timeout-ms N         wait for healthy groups not yet joined, 0..600000 [500]\n"
            "  --rebuild-settle-ms N       wait before re-forming an unchanged quorum, 0..60000 [300]\n"
            "  --mode sync|diloco          training mode announced to workers [sync]\n"
+           "  --max-members N             members (live and recently lost), 1..1000000 [%d]\n"
+           "  --max-store-keys N          rendezvous keys per quorum, 1..10000000 [%d]\n"
+           "  --max-store-bytes N         rendezvous key+value bytes per quorum, 65536..17179869184 [%lld]\n"
+           "  --max-store-waiters N       store reads waiting per quorum, 1..10000000 [%d]\n"
            "  --quiet                     log warnings and errors only\n"
            "  --help                      this text\n\n"
+           "Past a limit, requests are refused RESOURCE_LIMIT (event limit_reached).\n"
            "SIGTERM or SIGINT: stop after flushing events (up to 5 s for Kafka).\n",
-           PROG);
+           PROG, PX_DEFAULT_MAX_MEMBERS, PX_DEFAULT_MAX_STORE_KEYS, (long long)PX_DEFAULT_MAX_STORE_BYTES,
+           PX_DEFAULT_MAX_STORE_WAITERS);
 }
 
 int main(int argc, char **argv) {
@@ -52,6 +58,10 @@ int main(int argc, char **argv) {
         .min_replicas = 1,
         .join_timeout_ms = 500,
         .rebuild_settle_ms = 300,
+        .max_members = PX_DEFAULT_MAX_MEMBERS,
+        .max_store_keys = PX_DEFAULT_MAX_STORE_KEYS,
+        .max_store_bytes = PX_DEFAULT_MAX_STORE_BYTES,
+        .max_store_waiters = PX_DEFAULT_MAX_STORE_WAITERS,
     };
     static char http_host[256];
     for (int i = 1; i < argc; i++) {
@@ -79,6 +89,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--min-replicas")) cfg.min_replicas = (int)px_flag_int(PROG, a, v, 1, 100000);
         else if (!strcmp(a, "--join-timeout-ms")) cfg.join_timeout_ms = px_flag_int(PROG, a, v, 0, 600000);
         else if (!strcmp(a, "--rebuild-settle-ms")) cfg.rebuild_settle_ms = px_flag_int(PROG, a, v, 0, 60000);
+        else if (!strcmp(a, "--max-members")) cfg.max_members = (int)px_flag_int(PROG, a, v, 1, 1000000);
+        else if (!strcmp(a, "--max-store-keys")) cfg.max_store_keys = px_flag_int(PROG, a, v, 1, 10000000);
+        else if (!strcmp(a, "--max-store-bytes")) cfg.max_store_bytes = px_flag_int(PROG, a, v, 65536, 16LL << 30);
+        else if (!strcmp(a, "--max-store-waiters")) cfg.max_store_waiters = px_flag_int(PROG, a, v, 1, 10000000);
         else if (!strcmp(a, "--mode")) {
             cfg.mode = px_flag_str(PROG, a, v, 16);
             if (strcmp(cfg.mode, "sync") && strcmp(cfg.mode, "diloco")) {

@@ -228,6 +228,7 @@ const char *px_wire_error_name(Phalanx__ErrorCode code) {
     case PHALANX__ERROR_CODE__TIMEOUT: return "TIMEOUT";
     case PHALANX__ERROR_CODE__AUTH_REJECTED: return "AUTH_REJECTED";
     case PHALANX__ERROR_CODE__WRONG_JOB: return "WRONG_JOB";
+    case PHALANX__ERROR_CODE__RESOURCE_LIMIT: return "RESOURCE_LIMIT";
     default: return "UNKNOWN_ERROR";
     }
 }

@@ -1,0 +1,19 @@
+/* Implementation of px_rate.h. */
+#include "px_rate.h"
+
+int px_rate_hit(px_rate_t *r, int64_t now_ms) {
+    if (now_ms - r->window_ms >= 1000) {
+        r->window_ms = now_ms;
+        r->in_window = 0;
+    }
+    if (++r->in_window <= (uint64_t)r->per_s) return 1;
+    r->suppressed++;
+    return 0;
+}
+
+uint64_t px_rate_take(px_rate_t *r, int64_t now_ms, int force) {
+    if (!r->suppressed || (!force && now_ms - r->window_ms < 1000)) return 0;
+    uint64_t n = r->suppressed;
+    r->suppressed = 0;
+    return n;
+}
