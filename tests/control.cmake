@@ -36,3 +36,9 @@ foreach(t flood race)
                    $<TARGET_FILE_DIR:phalanx-coordinator> ${t})
   set_tests_properties(${name} PROPERTIES TIMEOUT 90)
 endforeach()
+# Bounded state: 2,000 members churning for a minute plus store floods; the
+# coordinator's memory stays bounded and flat, /status keeps answering, every
+# limit refuses with RESOURCE_LIMIT, a metric and rate-limited events.
+# PHALANX_CHURN_S shortens the churn for a quick run.
+px_add_py_test(control_limits ${CMAKE_CURRENT_LIST_DIR}/control/test_limits.py $<TARGET_FILE_DIR:phalanx-coordinator>)
+set_tests_properties(control_limits PROPERTIES TIMEOUT 180)
