@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "px_hash.h"
+#include "px_siphash.h"
 
 typedef struct {
     void *key; /* NULL: empty; TOMB: deleted */
@@ -17,6 +17,7 @@ typedef struct {
 struct px_map {
     slot_t *slots;
     size_t cap, used, live;
+    const uint8_t *hash_key; /* this process's SipHash key */
 };
 
 static char tomb_marker;
@@ -26,6 +27,7 @@ px_map_t *px_map_new(void) {
     px_map_t *m = calloc(1, sizeof *m);
     if (!m) return NULL;
     m->cap = 16;
+    m->hash_key = px_siphash_process_key();
     m->slots = calloc(m->cap, sizeof *m->slots);
     if (!m->slots) {
         free(m);
@@ -75,7 +77,7 @@ static int grow(px_map_t *m) {
 }
 
 int px_map_put(px_map_t *m, const void *key, size_t klen, int64_t value) {
-    uint64_t h = px_hash64(key, klen, 0);
+    uint64_t h = px_siphash24(m->hash_key, key, klen);
     slot_t *s = find(m, key, klen, h);
     if (s) {
         s->value = value;
@@ -94,14 +96,14 @@ int px_map_put(px_map_t *m, const void *key, size_t klen, int64_t value) {
 }
 
 int px_map_get(const px_map_t *m, const void *key, size_t klen, int64_t *value) {
-    slot_t *s = find(m, key, klen, px_hash64(key, klen, 0));
+    slot_t *s = find(m, key, klen, px_siphash24(m->hash_key, key, klen));
     if (!s) return 0;
     *value = s->value;
     return 1;
 }
 
 void px_map_del(px_map_t *m, const void *key, size_t klen) {
-    slot_t *s = find(m, key, klen, px_hash64(key, klen, 0));
+    slot_t *s = find(m, key, klen, px_siphash24(m->hash_key, key, klen));
     if (!s) return;
     free(s->key);
     s->key = TOMB;
@@ -109,3 +111,16 @@ void px_map_del(px_map_t *m, const void *key, size_t klen) {
 }
 
 size_t px_map_size(const px_map_t *m) { return m->live; }
+
+uint64_t px_map_hash(const void *key, size_t klen) { return px_siphash24(px_siphash_process_key(), key, klen); }
+
+size_t px_map_max_displacement(const px_map_t *m) {
+    size_t worst = 0;
+    for (size_t i = 0; i < m->cap; i++) {
+        const slot_t *s = &m->slots[i];
+        if (!s->key || s->key == TOMB) continue;
+        size_t d = (i - (size_t)s->hash) & (m->cap - 1);
+        if (d > worst) worst = d;
+    }
+    return worst;
+}

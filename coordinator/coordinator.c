@@ -27,10 +27,11 @@
 #include "membership.h"
 #include "px_buf.h"
 #include "px_log.h"
+#include "px_rate.h"
 #include "px_time.h"
 #include "px_wire.h"
 #include "quorum.h"
-#include "ratelimit.h"
+#include "px_rate.h"
 #include "status.h"
 #include "store.h"
 
@@ -58,8 +59,9 @@ struct px_coordinator {
     char wait_reason[256];
     px_coord_stats_t stats;
     int64_t hb_window_start_ms;
-    px_rate_t rl_bad, rl_auth, rl_conflict, rl_refused; /* event rate limits, see ratelimit.h */
+    px_rate_t rl_bad, rl_auth, rl_conflict, rl_refused; /* event rate limits, see px_rate.h */
     uint64_t hb_window_count;
+    px_rate_t limit_rate[PX_LIMIT_KINDS]; /* limit_reached event rate limits */
 };
 
 static void answer_waiter(void *ctx, const px_kv_answer_t *a);
@@ -124,7 +126,7 @@ static void emit(px_coordinator_t *c, const char *type, const char *fmt, ...) {
  * log's disk and the counts still add up. */
 #define PX_PEER_EVENTS_PER_S 200
 static void flush_rate_summary(px_coordinator_t *c, px_rate_t *r, int64_t now, int force) {
-    uint64_t n = px_rate_take_summary(r, now, force);
+    uint64_t n = px_rate_take(r, now, force);
     if (n)
         emit(c, r->name, "\"error\":\"FLOOD\",\"detail\":\"more than %d in a second; summarised\",\"count\":%llu",
              PX_PEER_EVENTS_PER_S, (unsigned long long)n);
@@ -140,7 +142,7 @@ static void emit_limited(px_coordinator_t *c, px_rate_t *r, const char *fmt, ...
 static void emit_limited(px_coordinator_t *c, px_rate_t *r, const char *fmt, ...) {
     int64_t now = px_now_ms();
     flush_rate_summary(c, r, now, 0);
-    if (!px_rate_admit(r, now) || !c->events) return;
+    if (!px_rate_hit(r, now) || !c->events) return;
     px_buf_t b;
     px_buf_init(&b);
     va_list ap;
@@ -151,6 +153,68 @@ static void emit_limited(px_coordinator_t *c, px_rate_t *r, const char *fmt, ...
     char *fields = px_buf_take(&b, NULL);
     px_events_emit(c->events, r->name, fields ? fields : "");
     free(fields);
+}
+
+/* ---- limits ----------------------------------------------------------- */
+
+#define LIMIT_EVENTS_PER_S 10 /* per limit; past that, one summary a second */
+
+static int64_t limit_max(const px_coordinator_t *c, int kind) {
+    switch (kind) {
+    case PX_LIMIT_MEMBERS: return c->cfg.max_members;
+    case PX_LIMIT_STORE_KEYS: return c->cfg.max_store_keys;
+    case PX_LIMIT_STORE_BYTES: return c->cfg.max_store_bytes;
+    default: return c->cfg.max_store_waiters;
+    }
+}
+
+/* Fills in defaults for unset limits and hands them to the member table and
+ * the store (which holds two quorums' namespaces, hence the totals). */
+static void apply_limits(px_coordinator_t *c) {
+    px_coordinator_config_t *k = &c->cfg;
+    if (k->max_members <= 0) k->max_members = PX_DEFAULT_MAX_MEMBERS;
+    if (k->max_store_keys <= 0) k->max_store_keys = PX_DEFAULT_MAX_STORE_KEYS;
+    if (k->max_store_bytes <= 0) k->max_store_bytes = PX_DEFAULT_MAX_STORE_BYTES;
+    if (k->max_store_waiters <= 0) k->max_store_waiters = PX_DEFAULT_MAX_STORE_WAITERS;
+    c->members.max_members = k->max_members;
+    px_kv_limits_t lim = {(size_t)k->max_store_keys, (size_t)k->max_store_bytes, (size_t)k->max_store_waiters,
+                          2 * (size_t)k->max_store_keys, 2 * (size_t)k->max_store_bytes, 2 * (size_t)k->max_store_waiters};
+    px_kv_set_limits(c->kv, &lim);
+    for (int i = 0; i < PX_LIMIT_KINDS; i++) c->limit_rate[i].per_s = LIMIT_EVENTS_PER_S;
+}
+
+static void limit_summary(px_coordinator_t *c, int kind, uint64_t n) {
+    emit(c, "limit_reached", "\"limit\":\"%s\",\"max\":%lld,\"detail\":\"more than %d refusals in a second; summarised\",\"count\":%llu",
+         PX_LIMIT_NAMES[kind], (long long)limit_max(c, kind), LIMIT_EVENTS_PER_S, (unsigned long long)n);
+}
+
+static void flush_limit_summaries(px_coordinator_t *c, int64_t now, int force) {
+    for (int i = 0; i < PX_LIMIT_KINDS; i++) {
+        uint64_t n = px_rate_take(&c->limit_rate[i], now, force);
+        if (n) limit_summary(c, i, n);
+    }
+}
+
+/* Refuses a request past a limit: RESOURCE_LIMIT reply, counter, and a
+ * limit_reached event (rate-limited: peers choose how often this happens). */
+static void limit_refused(px_coordinator_t *c, const void *ident, size_t ident_len, uint64_t req_id, int kind,
+                          const char *group, int rank) {
+    static const char *const FLAG[PX_LIMIT_KINDS] = {"--max-members", "--max-store-keys", "--max-store-bytes",
+                                                     "--max-store-waiters"};
+    int64_t now = px_now_ms();
+    c->stats.limit_refusals[kind]++;
+    char why[160];
+    snprintf(why, sizeof why, "%s limit reached (%s %lld%s)", PX_LIMIT_NAMES[kind], FLAG[kind],
+             (long long)limit_max(c, kind), kind == PX_LIMIT_MEMBERS ? ", all live" : " per quorum");
+    uint64_t n = px_rate_take(&c->limit_rate[kind], now, 0);
+    if (n) limit_summary(c, kind, n);
+    if (px_rate_hit(&c->limit_rate[kind], now)) {
+        emit(c, "limit_reached", "\"limit\":\"%s\",\"max\":%lld,\"group\":\"%s\",\"rank\":%d,\"quorum_id\":%lld,\"count\":1",
+             PX_LIMIT_NAMES[kind], (long long)limit_max(c, kind), group, rank, (long long)c->quorum.id);
+        px_log_warn("limit_reached limit=%s max=%lld group=%s rank=%d total=%llu", PX_LIMIT_NAMES[kind],
+                    (long long)limit_max(c, kind), group, rank, (unsigned long long)c->stats.limit_refusals[kind]);
+    }
+    reply_error(c, ident, ident_len, req_id, PHALANX__ERROR_CODE__RESOURCE_LIMIT, why);
 }
 
 /* ---- quorum ----------------------------------------------------------- */
@@ -466,9 +530,12 @@ static void on_register(px_coordinator_t *c, const void *ident, size_t ident_len
         }
         member_lost(c, old, "replaced_by_new_process");
     }
-    px_member_t *m = px_members_upsert(&c->members, r->group, (int)r->rank, ident, ident_len, &replaced);
+    px_members_rc_t rc;
+    px_member_t *m = px_members_upsert(&c->members, r->group, (int)r->rank, ident, ident_len, &replaced, &rc);
     if (!m) {
-        reply_error(c, ident, ident_len, msg->request_id, PHALANX__ERROR_CODE__BAD_MESSAGE, "identity too long");
+        if (rc == PX_MEMBERS_FULL) limit_refused(c, ident, ident_len, msg->request_id, PX_LIMIT_MEMBERS, r->group, (int)r->rank);
+        else reply_error(c, ident, ident_len, msg->request_id, PHALANX__ERROR_CODE__BAD_MESSAGE,
+                         rc == PX_MEMBERS_BAD_IDENT ? "identity too long" : "out of memory");
         return;
     }
     m->group_size = (int)r->group_size;
@@ -694,18 +761,26 @@ static void note_rendezvous(px_coordinator_t *c, px_member_t *m) {
     if (!c->first_store_ms) c->first_store_ms = px_now_ms();
 }
 
+/* A store request px_kv_* refused: a limit, or no memory. */
+static void store_refused(px_coordinator_t *c, const void *ident, size_t ident_len, uint64_t req_id,
+                          const px_member_t *m, int rc) {
+    if (rc == PX_KV_NO_MEMORY) {
+        reply_error(c, ident, ident_len, req_id, PHALANX__ERROR_CODE__RESOURCE_LIMIT, "coordinator out of memory");
+        return;
+    }
+    int kind = rc == PX_KV_LIMIT_KEYS ? PX_LIMIT_STORE_KEYS : rc == PX_KV_LIMIT_BYTES ? PX_LIMIT_STORE_BYTES : PX_LIMIT_STORE_WAITERS;
+    limit_refused(c, ident, ident_len, req_id, kind, m->group, m->rank);
+}
+
 static void on_store_set(px_coordinator_t *c, const void *ident, size_t ident_len, const px_msg_t *msg) {
     px_member_t *m = require_member(c, ident, ident_len, msg->request_id);
     if (!m) return;
     const Phalanx__StoreSet *s = msg->store_set;
     if (store_fenced(c, ident, ident_len, msg->request_id, s->quorum_id)) return;
     note_rendezvous(c, m);
-    if (px_kv_set(c->kv, s->quorum_id, s->key, s->value.data, s->value.len, answer_waiter, c) != 0) {
-        /* Not stored: the worker must not believe it was (its peers would wait for it). */
-        reply_error(c, ident, ident_len, msg->request_id, PHALANX__ERROR_CODE__BAD_MESSAGE, "store set failed: out of memory");
-        return;
-    }
-    reply_ack(c, ident, ident_len, msg->request_id);
+    int rc = px_kv_set(c->kv, s->quorum_id, s->key, s->value.data, s->value.len, answer_waiter, c);
+    if (rc != PX_KV_OK) store_refused(c, ident, ident_len, msg->request_id, m, rc);
+    else reply_ack(c, ident, ident_len, msg->request_id);
 }
 
 static void on_store_get(px_coordinator_t *c, const void *ident, size_t ident_len, const px_msg_t *msg) {
@@ -723,7 +798,11 @@ static void on_store_get(px_coordinator_t *c, const void *ident, size_t ident_le
         if (!peer) return;
         peer[0] = (unsigned char)ident_len;
         memcpy(peer + 1, ident, ident_len);
-        if (px_kv_wait(c->kv, s->quorum_id, s->key, px_now_ms() + s->wait_ms, peer, msg->request_id) != 0) free(peer);
+        int rc = px_kv_wait(c->kv, s->quorum_id, s->key, px_now_ms() + s->wait_ms, peer, msg->request_id);
+        if (rc != PX_KV_OK) {
+            free(peer);
+            store_refused(c, ident, ident_len, msg->request_id, m, rc);
+        }
     } else {
         send_store_value(c, ident, ident_len, msg->request_id, s->key, 0, NULL, 0);
     }
@@ -742,6 +821,9 @@ static px_status_view_t status_view(px_coordinator_t *c) {
         v.events = (px_status_events_t){es.produced, es.delivered, es.pending, es.spilled, es.delivery_failures};
     }
     v.store_keys = px_kv_count(c->kv);
+    v.store_bytes = px_kv_bytes(c->kv);
+    v.store_waiters = px_kv_waiters(c->kv);
+    v.heap_bytes = px_status_heap_bytes();
     v.now_ms = px_now_ms();
     v.uptime_ms = v.now_ms - c->started_ms;
     return v;
@@ -896,6 +978,8 @@ static void tick(px_coordinator_t *c, int64_t now) {
     px_auth_drain(c->auth, auth_event, c);
     detect_losses(c, now);
     detect_stalled(c, now);
+    px_members_expire(&c->members, now, &c->live);
+    flush_limit_summaries(c, now, 0);
     if (c->quorum_dirty || c->rebuild_requested_ms) recompute_quorum(c, now);
     px_kv_expire(c->kv, now, answer_waiter, c);
     if (c->events) px_events_poll(c->events);
@@ -1002,6 +1086,7 @@ px_coordinator_t *px_coordinator_new(const px_coordinator_config_t *cfg, char *e
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
+    apply_limits(c);
     c->zctx = zmq_ctx_new();
     c->router = zmq_socket(c->zctx, ZMQ_ROUTER);
     int one = 1, zero = 0, hwm = 100000;
@@ -1062,6 +1147,7 @@ void px_coordinator_destroy(px_coordinator_t **self, int flush_ms) {
     if (!c) return;
     if (c->events) {
         flush_rate_summaries(c, px_now_ms(), 1);
+        flush_limit_summaries(c, px_now_ms(), 1);
         px_auth_stop(&c->auth, auth_event, c); /* its last summary goes into the log */
         emit(c, "coordinator_stopped", "\"quorum_id\":%lld", (long long)c->quorum.id);
         px_events_destroy(&c->events, flush_ms);

@@ -28,7 +28,17 @@ typedef struct {
     int64_t join_timeout_ms;
     int64_t rebuild_settle_ms; /* wait before re-forming an unchanged quorum on request */
     int64_t stall_timeout_ms;  /* a quorum member not in its rendezvous this long is dropped */
+    /* Limits on state peers grow; 0: the default. The store ones hold per
+     * quorum id; the store as a whole holds twice that (it keeps the current
+     * and the previous quorum's keys). */
+    int max_members;
+    int64_t max_store_keys, max_store_bytes, max_store_waiters;
 } px_coordinator_config_t;
+
+#define PX_DEFAULT_MAX_MEMBERS 65536
+#define PX_DEFAULT_MAX_STORE_KEYS 65536
+#define PX_DEFAULT_MAX_STORE_BYTES (64LL << 20)
+#define PX_DEFAULT_MAX_STORE_WAITERS 65536
 
 typedef struct px_coordinator px_coordinator_t;
 

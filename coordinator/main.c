@@ -50,12 +50,18 @@ static void usage(void) {
            "                              rendezvous this long after others did; keep above two\n"
            "                              step times, 100..3600000 [60000]\n"
            "  --mode sync|diloco          training mode announced to workers [sync]\n"
+           "  --max-members N             members (live and recently lost), 1..1000000 [%d]\n"
+           "  --max-store-keys N          rendezvous keys per quorum, 1..10000000 [%d]\n"
+           "  --max-store-bytes N         rendezvous key+value bytes per quorum, 65536..17179869184 [%lld]\n"
+           "  --max-store-waiters N       store reads waiting per quorum, 1..10000000 [%d]\n"
            "  --quiet                     log warnings and errors only\n"
            "  --help                      this text\n\n"
+           "Past a limit, requests are refused RESOURCE_LIMIT (event limit_reached).\n"
            "SIGTERM or SIGINT: stop after flushing events (up to 5 s for Kafka).\n"
            "SIGHUP (with CURVE): re-read --authorized-keys; a file that does not parse keeps the old keys.\n"
            "See docs/security.md.\n",
-           PROG);
+           PROG, PX_DEFAULT_MAX_MEMBERS, PX_DEFAULT_MAX_STORE_KEYS, (long long)PX_DEFAULT_MAX_STORE_BYTES,
+           PX_DEFAULT_MAX_STORE_WAITERS);
 }
 
 /* CURVE flags, and the safe default: a control endpoint reachable from the
@@ -117,6 +123,10 @@ int main(int argc, char **argv) {
         .join_timeout_ms = 500,
         .rebuild_settle_ms = 300,
         .stall_timeout_ms = 60000,
+        .max_members = PX_DEFAULT_MAX_MEMBERS,
+        .max_store_keys = PX_DEFAULT_MAX_STORE_KEYS,
+        .max_store_bytes = PX_DEFAULT_MAX_STORE_BYTES,
+        .max_store_waiters = PX_DEFAULT_MAX_STORE_WAITERS,
     };
     static char http_host[256];
     static px_keypair_t curve;
@@ -153,6 +163,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--join-timeout-ms")) cfg.join_timeout_ms = px_flag_int(PROG, a, v, 0, 600000);
         else if (!strcmp(a, "--rebuild-settle-ms")) cfg.rebuild_settle_ms = px_flag_int(PROG, a, v, 0, 60000);
         else if (!strcmp(a, "--stall-timeout-ms")) cfg.stall_timeout_ms = px_flag_int(PROG, a, v, 100, 3600000);
+        else if (!strcmp(a, "--max-members")) cfg.max_members = (int)px_flag_int(PROG, a, v, 1, 1000000);
+        else if (!strcmp(a, "--max-store-keys")) cfg.max_store_keys = px_flag_int(PROG, a, v, 1, 10000000);
+        else if (!strcmp(a, "--max-store-bytes")) cfg.max_store_bytes = px_flag_int(PROG, a, v, 65536, 16LL << 30);
+        else if (!strcmp(a, "--max-store-waiters")) cfg.max_store_waiters = px_flag_int(PROG, a, v, 1, 10000000);
         else if (!strcmp(a, "--mode")) {
             cfg.mode = px_flag_str(PROG, a, v, 16);
             if (strcmp(cfg.mode, "sync") && strcmp(cfg.mode, "diloco")) {

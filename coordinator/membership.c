@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "px_time.h"
+
 int px_member_report_fresh(const px_member_t *m, int64_t now_ms, const px_liveness_config_t *cfg, int64_t qid) {
     return m->reported_ms > 0 && m->reported_qid == qid && now_ms - m->reported_ms <= cfg->heartbeat_timeout_ms;
 }
@@ -54,27 +56,77 @@ px_member_t *px_members_by_name(px_members_t *t, const char *group, int rank) {
     return px_map_get(t->by_name, key, (size_t)n, &i) ? &t->members[i] : NULL;
 }
 
+/* Drops entry i from both indexes and fills its place with the last entry.
+ * An identity index entry is dropped or moved only when it points at that
+ * slot: a process that re-registered under another name owns it now. */
+static void remove_at(px_members_t *t, int i) {
+    char key[96];
+    int64_t v;
+    px_member_t *m = &t->members[i];
+    if (px_map_get(t->by_ident, m->ident, m->ident_len, &v) && v == i) px_map_del(t->by_ident, m->ident, m->ident_len);
+    px_map_del(t->by_name, key, (size_t)name_key(key, sizeof key, m->group, m->rank));
+    int last = t->n - 1;
+    if (i != last) {
+        px_member_t *moved = &t->members[last];
+        if (px_map_get(t->by_ident, moved->ident, moved->ident_len, &v) && v == last)
+            px_map_put(t->by_ident, moved->ident, moved->ident_len, i); /* replaces: cannot fail */
+        px_map_put(t->by_name, key, (size_t)name_key(key, sizeof key, moved->group, moved->rank), i);
+        *m = *moved;
+    }
+    t->n--;
+    t->removed++;
+}
+
+/* On a full table, the longest-lost member makes room: 0, or -1 when every
+ * member is live. */
+static int make_room(px_members_t *t) {
+    if (t->max_members <= 0 || t->n < t->max_members) return 0;
+    int oldest = -1;
+    for (int i = 0; i < t->n; i++) {
+        const px_member_t *m = &t->members[i];
+        if (m->state == PX_STATE_LOST && (oldest < 0 || m->lost_ms < t->members[oldest].lost_ms)) oldest = i;
+    }
+    if (oldest < 0) return -1;
+    remove_at(t, oldest);
+    return 0;
+}
+
+static px_member_t *append(px_members_t *t, const char *group, int rank, px_members_rc_t *rc) {
+    if (make_room(t) != 0) {
+        *rc = PX_MEMBERS_FULL;
+        return NULL;
+    }
+    *rc = PX_MEMBERS_NO_MEMORY;
+    if (t->n == t->cap) {
+        int ncap = t->cap ? t->cap * 2 : 64;
+        px_member_t *nm = realloc(t->members, (size_t)ncap * sizeof *nm);
+        if (!nm) return NULL;
+        t->members = nm;
+        t->cap = ncap;
+    }
+    char key[96];
+    int n = name_key(key, sizeof key, group, rank);
+    if (px_map_put(t->by_name, key, (size_t)n, t->n) != 0) return NULL;
+    *rc = PX_MEMBERS_OK;
+    return &t->members[t->n++];
+}
+
 px_member_t *px_members_upsert(px_members_t *t, const char *group, int rank, const void *ident,
-                               size_t ident_len, int *replaced) {
+                               size_t ident_len, int *replaced, px_members_rc_t *rc) {
+    px_members_rc_t rc_ignored;
+    if (!rc) rc = &rc_ignored;
     *replaced = 0;
+    *rc = PX_MEMBERS_BAD_IDENT;
     if (ident_len > PX_IDENT_MAX) return NULL;
     px_member_t *m = px_members_by_name(t, group, rank);
     if (m) {
         *replaced = m->state != PX_STATE_LOST && (m->ident_len != ident_len || memcmp(m->ident, ident, ident_len) != 0);
-        px_map_del(t->by_ident, m->ident, m->ident_len);
+        int64_t v;
+        if (px_map_get(t->by_ident, m->ident, m->ident_len, &v) && v == m - t->members)
+            px_map_del(t->by_ident, m->ident, m->ident_len);
     } else {
-        if (t->n == t->cap) {
-            int ncap = t->cap ? t->cap * 2 : 64;
-            px_member_t *nm = realloc(t->members, (size_t)ncap * sizeof *nm);
-            if (!nm) return NULL;
-            t->members = nm;
-            t->cap = ncap;
-        }
-        m = &t->members[t->n];
-        char key[96];
-        int n = name_key(key, sizeof key, group, rank);
-        if (px_map_put(t->by_name, key, (size_t)n, t->n) != 0) return NULL;
-        t->n++;
+        m = append(t, group, rank, rc);
+        if (!m) return NULL;
     }
     memset(m, 0, sizeof *m);
     snprintf(m->group, sizeof m->group, "%s", group);
@@ -82,7 +134,9 @@ px_member_t *px_members_upsert(px_members_t *t, const char *group, int rank, con
     m->fd = -1;
     memcpy(m->ident, ident, ident_len);
     m->ident_len = ident_len;
+    *rc = PX_MEMBERS_NO_MEMORY;
     if (px_map_put(t->by_ident, ident, ident_len, m - t->members) != 0) return NULL;
+    *rc = PX_MEMBERS_OK;
     return m;
 }
 
@@ -90,7 +144,23 @@ void px_members_mark_lost(px_members_t *t, px_member_t *m, const char *why) {
     (void)t;
     m->state = PX_STATE_LOST;
     m->requested = 0;
+    m->lost_ms = px_now_ms();
     snprintf(m->lost_reason, sizeof m->lost_reason, "%s", why);
+}
+
+int px_members_expire(px_members_t *t, int64_t now_ms, const px_liveness_config_t *cfg) {
+    int64_t grace = PX_LOST_GRACE_TIMEOUTS * cfg->heartbeat_timeout_ms;
+    int removed = 0;
+    for (int i = 0; i < t->n;) {
+        const px_member_t *m = &t->members[i];
+        if (m->state == PX_STATE_LOST && now_ms - m->lost_ms > grace) {
+            remove_at(t, i); /* the last entry moved to i: look at it next */
+            removed++;
+        } else {
+            i++;
+        }
+    }
+    return removed;
 }
 
 int px_members_live(const px_members_t *t) {

@@ -15,7 +15,13 @@
  * A report is evidence only while it is fresh and about the quorum in force:
  * it expires after one heartbeat timeout and when the quorum changes
  * (px_member_report_fresh), so an old or mistaken accusation cannot make a
- * later harmless pause fatal. Only members of the current quorum may accuse. */
+ * later harmless pause fatal. Only members of the current quorum may accuse.
+ *
+ * The table is bounded, because peers grow it: a lost member stays
+ * PX_LOST_GRACE_TIMEOUTS heartbeat timeouts (for /status, and for a restarted
+ * process to take its slot back), then leaves (px_members_expire). At most
+ * max_members entries exist; a new member on a full table takes the slot of
+ * the longest-lost one, or is refused when all are live. */
 #ifndef PX_MEMBERSHIP_H
 #define PX_MEMBERSHIP_H
 
@@ -27,6 +33,7 @@
 
 #define PX_IDENT_MAX 64
 #define PX_SILENT_INTERVALS 2.5
+#define PX_LOST_GRACE_TIMEOUTS 10 /* heartbeat timeouts a lost member stays listed */
 
 enum { PX_STATE_JOINING = 0, PX_STATE_HEALTHY = 1, PX_STATE_HEALING = 2, PX_STATE_LOST = 3 };
 
@@ -56,6 +63,7 @@ typedef struct {
     int64_t job_steps;  /* the job's length as the worker was told it (0: not training) */
     int64_t store_qid;  /* last quorum whose rendezvous store it used (stall detection) */
     char lost_reason[48];
+    int64_t lost_ms;    /* when it was declared lost (monotonic) */
 } px_member_t;
 
 typedef struct {
@@ -69,22 +77,37 @@ int px_member_report_fresh(const px_member_t *m, int64_t now_ms, const px_livene
 /* Why this member should be considered lost now, or NULL if it should not. */
 const char *px_member_loss_reason(const px_member_t *m, int64_t now_ms, const px_liveness_config_t *cfg);
 
+/* Entries move when others leave (the last fills the hole): a px_member_t
+ * pointer is valid until the next px_members_upsert or px_members_expire. */
 typedef struct {
     px_member_t *members;
     int n, cap;
+    int max_members;    /* 0: no limit */
+    uint64_t removed;   /* lost members expired or evicted, ever */
     px_map_t *by_ident; /* identity -> index */
     px_map_t *by_name;  /* "group/rank" -> index */
 } px_members_t;
+
+typedef enum {
+    PX_MEMBERS_OK = 0,
+    PX_MEMBERS_BAD_IDENT, /* identity longer than PX_IDENT_MAX */
+    PX_MEMBERS_FULL,      /* max_members live members already */
+    PX_MEMBERS_NO_MEMORY,
+} px_members_rc_t;
 
 int px_members_init(px_members_t *t);
 void px_members_free(px_members_t *t);
 px_member_t *px_members_by_ident(px_members_t *t, const void *ident, size_t len);
 px_member_t *px_members_by_name(px_members_t *t, const char *group, int rank);
 /* Adds or replaces the member (group, rank). *replaced is set to 1 when a live
- * member held that slot (the caller treats that as the old one lost). */
+ * member held that slot (the caller treats that as the old one lost). NULL
+ * with *rc saying why when it cannot (rc may be NULL). */
 px_member_t *px_members_upsert(px_members_t *t, const char *group, int rank, const void *ident,
-                               size_t ident_len, int *replaced);
+                               size_t ident_len, int *replaced, px_members_rc_t *rc);
 void px_members_mark_lost(px_members_t *t, px_member_t *m, const char *why);
+/* Removes the members lost for longer than PX_LOST_GRACE_TIMEOUTS heartbeat
+ * timeouts; returns how many. */
+int px_members_expire(px_members_t *t, int64_t now_ms, const px_liveness_config_t *cfg);
 /* Counts live (not lost) members. */
 int px_members_live(const px_members_t *t);
 

@@ -2,8 +2,22 @@
 #include "status.h"
 
 #include <string.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include "px_buf.h"
+
+const char *const PX_LIMIT_NAMES[PX_LIMIT_KINDS] = {"members", "store_keys", "store_bytes", "store_waiters"};
+
+size_t px_status_heap_bytes(void) {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+    struct mallinfo2 mi = mallinfo2();
+    return mi.uordblks + mi.hblkhd;
+#else
+    return 0;
+#endif
+}
 
 const char *px_status_member_state(const px_member_t *m, const px_quorum_t *q) {
     if (m->state == PX_STATE_LOST) return "lost";
@@ -102,6 +116,18 @@ char *px_status_metrics(const px_status_view_t *v, size_t *len) {
                   "# HELP phalanx_loop_stalls_total Event loop turns late by more than a heartbeat interval (deadlines shifted).\n# TYPE phalanx_loop_stalls_total counter\nphalanx_loop_stalls_total %llu\n",
                   (unsigned long long)v->stats->identity_conflicts, (unsigned long long)v->stats->reports_refused,
                   (unsigned long long)v->stats->members_stalled, (unsigned long long)v->stats->loop_stalls);
+    px_buf_printf(&b,
+                  "# HELP phalanx_store_bytes Bytes of keys and values in the rendezvous store.\n# TYPE phalanx_store_bytes gauge\nphalanx_store_bytes %zu\n"
+                  "# HELP phalanx_store_waiters Store reads waiting for their key.\n# TYPE phalanx_store_waiters gauge\nphalanx_store_waiters %zu\n"
+                  "# HELP phalanx_heap_bytes Bytes allocated and in use (malloc, all threads).\n# TYPE phalanx_heap_bytes gauge\nphalanx_heap_bytes %zu\n"
+                  "# HELP phalanx_members_expired_total Lost members removed from the table (grace period over, or room needed).\n"
+                  "# TYPE phalanx_members_expired_total counter\nphalanx_members_expired_total %llu\n"
+                  "# HELP phalanx_limit_refusals_total Requests refused because a limit was reached.\n"
+                  "# TYPE phalanx_limit_refusals_total counter\n",
+                  v->store_bytes, v->store_waiters, v->heap_bytes, (unsigned long long)v->members->removed);
+    for (int i = 0; i < PX_LIMIT_KINDS; i++)
+        px_buf_printf(&b, "phalanx_limit_refusals_total{limit=\"%s\"} %llu\n", PX_LIMIT_NAMES[i],
+                      (unsigned long long)v->stats->limit_refusals[i]);
     return px_buf_take(&b, len);
 }
 

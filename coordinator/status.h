@@ -11,9 +11,16 @@
 #include "membership.h"
 #include "quorum.h"
 
+/* The limits on state peers can grow (coordinator flags --max-members,
+ * --max-store-keys, --max-store-bytes, --max-store-waiters). */
+enum { PX_LIMIT_MEMBERS, PX_LIMIT_STORE_KEYS, PX_LIMIT_STORE_BYTES, PX_LIMIT_STORE_WAITERS, PX_LIMIT_KINDS };
+/* "members", "store_keys", "store_bytes", "store_waiters": metric label and event field. */
+extern const char *const PX_LIMIT_NAMES[PX_LIMIT_KINDS];
+
 typedef struct {
     uint64_t bad_messages, heartbeats, quorums_formed, auth_rejected, messages;
     uint64_t identity_conflicts, reports_refused, members_stalled, loop_stalls;
+    uint64_t limit_refusals[PX_LIMIT_KINDS]; /* requests refused RESOURCE_LIMIT */
     double heartbeats_per_s;
     int64_t last_loss_ms, last_quorum_ms;
 } px_coord_stats_t;
@@ -28,10 +35,15 @@ typedef struct {
     const px_members_t *members;
     const px_coord_stats_t *stats;
     px_status_events_t events;
-    size_t store_keys;
+    size_t store_keys, store_bytes, store_waiters;
+    size_t heap_bytes; /* malloc'd and in use, all threads (px_status_heap_bytes) */
     int64_t now_ms, uptime_ms;
 } px_status_view_t;
 
+/* Bytes malloc'd and not freed, over every thread's arena (glibc
+ * mallinfo2; 0 elsewhere). Unlike RSS it does not creep while allocated
+ * buffers are first touched, so it shows whether state really grows. */
+size_t px_status_heap_bytes(void);
 /* "joining" | "healthy" | "healing" | "lost" for member m given the quorum. */
 const char *px_status_member_state(const px_member_t *m, const px_quorum_t *q);
 char *px_status_json(const px_status_view_t *v, size_t *len);

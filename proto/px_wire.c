@@ -239,6 +239,7 @@ const char *px_wire_error_name(Phalanx__ErrorCode code) {
     case PHALANX__ERROR_CODE__WRONG_JOB: return "WRONG_JOB";
     case PHALANX__ERROR_CODE__IDENTITY_CONFLICT: return "IDENTITY_CONFLICT";
     case PHALANX__ERROR_CODE__NOT_AUTHORIZED: return "NOT_AUTHORIZED";
+    case PHALANX__ERROR_CODE__RESOURCE_LIMIT: return "RESOURCE_LIMIT";
     default: return "UNKNOWN_ERROR";
     }
 }

@@ -1,5 +1,5 @@
 # Control-plane tests: pure logic as tables, then real processes on loopback.
-foreach(t quorum membership store wire ratelimit)
+foreach(t quorum membership store wire ratelimit map)
   add_executable(test_${t} ${CMAKE_CURRENT_LIST_DIR}/control/test_${t}.c)
   target_link_libraries(test_${t} PRIVATE px_coordlogic px_proto)
   add_test(NAME control_${t} COMMAND test_${t})
@@ -74,3 +74,9 @@ add_executable(test_http ${CMAKE_CURRENT_LIST_DIR}/control/test_http.c)
 target_link_libraries(test_http PRIVATE px_coordinator)
 add_test(NAME control_http COMMAND test_http)
 set_tests_properties(control_http PROPERTIES TIMEOUT 60)
+# Bounded state: 2,000 members churning for a minute plus store floods; the
+# coordinator's memory stays bounded and flat, /status keeps answering, every
+# limit refuses with RESOURCE_LIMIT, a metric and rate-limited events.
+# PHALANX_CHURN_S shortens the churn for a quick run.
+px_add_py_test(control_limits ${CMAKE_CURRENT_LIST_DIR}/control/test_limits.py $<TARGET_FILE_DIR:phalanx-coordinator>)
+set_tests_properties(control_limits PROPERTIES TIMEOUT 180)

@@ -20,6 +20,9 @@
  *             answered with RegisterAck and HeartbeatAck.
  * Lockstep means a crashed or wedged coordinator shows up as a reply timeout
  * on the very frame that did it; that frame is written to --dump-dir.
+ * Other modes (not part of "all"): hostile, flood and race (see their
+ * sections), and churn: thousands of members coming and going plus store
+ * floods, for the bounded-state test (tests/control/test_limits.py).
  *
  * Output (stdout, key=value): expected_bad_messages=N is the number of frames
  * the coordinator must have counted in phalanx_bad_messages_total. Exit 0 on
@@ -48,6 +51,8 @@ typedef struct {
     int verbose;
     int flood_ms, flood_sockets;
     int coordinator_pid, race_rounds;
+    int members, probe_members, churn_ms, churn_per_s, hb_ms;
+    long flood_cap;
 } opts_t;
 
 typedef struct {
@@ -1037,6 +1042,308 @@ static void flood(void) {
     printf("flood_sent=%" PRIu64 " flood_replies=%" PRIu64 "\n", sent, replies);
 }
 
+/* ---- churn: many members coming and going, and store floods ------------- */
+
+/* --members DEALERs register as one-rank groups and heartbeat every --hb-ms.
+ * Then:
+ *   probe   --probe-members more register at once: with the coordinator's
+ *           --max-members below the total, the surplus must be refused
+ *           RESOURCE_LIMIT (not crash, not grow the table);
+ *   floods  member 0 sets new keys until refused (key limit), overwrites
+ *           them with 16 KiB values until refused (byte limit), and parks
+ *           never-answered waits until refused (waiter limit); each flood
+ *           stops at a cap, so a coordinator without limits shows up as
+ *           "no refusal" rather than as a machine out of memory;
+ *   churn   for --churn-ms, --churn-per-s members a second are replaced:
+ *           mostly closed and reborn under a new identity and group name,
+ *           some reborn under the same name (a restarted process), some left
+ *           silent with their connection open for a while; member 0 keeps
+ *           sending refused store requests.
+ * A register refused for any reason is retried at the member's next turn.
+ * test_limits.py watches the coordinator's memory and /status meanwhile. */
+
+enum { CH_NEED_REG, CH_REG_PENDING, CH_REGISTERED };
+
+typedef struct {
+    peer_t p;
+    char group[32];
+    int state;
+    uint64_t reg_req;
+    int64_t next_ms, reg_sent_ms;
+    uint64_t last_reply; /* request id of the newest reply (replies come in order) */
+} churn_member_t;
+
+typedef struct {
+    uint64_t registered, reg_limit, reg_other, unknown_member, heartbeats, reborn_new, reborn_same, silenced;
+    uint64_t probe_accepted, probe_refused, probe_other;
+    uint64_t keys_sent, keys_refused, bytes_sent, bytes_refused, waiters_sent, waiters_refused, store_other;
+} churn_stats_t;
+
+static churn_stats_t CS;
+static uint64_t g_serial;
+static churn_member_t *g_members; /* the --members kept registered */
+static int g_nmembers;
+static const char *CHURN_KINDS[] = {"", "key", "bytes", "waiter"};
+#define REQ_RING 8192
+static uint8_t g_req_kind[REQ_RING]; /* request id % REQ_RING -> store request kind (1..3) */
+
+static void send_owned(peer_t *p, uint8_t *buf, size_t len) {
+    zmq_send(p->sock, buf, len, ZMQ_DONTWAIT); /* a full queue drops it: churn tolerates that */
+    free(buf);
+}
+
+static void churn_register(churn_member_t *m, int64_t now) {
+    reg_spec_t r = REG_OK;
+    r.group = m->group;
+    r.job = O.job;
+    r.pid = (int64_t)(g_serial & 0x3fffffff);
+    size_t len;
+    uint8_t *buf = build_register(&r, 1, &len);
+    m->reg_req = g_next_req;
+    m->state = CH_REG_PENDING;
+    m->reg_sent_ms = now;
+    send_owned(&m->p, buf, len);
+}
+
+static void churn_open(churn_member_t *m, const char *group, int64_t now) {
+    char ident[64];
+    snprintf(ident, sizeof ident, "churn-%d-%" PRIu64, (int)getpid(), ++g_serial);
+    if (group) snprintf(m->group, sizeof m->group, "%s", group);
+    else snprintf(m->group, sizeof m->group, "c%" PRIu64, g_serial);
+    peer_open(&m->p, ident);
+    churn_register(m, now);
+    m->next_ms = now + O.hb_ms;
+}
+
+/* Reads every queued reply of m; store refusals are counted by request kind. */
+static void churn_drain(churn_member_t *m) {
+    for (;;) {
+        zmq_msg_t z;
+        zmq_msg_init(&z);
+        if (zmq_msg_recv(&z, m->p.sock, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&z);
+            return;
+        }
+        Phalanx__Envelope *r = phalanx__envelope__unpack(NULL, zmq_msg_size(&z), zmq_msg_data(&z));
+        zmq_msg_close(&z);
+        if (!r) die("churn: undecodable reply");
+        uint64_t id = r->has_request_id ? r->request_id : 0;
+        if (id > m->last_reply) m->last_reply = id;
+        if (r->body_case == PHALANX__ENVELOPE__BODY_REG_ACK && id == m->reg_req) {
+            m->state = CH_REGISTERED;
+            CS.registered++;
+        } else if (r->body_case == PHALANX__ENVELOPE__BODY_ERROR) {
+            Phalanx__ErrorCode c = r->error->code;
+            int limit = c == PHALANX__ERROR_CODE__RESOURCE_LIMIT;
+            if (id && id == m->reg_req) {
+                m->state = CH_NEED_REG;
+                limit ? CS.reg_limit++ : CS.reg_other++;
+            } else if (c == PHALANX__ERROR_CODE__UNKNOWN_MEMBER) {
+                m->state = CH_NEED_REG; /* declared lost (a late heartbeat on a loaded machine) */
+                CS.unknown_member++;
+            } else if (g_req_kind[id % REQ_RING] && limit) {
+                int k = g_req_kind[id % REQ_RING];
+                k == 1 ? CS.keys_refused++ : k == 2 ? CS.bytes_refused++ : CS.waiters_refused++;
+            } else {
+                CS.store_other++;
+                if (O.verbose) printf("churn: error %s: %s\n", px_wire_error_name(c), r->error->message);
+            }
+        }
+        phalanx__envelope__free_unpacked(r, NULL);
+    }
+}
+
+static void churn_heartbeat(churn_member_t *m) {
+    hb_spec_t h = HB_OK;
+    h.group = m->group;
+    size_t len;
+    uint8_t *buf = build_heartbeat(&h, 1, &len);
+    send_owned(&m->p, buf, len);
+    CS.heartbeats++;
+}
+
+/* One store request of kind 1 (new key i with a vlen-byte value), 2 (16 KiB
+ * overwrite of key i) or 3 (park a waiter). */
+static void churn_store(churn_member_t *m, int kind, uint64_t i, size_t vlen) {
+    char key[64];
+    size_t len;
+    uint8_t *buf;
+    if (kind == 1) snprintf(key, sizeof key, "k%" PRIu64, i), buf = build_store_set(0, key, vlen, 1, &len), CS.keys_sent++;
+    else if (kind == 2) snprintf(key, sizeof key, "k%" PRIu64, i), buf = build_store_set(0, key, PX_STORE_VALUE_MAX, 1, &len), CS.bytes_sent++;
+    else snprintf(key, sizeof key, "w%" PRIu64, i), buf = build_store_get(0, key, PX_WAIT_MAX_MS, &len), CS.waiters_sent++;
+    g_req_kind[g_next_req % REQ_RING] = (uint8_t)kind;
+    send_owned(&m->p, buf, len);
+}
+
+/* Every member whose turn has come: read its replies, then heartbeat, or
+ * register (again) when it is not registered. */
+static void churn_service(int64_t now) {
+    for (int i = 0; i < g_nmembers; i++) {
+        churn_member_t *m = &g_members[i];
+        if (now < m->next_ms) continue;
+        m->next_ms = now + O.hb_ms;
+        churn_drain(m);
+        if (m->state == CH_REGISTERED) churn_heartbeat(m);
+        else if (m->state == CH_NEED_REG || now - m->reg_sent_ms > 5000) churn_register(m, now);
+    }
+}
+
+/* A heartbeat as a barrier: every earlier request of m has been answered (or
+ * parked as a waiter) once the reply to it is back. */
+static void churn_barrier(churn_member_t *m, const char *what) {
+    churn_heartbeat(m);
+    uint64_t id = g_next_req;
+    int64_t deadline = px_now_ms() + O.timeout_ms;
+    for (;;) {
+        churn_drain(m);
+        if (m->last_reply >= id) return;
+        churn_service(px_now_ms());
+        if (px_now_ms() > deadline) die("churn: %s: no heartbeat ack within %d ms", what, O.timeout_ms);
+        zmq_pollitem_t it = {m->p.sock, 0, ZMQ_POLLIN, 0};
+        zmq_poll(&it, 1, 50);
+    }
+}
+
+/* Floods one kind until the first refusal or `cap` requests; returns refusals. */
+static uint64_t churn_flood(churn_member_t *m, int kind, uint64_t cap, uint64_t *next) {
+    uint64_t *refused = kind == 1 ? &CS.keys_refused : kind == 2 ? &CS.bytes_refused : &CS.waiters_refused;
+    uint64_t before = *refused, sent = 0;
+    int batch = kind == 2 ? 32 : 256;
+    while (*refused == before && sent < cap) {
+        for (int k = 0; k < batch && sent < cap; k++, sent++) churn_store(m, kind, (*next)++, 8);
+        churn_barrier(m, CHURN_KINDS[kind]);
+    }
+    printf("flood_%s_sent=%" PRIu64 " flood_%s_refused=%" PRIu64 "\n", CHURN_KINDS[kind], sent, CHURN_KINDS[kind],
+           *refused - before);
+    fflush(stdout);
+    return *refused - before;
+}
+
+static void churn_wait_registered(churn_member_t *ms, int n, const char *what) {
+    int64_t deadline = px_now_ms() + 60000;
+    for (;;) {
+        int done = 0, pending = 0;
+        int64_t now = px_now_ms();
+        for (int i = 0; i < n; i++) {
+            churn_drain(&ms[i]);
+            if (ms[i].state == CH_NEED_REG || (ms[i].state == CH_REG_PENDING && now - ms[i].reg_sent_ms > 5000))
+                churn_register(&ms[i], now);
+            done += ms[i].state == CH_REGISTERED;
+            pending += ms[i].state != CH_REGISTERED;
+        }
+        if (!pending) return;
+        if (now > deadline) die("churn: %s: %d of %d members registered after 60 s", what, done, n);
+        churn_service(now);
+        px_sleep_ms(20);
+    }
+}
+
+static void churn_probe(void) {
+    int k = O.probe_members;
+    churn_member_t *x = calloc((size_t)k + 1, sizeof *x);
+    int64_t now = px_now_ms();
+    for (int i = 0; i < k; i++) churn_open(&x[i], NULL, now);
+    uint64_t reg0 = CS.registered, lim0 = CS.reg_limit, oth0 = CS.reg_other;
+    int64_t deadline = now + 60000;
+    for (;;) {
+        int pending = 0;
+        for (int i = 0; i < k; i++) {
+            churn_drain(&x[i]);
+            pending += x[i].state == CH_REG_PENDING;
+        }
+        if (!pending) break;
+        if (px_now_ms() > deadline) die("churn probe: %d registers unanswered after 60 s", pending);
+        churn_service(px_now_ms());
+        px_sleep_ms(20);
+    }
+    CS.probe_accepted = CS.registered - reg0;
+    CS.probe_refused = CS.reg_limit - lim0;
+    CS.probe_other = CS.reg_other - oth0;
+    for (int i = 0; i < k; i++) peer_close(&x[i].p);
+    free(x);
+    printf("probe_members=%d probe_accepted=%" PRIu64 " probe_refused=%" PRIu64 " probe_other=%" PRIu64 "\n", k,
+           CS.probe_accepted, CS.probe_refused, CS.probe_other);
+    fflush(stdout);
+}
+
+#define SILENT_MAX 64
+#define SILENT_MS 8000
+
+static void churn(void) {
+    int n = O.members;
+    zmq_ctx_set(g_ctx, ZMQ_MAX_SOCKETS, n + O.probe_members + SILENT_MAX + 64);
+    churn_member_t *ms = calloc((size_t)n, sizeof *ms);
+    g_members = ms;
+    int64_t t0 = px_now_ms();
+    for (int i = 0; i < n; i++) churn_open(&ms[i], NULL, t0), ms[i].next_ms += (int64_t)rnd_below((uint32_t)O.hb_ms);
+    g_nmembers = n;
+    churn_wait_registered(ms, n, "initial registration");
+    printf("members_registered=%d register_ms=%lld\n", n, (long long)(px_now_ms() - t0));
+    fflush(stdout);
+    if (O.probe_members > 0) churn_probe();
+
+    uint64_t next_key = 0, next_big = 0, next_wait = 0;
+    churn_member_t *f = &ms[0]; /* the flooder: never churned */
+    churn_flood(f, 1, O.flood_cap, &next_key);
+    churn_flood(f, 2, O.flood_cap / 64 + 64, &next_big);
+    churn_flood(f, 3, O.flood_cap, &next_wait);
+
+    peer_t silent[SILENT_MAX];
+    int64_t silent_since[SILENT_MAX];
+    int ns = 0;
+    double owed = 0;
+    int64_t start = px_now_ms(), last = start, next_flood = start;
+    while (px_now_ms() - start < O.churn_ms) {
+        int64_t now = px_now_ms();
+        churn_service(now);
+        owed += (double)O.churn_per_s * (double)(now - last) / 1000.0;
+        last = now;
+        for (; owed >= 1; owed -= 1) {
+            churn_member_t *m = &ms[1 + rnd_below((uint32_t)(n - 1))];
+            uint32_t kind = rnd_below(10);
+            if (kind == 0 && ns < SILENT_MAX) { /* silent: connection open, no heartbeats */
+                silent[ns] = m->p, silent_since[ns++] = now;
+                m->p.sock = NULL;
+                churn_open(m, NULL, now);
+                CS.silenced++;
+                continue;
+            }
+            char group[32];
+            snprintf(group, sizeof group, "%s", m->group);
+            peer_close(&m->p);
+            churn_open(m, kind <= 2 ? group : NULL, now);
+            kind <= 2 ? CS.reborn_same++ : CS.reborn_new++;
+        }
+        while (ns > 0 && now - silent_since[0] > SILENT_MS) {
+            peer_close(&silent[0]);
+            memmove(silent, silent + 1, (size_t)(ns - 1) * sizeof *silent);
+            memmove(silent_since, silent_since + 1, (size_t)(ns - 1) * sizeof *silent_since);
+            ns--;
+        }
+        if (now >= next_flood) { /* past every limit: all of these are refused (else 800 KB/s) */
+            next_flood = now + 200;
+            for (int k = 0; k < 10; k++) churn_store(f, 1, next_key++, PX_STORE_VALUE_MAX), churn_store(f, 3, next_wait++, 0);
+            churn_store(f, 2, 1000 + next_big++ % 1000, 0); /* 8-byte values grown to 16 KiB */
+        }
+        churn_drain(f);
+        px_sleep_ms(10);
+    }
+    churn_barrier(f, "end of churn");
+    for (int i = 0; i < ns; i++) peer_close(&silent[i]);
+    for (int i = 0; i < n; i++) peer_close(&ms[i].p);
+    g_nmembers = 0;
+    free(ms);
+    printf("churn_ms=%lld registered=%" PRIu64 " register_refused_limit=%" PRIu64 " register_refused_other=%" PRIu64
+           " unknown_member=%" PRIu64 " heartbeats=%" PRIu64 " reborn_new=%" PRIu64 " reborn_same=%" PRIu64
+           " silenced=%" PRIu64 "\n",
+           (long long)(px_now_ms() - start), CS.registered, CS.reg_limit, CS.reg_other, CS.unknown_member, CS.heartbeats,
+           CS.reborn_new, CS.reborn_same, CS.silenced);
+    printf("keys_sent=%" PRIu64 " keys_refused=%" PRIu64 " bytes_sent=%" PRIu64 " bytes_refused=%" PRIu64
+           " waiters_sent=%" PRIu64 " waiters_refused=%" PRIu64 " store_other_errors=%" PRIu64 "\n",
+           CS.keys_sent, CS.keys_refused, CS.bytes_sent, CS.bytes_refused, CS.waiters_sent, CS.waiters_refused,
+           CS.store_other);
+}
+
 /* ---- main -------------------------------------------------------------- */
 
 static void usage(void) {
@@ -1045,7 +1352,7 @@ static void usage(void) {
            "flags (default in brackets):\n"
            "  --endpoint EP      coordinator ZeroMQ endpoint (required)\n"
            "  --job NAME         the coordinator's --job [phalanx]\n"
-           "  --mode M           all | targeted | random | valid; or hostile, flood, race [all]\n"
+           "  --mode M           all | targeted | random | valid; or hostile, flood, race, churn [all]\n"
            "  --seed N           PRNG seed for the random frames [time-based, printed]\n"
            "  --frames N         random frames to send [10000]\n"
            "  --timeout-ms N     how long to wait for each reply [3000]\n"
@@ -1054,11 +1361,18 @@ static void usage(void) {
            "  --flood-sockets N  flood mode: DEALER sockets [4]\n"
            "  --coordinator-pid P  race mode: the coordinator to SIGSTOP/SIGCONT (required)\n"
            "  --race-rounds N    race mode: rounds [5]\n"
+           "  --members N        churn mode: members kept registered [2000]\n"
+           "  --probe-members N  churn mode: extra registers at once, to hit --max-members [0]\n"
+           "  --churn-ms N       churn mode: how long to churn [60000]\n"
+           "  --churn-per-s N    churn mode: members replaced per second [50]\n"
+           "  --hb-ms N          churn mode: heartbeat period of each member [1000]\n"
+           "  --flood-cap N      churn mode: store requests per flood before giving up on a refusal [200000]\n"
            "  --verbose          print every targeted case\n");
 }
 
 int main(int argc, char **argv) {
-    O = (opts_t){.job = "phalanx", .mode = "all", .frames = 10000, .timeout_ms = 3000, .flood_ms = 5000, .flood_sockets = 4, .race_rounds = 5};
+    O = (opts_t){.job = "phalanx", .mode = "all", .frames = 10000, .timeout_ms = 3000, .flood_ms = 5000, .flood_sockets = 4, .race_rounds = 5,
+              .members = 2000, .churn_ms = 60000, .churn_per_s = 50, .hb_ms = 1000, .flood_cap = 200000};
     O.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -1084,6 +1398,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--coordinator-pid")) O.coordinator_pid = atoi(v);
         else if (!strcmp(a, "--race-rounds")) O.race_rounds = atoi(v) > 0 ? atoi(v) : 1;
         else if (!strcmp(a, "--flood-sockets")) O.flood_sockets = atoi(v) > 0 ? atoi(v) : 1;
+        else if (!strcmp(a, "--members")) O.members = atoi(v) > 1 ? atoi(v) : 2;
+        else if (!strcmp(a, "--probe-members")) O.probe_members = atoi(v) > 0 ? atoi(v) : 0;
+        else if (!strcmp(a, "--churn-ms")) O.churn_ms = atoi(v) > 0 ? atoi(v) : 0;
+        else if (!strcmp(a, "--churn-per-s")) O.churn_per_s = atoi(v) > 0 ? atoi(v) : 0;
+        else if (!strcmp(a, "--hb-ms")) O.hb_ms = atoi(v) > 10 ? atoi(v) : 10;
+        else if (!strcmp(a, "--flood-cap")) O.flood_cap = atol(v) > 0 ? atol(v) : 1;
         else {
             fprintf(stderr, "fuzz_client: unknown flag %s (see --help)\n", a);
             return 2;
@@ -1105,6 +1425,7 @@ int main(int argc, char **argv) {
     if (!strcmp(O.mode, "hostile")) hostile();
     if (!strcmp(O.mode, "flood")) flood();
     if (!strcmp(O.mode, "race")) disconnect_race();
+    if (!strcmp(O.mode, "churn")) churn();
     printf("expected_bad_messages=%" PRIu64 " unsolicited=%" PRIu64 "\n", g_expected_bad, g_unsolicited);
     zmq_ctx_term(g_ctx);
     return 0;

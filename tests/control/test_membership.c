@@ -1,11 +1,15 @@
 /* Table tests of the loss rule (coordinator/membership.c): which combination
  * of signals drops a member, and that one report alone never does. Also the
- * group aggregation that feeds the quorum rule. */
+ * group aggregation that feeds the quorum rule, and the table's bounds: lost
+ * members leave after their grace period, the table refuses members past its
+ * limit (evicting the longest-lost first), and both indexes stay consistent
+ * while entries move. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "membership.h"
+#include "px_time.h"
 
 typedef struct {
     const char *what;
@@ -60,11 +64,12 @@ static int test_candidates(void) {
     px_members_init(&t);
     int replaced, failed = 0;
     /* group a: 2 ranks, both heartbeating and requesting; group b: rank 1 missing */
-    px_member_t *m = px_members_upsert(&t, "a", 0, "id-a0", 5, &replaced);
+    px_members_rc_t rc;
+    px_member_t *m = px_members_upsert(&t, "a", 0, "id-a0", 5, &replaced, &rc);
     m->group_size = 2, m->last_hb_ms = 1000, m->requested = 1, m->requested_ms = 5, m->step = 7;
-    m = px_members_upsert(&t, "a", 1, "id-a1", 5, &replaced);
+    m = px_members_upsert(&t, "a", 1, "id-a1", 5, &replaced, &rc);
     m->group_size = 2, m->last_hb_ms = 1000, m->requested = 1, m->requested_ms = 3, m->step = 6;
-    m = px_members_upsert(&t, "b", 0, "id-b0", 5, &replaced);
+    m = px_members_upsert(&t, "b", 0, "id-b0", 5, &replaced, &rc);
     m->group_size = 2, m->last_hb_ms = 1000, m->requested = 1;
     px_liveness_config_t cfg = {100, 1000};
     px_quorum_candidate_t *c = NULL;
@@ -76,7 +81,7 @@ static int test_candidates(void) {
     }
     free(c);
     /* replacing a live member reports it */
-    px_members_upsert(&t, "a", 1, "id-a1-new", 9, &replaced);
+    px_members_upsert(&t, "a", 1, "id-a1-new", 9, &replaced, &rc);
     if (!replaced || px_members_by_ident(&t, "id-a1", 5) || !px_members_by_ident(&t, "id-a1-new", 9)) {
         fprintf(stderr, "FAIL: upsert replaces the identity of a restarted rank\n");
         failed++;
@@ -92,8 +97,122 @@ static int test_candidates(void) {
     return failed;
 }
 
+/* Every entry is found by its name and its identity, and nothing else is. */
+static int consistent(px_members_t *t) {
+    for (int i = 0; i < t->n; i++) {
+        px_member_t *m = &t->members[i];
+        if (px_members_by_name(t, m->group, m->rank) != m) return 0;
+        px_member_t *by_id = px_members_by_ident(t, m->ident, m->ident_len);
+        if (!by_id || by_id->ident_len != m->ident_len || memcmp(by_id->ident, m->ident, m->ident_len) != 0) return 0;
+    }
+    return 1;
+}
+
+static px_member_t *add(px_members_t *t, const char *group, int rank, const char *ident) {
+    int replaced;
+    px_members_rc_t rc;
+    return px_members_upsert(t, group, rank, ident, strlen(ident), &replaced, &rc);
+}
+
+static int test_expiry(void) {
+    int failed = 0;
+    px_members_t t;
+    px_members_init(&t);
+    px_liveness_config_t cfg = {100, 1000};
+    int64_t grace = PX_LOST_GRACE_TIMEOUTS * cfg.heartbeat_timeout_ms;
+    char g[32], id[32];
+    for (int i = 0; i < 100; i++) {
+        snprintf(g, sizeof g, "g%d", i), snprintf(id, sizeof id, "id-%d", i);
+        add(&t, g, 0, id);
+    }
+    /* every third member is lost: some at the end of the array, so removal
+     * moves lost and live members alike */
+    int64_t t0 = px_now_ms();
+    for (int i = 0; i < 100; i += 3) px_members_mark_lost(&t, px_members_by_name(&t, (snprintf(g, sizeof g, "g%d", i), g), 0), "test");
+    if (px_members_expire(&t, t0, &cfg) != 0 || t.n != 100) {
+        fprintf(stderr, "FAIL: a just-lost member stays for its grace period (n=%d)\n", t.n);
+        failed++;
+    }
+    int removed = px_members_expire(&t, px_now_ms() + grace + 1, &cfg);
+    if (removed != 34 || t.n != 66 || px_members_live(&t) != 66) {
+        fprintf(stderr, "FAIL: lost members leave the table after the grace period (removed %d, n=%d)\n", removed, t.n);
+        failed++;
+    }
+    if (!consistent(&t) || px_members_by_name(&t, "g0", 0) || px_members_by_ident(&t, "id-99", 5) ||
+        !px_members_by_name(&t, "g98", 0)) {
+        fprintf(stderr, "FAIL: after expiry every remaining member is found by name and identity, the expired are not\n");
+        failed++;
+    }
+    if (t.removed != 34) {
+        fprintf(stderr, "FAIL: removals are counted (%llu)\n", (unsigned long long)t.removed);
+        failed++;
+    }
+    /* An identity reused under another name belongs to the newer entry:
+     * expiring the older one must not unindex it. */
+    add(&t, "old", 0, "shared");
+    add(&t, "new", 0, "shared");
+    px_members_mark_lost(&t, px_members_by_name(&t, "old", 0), "test");
+    px_members_expire(&t, px_now_ms() + grace + 1, &cfg);
+    px_member_t *m = px_members_by_ident(&t, "shared", 6);
+    if (!m || strcmp(m->group, "new") != 0 || px_members_by_name(&t, "old", 0) || !consistent(&t)) {
+        fprintf(stderr, "FAIL: expiring an entry leaves a newer holder of its identity indexed\n");
+        failed++;
+    }
+    px_members_free(&t);
+    return failed;
+}
+
+static int test_limit(void) {
+    int failed = 0;
+    px_members_t t;
+    px_members_init(&t);
+    t.max_members = 3;
+    int replaced;
+    px_members_rc_t rc;
+    add(&t, "a", 0, "ia");
+    add(&t, "b", 0, "ib");
+    add(&t, "c", 0, "ic");
+    px_member_t *m = px_members_upsert(&t, "d", 0, "id", 2, &replaced, &rc);
+    if (m || rc != PX_MEMBERS_FULL || t.n != 3 || px_members_by_ident(&t, "id", 2)) {
+        fprintf(stderr, "FAIL: a new member past the limit is refused (rc=%d, n=%d)\n", (int)rc, t.n);
+        failed++;
+    }
+    m = px_members_upsert(&t, "b", 0, "ib2", 3, &replaced, &rc);
+    if (!m || rc != PX_MEMBERS_OK || !replaced) {
+        fprintf(stderr, "FAIL: a known member re-registers on a full table\n");
+        failed++;
+    }
+    px_members_mark_lost(&t, px_members_by_name(&t, "c", 0), "test");
+    px_sleep_ms(2);
+    px_members_mark_lost(&t, px_members_by_name(&t, "a", 0), "test");
+    m = px_members_upsert(&t, "d", 0, "id", 2, &replaced, &rc);
+    if (!m || rc != PX_MEMBERS_OK || t.n != 3 || px_members_by_name(&t, "c", 0) || !px_members_by_name(&t, "a", 0) ||
+        !consistent(&t) || t.removed != 1) {
+        fprintf(stderr, "FAIL: on a full table the longest-lost member makes room (rc=%d, n=%d)\n", (int)rc, t.n);
+        failed++;
+    }
+    m = px_members_upsert(&t, "e", 0, "ie", 2, &replaced, &rc);
+    if (!m || px_members_by_name(&t, "a", 0) || t.n != 3 || !consistent(&t)) {
+        fprintf(stderr, "FAIL: the next lost member makes room in turn\n");
+        failed++;
+    }
+    m = px_members_upsert(&t, "f", 0, "if", 2, &replaced, &rc);
+    if (m || rc != PX_MEMBERS_FULL) {
+        fprintf(stderr, "FAIL: a table full of live members refuses\n");
+        failed++;
+    }
+    char big[PX_IDENT_MAX + 1] = {0};
+    m = px_members_upsert(&t, "b", 0, big, sizeof big, &replaced, &rc);
+    if (m || rc != PX_MEMBERS_BAD_IDENT) {
+        fprintf(stderr, "FAIL: an identity longer than %d bytes is refused as such\n", PX_IDENT_MAX);
+        failed++;
+    }
+    px_members_free(&t);
+    return failed;
+}
+
 int main(void) {
-    int failed = test_loss_rule() + test_candidates();
+    int failed = test_loss_rule() + test_candidates() + test_expiry() + test_limit();
     printf("test_membership: %d failed\n", failed);
     return failed ? 1 : 0;
 }

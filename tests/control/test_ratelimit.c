@@ -1,11 +1,11 @@
 /* Table tests of two small rules peers can reach: the event rate limit
- * (coordinator/ratelimit.c) and the freshness of failure-report evidence
+ * (common/px_rate.c) and the freshness of failure-report evidence
  * (px_member_report_fresh in coordinator/membership.c). */
 #include <stdio.h>
 #include <string.h>
 
 #include "membership.h"
-#include "ratelimit.h"
+#include "px_rate.h"
 
 static int failed;
 
@@ -19,24 +19,24 @@ static void expect(int cond, const char *what) {
 static void rate_limit_cases(void) {
     px_rate_t r = {.name = "x", .per_s = 3};
     int admitted = 0;
-    for (int i = 0; i < 10; i++) admitted += px_rate_admit(&r, 1000 + i); /* one window */
+    for (int i = 0; i < 10; i++) admitted += px_rate_hit(&r, 1000 + i); /* one window */
     expect(admitted == 3, "3 of 10 frames in one second logged one by one");
-    expect(px_rate_take_summary(&r, 1500, 0) == 0, "no summary before the window ends");
-    expect(px_rate_take_summary(&r, 1500, 1) == 7, "a forced summary carries the other 7");
-    expect(px_rate_take_summary(&r, 1600, 1) == 0, "a summary is taken once");
+    expect(px_rate_take(&r, 1500, 0) == 0, "no summary before the window ends");
+    expect(px_rate_take(&r, 1500, 1) == 7, "a forced summary carries the other 7");
+    expect(px_rate_take(&r, 1600, 1) == 0, "a summary is taken once");
     admitted = 0;
-    for (int i = 0; i < 5; i++) admitted += px_rate_admit(&r, 1600 + i);
+    for (int i = 0; i < 5; i++) admitted += px_rate_hit(&r, 1600 + i);
     expect(admitted == 3, "after a summary the window restarts: 3 admitted");
-    expect(px_rate_take_summary(&r, 2700, 0) == 2, "window over: its 2 suppressed are summarised");
-    expect(px_rate_admit(&r, 2701) == 1, "a new window admits again");
+    expect(px_rate_take(&r, 2700, 0) == 2, "window over: its 2 suppressed are summarised");
+    expect(px_rate_hit(&r, 2701) == 1, "a new window admits again");
     px_rate_t q = {.name = "y", .per_s = 200};
     uint64_t logged = 0, total = 20000, summarised = 0;
     for (uint64_t i = 0; i < total; i++) {
         int64_t now = 10000 + (int64_t)(i * 3200 / total); /* 20,000 frames over 3.2 s */
-        summarised += px_rate_take_summary(&q, now, 0);
-        logged += (uint64_t)px_rate_admit(&q, now);
+        summarised += px_rate_take(&q, now, 0);
+        logged += (uint64_t)px_rate_hit(&q, now);
     }
-    summarised += px_rate_take_summary(&q, 20000, 1);
+    summarised += px_rate_take(&q, 20000, 1);
     expect(logged + summarised == total, "every frame is counted once, logged or summarised");
     expect(logged <= 4 * 200, "a 3.2 s flood logs at most 200 events a second");
 }
