@@ -7,9 +7,10 @@
  *
  * Exit status: 0 finished (or stopped, or the job finished elsewhere); 1 a
  * failure worth a restart; 2 this worker cannot work as configured (a bad
- * flag, model or data shard, or no coordinator answering within
- * --connect-timeout): a supervisor should not restart it (phalanx-launch
- * stops the job and shows the error). */
+ * flag, model or data shard, no coordinator answering within
+ * --connect-timeout, or a coordinator refusing it for good: wrong job, token
+ * or key): a supervisor should not restart it (phalanx-launch stops the job
+ * and shows the error). */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -173,7 +174,10 @@ int px_worker_main(int argc, char **argv) {
         /* Leaving: tell the coordinator at once so nobody waits for our heartbeats to stop. */
         px_agent_report_failure(agent, cfg.group, cfg.rank, 0, 0, rc == 0 ? "finished" : rc == 3 ? "job finished by another group" : "worker stopping");
         px_agent_flush(agent, 500); /* bounded: wait until the coordinator has the departure notice */
-        int code = rc == 2 || rc == 3 ? 0 : rc == 4 || px_agent_gave_up(agent) ? EXIT_CONFIG : rc;
+        /* Refused for good (wrong job, token or key) or never answered: a
+         * configuration error, which phalanx-launch does not retry. */
+        int refused = px_agent_gave_up(agent) || px_agent_fatal_error(agent)[0];
+        int code = rc == 2 || rc == 3 ? 0 : rc == 4 || refused ? EXIT_CONFIG : rc;
         px_agent_destroy(&agent);
         free(token);
         return code;
@@ -202,7 +206,7 @@ int px_worker_main(int argc, char **argv) {
                 break;
             } else if (r < 0 && px_agent_fatal_error(agent)[0]) {
                 px_log_error("coordinator refused this worker: %s", px_agent_fatal_error(agent));
-                rc = 1;
+                rc = EXIT_CONFIG;
                 break;
             }
             continue;

@@ -33,8 +33,9 @@ def test(bindir):
             r = subprocess.run([os.path.join(bindir, "phalanx-worker"), "--coordinator", job.endpoint, "--group",
                                 "intruder", "--rank", "0"] + extra, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True, timeout=20)
-            check(r.returncode == 1 and "AUTH_REJECTED" in r.stdout,
-                  "worker with %s token refused and exits 1: %d %r" % (name, r.returncode, r.stdout[-300:]))
+            check(r.returncode == 2 and "AUTH_REJECTED" in r.stdout,
+                  "worker with %s token refused and exits 2 (a configuration error, not retried): %d %r" %
+                  (name, r.returncode, r.stdout[-300:]))
         check(not job.status()["members"], "no member admitted without the token")
         job.start_worker("g0", 0, 1, ["--token-file", good])
         wait_until(lambda: job.status()["quorum"]["groups"] == ["g0"], 10, "the worker with the token joins")
