@@ -959,6 +959,12 @@ static void read_monitor(px_coordinator_t *c) {
                         m->fd = -1;
                     }
                 }
+            } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL || event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
+                /* With CURVE on: a client without CURVE, or one holding another
+                 * coordinator public key. (A refused key is the ZAP handler's event.) */
+                c->stats.auth_rejected++;
+                emit_limited(c, &c->rl_auth, "\"message\":\"handshake\",\"mechanism\":\"CURVE\",\"detail\":\"handshake failed (ZMTP error %u): a client without CURVE, or with another coordinator public key\"",
+                             value);
             }
         }
         zmq_msg_close(&addr);
@@ -1115,7 +1121,9 @@ px_coordinator_t *px_coordinator_new(const px_coordinator_config_t *cfg, char *e
     }
     char mon_ep[64];
     snprintf(mon_ep, sizeof mon_ep, "inproc://px-monitor-%p", (void *)c);
-    zmq_socket_monitor(c->router, mon_ep, ZMQ_EVENT_DISCONNECTED);
+    int mon_events = ZMQ_EVENT_DISCONNECTED;
+    if (cfg->curve_secret_key) mon_events |= ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
+    zmq_socket_monitor(c->router, mon_ep, mon_events);
     c->monitor = zmq_socket(c->zctx, ZMQ_PAIR);
     zmq_setsockopt(c->monitor, ZMQ_LINGER, &zero, sizeof zero);
     if (zmq_connect(c->monitor, mon_ep) != 0) {

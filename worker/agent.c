@@ -16,6 +16,7 @@
 #include "agent.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,6 +82,8 @@ struct px_agent {
     int ever_registered;
     int64_t started_ms, next_notice_ms;
     int64_t conflict_logged_ms; /* last IDENTITY_CONFLICT warning */
+    void *monitor;              /* PAIR: handshake events of sock (read_monitor) */
+    int handshake_fails;        /* in a row, since the last successful handshake */
 };
 
 /* ---- helpers used by both sides --------------------------------------- */
@@ -277,6 +280,23 @@ static int file_reply(px_agent_t *a, px_msg_t *msg) {
     return taken;
 }
 
+/* The coordinator will never take us: record why (the first reason wins and
+ * never changes) and wake every caller. gave_up: no answer at all. */
+static void set_fatal(px_agent_t *a, int gave_up, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void set_fatal(px_agent_t *a, int gave_up, const char *fmt, ...) {
+    pthread_mutex_lock(&a->mu);
+    if (!a->fatal_set) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(a->fatal, sizeof a->fatal, fmt, ap);
+        va_end(ap);
+        a->fatal_set = 1;
+    }
+    if (gave_up) a->gave_up = 1;
+    pthread_cond_broadcast(&a->cv);
+    pthread_mutex_unlock(&a->mu);
+}
+
 static void handle_reply(px_agent_t *a, px_msg_t *msg, int64_t *next_register) {
     switch (msg->body_case) {
     case PHALANX__ENVELOPE__BODY_REG_ACK: {
@@ -318,14 +338,7 @@ static void handle_reply(px_agent_t *a, px_msg_t *msg, int64_t *next_register) {
             *next_register = 0;
         } else if (code == PHALANX__ERROR_CODE__WRONG_JOB || code == PHALANX__ERROR_CODE__AUTH_REJECTED ||
                    code == PHALANX__ERROR_CODE__VERSION_MISMATCH) {
-            pthread_mutex_lock(&a->mu);
-            if (!a->fatal_set) { /* the first refusal is the one reported; never rewritten after */
-                snprintf(a->fatal, sizeof a->fatal, "%s: %s", px_wire_error_name(code),
-                         msg->error->message ? msg->error->message : "");
-                a->fatal_set = 1;
-            }
-            pthread_cond_broadcast(&a->cv);
-            pthread_mutex_unlock(&a->mu);
+            set_fatal(a, 0, "%s: %s", px_wire_error_name(code), msg->error->message ? msg->error->message : "");
         } else if (code == PHALANX__ERROR_CODE__IDENTITY_CONFLICT) {
             /* Another live process holds our (group, rank): a duplicate launch,
              * or our own previous incarnation not yet gone. Registration is
@@ -343,6 +356,49 @@ static void handle_reply(px_agent_t *a, px_msg_t *msg, int64_t *next_register) {
     }
 }
 
+/* Handshake failures never reach us as messages: libzmq reports them only
+ * to a socket monitor. A refused CURVE key (the coordinator's ZAP handler
+ * said no) and a protocol error (CURVE on one side only: libzmq does not
+ * even reconnect after it) are final at once; other failures (a wrong
+ * coordinator key shows as a dropped handshake) are final after
+ * HANDSHAKE_FAILS_FATAL in a row. Either way the worker stops with a message
+ * instead of waiting in silence. */
+#define HANDSHAKE_FAILS_FATAL 3
+static void read_monitor(px_agent_t *a) {
+    for (;;) {
+        zmq_msg_t ev, addr;
+        zmq_msg_init(&ev);
+        if (zmq_msg_recv(&ev, a->monitor, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&ev);
+            return;
+        }
+        zmq_msg_init(&addr);
+        if (zmq_msg_more(&ev)) zmq_msg_recv(&addr, a->monitor, 0);
+        uint16_t event = 0;
+        uint32_t value = 0;
+        if (zmq_msg_size(&ev) >= 6) {
+            memcpy(&event, zmq_msg_data(&ev), 2);
+            memcpy(&value, (const char *)zmq_msg_data(&ev) + 2, 4);
+        }
+        zmq_msg_close(&addr);
+        zmq_msg_close(&ev);
+        int curve = a->cfg.curve && a->cfg.curve->on;
+        if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+            a->handshake_fails = 0;
+        } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
+            set_fatal(a, 0, "the coordinator at %.100s refused our CURVE key (ZAP status %u): add our public key to its "
+                      "--authorized-keys", a->endpoint, value);
+        } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
+                   ++a->handshake_fails >= HANDSHAKE_FAILS_FATAL) {
+            set_fatal(a, 0, curve ? "CURVE handshake with the coordinator at %.100s failed: wrong coordinator "
+                                    "public key, or the coordinator does not use CURVE (ZMTP status %u)"
+                                  : "handshake with the coordinator at %.100s failed: it requires CURVE keys "
+                                    "(--curve-secret-key-file and the coordinator's public key) (ZMTP status %u)",
+                      a->endpoint, value);
+        }
+    }
+}
+
 /* Before the first registration: says every few seconds that we wait and
  * for whom, and gives up after connect_timeout_s (a fatal error, so every
  * caller stops waiting). Later silences are coordinator restarts: waited out. */
@@ -351,16 +407,8 @@ static void watch_first_contact(px_agent_t *a, int64_t now) {
     int64_t waited = now - a->started_ms;
     int limit = a->cfg.connect_timeout_s;
     if (limit > 0 && waited >= (int64_t)limit * 1000) {
-        pthread_mutex_lock(&a->mu);
-        if (!a->fatal_set) { /* written once, like a refusal */
-            snprintf(a->fatal, sizeof a->fatal,
-                     "no answer from the coordinator at %.100s within --connect-timeout %d s (group %s rank %d)",
-                     a->endpoint, limit, a->group, a->cfg.rank);
-            a->fatal_set = 1;
-        }
-        a->gave_up = 1;
-        pthread_cond_broadcast(&a->cv);
-        pthread_mutex_unlock(&a->mu);
+        set_fatal(a, 1, "no answer from the coordinator at %.100s within --connect-timeout %d s (group %s rank %d)",
+                  a->endpoint, limit, a->group, a->cfg.rank);
         px_log_error("connect_timeout %s", a->fatal);
         return;
     }
@@ -415,11 +463,13 @@ static void *agent_main(void *arg) {
         }
         if (!want) next_resend = 0;
 
-        zmq_pollitem_t items[2] = {{a->sock, 0, ZMQ_POLLIN, 0}, {NULL, a->wake_fd, ZMQ_POLLIN, 0}};
+        zmq_pollitem_t items[3] = {{a->sock, 0, ZMQ_POLLIN, 0}, {NULL, a->wake_fd, ZMQ_POLLIN, 0},
+                                   {a->monitor, 0, ZMQ_POLLIN, 0}};
         int64_t due = registered ? next_hb : next_register;
         long wait = due > now ? (long)(due - now) : 0;
         if (wait > 50) wait = 50;
-        zmq_poll(items, 2, wait);
+        zmq_poll(items, 3, wait);
+        if (items[2].revents & ZMQ_POLLIN) read_monitor(a);
         if (items[1].revents & ZMQ_POLLIN) {
             uint64_t v;
             ssize_t r = read(a->wake_fd, &v, sizeof v);
@@ -493,7 +543,13 @@ px_agent_t *px_agent_new(const px_agent_config_t *cfg, char *err, size_t errlen)
         px_agent_destroy(&a);
         return NULL;
     }
-    if (a->wake_fd < 0 || zmq_connect(a->sock, cfg->coordinator) != 0) {
+    char mon_ep[64];
+    snprintf(mon_ep, sizeof mon_ep, "inproc://px-agent-monitor-%p", (void *)a);
+    zmq_socket_monitor(a->sock, mon_ep, ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+                                            ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH);
+    a->monitor = zmq_socket(a->zctx, ZMQ_PAIR);
+    zmq_setsockopt(a->monitor, ZMQ_LINGER, &zero, sizeof zero);
+    if (a->wake_fd < 0 || zmq_connect(a->monitor, mon_ep) != 0 || zmq_connect(a->sock, cfg->coordinator) != 0) {
         snprintf(err, errlen, "--coordinator: cannot connect to '%s': %s", cfg->coordinator, zmq_strerror(errno));
         px_agent_destroy(&a);
         return NULL;
@@ -520,7 +576,11 @@ void px_agent_destroy(px_agent_t **self) {
     }
     for (int i = 0; i < a->n_out; i++) free(a->outbox[i].buf);
     for (int i = 0; i < MAX_CALLS; i++) px_wire_free(a->calls[i].reply);
-    if (a->sock) zmq_close(a->sock);
+    if (a->monitor) zmq_close(a->monitor);
+    if (a->sock) {
+        zmq_socket_monitor(a->sock, NULL, 0);
+        zmq_close(a->sock);
+    }
     if (a->zctx) zmq_ctx_term(a->zctx);
     if (a->wake_fd >= 0) close(a->wake_fd);
     px_quorum_free(&a->latest);

@@ -90,9 +90,19 @@ def check_curve_job(bindir, d):
         joined = {e["group"] for e in job.read_events() if e["type"] == "member_joined"}
         check(joined == {"g0"}, "no member_joined for refused workers: %s" % joined)
         check(job.metrics()["phalanx_auth_rejected_total"] >= 1, "rejections counted in /metrics")
-        for g in ("intruder", "wrongserver", "plain"):
-            check(job.workers[(g, 0)].poll() is None or job.workers[(g, 0)].returncode != 0,
-                  "refused worker %s did not succeed" % g)
+        wait_until(lambda: [e for e in job.read_events() if e["type"] == "auth_rejected"
+                            and e.get("message") == "handshake"], 10,
+                   "auth_rejected for the plaintext / wrong-coordinator-key handshakes")
+        # A refused worker does not wait in silence: it stops as misconfigured
+        # (exit 2, which phalanx-launch does not retry) and says why.
+        why = {"intruder": "refused our CURVE key", "wrongserver": "wrong coordinator public key",
+               "plain": "requires CURVE keys"}
+        for g, text in why.items():
+            p = job.workers[(g, 0)]
+            wait_until(lambda: p.poll() is not None, 20, "refused worker %s exits" % g)
+            log = open(os.path.join(job.dir, "worker-%s-0.log" % g)).read()
+            check(p.returncode == 2 and text in log,
+                  "worker %s exits 2 saying %r: exit %s, log %r" % (g, text, p.returncode, log[-300:]))
 
         r = ctl_status(bindir, job, client("good"))
         check(r.returncode == 0 and '"groups":["g0"]' in r.stdout, "phalanxctl with keys reads status: %d %r %r" %
