@@ -297,31 +297,17 @@ static uint8_t *build_store_get(int64_t qid, const char *key, int64_t wait_ms, s
     return pack_v(&env, len);
 }
 
+/* qid UNSET: a report about no quorum (only members of the current quorum
+ * may accuse, and only about it: see the race mode). */
 static uint8_t *build_failure(const char *group, int64_t rank, const char *accused, int64_t accused_rank,
-                              const char *reason, size_t *len) {
+                              int64_t qid, const char *reason, size_t *len) {
     Phalanx__Envelope env = PHALANX__ENVELOPE__INIT;
     Phalanx__FailureReport f = PHALANX__FAILURE_REPORT__INIT;
     f.group = (char *)group;
     if (rank != UNSET) f.has_rank = 1, f.rank = (uint32_t)rank;
     f.accused_group = (char *)accused;
     if (accused_rank != UNSET) f.has_accused_rank = 1, f.accused_rank = (int32_t)accused_rank;
-    f.reason = (char *)reason;
-    env.has_request_id = 1;
-    env.request_id = ++g_next_req;
-    env.body_case = PHALANX__ENVELOPE__BODY_FAILURE;
-    env.failure = &f;
-    return pack_v(&env, len);
-}
-
-/* A well-formed failure report by a quorum member about quorum qid. */
-static uint8_t *build_failure_about(const char *group, const char *accused, int64_t qid, const char *reason,
-                                    size_t *len) {
-    Phalanx__Envelope env = PHALANX__ENVELOPE__INIT;
-    Phalanx__FailureReport f = PHALANX__FAILURE_REPORT__INIT;
-    f.group = (char *)group;
-    f.has_rank = f.has_accused_rank = f.has_quorum_id = 1;
-    f.accused_group = (char *)accused;
-    f.quorum_id = qid;
+    if (qid != UNSET) f.has_quorum_id = 1, f.quorum_id = qid;
     f.reason = (char *)reason;
     env.has_request_id = 1;
     env.request_id = ++g_next_req;
@@ -496,7 +482,7 @@ static void targeted(void) {
     CASE("heartbeat without step", build_heartbeat(&h, 1, &len), BAD, 1);
     CASE("quorum_request without group", build_quorum_req(NULL, 0, 0, &len), BAD, 1);
     CASE("quorum_request without step", build_quorum_req("fz", 0, UNSET, &len), BAD, 1);
-    CASE("failure_report without rank", build_failure("fz", UNSET, NULL, UNSET, NULL, &len), BAD, 1);
+    CASE("failure_report without rank", build_failure("fz", UNSET, NULL, UNSET, UNSET, NULL, &len), BAD, 1);
     CASE("store_set without key", build_store_set(0, NULL, 4, 1, &len), BAD, 1);
     CASE("store_set without value", build_store_set(0, "k", 0, 0, &len), BAD, 1);
     CASE("store_set without quorum_id", build_store_set(UNSET, "k", 4, 1, &len), BAD, 1);
@@ -530,9 +516,9 @@ static void targeted(void) {
     CASE("heartbeat quorum_id -1", build_heartbeat(&h, 1, &len), BAD, 1);
     h = HB_OK, h.state = 7;
     CASE("heartbeat state 7", build_heartbeat(&h, 1, &len), BAD, 1);
-    CASE("failure_report accused_rank -2", build_failure("fz", 0, "g1", -2, NULL, &len), BAD, 1);
-    CASE("failure_report accused_group invalid", build_failure("fz", 0, "a b", 0, NULL, &len), BAD, 1);
-    CASE("failure_report reason of 513 bytes", build_failure("fz", 0, "g1", 0, s513, &len), BAD, 1);
+    CASE("failure_report accused_rank -2", build_failure("fz", 0, "g1", -2, UNSET, NULL, &len), BAD, 1);
+    CASE("failure_report accused_group invalid", build_failure("fz", 0, "a b", 0, UNSET, NULL, &len), BAD, 1);
+    CASE("failure_report reason of 513 bytes", build_failure("fz", 0, "g1", 0, UNSET, s513, &len), BAD, 1);
     CASE("store_set key of 257 bytes", build_store_set(0, s257, 4, 1, &len), BAD, 1);
     CASE("store_set value of 16 KiB + 1", build_store_set(0, "k", PX_STORE_VALUE_MAX + 1, 1, &len), BAD, 1);
     CASE("store_set quorum_id -1", build_store_set(-1, "k", 4, 1, &len), BAD, 1);
@@ -569,7 +555,7 @@ static void targeted(void) {
     if (rid != hb_rid) die("UNKNOWN_MEMBER reply carries request_id %" PRIu64 ", want %" PRIu64, rid, hb_rid);
     n_cases++;
     CASE("store_get before register", build_store_get(0, "k", UNSET, &len), PHALANX__ERROR_CODE__UNKNOWN_MEMBER, 0);
-    CASE("failure_report before register", build_failure("fz", 0, "g1", 0, "x", &len),
+    CASE("failure_report before register", build_failure("fz", 0, "g1", 0, UNSET, "x", &len),
          PHALANX__ERROR_CODE__UNKNOWN_MEMBER, 0);
     r = REG_OK, r.job = "another-job";
     CASE("register for another job", build_register(&r, 1, &len), PHALANX__ERROR_CODE__WRONG_JOB, 0);
@@ -653,7 +639,7 @@ static uint8_t *gen_message(size_t *len) {
         return build_heartbeat(&h, chance(95) ? 1 : (int)rnd_below(3), len);
     }
     case 3: return build_quorum_req(rand_group(), rnd_below(3), chance(90) ? (int64_t)rnd_below(50) : v, len);
-    case 4: return build_failure(rand_group(), rnd_below(3), chance(50) ? rand_group() : NULL, rand_small(), "fuzz", len);
+    case 4: return build_failure(rand_group(), rnd_below(3), chance(50) ? rand_group() : NULL, rand_small(), UNSET, "fuzz", len);
     case 5: return build_store_set(rnd_below(3), chance(90) ? "key" : "", rnd_below(64), chance(95), len);
     case 6: return build_store_get(rnd_below(3), "key", chance(80) ? (int64_t)rnd_below(50) : v, len);
     case 7: {
@@ -974,7 +960,7 @@ static void disconnect_race(void) {
         kill(O.coordinator_pid, SIGCONT);
         px_sleep_ms(30);
         size_t len;
-        uint8_t *buf = build_failure_about(gb, ga, qid, "race: collective with the victim failed", &len);
+        uint8_t *buf = build_failure(gb, 0, ga, 0, qid, "race: collective with the victim failed", &len);
         send_frame(&b, buf, len, 0);
         free(buf);
         phalanx__envelope__free_unpacked(await_body(&b, PHALANX__ENVELOPE__BODY_ACK, "race: failure report"), NULL);

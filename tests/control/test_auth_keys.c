@@ -14,17 +14,9 @@
 #include "auth.h"
 #include "px_keys.h"
 
-static int failed;
+#include "../lib/px_check.h"
 
-#define CHECK(cond, ...)                      \
-    do {                                      \
-        if (!(cond)) {                        \
-            fprintf(stderr, "FAIL: ");        \
-            fprintf(stderr, __VA_ARGS__);     \
-            fprintf(stderr, "\n");            \
-            failed++;                         \
-        }                                     \
-    } while (0)
+static int failed;
 
 /* Two real keys (from zmq_curve_keypair), and K2 with '#' first: 40 Z85
  * characters that encode no key (a group beginning with '#' exceeds 2^32). */

@@ -15,15 +15,7 @@
 #include "px_map.h"
 #include "px_siphash.h"
 
-#define CHECK(cond, ...)                      \
-    do {                                      \
-        if (!(cond)) {                        \
-            fprintf(stderr, "FAIL: ");        \
-            fprintf(stderr, __VA_ARGS__);     \
-            fprintf(stderr, "\n");            \
-            failed++;                         \
-        }                                     \
-    } while (0)
+#include "../lib/px_check.h"
 
 static int test_basic(void) {
     int failed = 0;

@@ -7,28 +7,23 @@
 #include "membership.h"
 #include "px_rate.h"
 
-static int failed;
+#include "../lib/px_check.h"
 
-static void expect(int cond, const char *what) {
-    if (!cond) {
-        fprintf(stderr, "FAIL: %s\n", what);
-        failed++;
-    }
-}
+static int failed;
 
 static void rate_limit_cases(void) {
     px_rate_t r = {.name = "x", .per_s = 3};
     int admitted = 0;
     for (int i = 0; i < 10; i++) admitted += px_rate_hit(&r, 1000 + i); /* one window */
-    expect(admitted == 3, "3 of 10 frames in one second logged one by one");
-    expect(px_rate_take(&r, 1500, 0) == 0, "no summary before the window ends");
-    expect(px_rate_take(&r, 1500, 1) == 7, "a forced summary carries the other 7");
-    expect(px_rate_take(&r, 1600, 1) == 0, "a summary is taken once");
+    CHECK(admitted == 3, "3 of 10 frames in one second logged one by one");
+    CHECK(px_rate_take(&r, 1500, 0) == 0, "no summary before the window ends");
+    CHECK(px_rate_take(&r, 1500, 1) == 7, "a forced summary carries the other 7");
+    CHECK(px_rate_take(&r, 1600, 1) == 0, "a summary is taken once");
     admitted = 0;
     for (int i = 0; i < 5; i++) admitted += px_rate_hit(&r, 1600 + i);
-    expect(admitted == 3, "after a summary the window restarts: 3 admitted");
-    expect(px_rate_take(&r, 2700, 0) == 2, "window over: its 2 suppressed are summarised");
-    expect(px_rate_hit(&r, 2701) == 1, "a new window admits again");
+    CHECK(admitted == 3, "after a summary the window restarts: 3 admitted");
+    CHECK(px_rate_take(&r, 2700, 0) == 2, "window over: its 2 suppressed are summarised");
+    CHECK(px_rate_hit(&r, 2701) == 1, "a new window admits again");
     px_rate_t q = {.name = "y", .per_s = 200};
     uint64_t logged = 0, total = 20000, summarised = 0;
     for (uint64_t i = 0; i < total; i++) {
@@ -37,29 +32,29 @@ static void rate_limit_cases(void) {
         logged += (uint64_t)px_rate_hit(&q, now);
     }
     summarised += px_rate_take(&q, 20000, 1);
-    expect(logged + summarised == total, "every frame is counted once, logged or summarised");
-    expect(logged <= 4 * 200, "a 3.2 s flood logs at most 200 events a second");
+    CHECK(logged + summarised == total, "every frame is counted once, logged or summarised");
+    CHECK(logged <= 4 * 200, "a 3.2 s flood logs at most 200 events a second");
 }
 
 static void report_freshness_cases(void) {
     px_liveness_config_t cfg = {100, 1000};
     px_member_t m;
     memset(&m, 0, sizeof m);
-    expect(!px_member_report_fresh(&m, 5000, &cfg, 3), "never reported: no evidence");
+    CHECK(!px_member_report_fresh(&m, 5000, &cfg, 3), "never reported: no evidence");
     m.reported_ms = 5000;
     m.reported_qid = 3;
-    expect(px_member_report_fresh(&m, 5000, &cfg, 3), "a report just now about this quorum counts");
-    expect(px_member_report_fresh(&m, 6000, &cfg, 3), "... for one heartbeat timeout");
-    expect(!px_member_report_fresh(&m, 6001, &cfg, 3), "... and not after it");
-    expect(!px_member_report_fresh(&m, 5100, &cfg, 4), "a report about an older quorum does not count");
+    CHECK(px_member_report_fresh(&m, 5000, &cfg, 3), "a report just now about this quorum counts");
+    CHECK(px_member_report_fresh(&m, 6000, &cfg, 3), "... for one heartbeat timeout");
+    CHECK(!px_member_report_fresh(&m, 6001, &cfg, 3), "... and not after it");
+    CHECK(!px_member_report_fresh(&m, 5100, &cfg, 4), "a report about an older quorum does not count");
     /* The reproduction from the review: accused once, paused 400 ms seconds later. */
     m.last_hb_ms = 8000;
     m.reported = px_member_report_fresh(&m, 8400, &cfg, 3);
-    expect(px_member_loss_reason(&m, 8400, &cfg) == NULL, "a 400 ms pause long after a stale report drops nobody");
+    CHECK(px_member_loss_reason(&m, 8400, &cfg) == NULL, "a 400 ms pause long after a stale report drops nobody");
     m.reported_ms = 8100;
     m.reported = px_member_report_fresh(&m, 8400, &cfg, 3);
     const char *why = px_member_loss_reason(&m, 8400, &cfg);
-    expect(why && strcmp(why, "reported_and_silent") == 0, "a fresh report plus silence still drops at once");
+    CHECK(why && strcmp(why, "reported_and_silent") == 0, "a fresh report plus silence still drops at once");
 }
 
 int main(void) {

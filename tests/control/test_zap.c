@@ -17,19 +17,12 @@
 #include "px_keys.h"
 #include "px_time.h"
 
+#include "../lib/px_check.h"
+
 #define FLOOD 120
 #define PER_S 20 /* AUTH_EVENTS_PER_S in auth.c */
 
 static int failed;
-#define CHECK(cond, ...)                  \
-    do {                                  \
-        if (!(cond)) {                    \
-            fprintf(stderr, "FAIL: ");    \
-            fprintf(stderr, __VA_ARGS__); \
-            fprintf(stderr, "\n");        \
-            failed++;                     \
-        }                                 \
-    } while (0)
 
 typedef struct {
     int events, singles, reloads, reload_errors;
