@@ -56,6 +56,7 @@ struct px_coordinator {
     int adopted;               /* quorum adopted from re-registering workers (recovery window only) */
     int64_t finished_step;     /* the job's last step, once a quorum member committed it */
     int64_t first_store_ms;    /* first rendezvous store use under the current quorum (0: none yet) */
+    int rendezvous_checked;    /* detect_stalled has judged the current quorum */
     char wait_reason[256];
     px_coord_stats_t stats;
     int64_t hb_window_start_ms;
@@ -359,6 +360,7 @@ static void recompute_quorum(px_coordinator_t *c, int64_t now) {
     if (changed) {
         c->rebuild_requested_ms = 0;
         c->first_store_ms = 0;
+        c->rendezvous_checked = 0;
         px_quorum_free(&c->quorum);
         c->quorum = next;
         c->stats.quorums_formed++;
@@ -417,7 +419,7 @@ static void member_lost(px_coordinator_t *c, px_member_t *m, const char *why) {
  * trainer adopts a new quorum at its next step boundary, so the timeout must
  * exceed about two step times (docs/operations.md). */
 static void detect_stalled(px_coordinator_t *c, int64_t now) {
-    if (!c->first_store_ms || now - c->first_store_ms <= c->cfg.stall_timeout_ms) return;
+    if (c->rendezvous_checked || !c->first_store_ms || now - c->first_store_ms <= c->cfg.stall_timeout_ms) return;
     for (int i = 0; i < c->members.n; i++) {
         px_member_t *m = &c->members.members[i];
         if (m->state == PX_STATE_LOST || m->store_qid == c->quorum.id) continue;
@@ -425,6 +427,9 @@ static void detect_stalled(px_coordinator_t *c, int64_t now) {
         c->stats.members_stalled++;
         member_lost(c, m, "stalled");
     }
+    /* Whoever was stalled is lost now (a new quorum follows); the others took
+     * part, which cannot be undone: no need to look again in this quorum. */
+    c->rendezvous_checked = 1;
 }
 
 static void detect_losses(px_coordinator_t *c, int64_t now) {
