@@ -143,8 +143,47 @@ static void heal_finished(px_heal_t *h, const char *source, int64_t qid, int64_t
     }
 }
 
-/* Receives the state from `peer` into a staging copy; the live state is
- * replaced only once the copy is verified. */
+/* Where a receive goes: a staging copy (*into = stage), or, at step 0 with
+ * a way to rebuild the initial state, the live state itself (*into = live).
+ * 0, or -1 when out of memory for the staging copy. */
+static int receive_target(px_heal_t *h, px_train_state_t *stage, px_train_state_t **into) {
+    memset(stage, 0, sizeof *stage);
+    if (h->state->step == 0 && h->reinit) {
+        *into = h->state;
+        return 0;
+    }
+    *into = stage;
+    return px_state_alloc_like(stage, h->state);
+}
+
+/* After a receive into *into: success takes it (digest got, checksum ck);
+ * failure leaves the live state as it was (staged: untouched; in place: the
+ * initial state rebuilt). Frees the staging copy either way. */
+static int finish_receive(px_heal_t *h, px_train_state_t *stage, px_train_state_t *into, int ok, const uint64_t *got,
+                          uint64_t ck) {
+    int rc = ok ? 0 : -1;
+    if (into == h->state) {
+        h->ck_valid = 0;
+        if (ok) {
+            memcpy(h->digest, got, px_state_digest_len(into->n) * sizeof *got);
+            h->ck = ck;
+            h->ck_step = into->step;
+            h->ck_valid = 1;
+        } else if (h->reinit(h->reinit_ctx, h->state) != 0) {
+            px_log_error("cannot rebuild the initial state after a failed heal");
+            rc = -2;
+        } else {
+            h->state->step = 0;
+        }
+    } else if (ok) {
+        adopt(h, into, got, ck);
+    }
+    px_state_free(stage);
+    return rc;
+}
+
+/* Receives the state from `peer` (see receive_target); the live state is
+ * replaced only once what arrived is verified. */
 static int recv_state(px_heal_t *h, px_comm_t *c, int peer, const char *source, int64_t qid) {
     px_train_state_t *live = h->state;
     size_t len = px_state_digest_len(live->n);
@@ -154,18 +193,17 @@ static int recv_state(px_heal_t *h, px_comm_t *c, int peer, const char *source, 
         px_agent_notify(h->agent, "heal_started", qid, live->step, source, PX_STATE_NBUF * live->n * sizeof(float), 0,
                         "");
     char why[200] = "";
-    px_train_state_t stage;
+    px_train_state_t stage, *into;
     uint64_t *sent = malloc(len * sizeof *sent), *got = malloc(len * sizeof *got), checksum = 0;
-    int rc = -1;
-    if (px_state_alloc_like(&stage, live) != 0 || !sent || !got) {
+    int ok = 0;
+    if (receive_target(h, &stage, &into) != 0 || !sent || !got) {
         snprintf(why, sizeof why, "out of memory for the staging copy (%zu floats)", PX_STATE_NBUF * live->n);
         px_comm_abort(c);
-    } else if (recv_into(c, peer, &stage, sent, &checksum, why, sizeof why) == 0 &&
-               verify(&stage, sent, got, checksum, why, sizeof why) == 0) {
-        adopt(h, &stage, got, checksum);
-        rc = 0;
+    } else {
+        ok = recv_into(c, peer, into, sent, &checksum, why, sizeof why) == 0 &&
+             verify(into, sent, got, checksum, why, sizeof why) == 0;
     }
-    px_state_free(&stage);
+    int rc = finish_receive(h, &stage, into, ok, got, checksum);
     free(sent);
     free(got);
     if (rc != 0) {
@@ -205,33 +243,29 @@ static int broadcast_state(px_heal_t *h, px_comm_t *intra, int root, uint64_t ro
     uint64_t *got = NULL;
     if (me != root) {
         got = malloc(len * sizeof *got);
-        if (px_state_alloc_like(&stage, live) != 0 || !got) {
+        if (receive_target(h, &stage, &into) != 0 || !got) {
             px_log_warn("group_sync_failed: out of memory for the staging copy");
             px_comm_abort(intra);
             px_state_free(&stage); /* alloc_like initialised it, even when it failed */
             free(got);
             return -1;
         }
-        into = &stage;
     }
     int64_t step = live->step;
     px_comm_status_t st = px_comm_broadcast(intra, &step, sizeof step, root);
     for (int b = 0; b < PX_STATE_NBUF && st == PX_COMM_OK; b++) st = px_comm_broadcast(intra, into->buf[b], bytes, root);
     int rc = st == PX_COMM_OK ? 0 : -1;
     if (me != root) {
+        int ok = 0;
         if (rc == 0) {
-            stage.step = step;
-            px_state_digest(&stage, got);
-            if (px_state_checksum(got, len, step) == root_ck) {
-                adopt(h, &stage, got, root_ck);
-                px_log_info("group_synced from_rank=%d step=%lld", root, (long long)step);
-            } else {
-                px_log_warn("group_sync_failed: state checksum differs from rank %d's after the broadcast "
-                            "(state kept at step %lld)", root, (long long)live->step);
-                rc = -1;
-            }
+            into->step = step;
+            px_state_digest(into, got);
+            ok = px_state_checksum(got, len, step) == root_ck;
+            if (!ok) px_log_warn("group_sync_failed: state checksum differs from rank %d's after the broadcast", root);
         }
-        px_state_free(&stage);
+        rc = finish_receive(h, &stage, into, ok, got, root_ck) == 0 ? 0 : -1;
+        if (rc == 0) px_log_info("group_synced from_rank=%d step=%lld", root, (long long)step);
+        else px_log_warn("group_sync_failed: state kept at step %lld", (long long)live->step);
         free(got);
     }
     return rc;

@@ -26,6 +26,13 @@
  * (3 x num_params floats more: 1.5 GB for gpt2-124m), freed at once after.
  * The group broadcast of step 1 stages the same way on the receiving ranks.
  *
+ * Except at step 0: a receiver there holds the job's initial state, which
+ * the trainer can rebuild at will (px_heal_t.reinit), so it receives in
+ * place and, if the heal fails, rebuilds it: the same bytes, without paying
+ * for fresh staging memory. That is the common case (a restarted worker
+ * joining), and fresh memory is expensive: faulting in 1.5 GB costs more
+ * than the transfer itself on the machines measured (docs/benchmarks.md).
+ *
  * PX_TEST_HEAL_CHUNK_DELAY_MS (tests only) pauses the sender before each
  * chunk, so that a test can kill a process mid-heal. */
 #ifndef PX_HEAL_H
@@ -44,6 +51,10 @@ typedef struct {
     const char *group;
     int rank;                /* rank inside the group: rank 0 reports events */
     int heals;               /* heals received so far */
+    /* Rebuilds the job's initial state (step 0) into s; 0 on success. NULL:
+     * every receive is staged. */
+    int (*reinit)(void *ctx, px_train_state_t *s);
+    void *reinit_ctx;
     /* digest of the live state, cached per step (private) */
     uint64_t *digest;
     uint64_t ck;

@@ -381,22 +381,43 @@ static int train_step(trainer_t *t, int *adopt, float *loss_out, float *norm_out
 
 /* ---- setup and the loop ------------------------------------------------ */
 
+/* The model at the job's start: a seeded preset, or an llm.c model file.
+ * NULL (logged) when it cannot be had. */
+static px_gpt_t *initial_model(const px_trainer_config_t *cfg) {
+    char err[512];
+    px_gpt_config_t mc;
+    px_gpt_t *m = NULL;
+    if (px_gpt_config_preset(cfg->model, &mc) == 0) {
+        m = px_gpt_new(&mc, cfg->seed);
+    } else if (px_gpt_load(cfg->model, &m, err, sizeof err) != 0) {
+        px_log_error("--model: '%s' is neither a preset (%s) nor a readable model file: %s", cfg->model,
+                     px_gpt_preset_names(), err);
+        return NULL;
+    }
+    if (!m) px_log_error("out of memory creating the model");
+    return m;
+}
+
+/* Heal callback (worker/heal.h): the initial state again, bit for bit, into
+ * s (a receive in place at step 0 failed). */
+static int rebuild_initial_state(void *ctx, px_train_state_t *s) {
+    trainer_t *t = ctx;
+    px_gpt_t *fresh = initial_model(t->cfg);
+    if (!fresh) return -1;
+    memcpy(s->buf[PX_STATE_PARAMS], fresh->params, s->n * sizeof(float));
+    memset(s->buf[PX_STATE_M], 0, s->n * sizeof(float));
+    memset(s->buf[PX_STATE_V], 0, s->n * sizeof(float));
+    s->step = 0;
+    px_gpt_destroy(&fresh);
+    return 0;
+}
+
 static int setup(trainer_t *t) {
     const px_trainer_config_t *cfg = t->cfg;
     char err[512];
     if (cfg->threads > 0) omp_set_num_threads(cfg->threads);
-    px_gpt_config_t mc;
-    if (px_gpt_config_preset(cfg->model, &mc) == 0) {
-        t->model = px_gpt_new(&mc, cfg->seed);
-    } else if (px_gpt_load(cfg->model, &t->model, err, sizeof err) != 0) {
-        px_log_error("--model: '%s' is neither a preset (%s) nor a readable model file: %s", cfg->model,
-                     px_gpt_preset_names(), err);
-        return -1;
-    }
-    if (!t->model) {
-        px_log_error("out of memory creating the model");
-        return -1;
-    }
+    t->model = initial_model(cfg);
+    if (!t->model) return -1;
     t->T = cfg->seq_len > 0 ? cfg->seq_len : t->model->config.max_seq_len;
     if (t->T > t->model->config.max_seq_len) {
         px_log_error("--seq %d exceeds the model's context %d", t->T, t->model->config.max_seq_len);
@@ -418,6 +439,8 @@ static int setup(trainer_t *t) {
         px_log_error("out of memory");
         return -1;
     }
+    t->heal.reinit = rebuild_initial_state;
+    t->heal.reinit_ctx = t;
     if (cfg->ledger) {
         t->ledger = fopen(cfg->ledger, "a");
         if (!t->ledger) {
