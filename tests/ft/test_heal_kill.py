@@ -64,6 +64,10 @@ def run_scenarios(launch):
     other = "g1" if src == "g0" else "g0"
     wait_until(lambda: any(e["peer_group"] == other for e in heal_events(launch, "heal_finished", "g2")), 30,
                "g2 healed from %s after %s died mid-heal" % (other, src))
+    # g2 was at step 0 and received in place: the failure rebuilt its initial state (worker/heal.h).
+    log = open(os.path.join(launch.dir, "worker-g2-0.log")).read()
+    check("heal_failed source=%s" % src in log and "(state kept at step 0)" in log,
+          "the failed in-place heal says it kept step 0: %r" % log[-600:])
     wait_until(lambda: sorted(launch.status()["quorum"]["groups"]) == ["g0", "g1", "g2"], 30,
                "all groups back after the source kill")
     s0 = launch.last_step()
