@@ -45,7 +45,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
-from phalanx_test import Fail, Job, check, wait_until  # noqa: E402
+from phalanx_test import Fail, Job, check, main_scenarios, wait_until  # noqa: E402
 
 HTTP_DEADLINE_S = 2.0   # coordinator/http.c: a request must arrive within 2 s
 HTTP_MAX_CONNS = 64     # coordinator/http.h: PX_HTTP_MAX_CONNS
@@ -504,17 +504,5 @@ def test_race(bindir):
         job.stop()
 
 
-def main():
-    bindir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.getcwd(), "bin")
-    which = sys.argv[2] if len(sys.argv) > 2 else "fuzz"
-    tests = {"fuzz": test_fuzz, "hostile": test_hostile, "flood": test_flood, "race": test_race}
-    try:
-        tests[which](bindir)
-    except Fail as e:
-        print("FAIL: %s" % e)
-        sys.exit(1)
-    print("PASS")
-
-
 if __name__ == "__main__":
-    main()
+    main_scenarios({"fuzz": test_fuzz, "hostile": test_hostile, "flood": test_flood, "race": test_race}, "fuzz")

@@ -25,7 +25,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
-from phalanx_test import Fail, Job, check, main, make_corpus, wait_until  # noqa: E402
+from phalanx_test import Job, check, main_scenarios, make_corpus, wait_until  # noqa: E402
 
 
 class Rogue:
@@ -229,8 +229,4 @@ SCENARIOS = {
 }
 
 if __name__ == "__main__":
-    scenario = sys.argv[2] if len(sys.argv) > 2 else ""
-    if scenario not in SCENARIOS:
-        print("usage: test_hostile.py BINDIR {%s}" % "|".join(SCENARIOS))
-        sys.exit(2)
-    main(SCENARIOS[scenario])
+    main_scenarios(SCENARIOS)

@@ -47,7 +47,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
-from phalanx_test import Fail, Job, check, wait_until  # noqa: E402
+from phalanx_test import Fail, Job, check, main_scenarios, wait_until  # noqa: E402
 
 SLOWLORIS_CONNS = 250
 FRESH_REQUESTS = 40
@@ -347,15 +347,7 @@ def main():
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
         attacker(host, port, n, sources)
         return
-    bindir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.getcwd(), "bin")
-    which = sys.argv[2] if len(sys.argv) > 2 else "slowloris"
-    tests = {"slowloris": test_slowloris, "lazy-readers": test_lazy_readers}
-    try:
-        tests[which](bindir)
-    except Fail as e:
-        print("FAIL: %s" % e)
-        sys.exit(1)
-    print("PASS")
+    main_scenarios({"slowloris": test_slowloris, "lazy-readers": test_lazy_readers}, "slowloris")
 
 
 if __name__ == "__main__":

@@ -129,6 +129,16 @@ def main(test_fn):
     print("PASS")
 
 
+def main_scenarios(scenarios, default=None):
+    """For scripts holding several tests: argv[2] names the scenario (one
+    ctest each); runs it like main()."""
+    which = sys.argv[2] if len(sys.argv) > 2 else default
+    if which not in scenarios:
+        print("usage: %s BINDIR {%s}" % (os.path.basename(sys.argv[0]), "|".join(scenarios)))
+        sys.exit(2)
+    main(scenarios[which])
+
+
 def make_corpus(bindir, out_dir, seed=1, words=60000):
     """A small deterministic text corpus turned into shards by phalanx-data."""
     import random
