@@ -27,7 +27,6 @@
 #include "membership.h"
 #include "px_buf.h"
 #include "px_log.h"
-#include "px_rate.h"
 #include "px_time.h"
 #include "px_wire.h"
 #include "quorum.h"
@@ -130,7 +129,7 @@ static void flush_rate_summary(px_coordinator_t *c, px_rate_t *r, int64_t now, i
     uint64_t n = px_rate_take(r, now, force);
     if (n)
         emit(c, r->name, "\"error\":\"FLOOD\",\"detail\":\"more than %d in a second; summarised\",\"count\":%llu",
-             PX_PEER_EVENTS_PER_S, (unsigned long long)n);
+             r->per_s, (unsigned long long)n);
 }
 
 static void flush_rate_summaries(px_coordinator_t *c, int64_t now, int force) {
