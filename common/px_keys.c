@@ -306,3 +306,42 @@ int px_keys_make_local_set(const char *dir, char *err, size_t errlen) {
     snprintf(text, sizeof text, "# throwaway keys of one local job (phalanx-launch --curve)\n%s worker\n", worker.pub);
     return write_new(path, text, 0644, err, errlen);
 }
+
+int px_zmq_monitor_next(void *mon, uint16_t *event, uint32_t *value) {
+    zmq_msg_t ev, addr;
+    zmq_msg_init(&ev);
+    if (zmq_msg_recv(&ev, mon, ZMQ_DONTWAIT) < 0) {
+        zmq_msg_close(&ev);
+        return 0;
+    }
+    zmq_msg_init(&addr); /* the endpoint: not needed */
+    if (zmq_msg_more(&ev)) zmq_msg_recv(&addr, mon, 0);
+    *event = 0;
+    *value = 0;
+    if (zmq_msg_size(&ev) >= 6) {
+        memcpy(event, zmq_msg_data(&ev), 2);
+        memcpy(value, (const char *)zmq_msg_data(&ev) + 2, 4);
+    }
+    zmq_msg_close(&addr);
+    zmq_msg_close(&ev);
+    return 1;
+}
+
+void px_curve_handshake_why(uint16_t event, uint32_t value, const px_curve_client_t *k, char *why, size_t cap) {
+    int failed = event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL || event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
+    if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
+        snprintf(why, cap, "the coordinator refused our public key %s (ZAP status %u): it is not in its "
+                 "--authorized-keys", k->own.pub, value);
+    else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL && value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
+        snprintf(why, cap, "security mismatch: %s", k->on ? "we use CURVE and the coordinator does not"
+                                                         : "the coordinator requires CURVE keys (give "
+                                                           "--curve-secret-key-file and its public key)");
+    else if (failed && k->on)
+        snprintf(why, cap, "the CURVE handshake failed (0x%x): wrong coordinator public key? (is "
+                 "--coordinator-public-key-file the coordinator's key?)", value);
+    else if (failed)
+        snprintf(why, cap, "the handshake failed (0x%x): the coordinator probably requires CURVE keys (give "
+                 "--curve-secret-key-file and --coordinator-public-key-file)", value);
+    else
+        snprintf(why, cap, "%s", "");
+}

@@ -17,11 +17,17 @@
  *
  * Secret key files must not be accessible by other users: readers refuse a
  * file with any "other" permission bit and warn when its group has access
- * (Kubernetes secrets mounted with fsGroup are group-readable by design). */
+ * (Kubernetes secrets mounted with fsGroup are group-readable by design).
+ *
+ * Handshake failures never arrive as messages: libzmq reports them only to a
+ * socket monitor. px_zmq_monitor_next reads its events (the coordinator's
+ * closed connections too) and px_curve_handshake_why says, for a person, why
+ * a client's handshake failed. */
 #ifndef PX_KEYS_H
 #define PX_KEYS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #define PX_KEY_LEN 40       /* a 32-byte CURVE key in Z85 */
 #define PX_KEY_LABEL_MAX 64
@@ -65,6 +71,14 @@ int px_curve_client_load(const char *secret_path, const char *server_path, const
                          px_curve_client_t *out, char *err, size_t errlen);
 /* Sets the CURVE client options on a ZeroMQ socket before it connects. */
 int px_curve_client_apply(void *sock, const px_curve_client_t *k);
+
+/* The next event waiting on a socket monitor (a PAIR connected to the
+ * endpoint given to zmq_socket_monitor): 1 with *event and *value filled,
+ * 0 when none waits. */
+int px_zmq_monitor_next(void *mon, uint16_t *event, uint32_t *value);
+/* Why a client's handshake failed (a monitor event and its value), one line
+ * naming the fix; why is set to "" for an event that is not a failure. */
+void px_curve_handshake_why(uint16_t event, uint32_t value, const px_curve_client_t *k, char *why, size_t cap);
 
 /* A throwaway set for one local job in dir (created 0700; old files there
  * replaced): coordinator.key/.pub, worker.key/.pub, and authorized_keys

@@ -26,6 +26,7 @@
 #include "http.h"
 #include "membership.h"
 #include "px_buf.h"
+#include "px_keys.h"
 #include "px_log.h"
 #include "px_time.h"
 #include "px_wire.h"
@@ -939,40 +940,25 @@ static void read_router(px_coordinator_t *c) {
 }
 
 static void read_monitor(px_coordinator_t *c) {
-    for (;;) {
-        zmq_msg_t ev, addr;
-        zmq_msg_init(&ev);
-        if (zmq_msg_recv(&ev, c->monitor, ZMQ_DONTWAIT) < 0) {
-            zmq_msg_close(&ev);
-            return;
-        }
-        zmq_msg_init(&addr);
-        if (zmq_msg_more(&ev)) zmq_msg_recv(&addr, c->monitor, 0);
-        if (zmq_msg_size(&ev) >= 6) {
-            const uint8_t *d = zmq_msg_data(&ev);
-            uint16_t event;
-            uint32_t value;
-            memcpy(&event, d, 2);
-            memcpy(&value, d + 2, 4);
-            if (event == ZMQ_EVENT_DISCONNECTED) {
-                for (int i = 0; i < c->members.n; i++) {
-                    px_member_t *m = &c->members.members[i];
-                    if (m->state != PX_STATE_LOST && m->fd == (int)value) {
-                        m->conn_closed = 1;
-                        m->closed_fd = m->fd;
-                        m->fd = -1;
-                    }
+    uint16_t event;
+    uint32_t value;
+    while (px_zmq_monitor_next(c->monitor, &event, &value)) {
+        if (event == ZMQ_EVENT_DISCONNECTED) {
+            for (int i = 0; i < c->members.n; i++) {
+                px_member_t *m = &c->members.members[i];
+                if (m->state != PX_STATE_LOST && m->fd == (int)value) {
+                    m->conn_closed = 1;
+                    m->closed_fd = m->fd;
+                    m->fd = -1;
                 }
-            } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL || event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
-                /* With CURVE on: a client without CURVE, or one holding another
-                 * coordinator public key. (A refused key is the ZAP handler's event.) */
-                c->stats.auth_rejected++;
-                emit_limited(c, &c->rl_auth, "\"message\":\"handshake\",\"mechanism\":\"CURVE\",\"detail\":\"handshake failed (ZMTP error %u): a client without CURVE, or with another coordinator public key\"",
-                             value);
             }
+        } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL || event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
+            /* With CURVE on: a client without CURVE, or one holding another
+             * coordinator public key. (A refused key is the ZAP handler's event.) */
+            c->stats.auth_rejected++;
+            emit_limited(c, &c->rl_auth, "\"message\":\"handshake\",\"mechanism\":\"CURVE\",\"detail\":\"handshake failed (ZMTP error %u): a client without CURVE, or with another coordinator public key\"",
+                         value);
         }
-        zmq_msg_close(&addr);
-        zmq_msg_close(&ev);
     }
 }
 

@@ -108,37 +108,10 @@ static char *http_get(const char *host, int port, const char *path) {
 
 /* Why a handshake failed, from the socket monitor; "" while none did. */
 static void read_monitor(void *mon, char *why, size_t cap, const px_curve_client_t *k) {
-    for (;;) {
-        zmq_msg_t ev, addr;
-        zmq_msg_init(&ev);
-        if (zmq_msg_recv(&ev, mon, ZMQ_DONTWAIT) < 0) {
-            zmq_msg_close(&ev);
-            return;
-        }
-        zmq_msg_init(&addr);
-        if (zmq_msg_more(&ev)) zmq_msg_recv(&addr, mon, 0);
-        uint16_t event = 0;
-        uint32_t value = 0;
-        if (zmq_msg_size(&ev) >= 6) {
-            memcpy(&event, zmq_msg_data(&ev), 2);
-            memcpy(&value, (char *)zmq_msg_data(&ev) + 2, 4);
-        }
-        if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
-            snprintf(why, cap, "the coordinator refused our public key %s (ZAP status %u): it is not in its "
-                     "--authorized-keys", k->own.pub, value);
-        else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL && value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
-            snprintf(why, cap, "security mismatch: %s", k->on ? "we use CURVE and the coordinator does not"
-                                                             : "the coordinator requires CURVE (give "
-                                                               "--curve-secret-key-file and its public key)");
-        else if ((event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL || event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) && k->on)
-            snprintf(why, cap, "the CURVE handshake failed (0x%x): is --coordinator-public-key-file the "
-                     "coordinator's key?", value);
-        else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL || event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL)
-            snprintf(why, cap, "the handshake failed (0x%x): the coordinator probably requires CURVE (give "
-                     "--curve-secret-key-file and --coordinator-public-key-file)", value);
-        zmq_msg_close(&addr);
-        zmq_msg_close(&ev);
-    }
+    uint16_t event;
+    uint32_t value;
+    while (px_zmq_monitor_next(mon, &event, &value))
+        if (!why[0]) px_curve_handshake_why(event, value, k, why, cap);
 }
 
 static void *encode_status_request(const opts_t *o, size_t *len) {

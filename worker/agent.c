@@ -361,40 +361,22 @@ static void handle_reply(px_agent_t *a, px_msg_t *msg, int64_t *next_register) {
  * said no) and a protocol error (CURVE on one side only: libzmq does not
  * even reconnect after it) are final at once; other failures (a wrong
  * coordinator key shows as a dropped handshake) are final after
- * HANDSHAKE_FAILS_FATAL in a row. Either way the worker stops with a message
- * instead of waiting in silence. */
+ * HANDSHAKE_FAILS_FATAL in a row. Either way the worker stops with the
+ * message px_curve_handshake_why gives phalanxctl too, instead of waiting in
+ * silence. */
 #define HANDSHAKE_FAILS_FATAL 3
 static void read_monitor(px_agent_t *a) {
-    for (;;) {
-        zmq_msg_t ev, addr;
-        zmq_msg_init(&ev);
-        if (zmq_msg_recv(&ev, a->monitor, ZMQ_DONTWAIT) < 0) {
-            zmq_msg_close(&ev);
-            return;
-        }
-        zmq_msg_init(&addr);
-        if (zmq_msg_more(&ev)) zmq_msg_recv(&addr, a->monitor, 0);
-        uint16_t event = 0;
-        uint32_t value = 0;
-        if (zmq_msg_size(&ev) >= 6) {
-            memcpy(&event, zmq_msg_data(&ev), 2);
-            memcpy(&value, (const char *)zmq_msg_data(&ev) + 2, 4);
-        }
-        zmq_msg_close(&addr);
-        zmq_msg_close(&ev);
-        int curve = a->cfg.curve && a->cfg.curve->on;
+    static const px_curve_client_t plaintext = {0};
+    uint16_t event;
+    uint32_t value;
+    while (px_zmq_monitor_next(a->monitor, &event, &value)) {
         if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
             a->handshake_fails = 0;
-        } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
-            set_fatal(a, 0, "the coordinator at %.100s refused our CURVE key (ZAP status %u): add our public key to its "
-                      "--authorized-keys", a->endpoint, value);
-        } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
+        } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH || event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
                    ++a->handshake_fails >= HANDSHAKE_FAILS_FATAL) {
-            set_fatal(a, 0, curve ? "CURVE handshake with the coordinator at %.100s failed: wrong coordinator "
-                                    "public key, or the coordinator does not use CURVE (ZMTP status %u)"
-                                  : "handshake with the coordinator at %.100s failed: it requires CURVE keys "
-                                    "(--curve-secret-key-file and the coordinator's public key) (ZMTP status %u)",
-                      a->endpoint, value);
+            char why[200];
+            px_curve_handshake_why(event, value, a->cfg.curve ? a->cfg.curve : &plaintext, why, sizeof why);
+            set_fatal(a, 0, "handshake with the coordinator at %.100s: %s", a->endpoint, why);
         }
     }
 }

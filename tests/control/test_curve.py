@@ -95,7 +95,7 @@ def check_curve_job(bindir, d):
                    "auth_rejected for the plaintext / wrong-coordinator-key handshakes")
         # A refused worker does not wait in silence: it stops as misconfigured
         # (exit 2, which phalanx-launch does not retry) and says why.
-        why = {"intruder": "refused our CURVE key", "wrongserver": "wrong coordinator public key",
+        why = {"intruder": "refused our public key", "wrongserver": "wrong coordinator public key",
                "plain": "requires CURVE keys"}
         for g, text in why.items():
             p = job.workers[(g, 0)]
