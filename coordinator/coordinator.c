@@ -63,6 +63,7 @@ struct px_coordinator {
     px_rate_t rl_bad, rl_auth, rl_conflict, rl_refused; /* event rate limits, see px_rate.h */
     uint64_t hb_window_count;
     px_rate_t limit_rate[PX_LIMIT_KINDS]; /* limit_reached event rate limits */
+    char limit_fields[PX_LIMIT_KINDS][96]; /* "limit":NAME,"max":N of each */
 };
 
 static void answer_waiter(void *ctx, const px_kv_answer_t *a);
@@ -126,24 +127,29 @@ static void emit(px_coordinator_t *c, const char *type, const char *fmt, ...) {
  * per second ("error":"FLOOD", "count":N), so a flood cannot fill the event
  * log's disk and the counts still add up. */
 #define PX_PEER_EVENTS_PER_S 200
-static void flush_rate_summary(px_coordinator_t *c, px_rate_t *r, int64_t now, int force) {
+/* A summary carries the limiter's own fields first (limit_reached: which
+ * limit, and its maximum), then "error":"FLOOD", a detail and the count. */
+static void flush_rate_summary(px_coordinator_t *c, px_rate_t *r, const char *fields, int64_t now, int force) {
     uint64_t n = px_rate_take(r, now, force);
     if (n)
-        emit(c, r->name, "\"error\":\"FLOOD\",\"detail\":\"more than %d in a second; summarised\",\"count\":%llu",
-             r->per_s, (unsigned long long)n);
+        emit(c, r->name, "%s%s\"error\":\"FLOOD\",\"detail\":\"more than %d in a second; summarised\",\"count\":%llu",
+             fields ? fields : "", fields ? "," : "", r->per_s, (unsigned long long)n);
 }
 
 static void flush_rate_summaries(px_coordinator_t *c, int64_t now, int force) {
     px_rate_t *all[] = {&c->rl_bad, &c->rl_auth, &c->rl_conflict, &c->rl_refused};
-    for (size_t i = 0; i < sizeof all / sizeof *all; i++) flush_rate_summary(c, all[i], now, force);
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) flush_rate_summary(c, all[i], NULL, now, force);
+    for (int i = 0; i < PX_LIMIT_KINDS; i++) flush_rate_summary(c, &c->limit_rate[i], c->limit_fields[i], now, force);
 }
 
-static void emit_limited(px_coordinator_t *c, px_rate_t *r, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void emit_limited(px_coordinator_t *c, px_rate_t *r, const char *fmt, ...) {
+/* 1 when the event was emitted on its own, 0 when counted for a summary. */
+static int emit_limited_with(px_coordinator_t *c, px_rate_t *r, const char *summary_fields, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int emit_limited_with(px_coordinator_t *c, px_rate_t *r, const char *summary_fields, const char *fmt, ...) {
     int64_t now = px_now_ms();
-    flush_rate_summary(c, r, now, 0);
-    if (!px_rate_hit(r, now) || !c->events) return;
+    flush_rate_summary(c, r, summary_fields, now, 0);
+    if (!px_rate_hit(r, now)) return 0;
+    if (!c->events) return 1;
     px_buf_t b;
     px_buf_init(&b);
     va_list ap;
@@ -154,7 +160,9 @@ static void emit_limited(px_coordinator_t *c, px_rate_t *r, const char *fmt, ...
     char *fields = px_buf_take(&b, NULL);
     px_events_emit(c->events, r->name, fields ? fields : "");
     free(fields);
+    return 1;
 }
+#define emit_limited(c, r, ...) emit_limited_with(c, r, NULL, __VA_ARGS__)
 
 /* ---- limits ----------------------------------------------------------- */
 
@@ -181,18 +189,10 @@ static void apply_limits(px_coordinator_t *c) {
     px_kv_limits_t lim = {(size_t)k->max_store_keys, (size_t)k->max_store_bytes, (size_t)k->max_store_waiters,
                           2 * (size_t)k->max_store_keys, 2 * (size_t)k->max_store_bytes, 2 * (size_t)k->max_store_waiters};
     px_kv_set_limits(c->kv, &lim);
-    for (int i = 0; i < PX_LIMIT_KINDS; i++) c->limit_rate[i].per_s = LIMIT_EVENTS_PER_S;
-}
-
-static void limit_summary(px_coordinator_t *c, int kind, uint64_t n) {
-    emit(c, "limit_reached", "\"limit\":\"%s\",\"max\":%lld,\"detail\":\"more than %d refusals in a second; summarised\",\"count\":%llu",
-         PX_LIMIT_NAMES[kind], (long long)limit_max(c, kind), LIMIT_EVENTS_PER_S, (unsigned long long)n);
-}
-
-static void flush_limit_summaries(px_coordinator_t *c, int64_t now, int force) {
     for (int i = 0; i < PX_LIMIT_KINDS; i++) {
-        uint64_t n = px_rate_take(&c->limit_rate[i], now, force);
-        if (n) limit_summary(c, i, n);
+        c->limit_rate[i] = (px_rate_t){.name = "limit_reached", .per_s = LIMIT_EVENTS_PER_S};
+        snprintf(c->limit_fields[i], sizeof c->limit_fields[i], "\"limit\":\"%s\",\"max\":%lld", PX_LIMIT_NAMES[i],
+                 (long long)limit_max(c, i));
     }
 }
 
@@ -202,19 +202,14 @@ static void limit_refused(px_coordinator_t *c, const void *ident, size_t ident_l
                           const char *group, int rank) {
     static const char *const FLAG[PX_LIMIT_KINDS] = {"--max-members", "--max-store-keys", "--max-store-bytes",
                                                      "--max-store-waiters"};
-    int64_t now = px_now_ms();
     c->stats.limit_refusals[kind]++;
     char why[160];
     snprintf(why, sizeof why, "%s limit reached (%s %lld%s)", PX_LIMIT_NAMES[kind], FLAG[kind],
              (long long)limit_max(c, kind), kind == PX_LIMIT_MEMBERS ? ", all live" : " per quorum");
-    uint64_t n = px_rate_take(&c->limit_rate[kind], now, 0);
-    if (n) limit_summary(c, kind, n);
-    if (px_rate_hit(&c->limit_rate[kind], now)) {
-        emit(c, "limit_reached", "\"limit\":\"%s\",\"max\":%lld,\"group\":\"%s\",\"rank\":%d,\"quorum_id\":%lld,\"count\":1",
-             PX_LIMIT_NAMES[kind], (long long)limit_max(c, kind), group, rank, (long long)c->quorum.id);
+    if (emit_limited_with(c, &c->limit_rate[kind], c->limit_fields[kind], "%s,\"group\":\"%s\",\"rank\":%d,\"quorum_id\":%lld",
+                          c->limit_fields[kind], group, rank, (long long)c->quorum.id))
         px_log_warn("limit_reached limit=%s max=%lld group=%s rank=%d total=%llu", PX_LIMIT_NAMES[kind],
                     (long long)limit_max(c, kind), group, rank, (unsigned long long)c->stats.limit_refusals[kind]);
-    }
     reply_error(c, ident, ident_len, req_id, PHALANX__ERROR_CODE__RESOURCE_LIMIT, why);
 }
 
@@ -975,7 +970,6 @@ static void tick(px_coordinator_t *c, int64_t now) {
     detect_losses(c, now);
     detect_stalled(c, now);
     px_members_expire(&c->members, now, &c->live);
-    flush_limit_summaries(c, now, 0);
     if (c->quorum_dirty || c->rebuild_requested_ms) recompute_quorum(c, now);
     px_kv_expire(c->kv, now, answer_waiter, c);
     if (c->events) px_events_poll(c->events);
@@ -1145,7 +1139,6 @@ void px_coordinator_destroy(px_coordinator_t **self, int flush_ms) {
     if (!c) return;
     if (c->events) {
         flush_rate_summaries(c, px_now_ms(), 1);
-        flush_limit_summaries(c, px_now_ms(), 1);
         px_auth_stop(&c->auth, auth_event, c); /* its last summary goes into the log */
         emit(c, "coordinator_stopped", "\"quorum_id\":%lld", (long long)c->quorum.id);
         px_events_destroy(&c->events, flush_ms);
