@@ -4,7 +4,7 @@
 # everything present does nothing and succeeds.
 set -eu
 PKGS="build-essential cmake pkg-config libzmq3-dev libprotobuf-c-dev protobuf-c-compiler \
-librdkafka-dev kcat libopenblas-dev libgloo-dev fortunes curl python3 valgrind"
+librdkafka-dev libxxhash-dev libjansson-dev kcat libopenblas-dev libgloo-dev fortunes curl python3 valgrind"
 missing=""
 for p in $PKGS; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

@@ -1,0 +1,175 @@
+/* Durable checkpoints of the training state (model/train_state.h): the
+ * format, its manifest, writing one atomically, and verifying and loading one.
+ * The background saver is ckpt_saver.h; docs/operations.md says how to use
+ * them and docs/architecture.md ("Checkpoints") why the format is so.
+ *
+ * A checkpoint is a directory DIR/step_<8 digits>/ holding manifest.json and
+ * one data file per writing rank. Tensors are logical: the GPT-2 name and
+ * the unsharded shape of each parameter (h.3.attn.c_attn.weight is (3C, C),
+ * nn.Linear's (out, in) orientation; Hugging Face's Conv1D stores the
+ * transpose, which the safetensors export applies) and of each AdamW moment
+ * (optimizer.exp_avg.NAME, optimizer.exp_avg_sq.NAME). Each tensor lists
+ * the slices that together cover it: a hyperrectangle (start, count per
+ * dimension), stored row-major as float32 little-endian in a byte range of a
+ * data file. A reader assembles any slice of any tensor from the manifest
+ * alone, whatever layout wrote it; each data file carries its size and its
+ * XXH3-64 (libxxhash), so a torn or corrupt file is caught before its state
+ * is used.
+ *
+ * Publishing: everything is written under DIR/.tmp-step_N-HOST-PID/, each
+ * file and then the folder fsynced, the folder renamed to step_N, and DIR
+ * fsynced. A reader sees a whole checkpoint or none. */
+#ifndef PX_CKPT_H
+#define PX_CKPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpt.h"
+#include "train_state.h"
+
+#define PX_CKPT_FORMAT_VERSION 1
+#define PX_CKPT_MAX_DIMS 4
+#define PX_CKPT_MANIFEST "manifest.json"
+#define PX_CKPT_MANIFEST_MAX ((size_t)64 << 20) /* a larger manifest is refused unread */
+
+/* ---- the logical tensors of a model's state (pure) ---------------------- */
+
+typedef struct {
+    char name[96];                   /* GPT-2 name, with the optimizer prefix for m and v */
+    int buffer;                      /* PX_STATE_PARAMS, _M or _V */
+    size_t offset;                   /* first float in that buffer */
+    int ndim;
+    int64_t shape[PX_CKPT_MAX_DIMS];
+} px_ckpt_logical_t;
+
+/* Logical tensors of the state of a model of config cfg, in buffer order
+ * (params, then m, then v; llm.c's order inside each): 3 * (4 + 12 L).
+ * out may be NULL to count. */
+int px_ckpt_logical_tensors(const px_gpt_config_t *cfg, px_ckpt_logical_t *out);
+
+/* ---- the manifest (pure: JSON text <-> struct) ------------------------- */
+
+typedef struct {
+    int file;                        /* index into files */
+    uint64_t offset, bytes;          /* byte range in that file */
+    int64_t start[PX_CKPT_MAX_DIMS];
+    int64_t count[PX_CKPT_MAX_DIMS];
+} px_ckpt_slice_t;
+
+typedef struct {
+    char name[96];
+    int ndim;
+    int64_t shape[PX_CKPT_MAX_DIMS];
+    int nslices;
+    px_ckpt_slice_t *slices;
+} px_ckpt_tensor_t;
+
+typedef struct {
+    char name[64];                   /* a plain file name inside the checkpoint */
+    uint64_t bytes;
+    uint64_t xxh3;
+} px_ckpt_file_t;
+
+typedef struct {
+    int format_version;
+    char job[64];
+    int64_t step;                    /* optimizer steps committed = the data cursor */
+    int64_t quorum_id;
+    uint64_t seed;                   /* initialisation and data order */
+    int64_t created_ms;              /* wall clock, for people */
+    px_gpt_config_t model;
+    /* The layout that wrote it (informative: the slices are what a reader uses). */
+    int groups, ranks_per_group, fsdp, tp, pp;
+    char writer_group[64];
+    int ntensors;
+    px_ckpt_tensor_t *tensors;
+    int nfiles;
+    px_ckpt_file_t *files;
+} px_ckpt_manifest_t;
+
+void px_ckpt_manifest_free(px_ckpt_manifest_t *m);
+/* The manifest of a state written whole by one rank into one data file
+ * (file name `file`, its size and checksum filled in by the writer). 0, or -1
+ * when out of memory. */
+int px_ckpt_manifest_whole(px_ckpt_manifest_t *m, const px_gpt_config_t *cfg, const char *file);
+/* JSON text of m (malloc'd, NUL-terminated), or NULL when out of memory. */
+char *px_ckpt_manifest_encode(const px_ckpt_manifest_t *m);
+/* Parses and checks a manifest: format and version (one from the future is
+ * refused), every field's type and range, file names, slices inside their
+ * tensor and their file, each tensor covered exactly once by its slices, each
+ * file tiled exactly by the slices stored in it. 0, or -1 with the fault in
+ * err (m is left empty). */
+int px_ckpt_manifest_decode(const char *text, size_t len, px_ckpt_manifest_t *m, char *err, size_t errlen);
+/* 0 when the manifest holds the whole state of a model of config cfg (same
+ * config, every logical tensor present with its shape); else -1 and why. */
+int px_ckpt_manifest_matches(const px_ckpt_manifest_t *m, const px_gpt_config_t *cfg, char *err, size_t errlen);
+/* Index of the tensor named name, or -1. */
+int px_ckpt_manifest_find(const px_ckpt_manifest_t *m, const char *name);
+
+/* ---- files (I/O) -------------------------------------------------------- */
+
+typedef struct {
+    const char *job;                 /* "" when unnamed */
+    int64_t quorum_id;
+    int groups, ranks_per_group;
+    const char *writer_group;
+} px_ckpt_meta_t;
+
+typedef struct {
+    char path[4200];                 /* the published folder */
+    uint64_t bytes;                  /* data and manifest */
+    double seconds;                  /* from the first byte to the parent's fsync */
+} px_ckpt_result_t;
+
+/* "DIR/step_<8 digits>". */
+void px_ckpt_path(const char *dir, int64_t step, char *out, size_t len);
+
+/* Writes state s (whole, as one rank) as DIR/step_<s->step>, atomically; DIR
+ * is created when missing. An existing step_N of the same step (a corrupt one
+ * that restore skipped) is replaced. On failure nothing is published and the
+ * temporary folder is removed. 0, or -1 with the fault (ENOSPC, EFBIG, ...)
+ * in err. */
+int px_ckpt_write(const char *dir, const px_train_state_t *s, const px_gpt_config_t *cfg, const px_ckpt_meta_t *meta,
+                  px_ckpt_result_t *res, char *err, size_t errlen);
+
+/* A checkpoint that cannot be used: which file and what is wrong with it. */
+typedef struct {
+    char file[4200];                 /* the path of the faulty file (or folder) */
+    char fault[512];
+    int mismatch;                    /* 1: another job, seed or model (not damage) */
+} px_ckpt_fault_t;
+
+/* Reads the manifest of the checkpoint at path. 0, or -1 with the fault. */
+int px_ckpt_read_manifest(const char *path, px_ckpt_manifest_t *m, px_ckpt_fault_t *fault);
+
+/* Verifies every data file of the checkpoint at path (size and checksum) and,
+ * with dst, assembles the state into it (dst->n must be the model's size;
+ * dst->step and seed are set). m receives the manifest (may be NULL). A shared
+ * lock on the manifest is held meanwhile, so retention leaves it alone. On
+ * failure dst holds partial data: load into a staging state. 0, or -1 with
+ * the fault. With cfg, the manifest must match that model. */
+int px_ckpt_load(const char *path, const px_gpt_config_t *cfg, px_train_state_t *dst, px_ckpt_manifest_t *m,
+                 px_ckpt_fault_t *fault);
+
+/* Steps of the step_N folders in dir, newest first (*steps malloc'd). The
+ * count, or -1 when dir cannot be read (0 when it does not exist). */
+int px_ckpt_list(const char *dir, int64_t **steps);
+
+/* Restores the newest checkpoint in dir that loads, into dst (staging), and
+ * its step. Checkpoints of another job, seed or model, and corrupt ones, are
+ * passed to on_reject (may be NULL) and skipped. Returns the step restored,
+ * -1 when there is none to restore, -2 when every checkpoint found was
+ * refused as another job's, seed's or model's (starting from scratch would
+ * overwrite them: the caller should refuse to start). */
+typedef void (*px_ckpt_reject_fn)(void *ctx, const char *path, const px_ckpt_fault_t *fault);
+int64_t px_ckpt_restore_newest(const char *dir, const px_gpt_config_t *cfg, const char *job, uint64_t seed,
+                               px_train_state_t *dst, px_ckpt_reject_fn on_reject, void *ctx);
+
+/* Retention: keeps the `keep` newest step folders and always the one of step
+ * `protect`; deletes the others that no reader holds (renamed away, then
+ * removed). Also removes temporary folders of writers that died, once they
+ * are an hour old. keep <= 0 keeps everything. Returns the number deleted. */
+int px_ckpt_retain(const char *dir, int keep, int64_t protect);
+
+#endif

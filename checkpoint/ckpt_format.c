@@ -1,0 +1,471 @@
+/* The checkpoint format without I/O: the logical tensors of a model's state,
+ * and the manifest as a struct and as JSON (jansson), with every check a
+ * reader needs before it trusts a byte range (see ckpt.h). */
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt.h"
+
+/* GPT-2 names of llm.c's tensors; %d is the layer. */
+static const char *const gpt2_names[PX_GPT_NUM_TENSORS] = {
+    "wte.weight",          "wpe.weight",          "h.%d.ln_1.weight",        "h.%d.ln_1.bias",
+    "h.%d.attn.c_attn.weight", "h.%d.attn.c_attn.bias", "h.%d.attn.c_proj.weight", "h.%d.attn.c_proj.bias",
+    "h.%d.ln_2.weight",    "h.%d.ln_2.bias",      "h.%d.mlp.c_fc.weight",    "h.%d.mlp.c_fc.bias",
+    "h.%d.mlp.c_proj.weight", "h.%d.mlp.c_proj.bias", "ln_f.weight",          "ln_f.bias"};
+static const char *const buffer_prefix[PX_STATE_NBUF] = {"", "optimizer.exp_avg.", "optimizer.exp_avg_sq."};
+
+/* Shape of one layer's (or the single) tensor of kind k. */
+static int kind_shape(const px_gpt_config_t *c, int k, int64_t *shape) {
+    int64_t C = c->channels;
+    switch (k) {
+    case PX_WTE: shape[0] = c->padded_vocab_size, shape[1] = C; return 2;
+    case PX_WPE: shape[0] = c->max_seq_len, shape[1] = C; return 2;
+    case PX_QKVW: shape[0] = 3 * C, shape[1] = C; return 2;
+    case PX_QKVB: shape[0] = 3 * C; return 1;
+    case PX_ATTPROJW: shape[0] = C, shape[1] = C; return 2;
+    case PX_FCW: shape[0] = 4 * C, shape[1] = C; return 2;
+    case PX_FCB: shape[0] = 4 * C; return 1;
+    case PX_FCPROJW: shape[0] = C, shape[1] = 4 * C; return 2;
+    default: shape[0] = C; return 1; /* LayerNorms and the C-sized biases */
+    }
+}
+
+static int64_t volume(int ndim, const int64_t *shape) {
+    int64_t v = 1;
+    for (int d = 0; d < ndim; d++) v *= shape[d];
+    return v;
+}
+
+int px_ckpt_logical_tensors(const px_gpt_config_t *cfg, px_ckpt_logical_t *out) {
+    size_t sizes[PX_GPT_NUM_TENSORS];
+    px_gpt_tensor_sizes(cfg, sizes);
+    int n = 0;
+    for (int b = 0; b < PX_STATE_NBUF; b++) {
+        size_t off = 0;
+        for (int k = 0; k < PX_GPT_NUM_TENSORS; k++) {
+            int per_layer = strstr(gpt2_names[k], "%d") != NULL;
+            int layers = per_layer ? cfg->num_layers : 1;
+            for (int l = 0; l < layers; l++, n++) {
+                if (!out) continue;
+                px_ckpt_logical_t *t = &out[n];
+                char base[80];
+                snprintf(base, sizeof base, gpt2_names[k], l);
+                snprintf(t->name, sizeof t->name, "%s%s", buffer_prefix[b], base);
+                t->buffer = b;
+                t->ndim = kind_shape(cfg, k, t->shape);
+                t->offset = off + (size_t)l * (sizes[k] / (size_t)layers);
+            }
+            off += sizes[k];
+        }
+    }
+    return n;
+}
+
+/* ---- the struct ---------------------------------------------------------- */
+
+void px_ckpt_manifest_free(px_ckpt_manifest_t *m) {
+    if (m->tensors)
+        for (int i = 0; i < m->ntensors; i++) free(m->tensors[i].slices);
+    free(m->tensors);
+    free(m->files);
+    memset(m, 0, sizeof *m);
+}
+
+int px_ckpt_manifest_whole(px_ckpt_manifest_t *m, const px_gpt_config_t *cfg, const char *file) {
+    memset(m, 0, sizeof *m);
+    int n = px_ckpt_logical_tensors(cfg, NULL);
+    px_ckpt_logical_t *lt = calloc((size_t)n, sizeof *lt);
+    m->tensors = calloc((size_t)n, sizeof *m->tensors);
+    m->files = calloc(1, sizeof *m->files);
+    if (!lt || !m->tensors || !m->files) goto oom;
+    px_ckpt_logical_tensors(cfg, lt);
+    m->format_version = PX_CKPT_FORMAT_VERSION;
+    m->model = *cfg;
+    m->groups = m->ranks_per_group = m->fsdp = m->tp = m->pp = 1;
+    m->nfiles = 1;
+    snprintf(m->files[0].name, sizeof m->files[0].name, "%s", file);
+    uint64_t pos = 0;
+    for (int i = 0; i < n; i++, m->ntensors++) {
+        px_ckpt_tensor_t *t = &m->tensors[i];
+        snprintf(t->name, sizeof t->name, "%s", lt[i].name);
+        t->ndim = lt[i].ndim;
+        memcpy(t->shape, lt[i].shape, sizeof t->shape);
+        t->slices = calloc(1, sizeof *t->slices);
+        if (!t->slices) goto oom;
+        t->nslices = 1;
+        px_ckpt_slice_t *s = &t->slices[0];
+        s->file = 0;
+        s->offset = pos;
+        s->bytes = (uint64_t)volume(t->ndim, t->shape) * sizeof(float);
+        memcpy(s->count, t->shape, sizeof s->count);
+        pos += s->bytes;
+    }
+    m->files[0].bytes = pos;
+    free(lt);
+    return 0;
+oom:
+    free(lt);
+    px_ckpt_manifest_free(m);
+    return -1;
+}
+
+int px_ckpt_manifest_find(const px_ckpt_manifest_t *m, const char *name) {
+    for (int i = 0; i < m->ntensors; i++)
+        if (!strcmp(m->tensors[i].name, name)) return i;
+    return -1;
+}
+
+/* ---- JSON out ------------------------------------------------------------ */
+
+static json_t *int_array(int n, const int64_t *v) {
+    json_t *a = json_array();
+    for (int i = 0; i < n; i++) json_array_append_new(a, json_integer(v[i]));
+    return a;
+}
+
+char *px_ckpt_manifest_encode(const px_ckpt_manifest_t *m) {
+    json_t *root = json_object();
+    json_object_set_new(root, "format", json_string("phalanx-checkpoint"));
+    json_object_set_new(root, "format_version", json_integer(m->format_version));
+    json_object_set_new(root, "job", json_string(m->job));
+    json_object_set_new(root, "step", json_integer(m->step));
+    json_object_set_new(root, "quorum_id", json_integer(m->quorum_id));
+    json_object_set_new(root, "seed", json_integer((json_int_t)m->seed));
+    json_object_set_new(root, "created_unix_ms", json_integer(m->created_ms));
+    json_object_set_new(root, "dtype", json_string("F32"));
+    json_t *model = json_object();
+    json_object_set_new(model, "max_seq_len", json_integer(m->model.max_seq_len));
+    json_object_set_new(model, "vocab_size", json_integer(m->model.vocab_size));
+    json_object_set_new(model, "padded_vocab_size", json_integer(m->model.padded_vocab_size));
+    json_object_set_new(model, "num_layers", json_integer(m->model.num_layers));
+    json_object_set_new(model, "num_heads", json_integer(m->model.num_heads));
+    json_object_set_new(model, "channels", json_integer(m->model.channels));
+    json_object_set_new(root, "model", model);
+    json_t *layout = json_object();
+    json_object_set_new(layout, "groups", json_integer(m->groups));
+    json_object_set_new(layout, "ranks_per_group", json_integer(m->ranks_per_group));
+    json_object_set_new(layout, "fsdp", json_integer(m->fsdp));
+    json_object_set_new(layout, "tp", json_integer(m->tp));
+    json_object_set_new(layout, "pp", json_integer(m->pp));
+    json_object_set_new(layout, "writer_group", json_string(m->writer_group));
+    json_object_set_new(root, "layout", layout);
+    json_t *files = json_array();
+    for (int i = 0; i < m->nfiles; i++) {
+        char hex[17];
+        snprintf(hex, sizeof hex, "%016" PRIx64, m->files[i].xxh3);
+        json_array_append_new(files, json_pack("{s:s, s:I, s:s}", "name", m->files[i].name, "bytes",
+                                               (json_int_t)m->files[i].bytes, "xxh3_64", hex));
+    }
+    json_object_set_new(root, "files", files);
+    json_t *tensors = json_array();
+    for (int i = 0; i < m->ntensors; i++) {
+        const px_ckpt_tensor_t *t = &m->tensors[i];
+        json_t *slices = json_array();
+        for (int j = 0; j < t->nslices; j++) {
+            const px_ckpt_slice_t *s = &t->slices[j];
+            json_array_append_new(slices, json_pack("{s:s, s:I, s:I, s:o, s:o}", "file", m->files[s->file].name,
+                                                    "offset", (json_int_t)s->offset, "bytes", (json_int_t)s->bytes,
+                                                    "start", int_array(t->ndim, s->start), "count",
+                                                    int_array(t->ndim, s->count)));
+        }
+        json_array_append_new(tensors, json_pack("{s:s, s:o, s:o}", "name", t->name, "shape",
+                                                 int_array(t->ndim, t->shape), "slices", slices));
+    }
+    json_object_set_new(root, "tensors", tensors);
+    char *text = json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
+    json_decref(root);
+    return text;
+}
+
+/* ---- JSON in ------------------------------------------------------------- */
+
+static int fail(char *err, size_t errlen, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* An integer member in [lo, hi]. */
+static int get_int(json_t *obj, const char *key, int64_t lo, int64_t hi, int64_t *out, const char *where, char *err,
+                   size_t errlen) {
+    json_t *v = json_object_get(obj, key);
+    if (!json_is_integer(v)) return fail(err, errlen, "%s: \"%s\" missing or not an integer", where, key);
+    int64_t x = json_integer_value(v);
+    if (x < lo || x > hi)
+        return fail(err, errlen, "%s: \"%s\" = %" PRId64 " not in [%" PRId64 ", %" PRId64 "]", where, key, x, lo, hi);
+    *out = x;
+    return 0;
+}
+
+static int get_str(json_t *obj, const char *key, char *out, size_t cap, const char *where, char *err, size_t errlen) {
+    json_t *v = json_object_get(obj, key);
+    if (!json_is_string(v)) return fail(err, errlen, "%s: \"%s\" missing or not a string", where, key);
+    if (json_string_length(v) >= cap) return fail(err, errlen, "%s: \"%s\" longer than %zu bytes", where, key, cap - 1);
+    snprintf(out, cap, "%s", json_string_value(v));
+    return 0;
+}
+
+static int get_dims(json_t *obj, const char *key, int want, int64_t *out, const char *where, char *err, size_t errlen) {
+    json_t *a = json_object_get(obj, key);
+    int n = json_is_array(a) ? (int)json_array_size(a) : -1;
+    if (n < 1 || n > PX_CKPT_MAX_DIMS || (want >= 0 && n != want))
+        return fail(err, errlen, "%s: \"%s\" is not an array of %s dimensions", where, key, want >= 0 ? "its" : "1-4");
+    for (int d = 0; d < n; d++) {
+        json_t *v = json_array_get(a, (size_t)d);
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > ((int64_t)1 << 40))
+            return fail(err, errlen, "%s: \"%s\"[%d] is not an integer in [0, 2^40]", where, key, d);
+        out[d] = json_integer_value(v);
+    }
+    return n;
+}
+
+/* A file name a manifest may use: plain, no path, no hidden file. */
+static int file_name_ok(const char *s) {
+    if (!s[0] || s[0] == '.') return 0;
+    for (const char *p = s; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '_' ||
+              *p == '-' || *p == '.'))
+            return 0;
+    return strcmp(s, PX_CKPT_MANIFEST) != 0;
+}
+
+static int decode_model(json_t *root, px_gpt_config_t *c, char *err, size_t errlen) {
+    json_t *model = json_object_get(root, "model");
+    if (!json_is_object(model)) return fail(err, errlen, "\"model\" missing or not an object");
+    const char *keys[] = {"max_seq_len", "vocab_size", "padded_vocab_size", "num_layers", "num_heads", "channels"};
+    int *dst[] = {&c->max_seq_len, &c->vocab_size, &c->padded_vocab_size, &c->num_layers, &c->num_heads, &c->channels};
+    for (int i = 0; i < 6; i++) {
+        int64_t v;
+        if (get_int(model, keys[i], 1, 1 << 24, &v, "model", err, errlen)) return -1;
+        *dst[i] = (int)v;
+    }
+    char why[256];
+    if (px_gpt_config_check(c, why, sizeof why) != 0) return fail(err, errlen, "model: %s", why);
+    return 0;
+}
+
+static int decode_files(json_t *root, px_ckpt_manifest_t *m, char *err, size_t errlen) {
+    json_t *files = json_object_get(root, "files");
+    if (!json_is_array(files) || json_array_size(files) < 1 || json_array_size(files) > 65536)
+        return fail(err, errlen, "\"files\" missing, empty or not an array of at most 65536");
+    m->nfiles = (int)json_array_size(files);
+    m->files = calloc((size_t)m->nfiles, sizeof *m->files);
+    if (!m->files) return fail(err, errlen, "out of memory");
+    for (int i = 0; i < m->nfiles; i++) {
+        json_t *f = json_array_get(files, (size_t)i);
+        px_ckpt_file_t *pf = &m->files[i];
+        char where[32], hex[32];
+        int64_t bytes;
+        snprintf(where, sizeof where, "files[%d]", i);
+        if (!json_is_object(f)) return fail(err, errlen, "%s is not an object", where);
+        if (get_str(f, "name", pf->name, sizeof pf->name, where, err, errlen) ||
+            get_int(f, "bytes", 0, INT64_MAX, &bytes, where, err, errlen) ||
+            get_str(f, "xxh3_64", hex, sizeof hex, where, err, errlen))
+            return -1;
+        if (!file_name_ok(pf->name)) return fail(err, errlen, "%s: name \"%s\" is not a plain file name", where, pf->name);
+        for (int j = 0; j < i; j++)
+            if (!strcmp(m->files[j].name, pf->name)) return fail(err, errlen, "%s: \"%s\" listed twice", where, pf->name);
+        char *end;
+        if (strlen(hex) != 16 || (pf->xxh3 = strtoull(hex, &end, 16), *end))
+            return fail(err, errlen, "%s: xxh3_64 \"%s\" is not 16 hex digits", where, hex);
+        pf->bytes = (uint64_t)bytes;
+    }
+    return 0;
+}
+
+static int file_index(const px_ckpt_manifest_t *m, const char *name) {
+    for (int i = 0; i < m->nfiles; i++)
+        if (!strcmp(m->files[i].name, name)) return i;
+    return -1;
+}
+
+/* Do two hyperrectangles intersect? */
+static int overlap(int ndim, const px_ckpt_slice_t *a, const px_ckpt_slice_t *b) {
+    for (int d = 0; d < ndim; d++)
+        if (a->start[d] + a->count[d] <= b->start[d] || b->start[d] + b->count[d] <= a->start[d]) return 0;
+    return 1;
+}
+
+static int decode_tensor(json_t *jt, int i, px_ckpt_manifest_t *m, char *err, size_t errlen) {
+    px_ckpt_tensor_t *t = &m->tensors[i];
+    char where[160];
+    snprintf(where, sizeof where, "tensors[%d]", i);
+    if (!json_is_object(jt)) return fail(err, errlen, "%s is not an object", where);
+    if (get_str(jt, "name", t->name, sizeof t->name, where, err, errlen)) return -1;
+    snprintf(where, sizeof where, "tensor %s", t->name);
+    if ((t->ndim = get_dims(jt, "shape", -1, t->shape, where, err, errlen)) < 0) return -1;
+    json_t *slices = json_object_get(jt, "slices");
+    if (!json_is_array(slices) || json_array_size(slices) < 1 || json_array_size(slices) > 65536)
+        return fail(err, errlen, "%s: \"slices\" missing, empty or more than 65536", where);
+    t->nslices = (int)json_array_size(slices);
+    t->slices = calloc((size_t)t->nslices, sizeof *t->slices);
+    if (!t->slices) return fail(err, errlen, "out of memory");
+    int64_t covered = 0;
+    for (int j = 0; j < t->nslices; j++) {
+        json_t *js = json_array_get(slices, (size_t)j);
+        px_ckpt_slice_t *s = &t->slices[j];
+        char sw[200], fname[64];
+        int64_t off, bytes;
+        snprintf(sw, sizeof sw, "%s slice %d", where, j);
+        if (!json_is_object(js)) return fail(err, errlen, "%s is not an object", sw);
+        if (get_str(js, "file", fname, sizeof fname, sw, err, errlen) ||
+            get_int(js, "offset", 0, INT64_MAX, &off, sw, err, errlen) ||
+            get_int(js, "bytes", 0, INT64_MAX, &bytes, sw, err, errlen) ||
+            get_dims(js, "start", t->ndim, s->start, sw, err, errlen) < 0 ||
+            get_dims(js, "count", t->ndim, s->count, sw, err, errlen) < 0)
+            return -1;
+        if ((s->file = file_index(m, fname)) < 0) return fail(err, errlen, "%s: file \"%s\" is not in \"files\"", sw, fname);
+        for (int d = 0; d < t->ndim; d++)
+            if (s->start[d] + s->count[d] > t->shape[d])
+                return fail(err, errlen, "%s: dimension %d [%" PRId64 ", +%" PRId64 ") exceeds the shape %" PRId64, sw, d,
+                            s->start[d], s->count[d], t->shape[d]);
+        int64_t vol = volume(t->ndim, s->count);
+        if ((uint64_t)bytes != (uint64_t)vol * sizeof(float))
+            return fail(err, errlen, "%s: %" PRId64 " bytes for %" PRId64 " float32 values", sw, bytes, vol);
+        if ((uint64_t)off > m->files[s->file].bytes || (uint64_t)bytes > m->files[s->file].bytes - (uint64_t)off)
+            return fail(err, errlen, "%s: bytes [%" PRId64 ", +%" PRId64 ") beyond the %" PRIu64 " of file %s", sw, off,
+                        bytes, m->files[s->file].bytes, fname);
+        for (int k = 0; k < j; k++)
+            if (overlap(t->ndim, s, &t->slices[k])) return fail(err, errlen, "%s overlaps slice %d", sw, k);
+        s->offset = (uint64_t)off;
+        s->bytes = (uint64_t)bytes;
+        covered += vol;
+    }
+    if (covered != volume(t->ndim, t->shape))
+        return fail(err, errlen, "%s: slices cover %" PRId64 " of its %" PRId64 " values", where, covered,
+                    volume(t->ndim, t->shape));
+    return 0;
+}
+
+typedef struct {
+    uint64_t offset, bytes;
+} range_t;
+
+static int cmp_range(const void *a, const void *b) {
+    const range_t *x = a, *y = b;
+    return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+/* Every file is tiled exactly by the slices stored in it: no gap that could
+ * hide unchecked bytes, no byte read twice. */
+static int check_tiling(const px_ckpt_manifest_t *m, char *err, size_t errlen) {
+    size_t total = 0;
+    for (int i = 0; i < m->ntensors; i++) total += (size_t)m->tensors[i].nslices;
+    range_t *r = malloc((total ? total : 1) * sizeof *r);
+    if (!r) return fail(err, errlen, "out of memory");
+    int rc = 0;
+    for (int f = 0; f < m->nfiles && rc == 0; f++) {
+        size_t n = 0;
+        for (int i = 0; i < m->ntensors; i++)
+            for (int j = 0; j < m->tensors[i].nslices; j++)
+                if (m->tensors[i].slices[j].file == f)
+                    r[n++] = (range_t){m->tensors[i].slices[j].offset, m->tensors[i].slices[j].bytes};
+        qsort(r, n, sizeof *r, cmp_range);
+        uint64_t pos = 0;
+        for (size_t k = 0; k < n && rc == 0; k++) {
+            if (r[k].offset != pos)
+                rc = fail(err, errlen, "file %s: bytes at %" PRIu64 " are %s", m->files[f].name, pos,
+                          r[k].offset > pos ? "in no slice" : "in two slices");
+            pos = r[k].offset + r[k].bytes;
+        }
+        if (rc == 0 && pos != m->files[f].bytes)
+            rc = fail(err, errlen, "file %s: slices end at byte %" PRIu64 " of %" PRIu64, m->files[f].name, pos,
+                      m->files[f].bytes);
+    }
+    free(r);
+    return rc;
+}
+
+static int decode_root(json_t *root, px_ckpt_manifest_t *m, char *err, size_t errlen) {
+    char fmt[64];
+    int64_t v;
+    if (!json_is_object(root)) return fail(err, errlen, "not a JSON object");
+    if (get_str(root, "format", fmt, sizeof fmt, "manifest", err, errlen)) return -1;
+    if (strcmp(fmt, "phalanx-checkpoint")) return fail(err, errlen, "format \"%s\" is not phalanx-checkpoint", fmt);
+    if (get_int(root, "format_version", 1, INT32_MAX, &v, "manifest", err, errlen)) return -1;
+    if (v > PX_CKPT_FORMAT_VERSION)
+        return fail(err, errlen, "format_version %" PRId64 " is newer than this build reads (%d): upgrade phalanx", v,
+                    PX_CKPT_FORMAT_VERSION);
+    m->format_version = (int)v;
+    json_t *dtype = json_object_get(root, "dtype");
+    if (!json_is_string(dtype) || strcmp(json_string_value(dtype), "F32"))
+        return fail(err, errlen, "\"dtype\" missing or not F32");
+    if (get_str(root, "job", m->job, sizeof m->job, "manifest", err, errlen) ||
+        get_int(root, "step", 0, (int64_t)1 << 40, &m->step, "manifest", err, errlen) ||
+        get_int(root, "quorum_id", 0, INT64_MAX, &m->quorum_id, "manifest", err, errlen) ||
+        get_int(root, "seed", 0, INT64_MAX, &v, "manifest", err, errlen))
+        return -1;
+    m->seed = (uint64_t)v;
+    if (get_int(root, "created_unix_ms", 0, INT64_MAX, &m->created_ms, "manifest", err, errlen)) return -1;
+    if (decode_model(root, &m->model, err, errlen)) return -1;
+    json_t *layout = json_object_get(root, "layout");
+    if (!json_is_object(layout)) return fail(err, errlen, "\"layout\" missing or not an object");
+    const char *lk[] = {"groups", "ranks_per_group", "fsdp", "tp", "pp"};
+    int *ld[] = {&m->groups, &m->ranks_per_group, &m->fsdp, &m->tp, &m->pp};
+    for (int i = 0; i < 5; i++) {
+        if (get_int(layout, lk[i], 1, 1 << 20, &v, "layout", err, errlen)) return -1;
+        *ld[i] = (int)v;
+    }
+    if (get_str(layout, "writer_group", m->writer_group, sizeof m->writer_group, "layout", err, errlen)) return -1;
+    if (decode_files(root, m, err, errlen)) return -1;
+    json_t *tensors = json_object_get(root, "tensors");
+    if (!json_is_array(tensors) || json_array_size(tensors) < 1 || json_array_size(tensors) > 1000000)
+        return fail(err, errlen, "\"tensors\" missing, empty or not an array");
+    size_t nt = json_array_size(tensors);
+    m->tensors = calloc(nt, sizeof *m->tensors);
+    if (!m->tensors) return fail(err, errlen, "out of memory");
+    for (size_t i = 0; i < nt; i++, m->ntensors++) {
+        if (decode_tensor(json_array_get(tensors, i), (int)i, m, err, errlen)) {
+            m->ntensors++; /* its slices are freed with the rest */
+            return -1;
+        }
+        for (size_t k = 0; k < i; k++)
+            if (!strcmp(m->tensors[k].name, m->tensors[i].name))
+                return fail(err, errlen, "tensor %s listed twice", m->tensors[i].name);
+    }
+    return check_tiling(m, err, errlen);
+}
+
+int px_ckpt_manifest_decode(const char *text, size_t len, px_ckpt_manifest_t *m, char *err, size_t errlen) {
+    memset(m, 0, sizeof *m);
+    json_error_t je;
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    if (!root) return fail(err, errlen, "not valid JSON (line %d column %d: %s)", je.line, je.column, je.text);
+    int rc = decode_root(root, m, err, errlen);
+    json_decref(root);
+    if (rc) px_ckpt_manifest_free(m);
+    return rc;
+}
+
+int px_ckpt_manifest_matches(const px_ckpt_manifest_t *m, const px_gpt_config_t *cfg, char *err, size_t errlen) {
+    const px_gpt_config_t *a = &m->model;
+    if (memcmp(a, cfg, sizeof *a) != 0)
+        return fail(err, errlen,
+                    "model config mismatch: the checkpoint is L=%d C=%d NH=%d maxT=%d V=%d Vp=%d, this job's model is "
+                    "L=%d C=%d NH=%d maxT=%d V=%d Vp=%d",
+                    a->num_layers, a->channels, a->num_heads, a->max_seq_len, a->vocab_size, a->padded_vocab_size,
+                    cfg->num_layers, cfg->channels, cfg->num_heads, cfg->max_seq_len, cfg->vocab_size,
+                    cfg->padded_vocab_size);
+    int n = px_ckpt_logical_tensors(cfg, NULL);
+    px_ckpt_logical_t *lt = calloc((size_t)n, sizeof *lt);
+    if (!lt) return fail(err, errlen, "out of memory");
+    px_ckpt_logical_tensors(cfg, lt);
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        int k = px_ckpt_manifest_find(m, lt[i].name);
+        if (k < 0) {
+            rc = fail(err, errlen, "tensor %s missing", lt[i].name);
+        } else if (m->tensors[k].ndim != lt[i].ndim ||
+                   memcmp(m->tensors[k].shape, lt[i].shape, sizeof(int64_t) * (size_t)lt[i].ndim)) {
+            rc = fail(err, errlen, "tensor %s has another shape than the model's", lt[i].name);
+        }
+    }
+    free(lt);
+    return rc;
+}

@@ -1,0 +1,572 @@
+/* Checkpoints on disk: writing one atomically, verifying and loading one,
+ * listing, restoring the newest that loads, and retention (see ckpt.h). */
+#define _XOPEN_SOURCE 700
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "ckpt.h"
+#include "px_time.h"
+
+#define IO_BLOCK ((size_t)16 << 20) /* bytes per read or write call */
+#define DATA_FILE "rank00000.bin"
+
+static int fail(char *err, size_t errlen, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+void px_ckpt_path(const char *dir, int64_t step, char *out, size_t len) {
+    snprintf(out, len, "%s/step_%08lld", dir, (long long)step);
+}
+
+/* ---- small file-system helpers ------------------------------------------ */
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb, (void)ftw;
+    return (flag == FTW_DP ? rmdir(path) : unlink(path)) != 0 && errno != ENOENT ? -1 : 0;
+}
+
+static void rm_rf(const char *path) { nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
+
+static int fsync_path(const char *path) {
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    int rc = fsync(fd);
+    close(fd);
+    return rc;
+}
+
+/* mkdir -p. */
+static int mkdirs(const char *dir) {
+    char p[4096];
+    if (snprintf(p, sizeof p, "%s", dir) >= (int)sizeof p) return errno = ENAMETOOLONG, -1;
+    for (char *s = p + 1; *s; s++) {
+        if (*s != '/') continue;
+        *s = 0;
+        if (mkdir(p, 0755) != 0 && errno != EEXIST) return -1;
+        *s = '/';
+    }
+    return mkdir(p, 0755) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+static int write_all(int fd, const void *buf, size_t len) {
+    const char *p = buf;
+    while (len) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) return -1;
+        if (w == 0) return errno = EIO, -1;
+        p += w, len -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Reads up to len bytes, fewer only at the end of the file. */
+static ssize_t read_full(int fd, void *buf, size_t len) {
+    char *p = buf;
+    size_t got = 0;
+    while (got < len) {
+        ssize_t r = read(fd, p + got, len - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return -1;
+        if (r == 0) break;
+        got += (size_t)r;
+    }
+    return (ssize_t)got;
+}
+
+/* ---- writing ------------------------------------------------------------- */
+
+/* The state's three buffers into one file, hashed on the way. */
+static int write_data(const char *path, const px_train_state_t *s, uint64_t *bytes, uint64_t *hash, char *err,
+                      size_t errlen) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return fail(err, errlen, "creating %s: %s", path, strerror(errno));
+    XXH3_state_t *h = XXH3_createState();
+    if (!h) {
+        close(fd);
+        return fail(err, errlen, "out of memory");
+    }
+    XXH3_64bits_reset(h);
+    *bytes = 0;
+    for (int b = 0; b < PX_STATE_NBUF; b++) {
+        const char *p = (const char *)s->buf[b];
+        size_t left = s->n * sizeof(float);
+        while (left) {
+            size_t len = left < IO_BLOCK ? left : IO_BLOCK;
+            if (write_all(fd, p, len) != 0) {
+                int e = errno;
+                XXH3_freeState(h);
+                close(fd);
+                return fail(err, errlen, "writing %s: %s", path, strerror(e));
+            }
+            XXH3_64bits_update(h, p, len);
+            p += len, left -= len, *bytes += len;
+        }
+    }
+    *hash = XXH3_64bits_digest(h);
+    XXH3_freeState(h);
+    if (fsync(fd) != 0 || close(fd) != 0) return fail(err, errlen, "syncing %s: %s", path, strerror(errno));
+    return 0;
+}
+
+static int write_text(const char *path, const char *text, char *err, size_t errlen) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return fail(err, errlen, "creating %s: %s", path, strerror(errno));
+    if (write_all(fd, text, strlen(text)) != 0 || fsync(fd) != 0) {
+        int e = errno;
+        close(fd);
+        return fail(err, errlen, "writing %s: %s", path, strerror(e));
+    }
+    if (close(fd) != 0) return fail(err, errlen, "writing %s: %s", path, strerror(errno));
+    return 0;
+}
+
+/* Renames tmp to final; an existing final (a corrupt copy of the same step
+ * that restore skipped) is moved aside first and removed after. */
+static int publish(const char *dir, const char *tmp, const char *final, char *err, size_t errlen) {
+    if (rename(tmp, final) == 0) return 0;
+    if (errno != ENOTEMPTY && errno != EEXIST) return fail(err, errlen, "renaming %s: %s", tmp, strerror(errno));
+    char old[4200], host[64] = "host";
+    gethostname(host, sizeof host - 1);
+    snprintf(old, sizeof old, "%s/.old-%s-%s-%d", dir, strrchr(final, '/') + 1, host, (int)getpid());
+    if (rename(final, old) != 0 || rename(tmp, final) != 0)
+        return fail(err, errlen, "replacing %s: %s", final, strerror(errno));
+    rm_rf(old);
+    return 0;
+}
+
+int px_ckpt_write(const char *dir, const px_train_state_t *s, const px_gpt_config_t *cfg, const px_ckpt_meta_t *meta,
+                  px_ckpt_result_t *res, char *err, size_t errlen) {
+    int64_t t0 = px_now_us();
+    memset(res, 0, sizeof *res);
+    if (mkdirs(dir) != 0) return fail(err, errlen, "creating the checkpoint folder %s: %s", dir, strerror(errno));
+    char host[64] = "host", tmp[4200], path[4300], final[4200];
+    gethostname(host, sizeof host - 1);
+    for (char *p = host; *p; p++)
+        if (*p == '/' || *p == '.') *p = '_';
+    px_ckpt_path(dir, s->step, final, sizeof final);
+    snprintf(tmp, sizeof tmp, "%s/.tmp-%s-%s-%d", dir, strrchr(final, '/') + 1, host, (int)getpid());
+    rm_rf(tmp); /* a leftover of an earlier attempt of this process */
+    if (mkdir(tmp, 0755) != 0) return fail(err, errlen, "creating %s: %s", tmp, strerror(errno));
+    px_ckpt_manifest_t m;
+    char *text = NULL;
+    if (px_ckpt_manifest_whole(&m, cfg, DATA_FILE) != 0) {
+        fail(err, errlen, "out of memory");
+        goto bad;
+    }
+    snprintf(path, sizeof path, "%s/%s", tmp, DATA_FILE);
+    uint64_t bytes = 0, hash = 0;
+    if (write_data(path, s, &bytes, &hash, err, errlen) != 0) goto bad;
+    if (bytes != m.files[0].bytes) {
+        fail(err, errlen, "state of %zu floats does not fit the model's %" PRIu64 " bytes", s->n, m.files[0].bytes);
+        goto bad;
+    }
+    m.files[0].xxh3 = hash;
+    snprintf(m.job, sizeof m.job, "%s", meta->job ? meta->job : "");
+    m.step = s->step;
+    m.quorum_id = meta->quorum_id;
+    m.seed = s->seed;
+    m.created_ms = (int64_t)time(NULL) * 1000;
+    m.groups = meta->groups > 0 ? meta->groups : 1;
+    m.ranks_per_group = meta->ranks_per_group > 0 ? meta->ranks_per_group : 1;
+    snprintf(m.writer_group, sizeof m.writer_group, "%s", meta->writer_group ? meta->writer_group : "");
+    if (!(text = px_ckpt_manifest_encode(&m))) {
+        fail(err, errlen, "out of memory");
+        goto bad;
+    }
+    snprintf(path, sizeof path, "%s/%s", tmp, PX_CKPT_MANIFEST);
+    if (write_text(path, text, err, errlen) != 0) goto bad;
+    if (fsync_path(tmp) != 0) {
+        fail(err, errlen, "syncing %s: %s", tmp, strerror(errno));
+        goto bad;
+    }
+    if (publish(dir, tmp, final, err, errlen) != 0) goto bad;
+    if (fsync_path(dir) != 0) {
+        /* Published but perhaps not durable: say so, it is not an error a retry fixes. */
+        fail(err, errlen, "syncing %s: %s", dir, strerror(errno));
+        goto bad_published;
+    }
+    snprintf(res->path, sizeof res->path, "%s", final);
+    res->bytes = bytes + strlen(text);
+    res->seconds = (double)(px_now_us() - t0) / 1e6;
+    free(text);
+    px_ckpt_manifest_free(&m);
+    return 0;
+bad:
+    rm_rf(tmp);
+bad_published:
+    free(text);
+    px_ckpt_manifest_free(&m);
+    return -1;
+}
+
+/* ---- reading ------------------------------------------------------------- */
+
+static int fault(px_ckpt_fault_t *f, const char *file, int mismatch, const char *fmt, ...) {
+    snprintf(f->file, sizeof f->file, "%s", file);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(f->fault, sizeof f->fault, fmt, ap);
+    va_end(ap);
+    f->mismatch = mismatch;
+    return -1;
+}
+
+/* Opens and reads the manifest; *fd_out keeps it open (and locked shared)
+ * when not NULL. */
+static int read_manifest_fd(const char *path, px_ckpt_manifest_t *m, px_ckpt_fault_t *f, int *fd_out) {
+    char mpath[4200], err[512];
+    snprintf(mpath, sizeof mpath, "%s/%s", path, PX_CKPT_MANIFEST);
+    int fd = open(mpath, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return fault(f, mpath, 0, "cannot open: %s", strerror(errno));
+    if (fd_out) flock(fd, LOCK_SH);
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (size_t)st.st_size > PX_CKPT_MANIFEST_MAX) {
+        close(fd);
+        return fault(f, mpath, 0, "not a regular file of at most %zu bytes", PX_CKPT_MANIFEST_MAX);
+    }
+    char *text = malloc((size_t)st.st_size + 1);
+    ssize_t got = text ? read_full(fd, text, (size_t)st.st_size) : -1;
+    if (got != st.st_size) {
+        free(text);
+        close(fd);
+        return fault(f, mpath, 0, "cannot read: %s", got < 0 ? strerror(errno) : "short read");
+    }
+    int rc = px_ckpt_manifest_decode(text, (size_t)got, m, err, sizeof err);
+    free(text);
+    if (rc != 0) {
+        close(fd);
+        return fault(f, mpath, 0, "unparsable manifest: %s", err);
+    }
+    if (fd_out) *fd_out = fd;
+    else close(fd);
+    return 0;
+}
+
+int px_ckpt_read_manifest(const char *path, px_ckpt_manifest_t *m, px_ckpt_fault_t *f) {
+    return read_manifest_fd(path, m, f, NULL);
+}
+
+/* A slice of tensor `tensor` and where it goes in the state (-1: nowhere). */
+typedef struct {
+    const px_ckpt_slice_t *s;
+    int tensor;
+    int logical;
+} piece_t;
+
+static int cmp_piece(const void *a, const void *b) {
+    const piece_t *x = a, *y = b;
+    return x->s->offset < y->s->offset ? -1 : x->s->offset > y->s->offset;
+}
+
+/* Copies a slice's values (row-major, count) into its place in a tensor of
+ * shape `shape` that starts at dst. */
+static void scatter(float *dst, int ndim, const int64_t *shape, const px_ckpt_slice_t *s, const float *src) {
+    int64_t idx[PX_CKPT_MAX_DIMS] = {0}, stride[PX_CKPT_MAX_DIMS];
+    stride[ndim - 1] = 1;
+    for (int d = ndim - 2; d >= 0; d--) stride[d] = stride[d + 1] * shape[d + 1];
+    int64_t row = s->count[ndim - 1], rows = 1;
+    for (int d = 0; d < ndim - 1; d++) rows *= s->count[d];
+    for (int64_t r = 0; r < rows && row > 0; r++) {
+        int64_t off = 0;
+        for (int d = 0; d < ndim; d++) off += (s->start[d] + idx[d]) * stride[d];
+        memcpy(dst + off, src + r * row, (size_t)row * sizeof(float));
+        for (int d = ndim - 2; d >= 0; d--) { /* odometer over the leading dimensions */
+            if (++idx[d] < s->count[d]) break;
+            idx[d] = 0;
+        }
+    }
+}
+
+static int64_t volume_of(int ndim, const int64_t *shape) {
+    int64_t v = 1;
+    for (int d = 0; d < ndim; d++) v *= shape[d];
+    return v;
+}
+
+/* Is the slice one contiguous range of its tensor (whole trailing rows)? */
+static int contiguous(int ndim, const int64_t *shape, const px_ckpt_slice_t *s) {
+    for (int d = 1; d < ndim; d++)
+        if (s->start[d] != 0 || s->count[d] != shape[d]) return 0;
+    return 1;
+}
+
+/* Reads and hashes file f of the manifest, placing what dst needs. */
+static int load_file(const char *path, const px_ckpt_manifest_t *m, int f, piece_t *pieces, int npieces,
+                     const px_ckpt_logical_t *lt, px_train_state_t *dst, char *buf, px_ckpt_fault_t *fl) {
+    char fpath[4300];
+    snprintf(fpath, sizeof fpath, "%s/%s", path, m->files[f].name);
+    int fd = open(fpath, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return fault(fl, fpath, 0, "missing or unreadable: %s", strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || (uint64_t)st.st_size != m->files[f].bytes) {
+        close(fd);
+        return fault(fl, fpath, 0, "%s: %lld bytes, the manifest says %" PRIu64,
+                     (uint64_t)st.st_size < m->files[f].bytes ? "short (torn or truncated)" : "too long",
+                     (long long)st.st_size, m->files[f].bytes);
+    }
+    XXH3_state_t *h = XXH3_createState();
+    XXH3_64bits_reset(h);
+    int rc = 0;
+    for (int i = 0; i < npieces && rc == 0; i++) {
+        const px_ckpt_slice_t *s = pieces[i].s;
+        const px_ckpt_tensor_t *t = &m->tensors[pieces[i].tensor];
+        const px_ckpt_logical_t *l = pieces[i].logical >= 0 ? &lt[pieces[i].logical] : NULL;
+        float *base = l && dst ? dst->buf[l->buffer] + l->offset : NULL;
+        int direct = base && contiguous(t->ndim, t->shape, s);
+        char *out = direct ? (char *)(base + s->start[0] * (volume_of(t->ndim, t->shape) / (t->shape[0] ? t->shape[0] : 1)))
+                           : NULL;
+        /* Other slices are read whole, then scattered into place. */
+        uint64_t left = s->bytes, done = 0;
+        float *whole = NULL;
+        if (base && !direct && !(whole = malloc(s->bytes ? s->bytes : 1))) {
+            rc = fault(fl, fpath, 0, "out of memory");
+            break;
+        }
+        while (left && rc == 0) {
+            size_t len = left < IO_BLOCK ? (size_t)left : IO_BLOCK;
+            char *p = direct ? out + done : whole ? (char *)whole + done : buf;
+            ssize_t got = read_full(fd, p, len);
+            if (got != (ssize_t)len) {
+                rc = fault(fl, fpath, 0, "cannot read: %s", got < 0 ? strerror(errno) : "short read");
+                break;
+            }
+            XXH3_64bits_update(h, p, len);
+            left -= len, done += len;
+        }
+        if (rc == 0 && whole) scatter(base, t->ndim, t->shape, s, whole);
+        free(whole);
+    }
+    uint64_t got = XXH3_64bits_digest(h);
+    XXH3_freeState(h);
+    close(fd);
+    if (rc == 0 && got != m->files[f].xxh3)
+        rc = fault(fl, fpath, 0, "checksum mismatch: xxh3_64 %016" PRIx64 ", the manifest says %016" PRIx64, got,
+                   m->files[f].xxh3);
+    return rc;
+}
+
+int px_ckpt_load(const char *path, const px_gpt_config_t *cfg, px_train_state_t *dst, px_ckpt_manifest_t *mout,
+                 px_ckpt_fault_t *fl) {
+    px_ckpt_manifest_t m;
+    int lock_fd = -1;
+    memset(fl, 0, sizeof *fl);
+    if (read_manifest_fd(path, &m, fl, &lock_fd) != 0) return -1;
+    char mpath[4200], err[512];
+    snprintf(mpath, sizeof mpath, "%s/%s", path, PX_CKPT_MANIFEST);
+    int rc = 0, nlog = 0, npieces = 0;
+    px_ckpt_logical_t *lt = NULL;
+    piece_t *pieces = NULL;
+    char *buf = malloc(IO_BLOCK);
+    if (cfg && px_ckpt_manifest_matches(&m, cfg, err, sizeof err) != 0) {
+        rc = fault(fl, mpath, 1, "%s", err);
+        goto out;
+    }
+    if (dst) {
+        nlog = px_ckpt_logical_tensors(cfg ? cfg : &m.model, NULL);
+        lt = calloc((size_t)nlog, sizeof *lt);
+        if (lt) px_ckpt_logical_tensors(cfg ? cfg : &m.model, lt);
+    }
+    int total = 0;
+    for (int i = 0; i < m.ntensors; i++) total += m.tensors[i].nslices;
+    pieces = malloc((size_t)(total ? total : 1) * sizeof *pieces);
+    if (!buf || !pieces || (dst && !lt)) {
+        rc = fault(fl, path, 0, "out of memory");
+        goto out;
+    }
+    if (dst) {
+        size_t sizes[PX_GPT_NUM_TENSORS];
+        size_t n = px_gpt_tensor_sizes(&m.model, sizes);
+        if (n != dst->n) {
+            rc = fault(fl, mpath, 1, "the checkpoint's model has %zu parameters, this one %zu", n, dst->n);
+            goto out;
+        }
+    }
+    for (int f = 0; f < m.nfiles && rc == 0; f++) {
+        npieces = 0;
+        for (int i = 0; i < m.ntensors; i++) {
+            int logical = -1;
+            if (dst)
+                for (int k = 0; k < nlog; k++)
+                    if (!strcmp(lt[k].name, m.tensors[i].name)) {
+                        logical = k;
+                        break;
+                    }
+            for (int j = 0; j < m.tensors[i].nslices; j++)
+                if (m.tensors[i].slices[j].file == f) pieces[npieces++] = (piece_t){&m.tensors[i].slices[j], i, logical};
+        }
+        qsort(pieces, (size_t)npieces, sizeof *pieces, cmp_piece);
+        rc = load_file(path, &m, f, pieces, npieces, lt, dst, buf, fl);
+    }
+    if (rc == 0 && dst) {
+        dst->step = m.step;
+        dst->seed = m.seed;
+    }
+out:
+    free(buf);
+    free(pieces);
+    free(lt);
+    if (lock_fd >= 0) close(lock_fd);
+    if (rc == 0 && mout) *mout = m;
+    else px_ckpt_manifest_free(&m);
+    return rc;
+}
+
+/* ---- listing, restore, retention ----------------------------------------- */
+
+static int step_of(const char *name, int64_t *step) {
+    if (strncmp(name, "step_", 5) != 0 || !name[5]) return 0;
+    int64_t v = 0;
+    for (const char *p = name + 5; *p; p++) {
+        if (*p < '0' || *p > '9' || v > ((int64_t)1 << 50)) return 0;
+        v = v * 10 + (*p - '0');
+    }
+    *step = v;
+    return 1;
+}
+
+static int cmp_desc(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+int px_ckpt_list(const char *dir, int64_t **steps) {
+    *steps = NULL;
+    DIR *d = opendir(dir);
+    if (!d) return errno == ENOENT ? 0 : -1;
+    int n = 0, cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int64_t s;
+        if (!step_of(e->d_name, &s)) continue;
+        if (n == cap) {
+            int64_t *p = realloc(*steps, (size_t)(cap = cap ? cap * 2 : 16) * sizeof *p);
+            if (!p) {
+                closedir(d);
+                free(*steps);
+                *steps = NULL;
+                return -1;
+            }
+            *steps = p;
+        }
+        (*steps)[n++] = s;
+    }
+    closedir(d);
+    qsort(*steps, (size_t)n, sizeof **steps, cmp_desc);
+    return n;
+}
+
+int64_t px_ckpt_restore_newest(const char *dir, const px_gpt_config_t *cfg, const char *job, uint64_t seed,
+                               px_train_state_t *dst, px_ckpt_reject_fn on_reject, void *ctx) {
+    int64_t *steps;
+    int n = px_ckpt_list(dir, &steps);
+    int mismatches = 0;
+    int64_t restored = -1;
+    for (int i = 0; i < n && restored < 0; i++) {
+        char path[4200];
+        px_ckpt_path(dir, steps[i], path, sizeof path);
+        px_ckpt_manifest_t m;
+        px_ckpt_fault_t f;
+        memset(&f, 0, sizeof f);
+        int rc = px_ckpt_read_manifest(path, &m, &f);
+        if (rc == 0) {
+            char mpath[4300];
+            snprintf(mpath, sizeof mpath, "%s/%s", path, PX_CKPT_MANIFEST);
+            if (job && job[0] && m.job[0] && strcmp(job, m.job))
+                rc = fault(&f, mpath, 1, "written by job \"%s\", this is job \"%s\"", m.job, job);
+            else if (m.seed != seed)
+                rc = fault(&f, mpath, 1, "written with seed %" PRIu64 ", this job's is %" PRIu64
+                           " (the data order would differ)", m.seed, seed);
+            else if (m.step != steps[i])
+                rc = fault(&f, mpath, 0, "says step %lld, its folder step %lld", (long long)m.step,
+                           (long long)steps[i]);
+            px_ckpt_manifest_free(&m);
+        }
+        if (rc == 0) rc = px_ckpt_load(path, cfg, dst, NULL, &f);
+        if (rc == 0) {
+            restored = steps[i];
+            break;
+        }
+        mismatches += f.mismatch;
+        if (on_reject) on_reject(ctx, path, &f);
+    }
+    free(steps);
+    if (restored >= 0) return restored;
+    return mismatches ? -2 : -1;
+}
+
+static int aside_name(const char *name) {
+    return !strncmp(name, ".tmp-", 5) || !strncmp(name, ".trash-", 7) || !strncmp(name, ".old-", 5);
+}
+
+/* Newest modification time of a folder and what is directly in it. */
+static time_t newest_mtime(const char *path) {
+    struct stat st;
+    time_t t = stat(path, &st) == 0 ? st.st_mtime : 0;
+    DIR *d = opendir(path);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        char p[4700];
+        snprintf(p, sizeof p, "%s/%s", path, e->d_name);
+        if (stat(p, &st) == 0 && st.st_mtime > t) t = st.st_mtime;
+    }
+    if (d) closedir(d);
+    return t;
+}
+
+int px_ckpt_retain(const char *dir, int keep, int64_t protect) {
+    int deleted = 0;
+    char host[64] = "host";
+    gethostname(host, sizeof host - 1);
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d))) { /* leftovers of writers and deleters that died */
+        if (!aside_name(e->d_name)) continue;
+        char p[4400];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        time_t age = time(NULL) - newest_mtime(p);
+        if (age > (e->d_name[1] == 't' && e->d_name[2] == 'm' ? 3600 : 60)) rm_rf(p);
+    }
+    if (d) closedir(d);
+    if (keep <= 0) return 0;
+    int64_t *steps;
+    int n = px_ckpt_list(dir, &steps);
+    for (int i = keep; i < n; i++) {
+        if (steps[i] == protect) continue;
+        char path[4200], mpath[4300], trash[4400];
+        px_ckpt_path(dir, steps[i], path, sizeof path);
+        snprintf(mpath, sizeof mpath, "%s/%s", path, PX_CKPT_MANIFEST);
+        int fd = open(mpath, O_RDONLY | O_CLOEXEC);
+        if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) != 0) { /* a reader has it */
+            close(fd);
+            continue;
+        }
+        snprintf(trash, sizeof trash, "%s/.trash-step_%08lld-%s-%d", dir, (long long)steps[i], host, (int)getpid());
+        int moved = rename(path, trash) == 0;
+        if (fd >= 0) close(fd);
+        if (moved) {
+            rm_rf(trash);
+            deleted++;
+        }
+    }
+    free(steps);
+    if (deleted) fsync_path(dir);
+    return deleted;
+}

@@ -1,0 +1,138 @@
+/* The background checkpoint saver (see ckpt_saver.h). */
+#include "ckpt_saver.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "px_time.h"
+
+#define DONE_RING 8
+
+struct px_ckpt_saver {
+    char *dir, job[64], writer_group[64];
+    int keep;
+    px_gpt_config_t cfg;
+    px_train_state_t snap;           /* owned once allocated */
+    px_ckpt_meta_t meta;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int pending, busy, quit;
+    px_ckpt_done_t done[DONE_RING];
+    int done_head, done_n;
+};
+
+static void *saver_main(void *arg) {
+    px_ckpt_saver_t *sv = arg;
+    pthread_mutex_lock(&sv->mu);
+    for (;;) {
+        while (!sv->pending && !sv->quit) pthread_cond_wait(&sv->cv, &sv->mu);
+        if (!sv->pending) break;
+        sv->pending = 0;
+        pthread_mutex_unlock(&sv->mu);
+        px_ckpt_done_t d;
+        memset(&d, 0, sizeof d);
+        d.step = sv->snap.step;
+        d.ok = px_ckpt_write(sv->dir, &sv->snap, &sv->cfg, &sv->meta, &d.res, d.err, sizeof d.err) == 0;
+        if (d.ok) px_ckpt_retain(sv->dir, sv->keep, d.step);
+        pthread_mutex_lock(&sv->mu);
+        if (sv->done_n == DONE_RING) { /* nobody polls: keep the newest */
+            sv->done_head = (sv->done_head + 1) % DONE_RING;
+            sv->done_n--;
+        }
+        sv->done[(sv->done_head + sv->done_n++) % DONE_RING] = d;
+        sv->busy = 0;
+        pthread_cond_broadcast(&sv->cv);
+    }
+    pthread_mutex_unlock(&sv->mu);
+    return NULL;
+}
+
+px_ckpt_saver_t *px_ckpt_saver_new(const char *dir, int keep, const px_gpt_config_t *cfg, const char *job) {
+    px_ckpt_saver_t *sv = calloc(1, sizeof *sv);
+    if (!sv || !(sv->dir = strdup(dir))) {
+        free(sv);
+        return NULL;
+    }
+    snprintf(sv->job, sizeof sv->job, "%s", job ? job : "");
+    sv->keep = keep;
+    sv->cfg = *cfg;
+    pthread_mutex_init(&sv->mu, NULL);
+    pthread_cond_init(&sv->cv, NULL);
+    if (pthread_create(&sv->thread, NULL, saver_main, sv) != 0) {
+        free(sv->dir);
+        free(sv);
+        return NULL;
+    }
+    return sv;
+}
+
+static void wait_idle_locked(px_ckpt_saver_t *sv) {
+    while (sv->busy) pthread_cond_wait(&sv->cv, &sv->mu);
+}
+
+int px_ckpt_saver_submit(px_ckpt_saver_t *sv, const px_train_state_t *s, const px_ckpt_meta_t *meta, double *held_ms) {
+    int64_t t0 = px_now_us();
+    pthread_mutex_lock(&sv->mu);
+    wait_idle_locked(sv);
+    pthread_mutex_unlock(&sv->mu);
+    /* The thread is idle: the snapshot is ours until we hand it over. */
+    if (!sv->snap.owned && px_state_alloc_like(&sv->snap, s) != 0) return -1;
+    size_t chunks = px_state_digest_len(s->n);
+#pragma omp parallel for schedule(static)
+    for (size_t k = 0; k < chunks; k++) {
+        int b;
+        size_t off, len;
+        px_state_chunk(s->n, k, &b, &off, &len);
+        memcpy(sv->snap.buf[b] + off, s->buf[b] + off, len * sizeof(float));
+    }
+    sv->snap.step = s->step;
+    sv->snap.seed = s->seed;
+    sv->meta = *meta;
+    sv->meta.job = sv->job;
+    snprintf(sv->writer_group, sizeof sv->writer_group, "%s", meta->writer_group ? meta->writer_group : "");
+    sv->meta.writer_group = sv->writer_group;
+    pthread_mutex_lock(&sv->mu);
+    sv->pending = sv->busy = 1;
+    pthread_cond_broadcast(&sv->cv);
+    pthread_mutex_unlock(&sv->mu);
+    if (held_ms) *held_ms = (double)(px_now_us() - t0) / 1000.0;
+    return 0;
+}
+
+int px_ckpt_saver_poll(px_ckpt_saver_t *sv, px_ckpt_done_t *out) {
+    pthread_mutex_lock(&sv->mu);
+    int got = sv->done_n > 0;
+    if (got) {
+        *out = sv->done[sv->done_head];
+        sv->done_head = (sv->done_head + 1) % DONE_RING;
+        sv->done_n--;
+    }
+    pthread_mutex_unlock(&sv->mu);
+    return got;
+}
+
+void px_ckpt_saver_wait(px_ckpt_saver_t *sv) {
+    pthread_mutex_lock(&sv->mu);
+    wait_idle_locked(sv);
+    pthread_mutex_unlock(&sv->mu);
+}
+
+void px_ckpt_saver_destroy(px_ckpt_saver_t **svp) {
+    px_ckpt_saver_t *sv = *svp;
+    if (!sv) return;
+    pthread_mutex_lock(&sv->mu);
+    wait_idle_locked(sv);
+    sv->quit = 1;
+    pthread_cond_broadcast(&sv->cv);
+    pthread_mutex_unlock(&sv->mu);
+    pthread_join(sv->thread, NULL);
+    px_state_free(&sv->snap);
+    pthread_mutex_destroy(&sv->mu);
+    pthread_cond_destroy(&sv->cv);
+    free(sv->dir);
+    free(sv);
+    *svp = NULL;
+}

@@ -1,0 +1,36 @@
+/* The background checkpoint saver: training is held only while the state is
+ * copied to a host snapshot at a commit boundary; a thread of its own writes
+ * the snapshot (ckpt.h: px_ckpt_write) and applies retention. One save at a
+ * time: a save asked for while the previous one still writes waits for it
+ * (never two in flight, never an unbounded queue of snapshots). */
+#ifndef PX_CKPT_SAVER_H
+#define PX_CKPT_SAVER_H
+
+#include "ckpt.h"
+
+typedef struct px_ckpt_saver px_ckpt_saver_t;
+
+/* A finished save. */
+typedef struct {
+    int ok;
+    int64_t step;
+    px_ckpt_result_t res;            /* when ok */
+    char err[600];                   /* when not */
+} px_ckpt_done_t;
+
+/* A saver writing into dir, keeping `keep` checkpoints (0: all), for a model
+ * of config cfg in job `job`. NULL when out of memory or no thread. */
+px_ckpt_saver_t *px_ckpt_saver_new(const char *dir, int keep, const px_gpt_config_t *cfg, const char *job);
+/* Waits for the save in flight to end, copies s (the snapshot buffer is
+ * allocated on first use) and hands it to the thread. *held_ms (may be NULL):
+ * how long the caller was held, waiting and copying. 0, or -1 when the
+ * snapshot cannot be allocated (nothing is saved). */
+int px_ckpt_saver_submit(px_ckpt_saver_t *sv, const px_train_state_t *s, const px_ckpt_meta_t *meta, double *held_ms);
+/* 1 and *out when a save has finished since the last call (oldest first), else 0. */
+int px_ckpt_saver_poll(px_ckpt_saver_t *sv, px_ckpt_done_t *out);
+/* Waits until no save is in flight. */
+void px_ckpt_saver_wait(px_ckpt_saver_t *sv);
+/* Waits for the save in flight, stops the thread, frees everything. */
+void px_ckpt_saver_destroy(px_ckpt_saver_t **sv);
+
+#endif

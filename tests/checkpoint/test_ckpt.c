@@ -1,0 +1,372 @@
+/* The checkpoint library against real files in a scratch folder: round trip
+ * (bitwise), a layout written as slices across two files assembled by the
+ * reader, every kind of damage detected with the file and the fault named
+ * and the previous checkpoint restored instead, mismatches refused, manifest
+ * decoding as a table of bad inputs, retention (keeps the protected and the
+ * newest, skips one a reader holds, clears dead writers' leftovers), and a
+ * full disk (RLIMIT_FSIZE) failing the save cleanly. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "ckpt.h"
+#include "px_check.h"
+#include "rng.h"
+
+static int failed;
+static char root[256];
+static px_gpt_config_t cfg;
+
+/* A state of the tiny model whose every value depends on (step, seed). */
+static void fill_state(px_train_state_t *s, int64_t step) {
+    for (int b = 0; b < PX_STATE_NBUF; b++) {
+        px_rng_t r = {px_hash4(7, (uint64_t)step, (uint64_t)b, 0)};
+        for (size_t i = 0; i < s->n; i++) s->buf[b][i] = (float)(px_rng_uniform(&r) - 0.5);
+    }
+    s->step = step;
+    s->seed = 1337;
+}
+
+static int same_state(const px_train_state_t *a, const px_train_state_t *b) {
+    for (int k = 0; k < PX_STATE_NBUF; k++)
+        if (memcmp(a->buf[k], b->buf[k], a->n * sizeof(float))) return 0;
+    return a->step == b->step && a->seed == b->seed;
+}
+
+static px_ckpt_meta_t meta = {"job1", 5, 3, 1, "a"};
+
+static void save(const char *dir, px_train_state_t *s, int64_t step) {
+    char err[600];
+    px_ckpt_result_t res;
+    fill_state(s, step);
+    CHECK(px_ckpt_write(dir, s, &cfg, &meta, &res, err, sizeof err) == 0, "write step %lld: %s", (long long)step, err);
+}
+
+static void sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void sh(const char *fmt, ...) {
+    char cmd[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    if (system(cmd) != 0) fprintf(stderr, "note: '%s' failed\n", cmd);
+}
+
+static void test_round_trip(px_train_state_t *s, px_train_state_t *d) {
+    char dir[300], err[600], path[4200];
+    snprintf(dir, sizeof dir, "%s/rt", root);
+    px_ckpt_result_t res;
+    fill_state(s, 42);
+    CHECK(px_ckpt_write(dir, s, &cfg, &meta, &res, err, sizeof err) == 0, "round trip write: %s", err);
+    px_ckpt_path(dir, 42, path, sizeof path);
+    CHECK(!strcmp(res.path, path), "published at %s, expected %s", res.path, path);
+    CHECK(res.bytes > 3 * s->n * sizeof(float), "bytes %" PRIu64, res.bytes);
+    px_ckpt_fault_t f;
+    px_ckpt_manifest_t m;
+    memset(d->buf[0], 0, d->n * sizeof(float));
+    CHECK(px_ckpt_load(path, &cfg, d, &m, &f) == 0, "load: %s: %s", f.file, f.fault);
+    CHECK(same_state(s, d), "round trip is not bitwise");
+    CHECK(m.step == 42 && m.quorum_id == 5 && !strcmp(m.job, "job1") && m.groups == 3 && !strcmp(m.writer_group, "a"),
+          "manifest fields step=%lld qid=%lld job=%s", (long long)m.step, (long long)m.quorum_id, m.job);
+    CHECK(px_ckpt_manifest_find(&m, "h.1.attn.c_attn.weight") >= 0, "GPT-2 name missing");
+    int k = px_ckpt_manifest_find(&m, "optimizer.exp_avg_sq.h.0.mlp.c_fc.weight");
+    CHECK(k >= 0 && m.tensors[k].ndim == 2 && m.tensors[k].shape[0] == 4 * cfg.channels &&
+              m.tensors[k].shape[1] == cfg.channels, "fc weight shape");
+    px_ckpt_manifest_free(&m);
+    /* Writing the same step again replaces it (restore skipped a bad copy). */
+    fill_state(s, 42);
+    s->buf[0][0] = 123.0f;
+    CHECK(px_ckpt_write(dir, s, &cfg, &meta, &res, err, sizeof err) == 0, "rewrite: %s", err);
+    CHECK(px_ckpt_load(path, &cfg, d, NULL, &f) == 0 && d->buf[0][0] == 123.0f, "rewrite did not replace");
+    int64_t *steps;
+    CHECK(px_ckpt_list(dir, &steps) == 1 && steps[0] == 42, "list after rewrite");
+    free(steps);
+}
+
+/* A state written by "two ranks": wte split by columns (dim 1), the
+ * c_attn weights by rows, everything else whole, spread over two files in
+ * an order unlike the buffer's. The reader must assemble it bitwise. */
+static void test_sliced(px_train_state_t *s, px_train_state_t *d) {
+    char dir[300], path[4400];
+    snprintf(dir, sizeof dir, "%s/sliced/step_00000009", root);
+    sh("mkdir -p %s", dir);
+    fill_state(s, 9);
+    px_ckpt_manifest_t m;
+    CHECK(px_ckpt_manifest_whole(&m, &cfg, "r0.bin") == 0, "manifest");
+    px_ckpt_file_t *files = realloc(m.files, 2 * sizeof *files);
+    m.files = files;
+    m.nfiles = 2;
+    snprintf(files[1].name, sizeof files[1].name, "r1.bin");
+    int nl = px_ckpt_logical_tensors(&cfg, NULL);
+    px_ckpt_logical_t *lt = calloc((size_t)nl, sizeof *lt);
+    px_ckpt_logical_tensors(&cfg, lt);
+    FILE *fp[2];
+    XXH3_state_t *h[2];
+    uint64_t pos[2] = {0, 0};
+    for (int f = 0; f < 2; f++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[f].name);
+        fp[f] = fopen(path, "wb");
+        h[f] = XXH3_createState();
+        XXH3_64bits_reset(h[f]);
+    }
+    for (int i = nl - 1; i >= 0; i--) { /* reverse order: offsets are what counts */
+        px_ckpt_tensor_t *t = &m.tensors[i];
+        const float *src = s->buf[lt[i].buffer] + lt[i].offset;
+        int split = t->ndim == 2 && (strstr(t->name, "wte") || strstr(t->name, "c_attn.weight"));
+        int dim = strstr(t->name, "wte") ? 1 : 0;
+        int parts = split ? 2 : 1;
+        free(t->slices);
+        t->slices = calloc((size_t)parts, sizeof *t->slices);
+        t->nslices = parts;
+        for (int p = 0; p < parts; p++) {
+            px_ckpt_slice_t *sl = &t->slices[p];
+            memcpy(sl->count, t->shape, sizeof sl->count);
+            if (split) {
+                int64_t half = t->shape[dim] / 2;
+                sl->start[dim] = p ? half : 0;
+                sl->count[dim] = p ? t->shape[dim] - half : half;
+            }
+            int f = (i + p) % 2;
+            sl->file = f;
+            sl->offset = pos[f];
+            int64_t rows = t->ndim == 2 ? sl->count[0] : 1, cols = sl->count[t->ndim - 1];
+            int64_t width = t->ndim == 2 ? t->shape[1] : t->shape[0];
+            for (int64_t r = 0; r < rows; r++) {
+                const float *row = src + (sl->start[0] + r) * (t->ndim == 2 ? width : 0) + (t->ndim == 2 ? sl->start[1] : sl->start[0]);
+                fwrite(row, sizeof(float), (size_t)cols, fp[f]);
+                XXH3_64bits_update(h[f], row, (size_t)cols * sizeof(float));
+            }
+            sl->bytes = (uint64_t)(rows * cols) * sizeof(float);
+            pos[f] += sl->bytes;
+        }
+    }
+    for (int f = 0; f < 2; f++) {
+        fclose(fp[f]);
+        files[f].bytes = pos[f];
+        files[f].xxh3 = XXH3_64bits_digest(h[f]);
+        XXH3_freeState(h[f]);
+    }
+    m.step = 9;
+    m.seed = 1337;
+    m.format_version = PX_CKPT_FORMAT_VERSION;
+    char *text = px_ckpt_manifest_encode(&m);
+    snprintf(path, sizeof path, "%s/%s", dir, PX_CKPT_MANIFEST);
+    FILE *mf = fopen(path, "w");
+    fputs(text, mf);
+    fclose(mf);
+    free(text);
+    px_ckpt_manifest_free(&m);
+    free(lt);
+    px_ckpt_fault_t fl;
+    CHECK(px_ckpt_load(dir, &cfg, d, NULL, &fl) == 0, "sliced load: %s: %s", fl.file, fl.fault);
+    CHECK(same_state(s, d), "sliced layout assembled wrong");
+}
+
+typedef struct {
+    int n;
+    char last[5000];
+} rejects_t;
+
+static void on_reject(void *ctx, const char *path, const px_ckpt_fault_t *f) {
+    rejects_t *r = ctx;
+    r->n++;
+    snprintf(r->last, sizeof r->last, "%s | %s: %s", path, f->file, f->fault);
+    printf("rejected %s: %s: %s\n", path, f->file, f->fault);
+}
+
+/* Damage the newest of two checkpoints in one way; restore must skip it with
+ * the file and fault named, and load the older one bitwise. */
+static void damage_case(px_train_state_t *s, px_train_state_t *d, const char *name, const char *cmd, const char *want_file,
+                        const char *want_fault) {
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/dmg-%s", root, name);
+    save(dir, s, 10);
+    save(dir, s, 20);
+    sh("cd %s/step_00000020 && %s", dir, cmd);
+    rejects_t r = {0, ""};
+    int64_t got = px_ckpt_restore_newest(dir, &cfg, "job1", 1337, d, on_reject, &r);
+    fill_state(s, 10);
+    CHECK(got == 10 && same_state(s, d), "%s: restored %lld, expected the previous (10) bitwise", name, (long long)got);
+    CHECK(r.n == 1 && strstr(r.last, want_file) && strstr(r.last, want_fault), "%s: rejection '%s' should name %s and '%s'",
+          name, r.last, want_file, want_fault);
+}
+
+static void test_damage(px_train_state_t *s, px_train_state_t *d) {
+    /* Byte 1000 of the data: the checksum catches a single flipped byte. */
+    damage_case(s, d, "flip", "printf '\\377' | dd of=rank00000.bin bs=1 seek=1000 conv=notrunc 2>/dev/null",
+                "rank00000.bin", "checksum mismatch");
+    damage_case(s, d, "short", "truncate -s -4096 rank00000.bin", "rank00000.bin", "short");
+    damage_case(s, d, "long", "printf x >> rank00000.bin", "rank00000.bin", "too long");
+    damage_case(s, d, "missing-data", "rm rank00000.bin", "rank00000.bin", "missing");
+    damage_case(s, d, "missing-manifest", "rm manifest.json", "manifest.json", "cannot open");
+    damage_case(s, d, "garbage-manifest", "head -c 300 manifest.json > m && mv m manifest.json", "manifest.json",
+                "unparsable manifest: not valid JSON");
+    damage_case(s, d, "future", "sed -i 's/\"format_version\": 1/\"format_version\": 99/' manifest.json", "manifest.json",
+                "newer than this build reads");
+    damage_case(s, d, "wrong-step", "sed -i 's/\"step\": 20/\"step\": 21/' manifest.json", "manifest.json",
+                "says step 21");
+    /* A manifest whose listed checksum was edited: the data no longer proves it. */
+    damage_case(s, d, "edited-sum", "sed -i -E 's/\"xxh3_64\": \"[0-9a-f]{16}\"/\"xxh3_64\": \"0123456789abcdef\"/' manifest.json",
+                "rank00000.bin", "checksum mismatch");
+}
+
+static void test_mismatch(px_train_state_t *s, px_train_state_t *d) {
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/mismatch", root);
+    save(dir, s, 10);
+    rejects_t r = {0, ""};
+    CHECK(px_ckpt_restore_newest(dir, &cfg, "job1", 99, d, on_reject, &r) == -2 && strstr(r.last, "seed 1337"),
+          "seed mismatch: %s", r.last);
+    CHECK(px_ckpt_restore_newest(dir, &cfg, "other", 1337, d, on_reject, &r) == -2 && strstr(r.last, "job \"job1\""),
+          "job mismatch: %s", r.last);
+    px_gpt_config_t small;
+    px_gpt_config_preset("small", &small);
+    px_train_state_t big;
+    px_train_state_t like = *s;
+    size_t sizes[PX_GPT_NUM_TENSORS];
+    like.n = px_gpt_tensor_sizes(&small, sizes);
+    px_state_alloc_like(&big, &like);
+    CHECK(px_ckpt_restore_newest(dir, &small, "job1", 1337, &big, on_reject, &r) == -2 &&
+              strstr(r.last, "model config mismatch") && strstr(r.last, "manifest.json"),
+          "model mismatch: %s", r.last);
+    px_state_free(&big);
+    snprintf(dir, sizeof dir, "%s/none", root);
+    CHECK(px_ckpt_restore_newest(dir, &cfg, "job1", 1337, d, NULL, NULL) == -1, "no folder: nothing to restore");
+}
+
+/* Manifest decoding: each bad input refused with its fault. */
+static void test_decode_table(px_train_state_t *s) {
+    char dir[300], path[4300];
+    snprintf(dir, sizeof dir, "%s/table", root);
+    save(dir, s, 1);
+    snprintf(path, sizeof path, "%s/step_00000001/%s", dir, PX_CKPT_MANIFEST);
+    FILE *f = fopen(path, "r");
+    static char good[1 << 20];
+    size_t len = fread(good, 1, sizeof good - 1, f);
+    good[len] = 0;
+    fclose(f);
+    px_ckpt_manifest_t m;
+    char err[600];
+    CHECK(px_ckpt_manifest_decode(good, len, &m, err, sizeof err) == 0, "good manifest refused: %s", err);
+    px_ckpt_manifest_free(&m);
+    struct {
+        const char *from, *to, *fault;
+    } cases[] = {
+        {"\"format\": \"phalanx-checkpoint\"", "\"format\": \"other\"", "not phalanx-checkpoint"},
+        {"\"dtype\": \"F32\"", "\"dtype\": \"BF16\"", "dtype"},
+        {"\"name\": \"rank00000.bin\"", "\"name\": \"../etc/passwd\"", "not a plain file name"},
+        {"\"file\": \"rank00000.bin\"", "\"file\": \"nope.bin\"", "is not in \"files\""},
+        {"\"num_layers\": 2", "\"num_layers\": -2", "num_layers"},
+        {"\"offset\": 0,", "\"offset\": 4,", "in no slice"},
+        {"\"step\": 1,", "\"step\": \"1\",", "\"step\" missing or not an integer"},
+        {"\"channels\": 64", "\"channels\": 64, \"channels\": 64", "not valid JSON"},
+        {"\"xxh3_64\": \"", "\"xxh3_64\": \"g", "16 hex digits"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *p = strstr(good, cases[i].from);
+        CHECK(p != NULL, "case %zu: '%s' not in the manifest", i, cases[i].from);
+        if (!p) continue;
+        static char bad[1 << 20];
+        size_t pre = (size_t)(p - good);
+        snprintf(bad, sizeof bad, "%.*s%s%s", (int)pre, good, cases[i].to, p + strlen(cases[i].from));
+        err[0] = 0;
+        int rc = px_ckpt_manifest_decode(bad, strlen(bad), &m, err, sizeof err);
+        CHECK(rc != 0 && strstr(err, cases[i].fault), "case %zu (%s): rc=%d err='%s', want '%s'", i, cases[i].to, rc, err,
+              cases[i].fault);
+        if (rc == 0) px_ckpt_manifest_free(&m);
+    }
+    /* Shape and coverage: a slice beyond its tensor, a tensor half covered. */
+    CHECK(px_ckpt_manifest_decode("[]", 2, &m, err, sizeof err) != 0 && strstr(err, "not a JSON object"), "array: %s", err);
+}
+
+static int exists(const char *dir, int64_t step) {
+    char p[4200];
+    struct stat st;
+    px_ckpt_path(dir, step, p, sizeof p);
+    return stat(p, &st) == 0;
+}
+
+static void test_retention(px_train_state_t *s) {
+    char dir[300], mpath[4300];
+    snprintf(dir, sizeof dir, "%s/keep", root);
+    for (int64_t st = 10; st <= 50; st += 10) save(dir, s, st);
+    /* A reader holds step 10; a dead writer left a temporary folder long ago. */
+    snprintf(mpath, sizeof mpath, "%s/step_00000010/%s", dir, PX_CKPT_MANIFEST);
+    int fd = open(mpath, O_RDONLY);
+    flock(fd, LOCK_SH);
+    sh("mkdir -p %s/.tmp-step_00000060-deadhost-1 && touch -d '2 hours ago' %s/.tmp-step_00000060-deadhost-1", dir, dir);
+    sh("mkdir -p %s/.tmp-step_00000070-livehost-1", dir);
+    int del = px_ckpt_retain(dir, 2, 20);
+    CHECK(del == 1, "deleted %d, expected 1 (step 30)", del);
+    CHECK(exists(dir, 50) && exists(dir, 40) && exists(dir, 20) && exists(dir, 10) && !exists(dir, 30),
+          "retention kept the wrong set");
+    struct stat st;
+    char p[400];
+    snprintf(p, sizeof p, "%s/.tmp-step_00000060-deadhost-1", dir);
+    CHECK(stat(p, &st) != 0, "an hour-old temporary folder was not removed");
+    snprintf(p, sizeof p, "%s/.tmp-step_00000070-livehost-1", dir);
+    CHECK(stat(p, &st) == 0, "a fresh temporary folder (a live writer's) was removed");
+    close(fd);
+    CHECK(px_ckpt_retain(dir, 2, 20) == 1 && !exists(dir, 10), "released step 10 should go now");
+}
+
+/* A full disk: writes fail with EFBIG, the save reports it, nothing is
+ * published, nothing is left behind, the previous checkpoint still loads. */
+static void test_disk_full(px_train_state_t *s, px_train_state_t *d) {
+    char dir[300], err[600];
+    snprintf(dir, sizeof dir, "%s/full", root);
+    save(dir, s, 10);
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit old, lim;
+    getrlimit(RLIMIT_FSIZE, &old);
+    lim = old;
+    lim.rlim_cur = 100000;
+    setrlimit(RLIMIT_FSIZE, &lim);
+    px_ckpt_result_t res;
+    fill_state(s, 20);
+    int rc = px_ckpt_write(dir, s, &cfg, &meta, &res, err, sizeof err);
+    setrlimit(RLIMIT_FSIZE, &old);
+    CHECK(rc != 0 && strstr(err, "rank00000.bin") && strstr(err, "too large"), "disk full: rc=%d err='%s'", rc, err);
+    printf("disk full: %s\n", err);
+    int64_t *steps;
+    CHECK(px_ckpt_list(dir, &steps) == 1 && steps[0] == 10, "a failed save published something");
+    free(steps);
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "test -z \"$(ls -A %s | grep -v step_00000010)\"", dir);
+    CHECK(system(cmd) == 0, "a failed save left files behind in %s", dir);
+    CHECK(px_ckpt_restore_newest(dir, &cfg, "job1", 1337, d, NULL, NULL) == 10, "previous checkpoint lost");
+}
+
+int main(void) {
+    snprintf(root, sizeof root, "/tmp/px-test-ckpt-%d", (int)getpid());
+    sh("rm -rf %s && mkdir -p %s", root, root);
+    px_gpt_config_preset("tiny", &cfg);
+    px_train_state_t like = {{0}, 0, 0, 1337, 0}, s, d;
+    size_t sizes[PX_GPT_NUM_TENSORS];
+    like.n = px_gpt_tensor_sizes(&cfg, sizes);
+    px_state_alloc_like(&s, &like);
+    px_state_alloc_like(&d, &like);
+    CHECK(px_ckpt_logical_tensors(&cfg, NULL) == 3 * (4 + 12 * cfg.num_layers), "logical tensor count");
+    test_round_trip(&s, &d);
+    test_sliced(&s, &d);
+    test_damage(&s, &d);
+    test_mismatch(&s, &d);
+    test_decode_table(&s);
+    test_retention(&s);
+    test_disk_full(&s, &d);
+    px_state_free(&s);
+    px_state_free(&d);
+    if (!failed) sh("rm -rf %s", root);
+    printf("%s: %d failure(s)%s%s\n", failed ? "FAIL" : "ok", failed, failed ? ", files kept in " : "", failed ? root : "");
+    return failed ? 1 : 0;
+}
