@@ -699,6 +699,34 @@ static int refuse_run_finished(px_coordinator_t *c, const void *ident, size_t id
     return 1;
 }
 
+/* Checkpoint events carry their own fields (docs/protocol.md): the worker
+ * sends a path (or, for a rejection, path, file and fault tab-separated, or,
+ * for a failure, the reason) in detail, bytes, and milliseconds in ms. */
+static void emit_checkpoint_event(px_coordinator_t *c, const px_member_t *m, const Phalanx__WorkerEvent *w) {
+    char parts[3][PX_REASON_MAX * 2 + 8] = {"", "", ""}, raw[PX_REASON_MAX + 1];
+    snprintf(raw, sizeof raw, "%s", w->detail ? w->detail : "");
+    char *save = NULL, *tok = strtok_r(raw, "\t", &save);
+    for (int i = 0; i < 3 && tok; i++, tok = strtok_r(NULL, "\t", &save)) px_json_escape(tok, parts[i], sizeof parts[i]);
+    const char *k = w->kind + 11;
+    double s = w->ms / 1000.0;
+    if (!strcmp(k, "saved"))
+        emit(c, w->kind, "\"group\":\"%s\",\"rank\":%d,\"step\":%lld,\"path\":\"%s\",\"bytes\":%llu,\"seconds\":%.3f,\"mb_per_s\":%.1f",
+             m->group, m->rank, (long long)w->step, parts[0], (unsigned long long)w->bytes, s,
+             s > 0 ? (double)w->bytes / 1e6 / s : 0.0);
+    else if (!strcmp(k, "restored"))
+        emit(c, w->kind, "\"group\":\"%s\",\"rank\":%d,\"step\":%lld,\"path\":\"%s\",\"bytes\":%llu,\"seconds\":%.3f",
+             m->group, m->rank, (long long)w->step, parts[0], (unsigned long long)w->bytes, s);
+    else if (!strcmp(k, "rejected"))
+        emit(c, w->kind, "\"group\":\"%s\",\"rank\":%d,\"path\":\"%s\",\"file\":\"%s\",\"fault\":\"%s\"", m->group,
+             m->rank, parts[0], parts[1], parts[2]);
+    else if (!strcmp(k, "failed"))
+        emit(c, w->kind, "\"group\":\"%s\",\"rank\":%d,\"step\":%lld,\"reason\":\"%s\"", m->group, m->rank,
+             (long long)w->step, parts[0]);
+    else /* started */
+        emit(c, w->kind, "\"group\":\"%s\",\"rank\":%d,\"quorum_id\":%lld,\"step\":%lld,\"path\":\"%s\",\"held_ms\":%u",
+             m->group, m->rank, (long long)w->quorum_id, (long long)w->step, parts[0], w->ms);
+}
+
 static void on_worker_event(px_coordinator_t *c, const void *ident, size_t ident_len, const px_msg_t *msg) {
     px_member_t *m = require_member(c, ident, ident_len, msg->request_id);
     if (!m) return;
@@ -707,9 +735,13 @@ static void on_worker_event(px_coordinator_t *c, const void *ident, size_t ident
     if (finished && refuse_run_finished(c, ident, ident_len, msg->request_id, m, w)) return;
     char detail[PX_REASON_MAX * 2 + 8];
     px_json_escape(w->detail ? w->detail : "", detail, sizeof detail);
-    emit(c, w->kind, "\"group\":\"%s\",\"rank\":%d,\"quorum_id\":%lld,\"step\":%lld,\"peer_group\":\"%s\",\"bytes\":%llu,\"ms\":%u,\"detail\":\"%s\"",
+    if (!strncmp(w->kind, "checkpoint_", 11)) {
+        emit_checkpoint_event(c, m, w);
+    } else {
+        emit(c, w->kind, "\"group\":\"%s\",\"rank\":%d,\"quorum_id\":%lld,\"step\":%lld,\"peer_group\":\"%s\",\"bytes\":%llu,\"ms\":%u,\"detail\":\"%s\"",
          m->group, m->rank, (long long)w->quorum_id, (long long)w->step, w->peer_group ? w->peer_group : "",
          (unsigned long long)w->bytes, w->ms, detail);
+    }
     px_log_info("%s group=%s rank=%d quorum_id=%lld step=%lld peer=%s bytes=%llu ms=%u %s", w->kind, m->group, m->rank,
                 (long long)w->quorum_id, (long long)w->step, w->peer_group ? w->peer_group : "-",
                 (unsigned long long)w->bytes, w->ms, w->detail ? w->detail : "");

@@ -76,6 +76,7 @@ typedef struct {
 typedef struct {
     int groups, ranks, steps, max_restarts, restart_backoff_ms, connect_timeout_s;
     const char *model, *data, *http, *events, *coordinator, *bind, *log_dir, *job, *ledger;
+    const char *ckpt_dir, *ckpt_every, *ckpt_keep; /* passed to the workers as given */
     uint64_t seed, chaos_seed;
     double chaos_every_s;
     int chaos_every_steps;
@@ -114,6 +115,7 @@ typedef struct {
     int64_t kill_step;      /* last_step when the last kill happened */
     int64_t t_start;
     int64_t finished_ms; /* when the first group reported its final line */
+    int checkpoints;     /* checkpoints saved */
 } launch_t;
 
 static void on_signal(int sig) { g_signal = sig; }
@@ -154,6 +156,10 @@ static void usage(void) {
            "                           0 = wait forever, 0..86400 [300]; meanwhile they say whom they wait for\n"
            "  --log-dir DIR            worker and coordinator logs [phalanx-run]\n"
            "  --sample-ledger PATH     workers append the samples of each committed step [off]\n"
+           "  --checkpoint-dir DIR     workers restore from and save checkpoints in DIR (%%g: the group's\n"
+           "                           name, for a folder per group) [off]\n"
+           "  --checkpoint-every N     save every N committed steps (phalanx-worker's default: 100)\n"
+           "  --checkpoint-keep K      checkpoints kept (phalanx-worker's default: 3)\n"
            "  --quiet                  no per-step lines, only events and the summary\n"
            "  --help                   this text\n\n"
            "Flags after -- go to every worker (e.g. -- --global-batch 24 --lr 3e-4).\n"
@@ -260,6 +266,9 @@ static void start_worker(launch_t *L, worker_t *w) {
     argv[n++] = "--seed", argv[n++] = seed;
     argv[n++] = "--connect-timeout", argv[n++] = wait_s;
     if (c->ledger) argv[n++] = "--sample-ledger", argv[n++] = c->ledger;
+    if (c->ckpt_dir) argv[n++] = "--checkpoint-dir", argv[n++] = c->ckpt_dir;
+    if (c->ckpt_every) argv[n++] = "--checkpoint-every", argv[n++] = c->ckpt_every;
+    if (c->ckpt_keep) argv[n++] = "--checkpoint-keep", argv[n++] = c->ckpt_keep;
     if (c->curve_secret)
         argv[n++] = "--curve-secret-key-file", argv[n++] = c->curve_secret,
         argv[n++] = "--coordinator-public-key-file", argv[n++] = c->curve_server;
@@ -337,6 +346,15 @@ static void on_line(launch_t *L, worker_t *w, const char *line) {
         say(L, "  + group %s healed from group %s at step %s in %s ms", w->group,
             field(line, "source", a, sizeof a) ? a : "?", field(line, "step", b, sizeof b) ? b : "?",
             field(line, "ms", c, sizeof c) ? c : "?");
+    } else if (!strncmp(line, "event kind=checkpoint_saved", 27)) {
+        L->checkpoints++;
+        say(L, "  = group %s saved a checkpoint at step %s: %s (%s MB/s)", w->group, field(line, "step", a, sizeof a) ? a : "?",
+            field(line, "path", ep, sizeof ep) ? ep : "?", field(line, "mb_s", b, sizeof b) ? b : "?");
+    } else if (!strncmp(line, "event kind=checkpoint_restored", 30)) {
+        say(L, "  = group %s restored step %s from %s", w->group, field(line, "step", a, sizeof a) ? a : "?",
+            field(line, "path", ep, sizeof ep) ? ep : "?");
+    } else if (!strncmp(line, "event kind=checkpoint_", 22)) { /* failed, rejected: the line says it all */
+        say(L, "  ! group %s: %s", w->group, line + 11);
     } else if (!strncmp(line, "event kind=waiting_coordinator", 30)) {
         long long limit = field(line, "timeout_s", c, sizeof c) ? atoll(c) : -1;
         char until[64];
@@ -692,6 +710,9 @@ static void parse(launch_cfg_t *c, int argc, char **argv) {
         else if (!strcmp(a, "--connect-timeout")) c->connect_timeout_s = (int)px_flag_int(PROG, a, v, 0, 86400);
         else if (!strcmp(a, "--log-dir")) c->log_dir = px_flag_str(PROG, a, v, 4000);
         else if (!strcmp(a, "--sample-ledger")) c->ledger = px_flag_str(PROG, a, v, 4096);
+        else if (!strcmp(a, "--checkpoint-dir")) c->ckpt_dir = px_flag_str(PROG, a, v, 3800);
+        else if (!strcmp(a, "--checkpoint-every")) px_flag_int(PROG, a, v, 0, 100000000), c->ckpt_every = v;
+        else if (!strcmp(a, "--checkpoint-keep")) px_flag_int(PROG, a, v, 0, 1000000), c->ckpt_keep = v;
         else px_flag_unknown(PROG, a);
         i++;
     }
@@ -837,9 +858,10 @@ int main(int argc, char **argv) {
     json_num(fl, sizeof fl, isnan(L.final_loss) ? L.last_loss : L.final_loss);
     json_num(el, sizeof el, L.eval_loss);
     printf("{\"steps\":%lld,\"failures\":%d,\"heals\":%d,\"final_loss\":%s,\"eval_loss\":%s,"
-           "\"time_lost_s\":%.3f,\"elapsed_s\":%.1f,\"completed\":%s,\"chaos_kills\":%d,\"chaos_seed\":%llu}\n",
+           "\"time_lost_s\":%.3f,\"elapsed_s\":%.1f,\"completed\":%s,\"chaos_kills\":%d,\"chaos_seed\":%llu,"
+           "\"checkpoints\":%d}\n",
            (long long)L.last_step, L.failures, L.heals, fl, el, time_lost_s(&L), elapsed,
-           completed ? "true" : "false", L.kills, (unsigned long long)c->chaos_seed);
+           completed ? "true" : "false", L.kills, (unsigned long long)c->chaos_seed, L.checkpoints);
     fflush(stdout);
     if (L.events_in) fclose(L.events_in);
     free(L.commit_ms);

@@ -45,6 +45,7 @@
 #include "gpt.h"
 #include "heal.h"
 #include "llmc.h"
+#include "persist.h"
 #include "px_comm.h"
 #include "px_log.h"
 #include "px_time.h"
@@ -70,6 +71,7 @@ typedef struct {
     float *red;          /* (num_params + PX_VOTE_N): grads + vote tail */
     px_train_state_t st; /* views into the model; st.step: steps committed */
     px_heal_t heal;
+    px_persist_t persist;
     /* Quorum and communicators. Written by the trainer thread under comm_mu,
      * read under it by the agent's hook. */
     pthread_mutex_t comm_mu;
@@ -274,6 +276,7 @@ static int reconfigure(trainer_t *t, int failed) {
         }
         int rc = join(t, &nq, attempt);
         if (rc == JOINED) {
+            px_persist_joined(&t->persist, &t->q);
             px_agent_set_progress(t->agent, t->st.step, PHALANX__MEMBER_STATE__HEALTHY, t->qid);
             px_log_info("quorum_joined quorum_id=%lld groups=%d replica=%d step=%lld ms=%lld", (long long)t->qid,
                         t->q.n, t->my_index, (long long)t->st.step, (long long)(px_now_ms() - t0));
@@ -441,6 +444,12 @@ static int setup(trainer_t *t) {
     }
     t->heal.reinit = rebuild_initial_state;
     t->heal.reinit_ctx = t;
+    if (px_persist_init(&t->persist, cfg, t->agent, &t->model->config) != 0) return -1;
+    int64_t restored;
+    int rc = px_persist_restore(&t->persist, &t->st, &restored);
+    if (rc == -1) return -1;
+    if (rc == -2 && rebuild_initial_state(t, &t->st) != 0) return -1; /* a rejected load left partial data */
+    if (restored >= 0) px_agent_set_progress(t->agent, t->st.step, PHALANX__MEMBER_STATE__JOINING, 0);
     if (cfg->ledger) {
         t->ledger = fopen(cfg->ledger, "a");
         if (!t->ledger) {
@@ -461,6 +470,7 @@ static void teardown(trainer_t *t) {
     free(t->targets);
     free(t->red);
     px_heal_free(&t->heal);
+    px_persist_free(&t->persist);
     px_quorum_free(&t->q);
     if (t->ledger) fclose(t->ledger);
     pthread_mutex_destroy(&t->comm_mu);
@@ -521,8 +531,10 @@ int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile s
             printf("\n");
             fflush(stdout);
         }
+        px_persist_committed(&t.persist, &t.st, &t.q);
         if (adopt) need = 1; /* everyone saw the flag: all switch now */
     }
+    if (t.st.step >= cfg->steps || (*stop && rc != 3)) px_persist_final(&t.persist, &t.st, &t.q);
     if (t.st.step >= cfg->steps) {
         ev = eval_loss(&t);
         uint64_t ck = px_heal_checksum(&t.heal);

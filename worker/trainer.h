@@ -28,13 +28,18 @@ typedef struct {
     const char *ledger;       /* sample ledger file (NULL: none) */
     const char *save;         /* llm.c model file written at the end (NULL: none) */
     int progress;             /* print a progress line per committed step on stdout */
+    const char *job;          /* the job's name, recorded in checkpoints ("" or NULL: unnamed) */
+    const char *checkpoint_dir; /* NULL: no checkpoints; "%g" in it stands for the group's name */
+    int checkpoint_every;     /* save every N committed steps; 0: only at the end and on SIGTERM */
+    int checkpoint_keep;      /* checkpoints kept by retention; 0: all */
 } px_trainer_config_t;
 
 /* Trains until cfg->steps are committed or *stop is set. Returns 0 when the
  * job's steps are done, 1 on a fatal error, 2 when stopped by a signal, 3
  * when another group finished the job while this one was behind, 4 when the
  * configuration cannot work (model, data, sequence length or ledger refused
- * at setup: retrying cannot help). */
+ * at setup: retrying cannot help, or the checkpoint folder holds only
+ * another job's checkpoints). */
 int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile sig_atomic_t *stop);
 
 #endif

@@ -72,7 +72,14 @@ static void usage(void) {
            "  --eval-batches N         micro-batches of validation data per eval, 0..10000 [4]\n"
            "  --comm-timeout-ms N      bound on every collective and rendezvous, 100..3600000 [30000]\n"
            "  --sample-ledger PATH     append one line per committed step: which samples this group took [off]\n"
-           "  --save PATH              write the final model as an llm.c file (rank 0) [off]\n\n"
+           "  --save PATH              write the final model as an llm.c file (rank 0) [off]\n"
+           "  --checkpoint-dir DIR     restore the newest valid checkpoint from DIR at start, and save\n"
+           "                           checkpoints there (the quorum's first group writes); %%g in DIR\n"
+           "                           stands for the group's name (per-group folders) [off]\n"
+           "  --checkpoint-every N     save every N committed steps; 0 = only at the end and on SIGTERM,\n"
+           "                           0..100000000 [100]\n"
+           "  --checkpoint-keep K      checkpoints to keep (the newest valid one always stays), 0 = all,\n"
+           "                           0..1000000 [3]\n\n"
            "SIGTERM or SIGINT: leave the quorum (the coordinator drops the group at once) and exit 0.\n"
            "Exit status: 0 done, 1 failed (worth a restart), 2 cannot work as configured (do not restart).\n",
            PROG, PROG);
@@ -93,7 +100,7 @@ int px_worker_main(int argc, char **argv) {
     px_trainer_config_t tc = {
         .model = "tiny", .data = "data/demo", .global_batch = 16, .micro_batch = 4, .lr = 1e-3f, .min_lr = 1e-4f,
         .warmup = 10, .weight_decay = 0.1f, .grad_clip = 1.0f, .seed = 1337, .threads = 1, .eval_batches = 4,
-        .comm_timeout_ms = 30000, .progress = 1,
+        .comm_timeout_ms = 30000, .progress = 1, .checkpoint_every = 100, .checkpoint_keep = 3,
     };
     char *token = NULL;
     const char *curve_secret = NULL, *curve_server_file = NULL, *curve_server_key = NULL;
@@ -134,6 +141,9 @@ int px_worker_main(int argc, char **argv) {
         else if (!strcmp(a, "--comm-timeout-ms")) tc.comm_timeout_ms = (int)px_flag_int(PROG, a, v, 100, 3600000);
         else if (!strcmp(a, "--sample-ledger")) tc.ledger = px_flag_str(PROG, a, v, 4096);
         else if (!strcmp(a, "--save")) tc.save = px_flag_str(PROG, a, v, 4096);
+        else if (!strcmp(a, "--checkpoint-dir")) tc.checkpoint_dir = px_flag_str(PROG, a, v, 3800);
+        else if (!strcmp(a, "--checkpoint-every")) tc.checkpoint_every = (int)px_flag_int(PROG, a, v, 0, 100000000);
+        else if (!strcmp(a, "--checkpoint-keep")) tc.checkpoint_keep = (int)px_flag_int(PROG, a, v, 0, 1000000);
         else px_flag_unknown(PROG, a);
         i++;
     }
@@ -159,6 +169,7 @@ int px_worker_main(int argc, char **argv) {
     sa.sa_handler = on_signal;
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    signal(SIGXFSZ, SIG_IGN); /* a file-size limit fails the write (EFBIG), reported, instead of killing us */
 
     char err[256];
     px_agent_t *agent = px_agent_new(&cfg, err, sizeof err);
@@ -170,6 +181,7 @@ int px_worker_main(int argc, char **argv) {
         tc.group = cfg.group;
         tc.rank = cfg.rank;
         tc.ranks_per_group = cfg.group_size;
+        tc.job = cfg.job;
         int rc = px_trainer_run(agent, &tc, &g_stop);
         /* Leaving: tell the coordinator at once so nobody waits for our heartbeats to stop. */
         px_agent_report_failure(agent, cfg.group, cfg.rank, 0, 0, rc == 0 ? "finished" : rc == 3 ? "job finished by another group" : "worker stopping");

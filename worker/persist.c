@@ -1,0 +1,182 @@
+/* The trainer's checkpoints: restore at start, saves by the quorum's writer
+ * (see persist.h). */
+#include "persist.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "px_log.h"
+#include "px_time.h"
+#include "px_wire.h"
+
+static int expand_dir(const char *pattern, const char *group, char *out, size_t len) {
+    size_t n = 0;
+    for (const char *s = pattern; *s; s++) {
+        const char *piece = s[0] == '%' && s[1] == 'g' ? group : NULL;
+        size_t add = piece ? strlen(piece) : 1;
+        if (n + add >= len) return -1;
+        if (piece) {
+            memcpy(out + n, piece, add);
+            s++;
+        } else {
+            out[n] = *s;
+        }
+        n += add;
+    }
+    out[n] = 0;
+    return 0;
+}
+
+int px_persist_init(px_persist_t *p, const px_trainer_config_t *cfg, px_agent_t *agent, const px_gpt_config_t *model) {
+    memset(p, 0, sizeof *p);
+    p->cfg = cfg;
+    p->agent = agent;
+    p->model = *model;
+    p->submitted = -1;
+    if (!cfg->checkpoint_dir || !cfg->checkpoint_dir[0]) return 0;
+    if (expand_dir(cfg->checkpoint_dir, cfg->group, p->dir, sizeof p->dir) != 0) {
+        px_log_error("--checkpoint-dir: '%s' is too long", cfg->checkpoint_dir);
+        return -1;
+    }
+    return 0;
+}
+
+/* A detail of at most PX_REASON_MAX bytes: the tail of a long path is what
+ * tells checkpoints apart. */
+static const char *fit(const char *s) {
+    size_t n = strlen(s);
+    return n > PX_REASON_MAX ? s + (n - PX_REASON_MAX) : s;
+}
+
+static void on_reject(void *ctx, const char *path, const px_ckpt_fault_t *f) {
+    px_persist_t *p = ctx;
+    px_log_warn("checkpoint_rejected path=%s file=%s fault=\"%s\": trying the previous one", path, f->file, f->fault);
+    if (p->cfg->rank != 0) return;
+    char detail[5000];
+    /* path, file and fault travel tab-separated; the coordinator splits them. */
+    snprintf(detail, sizeof detail, "%s\t%s\t%s", path, strrchr(f->file, '/') ? strrchr(f->file, '/') + 1 : f->file,
+             f->fault);
+    px_agent_notify(p->agent, "checkpoint_rejected", 0, 0, "", 0, 0, fit(detail));
+    printf("event kind=checkpoint_rejected group=%s path=%s file=%s fault=\"%s\"\n", p->cfg->group, path, f->file,
+           f->fault);
+    fflush(stdout);
+}
+
+int px_persist_restore(px_persist_t *p, px_train_state_t *st, int64_t *restored) {
+    *restored = -1;
+    if (!p->dir[0]) return 0;
+    int64_t t0 = px_now_ms();
+    int64_t *steps;
+    int found = px_ckpt_list(p->dir, &steps);
+    free(steps);
+    if (found <= 0) {
+        px_log_info("checkpoint_none dir=%s: starting from the initial state", p->dir);
+        return 0;
+    }
+    int64_t r = px_ckpt_restore_newest(p->dir, &p->model, p->cfg->job, p->cfg->seed, st, on_reject, p);
+    if (r == -2) {
+        px_log_error("--checkpoint-dir %s holds only checkpoints of another job, seed or model (see the rejections "
+                     "above); starting from scratch would overwrite them: use another folder, or move them away",
+                     p->dir);
+        return -1;
+    }
+    if (r < 0) {
+        px_log_warn("checkpoint_none_valid dir=%s found=%d: every checkpoint was rejected, starting from the initial "
+                    "state", p->dir, found);
+        return -2;
+    }
+    *restored = r;
+    char path[4200];
+    px_ckpt_path(p->dir, r, path, sizeof path);
+    uint64_t bytes = (uint64_t)PX_STATE_NBUF * st->n * sizeof(float);
+    int64_t ms = px_now_ms() - t0;
+    px_log_info("checkpoint_restored path=%s step=%lld bytes=%" PRIu64 " ms=%lld", path, (long long)r, bytes,
+                (long long)ms);
+    if (p->cfg->rank == 0) {
+        px_agent_notify(p->agent, "checkpoint_restored", 0, r, "", bytes, (unsigned)ms, fit(path));
+        printf("event kind=checkpoint_restored group=%s step=%lld path=%s ms=%lld\n", p->cfg->group, (long long)r, path,
+               (long long)ms);
+        fflush(stdout);
+    }
+    return 0;
+}
+
+static int is_writer(const px_persist_t *p, const px_quorum_t *q) {
+    return p->cfg->rank == 0 && q->n > 0 && !strcmp(q->groups[0].name, p->cfg->group);
+}
+
+void px_persist_joined(px_persist_t *p, const px_quorum_t *q) {
+    if (!p->dir[0] || q->n == 0) return;
+    if (p->prev_writer[0] && strcmp(p->prev_writer, q->groups[0].name) && is_writer(p, q)) p->catch_up = 1;
+    snprintf(p->prev_writer, sizeof p->prev_writer, "%s", q->groups[0].name);
+}
+
+/* Reports the saves the thread has finished. */
+static void report_done(px_persist_t *p) {
+    px_ckpt_done_t d;
+    while (p->saver && px_ckpt_saver_poll(p->saver, &d)) {
+        if (d.ok) {
+            double mb_s = d.res.seconds > 0 ? (double)d.res.bytes / 1e6 / d.res.seconds : 0;
+            p->saved++;
+            px_log_info("checkpoint_saved step=%lld path=%s bytes=%" PRIu64 " seconds=%.3f mb_s=%.1f",
+                        (long long)d.step, d.res.path, d.res.bytes, d.res.seconds, mb_s);
+            px_agent_notify(p->agent, "checkpoint_saved", 0, d.step, "", d.res.bytes, (unsigned)(d.res.seconds * 1000),
+                            fit(d.res.path));
+            printf("event kind=checkpoint_saved group=%s step=%lld path=%s bytes=%" PRIu64 " seconds=%.3f mb_s=%.1f\n",
+                   p->cfg->group, (long long)d.step, d.res.path, d.res.bytes, d.res.seconds, mb_s);
+        } else {
+            p->failed++;
+            px_log_error("checkpoint_failed step=%lld reason=\"%s\": training goes on, the previous checkpoint stays",
+                         (long long)d.step, d.err);
+            px_agent_notify(p->agent, "checkpoint_failed", 0, d.step, "", 0, 0, fit(d.err));
+            printf("event kind=checkpoint_failed group=%s step=%lld reason=\"%s\"\n", p->cfg->group, (long long)d.step,
+                   d.err);
+        }
+        fflush(stdout);
+    }
+}
+
+static void save(px_persist_t *p, const px_train_state_t *st, const px_quorum_t *q) {
+    if (!p->saver && !(p->saver = px_ckpt_saver_new(p->dir, p->cfg->checkpoint_keep, &p->model, p->cfg->job))) {
+        px_log_error("checkpoint_failed step=%lld reason=\"no saver thread\"", (long long)st->step);
+        return;
+    }
+    px_ckpt_meta_t meta = {p->cfg->job, q->id, q->n, p->cfg->ranks_per_group, p->cfg->group};
+    double held_ms = 0;
+    char path[4200];
+    px_ckpt_path(p->dir, st->step, path, sizeof path);
+    if (px_ckpt_saver_submit(p->saver, st, &meta, &held_ms) != 0) {
+        p->failed++;
+        px_log_error("checkpoint_failed step=%lld reason=\"out of memory for the snapshot\"", (long long)st->step);
+        px_agent_notify(p->agent, "checkpoint_failed", q->id, st->step, "", 0, 0, "out of memory for the snapshot");
+        return;
+    }
+    p->submitted = st->step;
+    px_log_info("checkpoint_started step=%lld quorum_id=%lld path=%s held_ms=%.1f", (long long)st->step,
+                (long long)q->id, path, held_ms);
+    px_agent_notify(p->agent, "checkpoint_started", q->id, st->step, "", 0, (unsigned)held_ms, fit(path));
+}
+
+void px_persist_committed(px_persist_t *p, const px_train_state_t *st, const px_quorum_t *q) {
+    if (!p->dir[0]) return;
+    report_done(p);
+    if (!is_writer(p, q)) return;
+    int due = p->cfg->checkpoint_every > 0 && st->step % p->cfg->checkpoint_every == 0;
+    if (due || p->catch_up) save(p, st, q);
+    p->catch_up = 0;
+    report_done(p);
+}
+
+void px_persist_final(px_persist_t *p, const px_train_state_t *st, const px_quorum_t *q) {
+    if (!p->dir[0]) return;
+    if (is_writer(p, q) && p->submitted != st->step && st->step > 0) save(p, st, q);
+    if (p->saver) px_ckpt_saver_wait(p->saver);
+    report_done(p);
+}
+
+void px_persist_free(px_persist_t *p) {
+    px_ckpt_saver_destroy(&p->saver);
+    report_done(p);
+}

@@ -1,0 +1,55 @@
+/* The trainer's checkpoints (checkpoint/ckpt.h): restoring the newest valid
+ * one at start, and saving at commit boundaries.
+ *
+ * One writer per checkpoint: the group the coordinator lists first in the
+ * quorum (the lowest name), its rank 0. The others skip the save, so R
+ * groups write once, not R times. When the writer dies, the next quorum lists
+ * another group first; if the new writer was not the writer before, it saves
+ * at its next commit rather than waiting a whole interval, in case the old
+ * one died mid-save. Saves happen every --checkpoint-every steps, at the end
+ * of the job, and when the worker is stopped (SIGTERM), always of committed
+ * state; the background saver holds training only for the copy.
+ *
+ * Restore reads into the model's own buffers (it is a fresh model at start):
+ * when no checkpoint loads, the initial state is rebuilt, so partial data is
+ * never trained on. Every rank restores; rank 0 reports the events. */
+#ifndef PX_PERSIST_H
+#define PX_PERSIST_H
+
+#include "agent.h"
+#include "ckpt_saver.h"
+#include "quorum.h"
+#include "trainer.h"
+
+typedef struct {
+    const px_trainer_config_t *cfg;
+    px_agent_t *agent;
+    char dir[4096];                  /* --checkpoint-dir with %g expanded; "" when off */
+    px_gpt_config_t model;
+    px_ckpt_saver_t *saver;
+    int64_t submitted;               /* step of the last save handed to the saver (-1: none) */
+    char prev_writer[64];            /* the writer named by the last quorum joined */
+    int catch_up;                    /* became the writer: save at the next commit */
+    int saved, failed;               /* counts, for the final line */
+} px_persist_t;
+
+/* Off (0) when cfg has no checkpoint_dir. -1 when the folder name is too
+ * long or out of memory. */
+int px_persist_init(px_persist_t *p, const px_trainer_config_t *cfg, px_agent_t *agent, const px_gpt_config_t *model);
+/* Restores into st (views into a fresh model); st->step becomes the step
+ * restored. 0: restored or nothing to restore (st untouched: *restored -1);
+ * -1: refuse to start (only another job's, seed's or model's checkpoints:
+ * starting from scratch would overwrite them); -2: a checkpoint failed to
+ * load after being partly read, and st must be rebuilt by the caller. */
+int px_persist_restore(px_persist_t *p, px_train_state_t *st, int64_t *restored);
+/* After joining quorum q: notes who writes. */
+void px_persist_joined(px_persist_t *p, const px_quorum_t *q);
+/* After committing st->step under quorum q: saves when due and we write;
+ * reports finished saves. */
+void px_persist_committed(px_persist_t *p, const px_train_state_t *st, const px_quorum_t *q);
+/* The job ended or the worker is stopping: the writer saves st unless it just
+ * did, and waits until the save is durable. */
+void px_persist_final(px_persist_t *p, const px_train_state_t *st, const px_quorum_t *q);
+void px_persist_free(px_persist_t *p);
+
+#endif
