@@ -1,0 +1,269 @@
+"""Checkpoints in real jobs (phalanx-launch: a coordinator and workers, real
+processes, killed with real signals).
+
+resume    every process of a job is SIGKILLed (coordinator included); the job
+          started again with the same flags resumes at the newest checkpoint
+          and its losses and final state checksum equal, bit for bit, those
+          of a job that never stopped.
+corrupt   the newest checkpoint is damaged before the restart: it is rejected
+          (event naming the file and the fault), the previous one is restored,
+          and the continuation is still identical.
+fewer     a 3-group job restored into 2 groups: the fixed global batch is
+          re-split (the sample ledger covers every sample of every step once).
+pergroup  a folder per group (%g): only the writer's holds checkpoints; after
+          a whole-job kill it restores and the other group heals from it.
+sigterm   SIGTERM stops the job: the writer saves the step it reached, and a
+          restart continues from exactly that step.
+diskfull  saves fail (RLIMIT_FSIZE: EFBIG) with checkpoint_failed while the job
+          trains on to the end; the checkpoint from before stays intact."""
+import hashlib
+import os
+import re
+import resource
+import shutil
+import signal
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
+from phalanx_test import Launch, check, main_scenarios, make_corpus, wait_until  # noqa: E402
+
+WORKER = ["--", "--global-batch", "12", "--micro-batch", "2", "--threads", "1"]
+STEPS = 60
+
+
+def base(data, ckpt, groups=2, steps=STEPS, every=10, keep=0):
+    return ["--groups", str(groups), "--model", "tiny", "--data", data, "--steps", str(steps),
+            "--checkpoint-dir", ckpt, "--checkpoint-every", str(every), "--checkpoint-keep", str(keep)]
+
+
+def run(bindir, args, name, timeout=180):
+    launch = Launch(bindir, args, name=name)
+    try:
+        rc = launch.wait(timeout)
+    finally:
+        launch.terminate()
+    return rc, launch
+
+
+def losses(launch):
+    """step -> loss as phalanx-launch printed it."""
+    out = {}
+    for line in launch.output():
+        m = re.search(r"\bstep\s+(\d+) \| groups \S+ \| loss (\S+)", line)
+        if m:
+            out[int(m.group(1))] = m.group(2)
+    return out
+
+
+def checksum(launch):
+    sums = {kv["checksum"] for kv in launch.finals().values()}
+    check(len(sums) == 1, "every group ends with one state checksum: %s" % launch.finals())
+    return sums.pop()
+
+
+def restored_steps(launch):
+    return [int(m.group(1)) for line in launch.output()
+            for m in [re.search(r"restored step (\d+) from", line)] if m]
+
+
+def kill_when(bindir, args, name, ready):
+    """Starts a job and SIGKILLs phalanx-launch (its whole tree dies with it)
+    once ready() holds."""
+    launch = Launch(bindir, args, name=name)
+    try:
+        wait_until(ready, 120, "the moment to kill (%s)" % name)
+        os.kill(launch.proc.pid, signal.SIGKILL)
+        launch.proc.wait(10)
+    finally:
+        launch.terminate()
+    return launch
+
+
+def has(ckpt, step):
+    return os.path.isdir(os.path.join(ckpt, "step_%08d" % step))
+
+
+def reference(bindir, data, **kw):
+    ref_dir = tempfile.mkdtemp(prefix="phalanx-ckpt-ref-")
+    rc, ref = run(bindir, base(data, ref_dir, **kw) + WORKER, "ckpt-ref")
+    check(rc == 0, "the reference job completes:\n%s" % ref.tail())
+    return ref
+
+
+def check_continuation(ref, again, after):
+    check(checksum(again) == checksum(ref), "final state checksum %s after the restart, %s without one"
+          % (checksum(again), checksum(ref)))
+    a, r = losses(again), losses(ref)
+    later = [s for s in a if s > after]
+    check(later and all(a[s] == r.get(s) for s in later),
+          "losses after step %d differ: %s" % (after, [(s, a[s], r.get(s)) for s in later if a[s] != r.get(s)]))
+    print("continuation identical: %d steps after step %d, checksum %s" % (len(later), after, checksum(ref)))
+
+
+def killed_and_resumed(bindir, data, ckpt, kill_at, damage=None, restart_args=None):
+    kill_when(bindir, base(data, ckpt) + WORKER, "ckpt-killed", lambda: has(ckpt, kill_at))
+    check(not os.path.exists(os.path.join(ckpt, "step_%08d" % STEPS)), "the kill came before the end")
+    if damage:
+        damage(ckpt)
+    rc, again = run(bindir, restart_args or base(data, ckpt) + WORKER, "ckpt-again")
+    check(rc == 0 and again.summary()["completed"], "the restarted job completes:\n%s" % again.tail())
+    return again
+
+
+def test_resume(bindir):
+    data = make_corpus(bindir, tempfile.mkdtemp(prefix="phalanx-ckpt-data-"))
+    ref = reference(bindir, data)
+    ckpt = tempfile.mkdtemp(prefix="phalanx-ckpt-")
+    again = killed_and_resumed(bindir, data, ckpt, 30)
+    got = restored_steps(again)
+    check(len(got) == 2 and len(set(got)) == 1 and got[0] >= 30, "both groups restored one step >= 30: %s" % got)
+    check(again.summary()["steps"] == STEPS, "summary: %s" % again.summary())
+    check_continuation(ref, again, got[0])
+    evs = [e for e in again.read_events() if e["type"] == "checkpoint_restored"]
+    check(len(evs) == 2 and all(e["step"] == got[0] and e["path"].endswith("step_%08d" % got[0]) for e in evs),
+          "checkpoint_restored events: %s" % evs)
+    saved = [e for e in again.read_events() if e["type"] == "checkpoint_saved"]
+    check(saved and all(e["group"] == "g0" and e["bytes"] > 0 and e["mb_per_s"] > 0 for e in saved),
+          "one writer (g0) saves, with bytes and MB/s: %s" % saved)
+
+
+def flip_newest(ckpt):
+    newest = sorted(d for d in os.listdir(ckpt) if d.startswith("step_"))[-1]
+    path = os.path.join(ckpt, newest, "rank00000.bin")
+    with open(path, "r+b") as f:
+        f.seek(4096)
+        b = f.read(1)
+        f.seek(4096)
+        f.write(bytes([b[0] ^ 0x40]))
+    flip_newest.damaged = int(newest[5:])
+    print("flipped a byte of %s" % path)
+
+
+def test_corrupt(bindir):
+    data = make_corpus(bindir, tempfile.mkdtemp(prefix="phalanx-ckpt-data-"))
+    ref = reference(bindir, data)
+    ckpt = tempfile.mkdtemp(prefix="phalanx-ckpt-")
+    again = killed_and_resumed(bindir, data, ckpt, 30, damage=flip_newest)
+    bad = flip_newest.damaged
+    got = restored_steps(again)
+    check(got and all(s == bad - 10 for s in got), "restored the previous checkpoint (%d): %s" % (bad - 10, got))
+    rej = [e for e in again.read_events() if e["type"] == "checkpoint_rejected"]
+    check(rej and all(e["file"] == "rank00000.bin" and "checksum mismatch" in e["fault"]
+                      and e["path"].endswith("step_%08d" % bad) for e in rej),
+          "checkpoint_rejected names the folder, the file and the fault: %s" % rej)
+    check_continuation(ref, again, bad - 10)
+
+
+def ledger_steps(path):
+    steps = {}
+    with open(path) as f:
+        for line in f:
+            kv = dict(p.split("=", 1) for p in line.split())
+            steps.setdefault(int(kv["step"]), []).append((int(kv["lo"]), int(kv["hi"]), int(kv["of"])))
+    return steps
+
+
+def test_fewer(bindir):
+    data = make_corpus(bindir, tempfile.mkdtemp(prefix="phalanx-ckpt-data-"))
+    ckpt = tempfile.mkdtemp(prefix="phalanx-ckpt-")
+    kill_when(bindir, base(data, ckpt, groups=3) + WORKER, "ckpt-three", lambda: has(ckpt, 20))
+    ledger = os.path.join(tempfile.mkdtemp(prefix="phalanx-ckpt-ledger-"), "ledger")
+    rc, again = run(bindir, base(data, ckpt, groups=2) + ["--sample-ledger", ledger] + WORKER, "ckpt-two")
+    check(rc == 0 and again.summary()["completed"], "the 2-group job completes:\n%s" % again.tail())
+    got = restored_steps(again)
+    check(len(got) == 2 and got[0] >= 20 and len(set(got)) == 1, "both groups restored one step >= 20: %s" % got)
+    steps = ledger_steps(ledger)
+    check(sorted(steps) == list(range(got[0], STEPS)), "ledger steps %s..%s, expected %d..%d"
+          % (min(steps), max(steps), got[0], STEPS - 1))
+    for s, parts in steps.items():
+        covered = sorted((lo, hi) for lo, hi, of in parts)
+        check(all(of == 2 for _, _, of in parts) and covered == [(0, 6), (6, 12)],
+              "step %d: the global batch of 12 split in two halves, got %s" % (s, parts))
+    print("restored step %d into 2 groups; %d steps re-split" % (got[0], len(steps)))
+
+
+def test_pergroup(bindir):
+    data = make_corpus(bindir, tempfile.mkdtemp(prefix="phalanx-ckpt-data-"))
+    ref = reference(bindir, data)
+    root = tempfile.mkdtemp(prefix="phalanx-ckpt-")
+    ckpt = os.path.join(root, "%g")
+    kill_when(bindir, base(data, ckpt) + WORKER, "ckpt-pergroup", lambda: has(os.path.join(root, "g0"), 30))
+    check(not os.path.exists(os.path.join(root, "g1")) or not os.listdir(os.path.join(root, "g1")),
+          "only the writer (g0) saved: %s" % os.listdir(root))
+    rc, again = run(bindir, base(data, ckpt) + WORKER, "ckpt-pergroup-again")
+    check(rc == 0 and again.summary()["completed"], "the restarted job completes:\n%s" % again.tail())
+    got = restored_steps(again)
+    check(len(got) == 1 and got[0] >= 30, "g0 alone restored (g1 has no checkpoint): %s" % got)
+    heals = [e for e in again.read_events() if e["type"] == "heal_finished" and e["group"] == "g1"]
+    check(heals and heals[0]["step"] == got[0] and heals[0]["peer_group"] == "g0",
+          "g1 healed from g0 at step %d: %s" % (got[0], heals))
+    check_continuation(ref, again, got[0])
+
+
+def test_sigterm(bindir):
+    data = make_corpus(bindir, tempfile.mkdtemp(prefix="phalanx-ckpt-data-"))
+    ckpt = tempfile.mkdtemp(prefix="phalanx-ckpt-")
+    args = base(data, ckpt, steps=400, every=0) + WORKER
+    launch = Launch(bindir, args, name="ckpt-term")
+    try:
+        wait_until(lambda: launch.last_step() >= 15, 120, "step 15")
+        launch.proc.send_signal(signal.SIGTERM)
+        launch.wait(60)
+    finally:
+        launch.terminate()
+    saved = [d for d in os.listdir(ckpt) if d.startswith("step_")]
+    check(len(saved) == 1, "SIGTERM saved one checkpoint: %s" % os.listdir(ckpt))
+    step = int(saved[0][5:])
+    check(15 <= step < 400, "the checkpoint is of the step reached (%d)" % step)
+    again = Launch(bindir, args, name="ckpt-term-again")
+    try:
+        wait_until(lambda: len(restored_steps(again)) == 2, 60, "both groups restoring")
+        check(set(restored_steps(again)) == {step}, "restored %s, saved %d" % (restored_steps(again), step))
+        wait_until(lambda: again.last_step() > step, 60, "a step after the restored one")
+    finally:
+        again.terminate()
+    print("SIGTERM at step %d saved it; the restart continued from it" % step)
+
+
+def digest(folder):
+    h = hashlib.sha256()
+    for name in sorted(os.listdir(folder)):
+        with open(os.path.join(folder, name), "rb") as f:
+            h.update(name.encode() + f.read())
+    return h.hexdigest()
+
+
+def test_diskfull(bindir):
+    data = make_corpus(bindir, tempfile.mkdtemp(prefix="phalanx-ckpt-data-"))
+    ckpt = tempfile.mkdtemp(prefix="phalanx-ckpt-")
+    rc, first = run(bindir, base(data, ckpt, steps=20) + WORKER, "ckpt-fill")
+    check(rc == 0 and has(ckpt, 20), "the first job saved step 20:\n%s" % first.tail())
+    before = digest(os.path.join(ckpt, "step_00000020"))
+    # Every process of the second job inherits a 1 MB file-size limit: each
+    # save (1.4 MB) fails with EFBIG. Python ignores SIGXFSZ and so do they.
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, hard))
+    try:
+        launch = Launch(bindir, base(data, ckpt, steps=40) + WORKER, name="ckpt-full")
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    try:
+        rc = launch.wait(180)
+    finally:
+        launch.terminate()
+    check(rc == 0 and launch.summary()["completed"], "the job trains on to the end:\n%s" % launch.tail())
+    failed = [line for line in launch.output() if ": checkpoint_failed " in line]
+    check(len(failed) >= 2 and all("File too large" in line for line in failed),
+          "saves at 30 and 40 fail with EFBIG: %s" % failed)
+    evs = [e for e in launch.read_events() if e["type"] == "checkpoint_failed"]
+    check(len(evs) >= 2 and all("too large" in e["reason"] for e in evs), "checkpoint_failed events: %s" % evs)
+    check(sorted(os.listdir(ckpt)) == ["step_00000010", "step_00000020"],
+          "nothing published, nothing left behind: %s" % os.listdir(ckpt))
+    check(digest(os.path.join(ckpt, "step_00000020")) == before, "step 20 changed")
+    print("saves failed (%s); step 20 intact" % failed[0].split("reason=")[-1])
+
+
+if __name__ == "__main__":
+    main_scenarios({"resume": test_resume, "corrupt": test_corrupt, "fewer": test_fewer,
+                    "pergroup": test_pergroup, "sigterm": test_sigterm, "diskfull": test_diskfull})
