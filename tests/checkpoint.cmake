@@ -7,8 +7,8 @@ add_test(NAME checkpoint_format COMMAND test_ckpt)
 
 # Checkpoints in real jobs: whole-job kill and identical resume, a corrupt
 # newest checkpoint skipped, fewer groups, a folder per group, SIGTERM, a
-# full disk (one ctest per scenario).
-foreach(scenario resume corrupt fewer pergroup sigterm diskfull)
+# full disk, the writer killed (one ctest per scenario).
+foreach(scenario resume corrupt fewer pergroup sigterm rotate diskfull)
   px_add_py_test(checkpoint_job_${scenario} ${CMAKE_CURRENT_LIST_DIR}/checkpoint/test_ckpt_job.py
                  ${CMAKE_BINARY_DIR}/bin ${scenario})
   set_tests_properties(checkpoint_job_${scenario} PROPERTIES TIMEOUT 400)

@@ -14,6 +14,8 @@ pergroup  a folder per group (%g): only the writer's holds checkpoints; after
           a whole-job kill it restores and the other group heals from it.
 sigterm   SIGTERM stops the job: the writer saves the step it reached, and a
           restart continues from exactly that step.
+rotate    the writer (g0) is SIGKILLed: the next quorum lists g1 first, and g1
+          saves at its next commit instead of waiting for the next interval.
 diskfull  saves fail (RLIMIT_FSIZE: EFBIG) with checkpoint_failed while the job
           trains on to the end; the checkpoint from before stays intact."""
 import hashlib
@@ -226,6 +228,29 @@ def test_sigterm(bindir):
     print("SIGTERM at step %d saved it; the restart continued from it" % step)
 
 
+def test_rotate(bindir):
+    data = make_corpus(bindir, tempfile.mkdtemp(prefix="phalanx-ckpt-data-"))
+    ckpt = tempfile.mkdtemp(prefix="phalanx-ckpt-")
+    # g0 comes back only after 5 s, so that g1 trains (and saves) alone meanwhile.
+    launch = Launch(bindir, base(data, ckpt, steps=400) + ["--restart-backoff-ms", "5000"] + WORKER,
+                    name="ckpt-rotate")
+    try:
+        # Early in an interval: without the catch-up, g1's first save would
+        # wait for the next multiple of 10.
+        wait_until(lambda: launch.last_step() >= 21 and launch.last_step() % 10 in (1, 2, 3), 120, "step 2x")
+        os.kill(launch.pid_of("g0"), signal.SIGKILL)
+        killed_at = launch.last_step()
+        wait_until(lambda: [e for e in launch.read_events() if e["type"] == "checkpoint_saved" and e["group"] == "g1"],
+                   60, "a checkpoint saved by g1")
+    finally:
+        launch.terminate()
+    first = [e for e in launch.read_events() if e["type"] == "checkpoint_saved" and e["group"] == "g1"][0]
+    check(killed_at < first["step"] <= killed_at + 3,
+          "g1 saved at its next commit after the writer died (step %d, killed near %d)" % (first["step"], killed_at))
+    check(has(ckpt, first["step"]), "g1's checkpoint is published: %s" % os.listdir(ckpt))
+    print("writer g0 killed near step %d; g1 saved step %d" % (killed_at, first["step"]))
+
+
 def digest(folder):
     h = hashlib.sha256()
     for name in sorted(os.listdir(folder)):
@@ -266,4 +291,4 @@ def test_diskfull(bindir):
 
 if __name__ == "__main__":
     main_scenarios({"resume": test_resume, "corrupt": test_corrupt, "fewer": test_fewer,
-                    "pergroup": test_pergroup, "sigterm": test_sigterm, "diskfull": test_diskfull})
+                    "pergroup": test_pergroup, "sigterm": test_sigterm, "rotate": test_rotate, "diskfull": test_diskfull})
