@@ -300,6 +300,9 @@ static int decode_tensor(json_t *jt, int i, px_ckpt_manifest_t *m, char *err, si
     if (get_str(jt, "name", t->name, sizeof t->name, where, err, errlen)) return -1;
     snprintf(where, sizeof where, "tensor %s", t->name);
     if ((t->ndim = get_dims(jt, "shape", -1, t->shape, where, err, errlen)) < 0) return -1;
+    for (int d = 0; d < t->ndim; d++) /* each dimension <= 2^40: the product of four could overflow */
+        if (t->shape[d] && volume(d, t->shape) > ((int64_t)1 << 40) / t->shape[d])
+            return fail(err, errlen, "%s: more than 2^40 values", where);
     json_t *slices = json_object_get(jt, "slices");
     if (!json_is_array(slices) || json_array_size(slices) < 1 || json_array_size(slices) > 65536)
         return fail(err, errlen, "%s: \"slices\" missing, empty or more than 65536", where);
