@@ -240,7 +240,7 @@ def test_job(bindir):
     ckdir, _ = imported(bindir, work, a)
     common = ["--groups", "1", "--data", data, "--steps", "6", "--", "--global-batch", "8", "--micro-batch", "4",
               "--threads", "1"]
-    _, ref_losses, ref_sum = job_run(bindir, ["--model", a] + common, "ckpt-tool-ref")
+    ref, ref_losses, ref_sum = job_run(bindir, ["--model", a] + common, "ckpt-tool-ref")
     resumed, losses, final = job_run(bindir, ["--model", "tiny", "--checkpoint-dir", ckdir,
                                               "--checkpoint-every", "0"] + common, "ckpt-tool-resumed")
     check(any(re.search(r"restored step 0 from", line) for line in resumed.output()),
@@ -248,7 +248,8 @@ def test_job(bindir):
     check(losses == ref_losses and final == ref_sum, "from the checkpoint: losses %s checksum %s; from A.bin: %s %s"
           % (losses, final, ref_losses, ref_sum))
     print("job from the imported checkpoint = job from A.bin: losses %s, checksum %s" % (losses, final))
-    shutil.rmtree(work)
+    for d in [work, ref.dir, resumed.dir]:
+        shutil.rmtree(d)
 
 
 def expect_fault(r, what, file, fault):
