@@ -1,23 +1,48 @@
 #!/bin/sh
-# Installs the Debian packages phalanx needs, only those that are missing.
+# Installs the Debian packages phalanx needs, and the Python packages its
+# tests read files with (from PyPI), only those that are missing.
 # Run as root (CI and `make demo`/`make test` do); a non-root run that finds
 # everything present does nothing and succeeds.
 set -eu
 PKGS="build-essential cmake pkg-config libzmq3-dev libprotobuf-c-dev protobuf-c-compiler \
-librdkafka-dev libxxhash-dev libjansson-dev kcat libopenblas-dev libgloo-dev fortunes curl python3 valgrind"
+librdkafka-dev libxxhash-dev libjansson-dev kcat libopenblas-dev libgloo-dev fortunes curl python3 \
+python3-pip valgrind"
+# safetensors: the checkpoint tool's export is read back with Hugging Face's own reader.
+PYPKGS="safetensors numpy"
+
+need_root() {
+  if [ "$(id -u)" != 0 ]; then
+    echo "install-deps: missing $1:$2; run as root or install them yourself" >&2
+    exit 1
+  fi
+}
+
 missing=""
 for p in $PKGS; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
     missing="$missing $p"
   fi
 done
-[ -z "$missing" ] && exit 0
-echo "install-deps: installing:$missing"
-if [ "$(id -u)" != 0 ]; then
-  echo "install-deps: missing packages:$missing; run as root or install them with apt-get" >&2
+if [ -n "$missing" ]; then
+  echo "install-deps: installing:$missing"
+  need_root "packages" "$missing"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  # shellcheck disable=SC2086
+  apt-get install -y -qq --no-install-recommends $missing
+fi
+
+pymissing=""
+for p in $PYPKGS; do
+  python3 -c "import $p" 2>/dev/null || pymissing="$pymissing $p"
+done
+[ -z "$pymissing" ] && exit 0
+echo "install-deps: installing from PyPI:$pymissing"
+need_root "Python packages" "$pymissing"
+# The tests run this python3; Debian's refuses pip outside a virtual
+# environment (PEP 668) unless told, which a test machine may do.
+# shellcheck disable=SC2086
+if ! PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --quiet --root-user-action=ignore $pymissing; then
+  echo "install-deps: pip could not install$pymissing (is PyPI reachable?)" >&2
   exit 1
 fi
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-# shellcheck disable=SC2086
-apt-get install -y -qq --no-install-recommends $missing

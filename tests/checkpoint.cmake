@@ -13,3 +13,13 @@ foreach(scenario resume corrupt fewer pergroup sigterm rotate diskfull)
                  ${CMAKE_BINARY_DIR}/bin ${scenario})
   set_tests_properties(checkpoint_job_${scenario} PROPERTIES TIMEOUT 400)
 endforeach()
+
+# phalanx-ckpt on a trained tiny model: import and export round trips (llm.c
+# byte for byte, safetensors read back by Hugging Face's reader), the same
+# eval loss, a job resumed from an import, damaged checkpoints and inputs,
+# bad command lines (one ctest per scenario).
+foreach(scenario roundtrip safetensors eval job damage usage)
+  px_add_py_test(checkpoint_tool_${scenario} ${CMAKE_CURRENT_LIST_DIR}/checkpoint/test_ckpt_tool.py
+                 ${CMAKE_BINARY_DIR}/bin ${scenario})
+  set_tests_properties(checkpoint_tool_${scenario} PROPERTIES TIMEOUT 300)
+endforeach()

@@ -8,7 +8,9 @@
  * forward, backward, gradient clipping, AdamW at the scheduled learning rate.
  * A progress line per step, eval loss on the val shards every --eval-every
  * steps, a summary at the end. SIGINT/SIGTERM finish the current step, then
- * save (with --save) and print the summary. */
+ * save (with --save) and print the summary. --eval-only trains nothing: it
+ * prints the loaded model's val loss, to compare models (an exported one with
+ * its source). */
 #include "standalone.h"
 #ifdef PX_HAVE_GPT_CUDA
 #include "gpt_cuda.h"
@@ -39,7 +41,7 @@ static const char *PROG = "phalanx-worker --standalone";
 typedef struct {
     const char *model, *data, *save;
     int data_given;
-    int steps, batch, seq, warmup, eval_every, eval_batches, threads, quiet;
+    int steps, batch, seq, warmup, eval_every, eval_batches, threads, quiet, eval_only;
     double lr, min_lr, weight_decay, grad_clip;
     uint64_t seed;
     px_device_t device;
@@ -64,6 +66,8 @@ static void usage(void) {
            "  --grad-clip X       clip the global gradient norm to X; 0 disables (default 1.0)\n"
            "  --eval-every N      val loss every N steps; 0 disables (default 50)\n"
            "  --eval-batches N    batches per val loss (default 8)\n"
+           "  --eval-only         train nothing: print the model's val loss over --eval-batches\n"
+           "                      batches (eval_only ... eval_loss=X) and exit (default off)\n"
            "  --seed N            initialisation and sampling seed (default 1337)\n"
            "  --threads N         OpenMP threads; 0 = all cores (default 0)\n"
            "  --device cpu|cuda   compute device (default cpu)\n"
@@ -131,6 +135,8 @@ static void parse(int argc, char **argv, opts_t *o) {
             }
         } else if (strcmp(a, "--save") == 0) {
             o->save = px_flag_str(PROG, a, NEXT(), 4096);
+        } else if (strcmp(a, "--eval-only") == 0) {
+            o->eval_only = 1;
         } else if (strcmp(a, "--quiet") == 0) {
             o->quiet = 1;
         } else {
@@ -335,7 +341,7 @@ int px_standalone_main(int argc, char **argv) {
         return 1;
     }
     px_dataset_t *val = NULL;
-    if (o.eval_every > 0) {
+    if (o.eval_every > 0 || o.eval_only) {
         val = px_dataset_open(o.data, "val", cfg->vocab_size, (size_t)T + 1, err, sizeof err);
         if (!val) px_log_warn("eval_disabled reason=\"%s\"", err);
     }
@@ -365,6 +371,13 @@ int px_standalone_main(int argc, char **argv) {
     if (val) {
         first_val = val_loss = eval_loss(&dev, val, o.eval_batches, B, T, x, y);
         printf("eval step=0 val_loss=%.4f batches=%d\n", val_loss, o.eval_batches);
+    }
+    if (o.eval_only) {
+        if (val) printf("eval_only model=%s eval_loss=%.6f batches=%d B=%d T=%d\n", o.model, val_loss,
+                        o.eval_batches, B, T);
+        else fprintf(stderr, "%s: --eval-only: no validation shards (val_*.bin) in %s\n", PROG, o.data);
+        rc = val && isfinite(val_loss) ? 0 : 1;
+        goto out;
     }
     int64_t t_start = px_now_us();
     for (int step = 0; step < o.steps && !g_stop; step++) {
@@ -412,6 +425,7 @@ int px_standalone_main(int argc, char **argv) {
            done, o.steps, loss_n ? loss_sum / loss_n : (double)loss, first_val, val_loss, wall_s,
            done ? train_ms / done : 0.0, done ? (double)bt * done / (train_ms / 1000.0) : 0.0,
            rc ? "error" : g_stop ? "signal" : "completed");
+out:
     free(x);
     free(y);
     px_dataset_destroy(&train);

@@ -1,0 +1,51 @@
+/* A GPT-2 model's parameters as a Hugging Face safetensors file, without I/O:
+ * which tensors, in which orientation, where each lands in the data section,
+ * the header, and the data. phalanx-ckpt export writes the two with
+ * px_file_write_atomic (model/shard.h).
+ *
+ * The file: an 8-byte little-endian header length N, N bytes of JSON
+ * {NAME: {"dtype":"F32","shape":[...],"data_offsets":[begin,end]}, ...,
+ * "__metadata__": {...}} padded with spaces to a multiple of 8, then the data
+ * (offsets count from its first byte). Names are the checkpoint's GPT-2 names
+ * (wte.weight, h.0.attn.c_attn.weight, ...), which are GPT2Model's. Two
+ * things differ from the checkpoint's tensors, both to match what Hugging
+ * Face's GPT-2 loads:
+ *   - the four Conv1D weights (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj)
+ *     are stored transposed, (in, out), as Conv1D keeps them; the checkpoint
+ *     holds nn.Linear's (out, in);
+ *   - wte.weight has the real vocabulary's V rows, not the padded Vp. */
+#ifndef PX_SAFETENSORS_H
+#define PX_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpt.h"
+
+typedef struct {
+    char name[96];
+    int ndim;
+    int64_t shape[2];  /* as stored in the file */
+    size_t src;        /* first float in the params buffer (px_gpt_t's layout) */
+    int transpose;     /* 1: params hold (shape[1], shape[0]); the file the transpose */
+    uint64_t begin;    /* data_offsets: bytes into the data section */
+    uint64_t end;
+} px_safetensors_tensor_t;
+
+/* The tensors of the file for a model of config cfg, in llm.c's order:
+ * 4 + 12 L. out may be NULL to count; -1 when out of memory. */
+int px_safetensors_tensors(const px_gpt_config_t *cfg, px_safetensors_tensor_t *out);
+
+/* The header (length prefix, JSON, padding) with "__metadata__" {"format":
+ * "pt", "step": step, "source": "phalanx"}. malloc'd, its size in *len;
+ * NULL when out of memory. */
+char *px_safetensors_header(const px_safetensors_tensor_t *t, int n, int64_t step, size_t *len);
+
+/* Bytes of the data section: the last tensor's end. */
+uint64_t px_safetensors_data_bytes(const px_safetensors_tensor_t *t, int n);
+
+/* Fills data (px_safetensors_data_bytes) from params, transposing the
+ * Conv1D weights. */
+void px_safetensors_fill(const px_safetensors_tensor_t *t, int n, const float *params, float *data);
+
+#endif
