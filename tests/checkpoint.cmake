@@ -23,3 +23,8 @@ foreach(scenario roundtrip safetensors eval job damage usage)
                  ${CMAKE_BINARY_DIR}/bin ${scenario})
   set_tests_properties(checkpoint_tool_${scenario} PROPERTIES TIMEOUT 300)
 endforeach()
+
+# SIGKILL of the writer mid-save, 20 seeds: nothing published loads wrong,
+# and the restarted worker restores the newest published step.
+px_add_py_test(checkpoint_kill_during_save ${CMAKE_CURRENT_LIST_DIR}/checkpoint/test_ckpt_kill.py ${CMAKE_BINARY_DIR}/bin)
+set_tests_properties(checkpoint_kill_during_save PROPERTIES TIMEOUT 600)
