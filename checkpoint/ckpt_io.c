@@ -17,18 +17,11 @@
 #include <xxhash.h>
 
 #include "ckpt.h"
+#include "ckpt_int.h"
 #include "px_time.h"
 
 #define IO_BLOCK ((size_t)16 << 20) /* bytes per read or write call */
 #define DATA_FILE "rank00000.bin"
-
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 void px_ckpt_path(const char *dir, int64_t step, char *out, size_t len) {
     snprintf(out, len, "%s/step_%08lld", dir, (long long)step);
@@ -96,11 +89,11 @@ static ssize_t read_full(int fd, void *buf, size_t len) {
 static int write_data(const char *path, const px_train_state_t *s, uint64_t *bytes, uint64_t *hash, char *err,
                       size_t errlen) {
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return fail(err, errlen, "creating %s: %s", path, strerror(errno));
+    if (fd < 0) return px_ckpt_fail(err, errlen, "creating %s: %s", path, strerror(errno));
     XXH3_state_t *h = XXH3_createState();
     if (!h) {
         close(fd);
-        return fail(err, errlen, "out of memory");
+        return px_ckpt_fail(err, errlen, "out of memory");
     }
     XXH3_64bits_reset(h);
     *bytes = 0;
@@ -113,7 +106,7 @@ static int write_data(const char *path, const px_train_state_t *s, uint64_t *byt
                 int e = errno;
                 XXH3_freeState(h);
                 close(fd);
-                return fail(err, errlen, "writing %s: %s", path, strerror(e));
+                return px_ckpt_fail(err, errlen, "writing %s: %s", path, strerror(e));
             }
             XXH3_64bits_update(h, p, len);
             p += len, left -= len, *bytes += len;
@@ -121,19 +114,19 @@ static int write_data(const char *path, const px_train_state_t *s, uint64_t *byt
     }
     *hash = XXH3_64bits_digest(h);
     XXH3_freeState(h);
-    if (fsync(fd) != 0 || close(fd) != 0) return fail(err, errlen, "syncing %s: %s", path, strerror(errno));
+    if (fsync(fd) != 0 || close(fd) != 0) return px_ckpt_fail(err, errlen, "syncing %s: %s", path, strerror(errno));
     return 0;
 }
 
 static int write_text(const char *path, const char *text, char *err, size_t errlen) {
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return fail(err, errlen, "creating %s: %s", path, strerror(errno));
+    if (fd < 0) return px_ckpt_fail(err, errlen, "creating %s: %s", path, strerror(errno));
     if (write_all(fd, text, strlen(text)) != 0 || fsync(fd) != 0) {
         int e = errno;
         close(fd);
-        return fail(err, errlen, "writing %s: %s", path, strerror(e));
+        return px_ckpt_fail(err, errlen, "writing %s: %s", path, strerror(e));
     }
-    if (close(fd) != 0) return fail(err, errlen, "writing %s: %s", path, strerror(errno));
+    if (close(fd) != 0) return px_ckpt_fail(err, errlen, "writing %s: %s", path, strerror(errno));
     return 0;
 }
 
@@ -141,12 +134,12 @@ static int write_text(const char *path, const char *text, char *err, size_t errl
  * that restore skipped) is moved aside first and removed after. */
 static int publish(const char *dir, const char *tmp, const char *final, char *err, size_t errlen) {
     if (rename(tmp, final) == 0) return 0;
-    if (errno != ENOTEMPTY && errno != EEXIST) return fail(err, errlen, "renaming %s: %s", tmp, strerror(errno));
+    if (errno != ENOTEMPTY && errno != EEXIST) return px_ckpt_fail(err, errlen, "renaming %s: %s", tmp, strerror(errno));
     char old[4200], host[64] = "host";
     gethostname(host, sizeof host - 1);
     snprintf(old, sizeof old, "%s/.old-%s-%s-%d", dir, strrchr(final, '/') + 1, host, (int)getpid());
     if (rename(final, old) != 0 || rename(tmp, final) != 0)
-        return fail(err, errlen, "replacing %s: %s", final, strerror(errno));
+        return px_ckpt_fail(err, errlen, "replacing %s: %s", final, strerror(errno));
     rm_rf(old);
     return 0;
 }
@@ -155,7 +148,7 @@ int px_ckpt_write(const char *dir, const px_train_state_t *s, const px_gpt_confi
                   px_ckpt_result_t *res, char *err, size_t errlen) {
     int64_t t0 = px_now_us();
     memset(res, 0, sizeof *res);
-    if (mkdirs(dir) != 0) return fail(err, errlen, "creating the checkpoint folder %s: %s", dir, strerror(errno));
+    if (mkdirs(dir) != 0) return px_ckpt_fail(err, errlen, "creating the checkpoint folder %s: %s", dir, strerror(errno));
     char host[64] = "host", tmp[4200], path[4300], final[4200];
     gethostname(host, sizeof host - 1);
     for (char *p = host; *p; p++)
@@ -163,18 +156,18 @@ int px_ckpt_write(const char *dir, const px_train_state_t *s, const px_gpt_confi
     px_ckpt_path(dir, s->step, final, sizeof final);
     snprintf(tmp, sizeof tmp, "%s/.tmp-%s-%s-%d", dir, strrchr(final, '/') + 1, host, (int)getpid());
     rm_rf(tmp); /* a leftover of an earlier attempt of this process */
-    if (mkdir(tmp, 0755) != 0) return fail(err, errlen, "creating %s: %s", tmp, strerror(errno));
+    if (mkdir(tmp, 0755) != 0) return px_ckpt_fail(err, errlen, "creating %s: %s", tmp, strerror(errno));
     px_ckpt_manifest_t m;
     char *text = NULL;
     if (px_ckpt_manifest_whole(&m, cfg, DATA_FILE) != 0) {
-        fail(err, errlen, "out of memory");
+        px_ckpt_fail(err, errlen, "out of memory");
         goto bad;
     }
     snprintf(path, sizeof path, "%s/%s", tmp, DATA_FILE);
     uint64_t bytes = 0, hash = 0;
     if (write_data(path, s, &bytes, &hash, err, errlen) != 0) goto bad;
     if (bytes != m.files[0].bytes) {
-        fail(err, errlen, "state of %zu floats does not fit the model's %" PRIu64 " bytes", s->n, m.files[0].bytes);
+        px_ckpt_fail(err, errlen, "state of %zu floats does not fit the model's %" PRIu64 " bytes", s->n, m.files[0].bytes);
         goto bad;
     }
     m.files[0].xxh3 = hash;
@@ -187,19 +180,19 @@ int px_ckpt_write(const char *dir, const px_train_state_t *s, const px_gpt_confi
     m.ranks_per_group = meta->ranks_per_group > 0 ? meta->ranks_per_group : 1;
     snprintf(m.writer_group, sizeof m.writer_group, "%s", meta->writer_group ? meta->writer_group : "");
     if (!(text = px_ckpt_manifest_encode(&m))) {
-        fail(err, errlen, "out of memory");
+        px_ckpt_fail(err, errlen, "out of memory");
         goto bad;
     }
     snprintf(path, sizeof path, "%s/%s", tmp, PX_CKPT_MANIFEST);
     if (write_text(path, text, err, errlen) != 0) goto bad;
     if (fsync_path(tmp) != 0) {
-        fail(err, errlen, "syncing %s: %s", tmp, strerror(errno));
+        px_ckpt_fail(err, errlen, "syncing %s: %s", tmp, strerror(errno));
         goto bad;
     }
     if (publish(dir, tmp, final, err, errlen) != 0) goto bad;
     if (fsync_path(dir) != 0) {
         /* Published but perhaps not durable: say so, it is not an error a retry fixes. */
-        fail(err, errlen, "syncing %s: %s", dir, strerror(errno));
+        px_ckpt_fail(err, errlen, "syncing %s: %s", dir, strerror(errno));
         goto bad_published;
     }
     snprintf(res->path, sizeof res->path, "%s", final);
