@@ -1,6 +1,7 @@
 """Helpers for phalanx's process-level tests: start real coordinator and
 worker processes on loopback, read /status and the JSONL event log, wait for
 conditions with deadlines. Nothing here mocks a phalanx component."""
+import ctypes
 import json
 import os
 import signal
@@ -22,6 +23,20 @@ def free_port():
 
 class Fail(Exception):
     pass
+
+
+_prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here, not in a forked child
+_TEST_PID = os.getpid()
+
+
+def die_with_test():
+    """preexec_fn for the processes a test starts: SIGKILL them when the test
+    dies, even by SIGKILL (a ctest timeout), so none trains on orphaned. The
+    signal follows the forking thread: start processes from the main thread."""
+    PR_SET_PDEATHSIG = 1
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != _TEST_PID:
+        os._exit(127)  # the test died before the signal was armed
 
 
 def check(cond, msg):
@@ -62,7 +77,8 @@ class Job:
         if self.events:
             args += ["--events", "file:" + self.events_path]
         log = open(os.path.join(self.dir, "coordinator.log"), "a")
-        self.coord = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, text=True)
+        self.coord = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, text=True,
+                                      preexec_fn=die_with_test)
         line = self.coord.stdout.readline().strip()
         check(line.startswith("http="), "coordinator did not print its http address: %r (see %s)" % (line, self.dir))
         self.http = line[len("http="):]
@@ -72,7 +88,7 @@ class Job:
         args = [os.path.join(self.bindir, "phalanx-worker"), "--coordinator", self.endpoint,
                 "--group", group, "--rank", str(rank), "--ranks-per-group", str(ranks_per_group)] + list(extra)
         log = open(os.path.join(self.dir, "worker-%s-%d.log" % (group, rank)), "a")
-        p = subprocess.Popen(args, stdout=log, stderr=log)
+        p = subprocess.Popen(args, stdout=log, stderr=log, preexec_fn=die_with_test)
         self.workers[(group, rank)] = p
         return p
 
@@ -172,7 +188,8 @@ class Launch:
                 "--bind", "tcp://127.0.0.1:%d" % self.zmq_port] + list(args)
         e = dict(os.environ)
         e.update(env or {})
-        self.proc = subprocess.Popen(full, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=e)
+        self.proc = subprocess.Popen(full, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=e,
+                                     preexec_fn=die_with_test)
         self.lines = []
         self.lock = threading.Lock()
         self.reader = threading.Thread(target=self._read, daemon=True)
