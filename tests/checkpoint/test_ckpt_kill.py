@@ -1,36 +1,45 @@
 """SIGKILL of the writing worker at random points during a save (20 fixed
 seeds) never leaves a checkpoint that loads wrong, and the previous one loads.
 
-A reference job (1 group, model `small`: a 40 MB state, saved every step)
-records each step's data-file checksum: training is deterministic, so a
-checkpoint of step N must hold exactly those bytes in every run. Then, per
-seed, the same job is started on an empty folder; once a save of a seeded
-step is in flight (its `.tmp-step_*` folder exists) the writer is SIGKILLed
-after a seeded delay. Afterwards every published checkpoint must verify
-(`phalanx-ckpt verify`) and carry the reference checksum of its step, no
-torn folder may be visible, and the worker that phalanx-launch restarts must
-restore the newest published step."""
+A reference job (1 group, model `small`: a 40 MB data file, saved every step)
+records each step's data-file checksum and how long its saves took: training
+is deterministic, so a checkpoint of step N must hold exactly those bytes in
+every run. Then, per seed, the same job is started on an empty folder; once a
+save of a seeded step (or a later one) is in flight, its `.tmp-step_*` folder
+exists, and the writer is SIGKILLed after a seeded fraction of 1.25 times the
+reference's median save time: most kills land inside the write, some in the
+fsyncs and the rename at its end, some just after the publish. Afterwards:
+  - the steps published at the kill are 1..s-1 or 1..s (s: the save hit; one
+    save at a time, so s-1 was published before s began);
+  - every published checkpoint, including those the restarted worker writes,
+    verifies (`phalanx-ckpt verify`: every file's size and XXH3, the manifest
+    against the model) and holds the reference's bytes for its step, so none
+    is torn or mixed;
+  - the worker phalanx-launch restarts restores the newest one published at
+    the kill, never the folder of the save that was cut.
+A failure names its seed; SEEDS = [n] below reruns just that one."""
 import json
 import os
 import random
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
-from phalanx_test import Launch, check, main, make_corpus, wait_until  # noqa: E402
+from phalanx_test import Fail, Launch, check, main, make_corpus, wait_until  # noqa: E402
 
 SEEDS = range(1, 21)
-REF_STEPS = 14
+STEPS = 14
 WORKER = ["--", "--global-batch", "2", "--micro-batch", "2", "--seq", "32", "--threads", "1"]
 
 
-def args(data, ckpt, steps):
-    return ["--groups", "1", "--model", "small", "--data", data, "--steps", str(steps),
+def job_args(data, ckpt):
+    return ["--groups", "1", "--model", "small", "--data", data, "--steps", str(STEPS),
             "--checkpoint-dir", ckpt, "--checkpoint-every", "1", "--checkpoint-keep", "0"] + WORKER
 
 
@@ -43,66 +52,93 @@ def data_sum(ckpt, step):
         return json.load(f)["files"][0]["xxh3_64"]
 
 
-def in_flight(ckpt, step):
-    return any(d.startswith(".tmp-step_%08d-" % step) for d in os.listdir(ckpt))
+def saving(ckpt, first):
+    """(step, writer pid) of a save of step >= first in flight, else None."""
+    for d in os.listdir(ckpt):
+        m = re.match(r"\.tmp-step_(\d{8})-.*-(\d+)$", d)
+        if m and int(m.group(1)) >= first:
+            return int(m.group(1)), int(m.group(2))
+    return None
 
 
-def one_seed(bindir, data, ref, seed):
-    rnd = random.Random(seed)
-    target = rnd.randint(2, REF_STEPS - 3)
-    delay = rnd.uniform(0, 0.08)
-    ckpt = tempfile.mkdtemp(prefix="phalanx-ckpt-kill-")
-    launch = Launch(bindir, args(data, ckpt, 1000), name="ckpt-kill")
+def dead(pid):
+    """The process is gone or a zombie: none of its threads runs any more."""
     try:
-        wait_until(lambda: in_flight(ckpt, target), 60, "the save of step %d in flight" % target, interval_s=0.001)
-        time.sleep(delay)
-        pid = launch.pid_of("g0")
-        os.kill(pid, signal.SIGKILL)
-        at_kill = published(ckpt)  # final: the writer is dead, and its restart is 200 ms away
-        # The folder as the kill left it (the restarted worker restores, then writes more).
-        # Step target-1 was published before the save of target began (one
-        # save at a time), so the restarted worker always has one to restore.
-        wait_until(lambda: "restored step" in "\n".join(launch.output()), 30, "the restarted worker restoring")
-        lines = "\n".join(launch.output())
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def verify(bindir, ckpt, step, ref, seed):
+    path = os.path.join(ckpt, "step_%08d" % step)
+    r = subprocess.run([os.path.join(bindir, "phalanx-ckpt"), "verify", path],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    check(r.returncode == 0, "seed %d: step %d does not verify: %s" % (seed, step, r.stdout.strip()))
+    check(sorted(os.listdir(path)) == ["manifest.json", "rank00000.bin"],
+          "seed %d: step %d holds %s" % (seed, step, sorted(os.listdir(path))))
+    check(data_sum(ckpt, step) == ref[step], "seed %d: step %d holds other bytes than the reference's" % (seed, step))
+
+
+def one_seed(bindir, data, ref, window_s, seed):
+    rnd = random.Random(seed)
+    target = rnd.randint(2, STEPS - 3)
+    frac = rnd.random()
+    ckpt = tempfile.mkdtemp(prefix="phalanx-ckpt-kill-")
+    launch = Launch(bindir, job_args(data, ckpt), name="ckpt-kill")
+    try:
+        step, pid = wait_until(lambda: saving(ckpt, target), 60, "a save of step %d or later in flight" % target,
+                               interval_s=0.001)
+        time.sleep(frac * window_s)
+        os.kill(pid, signal.SIGKILL)  # the folder's name carries the writer's pid
+        wait_until(lambda: dead(pid), 10, "the killed writer gone", interval_s=0.001)
+        at_kill = published(ckpt)  # the restarted worker is 200 ms away
+        wait_until(lambda: re.search(r"restored step \d+", "\n".join(launch.output())), 30,
+                   "the restarted worker restoring:\n%s" % launch.tail())
     finally:
-        launch.terminate()
-    steps = published(ckpt)
-    check(steps, "seed %d: nothing published before step %d" % (seed, target))
-    for s in steps:
-        if s > REF_STEPS:
-            continue  # written by the restarted worker after the kill
-        r = subprocess.run([os.path.join(bindir, "phalanx-ckpt"), "verify", os.path.join(ckpt, "step_%08d" % s)],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        check(r.returncode == 0, "seed %d: step %d does not verify: %s" % (seed, s, r.stdout.strip()))
-        check(data_sum(ckpt, s) == ref[s], "seed %d: step %d holds other bytes than the reference's" % (seed, s))
-    m = re.findall(r"restored step (\d+) from", lines)
-    check(at_kill and at_kill[-1] in (target - 1, target),
-          "seed %d: published at the kill: %s, expected up to step %d or %d" % (seed, at_kill, target - 1, target))
-    check(m and int(m[0]) == at_kill[-1],
-          "seed %d: the restarted worker restored %s; the newest published at the kill was %d" % (seed, m, at_kill[-1]))
-    shutil.rmtree(ckpt, ignore_errors=True)
-    shutil.rmtree(launch.dir, ignore_errors=True)
-    return target, delay, int(m[0])
+        launch.terminate()  # the restarted worker saves its step on SIGTERM: one more to verify
+    lines = "\n".join(launch.output())
+    what = "seed %d: killed %.0f ms (%.2f of %.0f ms) into the save of step %d" % (
+        seed, frac * window_s * 1000, frac, window_s * 1000, step)
+    check(at_kill in (list(range(1, step)), list(range(1, step + 1))),
+          "%s: published at the kill: %s" % (what, at_kill))
+    for s in published(ckpt):
+        verify(bindir, ckpt, s, ref, seed)
+    restored = [int(x) for x in re.findall(r"restored step (\d+) from", lines)]
+    check(restored == [at_kill[-1]], "%s: the restarted worker restored %s; the newest published at the kill was %d"
+          % (what, restored, at_kill[-1]))
+    shutil.rmtree(ckpt)
+    shutil.rmtree(launch.dir)
+    return "%s; restored step %d" % (what, restored[0])
 
 
 def test(bindir):
-    data = make_corpus(bindir, tempfile.mkdtemp(prefix="phalanx-ckpt-kill-data-"))
+    data_dir = tempfile.mkdtemp(prefix="phalanx-ckpt-kill-data-")
     ref_dir = tempfile.mkdtemp(prefix="phalanx-ckpt-kill-ref-")
-    launch = Launch(bindir, args(data, ref_dir, REF_STEPS), name="ckpt-kill-ref")
     try:
-        check(launch.wait(120) == 0, "the reference job completes:\n%s" % launch.tail())
-    finally:
-        launch.terminate()
-    ref = {s: data_sum(ref_dir, s) for s in published(ref_dir)}
-    check(sorted(ref) == list(range(1, REF_STEPS + 1)), "reference saved every step: %s" % sorted(ref))
-    for seed in SEEDS:
+        data = make_corpus(bindir, data_dir)
+        launch = Launch(bindir, job_args(data, ref_dir), name="ckpt-kill-ref")
         try:
-            target, delay, restored = one_seed(bindir, data, ref, seed)
-        except Exception:
-            print("FAILED at seed %d (rerun with SEEDS = [%d])" % (seed, seed))
-            raise
-        print("seed %2d: killed %3.0f ms into the save of step %2d; restored step %d"
-              % (seed, delay * 1000, target, restored))
+            check(launch.wait(120) == 0, "the reference job completes:\n%s" % launch.tail())
+        finally:
+            launch.terminate()
+        ref = {s: data_sum(ref_dir, s) for s in published(ref_dir)}
+        check(sorted(ref) == list(range(1, STEPS + 1)), "reference saved every step: %s" % sorted(ref))
+        saves = [e["seconds"] for e in launch.read_events() if e.get("type") == "checkpoint_saved"]
+        check(len(saves) == STEPS, "the reference reported %d saves, not %d" % (len(saves), STEPS))
+        window_s = 1.25 * statistics.median(saves)
+        print("reference: %d steps, median save %.0f ms; kills up to %.0f ms into a save"
+              % (STEPS, statistics.median(saves) * 1000, window_s * 1000))
+        shutil.rmtree(launch.dir)
+        for seed in SEEDS:
+            try:
+                print(one_seed(bindir, data, ref, window_s, seed), flush=True)
+            except (Fail, OSError):
+                print("FAILED at seed %d (rerun with SEEDS = [%d]); its folders are kept" % (seed, seed))
+                raise
+    finally:
+        shutil.rmtree(ref_dir, ignore_errors=True)
+        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":
