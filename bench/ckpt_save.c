@@ -1,6 +1,6 @@
 /* bench/checkpoint's driver: times px_ckpt_write of a model-sized state into
  * a folder, and px_ckpt_load (verify and assemble) of what it wrote, so that
- * bench/checkpoint.sh can set them against dd and cat of the same bytes.
+ * bench/checkpoint.py can set them against dd and cat of the same bytes.
  * Prints key=value lines: bytes, save_s, load_s. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +28,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "%s: out of memory\n", argv[0]);
         return 1;
     }
+    /* Also faults the buffers in before a load, as a worker's are before it restores. */
     for (int b = 0; b < PX_STATE_NBUF; b++)
         for (size_t i = 0; i < s.n; i++) s.buf[b][i] = (float)((i * 2654435761u + (size_t)b) % 1000) * 1e-3f;
     s.step = 1;

@@ -22,7 +22,7 @@ import time
 
 # The test helpers' process plumbing serves the benchmarks too.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "lib"))
-from phalanx_test import Fail, free_port, wait_until  # noqa: E402
+from phalanx_test import Fail, die_with_test, free_port, wait_until  # noqa: E402
 
 
 class BenchError(Exception):
@@ -107,7 +107,7 @@ class Proc:
         self.log_path = log_path
         self.log = open(log_path, "a")
         self.popen = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=self.log, env=env,
-                                      text=True, bufsize=1)
+                                      text=True, bufsize=1, preexec_fn=die_with_test)
         self.pid = self.popen.pid
         self.lines = []
         self.cv = threading.Condition()

@@ -1,0 +1,231 @@
+#!/usr/bin/env python3
+"""What checkpoints cost, each figure against a baseline measured in the same run.
+
+  python3 bench/checkpoint.py [BINDIR] [--scratch DIR] [--reps 3] [--pairs 2] [--coretype NAME]
+
+  1. Save throughput. bench_ckpt_save writes a gpt2-124m training state
+     (parameters and both AdamW moments: 1.49 GB) with px_ckpt_write: the data
+     file hashed on the way and fsynced, the manifest, the folder's fsync and
+     rename, the parent's fsync. Baseline: `dd if=/dev/zero bs=16M conv=fsync`
+     of as many bytes into the same folder. Target: ours >= 80% of dd.
+  2. Restore. px_ckpt_load of that checkpoint (read, XXH3 of every byte, into
+     the state's buffers, already faulted in as a worker's are) against
+     `cat FILE > /dev/null` of its data file. The page cache is dropped before
+     each side when this process may (root), else both read warm; the output
+     says which.
+  3. Step-time overhead of saving every 10 steps in the background against
+     not saving, on `small` and `gpt2-124m`: a coordinator and one worker
+     run the same job with and without --checkpoint-dir, alternated --pairs
+     times. A step's time is the interval between consecutive progress lines
+     (time-stamped as they arrive), so it includes what the save holds
+     training for (the copy into the snapshot). The first 11 intervals are
+     left out: warm-up, and the step after the first save, which also faults
+     in the saver's snapshot buffer once per process (printed on its own).
+     The measured steps then hold one save per 10. Target: < 3%.
+Both sides of every comparison run with the same OPENBLAS_CORETYPE (--coretype
+sets it; printed either way). MB are 1e6 bytes."""
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ft_lib import BenchError, Job, blas_env, environment, kv, prepare_data  # noqa: E402
+
+SAVE_TARGET, OVERHEAD_TARGET = 0.80, 0.03
+EVERY = 10
+# model, global batch (= micro batch), seq, measured intervals (a multiple of EVERY)
+JOBS = {"small": (8, 128, 200), "gpt2-124m": (2, 64, 30)}
+
+
+def run(args, env=None, timeout=600):
+    r = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, timeout=timeout)
+    if r.returncode != 0:
+        raise BenchError("%s failed:\n%s" % (" ".join(args), r.stdout[-2000:]))
+    return r.stdout
+
+
+def drop_caches():
+    """Syncs and drops the page cache; False when not allowed."""
+    os.sync()
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return True
+    except OSError:
+        return False
+
+
+def timed(args):
+    t0 = time.monotonic()
+    run(args)
+    return time.monotonic() - t0
+
+
+def mem_available_gb():
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / 1e6
+    return 0.0
+
+
+def cpu_model():
+    out = subprocess.run(["lscpu"], stdout=subprocess.PIPE, text=True).stdout
+    name = [l.split(":", 1)[1].strip() for l in out.splitlines() if l.startswith("Model name:")]
+    return "%s, %d cores" % (name[0] if name else "unknown CPU", os.cpu_count())
+
+
+def save_and_restore(a, model):
+    """Parts 1 and 2: rates in MB/s of ours and the baselines, per rep."""
+    ck, dd = os.path.join(a.scratch, "ck"), os.path.join(a.scratch, "dd.bin")
+    drv = os.path.join(a.bindir, "bench_ckpt_save")
+    saves, dds = [], []
+    print("== 1. save: px_ckpt_write vs dd bs=16M conv=fsync, %s state, %d reps" % (model, a.reps), flush=True)
+    for i in range(a.reps):
+        shutil.rmtree(ck, ignore_errors=True)
+        os.sync()
+        out = kv(run([drv, model, ck, "save"]).replace("\n", " "))
+        nbytes, s = int(out["bytes"]), float(out["save_s"])
+        os.sync()
+        d = timed(["dd", "if=/dev/zero", "of=" + dd, "bs=16M", "count=%d" % nbytes, "iflag=count_bytes",
+                   "conv=fsync", "status=none"])
+        os.unlink(dd)
+        saves.append(nbytes / s / 1e6)
+        dds.append(nbytes / d / 1e6)
+        print("  rep %d: %.2f GB: ours %.2f s (%.0f MB/s), dd %.2f s (%.0f MB/s), ours/dd %.2f"
+              % (i + 1, nbytes / 1e9, s, saves[-1], d, dds[-1], saves[-1] / dds[-1]), flush=True)
+    data = os.path.join(ck, "step_00000001", "rank00000.bin")
+    loads, cats, cold = [], [], True
+    print("== 2. restore: px_ckpt_load vs cat > /dev/null of its data file, %d reps" % a.reps, flush=True)
+    for i in range(a.reps):
+        cold = drop_caches() and cold
+        out = kv(run([drv, model, ck, "load"]).replace("\n", " "))
+        cold = drop_caches() and cold
+        c = timed(["sh", "-c", 'cat "$1" > /dev/null', "sh", data])
+        loads.append(nbytes / float(out["load_s"]) / 1e6)
+        cats.append(nbytes / c / 1e6)
+        print("  rep %d: ours %.2f s (%.0f MB/s), cat %.2f s (%.0f MB/s), ours/cat %.2f"
+              % (i + 1, float(out["load_s"]), loads[-1], c, cats[-1], loads[-1] / cats[-1]), flush=True)
+    shutil.rmtree(ck, ignore_errors=True)
+    return saves, dds, loads, cats, "cold (page cache dropped before each read)" if cold else \
+        "warm (the page cache could not be dropped: not root)"
+
+
+def step_intervals(a, env, model, with_ckpt):
+    """Seconds between consecutive progress lines, by step (step k: from k-1's line to k's)."""
+    gb, seq, measured = JOBS[model]
+    steps = EVERY + 1 + measured
+    flags = ["--model", model, "--data", a.data, "--steps", str(steps), "--global-batch", str(gb),
+             "--micro-batch", str(gb), "--seq", str(seq), "--threads", str(a.threads), "--eval-batches", "0"]
+    ckpt = os.path.join(a.scratch, "ckpt-" + model)
+    if with_ckpt:
+        flags += ["--checkpoint-dir", ckpt, "--checkpoint-every", str(EVERY), "--checkpoint-keep", "2"]
+    job = Job(a.bindir, "ckpt-bench", coord_args=["--min-replicas", "1"], env=env)
+    try:
+        w = job.start_worker("g0", flags)
+        if w.wait(3600) != 0:
+            raise BenchError("the %s job failed; see %s" % (model, w.log_path))
+        at = {int(kv(l)["step"]): t for t, l in w.snapshot() if l.startswith("progress ")}
+    finally:
+        job.stop()
+        shutil.rmtree(job.dir, ignore_errors=True)
+        shutil.rmtree(ckpt, ignore_errors=True)
+    if sorted(at) != list(range(1, steps + 1)):
+        raise BenchError("the %s job printed progress for steps %s" % (model, sorted(at)))
+    return {k: at[k] - at[k - 1] for k in range(2, steps + 1)}
+
+
+def overhead(a, env, model):
+    """Part 3 for one model: per pair, mean measured step without and with saving."""
+    gb, seq, measured = JOBS[model]
+    first = EVERY + 1  # the step after the first save
+    print("== 3. %s (global batch %d, seq %d, %d threads): %d steps, saves after steps %s; %d pairs"
+          % (model, gb, seq, a.threads, first + measured, ", ".join(str(s) for s in
+                                                                   range(EVERY, first + measured, EVERY)), a.pairs),
+          flush=True)
+    none, withs, firsts = [], [], []
+    for p in range(a.pairs):
+        base = step_intervals(a, env, model, False)
+        ck = step_intervals(a, env, model, True)
+        keep = range(first + 1, first + measured + 1)
+        none.append(statistics.fmean(base[k] for k in keep))
+        withs.append(statistics.fmean(ck[k] for k in keep))
+        firsts.append(ck[first] - base[first])
+        print("  pair %d: mean step none %.1f ms, saving %.1f ms: %+.1f%%; the step after the first save %+.0f ms"
+              % (p + 1, none[-1] * 1e3, withs[-1] * 1e3, 100 * (withs[-1] / none[-1] - 1), firsts[-1] * 1e3),
+              flush=True)
+    return none, withs, firsts
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("bindir", nargs="?", default="build/bin")
+    ap.add_argument("--scratch", default="", help="folder for the checkpoints and dd's file [a new one in /tmp]")
+    ap.add_argument("--reps", type=int, default=3, help="repetitions of parts 1 and 2 [3]")
+    ap.add_argument("--pairs", type=int, default=2, help="(none, saving) job pairs per model in part 3 [2]")
+    ap.add_argument("--threads", type=int, default=2, help="worker threads in part 3 [2]")
+    ap.add_argument("--models", default="small,gpt2-124m", help="models of part 3 [small,gpt2-124m]")
+    ap.add_argument("--skip-save", action="store_true", help="leave out parts 1 and 2")
+    ap.add_argument("--coretype", default="", help="OPENBLAS_CORETYPE for every process of part 3")
+    ap.add_argument("--data", default="", help="token shards [the demo corpus, prepared once]")
+    a = ap.parse_args()
+    models = a.models.split(",") if a.models else []
+    for m in models:
+        if m not in JOBS:
+            ap.error("--models: %s is not one of %s" % (m, ", ".join(JOBS)))
+    if a.reps < 1 or a.pairs < 1 or a.threads < 1:
+        ap.error("--reps, --pairs and --threads must be at least 1")
+    a.bindir = os.path.abspath(a.bindir)
+    own = not a.scratch
+    a.scratch = a.scratch or tempfile.mkdtemp(prefix="phalanx-bench-ckpt-")
+    os.makedirs(a.scratch, exist_ok=True)
+    a.data = prepare_data(a.bindir, a.data or os.path.join(tempfile.gettempdir(), "phalanx-ftbench-data"))
+    env, blas_note = blas_env(a.coretype)
+    free_gb = shutil.disk_usage(a.scratch).free / 1e9
+    print("bench/checkpoint: %s; memory available %.1f GB; %.0f GB free in %s"
+          % (cpu_model(), mem_available_gb(), free_gb, a.scratch))
+    print("  " + environment(blas_note), flush=True)
+    t_start = time.monotonic()
+    model = "gpt2-124m"
+    if mem_available_gb() < 4 or free_gb < 4:
+        model = "small"
+        print("note: a gpt2-124m state needs ~2 GB of memory and 1.5 GB (twice, with dd's) of disk: "
+              "parts 1 and 2 use `small` (40 MB) instead")
+    try:
+        res = None if a.skip_save else save_and_restore(a, model)
+        over = {m: overhead(a, env, m) for m in models}
+    finally:
+        if own:
+            shutil.rmtree(a.scratch, ignore_errors=True)
+    print()
+    if res:
+        saves, dds, loads, cats, cache = res
+        r = max(saves) / max(dds)
+        print("save (%s): best ours %.0f MB/s, best dd %.0f MB/s (medians %.0f, %.0f): ours/dd %.2f, "
+              "target >= %.2f: %s" % (model, max(saves), max(dds), statistics.median(saves), statistics.median(dds),
+                                      r, SAVE_TARGET, "met" if r >= SAVE_TARGET else "NOT met"))
+        print("restore (%s), %s: best ours %.0f MB/s, best cat %.0f MB/s (medians %.0f, %.0f): ours/cat %.2f"
+              % (model, cache, max(loads), max(cats), statistics.median(loads), statistics.median(cats),
+                 max(loads) / max(cats)))
+    for m, (none, withs, firsts) in over.items():
+        o = statistics.fmean(withs) / statistics.fmean(none) - 1
+        print("step-time overhead of saving every %d steps, %s: %+.1f%% (pairs: %s), target < %.0f%%: %s; "
+              "the step after the first save: %+.0f ms (median of %d)"
+              % (EVERY, m, 100 * o, ", ".join("%+.1f%%" % (100 * (w / n - 1)) for n, w in zip(none, withs)),
+                 100 * OVERHEAD_TARGET, "met" if o < OVERHEAD_TARGET else "NOT met",
+                 1e3 * statistics.median(firsts), len(firsts)))
+    print("  " + environment(blas_note))
+    print("elapsed %.0f s" % (time.monotonic() - t_start))
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except BenchError as e:
+        print("bench/checkpoint: %s" % e, file=sys.stderr)
+        sys.exit(1)
