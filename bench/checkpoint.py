@@ -21,7 +21,10 @@
      training for (the copy into the snapshot). The first 11 intervals are
      left out: warm-up, and the step after the first save, which also faults
      in the saver's snapshot buffer once per process (printed on its own).
-     The measured steps then hold one save per 10. Target: < 3%.
+     The measured steps then hold one save per 10. Target: < 3%. The
+     worker's CPU time per step (its threads' schedstat, the saver's
+     included) is printed beside it: on a machine whose cores the training
+     threads fill, what the saver spends is taken from them.
 Both sides of every comparison run with the same OPENBLAS_CORETYPE (--coretype
 sets it; printed either way). MB are 1e6 bytes."""
 import argparse
@@ -117,7 +120,8 @@ def save_and_restore(a, model):
 
 
 def step_intervals(a, env, model, with_ckpt):
-    """Seconds between consecutive progress lines, by step (step k: from k-1's line to k's)."""
+    """Seconds between consecutive progress lines, and the worker's CPU
+    seconds in between, by step (step k: from k-1's line to k's)."""
     gb, seq, measured = JOBS[model]
     steps = EVERY + 1 + measured
     flags = ["--model", model, "--data", a.data, "--steps", str(steps), "--global-batch", str(gb),
@@ -131,13 +135,15 @@ def step_intervals(a, env, model, with_ckpt):
         if w.wait(3600) != 0:
             raise BenchError("the %s job failed; see %s" % (model, w.log_path))
         at = {int(kv(l)["step"]): t for t, l in w.snapshot() if l.startswith("progress ")}
+        cpu = {k: own for k, (own, _) in w.cpu_by_step().items()}
     finally:
         job.stop()
         shutil.rmtree(job.dir, ignore_errors=True)
         shutil.rmtree(ckpt, ignore_errors=True)
     if sorted(at) != list(range(1, steps + 1)):
         raise BenchError("the %s job printed progress for steps %s" % (model, sorted(at)))
-    return {k: at[k] - at[k - 1] for k in range(2, steps + 1)}
+    ks = range(2, steps + 1)
+    return {k: at[k] - at[k - 1] for k in ks}, {k: (cpu[k] - cpu[k - 1]) / 1e9 for k in ks}
 
 
 def overhead(a, env, model):
@@ -148,18 +154,21 @@ def overhead(a, env, model):
           % (model, gb, seq, a.threads, first + measured, ", ".join(str(s) for s in
                                                                    range(EVERY, first + measured, EVERY)), a.pairs),
           flush=True)
-    none, withs, firsts = [], [], []
+    none, withs, firsts, cpu_none, cpu_with = [], [], [], [], []
+    keep = range(first + 1, first + measured + 1)
     for p in range(a.pairs):
-        base = step_intervals(a, env, model, False)
-        ck = step_intervals(a, env, model, True)
-        keep = range(first + 1, first + measured + 1)
+        base, base_cpu = step_intervals(a, env, model, False)
+        ck, ck_cpu = step_intervals(a, env, model, True)
         none.append(statistics.fmean(base[k] for k in keep))
         withs.append(statistics.fmean(ck[k] for k in keep))
+        cpu_none.append(statistics.fmean(base_cpu[k] for k in keep))
+        cpu_with.append(statistics.fmean(ck_cpu[k] for k in keep))
         firsts.append(ck[first] - base[first])
-        print("  pair %d: mean step none %.1f ms, saving %.1f ms: %+.1f%%; the step after the first save %+.0f ms"
-              % (p + 1, none[-1] * 1e3, withs[-1] * 1e3, 100 * (withs[-1] / none[-1] - 1), firsts[-1] * 1e3),
-              flush=True)
-    return none, withs, firsts
+        print("  pair %d: mean step none %.1f ms, saving %.1f ms: %+.1f%%; worker CPU per step %.0f ms, %.0f ms; "
+              "the step after the first save %+.0f ms"
+              % (p + 1, none[-1] * 1e3, withs[-1] * 1e3, 100 * (withs[-1] / none[-1] - 1), cpu_none[-1] * 1e3,
+                 cpu_with[-1] * 1e3, firsts[-1] * 1e3), flush=True)
+    return none, withs, firsts, cpu_none, cpu_with
 
 
 def main():
@@ -212,12 +221,13 @@ def main():
         print("restore (%s), %s: best ours %.0f MB/s, best cat %.0f MB/s (medians %.0f, %.0f): ours/cat %.2f"
               % (model, cache, max(loads), max(cats), statistics.median(loads), statistics.median(cats),
                  max(loads) / max(cats)))
-    for m, (none, withs, firsts) in over.items():
+    for m, (none, withs, firsts, cpu_none, cpu_with) in over.items():
         o = statistics.fmean(withs) / statistics.fmean(none) - 1
         print("step-time overhead of saving every %d steps, %s: %+.1f%% (pairs: %s), target < %.0f%%: %s; "
-              "the step after the first save: %+.0f ms (median of %d)"
+              "worker CPU per step %+.1f%%; the step after the first save: %+.0f ms (median of %d)"
               % (EVERY, m, 100 * o, ", ".join("%+.1f%%" % (100 * (w / n - 1)) for n, w in zip(none, withs)),
                  100 * OVERHEAD_TARGET, "met" if o < OVERHEAD_TARGET else "NOT met",
+                 100 * (statistics.fmean(cpu_with) / statistics.fmean(cpu_none) - 1),
                  1e3 * statistics.median(firsts), len(firsts)))
     print("  " + environment(blas_note))
     print("elapsed %.0f s" % (time.monotonic() - t_start))
