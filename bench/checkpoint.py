@@ -37,7 +37,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ft_lib import BenchError, Job, blas_env, environment, kv, prepare_data  # noqa: E402
+from ft_lib import BenchError, Job, blas_env, environment, kv, mem_available_gb, prepare_data, run_bench  # noqa: E402
 
 SAVE_TARGET, OVERHEAD_TARGET = 0.80, 0.03
 EVERY = 10
@@ -67,14 +67,6 @@ def timed(args):
     t0 = time.monotonic()
     run(args)
     return time.monotonic() - t0
-
-
-def mem_available_gb():
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) / 1e6
-    return 0.0
 
 
 def cpu_model():
@@ -234,8 +226,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except BenchError as e:
-        print("bench/checkpoint: %s" % e, file=sys.stderr)
-        sys.exit(1)
+    run_bench(main, "bench/checkpoint")

@@ -43,7 +43,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ft_lib import BenchError, Job, blas_env, environment, kv, prepare_data, wait_for  # noqa: E402
+from ft_lib import (BenchError, Job, blas_env, environment, kv,  # noqa: E402
+                    mem_available_gb, prepare_data, run_bench, wait_for)
 
 TARGET = 0.5
 HEAL_RE = re.compile(r"heal_finished source=(\S+) quorum_id=(\d+) step=(\d+) bytes=([\d.]+)MB ms=(\d+) rate=(\d+)MB/s")
@@ -73,14 +74,6 @@ def yardsticks(a, env, when):
     print("%-6s loopback TCP %6.0f MB/s | Gloo p2p 4 MiB chunks %6.0f MB/s | same + per-chunk checksums %6.0f MB/s"
           % (when, y["tcp"], y["p2p"], y["p2p_ck"]), flush=True)
     return y
-
-
-def mem_available_gb():
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) / 1e6
-    return 0.0
 
 
 def heal_line(proc):
@@ -179,8 +172,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except BenchError as e:
-        print("ft_heal: %s" % e, file=sys.stderr)
-        sys.exit(1)
+    run_bench(main, "ft_heal")

@@ -52,6 +52,25 @@ def environment(coretype_note):
             % (os.cpu_count(), load[0], load[1], load[2], coretype_note))
 
 
+def mem_available_gb():
+    """MemAvailable of /proc/meminfo in GB (1e9 bytes); 0 when unknown."""
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / 1e6
+    return 0.0
+
+
+def run_bench(main, prog):
+    """A benchmark's entry point: main(); a BenchError is printed as
+    `prog: why` on stderr and exits 1."""
+    try:
+        main()
+    except BenchError as e:
+        print("%s: %s" % (prog, e), file=sys.stderr)
+        sys.exit(1)
+
+
 def blas_env(coretype):
     """Environment for every process of a benchmark, and a line saying what
     it is. OPENBLAS_CORETYPE is set only when asked, and then for all of them."""

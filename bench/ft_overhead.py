@@ -45,7 +45,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ft_lib import BenchError, Job, Proc, blas_env, environment, kv, percentile, prepare_data, summary  # noqa: E402
+from ft_lib import (BenchError, Job, Proc, blas_env, environment, kv,  # noqa: E402
+                    percentile, prepare_data, run_bench, summary)
 
 
 def collect(procs):
@@ -241,8 +242,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except BenchError as e:
-        print("ft_overhead: %s" % e, file=sys.stderr)
-        sys.exit(1)
+    run_bench(main, "ft_overhead")

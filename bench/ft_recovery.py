@@ -47,7 +47,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ft_lib import BenchError, Job, blas_env, environment, kv, percentile, prepare_data, wait_for  # noqa: E402
+from ft_lib import Job, blas_env, environment, kv, percentile, prepare_data, run_bench, wait_for  # noqa: E402
 
 TORCHFT_HEARTBEAT_TIMEOUT_MS = 5000.0
 TARGET_P50_MS = 300.0
@@ -273,8 +273,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except BenchError as e:
-        print("ft_recovery: %s" % e, file=sys.stderr)
-        sys.exit(1)
+    run_bench(main, "ft_recovery")
