@@ -143,6 +143,16 @@ typedef struct {
 /* Reads the manifest of the checkpoint at path. 0, or -1 with the fault. */
 int px_ckpt_read_manifest(const char *path, px_ckpt_manifest_t *m, px_ckpt_fault_t *fault);
 
+/* The N of a path whose last component is step_N (trailing slashes allowed),
+ * or -1 when it is not so named. */
+int64_t px_ckpt_folder_step(const char *path);
+
+/* What a torn copy or a truncation breaks, found without reading any data:
+ * the manifest's step agrees with its folder's name (when named step_N), and
+ * every data file is there with the size the manifest gives. 0, or -1 with
+ * the fault. px_ckpt_load does this before it reads a byte of data. */
+int px_ckpt_check_files(const char *path, const px_ckpt_manifest_t *m, px_ckpt_fault_t *fault);
+
 /* Verifies every data file of the checkpoint at path (size and checksum) and,
  * with dst, assembles the state into it (dst->n must be the model's size;
  * dst->step and seed are set). m receives the manifest (may be NULL). A shared

@@ -35,7 +35,7 @@ static int kind_shape(const px_gpt_config_t *c, int k, int64_t *shape) {
     }
 }
 
-static int64_t volume(int ndim, const int64_t *shape) {
+int64_t px_ckpt_volume(int ndim, const int64_t *shape) {
     int64_t v = 1;
     for (int d = 0; d < ndim; d++) v *= shape[d];
     return v;
@@ -109,7 +109,7 @@ int px_ckpt_manifest_whole(px_ckpt_manifest_t *m, const px_gpt_config_t *cfg, co
         px_ckpt_slice_t *s = &t->slices[0];
         s->file = 0;
         s->offset = pos;
-        s->bytes = (uint64_t)volume(t->ndim, t->shape) * sizeof(float);
+        s->bytes = (uint64_t)px_ckpt_volume(t->ndim, t->shape) * sizeof(float);
         memcpy(s->count, t->shape, sizeof s->count);
         pos += s->bytes;
     }
@@ -302,7 +302,7 @@ static int decode_tensor(json_t *jt, int i, px_ckpt_manifest_t *m, char *err, si
     snprintf(where, sizeof where, "tensor %s", t->name);
     if ((t->ndim = get_dims(jt, "shape", -1, t->shape, where, err, errlen)) < 0) return -1;
     for (int d = 0; d < t->ndim; d++) /* each dimension <= 2^40: the product of four could overflow */
-        if (t->shape[d] && volume(d, t->shape) > ((int64_t)1 << 40) / t->shape[d])
+        if (t->shape[d] && px_ckpt_volume(d, t->shape) > ((int64_t)1 << 40) / t->shape[d])
             return px_ckpt_fail(err, errlen, "%s: more than 2^40 values", where);
     json_t *slices = json_object_get(jt, "slices");
     if (!json_is_array(slices) || json_array_size(slices) < 1 || json_array_size(slices) > 65536)
@@ -329,7 +329,7 @@ static int decode_tensor(json_t *jt, int i, px_ckpt_manifest_t *m, char *err, si
             if (s->start[d] + s->count[d] > t->shape[d])
                 return px_ckpt_fail(err, errlen, "%s: dimension %d [%" PRId64 ", +%" PRId64 ") exceeds the shape %" PRId64, sw, d,
                             s->start[d], s->count[d], t->shape[d]);
-        int64_t vol = volume(t->ndim, s->count);
+        int64_t vol = px_ckpt_volume(t->ndim, s->count);
         if ((uint64_t)bytes != (uint64_t)vol * sizeof(float))
             return px_ckpt_fail(err, errlen, "%s: %" PRId64 " bytes for %" PRId64 " float32 values", sw, bytes, vol);
         if ((uint64_t)off > m->files[s->file].bytes || (uint64_t)bytes > m->files[s->file].bytes - (uint64_t)off)
@@ -341,9 +341,9 @@ static int decode_tensor(json_t *jt, int i, px_ckpt_manifest_t *m, char *err, si
         s->bytes = (uint64_t)bytes;
         covered += vol;
     }
-    if (covered != volume(t->ndim, t->shape))
+    if (covered != px_ckpt_volume(t->ndim, t->shape))
         return px_ckpt_fail(err, errlen, "%s: slices cover %" PRId64 " of its %" PRId64 " values", where, covered,
-                    volume(t->ndim, t->shape));
+                    px_ckpt_volume(t->ndim, t->shape));
     return 0;
 }
 

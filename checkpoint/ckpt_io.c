@@ -221,6 +221,47 @@ static int fault(px_ckpt_fault_t *f, const char *file, int mismatch, const char 
     return -1;
 }
 
+static int size_fault(px_ckpt_fault_t *f, const char *file, uint64_t size, uint64_t want) {
+    return fault(f, file, 0, "%s: %" PRIu64 " bytes, the manifest says %" PRIu64,
+                 size < want ? "short (torn or truncated)" : "too long", size, want);
+}
+
+static int step_of(const char *name, int64_t *step) {
+    if (strncmp(name, "step_", 5) != 0 || !name[5]) return 0;
+    int64_t v = 0;
+    for (const char *p = name + 5; *p; p++) {
+        if (*p < '0' || *p > '9' || v > ((int64_t)1 << 50)) return 0;
+        v = v * 10 + (*p - '0');
+    }
+    *step = v;
+    return 1;
+}
+
+int64_t px_ckpt_folder_step(const char *path) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s", path);
+    for (size_t n = strlen(p); n > 1 && p[n - 1] == '/'; n--) p[n - 1] = '\0';
+    const char *base = strrchr(p, '/') ? strrchr(p, '/') + 1 : p;
+    int64_t step;
+    return step_of(base, &step) ? step : -1;
+}
+
+int px_ckpt_check_files(const char *path, const px_ckpt_manifest_t *m, px_ckpt_fault_t *f) {
+    char file[4300];
+    int64_t step = px_ckpt_folder_step(path);
+    if (step >= 0 && step != m->step) {
+        snprintf(file, sizeof file, "%s/%s", path, PX_CKPT_MANIFEST);
+        return fault(f, file, 0, "says step %lld, its folder step %lld", (long long)m->step, (long long)step);
+    }
+    for (int i = 0; i < m->nfiles; i++) {
+        snprintf(file, sizeof file, "%s/%s", path, m->files[i].name);
+        struct stat st;
+        if (stat(file, &st) != 0) return fault(f, file, 0, "missing or unreadable: %s", strerror(errno));
+        if ((uint64_t)st.st_size != m->files[i].bytes) return size_fault(f, file, (uint64_t)st.st_size, m->files[i].bytes);
+    }
+    return 0;
+}
+
 /* Opens and reads the manifest; *fd_out keeps it open (and locked shared)
  * when not NULL. */
 static int read_manifest_fd(const char *path, px_ckpt_manifest_t *m, px_ckpt_fault_t *f, int *fd_out) {
@@ -287,12 +328,6 @@ static void scatter(float *dst, int ndim, const int64_t *shape, const px_ckpt_sl
     }
 }
 
-static int64_t volume_of(int ndim, const int64_t *shape) {
-    int64_t v = 1;
-    for (int d = 0; d < ndim; d++) v *= shape[d];
-    return v;
-}
-
 /* Is the slice one contiguous range of its tensor (whole trailing rows)? */
 static int contiguous(int ndim, const int64_t *shape, const px_ckpt_slice_t *s) {
     for (int d = 1; d < ndim; d++)
@@ -308,11 +343,9 @@ static int load_file(const char *path, const px_ckpt_manifest_t *m, int f, piece
     int fd = open(fpath, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return fault(fl, fpath, 0, "missing or unreadable: %s", strerror(errno));
     struct stat st;
-    if (fstat(fd, &st) != 0 || (uint64_t)st.st_size != m->files[f].bytes) {
+    if (fstat(fd, &st) != 0 || (uint64_t)st.st_size != m->files[f].bytes) { /* changed since the check */
         close(fd);
-        return fault(fl, fpath, 0, "%s: %lld bytes, the manifest says %" PRIu64,
-                     (uint64_t)st.st_size < m->files[f].bytes ? "short (torn or truncated)" : "too long",
-                     (long long)st.st_size, m->files[f].bytes);
+        return size_fault(fl, fpath, (uint64_t)st.st_size, m->files[f].bytes);
     }
     XXH3_state_t *h = XXH3_createState();
     XXH3_64bits_reset(h);
@@ -323,7 +356,7 @@ static int load_file(const char *path, const px_ckpt_manifest_t *m, int f, piece
         const px_ckpt_logical_t *l = pieces[i].logical >= 0 ? &lt[pieces[i].logical] : NULL;
         float *base = l && dst ? dst->buf[l->buffer] + l->offset : NULL;
         int direct = base && contiguous(t->ndim, t->shape, s);
-        char *out = direct ? (char *)(base + s->start[0] * (volume_of(t->ndim, t->shape) / (t->shape[0] ? t->shape[0] : 1)))
+        char *out = direct ? (char *)(base + s->start[0] * (px_ckpt_volume(t->ndim, t->shape) / (t->shape[0] ? t->shape[0] : 1)))
                            : NULL;
         /* Other slices are read whole, then scattered into place. */
         uint64_t left = s->bytes, done = 0;
@@ -366,11 +399,13 @@ int px_ckpt_load(const char *path, const px_gpt_config_t *cfg, px_train_state_t 
     int rc = 0, nlog = 0, npieces = 0;
     px_ckpt_logical_t *lt = NULL;
     piece_t *pieces = NULL;
+    int *logical = NULL; /* per manifest tensor: its logical tensor in dst, or -1 */
     char *buf = malloc(IO_BLOCK);
     if (cfg && px_ckpt_manifest_matches(&m, cfg, err, sizeof err) != 0) {
         rc = fault(fl, mpath, 1, "%s", err);
         goto out;
     }
+    if ((rc = px_ckpt_check_files(path, &m, fl)) != 0) goto out;
     if (dst) {
         nlog = px_ckpt_logical_tensors(cfg ? cfg : &m.model, NULL);
         lt = calloc((size_t)nlog, sizeof *lt);
@@ -379,7 +414,8 @@ int px_ckpt_load(const char *path, const px_gpt_config_t *cfg, px_train_state_t 
     int total = 0;
     for (int i = 0; i < m.ntensors; i++) total += m.tensors[i].nslices;
     pieces = malloc((size_t)(total ? total : 1) * sizeof *pieces);
-    if (!buf || !pieces || (dst && !lt)) {
+    logical = malloc((size_t)m.ntensors * sizeof *logical);
+    if (!buf || !pieces || !logical || (dst && !lt)) {
         rc = fault(fl, path, 0, "out of memory");
         goto out;
     }
@@ -391,19 +427,17 @@ int px_ckpt_load(const char *path, const px_gpt_config_t *cfg, px_train_state_t 
             goto out;
         }
     }
+    for (int i = 0; i < m.ntensors; i++) {
+        logical[i] = -1;
+        for (int k = 0; k < nlog && logical[i] < 0; k++)
+            if (!strcmp(lt[k].name, m.tensors[i].name)) logical[i] = k;
+    }
     for (int f = 0; f < m.nfiles && rc == 0; f++) {
         npieces = 0;
-        for (int i = 0; i < m.ntensors; i++) {
-            int logical = -1;
-            if (dst)
-                for (int k = 0; k < nlog; k++)
-                    if (!strcmp(lt[k].name, m.tensors[i].name)) {
-                        logical = k;
-                        break;
-                    }
+        for (int i = 0; i < m.ntensors; i++)
             for (int j = 0; j < m.tensors[i].nslices; j++)
-                if (m.tensors[i].slices[j].file == f) pieces[npieces++] = (piece_t){&m.tensors[i].slices[j], i, logical};
-        }
+                if (m.tensors[i].slices[j].file == f)
+                    pieces[npieces++] = (piece_t){&m.tensors[i].slices[j], i, logical[i]};
         qsort(pieces, (size_t)npieces, sizeof *pieces, cmp_piece);
         rc = load_file(path, &m, f, pieces, npieces, lt, dst, buf, fl);
     }
@@ -414,6 +448,7 @@ int px_ckpt_load(const char *path, const px_gpt_config_t *cfg, px_train_state_t 
 out:
     free(buf);
     free(pieces);
+    free(logical);
     free(lt);
     if (lock_fd >= 0) close(lock_fd);
     if (rc == 0 && mout) *mout = m;
@@ -422,17 +457,6 @@ out:
 }
 
 /* ---- listing, restore, retention ----------------------------------------- */
-
-static int step_of(const char *name, int64_t *step) {
-    if (strncmp(name, "step_", 5) != 0 || !name[5]) return 0;
-    int64_t v = 0;
-    for (const char *p = name + 5; *p; p++) {
-        if (*p < '0' || *p > '9' || v > ((int64_t)1 << 50)) return 0;
-        v = v * 10 + (*p - '0');
-    }
-    *step = v;
-    return 1;
-}
 
 static int cmp_desc(const void *a, const void *b) {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
@@ -486,9 +510,6 @@ int64_t px_ckpt_restore_newest(const char *dir, const px_gpt_config_t *cfg, cons
             else if (m.seed != seed)
                 rc = fault(&f, mpath, 1, "written with seed %" PRIu64 ", this job's is %" PRIu64
                            " (the data order would differ)", m.seed, seed);
-            else if (m.step != steps[i])
-                rc = fault(&f, mpath, 0, "says step %lld, its folder step %lld", (long long)m.step,
-                           (long long)steps[i]);
             px_ckpt_manifest_free(&m);
         }
         if (rc == 0) rc = px_ckpt_load(path, cfg, dst, NULL, &f);
