@@ -52,6 +52,7 @@ static const char *fit(const char *s) {
 
 static void on_reject(void *ctx, const char *path, const px_ckpt_fault_t *f) {
     px_persist_t *p = ctx;
+    p->rejected++;
     px_log_warn("checkpoint_rejected path=%s file=%s fault=\"%s\": trying the previous one", path, f->file, f->fault);
     if (p->cfg->rank != 0) return;
     char detail[5000];
@@ -68,14 +69,11 @@ int px_persist_restore(px_persist_t *p, px_train_state_t *st, int64_t *restored)
     *restored = -1;
     if (!p->dir[0]) return 0;
     int64_t t0 = px_now_ms();
-    int64_t *steps;
-    int found = px_ckpt_list(p->dir, &steps);
-    free(steps);
-    if (found <= 0) {
+    int64_t r = px_ckpt_restore_newest(p->dir, &p->model, p->cfg->job, p->cfg->seed, st, on_reject, p);
+    if (r == -1 && p->rejected == 0) {
         px_log_info("checkpoint_none dir=%s: starting from the initial state", p->dir);
         return 0;
     }
-    int64_t r = px_ckpt_restore_newest(p->dir, &p->model, p->cfg->job, p->cfg->seed, st, on_reject, p);
     if (r == -2) {
         px_log_error("--checkpoint-dir %s holds only checkpoints of another job, seed or model (see the rejections "
                      "above); starting from scratch would overwrite them: use another folder, or move them away",
@@ -83,8 +81,8 @@ int px_persist_restore(px_persist_t *p, px_train_state_t *st, int64_t *restored)
         return -1;
     }
     if (r < 0) {
-        px_log_warn("checkpoint_none_valid dir=%s found=%d: every checkpoint was rejected, starting from the initial "
-                    "state", p->dir, found);
+        px_log_warn("checkpoint_none_valid dir=%s rejected=%d: every checkpoint was rejected, starting from the "
+                    "initial state", p->dir, p->rejected);
         return -2;
     }
     *restored = r;
@@ -119,7 +117,6 @@ static void report_done(px_persist_t *p) {
     while (p->saver && px_ckpt_saver_poll(p->saver, &d)) {
         if (d.ok) {
             double mb_s = d.res.seconds > 0 ? (double)d.res.bytes / 1e6 / d.res.seconds : 0;
-            p->saved++;
             px_log_info("checkpoint_saved step=%lld path=%s bytes=%" PRIu64 " seconds=%.3f mb_s=%.1f",
                         (long long)d.step, d.res.path, d.res.bytes, d.res.seconds, mb_s);
             px_agent_notify(p->agent, "checkpoint_saved", 0, d.step, "", d.res.bytes, (unsigned)(d.res.seconds * 1000),
@@ -127,7 +124,6 @@ static void report_done(px_persist_t *p) {
             printf("event kind=checkpoint_saved group=%s step=%lld path=%s bytes=%" PRIu64 " seconds=%.3f mb_s=%.1f\n",
                    p->cfg->group, (long long)d.step, d.res.path, d.res.bytes, d.res.seconds, mb_s);
         } else {
-            p->failed++;
             px_log_error("checkpoint_failed step=%lld reason=\"%s\": training goes on, the previous checkpoint stays",
                          (long long)d.step, d.err);
             px_agent_notify(p->agent, "checkpoint_failed", 0, d.step, "", 0, 0, fit(d.err));
@@ -148,7 +144,6 @@ static void save(px_persist_t *p, const px_train_state_t *st, const px_quorum_t 
     char path[4200];
     px_ckpt_path(p->dir, st->step, path, sizeof path);
     if (px_ckpt_saver_submit(p->saver, st, &meta, &held_ms) != 0) {
-        p->failed++;
         px_log_error("checkpoint_failed step=%lld reason=\"out of memory for the snapshot\"", (long long)st->step);
         px_agent_notify(p->agent, "checkpoint_failed", q->id, st->step, "", 0, 0, "out of memory for the snapshot");
         return;

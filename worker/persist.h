@@ -30,7 +30,7 @@ typedef struct {
     int64_t submitted;               /* step of the last save handed to the saver (-1: none) */
     char prev_writer[64];            /* the writer named by the last quorum joined */
     int catch_up;                    /* became the writer: save at the next commit */
-    int saved, failed;               /* counts, for the final line */
+    int rejected;                    /* checkpoints refused by the restore */
 } px_persist_t;
 
 /* Off (0) when cfg has no checkpoint_dir. -1 when the folder name is too
