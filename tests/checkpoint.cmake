@@ -8,21 +8,15 @@ add_test(NAME checkpoint_format COMMAND test_ckpt)
 # Checkpoints in real jobs: whole-job kill and identical resume, a corrupt
 # newest checkpoint skipped, fewer groups, a folder per group, SIGTERM, a
 # full disk, the writer killed (one ctest per scenario).
-foreach(scenario resume corrupt fewer pergroup sigterm rotate diskfull)
-  px_add_py_test(checkpoint_job_${scenario} ${CMAKE_CURRENT_LIST_DIR}/checkpoint/test_ckpt_job.py
-                 ${CMAKE_BINARY_DIR}/bin ${scenario})
-  set_tests_properties(checkpoint_job_${scenario} PROPERTIES TIMEOUT 400)
-endforeach()
+px_add_py_scenarios(checkpoint_job ${CMAKE_CURRENT_LIST_DIR}/checkpoint/test_ckpt_job.py ${CMAKE_BINARY_DIR}/bin 400
+                    resume corrupt fewer pergroup sigterm rotate diskfull)
 
 # phalanx-ckpt on a trained tiny model: import and export round trips (llm.c
 # byte for byte, safetensors read back by Hugging Face's reader), the same
 # eval loss, a job resumed from an import, damaged checkpoints and inputs,
 # bad command lines (one ctest per scenario).
-foreach(scenario roundtrip safetensors eval job damage usage)
-  px_add_py_test(checkpoint_tool_${scenario} ${CMAKE_CURRENT_LIST_DIR}/checkpoint/test_ckpt_tool.py
-                 ${CMAKE_BINARY_DIR}/bin ${scenario})
-  set_tests_properties(checkpoint_tool_${scenario} PROPERTIES TIMEOUT 300)
-endforeach()
+px_add_py_scenarios(checkpoint_tool ${CMAKE_CURRENT_LIST_DIR}/checkpoint/test_ckpt_tool.py ${CMAKE_BINARY_DIR}/bin 300
+                    roundtrip safetensors eval job damage usage)
 
 # SIGKILL of the writer mid-save, 20 seeds: nothing published loads wrong,
 # and the restarted worker restores the newest published step (about a

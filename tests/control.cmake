@@ -41,11 +41,9 @@ endforeach()
 # forged run_finished, stale accusations, a quorum member that never trains.
 add_executable(rogue_client ${CMAKE_CURRENT_LIST_DIR}/control/rogue_client.c)
 target_link_libraries(rogue_client PRIVATE px_proto PkgConfig::ZMQ)
-foreach(t impersonation forged_finish stale_report stalled_member auth_flood late_adoption)
-  px_add_py_test(control_hostile_${t} ${CMAKE_CURRENT_LIST_DIR}/control/test_hostile.py
-                 $<TARGET_FILE_DIR:phalanx-coordinator> ${t})
-  set_tests_properties(control_hostile_${t} PROPERTIES TIMEOUT 120)
-endforeach()
+px_add_py_scenarios(control_hostile ${CMAKE_CURRENT_LIST_DIR}/control/test_hostile.py
+                    $<TARGET_FILE_DIR:phalanx-coordinator> 120
+                    impersonation forged_finish stale_report stalled_member auth_flood late_adoption)
 # CURVE and the bind policy: the authorized-keys parser, token comparison,
 # loopback classification and key files as tables (test_auth_keys.c); real
 # coordinators, workers and phalanxctl with keys (test_curve.py).
@@ -63,12 +61,8 @@ set_tests_properties(control_curve PROPERTIES TIMEOUT 300)
 # delay anyone (coordinator/http.c). register_members makes /status large.
 add_executable(register_members ${CMAKE_CURRENT_LIST_DIR}/control/register_members.c)
 target_link_libraries(register_members PRIVATE px_proto PkgConfig::ZMQ)
-foreach(t slowloris lazy-readers)
-  string(REPLACE "-" "_" name ${t})
-  px_add_py_test(control_http_${name} ${CMAKE_CURRENT_LIST_DIR}/control/test_http_abuse.py
-                 $<TARGET_FILE_DIR:phalanx-coordinator> ${t})
-  set_tests_properties(control_http_${name} PROPERTIES TIMEOUT 120)
-endforeach()
+px_add_py_scenarios(control_http ${CMAKE_CURRENT_LIST_DIR}/control/test_http_abuse.py
+                    $<TARGET_FILE_DIR:phalanx-coordinator> 120 slowloris lazy-readers)
 # The HTTP server alone (status lines, deadlines, slot eviction, lazy readers).
 add_executable(test_http ${CMAKE_CURRENT_LIST_DIR}/control/test_http.c)
 target_link_libraries(test_http PRIVATE px_coordinator)
