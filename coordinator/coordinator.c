@@ -733,14 +733,14 @@ static void on_worker_event(px_coordinator_t *c, const void *ident, size_t ident
     const Phalanx__WorkerEvent *w = msg->worker_event;
     int finished = !strcmp(w->kind, "run_finished");
     if (finished && refuse_run_finished(c, ident, ident_len, msg->request_id, m, w)) return;
-    char detail[PX_REASON_MAX * 2 + 8];
-    px_json_escape(w->detail ? w->detail : "", detail, sizeof detail);
     if (!strncmp(w->kind, "checkpoint_", 11)) {
         emit_checkpoint_event(c, m, w);
     } else {
+        char detail[PX_REASON_MAX * 2 + 8];
+        px_json_escape(w->detail ? w->detail : "", detail, sizeof detail);
         emit(c, w->kind, "\"group\":\"%s\",\"rank\":%d,\"quorum_id\":%lld,\"step\":%lld,\"peer_group\":\"%s\",\"bytes\":%llu,\"ms\":%u,\"detail\":\"%s\"",
-         m->group, m->rank, (long long)w->quorum_id, (long long)w->step, w->peer_group ? w->peer_group : "",
-         (unsigned long long)w->bytes, w->ms, detail);
+             m->group, m->rank, (long long)w->quorum_id, (long long)w->step, w->peer_group ? w->peer_group : "",
+             (unsigned long long)w->bytes, w->ms, detail);
     }
     px_log_info("%s group=%s rank=%d quorum_id=%lld step=%lld peer=%s bytes=%llu ms=%u %s", w->kind, m->group, m->rank,
                 (long long)w->quorum_id, (long long)w->step, w->peer_group ? w->peer_group : "-",
