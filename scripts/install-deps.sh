@@ -6,9 +6,11 @@
 set -eu
 PKGS="build-essential cmake pkg-config libzmq3-dev libprotobuf-c-dev protobuf-c-compiler \
 librdkafka-dev libxxhash-dev libjansson-dev kcat libopenblas-dev libgloo-dev fortunes curl python3 \
-python3-pip valgrind"
+python3-pip valgrind podman runc debootstrap"
+# Each entry is DIST:MODULE (the name pip installs, the name python imports).
 # safetensors: the checkpoint tool's export is read back with Hugging Face's own reader.
-PYPKGS="safetensors numpy"
+# kubernetes-validate: the rendered manifests are checked against Kubernetes' schemas.
+PYPKGS="safetensors:safetensors numpy:numpy kubernetes-validate:kubernetes_validate"
 
 need_root() {
   if [ "$(id -u)" != 0 ]; then
@@ -34,7 +36,7 @@ fi
 
 pymissing=""
 for p in $PYPKGS; do
-  python3 -c "import $p" 2>/dev/null || pymissing="$pymissing $p"
+  python3 -c "import ${p#*:}" 2>/dev/null || pymissing="$pymissing ${p%%:*}"
 done
 [ -z "$pymissing" ] && exit 0
 echo "install-deps: installing from PyPI:$pymissing"
