@@ -4,7 +4,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build test demo clean
+.PHONY: all deps configure build test demo image clean
 
 all: build
 
@@ -24,6 +24,10 @@ test: build
 
 demo: build
 	./scripts/demo.sh $(BUILD)
+
+# The OCI image (deploy/Containerfile) with podman; see docs/deploy.md.
+image: deps
+	./scripts/image.sh
 
 clean:
 	rm -rf $(BUILD)

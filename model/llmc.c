@@ -85,7 +85,7 @@ int px_gpt_load(const char *path, px_gpt_t **out, char *err, size_t errlen) {
     *out = NULL;
     FILE *f = NULL;
     int32_t h[HEADER_INTS];
-    long long size;
+    long long size = 0; /* set by read_header; -O3 cannot tell */
     px_gpt_config_t cfg;
     if (read_header(path, &f, h, &size, &cfg, err, errlen) != 0) return -1;
     size_t sizes[PX_GPT_NUM_TENSORS];

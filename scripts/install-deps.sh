@@ -4,13 +4,27 @@
 # Run as root (CI and `make demo`/`make test` do); a non-root run that finds
 # everything present does nothing and succeeds.
 set -eu
-PKGS="build-essential cmake pkg-config libzmq3-dev libprotobuf-c-dev protobuf-c-compiler \
-librdkafka-dev libxxhash-dev libjansson-dev kcat libopenblas-dev libgloo-dev fortunes curl python3 \
-python3-pip valgrind podman runc debootstrap"
+# What compiling and linking the programs needs (the image's build stage
+# installs only these: `install-deps.sh --build`; fortunes is the demo corpus).
+BUILD_PKGS="build-essential cmake pkg-config libzmq3-dev libprotobuf-c-dev protobuf-c-compiler \
+librdkafka-dev libxxhash-dev libjansson-dev libopenblas-dev libgloo-dev fortunes"
+# What the tests and the demo use besides: kcat reads Kafka, valgrind checks
+# memory, podman/runc/debootstrap build and run the image (deploy/).
+TEST_PKGS="kcat curl python3 python3-pip valgrind podman runc debootstrap"
 # Each entry is DIST:MODULE (the name pip installs, the name python imports).
 # safetensors: the checkpoint tool's export is read back with Hugging Face's own reader.
 # kubernetes-validate: the rendered manifests are checked against Kubernetes' schemas.
 PYPKGS="safetensors:safetensors numpy:numpy kubernetes-validate:kubernetes_validate"
+
+PKGS="$BUILD_PKGS $TEST_PKGS"
+BUILD_ONLY=0
+if [ "${1:-}" = "--build" ]; then
+  PKGS=$BUILD_PKGS
+  BUILD_ONLY=1
+elif [ $# -gt 0 ]; then
+  echo "usage: install-deps.sh [--build]   (--build: only what compiling needs)" >&2
+  exit 2
+fi
 
 need_root() {
   if [ "$(id -u)" != 0 ]; then
@@ -34,6 +48,7 @@ if [ -n "$missing" ]; then
   apt-get install -y -qq --no-install-recommends $missing
 fi
 
+[ "$BUILD_ONLY" = 1 ] && exit 0
 pymissing=""
 for p in $PYPKGS; do
   python3 -c "import ${p#*:}" 2>/dev/null || pymissing="$pymissing ${p%%:*}"
