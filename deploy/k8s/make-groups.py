@@ -91,7 +91,7 @@ def main():
     ap.add_argument("groups", nargs="*", help="group names (DNS labels), e.g. g0 g1 g2")
     ap.add_argument("--count", type=int, help="R groups named g0 .. g(R-1), instead of names")
     ap.add_argument("--check", action="store_true", help="change nothing; exit 1 if OVERLAY/groups differs")
-    a = ap.parse_args()
+    a = ap.parse_intermixed_args()
 
     if (a.count is None) == (not a.groups):
         ap.error("give either group names or --count R")
