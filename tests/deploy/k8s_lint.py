@@ -15,7 +15,7 @@ import argparse
 import re
 import sys
 
-from k8s_render import container_env, containers, find, ident, load, pod_spec, pod_template
+from k8s_render import POD_IP_FIELD, RANK_FIELD, container_env, containers, find, ident, load, pod_spec, pod_template
 
 UID = 10001
 TOKEN_SECRET, TOKEN_KEY = "phalanx-token", "token"
@@ -24,7 +24,6 @@ ZMQ_PORT, HTTP_PORT = 7777, 8080
 NAME_LABEL, COMPONENT_LABEL, GROUP_LABEL = "app.kubernetes.io/name", "app.kubernetes.io/component", "phalanx.dev/group"
 WORKER = {NAME_LABEL: "phalanx", COMPONENT_LABEL: "worker"}
 COORDINATOR = {NAME_LABEL: "phalanx", COMPONENT_LABEL: "coordinator"}
-RANK_FIELD = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
 
 
 def selects(selector, labels):
@@ -222,8 +221,8 @@ class Lint:
                     and rank.get("value") != "$(JOB_COMPLETION_INDEX)":
                 self.bad(o, f + "PHALANX_RANK", "expected from the downward API, %s" % RANK_FIELD)
             host = (env.get("PHALANX_DATA_HOST", {}).get("valueFrom") or {}).get("fieldRef", {}).get("fieldPath")
-            if host != "status.podIP":
-                self.bad(o, f + "PHALANX_DATA_HOST", "is from %r, expected status.podIP" % host)
+            if host != POD_IP_FIELD:
+                self.bad(o, f + "PHALANX_DATA_HOST", "is from %r, expected %s" % (host, POD_IP_FIELD))
 
     # --- a whole job: references between objects -------------------------
 

@@ -5,9 +5,9 @@ them):
 
     import k8s_render as k
     objs = k.render("cpu-demo")
-    coord = k.find(objs, "Deployment", "phalanx-coordinator")
-    c = k.containers(coord)[0]
-    c["command"], k.container_env(objs, c)
+    g0 = k.find(objs, "Job", "phalanx-worker-g0")[0]
+    c = k.containers(g0)[0]
+    c["command"], k.container_env(objs, c, {k.RANK_FIELD: "0", k.POD_IP_FIELD: "10.0.0.2"})
 
 Targets are the names in TARGETS (or a folder holding a kustomization);
 "cpu-demo+kafka" is the demo with the optional Kafka component."""
@@ -32,6 +32,11 @@ TARGETS = {
 OVERLAYS = ("cpu-demo", "gpu", "cpu-demo+kafka")  # whole jobs; base and worker-group are parts
 
 WORKLOADS = ("Deployment", "Job")
+
+# The downward API fields the worker's environment takes its rank and
+# data-plane address from (fill them in with container_env's `fields`).
+RANK_FIELD = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+POD_IP_FIELD = "status.podIP"
 
 
 class RenderError(Exception):
