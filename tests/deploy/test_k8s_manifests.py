@@ -1,0 +1,472 @@
+"""deploy/k8s checked offline, one ctest per scenario:
+
+  render         every target renders with `kubectl kustomize`; every YAML
+                 file there starts with a comment saying what it is for
+  validate       every rendered object against the Kubernetes OpenAPI schemas
+                 (kubernetes-validate, strict: unknown fields rejected) of 1.33,
+                 the oldest with backoffLimitPerIndex GA, and of the newest
+                 version the package holds; and that both schemas can fail
+  lint           k8s_lint.py finds nothing (security context, resources,
+                 probes, the group Jobs' policies, token, references)
+  lint-selftest  the lint reports each of a list of deliberately broken
+                 manifests, naming the object and field
+  refs           what each overlay promises: cpu-demo 3 groups x 1 rank,
+                 gpu 8 ranks with GPUs, the coordinator address, the volumes
+  groups         make-groups.py wrote the committed groups/ folders, and
+                 makes and refuses what it should
+
+Usage: test_k8s_manifests.py K8S_DIR SCENARIO (K8S_DIR is deploy/k8s)."""
+import copy
+import os
+import subprocess
+import shutil
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "lib"))
+
+from phalanx_test import Fail, check, main_scenarios  # noqa: E402
+import k8s_render as K  # noqa: E402
+from k8s_lint import lint  # noqa: E402
+
+OLDEST = "1.33"  # backoffLimitPerIndex and podReplacementPolicy are GA from 1.33
+GPU_EXTERNAL = ["Secret/phalanx-token"]  # created by the operator (overlays/gpu/kustomization.yaml)
+
+
+def render(target, k8s_dir):
+    try:
+        return K.render(target, k8s_dir)
+    except K.RenderError as e:
+        raise Fail(str(e))
+
+
+def kubectl():
+    try:
+        return K.kubectl()
+    except K.RenderError as e:
+        raise Fail(str(e))
+
+
+def lint_args(target):
+    """How each target is linted: parts without references, gpu pinned."""
+    if target not in K.OVERLAYS:
+        return dict(whole=False)
+    if target == "gpu":
+        return dict(external=GPU_EXTERNAL, pinned=True)
+    return {}
+
+
+# --- render ------------------------------------------------------------------
+
+def test_render(k8s_dir):
+    print("kubectl: %s" % kubectl())
+    for t in K.TARGETS:
+        objs = render(t, k8s_dir)
+        check(objs, "%s renders to nothing" % t)
+        for o in objs:
+            check(o.get("apiVersion") and o.get("kind") and (o.get("metadata") or {}).get("name"),
+                  "%s: an object without apiVersion, kind or metadata.name: %r" % (t, o))
+        print("render %-15s %2d objects: %s" % (t, len(objs), " ".join(K.ident(o) for o in objs)))
+    headless = []
+    for d, _, names in os.walk(k8s_dir):
+        for n in sorted(names):
+            if n.endswith((".yaml", ".yml")):
+                p = os.path.join(d, n)
+                with open(p) as f:
+                    if not f.readline().startswith("#"):
+                        headless.append(os.path.relpath(p, k8s_dir))
+    check(not headless, "YAML files without a comment header saying what they are for: %s" % " ".join(headless))
+    print("every YAML file under %s starts with a comment" % k8s_dir)
+
+
+# --- validate ----------------------------------------------------------------
+
+def schema_versions():
+    try:
+        import kubernetes_validate as kv
+        from kubernetes_validate.utils import all_versions, major_minor
+    except ImportError as e:
+        raise Fail("the Python package kubernetes-validate is missing (scripts/install-deps.sh installs it): %s" % e)
+    have = sorted({major_minor(v) for v in all_versions()}, key=lambda v: tuple(map(int, v.split("."))))
+    check(OLDEST in have, "kubernetes-validate %s has no schemas for Kubernetes %s (it has %s)"
+          % (kv.__version__, OLDEST, " ".join(have)))
+    newest = have[-1]
+    print("kubernetes-validate %s: Kubernetes %s (oldest with backoffLimitPerIndex GA) and %s (newest it holds), "
+          "strict" % (kv.__version__, OLDEST, newest))
+    return kv, [OLDEST] if newest == OLDEST else [OLDEST, newest]
+
+
+def schema_errors(kv, objs, version):
+    """'Kind/name: path: message' for each object failing the strict schema."""
+    out = []
+    for o in objs:
+        try:
+            used = kv.validate(copy.deepcopy(o), version, strict=True)
+            if used != version:
+                out.append("%s: validated against %s, not %s" % (K.ident(o), used, version))
+        except kv.ValidationError as e:
+            out.append("%s: %s: %s" % (K.ident(o), ".".join(str(p) for p in e.absolute_path), e.message))
+        except (kv.SchemaNotFoundError, kv.InvalidSchemaError) as e:
+            out.append("%s: no schema: %s" % (K.ident(o), e.message))
+    return out
+
+
+def test_validate(k8s_dir):
+    kv, versions = schema_versions()
+    errors = []
+    for t in K.TARGETS:
+        objs = render(t, k8s_dir)
+        for v in versions:
+            errs = schema_errors(kv, objs, v)
+            print("validate %-15s Kubernetes %s: %d objects, %d errors" % (t, v, len(objs), len(errs)))
+            errors += ["%s (Kubernetes %s) %s" % (t, v, e) for e in errs]
+    check(not errors, "schema errors:\n  " + "\n  ".join(errors))
+
+    # The schemas must be able to say no, or the above proves nothing.
+    job = K.find(render("cpu-demo", k8s_dir), "Job")[0]
+    typo = copy.deepcopy(job)
+    typo["spec"]["template"]["spec"]["containers"][0]["securityContex"] = {}
+    for v in versions:
+        errs = schema_errors(kv, [typo], v)
+        check(errs, "Kubernetes %s: strict validation let a misspelled field (securityContex) through" % v)
+        print("control: Kubernetes %s rejects a misspelled field: %s" % (v, errs[0]))
+    if len(versions) > 1:
+        # onPodConditions[].status was required before 1.34: the versions differ.
+        nostatus = copy.deepcopy(job)
+        for r in nostatus["spec"]["podFailurePolicy"]["rules"]:
+            for c in r.get("onPodConditions") or []:
+                c.pop("status", None)
+        old, new = schema_errors(kv, [nostatus], OLDEST), schema_errors(kv, [nostatus], versions[-1])
+        check(old and not new, "a DisruptionTarget rule without status: expected Kubernetes %s to reject it and %s "
+              "to take it, got %r and %r" % (OLDEST, versions[-1], old, new))
+        print("control: without onPodConditions[].status, %s rejects (%s), %s accepts" % (OLDEST, old[0], versions[-1]))
+
+
+# --- lint --------------------------------------------------------------------
+
+def test_lint(k8s_dir):
+    problems = []
+    for t in K.TARGETS:
+        a = lint_args(t)
+        found = lint(render(t, k8s_dir), **a)
+        print("lint %-15s %s: %d problems" % (t, "part (no references)" if a.get("whole") is False else
+                                               "whole job" + (", images pinned, external %s" % " ".join(
+                                                   a["external"]) if a.get("external") else ""), len(found)))
+        problems += ["%s: %s" % (t, p) for p in found]
+    check(not problems, "lint:\n  " + "\n  ".join(problems))
+
+
+def _job(objs, i=0):
+    return K.find(objs, "Job")[i]
+
+
+def _coord(objs):
+    return K.find(objs, "Deployment", "phalanx-coordinator")[0]
+
+
+def _ctr(o):
+    return K.containers(o)[0]
+
+
+def _env_del(c, name):
+    c["env"] = [e for e in c["env"] if e["name"] != name]
+
+
+def _env_set(c, name, value):
+    _env_del(c, name)
+    c["env"].append({"name": name, "value": value})
+
+
+def _drop(objs, kind, name=None):
+    objs[:] = [o for o in objs if not (o["kind"] == kind and (name is None or o["metadata"]["name"] == name))]
+
+
+def _rules(o):
+    return o["spec"]["podFailurePolicy"]["rules"]
+
+
+# (what is broken, how, what the lint must say: a substring of one problem)
+BROKEN = [
+    ("coordinator without securityContext", lambda x: _ctr(_coord(x)).pop("securityContext"),
+     "Deployment/phalanx-coordinator: spec.template.spec.containers[coordinator].securityContext.readOnlyRootFilesystem"),
+    ("worker running as root", lambda x: _ctr(_job(x))["securityContext"].update(runAsUser=0),
+     "Job/phalanx-worker-g0: spec.template.spec.containers[worker].securityContext.runAsUser"),
+    ("worker keeping its capabilities", lambda x: _ctr(_job(x))["securityContext"].pop("capabilities"),
+     "Job/phalanx-worker-g0: spec.template.spec.containers[worker].securityContext.capabilities.drop"),
+    ("privilege escalation allowed", lambda x: _ctr(_job(x, 1))["securityContext"].update(allowPrivilegeEscalation=True),
+     "Job/phalanx-worker-g1: spec.template.spec.containers[worker].securityContext.allowPrivilegeEscalation"),
+    ("no seccomp profile", lambda x: (_ctr(_coord(x))["securityContext"].pop("seccompProfile"),
+                                      K.pod_spec(_coord(x))["securityContext"].pop("seccompProfile")),
+     "Deployment/phalanx-coordinator: spec.template.spec.containers[coordinator].securityContext.seccompProfile.type"),
+    ("coordinator without a readiness probe", lambda x: _ctr(_coord(x)).pop("readinessProbe"),
+     "Deployment/phalanx-coordinator: spec.template.spec.containers[coordinator].readinessProbe"),
+    ("liveness probe on the wrong path", lambda x: _ctr(_coord(x))["livenessProbe"]["httpGet"].update(path="/status"),
+     "Deployment/phalanx-coordinator: spec.template.spec.containers[coordinator].livenessProbe"),
+    ("coordinator rolling instead of Recreate", lambda x: _coord(x)["spec"].update(strategy={"type": "RollingUpdate"}),
+     "Deployment/phalanx-coordinator: spec.strategy.type"),
+    ("no scrape annotations", lambda x: _coord(x)["spec"]["template"]["metadata"].pop("annotations"),
+     "Deployment/phalanx-coordinator: spec.template.metadata.annotations.prometheus.io/scrape"),
+    ("worker without limits", lambda x: _ctr(_job(x))["resources"].pop("limits"),
+     "Job/phalanx-worker-g0: spec.template.spec.containers[worker].resources.limits.cpu"),
+    ("no /tmp under a read-only root", lambda x: _ctr(_job(x))["volumeMounts"].pop(),
+     "Job/phalanx-worker-g0: spec.template.spec.containers[worker].volumeMounts[/tmp]"),
+    ("service links on", lambda x: K.pod_spec(_job(x)).pop("enableServiceLinks"),
+     "Job/phalanx-worker-g0: spec.template.spec.enableServiceLinks"),
+    ("Job not Indexed", lambda x: _job(x)["spec"].update(completionMode="NonIndexed"),
+     "Job/phalanx-worker-g0: spec.completionMode"),
+    ("no backoffLimitPerIndex", lambda x: _job(x)["spec"].pop("backoffLimitPerIndex"),
+     "Job/phalanx-worker-g0: spec.backoffLimitPerIndex"),
+    ("replacement pods before the old one is gone", lambda x: _job(x)["spec"].pop("podReplacementPolicy"),
+     "Job/phalanx-worker-g0: spec.podReplacementPolicy"),
+    ("restartPolicy OnFailure", lambda x: K.pod_spec(_job(x)).update(restartPolicy="OnFailure"),
+     "Job/phalanx-worker-g0: spec.template.spec.restartPolicy"),
+    ("evictions counted as failures", lambda x: _rules(_job(x)).pop(1),
+     "Job/phalanx-worker-g0: spec.podFailurePolicy.rules: no Ignore rule for the DisruptionTarget"),
+    ("exit 2 retried", lambda x: _rules(_job(x)).pop(0),
+     "Job/phalanx-worker-g0: spec.podFailurePolicy.rules: no FailJob/FailIndex rule for exit code 2"),
+    ("rank not from the completion index", lambda x: _env_set(_ctr(_job(x)), "PHALANX_RANK", "0"),
+     "Job/phalanx-worker-g0: spec.template.spec.containers[worker].env.PHALANX_RANK"),
+    ("data plane on loopback", lambda x: _env_set(_ctr(_job(x)), "PHALANX_DATA_HOST", "127.0.0.1"),
+     "Job/phalanx-worker-g0: spec.template.spec.containers[worker].env.PHALANX_DATA_HOST"),
+    ("token file not set", lambda x: _env_del(_ctr(_job(x)), "PHALANX_TOKEN_FILE"),
+     "Job/phalanx-worker-g0: spec.template.spec.containers[worker].env.PHALANX_TOKEN_FILE"),
+    ("token Secret not mounted", lambda x: _ctr(_coord(x))["volumeMounts"].pop(0),
+     "Deployment/phalanx-coordinator: spec.template.spec.containers[coordinator].volumeMounts: no mount of Secret"),
+    ("token Secret missing", lambda x: _drop(x, "Secret"),
+     "Deployment/phalanx-coordinator: spec.template.spec: names Secret/phalanx-token"),
+    ("worker dialling the HTTP port", lambda x: _env_set(_ctr(_job(x, 2)), "PHALANX_COORDINATOR",
+                                                         "tcp://phalanx-coordinator:8080"),
+     "Job/phalanx-worker-g2: spec.template.spec.containers[worker].env.PHALANX_COORDINATOR"),
+    ("worker dialling another Service", lambda x: _env_set(_ctr(_job(x)), "PHALANX_COORDINATOR", "tcp://coordinator:7777"),
+     "Job/phalanx-worker-g0: spec.template.spec.containers[worker].env.PHALANX_COORDINATOR"),
+    ("Service port not leading to the bind port",
+     lambda x: K.find(x, "Service", "phalanx-coordinator")[0]["spec"]["ports"][0].update(targetPort=7000),
+     "Service/phalanx-coordinator: spec.ports: no port leading to the coordinator's port 7777"),
+    ("two Jobs with one group", lambda x: _env_set(_ctr(_job(x, 1)), "PHALANX_GROUP", "g0") or
+     _job(x, 1)["spec"]["template"]["metadata"]["labels"].update({"phalanx.dev/group": "g0"}),
+     "Job/phalanx-worker-g1: spec.template.spec.containers[worker].env.PHALANX_GROUP: 'g0' is also the group of"),
+    ("group label disagreeing with PHALANX_GROUP",
+     lambda x: _job(x)["spec"]["template"]["metadata"]["labels"].update({"phalanx.dev/group": "g9"}),
+     "Job/phalanx-worker-g0: spec.template.metadata.labels.phalanx.dev/group"),
+    ("completions not the ranks per group", lambda x: _job(x)["spec"].update(completions=2, parallelism=2),
+     "Job/phalanx-worker-g0: spec.template.spec.containers[worker].env.PHALANX_RANKS_PER_GROUP"),
+    ("another job's name", lambda x: K.find(x, "ConfigMap", "phalanx-worker")[0]["data"].update(PHALANX_JOB="other"),
+     "Job/phalanx-worker-g0: spec.template.spec.containers[worker].env.PHALANX_JOB"),
+    ("no NetworkPolicy", lambda x: _drop(x, "NetworkPolicy"), "NetworkPolicy: none selects the coordinator pods"),
+    ("coordinator open to every pod",
+     lambda x: K.find(x, "NetworkPolicy", "phalanx-coordinator")[0]["spec"]["ingress"][0].pop("from"),
+     "NetworkPolicy/phalanx-coordinator: spec.ingress[0].from: empty"),
+    ("no PodDisruptionBudget", lambda x: _drop(x, "PodDisruptionBudget"), "PodDisruptionBudget: none selects"),
+    ("budget letting two groups go", lambda x: K.find(x, "PodDisruptionBudget")[0]["spec"].update(minAvailable=1),
+     "PodDisruptionBudget/phalanx-workers: spec.minAvailable"),
+    ("no headless Service", lambda x: _drop(x, "Service", "phalanx-workers"),
+     "Job/phalanx-worker-g0: spec.template.spec.subdomain"),
+    ("object without the name label", lambda x: K.find(x, "ConfigMap")[0]["metadata"]["labels"].pop(
+        "app.kubernetes.io/name"), "ConfigMap/phalanx-coordinator: metadata.labels.app.kubernetes.io/name"),
+]
+
+
+def test_lint_selftest(k8s_dir):
+    demo = render("cpu-demo", k8s_dir)
+    check(not lint(demo), "cpu-demo must lint clean before it is broken: %s" % lint(demo))
+    missed = []
+    for what, breaks, expect in BROKEN:
+        objs = copy.deepcopy(demo)
+        breaks(objs)
+        found = lint(objs)
+        hit = [p for p in found if expect in p]
+        print("%-45s -> %s" % (what, hit[0] if hit else "NOT REPORTED"))
+        if not hit:
+            missed.append("%s: expected a problem holding %r, got %r" % (what, expect, found))
+    # gpu: a latest image, only there is it a problem
+    gpu = render("gpu", k8s_dir)
+    _ctr(_job(gpu))["image"] = "registry.example.com/phalanx:latest"
+    hit = [p for p in lint(gpu, **lint_args("gpu")) if "Job/phalanx-worker-g0: spec.template.spec.containers[worker]"
+           ".image" in p]
+    print("%-45s -> %s" % ("gpu image :latest", hit[0] if hit else "NOT REPORTED"))
+    if not hit:
+        missed.append("gpu image :latest: not reported")
+    # the command-line form
+    r = subprocess.run([sys.executable, os.path.join(HERE, "k8s_lint.py"), "-"], input=K.render_yaml("gpu", k8s_dir),
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    print("k8s_lint.py - < gpu without --external: exit %d, %s" % (r.returncode, r.stdout.strip().splitlines()[-1]))
+    if r.returncode != 1 or "names Secret/phalanx-token" not in r.stdout:
+        missed.append("k8s_lint.py on the gpu overlay without --external: expected exit 1 naming the Secret, got %d: "
+                      "%s" % (r.returncode, r.stdout))
+    check(not missed, "the lint missed broken manifests:\n  " + "\n  ".join(missed))
+    print("the lint reported all %d broken manifests" % (len(BROKEN) + 2))
+
+
+# --- refs ---------------------------------------------------------------------
+
+def mounted_dir(o, c, path):
+    """The volume a path lies in, as (mount, volume) or (None, None)."""
+    vols = {v["name"]: v for v in K.pod_spec(o).get("volumes") or []}
+    best = None
+    for m in c.get("volumeMounts") or []:
+        mp = m["mountPath"].rstrip("/")
+        if (path == mp or path.startswith(mp + "/")) and (not best or len(mp) > len(best["mountPath"])):
+            best = m
+    return (best, vols.get(best["name"])) if best else (None, None)
+
+
+def check_common(t, objs):
+    """What every overlay shares: the coordinator address, writable folders."""
+    coord = _coord(objs)
+    cc = _ctr(coord)
+    cenv = K.container_env(objs, cc)
+    svc = K.find(objs, "Service", "phalanx-coordinator")
+    check(svc, "%s: no Service phalanx-coordinator" % t)
+    ports = {p["name"]: p for p in svc[0]["spec"]["ports"]}
+    check(ports.get("zmq", {}).get("port") == 7777 and ports.get("http", {}).get("port") == 8080,
+          "%s: Service/phalanx-coordinator: spec.ports: expected zmq 7777 and http 8080, got %r" % (t, ports))
+    check(cenv.get("PHALANX_BIND") == "tcp://0.0.0.0:7777", "%s: Deployment/phalanx-coordinator: env.PHALANX_BIND is %r"
+          % (t, cenv.get("PHALANX_BIND")))
+    for j in K.find(objs, "Job"):
+        env = K.container_env(objs, _ctr(j))
+        check(env.get("PHALANX_COORDINATOR") == "tcp://phalanx-coordinator:7777",
+              "%s: %s: env.PHALANX_COORDINATOR is %r, expected tcp://phalanx-coordinator:7777 (the Service, port zmq)"
+              % (t, K.ident(j), env.get("PHALANX_COORDINATOR")))
+        ckpt = env.get("PHALANX_CHECKPOINT_DIR", "")
+        m, v = mounted_dir(j, _ctr(j), ckpt)
+        check(m and not m.get("readOnly"), "%s: %s: PHALANX_CHECKPOINT_DIR %r is on no writable volume"
+              % (t, K.ident(j), ckpt))
+    print("%s: every worker dials tcp://phalanx-coordinator:7777 = Service port zmq -> the coordinator's --bind; "
+          "checkpoints on a writable volume" % t)
+    events = cenv.get("PHALANX_EVENTS", "")
+    for key, path in (("PHALANX_EVENTS", events[5:] if events.startswith("file:") else None),
+                      ("PHALANX_SPILL_DIR", cenv.get("PHALANX_SPILL_DIR"))):
+        if path is None:
+            continue
+        m, v = mounted_dir(coord, cc, path)
+        check(m and v and "emptyDir" in v and not m.get("readOnly"), "%s: Deployment/phalanx-coordinator: env.%s %r "
+              "is on no writable emptyDir (the root file system is read-only)" % (t, key, path))
+    print("%s: coordinator events %s, spill dir %s on a writable emptyDir" % (t, events, cenv.get("PHALANX_SPILL_DIR")))
+    return coord, cenv
+
+
+def worker_jobs(t, objs):
+    jobs = K.find(objs, "Job", labels={"app.kubernetes.io/component": "worker"})
+    check(len(jobs) == len(K.find(objs, "Job")), "%s: a Job without app.kubernetes.io/component=worker" % t)
+    return jobs
+
+
+def test_refs(k8s_dir):
+    for t in ("cpu-demo", "cpu-demo+kafka"):
+        objs = render(t, k8s_dir)
+        coord, cenv = check_common(t, objs)
+        jobs = worker_jobs(t, objs)
+        groups = [K.container_env(objs, _ctr(j))["PHALANX_GROUP"] for j in jobs]
+        check(groups == ["g0", "g1", "g2"], "%s: expected 3 worker Jobs for groups g0 g1 g2, got %s"
+              % (t, [(K.ident(j), g) for j, g in zip(jobs, groups)]))
+        for j in jobs:
+            env = K.container_env(objs, _ctr(j))
+            check(j["spec"]["completions"] == 1 and env["PHALANX_RANKS_PER_GROUP"] == "1",
+                  "%s: %s: spec.completions %r, PHALANX_RANKS_PER_GROUP %r: expected 1 and 1"
+                  % (t, K.ident(j), j["spec"]["completions"], env["PHALANX_RANKS_PER_GROUP"]))
+            check(env["PHALANX_MODEL"] == "tiny" and env["PHALANX_DATA"] == "/usr/local/share/phalanx/data/demo",
+                  "%s: %s: expected the tiny model on the image's demo data, got %s on %s"
+                  % (t, K.ident(j), env["PHALANX_MODEL"], env["PHALANX_DATA"]))
+            vol = mounted_dir(j, _ctr(j), env["PHALANX_CHECKPOINT_DIR"])[1]
+            check("emptyDir" in vol, "%s: %s: checkpoints on %r, expected an emptyDir in the demo" % (t, K.ident(j), vol))
+        check(not K.find(objs, "PersistentVolumeClaim"), "%s: the demo needs no PersistentVolumeClaim" % t)
+        check(K.secret_value(objs, "phalanx-token", "token").strip(), "%s: Secret/phalanx-token: empty token" % t)
+        want_events = "kafka:" if t.endswith("kafka") else "file:"
+        check(cenv["PHALANX_EVENTS"].startswith(want_events), "%s: ConfigMap/phalanx-coordinator: PHALANX_EVENTS is %r, "
+              "expected %s..." % (t, cenv["PHALANX_EVENTS"], want_events))
+        print("%s: 3 worker Jobs, groups %s, 1 rank each, tiny model, emptyDir checkpoints, token Secret, events %s"
+              % (t, " ".join(groups), cenv["PHALANX_EVENTS"]))
+
+    t = "gpu"
+    objs = render(t, k8s_dir)
+    check_common(t, objs)
+    jobs = worker_jobs(t, objs)
+    check(len(jobs) == 2, "gpu: expected 2 worker Jobs (documented in overlays/gpu), got %d" % len(jobs))
+    for j in jobs:
+        pod, c = K.pod_spec(j), _ctr(j)
+        f = "gpu: %s: " % K.ident(j)
+        check(j["spec"]["completions"] == 8 and j["spec"]["parallelism"] == 8,
+              f + "spec.completions/parallelism %r/%r, expected 8/8" % (j["spec"]["completions"], j["spec"]["parallelism"]))
+        lim = c["resources"].get("limits", {}).get("nvidia.com/gpu")
+        check(lim is not None and int(lim) >= 1, f + "resources.limits.nvidia.com/gpu is %r, expected >= 1" % lim)
+        check(pod.get("nodeSelector") and any(t_.get("key") == "nvidia.com/gpu" for t_ in pod.get("tolerations") or []),
+              f + "expected a nodeSelector and a toleration for nvidia.com/gpu")
+        shm, vol = mounted_dir(j, c, "/dev/shm")
+        check(shm and shm["mountPath"] == "/dev/shm" and (vol.get("emptyDir") or {}).get("medium") == "Memory",
+              f + "expected /dev/shm on an emptyDir with medium Memory, got %r" % vol)
+        env = K.container_env(objs, c)
+        check(any(k.startswith("NCCL_") for k in env), f + "env: no NCCL_* variables")
+        check(env["PHALANX_RANKS_PER_GROUP"] == "8", f + "PHALANX_RANKS_PER_GROUP is %r" % env["PHALANX_RANKS_PER_GROUP"])
+    pvc = K.find(objs, "PersistentVolumeClaim", "phalanx-checkpoints")
+    check(pvc and "ReadWriteMany" in pvc[0]["spec"]["accessModes"],
+          "gpu: expected PersistentVolumeClaim/phalanx-checkpoints, ReadWriteMany")
+    print("gpu: 2 worker Jobs x 8 ranks, nvidia.com/gpu limits, GPU nodes, /dev/shm in memory, NCCL env, "
+          "checkpoints on a ReadWriteMany claim")
+
+
+# --- groups -------------------------------------------------------------------
+
+def committed_groups(overlay):
+    import yaml
+    with open(os.path.join(overlay, "groups", "kustomization.yaml")) as f:
+        return yaml.safe_load(f)["resources"]
+
+
+def make_groups(k8s_dir, *args):
+    return subprocess.run([sys.executable, os.path.join(k8s_dir, "make-groups.py")] + list(args),
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def test_groups(k8s_dir):
+    for name in ("cpu-demo", "gpu"):
+        overlay = os.path.join(k8s_dir, "overlays", name)
+        groups = committed_groups(overlay)
+        r = make_groups(k8s_dir, overlay, "--check", *groups)
+        check(r.returncode == 0, "%s/groups is not what make-groups.py writes for %s:\n%s"
+              % (overlay, " ".join(groups), r.stdout))
+        print("overlays/%s/groups: as make-groups.py writes it for %s" % (name, " ".join(groups)))
+
+    with tempfile.TemporaryDirectory(prefix="phalanx-k8s-") as tmp:
+        copy_dir = os.path.join(tmp, "k8s")
+        shutil.copytree(k8s_dir, copy_dir)
+        demo = os.path.join(copy_dir, "overlays", "cpu-demo")
+        r = make_groups(copy_dir, demo, "--count", "5")
+        check(r.returncode == 0, "make-groups.py --count 5: exit %d: %s" % (r.returncode, r.stdout))
+        jobs = K.find(render(demo, copy_dir), "Job")
+        names = [j["metadata"]["name"] for j in jobs]
+        check(names == ["phalanx-worker-g%d" % i for i in range(5)], "after --count 5: Jobs %s" % names)
+        print("make-groups.py --count 5: renders Jobs %s" % " ".join(names))
+        r = make_groups(copy_dir, demo, "--check", "g0", "g1", "g2")
+        check(r.returncode == 1 and "g3/kustomization.yaml" in r.stdout,
+              "make-groups.py --check after a change: expected exit 1 naming g3, got %d: %s" % (r.returncode, r.stdout))
+        print("make-groups.py --check: reports a stale groups/ (%s)" % r.stdout.splitlines()[0])
+        for bad in ("G0", "g_0", "g0-", "a" * 41):
+            r = make_groups(copy_dir, demo, bad)
+            check(r.returncode == 2 and "DNS label" in r.stdout, "make-groups.py %s: expected exit 2 saying DNS label, "
+                  "got %d: %s" % (bad, r.returncode, r.stdout))
+        r = make_groups(copy_dir, demo, "g0", "g0")
+        check(r.returncode == 2 and "repeat" in r.stdout, "make-groups.py g0 g0: expected exit 2, got %d: %s"
+              % (r.returncode, r.stdout))
+        print("make-groups.py refuses names that are no DNS label, and repeated names")
+        with open(os.path.join(demo, "groups", "extra.yaml"), "w") as f:
+            f.write("kind: ConfigMap\n")
+        r = make_groups(copy_dir, demo, "g0")
+        check(r.returncode != 0 and "not written by make-groups.py" in r.stdout and
+              os.path.exists(os.path.join(demo, "groups", "extra.yaml")),
+              "make-groups.py over a file it did not write: expected a refusal, got %d: %s" % (r.returncode, r.stdout))
+        print("make-groups.py does not delete files it did not write")
+
+
+SCENARIOS = {
+    "render": test_render,
+    "validate": test_validate,
+    "lint": test_lint,
+    "lint-selftest": test_lint_selftest,
+    "refs": test_refs,
+    "groups": test_groups,
+}
+
+if __name__ == "__main__":
+    main_scenarios(SCENARIOS)
