@@ -28,10 +28,10 @@
 #include "px_buf.h"
 #include "px_keys.h"
 #include "px_log.h"
-#include "px_rate.h"
 #include "px_time.h"
 #include "px_wire.h"
 #include "quorum.h"
+#include "px_rate.h"
 #include "status.h"
 #include "store.h"
 
@@ -39,80 +39,69 @@
 #define ROUTER_MAX_MSG (1 << 20) /* larger frames make ZeroMQ drop the peer */
 
 struct px_coordinator {
-  px_coordinator_config_t cfg;
-  void *zctx, *router, *monitor;
-  px_http_t *http;
-  px_events_t *events;
-  px_auth_t *auth; /* ZAP handler when CURVE is on (auth.h) */
-  px_members_t members;
-  px_quorum_t quorum; /* current quorum (id 0: none yet) */
-  px_store_kv_t *kv;
-  px_liveness_config_t live;
-  int quorum_dirty; /* membership or requests changed since the last compute */
-  int64_t rebuild_requested_ms; /* a participant holding the current id asked
-                                   for a new one */
-  int64_t anon_report_ms;  /* last failure report of the current quorum that
-                              named no peer */
-  int64_t anon_report_qid; /* ... and the quorum it was about */
-  int64_t started_ms;
-  int adopted; /* quorum adopted from re-registering workers (recovery window
-                  only) */
-  int64_t finished_step;  /* the job's last step, once a quorum member committed
-                             it */
-  int64_t first_store_ms; /* first rendezvous store use under the current quorum
-                             (0: none yet) */
-  int rendezvous_checked; /* detect_stalled has judged the current quorum */
-  char wait_reason[256];
-  px_coord_stats_t stats;
-  int64_t hb_window_start_ms;
-  px_rate_t rl_bad, rl_auth, rl_conflict,
-      rl_refused; /* event rate limits, see px_rate.h */
-  uint64_t hb_window_count;
-  px_rate_t limit_rate[PX_LIMIT_KINDS];  /* limit_reached event rate limits */
-  char limit_fields[PX_LIMIT_KINDS][96]; /* "limit":NAME,"max":N of each */
+    px_coordinator_config_t cfg;
+    void *zctx, *router, *monitor;
+    px_http_t *http;
+    px_events_t *events;
+    px_auth_t *auth;           /* ZAP handler when CURVE is on (auth.h) */
+    px_members_t members;
+    px_quorum_t quorum;        /* current quorum (id 0: none yet) */
+    px_store_kv_t *kv;
+    px_liveness_config_t live;
+    int quorum_dirty;          /* membership or requests changed since the last compute */
+    int64_t rebuild_requested_ms; /* a participant holding the current id asked for a new one */
+    int64_t anon_report_ms;    /* last failure report of the current quorum that named no peer */
+    int64_t anon_report_qid;   /* ... and the quorum it was about */
+    int64_t started_ms;
+    int adopted;               /* quorum adopted from re-registering workers (recovery window only) */
+    int64_t finished_step;     /* the job's last step, once a quorum member committed it */
+    int64_t first_store_ms;    /* first rendezvous store use under the current quorum (0: none yet) */
+    int rendezvous_checked;    /* detect_stalled has judged the current quorum */
+    char wait_reason[256];
+    px_coord_stats_t stats;
+    int64_t hb_window_start_ms;
+    px_rate_t rl_bad, rl_auth, rl_conflict, rl_refused; /* event rate limits, see px_rate.h */
+    uint64_t hb_window_count;
+    px_rate_t limit_rate[PX_LIMIT_KINDS]; /* limit_reached event rate limits */
+    char limit_fields[PX_LIMIT_KINDS][96]; /* "limit":NAME,"max":N of each */
 };
 
 static void answer_waiter(void *ctx, const px_kv_answer_t *a);
 
-static void send_frame(px_coordinator_t *c, const void *ident, size_t ident_len,
-                       const void *buf, size_t len);
+static void send_frame(px_coordinator_t *c, const void *ident, size_t ident_len, const void *buf, size_t len);
 
 /* ---- sending ---------------------------------------------------------- */
 
-static void send_to(px_coordinator_t *c, const void *ident, size_t ident_len,
-                    px_msg_t *msg) {
-  size_t len = 0;
-  void *buf = px_wire_encode(msg, &len);
-  if (!buf)
-    return;
-  send_frame(c, ident, ident_len, buf, len);
-  free(buf);
+static void send_to(px_coordinator_t *c, const void *ident, size_t ident_len, px_msg_t *msg) {
+    size_t len = 0;
+    void *buf = px_wire_encode(msg, &len);
+    if (!buf) return;
+    send_frame(c, ident, ident_len, buf, len);
+    free(buf);
 }
 
-static void reply_error(px_coordinator_t *c, const void *ident,
-                        size_t ident_len, uint64_t req_id,
+static void reply_error(px_coordinator_t *c, const void *ident, size_t ident_len, uint64_t req_id,
                         Phalanx__ErrorCode code, const char *why) {
-  Phalanx__Envelope env = PHALANX__ENVELOPE__INIT;
-  Phalanx__Error err = PHALANX__ERROR__INIT;
-  err.has_code = 1;
-  err.code = code;
-  err.message = (char *)why;
-  env.has_request_id = 1;
-  env.request_id = req_id;
-  env.body_case = PHALANX__ENVELOPE__BODY_ERROR;
-  env.error = &err;
-  send_to(c, ident, ident_len, &env);
+    Phalanx__Envelope env = PHALANX__ENVELOPE__INIT;
+    Phalanx__Error err = PHALANX__ERROR__INIT;
+    err.has_code = 1;
+    err.code = code;
+    err.message = (char *)why;
+    env.has_request_id = 1;
+    env.request_id = req_id;
+    env.body_case = PHALANX__ENVELOPE__BODY_ERROR;
+    env.error = &err;
+    send_to(c, ident, ident_len, &env);
 }
 
-static void reply_ack(px_coordinator_t *c, const void *ident, size_t ident_len,
-                      uint64_t req_id) {
-  Phalanx__Envelope env = PHALANX__ENVELOPE__INIT;
-  Phalanx__Ack ack = PHALANX__ACK__INIT;
-  env.has_request_id = 1;
-  env.request_id = req_id;
-  env.body_case = PHALANX__ENVELOPE__BODY_ACK;
-  env.ack = &ack;
-  send_to(c, ident, ident_len, &env);
+static void reply_ack(px_coordinator_t *c, const void *ident, size_t ident_len, uint64_t req_id) {
+    Phalanx__Envelope env = PHALANX__ENVELOPE__INIT;
+    Phalanx__Ack ack = PHALANX__ACK__INIT;
+    env.has_request_id = 1;
+    env.request_id = req_id;
+    env.body_case = PHALANX__ENVELOPE__BODY_ACK;
+    env.ack = &ack;
+    send_to(c, ident, ident_len, &env);
 }
 
 /* ---- events ----------------------------------------------------------- */
@@ -120,17 +109,16 @@ static void reply_ack(px_coordinator_t *c, const void *ident, size_t ident_len,
 static void emit(px_coordinator_t *c, const char *type, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static void emit(px_coordinator_t *c, const char *type, const char *fmt, ...) {
-  if (!c->events)
-    return;
-  px_buf_t b; /* no fixed size: a quorum of thousands of groups is one event */
-  px_buf_init(&b);
-  va_list ap;
-  va_start(ap, fmt);
-  px_buf_vprintf(&b, fmt, ap);
-  va_end(ap);
-  char *fields = px_buf_take(&b, NULL);
-  px_events_emit(c->events, type, fields ? fields : "");
-  free(fields);
+    if (!c->events) return;
+    px_buf_t b; /* no fixed size: a quorum of thousands of groups is one event */
+    px_buf_init(&b);
+    va_list ap;
+    va_start(ap, fmt);
+    px_buf_vprintf(&b, fmt, ap);
+    va_end(ap);
+    char *fields = px_buf_take(&b, NULL);
+    px_events_emit(c->events, type, fields ? fields : "");
+    free(fields);
 }
 
 /* Events that any peer can cause (bad frames, rejected credentials, identity
@@ -141,48 +129,38 @@ static void emit(px_coordinator_t *c, const char *type, const char *fmt, ...) {
 #define PX_PEER_EVENTS_PER_S 200
 /* A summary carries the limiter's own fields first (limit_reached: which
  * limit, and its maximum), then "error":"FLOOD", a detail and the count. */
-static void flush_rate_summary(px_coordinator_t *c, px_rate_t *r,
-                               const char *fields, int64_t now, int force) {
-  uint64_t n = px_rate_take(r, now, force);
-  if (n)
-    emit(c, r->name,
-         "%s%s\"error\":\"FLOOD\",\"detail\":\"more than %d in a second; "
-         "summarised\",\"count\":%llu",
-         fields ? fields : "", fields ? "," : "", r->per_s,
-         (unsigned long long)n);
+static void flush_rate_summary(px_coordinator_t *c, px_rate_t *r, const char *fields, int64_t now, int force) {
+    uint64_t n = px_rate_take(r, now, force);
+    if (n)
+        emit(c, r->name, "%s%s\"error\":\"FLOOD\",\"detail\":\"more than %d in a second; summarised\",\"count\":%llu",
+             fields ? fields : "", fields ? "," : "", r->per_s, (unsigned long long)n);
 }
 
 static void flush_rate_summaries(px_coordinator_t *c, int64_t now, int force) {
-  px_rate_t *all[] = {&c->rl_bad, &c->rl_auth, &c->rl_conflict, &c->rl_refused};
-  for (size_t i = 0; i < sizeof all / sizeof *all; i++)
-    flush_rate_summary(c, all[i], NULL, now, force);
-  for (int i = 0; i < PX_LIMIT_KINDS; i++)
-    flush_rate_summary(c, &c->limit_rate[i], c->limit_fields[i], now, force);
+    px_rate_t *all[] = {&c->rl_bad, &c->rl_auth, &c->rl_conflict, &c->rl_refused};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) flush_rate_summary(c, all[i], NULL, now, force);
+    for (int i = 0; i < PX_LIMIT_KINDS; i++) flush_rate_summary(c, &c->limit_rate[i], c->limit_fields[i], now, force);
 }
 
 /* 1 when the event was emitted on its own, 0 when counted for a summary. */
-static int emit_limited_with(px_coordinator_t *c, px_rate_t *r,
-                             const char *summary_fields, const char *fmt, ...)
+static int emit_limited_with(px_coordinator_t *c, px_rate_t *r, const char *summary_fields, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-static int emit_limited_with(px_coordinator_t *c, px_rate_t *r,
-                             const char *summary_fields, const char *fmt, ...) {
-  int64_t now = px_now_ms();
-  flush_rate_summary(c, r, summary_fields, now, 0);
-  if (!px_rate_hit(r, now))
-    return 0;
-  if (!c->events)
+static int emit_limited_with(px_coordinator_t *c, px_rate_t *r, const char *summary_fields, const char *fmt, ...) {
+    int64_t now = px_now_ms();
+    flush_rate_summary(c, r, summary_fields, now, 0);
+    if (!px_rate_hit(r, now)) return 0;
+    if (!c->events) return 1;
+    px_buf_t b;
+    px_buf_init(&b);
+    va_list ap;
+    va_start(ap, fmt);
+    px_buf_vprintf(&b, fmt, ap);
+    va_end(ap);
+    px_buf_printf(&b, ",\"count\":1");
+    char *fields = px_buf_take(&b, NULL);
+    px_events_emit(c->events, r->name, fields ? fields : "");
+    free(fields);
     return 1;
-  px_buf_t b;
-  px_buf_init(&b);
-  va_list ap;
-  va_start(ap, fmt);
-  px_buf_vprintf(&b, fmt, ap);
-  va_end(ap);
-  px_buf_printf(&b, ",\"count\":1");
-  char *fields = px_buf_take(&b, NULL);
-  px_events_emit(c->events, r->name, fields ? fields : "");
-  free(fields);
-  return 1;
 }
 #define emit_limited(c, r, ...) emit_limited_with(c, r, NULL, __VA_ARGS__)
 
@@ -191,287 +169,240 @@ static int emit_limited_with(px_coordinator_t *c, px_rate_t *r,
 #define LIMIT_EVENTS_PER_S 10 /* per limit; past that, one summary a second */
 
 static int64_t limit_max(const px_coordinator_t *c, int kind) {
-  switch (kind) {
-  case PX_LIMIT_MEMBERS:
-    return c->cfg.max_members;
-  case PX_LIMIT_STORE_KEYS:
-    return c->cfg.max_store_keys;
-  case PX_LIMIT_STORE_BYTES:
-    return c->cfg.max_store_bytes;
-  default:
-    return c->cfg.max_store_waiters;
-  }
+    switch (kind) {
+    case PX_LIMIT_MEMBERS: return c->cfg.max_members;
+    case PX_LIMIT_STORE_KEYS: return c->cfg.max_store_keys;
+    case PX_LIMIT_STORE_BYTES: return c->cfg.max_store_bytes;
+    default: return c->cfg.max_store_waiters;
+    }
 }
 
 /* Fills in defaults for unset limits and hands them to the member table and
  * the store (which holds two quorums' namespaces, hence the totals). */
 static void apply_limits(px_coordinator_t *c) {
-  px_coordinator_config_t *k = &c->cfg;
-  if (k->max_members <= 0)
-    k->max_members = PX_DEFAULT_MAX_MEMBERS;
-  if (k->max_store_keys <= 0)
-    k->max_store_keys = PX_DEFAULT_MAX_STORE_KEYS;
-  if (k->max_store_bytes <= 0)
-    k->max_store_bytes = PX_DEFAULT_MAX_STORE_BYTES;
-  if (k->max_store_waiters <= 0)
-    k->max_store_waiters = PX_DEFAULT_MAX_STORE_WAITERS;
-  c->members.max_members = k->max_members;
-  px_kv_limits_t lim = {
-      (size_t)k->max_store_keys,      (size_t)k->max_store_bytes,
-      (size_t)k->max_store_waiters,   2 * (size_t)k->max_store_keys,
-      2 * (size_t)k->max_store_bytes, 2 * (size_t)k->max_store_waiters};
-  px_kv_set_limits(c->kv, &lim);
-  for (int i = 0; i < PX_LIMIT_KINDS; i++) {
-    c->limit_rate[i] =
-        (px_rate_t){.name = "limit_reached", .per_s = LIMIT_EVENTS_PER_S};
-    snprintf(c->limit_fields[i], sizeof c->limit_fields[i],
-             "\"limit\":\"%s\",\"max\":%lld", PX_LIMIT_NAMES[i],
-             (long long)limit_max(c, i));
-  }
+    px_coordinator_config_t *k = &c->cfg;
+    if (k->max_members <= 0) k->max_members = PX_DEFAULT_MAX_MEMBERS;
+    if (k->max_store_keys <= 0) k->max_store_keys = PX_DEFAULT_MAX_STORE_KEYS;
+    if (k->max_store_bytes <= 0) k->max_store_bytes = PX_DEFAULT_MAX_STORE_BYTES;
+    if (k->max_store_waiters <= 0) k->max_store_waiters = PX_DEFAULT_MAX_STORE_WAITERS;
+    c->members.max_members = k->max_members;
+    px_kv_limits_t lim = {(size_t)k->max_store_keys, (size_t)k->max_store_bytes, (size_t)k->max_store_waiters,
+                          2 * (size_t)k->max_store_keys, 2 * (size_t)k->max_store_bytes, 2 * (size_t)k->max_store_waiters};
+    px_kv_set_limits(c->kv, &lim);
+    for (int i = 0; i < PX_LIMIT_KINDS; i++) {
+        c->limit_rate[i] = (px_rate_t){.name = "limit_reached", .per_s = LIMIT_EVENTS_PER_S};
+        snprintf(c->limit_fields[i], sizeof c->limit_fields[i], "\"limit\":\"%s\",\"max\":%lld", PX_LIMIT_NAMES[i],
+                 (long long)limit_max(c, i));
+    }
 }
 
 /* Refuses a request past a limit: RESOURCE_LIMIT reply, counter, and a
  * limit_reached event (rate-limited: peers choose how often this happens). */
-static void limit_refused(px_coordinator_t *c, const void *ident,
-                          size_t ident_len, uint64_t req_id, int kind,
+static void limit_refused(px_coordinator_t *c, const void *ident, size_t ident_len, uint64_t req_id, int kind,
                           const char *group, int rank) {
-  static const char *const FLAG[PX_LIMIT_KINDS] = {
-      "--max-members", "--max-store-keys", "--max-store-bytes",
-      "--max-store-waiters"};
-  c->stats.limit_refusals[kind]++;
-  char why[160];
-  snprintf(why, sizeof why, "%s limit reached (%s %lld%s)",
-           PX_LIMIT_NAMES[kind], FLAG[kind], (long long)limit_max(c, kind),
-           kind == PX_LIMIT_MEMBERS ? ", all live" : " per quorum");
-  if (emit_limited_with(c, &c->limit_rate[kind], c->limit_fields[kind],
-                        "%s,\"group\":\"%s\",\"rank\":%d,\"quorum_id\":%lld",
-                        c->limit_fields[kind], group, rank,
-                        (long long)c->quorum.id))
-    px_log_warn("limit_reached limit=%s max=%lld group=%s rank=%d total=%llu",
-                PX_LIMIT_NAMES[kind], (long long)limit_max(c, kind), group,
-                rank, (unsigned long long)c->stats.limit_refusals[kind]);
-  reply_error(c, ident, ident_len, req_id, PHALANX__ERROR_CODE__RESOURCE_LIMIT,
-              why);
+    static const char *const FLAG[PX_LIMIT_KINDS] = {"--max-members", "--max-store-keys", "--max-store-bytes",
+                                                     "--max-store-waiters"};
+    c->stats.limit_refusals[kind]++;
+    char why[160];
+    snprintf(why, sizeof why, "%s limit reached (%s %lld%s)", PX_LIMIT_NAMES[kind], FLAG[kind],
+             (long long)limit_max(c, kind), kind == PX_LIMIT_MEMBERS ? ", all live" : " per quorum");
+    if (emit_limited_with(c, &c->limit_rate[kind], c->limit_fields[kind], "%s,\"group\":\"%s\",\"rank\":%d,\"quorum_id\":%lld",
+                          c->limit_fields[kind], group, rank, (long long)c->quorum.id))
+        px_log_warn("limit_reached limit=%s max=%lld group=%s rank=%d total=%llu", PX_LIMIT_NAMES[kind],
+                    (long long)limit_max(c, kind), group, rank, (unsigned long long)c->stats.limit_refusals[kind]);
+    reply_error(c, ident, ident_len, req_id, PHALANX__ERROR_CODE__RESOURCE_LIMIT, why);
 }
 
 /* ---- quorum ----------------------------------------------------------- */
 
 /* Encodes the current quorum once (with thousands of groups a frame is large:
  * encoding it per member would dominate a quorum change). */
-static void *encode_quorum(px_coordinator_t *c, const char *reason,
-                           size_t *len) {
-  Phalanx__Envelope env = PHALANX__ENVELOPE__INIT;
-  Phalanx__Quorum q = PHALANX__QUORUM__INIT;
-  Phalanx__QuorumGroup *gs = calloc((size_t)c->quorum.n + 1, sizeof *gs);
-  Phalanx__QuorumGroup **gp = calloc((size_t)c->quorum.n + 1, sizeof *gp);
-  void *buf = NULL;
-  if (gs && gp) {
-    for (int i = 0; i < c->quorum.n; i++) {
-      px_quorum_member_t *m = &c->quorum.groups[i];
-      phalanx__quorum_group__init(&gs[i]);
-      gs[i].name = m->name;
-      gs[i].has_step = 1;
-      gs[i].step = m->step;
-      gs[i].has_heal = 1;
-      gs[i].heal = m->heal;
-      gs[i].heal_source = m->heal ? m->heal_source : NULL;
-      gs[i].has_replica_index = 1;
-      gs[i].replica_index = (uint32_t)i;
-      gp[i] = &gs[i];
+static void *encode_quorum(px_coordinator_t *c, const char *reason, size_t *len) {
+    Phalanx__Envelope env = PHALANX__ENVELOPE__INIT;
+    Phalanx__Quorum q = PHALANX__QUORUM__INIT;
+    Phalanx__QuorumGroup *gs = calloc((size_t)c->quorum.n + 1, sizeof *gs);
+    Phalanx__QuorumGroup **gp = calloc((size_t)c->quorum.n + 1, sizeof *gp);
+    void *buf = NULL;
+    if (gs && gp) {
+        for (int i = 0; i < c->quorum.n; i++) {
+            px_quorum_member_t *m = &c->quorum.groups[i];
+            phalanx__quorum_group__init(&gs[i]);
+            gs[i].name = m->name;
+            gs[i].has_step = 1;
+            gs[i].step = m->step;
+            gs[i].has_heal = 1;
+            gs[i].heal = m->heal;
+            gs[i].heal_source = m->heal ? m->heal_source : NULL;
+            gs[i].has_replica_index = 1;
+            gs[i].replica_index = (uint32_t)i;
+            gp[i] = &gs[i];
+        }
+        q.has_id = 1;
+        q.id = c->quorum.id;
+        q.has_max_step = 1;
+        q.max_step = c->quorum.max_step;
+        q.n_groups = (size_t)c->quorum.n;
+        q.groups = gp;
+        q.reason = (char *)reason;
+        q.mode = (char *)c->cfg.mode;
+        q.has_finished_step = c->finished_step > 0;
+        q.finished_step = c->finished_step;
+        env.body_case = PHALANX__ENVELOPE__BODY_QUORUM;
+        env.quorum = &q;
+        buf = px_wire_encode(&env, len);
     }
-    q.has_id = 1;
-    q.id = c->quorum.id;
-    q.has_max_step = 1;
-    q.max_step = c->quorum.max_step;
-    q.n_groups = (size_t)c->quorum.n;
-    q.groups = gp;
-    q.reason = (char *)reason;
-    q.mode = (char *)c->cfg.mode;
-    q.has_finished_step = c->finished_step > 0;
-    q.finished_step = c->finished_step;
-    env.body_case = PHALANX__ENVELOPE__BODY_QUORUM;
-    env.quorum = &q;
-    buf = px_wire_encode(&env, len);
-  }
-  free(gs);
-  free(gp);
-  return buf;
+    free(gs);
+    free(gp);
+    return buf;
 }
 
 /* ROUTER_MANDATORY + DONTWAIT: a peer that is gone or not reading costs us an
  * error code, never a blocked loop. */
-static void send_frame(px_coordinator_t *c, const void *ident, size_t ident_len,
-                       const void *buf, size_t len) {
-  if (zmq_send(c->router, ident, ident_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0)
-    zmq_send(c->router, buf, len, ZMQ_DONTWAIT);
+static void send_frame(px_coordinator_t *c, const void *ident, size_t ident_len, const void *buf, size_t len) {
+    if (zmq_send(c->router, ident, ident_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0)
+        zmq_send(c->router, buf, len, ZMQ_DONTWAIT);
 }
 
-static void push_quorum(px_coordinator_t *c, const void *ident,
-                        size_t ident_len, const char *reason) {
-  size_t len;
-  void *buf = encode_quorum(c, reason, &len);
-  if (buf)
-    send_frame(c, ident, ident_len, buf, len);
-  free(buf);
+static void push_quorum(px_coordinator_t *c, const void *ident, size_t ident_len, const char *reason) {
+    size_t len;
+    void *buf = encode_quorum(c, reason, &len);
+    if (buf) send_frame(c, ident, ident_len, buf, len);
+    free(buf);
 }
 
 static void push_quorum_to_all(px_coordinator_t *c, const char *reason) {
-  size_t len;
-  void *buf = encode_quorum(c, reason, &len);
-  if (!buf)
-    return;
-  for (int i = 0; i < c->members.n; i++) {
-    px_member_t *m = &c->members.members[i];
-    if (m->state != PX_STATE_LOST)
-      send_frame(c, m->ident, m->ident_len, buf, len);
-  }
-  free(buf);
+    size_t len;
+    void *buf = encode_quorum(c, reason, &len);
+    if (!buf) return;
+    for (int i = 0; i < c->members.n; i++) {
+        px_member_t *m = &c->members.members[i];
+        if (m->state != PX_STATE_LOST) send_frame(c, m->ident, m->ident_len, buf, len);
+    }
+    free(buf);
 }
 
 static void emit_quorum_formed(px_coordinator_t *c, const char *reason) {
-  px_buf_t groups, heals;
-  px_buf_init(&groups);
-  px_buf_init(&heals);
-  for (int i = 0; i < c->quorum.n; i++) {
-    px_quorum_member_t *m = &c->quorum.groups[i];
-    px_buf_printf(&groups, "%s\"%s\"", i ? "," : "", m->name);
-    if (m->heal)
-      px_buf_printf(
-          &heals, "%s{\"group\":\"%s\",\"step\":%lld,\"source\":\"%s\"}",
-          heals.len ? "," : "", m->name, (long long)m->step, m->heal_source);
-  }
-  char esc[512];
-  px_json_escape(reason, esc, sizeof esc);
-  char *g = px_buf_take(&groups, NULL), *h = px_buf_take(&heals, NULL);
-  emit(c, "quorum_formed",
-       "\"quorum_id\":%lld,\"step\":%lld,\"groups\":[%s],\"heal\":[%s],"
-       "\"reason\":\"%s\"",
-       (long long)c->quorum.id, (long long)c->quorum.max_step, g ? g : "",
-       h ? h : "", esc);
-  free(g);
-  free(h);
-  px_log_info("quorum_formed quorum_id=%lld step=%lld groups=%d reason=\"%s\"",
-              (long long)c->quorum.id, (long long)c->quorum.max_step,
-              c->quorum.n, reason);
-  for (int i = 0; i < c->quorum.n; i++) {
-    px_quorum_member_t *m = &c->quorum.groups[i];
-    if (m->divergent) {
-      emit(
-          c, "divergence_detected",
-          "\"quorum_id\":%lld,\"step\":%lld,\"group\":\"%s\",\"source\":\"%s\"",
-          (long long)c->quorum.id, (long long)m->step, m->name, m->heal_source);
-      px_log_warn("divergence_detected group=%s step=%lld heal_source=%s",
-                  m->name, (long long)m->step, m->heal_source);
+    px_buf_t groups, heals;
+    px_buf_init(&groups);
+    px_buf_init(&heals);
+    for (int i = 0; i < c->quorum.n; i++) {
+        px_quorum_member_t *m = &c->quorum.groups[i];
+        px_buf_printf(&groups, "%s\"%s\"", i ? "," : "", m->name);
+        if (m->heal)
+            px_buf_printf(&heals, "%s{\"group\":\"%s\",\"step\":%lld,\"source\":\"%s\"}", heals.len ? "," : "",
+                          m->name, (long long)m->step, m->heal_source);
     }
-  }
+    char esc[512];
+    px_json_escape(reason, esc, sizeof esc);
+    char *g = px_buf_take(&groups, NULL), *h = px_buf_take(&heals, NULL);
+    emit(c, "quorum_formed", "\"quorum_id\":%lld,\"step\":%lld,\"groups\":[%s],\"heal\":[%s],\"reason\":\"%s\"",
+         (long long)c->quorum.id, (long long)c->quorum.max_step, g ? g : "", h ? h : "", esc);
+    free(g);
+    free(h);
+    px_log_info("quorum_formed quorum_id=%lld step=%lld groups=%d reason=\"%s\"", (long long)c->quorum.id,
+                (long long)c->quorum.max_step, c->quorum.n, reason);
+    for (int i = 0; i < c->quorum.n; i++) {
+        px_quorum_member_t *m = &c->quorum.groups[i];
+        if (m->divergent) {
+            emit(c, "divergence_detected", "\"quorum_id\":%lld,\"step\":%lld,\"group\":\"%s\",\"source\":\"%s\"",
+                 (long long)c->quorum.id, (long long)m->step, m->name, m->heal_source);
+            px_log_warn("divergence_detected group=%s step=%lld heal_source=%s", m->name, (long long)m->step,
+                        m->heal_source);
+        }
+    }
 }
 
 /* Re-forms the quorum when membership or requests changed. */
 static void recompute_quorum(px_coordinator_t *c, int64_t now) {
-  /* Recovery window: for one heartbeat timeout after start, workers of a
-   * running job re-register and their quorum is adopted; forming a quorum
-   * before they are all back would needlessly drop groups. */
-  if (now - c->started_ms < c->live.heartbeat_timeout_ms)
-    return;
-  c->adopted =
-      0; /* the recovery window is over: from now on quorums are formed here */
-  px_quorum_candidate_t *cands = NULL;
-  int n = px_members_candidates(&c->members, now, &c->live, &cands);
-  if (n < 0)
-    return;
-  px_quorum_config_t qcfg = {c->cfg.min_replicas, c->cfg.join_timeout_ms};
-  px_quorum_t next;
-  px_quorum_init(&next);
-  char reason[256];
-  int formed = px_quorum_compute(cands, n, &c->quorum, &qcfg, now, &next,
-                                 reason, sizeof reason);
-  free(cands);
-  if (formed != 1) {
-    if (strcmp(reason, c->wait_reason) != 0) {
-      px_log_info("quorum_wait %s", reason);
-      snprintf(c->wait_reason, sizeof c->wait_reason, "%s", reason);
+    /* Recovery window: for one heartbeat timeout after start, workers of a
+     * running job re-register and their quorum is adopted; forming a quorum
+     * before they are all back would needlessly drop groups. */
+    if (now - c->started_ms < c->live.heartbeat_timeout_ms) return;
+    c->adopted = 0; /* the recovery window is over: from now on quorums are formed here */
+    px_quorum_candidate_t *cands = NULL;
+    int n = px_members_candidates(&c->members, now, &c->live, &cands);
+    if (n < 0) return;
+    px_quorum_config_t qcfg = {c->cfg.min_replicas, c->cfg.join_timeout_ms};
+    px_quorum_t next;
+    px_quorum_init(&next);
+    char reason[256];
+    int formed = px_quorum_compute(cands, n, &c->quorum, &qcfg, now, &next, reason, sizeof reason);
+    free(cands);
+    if (formed != 1) {
+        if (strcmp(reason, c->wait_reason) != 0) {
+            px_log_info("quorum_wait %s", reason);
+            snprintf(c->wait_reason, sizeof c->wait_reason, "%s", reason);
+        }
+        px_quorum_free(&next);
+        return;
     }
+    c->wait_reason[0] = '\0';
+    int changed = next.id != c->quorum.id;
+    /* Participants that found their communicators broken asked for a new
+     * quorum while membership stayed the same: after a settle time (a dead
+     * peer would have been dropped by then), re-form with a fresh id so they
+     * rendezvous under a new store prefix. */
+    if (!changed && c->rebuild_requested_ms) {
+        if (now - c->rebuild_requested_ms < c->cfg.rebuild_settle_ms) {
+            px_quorum_free(&next);
+            return;
+        }
+        next.id = c->quorum.id + 1;
+        changed = 1;
+        snprintf(reason, sizeof reason, "rebuild requested by participants, membership unchanged");
+    }
+    c->quorum_dirty = 0;
+    if (changed) {
+        c->rebuild_requested_ms = 0;
+        c->first_store_ms = 0;
+        c->rendezvous_checked = 0;
+        px_quorum_free(&c->quorum);
+        c->quorum = next;
+        c->stats.quorums_formed++;
+        c->stats.last_quorum_ms = now;
+        px_members_clear_requests(&c->members, &c->quorum);
+        emit_quorum_formed(c, reason);
+        for (int i = 0; i < c->members.n; i++)
+            if (px_quorum_find(&c->quorum, c->members.members[i].group) >= 0)
+                c->members.members[i].group_dropped_logged = 0;
+        px_kv_drop_before(c->kv, c->quorum.id - 1, answer_waiter, c);
+        push_quorum_to_all(c, reason);
+        return;
+    }
+    /* Same membership: answer requesters that are already in it (a worker
+     * that missed the push, or asked again after a restart). */
+    for (int i = 0; i < c->members.n; i++) {
+        px_member_t *m = &c->members.members[i];
+        if (m->state != PX_STATE_LOST && m->requested && px_quorum_find(&c->quorum, m->group) >= 0) {
+            m->requested = 0;
+            push_quorum(c, m->ident, m->ident_len, "current quorum");
+        }
+    }
+    c->quorum.max_step = next.max_step;
     px_quorum_free(&next);
-    return;
-  }
-  c->wait_reason[0] = '\0';
-  int changed = next.id != c->quorum.id;
-  /* Participants that found their communicators broken asked for a new
-   * quorum while membership stayed the same: after a settle time (a dead
-   * peer would have been dropped by then), re-form with a fresh id so they
-   * rendezvous under a new store prefix. */
-  if (!changed && c->rebuild_requested_ms) {
-    if (now - c->rebuild_requested_ms < c->cfg.rebuild_settle_ms) {
-      px_quorum_free(&next);
-      return;
-    }
-    next.id = c->quorum.id + 1;
-    changed = 1;
-    snprintf(reason, sizeof reason,
-             "rebuild requested by participants, membership unchanged");
-  }
-  c->quorum_dirty = 0;
-  if (changed) {
-    c->rebuild_requested_ms = 0;
-    c->first_store_ms = 0;
-    c->rendezvous_checked = 0;
-    px_quorum_free(&c->quorum);
-    c->quorum = next;
-    c->stats.quorums_formed++;
-    c->stats.last_quorum_ms = now;
-    px_members_clear_requests(&c->members, &c->quorum);
-    emit_quorum_formed(c, reason);
-    for (int i = 0; i < c->members.n; i++)
-      if (px_quorum_find(&c->quorum, c->members.members[i].group) >= 0)
-        c->members.members[i].group_dropped_logged = 0;
-    px_kv_drop_before(c->kv, c->quorum.id - 1, answer_waiter, c);
-    push_quorum_to_all(c, reason);
-    return;
-  }
-  /* Same membership: answer requesters that are already in it (a worker
-   * that missed the push, or asked again after a restart). */
-  for (int i = 0; i < c->members.n; i++) {
-    px_member_t *m = &c->members.members[i];
-    if (m->state != PX_STATE_LOST && m->requested &&
-        px_quorum_find(&c->quorum, m->group) >= 0) {
-      m->requested = 0;
-      push_quorum(c, m->ident, m->ident_len, "current quorum");
-    }
-  }
-  c->quorum.max_step = next.max_step;
-  px_quorum_free(&next);
 }
 
 /* ---- membership ------------------------------------------------------- */
 
 static void member_lost(px_coordinator_t *c, px_member_t *m, const char *why) {
-  px_members_mark_lost(&c->members, m, why);
-  int64_t silent_ms = px_now_ms() - m->last_hb_ms;
-  emit(c, "member_lost",
-       "\"group\":\"%s\",\"rank\":%d,\"pid\":%d,\"step\":%lld,\"quorum_id\":%"
-       "lld,\"reason\":\"%s\",\"silent_ms\":%lld",
-       m->group, m->rank, m->pid, (long long)m->step, (long long)c->quorum.id,
-       why, (long long)silent_ms);
-  px_log_info("member_lost group=%s rank=%d pid=%d reason=%s silent_ms=%lld "
-              "conn_closed=%d reported_ms_ago=%lld",
-              m->group, m->rank, m->pid, why, (long long)silent_ms,
-              m->conn_closed,
-              (long long)(m->reported_ms ? px_now_ms() - m->reported_ms : -1));
-  if (px_quorum_find(&c->quorum, m->group) >= 0 && !m->group_dropped_logged) {
-    /* The whole group leaves: the next compute (this tick) forms a quorum
-     * without it, and the survivors finish the step without it. */
-    emit(c, "group_dropped",
-         "\"group\":\"%s\",\"quorum_id\":%lld,\"step\":%lld,\"reason\":\"rank "
-         "%d %s\"",
-         m->group, (long long)c->quorum.id, (long long)m->step, m->rank, why);
-    px_log_info("group_dropped group=%s quorum_id=%lld", m->group,
-                (long long)c->quorum.id);
-    for (int i = 0; i < c->members.n; i++)
-      if (strcmp(c->members.members[i].group, m->group) == 0)
-        c->members.members[i].group_dropped_logged = 1;
-    c->stats.last_loss_ms = px_now_ms();
-  }
-  c->quorum_dirty = 1;
+    px_members_mark_lost(&c->members, m, why);
+    int64_t silent_ms = px_now_ms() - m->last_hb_ms;
+    emit(c, "member_lost", "\"group\":\"%s\",\"rank\":%d,\"pid\":%d,\"step\":%lld,\"quorum_id\":%lld,\"reason\":\"%s\",\"silent_ms\":%lld",
+         m->group, m->rank, m->pid, (long long)m->step, (long long)c->quorum.id, why, (long long)silent_ms);
+    px_log_info("member_lost group=%s rank=%d pid=%d reason=%s silent_ms=%lld conn_closed=%d reported_ms_ago=%lld", m->group,
+                m->rank, m->pid, why, (long long)silent_ms, m->conn_closed,
+                (long long)(m->reported_ms ? px_now_ms() - m->reported_ms : -1));
+    if (px_quorum_find(&c->quorum, m->group) >= 0 && !m->group_dropped_logged) {
+        /* The whole group leaves: the next compute (this tick) forms a quorum
+         * without it, and the survivors finish the step without it. */
+        emit(c, "group_dropped", "\"group\":\"%s\",\"quorum_id\":%lld,\"step\":%lld,\"reason\":\"rank %d %s\"",
+             m->group, (long long)c->quorum.id, (long long)m->step, m->rank, why);
+        px_log_info("group_dropped group=%s quorum_id=%lld", m->group, (long long)c->quorum.id);
+        for (int i = 0; i < c->members.n; i++)
+            if (strcmp(c->members.members[i].group, m->group) == 0) c->members.members[i].group_dropped_logged = 1;
+        c->stats.last_loss_ms = px_now_ms();
+    }
+    c->quorum_dirty = 1;
 }
 
 /* Liveness includes progress. A member of the quorum that heartbeats but
@@ -483,58 +414,48 @@ static void member_lost(px_coordinator_t *c, px_member_t *m, const char *why) {
  * trainer adopts a new quorum at its next step boundary, so the timeout must
  * exceed about two step times (docs/operations.md). */
 static void detect_stalled(px_coordinator_t *c, int64_t now) {
-  if (c->rendezvous_checked || !c->first_store_ms ||
-      now - c->first_store_ms <= c->cfg.stall_timeout_ms)
-    return;
-  for (int i = 0; i < c->members.n; i++) {
-    px_member_t *m = &c->members.members[i];
-    if (m->state == PX_STATE_LOST || m->store_qid == c->quorum.id)
-      continue;
-    if (px_quorum_find(&c->quorum, m->group) < 0)
-      continue;
-    c->stats.members_stalled++;
-    member_lost(c, m, "stalled");
-  }
-  /* Whoever was stalled is lost now (a new quorum follows); the others took
-   * part, which cannot be undone: no need to look again in this quorum. */
-  c->rendezvous_checked = 1;
+    if (c->rendezvous_checked || !c->first_store_ms || now - c->first_store_ms <= c->cfg.stall_timeout_ms) return;
+    for (int i = 0; i < c->members.n; i++) {
+        px_member_t *m = &c->members.members[i];
+        if (m->state == PX_STATE_LOST || m->store_qid == c->quorum.id) continue;
+        if (px_quorum_find(&c->quorum, m->group) < 0) continue;
+        c->stats.members_stalled++;
+        member_lost(c, m, "stalled");
+    }
+    /* Whoever was stalled is lost now (a new quorum follows); the others took
+     * part, which cannot be undone: no need to look again in this quorum. */
+    c->rendezvous_checked = 1;
 }
 
 static void detect_losses(px_coordinator_t *c, int64_t now) {
-  int anon = c->anon_report_ms && c->anon_report_qid == c->quorum.id &&
-             now - c->anon_report_ms <= c->live.heartbeat_timeout_ms;
-  for (int i = 0; i < c->members.n; i++) {
-    px_member_t *m = &c->members.members[i];
-    if (m->state == PX_STATE_LOST)
-      continue;
-    px_member_t probe = *m;
-    probe.reported = px_member_report_fresh(m, now, &c->live, c->quorum.id);
-    /* A report that named nobody counts against members whose connection
-     * closed: that pairing is the signature of a dead process. Against a
-     * member that is merely slow to heartbeat it does not count: on an
-     * overloaded machine that would drop healthy groups in a cascade (a
-     * hung member is caught by the heartbeat timeout instead). */
-    if (anon && m->conn_closed)
-      probe.reported = 1;
-    const char *why = px_member_loss_reason(&probe, now, &c->live);
-    if (why)
-      member_lost(c, m, why);
-  }
+    int anon = c->anon_report_ms && c->anon_report_qid == c->quorum.id &&
+               now - c->anon_report_ms <= c->live.heartbeat_timeout_ms;
+    for (int i = 0; i < c->members.n; i++) {
+        px_member_t *m = &c->members.members[i];
+        if (m->state == PX_STATE_LOST) continue;
+        px_member_t probe = *m;
+        probe.reported = px_member_report_fresh(m, now, &c->live, c->quorum.id);
+        /* A report that named nobody counts against members whose connection
+         * closed: that pairing is the signature of a dead process. Against a
+         * member that is merely slow to heartbeat it does not count: on an
+         * overloaded machine that would drop healthy groups in a cascade (a
+         * hung member is caught by the heartbeat timeout instead). */
+        if (anon && m->conn_closed) probe.reported = 1;
+        const char *why = px_member_loss_reason(&probe, now, &c->live);
+        if (why) member_lost(c, m, why);
+    }
 }
 
 /* ---- message handlers -------------------------------------------------- */
 
-static px_member_t *require_member(px_coordinator_t *c, const void *ident,
-                                   size_t ident_len, uint64_t req_id) {
-  px_member_t *m = px_members_by_ident(&c->members, ident, ident_len);
-  if (!m || m->state == PX_STATE_LOST) {
-    reply_error(c, ident, ident_len, req_id,
-                PHALANX__ERROR_CODE__UNKNOWN_MEMBER,
-                m ? "member was declared lost; register again"
-                  : "not registered; register first");
-    return NULL;
-  }
-  return m;
+static px_member_t *require_member(px_coordinator_t *c, const void *ident, size_t ident_len, uint64_t req_id) {
+    px_member_t *m = px_members_by_ident(&c->members, ident, ident_len);
+    if (!m || m->state == PX_STATE_LOST) {
+        reply_error(c, ident, ident_len, req_id, PHALANX__ERROR_CODE__UNKNOWN_MEMBER,
+                    m ? "member was declared lost; register again" : "not registered; register first");
+        return NULL;
+    }
+    return m;
 }
 
 /* Workers re-registering after a coordinator restart say which quorum they
@@ -544,31 +465,24 @@ static px_member_t *require_member(px_coordinator_t *c, const void *ident,
  * another id is a stale or forged claim and changes nothing. Adopted groups
  * are kept sorted by name, as in every formed quorum. */
 static int in_recovery_window(const px_coordinator_t *c, int64_t now) {
-  return now - c->started_ms < c->live.heartbeat_timeout_ms &&
-         (c->quorum.id == 0 || c->adopted);
+    return now - c->started_ms < c->live.heartbeat_timeout_ms && (c->quorum.id == 0 || c->adopted);
 }
 
-static void adopt_quorum(px_coordinator_t *c, const char *group, int64_t qid,
-                         int64_t step, int64_t now) {
-  if (qid <= 0 || qid < c->quorum.id || !in_recovery_window(c, now))
-    return;
-  if (qid > c->quorum.id) { /* the newest quorum any worker reports wins */
-    c->quorum.id = qid;
-    c->quorum.n = 0;
-    c->quorum.max_step = 0;
-    c->adopted = 1;
-  }
-  if (px_quorum_find(&c->quorum, group) >= 0)
-    return;
-  if (px_quorum_insert_sorted(&c->quorum, group, step) != 0) {
-    px_log_error("quorum_adopt_failed quorum_id=%lld group=%s: out of memory",
-                 (long long)qid, group);
-    return;
-  }
-  emit(c, "quorum_adopted", "\"quorum_id\":%lld,\"group\":\"%s\",\"step\":%lld",
-       (long long)qid, group, (long long)step);
-  px_log_info("quorum_adopted quorum_id=%lld group=%s step=%lld",
-              (long long)qid, group, (long long)step);
+static void adopt_quorum(px_coordinator_t *c, const char *group, int64_t qid, int64_t step, int64_t now) {
+    if (qid <= 0 || qid < c->quorum.id || !in_recovery_window(c, now)) return;
+    if (qid > c->quorum.id) { /* the newest quorum any worker reports wins */
+        c->quorum.id = qid;
+        c->quorum.n = 0;
+        c->quorum.max_step = 0;
+        c->adopted = 1;
+    }
+    if (px_quorum_find(&c->quorum, group) >= 0) return;
+    if (px_quorum_insert_sorted(&c->quorum, group, step) != 0) {
+        px_log_error("quorum_adopt_failed quorum_id=%lld group=%s: out of memory", (long long)qid, group);
+        return;
+    }
+    emit(c, "quorum_adopted", "\"quorum_id\":%lld,\"group\":\"%s\",\"step\":%lld", (long long)qid, group, (long long)step);
+    px_log_info("quorum_adopted quorum_id=%lld group=%s step=%lld", (long long)qid, group, (long long)step);
 }
 
 /* A (group, rank) belongs to the process holding it while that process is
@@ -576,233 +490,184 @@ static void adopt_quorum(px_coordinator_t *c, const char *group, int64_t qid,
  * process claiming it then is refused (an impersonation, or a duplicate
  * launch); once the holder's connection closed or it went silent, the claim
  * is a restarted process and takes over. */
-static int holder_alive(const px_coordinator_t *c, const px_member_t *m,
-                        int64_t now) {
-  return m->state != PX_STATE_LOST && !m->conn_closed &&
-         (double)(now - m->last_hb_ms) <=
-             PX_SILENT_INTERVALS * (double)c->live.heartbeat_interval_ms;
+static int holder_alive(const px_coordinator_t *c, const px_member_t *m, int64_t now) {
+    return m->state != PX_STATE_LOST && !m->conn_closed &&
+           (double)(now - m->last_hb_ms) <= PX_SILENT_INTERVALS * (double)c->live.heartbeat_interval_ms;
 }
 
-static void refuse_identity_conflict(px_coordinator_t *c, const void *ident,
-                                     size_t ident_len, uint64_t req_id,
-                                     const px_member_t *holder,
-                                     const Phalanx__Register *r) {
-  c->stats.identity_conflicts++;
-  char host_esc[PX_HOST_MAX * 6 + 8];
-  px_json_escape(r->host, host_esc, sizeof host_esc);
-  emit_limited(c, &c->rl_conflict,
-               "\"group\":\"%s\",\"rank\":%d,\"holder_pid\":%d,\"claimant_"
-               "pid\":%u,\"claimant_host\":\"%s\"",
-               holder->group, holder->rank, holder->pid, r->pid, host_esc);
-  if (c->stats.identity_conflicts <= 10 ||
-      c->stats.identity_conflicts % 1000 == 0)
-    px_log_warn("identity_conflict group=%s rank=%d holder_pid=%d "
-                "claimant_pid=%u total=%llu",
-                holder->group, holder->rank, holder->pid, r->pid,
-                (unsigned long long)c->stats.identity_conflicts);
-  char why[160];
-  snprintf(why, sizeof why,
-           "%s/%d is held by a live process (pid %d); a restarted process is "
-           "admitted once it is gone",
-           holder->group, holder->rank, holder->pid);
-  reply_error(c, ident, ident_len, req_id,
-              PHALANX__ERROR_CODE__IDENTITY_CONFLICT, why);
-}
-
-static void on_register(px_coordinator_t *c, const void *ident,
-                        size_t ident_len, int fd, const px_msg_t *msg) {
-  const Phalanx__Register *r = msg->reg;
-  if (r->job && r->job[0] && strcmp(r->job, c->cfg.job) != 0) {
+static void refuse_identity_conflict(px_coordinator_t *c, const void *ident, size_t ident_len, uint64_t req_id,
+                                    const px_member_t *holder, const Phalanx__Register *r) {
+    c->stats.identity_conflicts++;
+    char host_esc[PX_HOST_MAX * 6 + 8];
+    px_json_escape(r->host, host_esc, sizeof host_esc);
+    emit_limited(c, &c->rl_conflict, "\"group\":\"%s\",\"rank\":%d,\"holder_pid\":%d,\"claimant_pid\":%u,\"claimant_host\":\"%s\"",
+                 holder->group, holder->rank, holder->pid, r->pid, host_esc);
+    if (c->stats.identity_conflicts <= 10 || c->stats.identity_conflicts % 1000 == 0)
+        px_log_warn("identity_conflict group=%s rank=%d holder_pid=%d claimant_pid=%u total=%llu", holder->group,
+                    holder->rank, holder->pid, r->pid, (unsigned long long)c->stats.identity_conflicts);
     char why[160];
-    snprintf(why, sizeof why,
-             "worker belongs to job '%s', this coordinator runs job '%s'",
-             r->job, c->cfg.job);
-    reply_error(c, ident, ident_len, msg->request_id,
-                PHALANX__ERROR_CODE__WRONG_JOB, why);
-    return;
-  }
-  int replaced = 0;
-  int64_t now = px_now_ms();
-  px_member_t *old = px_members_by_name(&c->members, r->group, (int)r->rank);
-  if (old && old->state != PX_STATE_LOST &&
-      (old->ident_len != ident_len ||
-       memcmp(old->ident, ident, ident_len) != 0)) {
-    if (holder_alive(c, old, now)) {
-      refuse_identity_conflict(c, ident, ident_len, msg->request_id, old, r);
-      return;
+    snprintf(why, sizeof why, "%s/%d is held by a live process (pid %d); a restarted process is admitted once it is gone",
+             holder->group, holder->rank, holder->pid);
+    reply_error(c, ident, ident_len, req_id, PHALANX__ERROR_CODE__IDENTITY_CONFLICT, why);
+}
+
+static void on_register(px_coordinator_t *c, const void *ident, size_t ident_len, int fd, const px_msg_t *msg) {
+    const Phalanx__Register *r = msg->reg;
+    if (r->job && r->job[0] && strcmp(r->job, c->cfg.job) != 0) {
+        char why[160];
+        snprintf(why, sizeof why, "worker belongs to job '%s', this coordinator runs job '%s'", r->job, c->cfg.job);
+        reply_error(c, ident, ident_len, msg->request_id, PHALANX__ERROR_CODE__WRONG_JOB, why);
+        return;
     }
-    member_lost(c, old, "replaced_by_new_process");
-  }
-  px_members_rc_t rc;
-  px_member_t *m = px_members_upsert(&c->members, r->group, (int)r->rank, ident,
-                                     ident_len, &replaced, &rc);
-  if (!m) {
-    if (rc == PX_MEMBERS_FULL)
-      limit_refused(c, ident, ident_len, msg->request_id, PX_LIMIT_MEMBERS,
-                    r->group, (int)r->rank);
-    else
-      reply_error(c, ident, ident_len, msg->request_id,
-                  PHALANX__ERROR_CODE__BAD_MESSAGE,
-                  rc == PX_MEMBERS_BAD_IDENT ? "identity too long"
-                                             : "out of memory");
-    return;
-  }
-  m->group_size = (int)r->group_size;
-  m->pid = (int)r->pid;
-  snprintf(m->host, sizeof m->host, "%s", r->host);
-  m->step = r->has_step ? r->step : 0;
-  m->quorum_id = r->has_quorum_id ? r->quorum_id : 0;
-  m->job_steps = r->has_job_steps ? r->job_steps : 0;
-  m->state = PX_STATE_JOINING;
-  m->fd = fd;
-  m->registered_ms = m->last_hb_ms = now;
-  char host_esc[PX_HOST_MAX * 6 + 8];
-  px_json_escape(m->host, host_esc, sizeof host_esc);
-  emit(c, "member_joined",
-       "\"group\":\"%s\",\"rank\":%d,\"group_size\":%d,\"pid\":%d,\"host\":\"%"
-       "s\",\"step\":%lld",
-       m->group, m->rank, m->group_size, m->pid, host_esc, (long long)m->step);
-  px_log_info("member_joined group=%s rank=%d/%d pid=%d host=%s step=%lld "
-              "quorum_id=%lld",
-              m->group, m->rank, m->group_size, m->pid, m->host,
-              (long long)m->step, (long long)m->quorum_id);
-  adopt_quorum(c, m->group, m->quorum_id, m->step, now);
-
-  Phalanx__Envelope env = PHALANX__ENVELOPE__INIT;
-  Phalanx__RegisterAck ack = PHALANX__REGISTER_ACK__INIT;
-  ack.has_quorum_id = 1;
-  ack.quorum_id = c->quorum.id;
-  ack.has_heartbeat_interval_ms = 1;
-  ack.heartbeat_interval_ms = (uint32_t)c->cfg.heartbeat_interval_ms;
-  ack.has_heartbeat_timeout_ms = 1;
-  ack.heartbeat_timeout_ms = (uint32_t)c->cfg.heartbeat_timeout_ms;
-  ack.job = (char *)c->cfg.job;
-  ack.has_finished_step = c->finished_step > 0;
-  ack.finished_step = c->finished_step;
-  env.has_request_id = 1;
-  env.request_id = msg->request_id;
-  env.body_case = PHALANX__ENVELOPE__BODY_REG_ACK;
-  env.reg_ack = &ack;
-  send_to(c, ident, ident_len, &env);
-  c->quorum_dirty = 1;
-}
-
-static void on_heartbeat(px_coordinator_t *c, const void *ident,
-                         size_t ident_len, int fd, const px_msg_t *msg) {
-  px_member_t *m = require_member(c, ident, ident_len, msg->request_id);
-  if (!m)
-    return;
-  const Phalanx__Heartbeat *h = msg->hb;
-  m->last_hb_ms = px_now_ms();
-  m->step = h->step;
-  if (h->has_state)
-    m->state = (int)h->state;
-  if (h->has_quorum_id)
-    m->quorum_id = h->quorum_id;
-  if (!(m->conn_closed && fd == m->closed_fd)) {
+    int replaced = 0;
+    int64_t now = px_now_ms();
+    px_member_t *old = px_members_by_name(&c->members, r->group, (int)r->rank);
+    if (old && old->state != PX_STATE_LOST &&
+        (old->ident_len != ident_len || memcmp(old->ident, ident, ident_len) != 0)) {
+        if (holder_alive(c, old, now)) {
+            refuse_identity_conflict(c, ident, ident_len, msg->request_id, old, r);
+            return;
+        }
+        member_lost(c, old, "replaced_by_new_process");
+    }
+    px_members_rc_t rc;
+    px_member_t *m = px_members_upsert(&c->members, r->group, (int)r->rank, ident, ident_len, &replaced, &rc);
+    if (!m) {
+        if (rc == PX_MEMBERS_FULL) limit_refused(c, ident, ident_len, msg->request_id, PX_LIMIT_MEMBERS, r->group, (int)r->rank);
+        else reply_error(c, ident, ident_len, msg->request_id, PHALANX__ERROR_CODE__BAD_MESSAGE,
+                         rc == PX_MEMBERS_BAD_IDENT ? "identity too long" : "out of memory");
+        return;
+    }
+    m->group_size = (int)r->group_size;
+    m->pid = (int)r->pid;
+    snprintf(m->host, sizeof m->host, "%s", r->host);
+    m->step = r->has_step ? r->step : 0;
+    m->quorum_id = r->has_quorum_id ? r->quorum_id : 0;
+    m->job_steps = r->has_job_steps ? r->job_steps : 0;
+    m->state = PX_STATE_JOINING;
     m->fd = fd;
-    m->conn_closed = 0;
-  }
-  c->stats.heartbeats++;
-  c->hb_window_count++;
-  Phalanx__Envelope env = PHALANX__ENVELOPE__INIT;
-  Phalanx__HeartbeatAck ack = PHALANX__HEARTBEAT_ACK__INIT;
-  ack.has_quorum_id = 1;
-  ack.quorum_id = c->quorum.id;
-  ack.has_finished_step = c->finished_step > 0;
-  ack.finished_step = c->finished_step;
-  env.has_request_id = 1;
-  env.request_id = msg->request_id;
-  env.body_case = PHALANX__ENVELOPE__BODY_HB_ACK;
-  env.hb_ack = &ack;
-  send_to(c, ident, ident_len, &env);
+    m->registered_ms = m->last_hb_ms = now;
+    char host_esc[PX_HOST_MAX * 6 + 8];
+    px_json_escape(m->host, host_esc, sizeof host_esc);
+    emit(c, "member_joined", "\"group\":\"%s\",\"rank\":%d,\"group_size\":%d,\"pid\":%d,\"host\":\"%s\",\"step\":%lld",
+         m->group, m->rank, m->group_size, m->pid, host_esc, (long long)m->step);
+    px_log_info("member_joined group=%s rank=%d/%d pid=%d host=%s step=%lld quorum_id=%lld", m->group, m->rank,
+                m->group_size, m->pid, m->host, (long long)m->step, (long long)m->quorum_id);
+    adopt_quorum(c, m->group, m->quorum_id, m->step, now);
+
+    Phalanx__Envelope env = PHALANX__ENVELOPE__INIT;
+    Phalanx__RegisterAck ack = PHALANX__REGISTER_ACK__INIT;
+    ack.has_quorum_id = 1;
+    ack.quorum_id = c->quorum.id;
+    ack.has_heartbeat_interval_ms = 1;
+    ack.heartbeat_interval_ms = (uint32_t)c->cfg.heartbeat_interval_ms;
+    ack.has_heartbeat_timeout_ms = 1;
+    ack.heartbeat_timeout_ms = (uint32_t)c->cfg.heartbeat_timeout_ms;
+    ack.job = (char *)c->cfg.job;
+    ack.has_finished_step = c->finished_step > 0;
+    ack.finished_step = c->finished_step;
+    env.has_request_id = 1;
+    env.request_id = msg->request_id;
+    env.body_case = PHALANX__ENVELOPE__BODY_REG_ACK;
+    env.reg_ack = &ack;
+    send_to(c, ident, ident_len, &env);
+    c->quorum_dirty = 1;
 }
 
-static void on_quorum_request(px_coordinator_t *c, const void *ident,
-                              size_t ident_len, const px_msg_t *msg) {
-  px_member_t *m = require_member(c, ident, ident_len, msg->request_id);
-  if (!m)
-    return;
-  const Phalanx__QuorumRequest *q = msg->quorum_req;
-  int64_t now = px_now_ms();
-  if (!m->requested)
-    m->requested_ms = now;
-  m->requested = 1;
-  m->step = q->step;
-  m->shrink_only = q->has_shrink_only && q->shrink_only;
-  m->has_checksum = q->has_state_checksum;
-  m->checksum = q->state_checksum;
-  int64_t held = q->has_quorum_id ? q->quorum_id : 0;
-  if (held > 0 && held == c->quorum.id &&
-      px_quorum_find(&c->quorum, m->group) >= 0 && !c->rebuild_requested_ms)
-    c->rebuild_requested_ms =
-        now; /* its communicators broke: it needs a fresh quorum */
-  c->quorum_dirty = 1;
+static void on_heartbeat(px_coordinator_t *c, const void *ident, size_t ident_len, int fd, const px_msg_t *msg) {
+    px_member_t *m = require_member(c, ident, ident_len, msg->request_id);
+    if (!m) return;
+    const Phalanx__Heartbeat *h = msg->hb;
+    m->last_hb_ms = px_now_ms();
+    m->step = h->step;
+    if (h->has_state) m->state = (int)h->state;
+    if (h->has_quorum_id) m->quorum_id = h->quorum_id;
+    if (!(m->conn_closed && fd == m->closed_fd)) {
+        m->fd = fd;
+        m->conn_closed = 0;
+    }
+    c->stats.heartbeats++;
+    c->hb_window_count++;
+    Phalanx__Envelope env = PHALANX__ENVELOPE__INIT;
+    Phalanx__HeartbeatAck ack = PHALANX__HEARTBEAT_ACK__INIT;
+    ack.has_quorum_id = 1;
+    ack.quorum_id = c->quorum.id;
+    ack.has_finished_step = c->finished_step > 0;
+    ack.finished_step = c->finished_step;
+    env.has_request_id = 1;
+    env.request_id = msg->request_id;
+    env.body_case = PHALANX__ENVELOPE__BODY_HB_ACK;
+    env.hb_ack = &ack;
+    send_to(c, ident, ident_len, &env);
+}
+
+static void on_quorum_request(px_coordinator_t *c, const void *ident, size_t ident_len, const px_msg_t *msg) {
+    px_member_t *m = require_member(c, ident, ident_len, msg->request_id);
+    if (!m) return;
+    const Phalanx__QuorumRequest *q = msg->quorum_req;
+    int64_t now = px_now_ms();
+    if (!m->requested) m->requested_ms = now;
+    m->requested = 1;
+    m->step = q->step;
+    m->shrink_only = q->has_shrink_only && q->shrink_only;
+    m->has_checksum = q->has_state_checksum;
+    m->checksum = q->state_checksum;
+    int64_t held = q->has_quorum_id ? q->quorum_id : 0;
+    if (held > 0 && held == c->quorum.id && px_quorum_find(&c->quorum, m->group) >= 0 && !c->rebuild_requested_ms)
+        c->rebuild_requested_ms = now; /* its communicators broke: it needs a fresh quorum */
+    c->quorum_dirty = 1;
 }
 
 /* Refuses a request only members of the current quorum may make (failure
  * reports that accuse others, run_finished): from anyone else it is a
  * forgery or stale, and acting on it would let any registered peer evict
  * members or end the job. */
-static int refuse_non_member(px_coordinator_t *c, const void *ident,
-                             size_t ident_len, uint64_t req_id,
+static int refuse_non_member(px_coordinator_t *c, const void *ident, size_t ident_len, uint64_t req_id,
                              const px_member_t *m, const char *what) {
-  if (px_quorum_find(&c->quorum, m->group) >= 0)
-    return 0;
-  c->stats.reports_refused++;
-  emit_limited(c, &c->rl_refused,
-               "\"group\":\"%s\",\"rank\":%d,\"message\":\"%s\",\"quorum_id\":%"
-               "lld,\"detail\":\"not a member of the current quorum\"",
-               m->group, m->rank, what, (long long)c->quorum.id);
-  reply_error(c, ident, ident_len, req_id, PHALANX__ERROR_CODE__NOT_AUTHORIZED,
-              "only a member of the current quorum may send this");
-  return 1;
+    if (px_quorum_find(&c->quorum, m->group) >= 0) return 0;
+    c->stats.reports_refused++;
+    emit_limited(c, &c->rl_refused, "\"group\":\"%s\",\"rank\":%d,\"message\":\"%s\",\"quorum_id\":%lld,\"detail\":\"not a member of the current quorum\"",
+                 m->group, m->rank, what, (long long)c->quorum.id);
+    reply_error(c, ident, ident_len, req_id, PHALANX__ERROR_CODE__NOT_AUTHORIZED,
+                "only a member of the current quorum may send this");
+    return 1;
 }
 
-static void on_failure_report(px_coordinator_t *c, const void *ident,
-                              size_t ident_len, const px_msg_t *msg) {
-  px_member_t *m = require_member(c, ident, ident_len, msg->request_id);
-  if (!m)
-    return;
-  const Phalanx__FailureReport *f = msg->failure;
-  const char *ag =
-      f->accused_group && f->accused_group[0] ? f->accused_group : NULL;
-  int ar = f->has_accused_rank ? f->accused_rank : -1;
-  int self = ag && strcmp(ag, m->group) == 0 && ar == m->rank;
-  /* Anyone may report its own departure; accusing others takes membership. */
-  if (!self && refuse_non_member(c, ident, ident_len, msg->request_id, m,
-                                 "failure_report"))
-    return;
-  int64_t now = px_now_ms();
-  int64_t about = f->has_quorum_id ? f->quorum_id : 0;
-  char reason[PX_REASON_MAX * 2 + 8];
-  px_json_escape(f->reason ? f->reason : "", reason, sizeof reason);
-  emit(c, "step_failed",
-       "\"group\":\"%s\",\"rank\":%d,\"quorum_id\":%lld,\"step\":%lld,"
-       "\"accused_group\":\"%s\",\"accused_rank\":%d,\"reason\":\"%s\"",
-       m->group, m->rank, (long long)(f->has_quorum_id ? f->quorum_id : 0),
-       (long long)(f->has_step ? f->step : m->step), ag ? ag : "", ar, reason);
-  px_log_info("step_failed reporter=%s/%d accused=%s/%d reason=\"%s\"",
-              m->group, m->rank, ag ? ag : "?", ar, reason);
-  if (self) {
-    m->self_reported = 1;
-  } else if (about != c->quorum.id) {
-    /* About a quorum no longer in force: recorded above, but no evidence. */
-  } else if (ag) {
-    for (int i = 0; i < c->members.n; i++) {
-      px_member_t *x = &c->members.members[i];
-      if (x->state != PX_STATE_LOST && strcmp(x->group, ag) == 0 &&
-          (ar < 0 || x->rank == ar)) {
-        x->reported_ms = now;
-        x->reported_qid = about;
-      }
+static void on_failure_report(px_coordinator_t *c, const void *ident, size_t ident_len, const px_msg_t *msg) {
+    px_member_t *m = require_member(c, ident, ident_len, msg->request_id);
+    if (!m) return;
+    const Phalanx__FailureReport *f = msg->failure;
+    const char *ag = f->accused_group && f->accused_group[0] ? f->accused_group : NULL;
+    int ar = f->has_accused_rank ? f->accused_rank : -1;
+    int self = ag && strcmp(ag, m->group) == 0 && ar == m->rank;
+    /* Anyone may report its own departure; accusing others takes membership. */
+    if (!self && refuse_non_member(c, ident, ident_len, msg->request_id, m, "failure_report")) return;
+    int64_t now = px_now_ms();
+    int64_t about = f->has_quorum_id ? f->quorum_id : 0;
+    char reason[PX_REASON_MAX * 2 + 8];
+    px_json_escape(f->reason ? f->reason : "", reason, sizeof reason);
+    emit(c, "step_failed", "\"group\":\"%s\",\"rank\":%d,\"quorum_id\":%lld,\"step\":%lld,\"accused_group\":\"%s\",\"accused_rank\":%d,\"reason\":\"%s\"",
+         m->group, m->rank, (long long)(f->has_quorum_id ? f->quorum_id : 0), (long long)(f->has_step ? f->step : m->step),
+         ag ? ag : "", ar, reason);
+    px_log_info("step_failed reporter=%s/%d accused=%s/%d reason=\"%s\"", m->group, m->rank, ag ? ag : "?", ar, reason);
+    if (self) {
+        m->self_reported = 1;
+    } else if (about != c->quorum.id) {
+        /* About a quorum no longer in force: recorded above, but no evidence. */
+    } else if (ag) {
+        for (int i = 0; i < c->members.n; i++) {
+            px_member_t *x = &c->members.members[i];
+            if (x->state != PX_STATE_LOST && strcmp(x->group, ag) == 0 && (ar < 0 || x->rank == ar)) {
+                x->reported_ms = now;
+                x->reported_qid = about;
+            }
+        }
+    } else {
+        c->anon_report_ms = now;
+        c->anon_report_qid = about;
     }
-  } else {
-    c->anon_report_ms = now;
-    c->anon_report_qid = about;
-  }
-  reply_ack(c, ident, ident_len, msg->request_id);
-  detect_losses(c, now); /* act on it now, not at the next tick */
+    reply_ack(c, ident, ident_len, msg->request_id);
+    detect_losses(c, now); /* act on it now, not at the next tick */
 }
 
 /* The job's last step: a run_finished counts only when it names the step
@@ -810,345 +675,256 @@ static void on_failure_report(px_coordinator_t *c, const void *ident,
  * quorum member alone cannot declare a longer or shorter job). It is kept
  * for the coordinator's life: one coordinator serves one run of a job. */
 static int job_steps_agreed(const px_coordinator_t *c, int64_t step) {
-  int seen = 0;
-  for (int i = 0; i < c->members.n; i++) {
-    const px_member_t *x = &c->members.members[i];
-    if (x->state == PX_STATE_LOST || px_quorum_find(&c->quorum, x->group) < 0)
-      continue;
-    if (x->job_steps != step)
-      return 0;
-    seen++;
-  }
-  return seen > 0;
+    int seen = 0;
+    for (int i = 0; i < c->members.n; i++) {
+        const px_member_t *x = &c->members.members[i];
+        if (x->state == PX_STATE_LOST || px_quorum_find(&c->quorum, x->group) < 0) continue;
+        if (x->job_steps != step) return 0;
+        seen++;
+    }
+    return seen > 0;
 }
 
-static int refuse_run_finished(px_coordinator_t *c, const void *ident,
-                               size_t ident_len, uint64_t req_id,
+static int refuse_run_finished(px_coordinator_t *c, const void *ident, size_t ident_len, uint64_t req_id,
                                px_member_t *m, const Phalanx__WorkerEvent *w) {
-  if (refuse_non_member(c, ident, ident_len, req_id, m, "run_finished"))
+    if (refuse_non_member(c, ident, ident_len, req_id, m, "run_finished")) return 1;
+    if (job_steps_agreed(c, w->step)) return 0;
+    c->stats.reports_refused++;
+    emit_limited(c, &c->rl_refused, "\"group\":\"%s\",\"rank\":%d,\"message\":\"run_finished\",\"quorum_id\":%lld,\"step\":%lld,\"detail\":\"step is not the job length every quorum member registered with\"",
+                 m->group, m->rank, (long long)c->quorum.id, (long long)w->step);
+    px_log_warn("run_finished_refused group=%s rank=%d step=%lld: not the job length the quorum registered with",
+                m->group, m->rank, (long long)w->step);
+    reply_error(c, ident, ident_len, req_id, PHALANX__ERROR_CODE__NOT_AUTHORIZED,
+                "run_finished step is not the job's last step");
     return 1;
-  if (job_steps_agreed(c, w->step))
-    return 0;
-  c->stats.reports_refused++;
-  emit_limited(c, &c->rl_refused,
-               "\"group\":\"%s\",\"rank\":%d,\"message\":\"run_finished\","
-               "\"quorum_id\":%lld,\"step\":%lld,\"detail\":\"step is not the "
-               "job length every quorum member registered with\"",
-               m->group, m->rank, (long long)c->quorum.id, (long long)w->step);
-  px_log_warn("run_finished_refused group=%s rank=%d step=%lld: not the job "
-              "length the quorum registered with",
-              m->group, m->rank, (long long)w->step);
-  reply_error(c, ident, ident_len, req_id, PHALANX__ERROR_CODE__NOT_AUTHORIZED,
-              "run_finished step is not the job's last step");
-  return 1;
 }
 
 /* Checkpoint events carry their own fields (docs/protocol.md): the worker
  * sends a path (or, for a rejection, path, file and fault tab-separated, or,
  * for a failure, the reason) in detail, bytes, and milliseconds in ms. */
-static void emit_checkpoint_event(px_coordinator_t *c, const px_member_t *m,
-                                  const Phalanx__WorkerEvent *w) {
-  char parts[3][PX_REASON_MAX * 2 + 8] = {"", "", ""}, raw[PX_REASON_MAX + 1];
-  snprintf(raw, sizeof raw, "%s", w->detail ? w->detail : "");
-  char *save = NULL, *tok = strtok_r(raw, "\t", &save);
-  for (int i = 0; i < 3 && tok; i++, tok = strtok_r(NULL, "\t", &save))
-    px_json_escape(tok, parts[i], sizeof parts[i]);
-  const char *k = w->kind + 11;
-  double s = w->ms / 1000.0;
-  if (!strcmp(k, "saved"))
-    emit(c, w->kind,
-         "\"group\":\"%s\",\"rank\":%d,\"step\":%lld,\"path\":\"%s\",\"bytes\":"
-         "%llu,\"seconds\":%.3f,\"mb_per_s\":%.1f",
-         m->group, m->rank, (long long)w->step, parts[0],
-         (unsigned long long)w->bytes, s,
-         s > 0 ? (double)w->bytes / 1e6 / s : 0.0);
-  else if (!strcmp(k, "restored"))
-    emit(c, w->kind,
-         "\"group\":\"%s\",\"rank\":%d,\"step\":%lld,\"path\":\"%s\",\"bytes\":"
-         "%llu,\"seconds\":%.3f",
-         m->group, m->rank, (long long)w->step, parts[0],
-         (unsigned long long)w->bytes, s);
-  else if (!strcmp(k, "rejected"))
-    emit(c, w->kind,
-         "\"group\":\"%s\",\"rank\":%d,\"path\":\"%s\",\"file\":\"%s\","
-         "\"fault\":\"%s\"",
-         m->group, m->rank, parts[0], parts[1], parts[2]);
-  else if (!strcmp(k, "failed"))
-    emit(c, w->kind,
-         "\"group\":\"%s\",\"rank\":%d,\"step\":%lld,\"reason\":\"%s\"",
-         m->group, m->rank, (long long)w->step, parts[0]);
-  else /* started */
-    emit(c, w->kind,
-         "\"group\":\"%s\",\"rank\":%d,\"quorum_id\":%lld,\"step\":%lld,"
-         "\"path\":\"%s\",\"held_ms\":%u",
-         m->group, m->rank, (long long)w->quorum_id, (long long)w->step,
-         parts[0], w->ms);
+static void emit_checkpoint_event(px_coordinator_t *c, const px_member_t *m, const Phalanx__WorkerEvent *w) {
+    char parts[3][PX_REASON_MAX * 2 + 8] = {"", "", ""}, raw[PX_REASON_MAX + 1];
+    snprintf(raw, sizeof raw, "%s", w->detail ? w->detail : "");
+    char *save = NULL, *tok = strtok_r(raw, "\t", &save);
+    for (int i = 0; i < 3 && tok; i++, tok = strtok_r(NULL, "\t", &save)) px_json_escape(tok, parts[i], sizeof parts[i]);
+    const char *k = w->kind + 11;
+    double s = w->ms / 1000.0;
+    if (!strcmp(k, "saved"))
+        emit(c, w->kind, "\"group\":\"%s\",\"rank\":%d,\"step\":%lld,\"path\":\"%s\",\"bytes\":%llu,\"seconds\":%.3f,\"mb_per_s\":%.1f",
+             m->group, m->rank, (long long)w->step, parts[0], (unsigned long long)w->bytes, s,
+             s > 0 ? (double)w->bytes / 1e6 / s : 0.0);
+    else if (!strcmp(k, "restored"))
+        emit(c, w->kind, "\"group\":\"%s\",\"rank\":%d,\"step\":%lld,\"path\":\"%s\",\"bytes\":%llu,\"seconds\":%.3f",
+             m->group, m->rank, (long long)w->step, parts[0], (unsigned long long)w->bytes, s);
+    else if (!strcmp(k, "rejected"))
+        emit(c, w->kind, "\"group\":\"%s\",\"rank\":%d,\"path\":\"%s\",\"file\":\"%s\",\"fault\":\"%s\"", m->group,
+             m->rank, parts[0], parts[1], parts[2]);
+    else if (!strcmp(k, "failed"))
+        emit(c, w->kind, "\"group\":\"%s\",\"rank\":%d,\"step\":%lld,\"reason\":\"%s\"", m->group, m->rank,
+             (long long)w->step, parts[0]);
+    else /* started */
+        emit(c, w->kind, "\"group\":\"%s\",\"rank\":%d,\"quorum_id\":%lld,\"step\":%lld,\"path\":\"%s\",\"held_ms\":%u",
+             m->group, m->rank, (long long)w->quorum_id, (long long)w->step, parts[0], w->ms);
 }
 
-static void on_worker_event(px_coordinator_t *c, const void *ident,
-                            size_t ident_len, const px_msg_t *msg) {
-  px_member_t *m = require_member(c, ident, ident_len, msg->request_id);
-  if (!m)
-    return;
-  const Phalanx__WorkerEvent *w = msg->worker_event;
-  int finished = !strcmp(w->kind, "run_finished");
-  if (finished &&
-      refuse_run_finished(c, ident, ident_len, msg->request_id, m, w))
-    return;
-  if (!strncmp(w->kind, "checkpoint_", 11)) {
-    emit_checkpoint_event(c, m, w);
-  } else {
-    char detail[PX_REASON_MAX * 2 + 8];
-    px_json_escape(w->detail ? w->detail : "", detail, sizeof detail);
-    emit(c, w->kind,
-         "\"group\":\"%s\",\"rank\":%d,\"quorum_id\":%lld,\"step\":%lld,\"peer_"
-         "group\":\"%s\",\"bytes\":%llu,\"ms\":%u,\"detail\":\"%s\"",
-         m->group, m->rank, (long long)w->quorum_id, (long long)w->step,
-         w->peer_group ? w->peer_group : "", (unsigned long long)w->bytes,
-         w->ms, detail);
-  }
-  px_log_info("%s group=%s rank=%d quorum_id=%lld step=%lld peer=%s bytes=%llu "
-              "ms=%u %s",
-              w->kind, m->group, m->rank, (long long)w->quorum_id,
-              (long long)w->step, w->peer_group ? w->peer_group : "-",
-              (unsigned long long)w->bytes, w->ms, w->detail ? w->detail : "");
-  if (!strcmp(w->kind, "heal_started"))
-    m->state = PX_STATE_HEALING;
-  if (!strcmp(w->kind, "heal_finished"))
-    m->state = PX_STATE_HEALTHY;
-  /* A group committed the job's last step: its result exists. Workers
-   * still behind learn it from acks and pushes and leave rather than
-   * train on alone (with no group holding the state, from scratch). */
-  if (finished)
-    c->finished_step = w->step;
-  reply_ack(c, ident, ident_len, msg->request_id);
+static void on_worker_event(px_coordinator_t *c, const void *ident, size_t ident_len, const px_msg_t *msg) {
+    px_member_t *m = require_member(c, ident, ident_len, msg->request_id);
+    if (!m) return;
+    const Phalanx__WorkerEvent *w = msg->worker_event;
+    int finished = !strcmp(w->kind, "run_finished");
+    if (finished && refuse_run_finished(c, ident, ident_len, msg->request_id, m, w)) return;
+    if (!strncmp(w->kind, "checkpoint_", 11)) {
+        emit_checkpoint_event(c, m, w);
+    } else {
+        char detail[PX_REASON_MAX * 2 + 8];
+        px_json_escape(w->detail ? w->detail : "", detail, sizeof detail);
+        emit(c, w->kind, "\"group\":\"%s\",\"rank\":%d,\"quorum_id\":%lld,\"step\":%lld,\"peer_group\":\"%s\",\"bytes\":%llu,\"ms\":%u,\"detail\":\"%s\"",
+             m->group, m->rank, (long long)w->quorum_id, (long long)w->step, w->peer_group ? w->peer_group : "",
+             (unsigned long long)w->bytes, w->ms, detail);
+    }
+    px_log_info("%s group=%s rank=%d quorum_id=%lld step=%lld peer=%s bytes=%llu ms=%u %s", w->kind, m->group, m->rank,
+                (long long)w->quorum_id, (long long)w->step, w->peer_group ? w->peer_group : "-",
+                (unsigned long long)w->bytes, w->ms, w->detail ? w->detail : "");
+    if (!strcmp(w->kind, "heal_started")) m->state = PX_STATE_HEALING;
+    if (!strcmp(w->kind, "heal_finished")) m->state = PX_STATE_HEALTHY;
+    /* A group committed the job's last step: its result exists. Workers
+     * still behind learn it from acks and pushes and leave rather than
+     * train on alone (with no group holding the state, from scratch). */
+    if (finished) c->finished_step = w->step;
+    reply_ack(c, ident, ident_len, msg->request_id);
 }
 
-static void send_store_value(px_coordinator_t *c, const void *ident,
-                             size_t ident_len, uint64_t req_id, const char *key,
-                             int found, const void *value, size_t len) {
-  Phalanx__Envelope env = PHALANX__ENVELOPE__INIT;
-  Phalanx__StoreValue sv = PHALANX__STORE_VALUE__INIT;
-  sv.key = (char *)key;
-  sv.has_found = 1;
-  sv.found = found;
-  sv.has_value = found;
-  sv.value.data = (uint8_t *)value;
-  sv.value.len = len;
-  env.has_request_id = 1;
-  env.request_id = req_id;
-  env.body_case = PHALANX__ENVELOPE__BODY_STORE_VALUE;
-  env.store_value = &sv;
-  send_to(c, ident, ident_len, &env);
+static void send_store_value(px_coordinator_t *c, const void *ident, size_t ident_len, uint64_t req_id,
+                             const char *key, int found, const void *value, size_t len) {
+    Phalanx__Envelope env = PHALANX__ENVELOPE__INIT;
+    Phalanx__StoreValue sv = PHALANX__STORE_VALUE__INIT;
+    sv.key = (char *)key;
+    sv.has_found = 1;
+    sv.found = found;
+    sv.has_value = found;
+    sv.value.data = (uint8_t *)value;
+    sv.value.len = len;
+    env.has_request_id = 1;
+    env.request_id = req_id;
+    env.body_case = PHALANX__ENVELOPE__BODY_STORE_VALUE;
+    env.store_value = &sv;
+    send_to(c, ident, ident_len, &env);
 }
 
 /* Waiter peers are stored as [len byte][identity bytes]. */
 static void answer_waiter(void *ctx, const px_kv_answer_t *a) {
-  px_coordinator_t *c = ctx;
-  const unsigned char *p = a->peer;
-  send_store_value(c, p + 1, p[0], a->request_id, a->key, a->found, a->value,
-                   a->len);
+    px_coordinator_t *c = ctx;
+    const unsigned char *p = a->peer;
+    send_store_value(c, p + 1, p[0], a->request_id, a->key, a->found, a->value, a->len);
 }
 
-static int store_fenced(px_coordinator_t *c, const void *ident,
-                        size_t ident_len, uint64_t req_id, int64_t qid) {
-  if (qid == c->quorum.id)
-    return 0;
-  char why[128];
-  snprintf(why, sizeof why, "quorum %lld is not the current quorum %lld",
-           (long long)qid, (long long)c->quorum.id);
-  reply_error(c, ident, ident_len, req_id, PHALANX__ERROR_CODE__STALE_QUORUM,
-              why);
-  return 1;
+static int store_fenced(px_coordinator_t *c, const void *ident, size_t ident_len, uint64_t req_id, int64_t qid) {
+    if (qid == c->quorum.id) return 0;
+    char why[128];
+    snprintf(why, sizeof why, "quorum %lld is not the current quorum %lld", (long long)qid, (long long)c->quorum.id);
+    reply_error(c, ident, ident_len, req_id, PHALANX__ERROR_CODE__STALE_QUORUM, why);
+    return 1;
 }
 
 /* A member using the store under the current quorum is taking part in its
  * rendezvous (stall detection, see detect_stalled). */
 static void note_rendezvous(px_coordinator_t *c, px_member_t *m) {
-  m->store_qid = c->quorum.id;
-  if (!c->first_store_ms)
-    c->first_store_ms = px_now_ms();
+    m->store_qid = c->quorum.id;
+    if (!c->first_store_ms) c->first_store_ms = px_now_ms();
 }
 
 /* A store request px_kv_* refused: a limit, or no memory. */
-static void store_refused(px_coordinator_t *c, const void *ident,
-                          size_t ident_len, uint64_t req_id,
+static void store_refused(px_coordinator_t *c, const void *ident, size_t ident_len, uint64_t req_id,
                           const px_member_t *m, int rc) {
-  if (rc == PX_KV_NO_MEMORY) {
-    reply_error(c, ident, ident_len, req_id,
-                PHALANX__ERROR_CODE__RESOURCE_LIMIT,
-                "coordinator out of memory");
-    return;
-  }
-  int kind = rc == PX_KV_LIMIT_KEYS    ? PX_LIMIT_STORE_KEYS
-             : rc == PX_KV_LIMIT_BYTES ? PX_LIMIT_STORE_BYTES
-                                       : PX_LIMIT_STORE_WAITERS;
-  limit_refused(c, ident, ident_len, req_id, kind, m->group, m->rank);
-}
-
-static void on_store_set(px_coordinator_t *c, const void *ident,
-                         size_t ident_len, const px_msg_t *msg) {
-  px_member_t *m = require_member(c, ident, ident_len, msg->request_id);
-  if (!m)
-    return;
-  const Phalanx__StoreSet *s = msg->store_set;
-  if (store_fenced(c, ident, ident_len, msg->request_id, s->quorum_id))
-    return;
-  note_rendezvous(c, m);
-  int rc = px_kv_set(c->kv, s->quorum_id, s->key, s->value.data, s->value.len,
-                     answer_waiter, c);
-  if (rc != PX_KV_OK)
-    store_refused(c, ident, ident_len, msg->request_id, m, rc);
-  else
-    reply_ack(c, ident, ident_len, msg->request_id);
-}
-
-static void on_store_get(px_coordinator_t *c, const void *ident,
-                         size_t ident_len, const px_msg_t *msg) {
-  px_member_t *m = require_member(c, ident, ident_len, msg->request_id);
-  if (!m)
-    return;
-  const Phalanx__StoreGet *s = msg->store_get;
-  if (store_fenced(c, ident, ident_len, msg->request_id, s->quorum_id))
-    return;
-  note_rendezvous(c, m);
-  const void *v;
-  size_t len;
-  if (px_kv_get(c->kv, s->quorum_id, s->key, &v, &len)) {
-    send_store_value(c, ident, ident_len, msg->request_id, s->key, 1, v, len);
-  } else if (s->has_wait_ms && s->wait_ms > 0) {
-    unsigned char *peer = malloc(ident_len + 1);
-    if (!peer)
-      return;
-    peer[0] = (unsigned char)ident_len;
-    memcpy(peer + 1, ident, ident_len);
-    int rc = px_kv_wait(c->kv, s->quorum_id, s->key, px_now_ms() + s->wait_ms,
-                        peer, msg->request_id);
-    if (rc != PX_KV_OK) {
-      free(peer);
-      store_refused(c, ident, ident_len, msg->request_id, m, rc);
+    if (rc == PX_KV_NO_MEMORY) {
+        reply_error(c, ident, ident_len, req_id, PHALANX__ERROR_CODE__RESOURCE_LIMIT, "coordinator out of memory");
+        return;
     }
-  } else {
-    send_store_value(c, ident, ident_len, msg->request_id, s->key, 0, NULL, 0);
-  }
+    int kind = rc == PX_KV_LIMIT_KEYS ? PX_LIMIT_STORE_KEYS : rc == PX_KV_LIMIT_BYTES ? PX_LIMIT_STORE_BYTES : PX_LIMIT_STORE_WAITERS;
+    limit_refused(c, ident, ident_len, req_id, kind, m->group, m->rank);
+}
+
+static void on_store_set(px_coordinator_t *c, const void *ident, size_t ident_len, const px_msg_t *msg) {
+    px_member_t *m = require_member(c, ident, ident_len, msg->request_id);
+    if (!m) return;
+    const Phalanx__StoreSet *s = msg->store_set;
+    if (store_fenced(c, ident, ident_len, msg->request_id, s->quorum_id)) return;
+    note_rendezvous(c, m);
+    int rc = px_kv_set(c->kv, s->quorum_id, s->key, s->value.data, s->value.len, answer_waiter, c);
+    if (rc != PX_KV_OK) store_refused(c, ident, ident_len, msg->request_id, m, rc);
+    else reply_ack(c, ident, ident_len, msg->request_id);
+}
+
+static void on_store_get(px_coordinator_t *c, const void *ident, size_t ident_len, const px_msg_t *msg) {
+    px_member_t *m = require_member(c, ident, ident_len, msg->request_id);
+    if (!m) return;
+    const Phalanx__StoreGet *s = msg->store_get;
+    if (store_fenced(c, ident, ident_len, msg->request_id, s->quorum_id)) return;
+    note_rendezvous(c, m);
+    const void *v;
+    size_t len;
+    if (px_kv_get(c->kv, s->quorum_id, s->key, &v, &len)) {
+        send_store_value(c, ident, ident_len, msg->request_id, s->key, 1, v, len);
+    } else if (s->has_wait_ms && s->wait_ms > 0) {
+        unsigned char *peer = malloc(ident_len + 1);
+        if (!peer) return;
+        peer[0] = (unsigned char)ident_len;
+        memcpy(peer + 1, ident, ident_len);
+        int rc = px_kv_wait(c->kv, s->quorum_id, s->key, px_now_ms() + s->wait_ms, peer, msg->request_id);
+        if (rc != PX_KV_OK) {
+            free(peer);
+            store_refused(c, ident, ident_len, msg->request_id, m, rc);
+        }
+    } else {
+        send_store_value(c, ident, ident_len, msg->request_id, s->key, 0, NULL, 0);
+    }
 }
 
 static px_status_view_t status_view(px_coordinator_t *c) {
-  px_status_view_t v = {0};
-  v.job = c->cfg.job;
-  v.mode = c->cfg.mode;
-  v.quorum = &c->quorum;
-  v.members = &c->members;
-  v.stats = &c->stats;
-  if (c->events) {
-    px_events_stats_t es;
-    px_events_stats(c->events, &es);
-    v.events = (px_status_events_t){es.produced, es.delivered, es.pending,
-                                    es.spilled, es.delivery_failures};
-  }
-  v.store_keys = px_kv_count(c->kv);
-  v.store_bytes = px_kv_bytes(c->kv);
-  v.store_waiters = px_kv_waiters(c->kv);
-  v.heap_bytes = px_status_heap_bytes();
-  v.now_ms = px_now_ms();
-  v.uptime_ms = v.now_ms - c->started_ms;
-  return v;
+    px_status_view_t v = {0};
+    v.job = c->cfg.job;
+    v.mode = c->cfg.mode;
+    v.quorum = &c->quorum;
+    v.members = &c->members;
+    v.stats = &c->stats;
+    if (c->events) {
+        px_events_stats_t es;
+        px_events_stats(c->events, &es);
+        v.events = (px_status_events_t){es.produced, es.delivered, es.pending, es.spilled, es.delivery_failures};
+    }
+    v.store_keys = px_kv_count(c->kv);
+    v.store_bytes = px_kv_bytes(c->kv);
+    v.store_waiters = px_kv_waiters(c->kv);
+    v.heap_bytes = px_status_heap_bytes();
+    v.now_ms = px_now_ms();
+    v.uptime_ms = v.now_ms - c->started_ms;
+    return v;
 }
 
-static void on_status_request(px_coordinator_t *c, const void *ident,
-                              size_t ident_len, const px_msg_t *msg) {
-  px_status_view_t v = status_view(c);
-  char *json = px_status_json(&v, NULL);
-  if (!json)
-    return;
-  Phalanx__Envelope env = PHALANX__ENVELOPE__INIT;
-  Phalanx__StatusReply st = PHALANX__STATUS_REPLY__INIT;
-  st.json = json;
-  env.has_request_id = 1;
-  env.request_id = msg->request_id;
-  env.body_case = PHALANX__ENVELOPE__BODY_STATUS;
-  env.status = &st;
-  send_to(c, ident, ident_len, &env);
-  free(json);
+static void on_status_request(px_coordinator_t *c, const void *ident, size_t ident_len, const px_msg_t *msg) {
+    px_status_view_t v = status_view(c);
+    char *json = px_status_json(&v, NULL);
+    if (!json) return;
+    Phalanx__Envelope env = PHALANX__ENVELOPE__INIT;
+    Phalanx__StatusReply st = PHALANX__STATUS_REPLY__INIT;
+    st.json = json;
+    env.has_request_id = 1;
+    env.request_id = msg->request_id;
+    env.body_case = PHALANX__ENVELOPE__BODY_STATUS;
+    env.status = &st;
+    send_to(c, ident, ident_len, &env);
+    free(json);
 }
 
-static void bad_message(px_coordinator_t *c, const void *ident,
-                        size_t ident_len, uint64_t req_id,
+static void bad_message(px_coordinator_t *c, const void *ident, size_t ident_len, uint64_t req_id,
                         Phalanx__ErrorCode code, const char *why) {
-  c->stats.bad_messages++;
-  char esc[512];
-  px_json_escape(why, esc, sizeof esc);
-  emit_limited(c, &c->rl_bad, "\"error\":\"%s\",\"detail\":\"%s\"",
-               px_wire_error_name(code), esc);
-  /* Log the first few, then one line in a thousand: a fuzzer must not flood the
-   * log. */
-  if (c->stats.bad_messages <= 10 || c->stats.bad_messages % 1000 == 0)
-    px_log_warn("bad_message error=%s detail=\"%s\" total=%llu",
-                px_wire_error_name(code), why,
-                (unsigned long long)c->stats.bad_messages);
-  reply_error(c, ident, ident_len, req_id, code, why);
+    c->stats.bad_messages++;
+    char esc[512];
+    px_json_escape(why, esc, sizeof esc);
+    emit_limited(c, &c->rl_bad, "\"error\":\"%s\",\"detail\":\"%s\"", px_wire_error_name(code), esc);
+    /* Log the first few, then one line in a thousand: a fuzzer must not flood the log. */
+    if (c->stats.bad_messages <= 10 || c->stats.bad_messages % 1000 == 0)
+        px_log_warn("bad_message error=%s detail=\"%s\" total=%llu", px_wire_error_name(code), why,
+                    (unsigned long long)c->stats.bad_messages);
+    reply_error(c, ident, ident_len, req_id, code, why);
 }
 
-static void handle_frame(px_coordinator_t *c, const void *ident,
-                         size_t ident_len, int fd, const void *data,
+static void handle_frame(px_coordinator_t *c, const void *ident, size_t ident_len, int fd, const void *data,
                          size_t len) {
-  c->stats.messages++;
-  Phalanx__ErrorCode code = 0;
-  char why[256];
-  px_msg_t *msg = px_wire_decode(data, len, &code, why, sizeof why);
-  if (!msg) {
-    bad_message(c, ident, ident_len, 0, code, why);
-    return;
-  }
-  if (c->cfg.token &&
-      (!msg->token || !px_auth_token_equal(msg->token, c->cfg.token))) {
-    c->stats.auth_rejected++;
-    emit_limited(c, &c->rl_auth, "\"message\":\"%s\",\"detail\":\"%s\"",
-                 px_wire_body_name(msg),
-                 msg->token ? "wrong job token" : "no job token");
-    if (c->stats.auth_rejected <= 10)
-      px_log_warn("auth_rejected message=%s detail=%s", px_wire_body_name(msg),
-                  msg->token ? "wrong token" : "no token");
-    reply_error(c, ident, ident_len, msg->request_id,
-                PHALANX__ERROR_CODE__AUTH_REJECTED,
-                "missing or wrong job token");
+    c->stats.messages++;
+    Phalanx__ErrorCode code = 0;
+    char why[256];
+    px_msg_t *msg = px_wire_decode(data, len, &code, why, sizeof why);
+    if (!msg) {
+        bad_message(c, ident, ident_len, 0, code, why);
+        return;
+    }
+    if (c->cfg.token && (!msg->token || !px_auth_token_equal(msg->token, c->cfg.token))) {
+        c->stats.auth_rejected++;
+        emit_limited(c, &c->rl_auth, "\"message\":\"%s\",\"detail\":\"%s\"", px_wire_body_name(msg),
+                     msg->token ? "wrong job token" : "no job token");
+        if (c->stats.auth_rejected <= 10)
+            px_log_warn("auth_rejected message=%s detail=%s", px_wire_body_name(msg), msg->token ? "wrong token" : "no token");
+        reply_error(c, ident, ident_len, msg->request_id, PHALANX__ERROR_CODE__AUTH_REJECTED, "missing or wrong job token");
+        px_wire_free(msg);
+        return;
+    }
+    switch (msg->body_case) {
+    case PHALANX__ENVELOPE__BODY_REG: on_register(c, ident, ident_len, fd, msg); break;
+    case PHALANX__ENVELOPE__BODY_HB: on_heartbeat(c, ident, ident_len, fd, msg); break;
+    case PHALANX__ENVELOPE__BODY_QUORUM_REQ: on_quorum_request(c, ident, ident_len, msg); break;
+    case PHALANX__ENVELOPE__BODY_FAILURE: on_failure_report(c, ident, ident_len, msg); break;
+    case PHALANX__ENVELOPE__BODY_STORE_SET: on_store_set(c, ident, ident_len, msg); break;
+    case PHALANX__ENVELOPE__BODY_STORE_GET: on_store_get(c, ident, ident_len, msg); break;
+    case PHALANX__ENVELOPE__BODY_STATUS_REQ: on_status_request(c, ident, ident_len, msg); break;
+    case PHALANX__ENVELOPE__BODY_WORKER_EVENT: on_worker_event(c, ident, ident_len, msg); break;
+    default: {
+        char w[96];
+        snprintf(w, sizeof w, "'%s' is not a request the coordinator accepts", px_wire_body_name(msg));
+        bad_message(c, ident, ident_len, msg->request_id, PHALANX__ERROR_CODE__UNKNOWN_TYPE, w);
+    }
+    }
     px_wire_free(msg);
-    return;
-  }
-  switch (msg->body_case) {
-  case PHALANX__ENVELOPE__BODY_REG:
-    on_register(c, ident, ident_len, fd, msg);
-    break;
-  case PHALANX__ENVELOPE__BODY_HB:
-    on_heartbeat(c, ident, ident_len, fd, msg);
-    break;
-  case PHALANX__ENVELOPE__BODY_QUORUM_REQ:
-    on_quorum_request(c, ident, ident_len, msg);
-    break;
-  case PHALANX__ENVELOPE__BODY_FAILURE:
-    on_failure_report(c, ident, ident_len, msg);
-    break;
-  case PHALANX__ENVELOPE__BODY_STORE_SET:
-    on_store_set(c, ident, ident_len, msg);
-    break;
-  case PHALANX__ENVELOPE__BODY_STORE_GET:
-    on_store_get(c, ident, ident_len, msg);
-    break;
-  case PHALANX__ENVELOPE__BODY_STATUS_REQ:
-    on_status_request(c, ident, ident_len, msg);
-    break;
-  case PHALANX__ENVELOPE__BODY_WORKER_EVENT:
-    on_worker_event(c, ident, ident_len, msg);
-    break;
-  default: {
-    char w[96];
-    snprintf(w, sizeof w, "'%s' is not a request the coordinator accepts",
-             px_wire_body_name(msg));
-    bad_message(c, ident, ident_len, msg->request_id,
-                PHALANX__ERROR_CODE__UNKNOWN_TYPE, w);
-  }
-  }
-  px_wire_free(msg);
 }
 
 /* ---- the loop ---------------------------------------------------------- */
@@ -1157,126 +933,112 @@ static void handle_frame(px_coordinator_t *c, const void *ident,
  * cannot starve the tick, the socket monitor or the HTTP server. */
 #define ROUTER_BATCH 256
 static void read_router(px_coordinator_t *c) {
-  for (int k = 0; k < ROUTER_BATCH; k++) {
-    zmq_msg_t id, body;
-    zmq_msg_init(&id);
-    if (zmq_msg_recv(&id, c->router, ZMQ_DONTWAIT) < 0) {
-      zmq_msg_close(&id);
-      return;
+    for (int k = 0; k < ROUTER_BATCH; k++) {
+        zmq_msg_t id, body;
+        zmq_msg_init(&id);
+        if (zmq_msg_recv(&id, c->router, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&id);
+            return;
+        }
+        int more = zmq_msg_more(&id);
+        zmq_msg_init(&body);
+        int have_body = more && zmq_msg_recv(&body, c->router, ZMQ_DONTWAIT) >= 0;
+        /* The TCP connection a frame came on: matched against the socket
+         * monitor's DISCONNECTED events (the identity frame carries none). */
+        int fd = have_body ? zmq_msg_get(&body, ZMQ_SRCFD) : -1;
+        int extra = 0;
+        while (have_body && zmq_msg_more(&body) && !extra) {
+            /* A multipart frame: drain it and count it as malformed. */
+            zmq_msg_t junk;
+            zmq_msg_init(&junk);
+            while (zmq_msg_recv(&junk, c->router, ZMQ_DONTWAIT) >= 0 && zmq_msg_more(&junk)) {
+            }
+            zmq_msg_close(&junk);
+            extra = 1;
+        }
+        if (!have_body || extra)
+            bad_message(c, zmq_msg_data(&id), zmq_msg_size(&id), 0, PHALANX__ERROR_CODE__BAD_MESSAGE,
+                        extra ? "multipart message: one frame per message" : "empty message");
+        else
+            handle_frame(c, zmq_msg_data(&id), zmq_msg_size(&id), fd, zmq_msg_data(&body), zmq_msg_size(&body));
+        zmq_msg_close(&body);
+        zmq_msg_close(&id);
     }
-    int more = zmq_msg_more(&id);
-    zmq_msg_init(&body);
-    int have_body = more && zmq_msg_recv(&body, c->router, ZMQ_DONTWAIT) >= 0;
-    /* The TCP connection a frame came on: matched against the socket
-     * monitor's DISCONNECTED events (the identity frame carries none). */
-    int fd = have_body ? zmq_msg_get(&body, ZMQ_SRCFD) : -1;
-    int extra = 0;
-    while (have_body && zmq_msg_more(&body) && !extra) {
-      /* A multipart frame: drain it and count it as malformed. */
-      zmq_msg_t junk;
-      zmq_msg_init(&junk);
-      while (zmq_msg_recv(&junk, c->router, ZMQ_DONTWAIT) >= 0 &&
-             zmq_msg_more(&junk)) {
-      }
-      zmq_msg_close(&junk);
-      extra = 1;
-    }
-    if (!have_body || extra)
-      bad_message(c, zmq_msg_data(&id), zmq_msg_size(&id), 0,
-                  PHALANX__ERROR_CODE__BAD_MESSAGE,
-                  extra ? "multipart message: one frame per message"
-                        : "empty message");
-    else
-      handle_frame(c, zmq_msg_data(&id), zmq_msg_size(&id), fd,
-                   zmq_msg_data(&body), zmq_msg_size(&body));
-    zmq_msg_close(&body);
-    zmq_msg_close(&id);
-  }
 }
 
 static void read_monitor(px_coordinator_t *c) {
-  uint16_t event;
-  uint32_t value;
-  while (px_zmq_monitor_next(c->monitor, &event, &value)) {
-    if (event == ZMQ_EVENT_DISCONNECTED) {
-      for (int i = 0; i < c->members.n; i++) {
-        px_member_t *m = &c->members.members[i];
-        if (m->state != PX_STATE_LOST && m->fd == (int)value) {
-          m->conn_closed = 1;
-          m->closed_fd = m->fd;
-          m->fd = -1;
+    uint16_t event;
+    uint32_t value;
+    while (px_zmq_monitor_next(c->monitor, &event, &value)) {
+        if (event == ZMQ_EVENT_DISCONNECTED) {
+            for (int i = 0; i < c->members.n; i++) {
+                px_member_t *m = &c->members.members[i];
+                if (m->state != PX_STATE_LOST && m->fd == (int)value) {
+                    m->conn_closed = 1;
+                    m->closed_fd = m->fd;
+                    m->fd = -1;
+                }
+            }
+        } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL || event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
+            /* With CURVE on: a client without CURVE, or one holding another
+             * coordinator public key. (A refused key is the ZAP handler's event.) */
+            c->stats.auth_rejected++;
+            emit_limited(c, &c->rl_auth, "\"message\":\"handshake\",\"mechanism\":\"CURVE\",\"detail\":\"handshake failed (ZMTP error %u): a client without CURVE, or with another coordinator public key\"",
+                         value);
         }
-      }
-    } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
-               event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
-      /* With CURVE on: a client without CURVE, or one holding another
-       * coordinator public key. (A refused key is the ZAP handler's event.) */
-      c->stats.auth_rejected++;
-      emit_limited(c, &c->rl_auth,
-                   "\"message\":\"handshake\",\"mechanism\":\"CURVE\","
-                   "\"detail\":\"handshake failed (ZMTP error %u): a client "
-                   "without CURVE, or with another coordinator public key\"",
-                   value);
     }
-  }
 }
 
 /* Events from the ZAP handler's thread (auth.c), already rate limited there. */
-static void auth_event(void *ctx, const char *type, const char *fields,
-                       uint64_t count) {
-  px_coordinator_t *c = ctx;
-  if (!strcmp(type, "auth_rejected"))
-    c->stats.auth_rejected += count;
-  emit(c, type, "%s", fields);
+static void auth_event(void *ctx, const char *type, const char *fields, uint64_t count) {
+    px_coordinator_t *c = ctx;
+    if (!strcmp(type, "auth_rejected")) c->stats.auth_rejected += count;
+    emit(c, type, "%s", fields);
 }
 
 static void tick(px_coordinator_t *c, int64_t now) {
-  flush_rate_summaries(c, now, 0);
-  px_auth_drain(c->auth, auth_event, c);
-  detect_losses(c, now);
-  detect_stalled(c, now);
-  px_members_expire(&c->members, now, &c->live);
-  if (c->quorum_dirty || c->rebuild_requested_ms)
-    recompute_quorum(c, now);
-  px_kv_expire(c->kv, now, answer_waiter, c);
-  if (c->events)
-    px_events_poll(c->events);
-  if (now - c->hb_window_start_ms >= 1000) {
-    c->stats.heartbeats_per_s = (double)c->hb_window_count * 1000.0 /
-                                (double)(now - c->hb_window_start_ms);
-    c->hb_window_count = 0;
-    c->hb_window_start_ms = now;
-  }
+    flush_rate_summaries(c, now, 0);
+    px_auth_drain(c->auth, auth_event, c);
+    detect_losses(c, now);
+    detect_stalled(c, now);
+    px_members_expire(&c->members, now, &c->live);
+    if (c->quorum_dirty || c->rebuild_requested_ms) recompute_quorum(c, now);
+    px_kv_expire(c->kv, now, answer_waiter, c);
+    if (c->events) px_events_poll(c->events);
+    if (now - c->hb_window_start_ms >= 1000) {
+        c->stats.heartbeats_per_s = (double)c->hb_window_count * 1000.0 / (double)(now - c->hb_window_start_ms);
+        c->hb_window_count = 0;
+        c->hb_window_start_ms = now;
+    }
 }
 
-static int http_handler(void *ctx, const char *path, char **body, size_t *len,
-                        const char **type) {
-  px_coordinator_t *c = ctx;
-  if (strcmp(path, "/healthz") == 0) {
-    /* Answered by the event loop itself: a reply means the loop runs
-     * (Kubernetes' liveness and readiness probes). */
-    *body = strdup("ok\n");
-    *len = 3;
-    *type = "text/plain";
+static int http_handler(void *ctx, const char *path, char **body, size_t *len, const char **type) {
+    px_coordinator_t *c = ctx;
+    if (strcmp(path, "/healthz") == 0) {
+        /* Answered by the event loop itself: a reply means the loop runs
+         * (Kubernetes' liveness and readiness probes). */
+        *body = strdup("ok\n");
+        *len = 3;
+        *type = "text/plain";
+        return *body ? 200 : 500;
+    }
+    px_status_view_t v = status_view(c);
+    if (strcmp(path, "/status") == 0) {
+        *body = px_status_json(&v, len);
+        *type = "application/json";
+    } else if (strcmp(path, "/metrics") == 0) {
+        *body = px_status_metrics(&v, len);
+        *type = "text/plain; version=0.0.4";
+    } else if (strcmp(path, "/status.txt") == 0) {
+        *body = px_status_text(&v, len);
+        *type = "text/plain; charset=utf-8";
+    } else if (strcmp(path, "/") == 0) {
+        *body = px_status_html(&v, len);
+        *type = "text/html; charset=utf-8";
+    } else {
+        return 404;
+    }
     return *body ? 200 : 500;
-  }
-  px_status_view_t v = status_view(c);
-  if (strcmp(path, "/status") == 0) {
-    *body = px_status_json(&v, len);
-    *type = "application/json";
-  } else if (strcmp(path, "/metrics") == 0) {
-    *body = px_status_metrics(&v, len);
-    *type = "text/plain; version=0.0.4";
-  } else if (strcmp(path, "/status.txt") == 0) {
-    *body = px_status_text(&v, len);
-    *type = "text/plain; charset=utf-8";
-  } else if (strcmp(path, "/") == 0) {
-    *body = px_status_html(&v, len);
-    *type = "text/html; charset=utf-8";
-  } else {
-    return 404;
-  }
-  return *body ? 200 : 500;
 }
 
 /* The loop itself stalled (SIGSTOP, descheduled, a slow system call) for
@@ -1284,191 +1046,154 @@ static int http_handler(void *ctx, const char *path, char **body, size_t *len,
  * Their heartbeats are queued, unread; shift every member's last-heard time
  * by the stall, so each is judged only on time the coordinator listened. */
 static void credit_stall(px_coordinator_t *c, int64_t ms, int64_t now) {
-  c->stats.loop_stalls++;
-  px_log_warn("loop_stall ms=%lld: member deadlines shifted by the stall",
-              (long long)ms);
-  for (int i = 0; i < c->members.n; i++) {
-    px_member_t *m = &c->members.members[i];
-    if (m->state == PX_STATE_LOST)
-      continue;
-    m->last_hb_ms = m->last_hb_ms + ms < now ? m->last_hb_ms + ms : now;
-  }
-  if (c->first_store_ms)
-    c->first_store_ms =
-        c->first_store_ms + ms < now ? c->first_store_ms + ms : now;
+    c->stats.loop_stalls++;
+    px_log_warn("loop_stall ms=%lld: member deadlines shifted by the stall", (long long)ms);
+    for (int i = 0; i < c->members.n; i++) {
+        px_member_t *m = &c->members.members[i];
+        if (m->state == PX_STATE_LOST) continue;
+        m->last_hb_ms = m->last_hb_ms + ms < now ? m->last_hb_ms + ms : now;
+    }
+    if (c->first_store_ms) c->first_store_ms = c->first_store_ms + ms < now ? c->first_store_ms + ms : now;
 }
 
 int px_coordinator_run(px_coordinator_t *c, volatile sig_atomic_t *stop) {
-  zmq_pollitem_t items[2 + 1 + PX_HTTP_MAX_CONNS];
-  int64_t next_tick = px_now_ms(), last_wake = next_tick;
-  /* From one wake-up to the next, a turn takes its poll wait plus its work;
-   * more than a heartbeat interval beyond the wait means the loop was not
-   * listening. Checked right after the poll, before any queued frame or
-   * the loss rule is looked at. */
-  int64_t stall_ms = c->live.heartbeat_interval_ms > 2 * TICK_MS
-                         ? c->live.heartbeat_interval_ms
-                         : 2 * TICK_MS;
-  while (!*stop) {
-    int n = 0;
-    items[n++] = (zmq_pollitem_t){c->router, 0, ZMQ_POLLIN, 0};
-    items[n++] = (zmq_pollitem_t){c->monitor, 0, ZMQ_POLLIN, 0};
-    int nh = c->http ? px_http_pollitems(c->http, items + n) : 0;
-    int64_t now = px_now_ms();
-    long wait = next_tick > now ? (long)(next_tick - now) : 0;
-    int rc = zmq_poll(items, n + nh, wait);
-    if (rc < 0 && errno != EINTR) {
-      px_log_error("zmq_poll failed: %s", zmq_strerror(errno));
-      return 1;
+    zmq_pollitem_t items[2 + 1 + PX_HTTP_MAX_CONNS];
+    int64_t next_tick = px_now_ms(), last_wake = next_tick;
+    /* From one wake-up to the next, a turn takes its poll wait plus its work;
+     * more than a heartbeat interval beyond the wait means the loop was not
+     * listening. Checked right after the poll, before any queued frame or
+     * the loss rule is looked at. */
+    int64_t stall_ms = c->live.heartbeat_interval_ms > 2 * TICK_MS ? c->live.heartbeat_interval_ms : 2 * TICK_MS;
+    while (!*stop) {
+        int n = 0;
+        items[n++] = (zmq_pollitem_t){c->router, 0, ZMQ_POLLIN, 0};
+        items[n++] = (zmq_pollitem_t){c->monitor, 0, ZMQ_POLLIN, 0};
+        int nh = c->http ? px_http_pollitems(c->http, items + n) : 0;
+        int64_t now = px_now_ms();
+        long wait = next_tick > now ? (long)(next_tick - now) : 0;
+        int rc = zmq_poll(items, n + nh, wait);
+        if (rc < 0 && errno != EINTR) {
+            px_log_error("zmq_poll failed: %s", zmq_strerror(errno));
+            return 1;
+        }
+        int64_t woke = px_now_ms();
+        if (woke - last_wake - wait > stall_ms) credit_stall(c, woke - last_wake - wait, woke);
+        last_wake = woke;
+        /* Frames before the monitor: a frame sent just before its connection
+         * closed is queued before the DISCONNECTED event, and handling it
+         * afterwards would wrongly clear the closed-connection evidence. */
+        if (items[0].revents & ZMQ_POLLIN) read_router(c);
+        if (items[1].revents & ZMQ_POLLIN) read_monitor(c);
+        if (nh) px_http_service(c->http, items + n, nh, px_now_ms());
+        now = px_now_ms();
+        if (now >= next_tick) {
+            tick(c, now);
+            next_tick = now + TICK_MS;
+        }
     }
-    int64_t woke = px_now_ms();
-    if (woke - last_wake - wait > stall_ms)
-      credit_stall(c, woke - last_wake - wait, woke);
-    last_wake = woke;
-    /* Frames before the monitor: a frame sent just before its connection
-     * closed is queued before the DISCONNECTED event, and handling it
-     * afterwards would wrongly clear the closed-connection evidence. */
-    if (items[0].revents & ZMQ_POLLIN)
-      read_router(c);
-    if (items[1].revents & ZMQ_POLLIN)
-      read_monitor(c);
-    if (nh)
-      px_http_service(c->http, items + n, nh, px_now_ms());
-    now = px_now_ms();
-    if (now >= next_tick) {
-      tick(c, now);
-      next_tick = now + TICK_MS;
-    }
-  }
-  return 0;
+    return 0;
 }
 
 /* ---- construction ------------------------------------------------------ */
 
-px_coordinator_t *px_coordinator_new(const px_coordinator_config_t *cfg,
-                                     char *err, size_t errlen) {
-  px_coordinator_t *c = calloc(1, sizeof *c);
-  if (!c) {
-    snprintf(err, errlen, "out of memory");
-    return NULL;
-  }
-  c->cfg = *cfg;
-  c->live.heartbeat_interval_ms = cfg->heartbeat_interval_ms;
-  c->live.heartbeat_timeout_ms = cfg->heartbeat_timeout_ms;
-  c->started_ms = c->hb_window_start_ms = px_now_ms();
-  c->rl_bad = (px_rate_t){.name = "bad_message", .per_s = PX_PEER_EVENTS_PER_S};
-  c->rl_auth =
-      (px_rate_t){.name = "auth_rejected", .per_s = PX_PEER_EVENTS_PER_S};
-  c->rl_conflict =
-      (px_rate_t){.name = "identity_conflict", .per_s = PX_PEER_EVENTS_PER_S};
-  c->rl_refused =
-      (px_rate_t){.name = "report_refused", .per_s = PX_PEER_EVENTS_PER_S};
-  px_quorum_init(&c->quorum);
-  c->kv = px_kv_new();
-  if (!c->kv || px_members_init(&c->members) != 0) {
-    snprintf(err, errlen, "out of memory");
-    goto fail;
-  }
-  apply_limits(c);
-  c->zctx = zmq_ctx_new();
-  c->router = zmq_socket(c->zctx, ZMQ_ROUTER);
-  int one = 1, zero = 0, hwm = 100000;
-  int64_t maxmsg = ROUTER_MAX_MSG;
-  zmq_setsockopt(c->router, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
-  zmq_setsockopt(c->router, ZMQ_ROUTER_HANDOVER, &one, sizeof one);
-  zmq_setsockopt(c->router, ZMQ_LINGER, &zero, sizeof zero);
-  zmq_setsockopt(c->router, ZMQ_SNDHWM, &hwm, sizeof hwm);
-  zmq_setsockopt(c->router, ZMQ_RCVHWM, &hwm, sizeof hwm);
-  zmq_setsockopt(c->router, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
-  if (cfg->curve_secret_key) {
-    /* The ZAP handler must be bound before the socket accepts anyone: a
-     * CURVE server without one admits every client. */
-    c->auth = px_auth_start(c->zctx, cfg->authorized_keys, cfg->reload_keys,
-                            err, errlen);
-    if (!c->auth)
-      goto fail;
-    if (zmq_setsockopt(c->router, ZMQ_CURVE_SERVER, &one, sizeof one) != 0 ||
-        zmq_setsockopt(c->router, ZMQ_CURVE_SECRETKEY, cfg->curve_secret_key,
-                       strlen(cfg->curve_secret_key)) != 0 ||
-        zmq_setsockopt(c->router, ZMQ_ZAP_DOMAIN, "phalanx", 7) != 0) {
-      snprintf(err, errlen, "--curve-secret-key-file: CURVE refused: %s",
-               zmq_strerror(errno));
-      goto fail;
+px_coordinator_t *px_coordinator_new(const px_coordinator_config_t *cfg, char *err, size_t errlen) {
+    px_coordinator_t *c = calloc(1, sizeof *c);
+    if (!c) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
     }
-  }
-  if (zmq_bind(c->router, cfg->bind) != 0) {
-    snprintf(err, errlen, "--bind: cannot bind '%s': %s", cfg->bind,
-             zmq_strerror(errno));
-    goto fail;
-  }
-  char mon_ep[64];
-  snprintf(mon_ep, sizeof mon_ep, "inproc://px-monitor-%p", (void *)c);
-  int mon_events = ZMQ_EVENT_DISCONNECTED;
-  if (cfg->curve_secret_key)
-    mon_events |= ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                  ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
-  zmq_socket_monitor(c->router, mon_ep, mon_events);
-  c->monitor = zmq_socket(c->zctx, ZMQ_PAIR);
-  zmq_setsockopt(c->monitor, ZMQ_LINGER, &zero, sizeof zero);
-  if (zmq_connect(c->monitor, mon_ep) != 0) {
-    snprintf(err, errlen, "socket monitor: %s", zmq_strerror(errno));
-    goto fail;
-  }
-  if (cfg->http_host) {
-    c->http = px_http_new(cfg->http_host, cfg->http_port, http_handler, c, err,
-                          errlen);
-    if (!c->http)
-      goto fail;
-  }
-  c->events = px_events_new(cfg->events, cfg->job, cfg->spill_dir, err, errlen);
-  if (cfg->events && strcmp(cfg->events, "none") != 0 && !c->events)
-    goto fail;
-  px_log_info(
-      "coordinator_started job=%s bind=%s http=%s:%d events=%s "
-      "heartbeat_interval_ms=%lld heartbeat_timeout_ms=%lld min_replicas=%d",
-      cfg->job, cfg->bind, cfg->http_host ? cfg->http_host : "off",
-      c->http ? px_http_port(c->http) : 0, cfg->events ? cfg->events : "none",
-      (long long)cfg->heartbeat_interval_ms,
-      (long long)cfg->heartbeat_timeout_ms, cfg->min_replicas);
-  emit(c, "coordinator_started",
-       "\"bind\":\"%s\",\"mode\":\"%s\",\"auth\":\"%s\"", cfg->bind, cfg->mode,
-       c->auth      ? (cfg->token ? "curve+token" : "curve")
-       : cfg->token ? "token"
-                    : "none");
-  return c;
+    c->cfg = *cfg;
+    c->live.heartbeat_interval_ms = cfg->heartbeat_interval_ms;
+    c->live.heartbeat_timeout_ms = cfg->heartbeat_timeout_ms;
+    c->started_ms = c->hb_window_start_ms = px_now_ms();
+    c->rl_bad = (px_rate_t){.name = "bad_message", .per_s = PX_PEER_EVENTS_PER_S};
+    c->rl_auth = (px_rate_t){.name = "auth_rejected", .per_s = PX_PEER_EVENTS_PER_S};
+    c->rl_conflict = (px_rate_t){.name = "identity_conflict", .per_s = PX_PEER_EVENTS_PER_S};
+    c->rl_refused = (px_rate_t){.name = "report_refused", .per_s = PX_PEER_EVENTS_PER_S};
+    px_quorum_init(&c->quorum);
+    c->kv = px_kv_new();
+    if (!c->kv || px_members_init(&c->members) != 0) {
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
+    apply_limits(c);
+    c->zctx = zmq_ctx_new();
+    c->router = zmq_socket(c->zctx, ZMQ_ROUTER);
+    int one = 1, zero = 0, hwm = 100000;
+    int64_t maxmsg = ROUTER_MAX_MSG;
+    zmq_setsockopt(c->router, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
+    zmq_setsockopt(c->router, ZMQ_ROUTER_HANDOVER, &one, sizeof one);
+    zmq_setsockopt(c->router, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(c->router, ZMQ_SNDHWM, &hwm, sizeof hwm);
+    zmq_setsockopt(c->router, ZMQ_RCVHWM, &hwm, sizeof hwm);
+    zmq_setsockopt(c->router, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
+    if (cfg->curve_secret_key) {
+        /* The ZAP handler must be bound before the socket accepts anyone: a
+         * CURVE server without one admits every client. */
+        c->auth = px_auth_start(c->zctx, cfg->authorized_keys, cfg->reload_keys, err, errlen);
+        if (!c->auth) goto fail;
+        if (zmq_setsockopt(c->router, ZMQ_CURVE_SERVER, &one, sizeof one) != 0 ||
+            zmq_setsockopt(c->router, ZMQ_CURVE_SECRETKEY, cfg->curve_secret_key, strlen(cfg->curve_secret_key)) != 0 ||
+            zmq_setsockopt(c->router, ZMQ_ZAP_DOMAIN, "phalanx", 7) != 0) {
+            snprintf(err, errlen, "--curve-secret-key-file: CURVE refused: %s", zmq_strerror(errno));
+            goto fail;
+        }
+    }
+    if (zmq_bind(c->router, cfg->bind) != 0) {
+        snprintf(err, errlen, "--bind: cannot bind '%s': %s", cfg->bind, zmq_strerror(errno));
+        goto fail;
+    }
+    char mon_ep[64];
+    snprintf(mon_ep, sizeof mon_ep, "inproc://px-monitor-%p", (void *)c);
+    int mon_events = ZMQ_EVENT_DISCONNECTED;
+    if (cfg->curve_secret_key) mon_events |= ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
+    zmq_socket_monitor(c->router, mon_ep, mon_events);
+    c->monitor = zmq_socket(c->zctx, ZMQ_PAIR);
+    zmq_setsockopt(c->monitor, ZMQ_LINGER, &zero, sizeof zero);
+    if (zmq_connect(c->monitor, mon_ep) != 0) {
+        snprintf(err, errlen, "socket monitor: %s", zmq_strerror(errno));
+        goto fail;
+    }
+    if (cfg->http_host) {
+        c->http = px_http_new(cfg->http_host, cfg->http_port, http_handler, c, err, errlen);
+        if (!c->http) goto fail;
+    }
+    c->events = px_events_new(cfg->events, cfg->job, cfg->spill_dir, err, errlen);
+    if (cfg->events && strcmp(cfg->events, "none") != 0 && !c->events) goto fail;
+    px_log_info("coordinator_started job=%s bind=%s http=%s:%d events=%s heartbeat_interval_ms=%lld heartbeat_timeout_ms=%lld min_replicas=%d",
+                cfg->job, cfg->bind, cfg->http_host ? cfg->http_host : "off", c->http ? px_http_port(c->http) : 0,
+                cfg->events ? cfg->events : "none", (long long)cfg->heartbeat_interval_ms,
+                (long long)cfg->heartbeat_timeout_ms, cfg->min_replicas);
+    emit(c, "coordinator_started", "\"bind\":\"%s\",\"mode\":\"%s\",\"auth\":\"%s\"", cfg->bind, cfg->mode,
+         c->auth ? (cfg->token ? "curve+token" : "curve") : cfg->token ? "token" : "none");
+    return c;
 fail:
-  px_coordinator_destroy(&c, 0);
-  return NULL;
+    px_coordinator_destroy(&c, 0);
+    return NULL;
 }
 
-int px_coordinator_http_port(const px_coordinator_t *c) {
-  return c->http ? px_http_port(c->http) : 0;
-}
+int px_coordinator_http_port(const px_coordinator_t *c) { return c->http ? px_http_port(c->http) : 0; }
 
 void px_coordinator_destroy(px_coordinator_t **self, int flush_ms) {
-  px_coordinator_t *c = *self;
-  if (!c)
-    return;
-  if (c->events) {
-    flush_rate_summaries(c, px_now_ms(), 1);
-    px_auth_stop(&c->auth, auth_event,
-                 c); /* its last summary goes into the log */
-    emit(c, "coordinator_stopped", "\"quorum_id\":%lld",
-         (long long)c->quorum.id);
-    px_events_destroy(&c->events, flush_ms);
-  }
-  px_http_destroy(&c->http);
-  px_auth_stop(&c->auth, NULL, NULL);
-  if (c->monitor)
-    zmq_close(c->monitor);
-  if (c->router) {
-    zmq_socket_monitor(c->router, NULL, 0);
-    zmq_close(c->router);
-  }
-  if (c->zctx)
-    zmq_ctx_term(c->zctx);
-  px_kv_destroy(&c->kv);
-  px_members_free(&c->members);
-  px_quorum_free(&c->quorum);
-  free(c);
-  *self = NULL;
+    px_coordinator_t *c = *self;
+    if (!c) return;
+    if (c->events) {
+        flush_rate_summaries(c, px_now_ms(), 1);
+        px_auth_stop(&c->auth, auth_event, c); /* its last summary goes into the log */
+        emit(c, "coordinator_stopped", "\"quorum_id\":%lld", (long long)c->quorum.id);
+        px_events_destroy(&c->events, flush_ms);
+    }
+    px_http_destroy(&c->http);
+    px_auth_stop(&c->auth, NULL, NULL);
+    if (c->monitor) zmq_close(c->monitor);
+    if (c->router) {
+        zmq_socket_monitor(c->router, NULL, 0);
+        zmq_close(c->router);
+    }
+    if (c->zctx) zmq_ctx_term(c->zctx);
+    px_kv_destroy(&c->kv);
+    px_members_free(&c->members);
+    px_quorum_free(&c->quorum);
+    free(c);
+    *self = NULL;
 }

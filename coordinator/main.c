@@ -13,277 +13,207 @@
 
 static const char *PROG = "phalanx-coordinator";
 static volatile sig_atomic_t g_stop;
-static atomic_int
-    g_reload; /* set in a signal handler, read by the ZAP thread */
-_Static_assert(ATOMIC_INT_LOCK_FREE == 2,
-               "a signal handler may only touch lock-free atomics");
+static atomic_int g_reload; /* set in a signal handler, read by the ZAP thread */
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "a signal handler may only touch lock-free atomics");
 
 static void on_signal(int sig) {
-  (void)sig;
-  g_stop = 1;
+    (void)sig;
+    g_stop = 1;
 }
 
 static void on_sighup(int sig) {
-  (void)sig;
-  atomic_store(&g_reload, 1);
+    (void)sig;
+    atomic_store(&g_reload, 1);
 }
 
 static void usage(FILE *f) {
-  fprintf(
-      f,
-      "usage: %s [flags]\n\n"
-      "The phalanx coordinator: tracks workers and replica groups, forms "
-      "quorums,\n"
-      "hosts the rendezvous store, serves /status and /metrics, logs "
-      "events.\n\n"
-      "flags (default in brackets):\n"
-      "  --bind ENDPOINT             ZeroMQ endpoint workers connect to "
-      "[tcp://127.0.0.1:7777]\n"
-      "  --http HOST:PORT            status server; port 0 picks a free one "
-      "[off]\n"
-      "  --job NAME                  job id, [A-Za-z0-9_.-]{1,63} [phalanx]\n"
-      "  --events SPEC               file:PATH, "
-      "kafka:HOST:PORT[,HOST:PORT...]/TOPIC or none [none]\n"
-      "  --spill-dir DIR             where undelivered Kafka events spill [.]\n"
-      "  --token-file PATH           require this job token (first line of the "
-      "file) [none]\n"
-      "  --curve-secret-key-file PATH  encrypt the control plane with CURVE "
-      "using this secret key\n"
-      "                              (phalanxctl keygen; mode 0600) [off]\n"
-      "  --authorized-keys PATH      with CURVE: public keys of the clients "
-      "admitted, one per line [none]\n"
-      "  --insecure                  allow a non-loopback --bind with neither "
-      "CURVE nor a token [off]\n"
-      "  --heartbeat-interval-ms N   interval workers heartbeat at, 10..10000 "
-      "[100]\n"
-      "  --heartbeat-timeout-ms N    silence after which a member is lost, "
-      "50..600000 [1000]\n"
-      "  --min-replicas N            groups needed for a quorum, 1..100000 "
-      "[1]\n"
-      "  --join-timeout-ms N         wait for healthy groups not yet joined, "
-      "0..600000 [500]\n"
-      "  --rebuild-settle-ms N       wait before re-forming an unchanged "
-      "quorum, 0..60000 [300]\n"
-      "  --stall-timeout-ms N        drop a quorum member that has not joined "
-      "the quorum's\n"
-      "                              rendezvous this long after others did; "
-      "keep above two\n"
-      "                              step times, 100..3600000 [60000]\n"
-      "  --mode sync|diloco          training mode announced to workers "
-      "[sync]\n"
-      "  --max-members N             members (live and recently lost), "
-      "1..1000000 [%d]\n"
-      "  --max-store-keys N          rendezvous keys per quorum, 1..10000000 "
-      "[%d]\n"
-      "  --max-store-bytes N         rendezvous key+value bytes per quorum, "
-      "65536..17179869184 [%lld]\n"
-      "  --max-store-waiters N       store reads waiting per quorum, "
-      "1..10000000 [%d]\n"
-      "  --quiet                     log warnings and errors only\n"
-      "  --help                      this text\n\n"
-      "Every flag can be given as an environment variable instead: "
-      "PHALANX_MIN_REPLICAS=3 for\n"
-      "--min-replicas 3, PHALANX_QUIET=1 for --quiet; the command line wins.\n"
-      "Past a limit, requests are refused RESOURCE_LIMIT (event "
-      "limit_reached).\n"
-      "SIGTERM or SIGINT: stop after flushing events (up to 5 s for Kafka).\n"
-      "SIGHUP (with CURVE): re-read --authorized-keys; a file that does not "
-      "parse keeps the old keys.\n"
-      "See docs/security.md.\n",
-      PROG, PX_DEFAULT_MAX_MEMBERS, PX_DEFAULT_MAX_STORE_KEYS,
-      (long long)PX_DEFAULT_MAX_STORE_BYTES, PX_DEFAULT_MAX_STORE_WAITERS);
+    fprintf(f, "usage: %s [flags]\n\n"
+           "The phalanx coordinator: tracks workers and replica groups, forms quorums,\n"
+           "hosts the rendezvous store, serves /status and /metrics, logs events.\n\n"
+           "flags (default in brackets):\n"
+           "  --bind ENDPOINT             ZeroMQ endpoint workers connect to [tcp://127.0.0.1:7777]\n"
+           "  --http HOST:PORT            status server; port 0 picks a free one [off]\n"
+           "  --job NAME                  job id, [A-Za-z0-9_.-]{1,63} [phalanx]\n"
+           "  --events SPEC               file:PATH, kafka:HOST:PORT[,HOST:PORT...]/TOPIC or none [none]\n"
+           "  --spill-dir DIR             where undelivered Kafka events spill [.]\n"
+           "  --token-file PATH           require this job token (first line of the file) [none]\n"
+           "  --curve-secret-key-file PATH  encrypt the control plane with CURVE using this secret key\n"
+           "                              (phalanxctl keygen; mode 0600) [off]\n"
+           "  --authorized-keys PATH      with CURVE: public keys of the clients admitted, one per line [none]\n"
+           "  --insecure                  allow a non-loopback --bind with neither CURVE nor a token [off]\n"
+           "  --heartbeat-interval-ms N   interval workers heartbeat at, 10..10000 [100]\n"
+           "  --heartbeat-timeout-ms N    silence after which a member is lost, 50..600000 [1000]\n"
+           "  --min-replicas N            groups needed for a quorum, 1..100000 [1]\n"
+           "  --join-timeout-ms N         wait for healthy groups not yet joined, 0..600000 [500]\n"
+           "  --rebuild-settle-ms N       wait before re-forming an unchanged quorum, 0..60000 [300]\n"
+           "  --stall-timeout-ms N        drop a quorum member that has not joined the quorum's\n"
+           "                              rendezvous this long after others did; keep above two\n"
+           "                              step times, 100..3600000 [60000]\n"
+           "  --mode sync|diloco          training mode announced to workers [sync]\n"
+           "  --max-members N             members (live and recently lost), 1..1000000 [%d]\n"
+           "  --max-store-keys N          rendezvous keys per quorum, 1..10000000 [%d]\n"
+           "  --max-store-bytes N         rendezvous key+value bytes per quorum, 65536..17179869184 [%lld]\n"
+           "  --max-store-waiters N       store reads waiting per quorum, 1..10000000 [%d]\n"
+           "  --quiet                     log warnings and errors only\n"
+           "  --help                      this text\n\n"
+           "Every flag can be given as an environment variable instead: PHALANX_MIN_REPLICAS=3 for\n"
+           "--min-replicas 3, PHALANX_QUIET=1 for --quiet; the command line wins.\n"
+           "Past a limit, requests are refused RESOURCE_LIMIT (event limit_reached).\n"
+           "SIGTERM or SIGINT: stop after flushing events (up to 5 s for Kafka).\n"
+           "SIGHUP (with CURVE): re-read --authorized-keys; a file that does not parse keeps the old keys.\n"
+           "See docs/security.md.\n",
+           PROG, PX_DEFAULT_MAX_MEMBERS, PX_DEFAULT_MAX_STORE_KEYS, (long long)PX_DEFAULT_MAX_STORE_BYTES,
+           PX_DEFAULT_MAX_STORE_WAITERS);
 }
 
 /* CURVE flags, and the safe default: a control endpoint reachable from the
  * network needs CURVE or a token unless --insecure says otherwise. */
-static int check_security(px_coordinator_config_t *cfg, const char *secret_path,
-                          px_keypair_t *curve, int insecure) {
-  char err[600];
-  if (!secret_path != !cfg->authorized_keys) {
-    fprintf(stderr, "%s: %s\n", PROG,
-            secret_path ? "--curve-secret-key-file needs --authorized-keys "
-                          "(the public keys of the clients to admit)"
-                        : "--authorized-keys needs --curve-secret-key-file "
-                          "(the coordinator's own secret key)");
-    return -1;
-  }
-  if (secret_path) {
-    px_auth_keys_t keys = {0};
-    if (px_keys_read_secret(secret_path, curve, err, sizeof err) != 0) {
-      fprintf(stderr, "%s: --curve-secret-key-file: %s\n", PROG, err);
-      return -1;
+static int check_security(px_coordinator_config_t *cfg, const char *secret_path, px_keypair_t *curve, int insecure) {
+    char err[600];
+    if (!secret_path != !cfg->authorized_keys) {
+        fprintf(stderr, "%s: %s\n", PROG,
+                secret_path ? "--curve-secret-key-file needs --authorized-keys (the public keys of the clients to admit)"
+                            : "--authorized-keys needs --curve-secret-key-file (the coordinator's own secret key)");
+        return -1;
     }
-    if (px_auth_keys_load(cfg->authorized_keys, &keys, err, sizeof err) != 0) {
-      fprintf(stderr, "%s: --authorized-keys: %s\n", PROG, err);
-      return -1;
+    if (secret_path) {
+        px_auth_keys_t keys = {0};
+        if (px_keys_read_secret(secret_path, curve, err, sizeof err) != 0) {
+            fprintf(stderr, "%s: --curve-secret-key-file: %s\n", PROG, err);
+            return -1;
+        }
+        if (px_auth_keys_load(cfg->authorized_keys, &keys, err, sizeof err) != 0) {
+            fprintf(stderr, "%s: --authorized-keys: %s\n", PROG, err);
+            return -1;
+        }
+        px_auth_keys_free(&keys);
+        cfg->curve_secret_key = curve->sec;
+        px_log_info("curve_public_key key=%s (give it to clients as --coordinator-key or a .pub file)", curve->pub);
     }
-    px_auth_keys_free(&keys);
-    cfg->curve_secret_key = curve->sec;
-    px_log_info("curve_public_key key=%s (give it to clients as "
-                "--coordinator-key or a .pub file)",
-                curve->pub);
-  }
-  int exposed = !px_auth_endpoint_is_loopback(cfg->bind);
-  if (!px_auth_bind_allowed(cfg->bind, secret_path != NULL, cfg->token != NULL,
-                            insecure)) {
-    fprintf(stderr,
-            "%s: refusing to bind %s without credentials: it is reachable from "
-            "the network, and anyone who reaches "
-            "it could join the job, evict members and end the run. Use "
-            "--curve-secret-key-file with "
-            "--authorized-keys (encrypted and authenticated) or --token-file, "
-            "bind a loopback address, or pass "
-            "--insecure to accept the risk (see docs/security.md)\n",
-            PROG, cfg->bind);
-    return -1;
-  }
-  if (exposed && !secret_path && cfg->token)
-    px_log_warn("token_in_cleartext bind=%s: the job token crosses the network "
-                "unencrypted; prefer CURVE",
-                cfg->bind);
-  if (exposed && !secret_path && !cfg->token)
-    px_log_warn("insecure_bind bind=%s: --insecure: anyone who can reach it "
-                "can join, evict members and end the job",
-                cfg->bind);
-  if (cfg->http_host && !px_auth_host_is_loopback(cfg->http_host))
-    px_log_warn("http_exposed http=%s: /status, /metrics and the dashboard "
-                "have no authentication and show the "
-                "job's members, hosts and pids to anyone who can reach them "
-                "(read-only)",
-                cfg->http_host);
-  return 0;
+    int exposed = !px_auth_endpoint_is_loopback(cfg->bind);
+    if (!px_auth_bind_allowed(cfg->bind, secret_path != NULL, cfg->token != NULL, insecure)) {
+        fprintf(stderr,
+                "%s: refusing to bind %s without credentials: it is reachable from the network, and anyone who reaches "
+                "it could join the job, evict members and end the run. Use --curve-secret-key-file with "
+                "--authorized-keys (encrypted and authenticated) or --token-file, bind a loopback address, or pass "
+                "--insecure to accept the risk (see docs/security.md)\n",
+                PROG, cfg->bind);
+        return -1;
+    }
+    if (exposed && !secret_path && cfg->token)
+        px_log_warn("token_in_cleartext bind=%s: the job token crosses the network unencrypted; prefer CURVE", cfg->bind);
+    if (exposed && !secret_path && !cfg->token)
+        px_log_warn("insecure_bind bind=%s: --insecure: anyone who can reach it can join, evict members and end the job",
+                    cfg->bind);
+    if (cfg->http_host && !px_auth_host_is_loopback(cfg->http_host))
+        px_log_warn("http_exposed http=%s: /status, /metrics and the dashboard have no authentication and show the "
+                    "job's members, hosts and pids to anyone who can reach them (read-only)",
+                    cfg->http_host);
+    return 0;
 }
 
 int main(int argc, char **argv) {
-  px_log_set_prog(PROG);
-  px_coordinator_config_t cfg = {
-      .bind = "tcp://127.0.0.1:7777",
-      .job = "phalanx",
-      .spill_dir = ".",
-      .mode = "sync",
-      .heartbeat_interval_ms = 100,
-      .heartbeat_timeout_ms = 1000,
-      .min_replicas = 1,
-      .join_timeout_ms = 500,
-      .rebuild_settle_ms = 300,
-      .stall_timeout_ms = 60000,
-      .max_members = PX_DEFAULT_MAX_MEMBERS,
-      .max_store_keys = PX_DEFAULT_MAX_STORE_KEYS,
-      .max_store_bytes = PX_DEFAULT_MAX_STORE_BYTES,
-      .max_store_waiters = PX_DEFAULT_MAX_STORE_WAITERS,
-  };
-  static char http_host[256];
-  static px_keypair_t curve;
-  const char *secret_path = NULL;
-  int insecure = 0;
-  static const char *const booleans[] = {"quiet", "insecure", NULL};
-  px_flags_from_env(PROG, usage, booleans, &argc, &argv);
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      usage(stdout);
-      return 0;
-    } else if (!strcmp(a, "--quiet")) {
-      px_log_set_quiet(1);
-      continue;
-    } else if (!strcmp(a, "--insecure")) {
-      insecure = 1;
-      continue;
+    px_log_set_prog(PROG);
+    px_coordinator_config_t cfg = {
+        .bind = "tcp://127.0.0.1:7777",
+        .job = "phalanx",
+        .spill_dir = ".",
+        .mode = "sync",
+        .heartbeat_interval_ms = 100,
+        .heartbeat_timeout_ms = 1000,
+        .min_replicas = 1,
+        .join_timeout_ms = 500,
+        .rebuild_settle_ms = 300,
+        .stall_timeout_ms = 60000,
+        .max_members = PX_DEFAULT_MAX_MEMBERS,
+        .max_store_keys = PX_DEFAULT_MAX_STORE_KEYS,
+        .max_store_bytes = PX_DEFAULT_MAX_STORE_BYTES,
+        .max_store_waiters = PX_DEFAULT_MAX_STORE_WAITERS,
+    };
+    static char http_host[256];
+    static px_keypair_t curve;
+    const char *secret_path = NULL;
+    int insecure = 0;
+    static const char *const booleans[] = {"quiet", "insecure", NULL};
+    px_flags_from_env(PROG, usage, booleans, &argc, &argv);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--quiet")) {
+            px_log_set_quiet(1);
+            continue;
+        } else if (!strcmp(a, "--insecure")) {
+            insecure = 1;
+            continue;
+        }
+        if (!strcmp(a, "--bind")) cfg.bind = px_flag_str(PROG, a, v, 512);
+        else if (!strcmp(a, "--http")) cfg.http_port = px_flag_hostport0(PROG, a, v, http_host, sizeof http_host), cfg.http_host = http_host;
+        else if (!strcmp(a, "--job")) {
+            cfg.job = px_flag_str(PROG, a, v, 63);
+            if (!px_wire_group_name_ok(cfg.job)) {
+                fprintf(stderr, "%s: --job: bad value '%s': expected [A-Za-z0-9_.-]{1,63}\n", PROG, cfg.job);
+                return 2;
+            }
+        } else if (!strcmp(a, "--events")) cfg.events = px_flag_str(PROG, a, v, 4096);
+        else if (!strcmp(a, "--spill-dir")) cfg.spill_dir = px_flag_str(PROG, a, v, 4096);
+        else if (!strcmp(a, "--token-file")) cfg.token = px_flag_token_file(PROG, a, v);
+        else if (!strcmp(a, "--curve-secret-key-file")) secret_path = px_flag_str(PROG, a, v, 4096);
+        else if (!strcmp(a, "--authorized-keys")) cfg.authorized_keys = px_flag_str(PROG, a, v, 4096);
+        else if (!strcmp(a, "--heartbeat-interval-ms")) cfg.heartbeat_interval_ms = px_flag_int(PROG, a, v, 10, 10000);
+        else if (!strcmp(a, "--heartbeat-timeout-ms")) cfg.heartbeat_timeout_ms = px_flag_int(PROG, a, v, 50, 600000);
+        else if (!strcmp(a, "--min-replicas")) cfg.min_replicas = (int)px_flag_int(PROG, a, v, 1, 100000);
+        else if (!strcmp(a, "--join-timeout-ms")) cfg.join_timeout_ms = px_flag_int(PROG, a, v, 0, 600000);
+        else if (!strcmp(a, "--rebuild-settle-ms")) cfg.rebuild_settle_ms = px_flag_int(PROG, a, v, 0, 60000);
+        else if (!strcmp(a, "--stall-timeout-ms")) cfg.stall_timeout_ms = px_flag_int(PROG, a, v, 100, 3600000);
+        else if (!strcmp(a, "--max-members")) cfg.max_members = (int)px_flag_int(PROG, a, v, 1, 1000000);
+        else if (!strcmp(a, "--max-store-keys")) cfg.max_store_keys = px_flag_int(PROG, a, v, 1, 10000000);
+        else if (!strcmp(a, "--max-store-bytes")) cfg.max_store_bytes = px_flag_int(PROG, a, v, 65536, 16LL << 30);
+        else if (!strcmp(a, "--max-store-waiters")) cfg.max_store_waiters = px_flag_int(PROG, a, v, 1, 10000000);
+        else if (!strcmp(a, "--mode")) {
+            cfg.mode = px_flag_str(PROG, a, v, 16);
+            if (strcmp(cfg.mode, "sync") && strcmp(cfg.mode, "diloco")) {
+                fprintf(stderr, "%s: --mode: bad value '%s': expected sync or diloco\n", PROG, cfg.mode);
+                return 2;
+            }
+        } else px_flag_unknown(PROG, a);
+        i++;
     }
-    if (!strcmp(a, "--bind"))
-      cfg.bind = px_flag_str(PROG, a, v, 512);
-    else if (!strcmp(a, "--http"))
-      cfg.http_port =
-          px_flag_hostport0(PROG, a, v, http_host, sizeof http_host),
-      cfg.http_host = http_host;
-    else if (!strcmp(a, "--job")) {
-      cfg.job = px_flag_str(PROG, a, v, 63);
-      if (!px_wire_group_name_ok(cfg.job)) {
-        fprintf(stderr,
-                "%s: --job: bad value '%s': expected [A-Za-z0-9_.-]{1,63}\n",
-                PROG, cfg.job);
+    if (cfg.heartbeat_timeout_ms <= cfg.heartbeat_interval_ms) {
+        fprintf(stderr, "%s: --heartbeat-timeout-ms (%lld) must exceed --heartbeat-interval-ms (%lld)\n", PROG,
+                (long long)cfg.heartbeat_timeout_ms, (long long)cfg.heartbeat_interval_ms);
         return 2;
-      }
-    } else if (!strcmp(a, "--events"))
-      cfg.events = px_flag_str(PROG, a, v, 4096);
-    else if (!strcmp(a, "--spill-dir"))
-      cfg.spill_dir = px_flag_str(PROG, a, v, 4096);
-    else if (!strcmp(a, "--token-file"))
-      cfg.token = px_flag_token_file(PROG, a, v);
-    else if (!strcmp(a, "--curve-secret-key-file"))
-      secret_path = px_flag_str(PROG, a, v, 4096);
-    else if (!strcmp(a, "--authorized-keys"))
-      cfg.authorized_keys = px_flag_str(PROG, a, v, 4096);
-    else if (!strcmp(a, "--heartbeat-interval-ms"))
-      cfg.heartbeat_interval_ms = px_flag_int(PROG, a, v, 10, 10000);
-    else if (!strcmp(a, "--heartbeat-timeout-ms"))
-      cfg.heartbeat_timeout_ms = px_flag_int(PROG, a, v, 50, 600000);
-    else if (!strcmp(a, "--min-replicas"))
-      cfg.min_replicas = (int)px_flag_int(PROG, a, v, 1, 100000);
-    else if (!strcmp(a, "--join-timeout-ms"))
-      cfg.join_timeout_ms = px_flag_int(PROG, a, v, 0, 600000);
-    else if (!strcmp(a, "--rebuild-settle-ms"))
-      cfg.rebuild_settle_ms = px_flag_int(PROG, a, v, 0, 60000);
-    else if (!strcmp(a, "--stall-timeout-ms"))
-      cfg.stall_timeout_ms = px_flag_int(PROG, a, v, 100, 3600000);
-    else if (!strcmp(a, "--max-members"))
-      cfg.max_members = (int)px_flag_int(PROG, a, v, 1, 1000000);
-    else if (!strcmp(a, "--max-store-keys"))
-      cfg.max_store_keys = px_flag_int(PROG, a, v, 1, 10000000);
-    else if (!strcmp(a, "--max-store-bytes"))
-      cfg.max_store_bytes = px_flag_int(PROG, a, v, 65536, 16LL << 30);
-    else if (!strcmp(a, "--max-store-waiters"))
-      cfg.max_store_waiters = px_flag_int(PROG, a, v, 1, 10000000);
-    else if (!strcmp(a, "--mode")) {
-      cfg.mode = px_flag_str(PROG, a, v, 16);
-      if (strcmp(cfg.mode, "sync") && strcmp(cfg.mode, "diloco")) {
-        fprintf(stderr, "%s: --mode: bad value '%s': expected sync or diloco\n",
-                PROG, cfg.mode);
-        return 2;
-      }
-    } else
-      px_flag_unknown(PROG, a);
-    i++;
-  }
-  if (cfg.heartbeat_timeout_ms <= cfg.heartbeat_interval_ms) {
-    fprintf(stderr,
-            "%s: --heartbeat-timeout-ms (%lld) must exceed "
-            "--heartbeat-interval-ms (%lld)\n",
-            PROG, (long long)cfg.heartbeat_timeout_ms,
-            (long long)cfg.heartbeat_interval_ms);
-    return 2;
-  }
-  if (cfg.events && strcmp(cfg.events, "none") == 0)
-    cfg.events = NULL;
-  if (check_security(&cfg, secret_path, &curve, insecure) != 0)
-    return 2;
+    }
+    if (cfg.events && strcmp(cfg.events, "none") == 0) cfg.events = NULL;
+    if (check_security(&cfg, secret_path, &curve, insecure) != 0) return 2;
 
-  struct sigaction sa = {0};
-  sa.sa_handler = on_signal;
-  sigaction(SIGTERM, &sa, NULL);
-  sigaction(SIGINT, &sa, NULL);
-  signal(SIGPIPE, SIG_IGN);
-  if (cfg.curve_secret_key) {
-    struct sigaction hup = {0};
-    hup.sa_handler = on_sighup;
-    sigaction(SIGHUP, &hup, NULL);
-    cfg.reload_keys = &g_reload;
-  }
+    struct sigaction sa = {0};
+    sa.sa_handler = on_signal;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    if (cfg.curve_secret_key) {
+        struct sigaction hup = {0};
+        hup.sa_handler = on_sighup;
+        sigaction(SIGHUP, &hup, NULL);
+        cfg.reload_keys = &g_reload;
+    }
 
-  char err[512];
-  px_coordinator_t *c = px_coordinator_new(&cfg, err, sizeof err);
-  if (!c) {
-    fprintf(stderr, "%s: %s\n", PROG, err);
-    return 1;
-  }
-  if (cfg.http_host) {
-    /* Tests and tools started with port 0 read the chosen port from here. */
-    printf("http=%s:%d\n", cfg.http_host, px_coordinator_http_port(c));
-    fflush(stdout);
-  }
-  int rc = px_coordinator_run(c, &g_stop);
-  px_log_info("coordinator_stopping reason=%s", g_stop ? "signal" : "error");
-  px_coordinator_destroy(&c, 5000);
-  free((char *)cfg.token);
-  return rc;
+    char err[512];
+    px_coordinator_t *c = px_coordinator_new(&cfg, err, sizeof err);
+    if (!c) {
+        fprintf(stderr, "%s: %s\n", PROG, err);
+        return 1;
+    }
+    if (cfg.http_host) {
+        /* Tests and tools started with port 0 read the chosen port from here. */
+        printf("http=%s:%d\n", cfg.http_host, px_coordinator_http_port(c));
+        fflush(stdout);
+    }
+    int rc = px_coordinator_run(c, &g_stop);
+    px_log_info("coordinator_stopping reason=%s", g_stop ? "signal" : "error");
+    px_coordinator_destroy(&c, 5000);
+    free((char *)cfg.token);
+    return rc;
 }

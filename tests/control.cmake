@@ -5,7 +5,7 @@ foreach(t quorum membership store wire ratelimit map)
   add_test(NAME control_${t} COMMAND test_${t})
 endforeach()
 
-foreach(t integration coordinator_restart cli auth connect_timeout)
+foreach(t integration coordinator_restart cli auth connect_timeout env_flags)
   px_add_py_test(control_${t} ${CMAKE_CURRENT_LIST_DIR}/control/test_${t}.py $<TARGET_FILE_DIR:phalanx-coordinator>)
   set_tests_properties(control_${t} PROPERTIES TIMEOUT 120)
 endforeach()

@@ -13,348 +13,248 @@
  * and shows the error). */
 #include <errno.h>
 #include <signal.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "agent.h"
+#include "trainer.h"
 #include "px_flags.h"
 #include "px_keys.h"
 #include "px_log.h"
 #include "px_time.h"
 #include "px_wire.h"
-#include "trainer.h"
 
 static const char *PROG = "phalanx-worker";
 #define EXIT_CONFIG 2 /* see the top of this file */
 static volatile sig_atomic_t g_stop;
 
 static void on_signal(int sig) {
-  (void)sig;
-  g_stop = 1;
+    (void)sig;
+    g_stop = 1;
 }
 
 static void usage(FILE *f) {
-  fprintf(
-      f,
-      "usage: %s --group NAME --rank R [flags]\n"
-      "       %s --standalone [flags]   (single-process training; see "
-      "--standalone --help)\n\n"
-      "One rank of a phalanx job. Registers with the coordinator, heartbeats, "
-      "and\n"
-      "follows the job's quorum.\n\n"
-      "flags (default in brackets):\n"
-      "  --coordinator ENDPOINT   coordinator's ZeroMQ endpoint "
-      "[tcp://127.0.0.1:7777]\n"
-      "  --group NAME             replica group, [A-Za-z0-9_.-]{1,63} "
-      "(required)\n"
-      "  --rank R                 rank inside the group, 0..ranks-per-group-1 "
-      "[0]\n"
-      "  --ranks-per-group W      ranks in each group, 1..1024 [1]\n"
-      "  --job NAME               refuse a coordinator running another job "
-      "[any]\n"
-      "  --token-file PATH        job token to present (first line of the "
-      "file) [none]\n"
-      "  --connect-timeout S      give up (exit 2) if no coordinator answers "
-      "the first registration\n"
-      "                           within S seconds, 0 = wait forever, 0..86400 "
-      "[300]; says every few\n"
-      "                           seconds that it is waiting; once registered, "
-      "outages are waited out\n"
-      "  --curve-secret-key-file PATH  CURVE: this worker's secret key "
-      "(phalanxctl keygen) [off]\n"
-      "  --coordinator-public-key-file PATH  CURVE: the coordinator's public "
-      "key [none]\n"
-      "  --coordinator-key Z85    CURVE: the coordinator's public key, inline "
-      "[none]\n"
-      "  --data-host HOST         address this rank's data plane (Gloo) "
-      "listens on and gives its\n"
-      "                           group peers; on Kubernetes the pod IP "
-      "[127.0.0.1]\n"
-      "  --quiet                  log warnings and errors only\n"
-      "  --help                   this text\n\n"
-      "training (with --steps N; without it the worker only holds its place in "
-      "the quorum):\n"
-      "  --steps N                optimizer steps of the whole job, "
-      "1..100000000\n"
-      "  --model NAME|PATH        preset (tiny, small, gpt2-124m) or llm.c "
-      "model file [tiny]\n"
-      "  --data DIR               token shards train_*.bin, val_*.bin "
-      "[data/demo]\n"
-      "  --global-batch N         samples per step over all groups, fixed "
-      "under failures, 1..65536 [16]\n"
-      "  --micro-batch N          samples per forward/backward, 1..4096 [4]\n"
-      "  --seq T                  sequence length, 0 = the model's context "
-      "[0]\n"
-      "  --lr X                   peak learning rate, 0..1 [0.001]\n"
-      "  --min-lr X               final learning rate of the cosine decay, "
-      "0..1 [0.0001]\n"
-      "  --warmup N               linear warmup steps, 0..1000000 [10]\n"
-      "  --weight-decay X         AdamW decoupled weight decay (2-D weights), "
-      "0..1 [0.1]\n"
-      "  --grad-clip X            global gradient-norm clip, 0 = off, 0..1000 "
-      "[1.0]\n"
-      "  --seed N                 seed of initialisation and data order "
-      "[1337]\n"
-      "  --threads N              OpenMP threads, 1..256 [1]\n"
-      "  --eval-every N           eval loss every N steps on group replica 0, "
-      "0 = only at the end [0]\n"
-      "  --eval-batches N         micro-batches of validation data per eval, "
-      "0..10000 [4]\n"
-      "  --comm-timeout-ms N      bound on every collective and rendezvous, "
-      "100..3600000 [30000]\n"
-      "  --sample-ledger PATH     append one line per committed step: which "
-      "samples this group took [off]\n"
-      "  --save PATH              write the final model as an llm.c file (rank "
-      "0) [off]\n"
-      "  --checkpoint-dir DIR     restore the newest valid checkpoint from DIR "
-      "at start, and save\n"
-      "                           checkpoints there (the quorum's first group "
-      "writes); %%g in DIR\n"
-      "                           stands for the group's name (per-group "
-      "folders) [off]\n"
-      "  --checkpoint-every N     save every N committed steps; 0 = only at "
-      "the end and on SIGTERM,\n"
-      "                           0..100000000 [100]\n"
-      "  --checkpoint-keep K      checkpoints to keep (the newest valid one "
-      "always stays), 0 = all,\n"
-      "                           0..1000000 [3]\n\n"
-      "Every flag can be given as an environment variable instead: "
-      "PHALANX_CHECKPOINT_DIR=DIR\n"
-      "for --checkpoint-dir DIR, PHALANX_QUIET=1 for --quiet; the command line "
-      "wins.\n"
-      "SIGTERM or SIGINT: leave the quorum (the coordinator drops the group at "
-      "once) and exit 0.\n"
-      "Exit status: 0 done, 1 failed (worth a restart), 2 cannot work as "
-      "configured (do not restart).\n",
-      PROG, PROG);
+    fprintf(f, "usage: %s --group NAME --rank R [flags]\n"
+           "       %s --standalone [flags]   (single-process training; see --standalone --help)\n\n"
+           "One rank of a phalanx job. Registers with the coordinator, heartbeats, and\n"
+           "follows the job's quorum.\n\n"
+           "flags (default in brackets):\n"
+           "  --coordinator ENDPOINT   coordinator's ZeroMQ endpoint [tcp://127.0.0.1:7777]\n"
+           "  --group NAME             replica group, [A-Za-z0-9_.-]{1,63} (required)\n"
+           "  --rank R                 rank inside the group, 0..ranks-per-group-1 [0]\n"
+           "  --ranks-per-group W      ranks in each group, 1..1024 [1]\n"
+           "  --job NAME               refuse a coordinator running another job [any]\n"
+           "  --token-file PATH        job token to present (first line of the file) [none]\n"
+           "  --connect-timeout S      give up (exit 2) if no coordinator answers the first registration\n"
+           "                           within S seconds, 0 = wait forever, 0..86400 [300]; says every few\n"
+           "                           seconds that it is waiting; once registered, outages are waited out\n"
+           "  --curve-secret-key-file PATH  CURVE: this worker's secret key (phalanxctl keygen) [off]\n"
+           "  --coordinator-public-key-file PATH  CURVE: the coordinator's public key [none]\n"
+           "  --coordinator-key Z85    CURVE: the coordinator's public key, inline [none]\n"
+           "  --data-host HOST         address this rank's data plane (Gloo) listens on and gives its\n"
+           "                           group peers; on Kubernetes the pod IP [127.0.0.1]\n"
+           "  --stop-exit-code N       exit status when SIGTERM or SIGINT stops the worker before the\n"
+           "                           job's --steps are done, 0..255 [0]; on Kubernetes non-zero, so\n"
+           "                           that the group's Job replaces the pod instead of counting its\n"
+           "                           rank complete (deploy/k8s uses 143)\n"
+           "  --quiet                  log warnings and errors only\n"
+           "  --help                   this text\n\n"
+           "training (with --steps N; without it the worker only holds its place in the quorum):\n"
+           "  --steps N                optimizer steps of the whole job, 1..100000000\n"
+           "  --model NAME|PATH        preset (tiny, small, gpt2-124m) or llm.c model file [tiny]\n"
+           "  --data DIR               token shards train_*.bin, val_*.bin [data/demo]\n"
+           "  --global-batch N         samples per step over all groups, fixed under failures, 1..65536 [16]\n"
+           "  --micro-batch N          samples per forward/backward, 1..4096 [4]\n"
+           "  --seq T                  sequence length, 0 = the model's context [0]\n"
+           "  --lr X                   peak learning rate, 0..1 [0.001]\n"
+           "  --min-lr X               final learning rate of the cosine decay, 0..1 [0.0001]\n"
+           "  --warmup N               linear warmup steps, 0..1000000 [10]\n"
+           "  --weight-decay X         AdamW decoupled weight decay (2-D weights), 0..1 [0.1]\n"
+           "  --grad-clip X            global gradient-norm clip, 0 = off, 0..1000 [1.0]\n"
+           "  --seed N                 seed of initialisation and data order [1337]\n"
+           "  --threads N              OpenMP threads, 1..256 [1]\n"
+           "  --eval-every N           eval loss every N steps on group replica 0, 0 = only at the end [0]\n"
+           "  --eval-batches N         micro-batches of validation data per eval, 0..10000 [4]\n"
+           "  --comm-timeout-ms N      bound on every collective and rendezvous, 100..3600000 [30000]\n"
+           "  --sample-ledger PATH     append one line per committed step: which samples this group took [off]\n"
+           "  --save PATH              write the final model as an llm.c file (rank 0) [off]\n"
+           "  --checkpoint-dir DIR     restore the newest valid checkpoint from DIR at start, and save\n"
+           "                           checkpoints there (the quorum's first group writes); %%g in DIR\n"
+           "                           stands for the group's name (per-group folders) [off]\n"
+           "  --checkpoint-every N     save every N committed steps; 0 = only at the end and on SIGTERM,\n"
+           "                           0..100000000 [100]\n"
+           "  --checkpoint-keep K      checkpoints to keep (the newest valid one always stays), 0 = all,\n"
+           "                           0..1000000 [3]\n\n"
+           "Every flag can be given as an environment variable instead: PHALANX_CHECKPOINT_DIR=DIR\n"
+           "for --checkpoint-dir DIR, PHALANX_QUIET=1 for --quiet; the command line wins.\n"
+           "SIGTERM or SIGINT: leave the quorum (the coordinator drops the group at once) and exit 0.\n"
+           "Exit status: 0 done, 1 failed (worth a restart), 2 cannot work as configured (do not restart).\n",
+           PROG, PROG);
 }
 
 static void log_quorum(const char *what, const px_quorum_t *q) {
-  char groups[512] = "";
-  size_t n = 0;
-  for (int i = 0; i < q->n && n < sizeof groups - 70; i++)
-    n += (size_t)snprintf(groups + n, sizeof groups - n, "%s%s", i ? "," : "",
-                          q->groups[i].name);
-  px_log_info("%s quorum_id=%lld step=%lld groups=%s", what, (long long)q->id,
-              (long long)q->max_step, groups);
+    char groups[512] = "";
+    size_t n = 0;
+    for (int i = 0; i < q->n && n < sizeof groups - 70; i++)
+        n += (size_t)snprintf(groups + n, sizeof groups - n, "%s%s", i ? "," : "", q->groups[i].name);
+    px_log_info("%s quorum_id=%lld step=%lld groups=%s", what, (long long)q->id, (long long)q->max_step, groups);
 }
 
 int px_worker_main(int argc, char **argv) {
-  px_agent_config_t cfg = {
-      .coordinator = "tcp://127.0.0.1:7777",
-      .rank = 0,
-      .group_size = 1,
-      .connect_timeout_s = 300,
-  };
-  px_trainer_config_t tc = {
-      .model = "tiny",
-      .data = "data/demo",
-      .global_batch = 16,
-      .micro_batch = 4,
-      .lr = 1e-3f,
-      .min_lr = 1e-4f,
-      .warmup = 10,
-      .weight_decay = 0.1f,
-      .grad_clip = 1.0f,
-      .seed = 1337,
-      .threads = 1,
-      .eval_batches = 4,
-      .comm_timeout_ms = 30000,
-      .progress = 1,
-      .checkpoint_every = 100,
-      .checkpoint_keep = 3,
-  };
-  char *token = NULL;
-  const char *curve_secret = NULL, *curve_server_file = NULL,
-             *curve_server_key = NULL;
-  static const char *const booleans[] = {"quiet", NULL};
-  px_flags_from_env(PROG, usage, booleans, &argc, &argv);
-  const char *data_host = NULL;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      usage(stdout);
-      return 0;
-    } else if (!strcmp(a, "--quiet")) {
-      px_log_set_quiet(1);
-      continue;
+    px_agent_config_t cfg = {
+        .coordinator = "tcp://127.0.0.1:7777", .rank = 0, .group_size = 1, .connect_timeout_s = 300,
+    };
+    px_trainer_config_t tc = {
+        .model = "tiny", .data = "data/demo", .global_batch = 16, .micro_batch = 4, .lr = 1e-3f, .min_lr = 1e-4f,
+        .warmup = 10, .weight_decay = 0.1f, .grad_clip = 1.0f, .seed = 1337, .threads = 1, .eval_batches = 4,
+        .comm_timeout_ms = 30000, .progress = 1, .checkpoint_every = 100, .checkpoint_keep = 3,
+    };
+    char *token = NULL;
+    const char *curve_secret = NULL, *curve_server_file = NULL, *curve_server_key = NULL;
+    static const char *const booleans[] = {"quiet", NULL};
+    px_flags_from_env(PROG, usage, booleans, &argc, &argv);
+    const char *data_host = NULL;
+    int stop_exit_code = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--quiet")) {
+            px_log_set_quiet(1);
+            continue;
+        }
+        if (!strcmp(a, "--coordinator")) cfg.coordinator = px_flag_str(PROG, a, v, 512);
+        else if (!strcmp(a, "--group")) cfg.group = px_flag_str(PROG, a, v, 63);
+        else if (!strcmp(a, "--rank")) cfg.rank = (int)px_flag_int(PROG, a, v, 0, 1023);
+        else if (!strcmp(a, "--ranks-per-group")) cfg.group_size = (int)px_flag_int(PROG, a, v, 1, 1024);
+        else if (!strcmp(a, "--job")) cfg.job = px_flag_str(PROG, a, v, 63);
+        else if (!strcmp(a, "--token-file")) token = px_flag_token_file(PROG, a, v);
+        else if (!strcmp(a, "--data-host")) data_host = px_flag_str(PROG, a, v, 255);
+        else if (!strcmp(a, "--stop-exit-code")) stop_exit_code = (int)px_flag_int(PROG, a, v, 0, 255);
+        else if (!strcmp(a, "--connect-timeout")) cfg.connect_timeout_s = (int)px_flag_int(PROG, a, v, 0, 86400);
+        else if (!strcmp(a, "--curve-secret-key-file")) curve_secret = px_flag_str(PROG, a, v, 4096);
+        else if (!strcmp(a, "--coordinator-public-key-file")) curve_server_file = px_flag_str(PROG, a, v, 4096);
+        else if (!strcmp(a, "--coordinator-key")) curve_server_key = px_flag_str(PROG, a, v, 64);
+        else if (!strcmp(a, "--steps")) tc.steps = px_flag_int(PROG, a, v, 1, 100000000);
+        else if (!strcmp(a, "--model")) tc.model = px_flag_str(PROG, a, v, 4096);
+        else if (!strcmp(a, "--data")) tc.data = px_flag_str(PROG, a, v, 4096);
+        else if (!strcmp(a, "--global-batch")) tc.global_batch = (int)px_flag_int(PROG, a, v, 1, 65536);
+        else if (!strcmp(a, "--micro-batch")) tc.micro_batch = (int)px_flag_int(PROG, a, v, 1, 4096);
+        else if (!strcmp(a, "--seq")) tc.seq_len = (int)px_flag_int(PROG, a, v, 0, 1 << 20);
+        else if (!strcmp(a, "--lr")) tc.lr = (float)px_flag_double(PROG, a, v, 0, 1);
+        else if (!strcmp(a, "--min-lr")) tc.min_lr = (float)px_flag_double(PROG, a, v, 0, 1);
+        else if (!strcmp(a, "--warmup")) tc.warmup = (int)px_flag_int(PROG, a, v, 0, 1000000);
+        else if (!strcmp(a, "--weight-decay")) tc.weight_decay = (float)px_flag_double(PROG, a, v, 0, 1);
+        else if (!strcmp(a, "--grad-clip")) tc.grad_clip = (float)px_flag_double(PROG, a, v, 0, 1000);
+        else if (!strcmp(a, "--seed")) tc.seed = (uint64_t)px_flag_int(PROG, a, v, 0, INT64_MAX);
+        else if (!strcmp(a, "--threads")) tc.threads = (int)px_flag_int(PROG, a, v, 1, 256);
+        else if (!strcmp(a, "--eval-every")) tc.eval_every = (int)px_flag_int(PROG, a, v, 0, 100000000);
+        else if (!strcmp(a, "--eval-batches")) tc.eval_batches = (int)px_flag_int(PROG, a, v, 0, 10000);
+        else if (!strcmp(a, "--comm-timeout-ms")) tc.comm_timeout_ms = (int)px_flag_int(PROG, a, v, 100, 3600000);
+        else if (!strcmp(a, "--sample-ledger")) tc.ledger = px_flag_str(PROG, a, v, 4096);
+        else if (!strcmp(a, "--save")) tc.save = px_flag_str(PROG, a, v, 4096);
+        else if (!strcmp(a, "--checkpoint-dir")) tc.checkpoint_dir = px_flag_str(PROG, a, v, 3800);
+        else if (!strcmp(a, "--checkpoint-every")) tc.checkpoint_every = (int)px_flag_int(PROG, a, v, 0, 100000000);
+        else if (!strcmp(a, "--checkpoint-keep")) tc.checkpoint_keep = (int)px_flag_int(PROG, a, v, 0, 1000000);
+        else px_flag_unknown(PROG, a);
+        i++;
     }
-    if (!strcmp(a, "--coordinator"))
-      cfg.coordinator = px_flag_str(PROG, a, v, 512);
-    else if (!strcmp(a, "--group"))
-      cfg.group = px_flag_str(PROG, a, v, 63);
-    else if (!strcmp(a, "--rank"))
-      cfg.rank = (int)px_flag_int(PROG, a, v, 0, 1023);
-    else if (!strcmp(a, "--ranks-per-group"))
-      cfg.group_size = (int)px_flag_int(PROG, a, v, 1, 1024);
-    else if (!strcmp(a, "--job"))
-      cfg.job = px_flag_str(PROG, a, v, 63);
-    else if (!strcmp(a, "--token-file"))
-      token = px_flag_token_file(PROG, a, v);
-    else if (!strcmp(a, "--data-host"))
-      data_host = px_flag_str(PROG, a, v, 255);
-    else if (!strcmp(a, "--connect-timeout"))
-      cfg.connect_timeout_s = (int)px_flag_int(PROG, a, v, 0, 86400);
-    else if (!strcmp(a, "--curve-secret-key-file"))
-      curve_secret = px_flag_str(PROG, a, v, 4096);
-    else if (!strcmp(a, "--coordinator-public-key-file"))
-      curve_server_file = px_flag_str(PROG, a, v, 4096);
-    else if (!strcmp(a, "--coordinator-key"))
-      curve_server_key = px_flag_str(PROG, a, v, 64);
-    else if (!strcmp(a, "--steps"))
-      tc.steps = px_flag_int(PROG, a, v, 1, 100000000);
-    else if (!strcmp(a, "--model"))
-      tc.model = px_flag_str(PROG, a, v, 4096);
-    else if (!strcmp(a, "--data"))
-      tc.data = px_flag_str(PROG, a, v, 4096);
-    else if (!strcmp(a, "--global-batch"))
-      tc.global_batch = (int)px_flag_int(PROG, a, v, 1, 65536);
-    else if (!strcmp(a, "--micro-batch"))
-      tc.micro_batch = (int)px_flag_int(PROG, a, v, 1, 4096);
-    else if (!strcmp(a, "--seq"))
-      tc.seq_len = (int)px_flag_int(PROG, a, v, 0, 1 << 20);
-    else if (!strcmp(a, "--lr"))
-      tc.lr = (float)px_flag_double(PROG, a, v, 0, 1);
-    else if (!strcmp(a, "--min-lr"))
-      tc.min_lr = (float)px_flag_double(PROG, a, v, 0, 1);
-    else if (!strcmp(a, "--warmup"))
-      tc.warmup = (int)px_flag_int(PROG, a, v, 0, 1000000);
-    else if (!strcmp(a, "--weight-decay"))
-      tc.weight_decay = (float)px_flag_double(PROG, a, v, 0, 1);
-    else if (!strcmp(a, "--grad-clip"))
-      tc.grad_clip = (float)px_flag_double(PROG, a, v, 0, 1000);
-    else if (!strcmp(a, "--seed"))
-      tc.seed = (uint64_t)px_flag_int(PROG, a, v, 0, INT64_MAX);
-    else if (!strcmp(a, "--threads"))
-      tc.threads = (int)px_flag_int(PROG, a, v, 1, 256);
-    else if (!strcmp(a, "--eval-every"))
-      tc.eval_every = (int)px_flag_int(PROG, a, v, 0, 100000000);
-    else if (!strcmp(a, "--eval-batches"))
-      tc.eval_batches = (int)px_flag_int(PROG, a, v, 0, 10000);
-    else if (!strcmp(a, "--comm-timeout-ms"))
-      tc.comm_timeout_ms = (int)px_flag_int(PROG, a, v, 100, 3600000);
-    else if (!strcmp(a, "--sample-ledger"))
-      tc.ledger = px_flag_str(PROG, a, v, 4096);
-    else if (!strcmp(a, "--save"))
-      tc.save = px_flag_str(PROG, a, v, 4096);
-    else if (!strcmp(a, "--checkpoint-dir"))
-      tc.checkpoint_dir = px_flag_str(PROG, a, v, 3800);
-    else if (!strcmp(a, "--checkpoint-every"))
-      tc.checkpoint_every = (int)px_flag_int(PROG, a, v, 0, 100000000);
-    else if (!strcmp(a, "--checkpoint-keep"))
-      tc.checkpoint_keep = (int)px_flag_int(PROG, a, v, 0, 1000000);
-    else
-      px_flag_unknown(PROG, a);
-    i++;
-  }
-  if (!cfg.group) {
-    fprintf(stderr, "%s: --group is required (see %s --help)\n", PROG, PROG);
-    return 2;
-  }
-  if (cfg.rank >= cfg.group_size) {
-    fprintf(stderr, "%s: --rank %d must be below --ranks-per-group %d\n", PROG,
-            cfg.rank, cfg.group_size);
-    return 2;
-  }
-  /* The Gloo transport reads its address from PX_GLOO_HOST when each
-   * communicator is made; set here, before any thread starts. */
-  if (data_host && setenv("PX_GLOO_HOST", data_host, 1) != 0) {
-    fprintf(stderr, "%s: cannot set the data-plane address: %s\n", PROG,
-            strerror(errno));
-    return 2;
-  }
-  cfg.token = token;
-  cfg.job_steps = tc.steps;
-  cfg.print_waiting =
-      cfg.rank == 0; /* rank 0's stdout is what phalanx-launch reads */
-  static px_curve_client_t curve;
-  char kerr[600];
-  if (px_curve_client_load(curve_secret, curve_server_file, curve_server_key,
-                           &curve, kerr, sizeof kerr) != 0) {
-    fprintf(stderr, "%s: %s\n", PROG, kerr);
-    return 2;
-  }
-  cfg.curve = &curve;
-  struct sigaction sa = {0};
-  sa.sa_handler = on_signal;
-  sigaction(SIGTERM, &sa, NULL);
-  sigaction(SIGINT, &sa, NULL);
-  signal(SIGXFSZ, SIG_IGN); /* a file-size limit fails the write (EFBIG),
-                               reported, instead of killing us */
+    if (!cfg.group) {
+        fprintf(stderr, "%s: --group is required (see %s --help)\n", PROG, PROG);
+        return 2;
+    }
+    if (cfg.rank >= cfg.group_size) {
+        fprintf(stderr, "%s: --rank %d must be below --ranks-per-group %d\n", PROG, cfg.rank, cfg.group_size);
+        return 2;
+    }
+    /* The Gloo transport reads its address from PX_GLOO_HOST when each
+     * communicator is made; set here, before any thread starts. */
+    if (data_host && setenv("PX_GLOO_HOST", data_host, 1) != 0) {
+        fprintf(stderr, "%s: cannot set the data-plane address: %s\n", PROG, strerror(errno));
+        return 2;
+    }
+    cfg.token = token;
+    cfg.job_steps = tc.steps;
+    cfg.print_waiting = cfg.rank == 0; /* rank 0's stdout is what phalanx-launch reads */
+    static px_curve_client_t curve;
+    char kerr[600];
+    if (px_curve_client_load(curve_secret, curve_server_file, curve_server_key, &curve, kerr, sizeof kerr) != 0) {
+        fprintf(stderr, "%s: %s\n", PROG, kerr);
+        return 2;
+    }
+    cfg.curve = &curve;
+    struct sigaction sa = {0};
+    sa.sa_handler = on_signal;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGXFSZ, SIG_IGN); /* a file-size limit fails the write (EFBIG), reported, instead of killing us */
 
-  char err[256];
-  px_agent_t *agent = px_agent_new(&cfg, err, sizeof err);
-  if (!agent) {
-    fprintf(stderr, "%s: %s\n", PROG, err);
-    return 2;
-  }
-  if (tc.steps > 0) {
-    tc.group = cfg.group;
-    tc.rank = cfg.rank;
-    tc.ranks_per_group = cfg.group_size;
-    tc.job = cfg.job;
-    int rc = px_trainer_run(agent, &tc, &g_stop);
-    /* Leaving: tell the coordinator at once so nobody waits for our heartbeats
-     * to stop. */
-    px_agent_report_failure(agent, cfg.group, cfg.rank, 0, 0,
-                            rc == 0   ? "finished"
-                            : rc == 3 ? "job finished by another group"
-                                      : "worker stopping");
-    px_agent_flush(
-        agent,
-        500); /* bounded: wait until the coordinator has the departure notice */
-    /* Refused for good (wrong job, token or key) or never answered: a
-     * configuration error, which phalanx-launch does not retry. */
-    int refused = px_agent_gave_up(agent) || px_agent_fatal_error(agent)[0];
-    int code = rc == 2 || rc == 3 ? 0 : rc == 4 || refused ? EXIT_CONFIG : rc;
+    char err[256];
+    px_agent_t *agent = px_agent_new(&cfg, err, sizeof err);
+    if (!agent) {
+        fprintf(stderr, "%s: %s\n", PROG, err);
+        return 2;
+    }
+    if (tc.steps > 0) {
+        tc.group = cfg.group;
+        tc.rank = cfg.rank;
+        tc.ranks_per_group = cfg.group_size;
+        tc.job = cfg.job;
+        int rc = px_trainer_run(agent, &tc, &g_stop);
+        /* Leaving: tell the coordinator at once so nobody waits for our heartbeats to stop. */
+        px_agent_report_failure(agent, cfg.group, cfg.rank, 0, 0, rc == 0 ? "finished" : rc == 3 ? "job finished by another group" : "worker stopping");
+        px_agent_flush(agent, 500); /* bounded: wait until the coordinator has the departure notice */
+        /* Refused for good (wrong job, token or key) or never answered: a
+         * configuration error, which phalanx-launch does not retry. */
+        int refused = px_agent_gave_up(agent) || px_agent_fatal_error(agent)[0];
+        int code = rc == 2 ? stop_exit_code : rc == 3 ? 0 : rc == 4 || refused ? EXIT_CONFIG : rc;
+        px_agent_destroy(&agent);
+        free(token);
+        return code;
+    }
+    int64_t held = 0, step = 0;
+    px_quorum_t q, latest;
+    px_quorum_init(&q);
+    px_quorum_init(&latest);
+    int rc = 0;
+    while (!g_stop) {
+        px_agent_latest_quorum(agent, &latest);
+        if (latest.id > held && px_quorum_find(&latest, cfg.group) >= 0) {
+            held = latest.id;
+            px_agent_set_progress(agent, step, PHALANX__MEMBER_STATE__HEALTHY, held);
+            log_quorum("quorum_followed", &latest);
+            continue;
+        }
+        if (held == 0 || px_agent_known_quorum_id(agent) > held) {
+            int r = px_agent_request_quorum(agent, step, held, 0, 0, 0, 500, &q);
+            if (r == 0) {
+                held = q.id;
+                px_agent_set_progress(agent, step, PHALANX__MEMBER_STATE__HEALTHY, held);
+                log_quorum("quorum_joined", &q);
+            } else if (r < 0 && px_agent_gave_up(agent)) {
+                rc = EXIT_CONFIG; /* the agent logged why */
+                break;
+            } else if (r < 0 && px_agent_fatal_error(agent)[0]) {
+                px_log_error("coordinator refused this worker: %s", px_agent_fatal_error(agent));
+                rc = EXIT_CONFIG;
+                break;
+            }
+            continue;
+        }
+        px_sleep_ms(20);
+    }
+    if (g_stop) {
+        px_agent_report_failure(agent, cfg.group, cfg.rank, held, step, "worker shutting down");
+        px_agent_flush(agent, 500);
+        px_log_info("worker_stopped group=%s rank=%d", cfg.group, cfg.rank);
+        if (rc == 0) rc = stop_exit_code;
+    }
+    px_quorum_free(&q);
+    px_quorum_free(&latest);
     px_agent_destroy(&agent);
     free(token);
-    return code;
-  }
-  int64_t held = 0, step = 0;
-  px_quorum_t q, latest;
-  px_quorum_init(&q);
-  px_quorum_init(&latest);
-  int rc = 0;
-  while (!g_stop) {
-    px_agent_latest_quorum(agent, &latest);
-    if (latest.id > held && px_quorum_find(&latest, cfg.group) >= 0) {
-      held = latest.id;
-      px_agent_set_progress(agent, step, PHALANX__MEMBER_STATE__HEALTHY, held);
-      log_quorum("quorum_followed", &latest);
-      continue;
-    }
-    if (held == 0 || px_agent_known_quorum_id(agent) > held) {
-      int r = px_agent_request_quorum(agent, step, held, 0, 0, 0, 500, &q);
-      if (r == 0) {
-        held = q.id;
-        px_agent_set_progress(agent, step, PHALANX__MEMBER_STATE__HEALTHY,
-                              held);
-        log_quorum("quorum_joined", &q);
-      } else if (r < 0 && px_agent_gave_up(agent)) {
-        rc = EXIT_CONFIG; /* the agent logged why */
-        break;
-      } else if (r < 0 && px_agent_fatal_error(agent)[0]) {
-        px_log_error("coordinator refused this worker: %s",
-                     px_agent_fatal_error(agent));
-        rc = EXIT_CONFIG;
-        break;
-      }
-      continue;
-    }
-    px_sleep_ms(20);
-  }
-  if (g_stop) {
-    px_agent_report_failure(agent, cfg.group, cfg.rank, held, step,
-                            "worker shutting down");
-    px_agent_flush(agent, 500);
-    px_log_info("worker_stopped group=%s rank=%d", cfg.group, cfg.rank);
-  }
-  px_quorum_free(&q);
-  px_quorum_free(&latest);
-  px_agent_destroy(&agent);
-  free(token);
-  return rc;
+    return rc;
 }

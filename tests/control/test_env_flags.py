@@ -3,7 +3,8 @@ the Kubernetes manifests use it: a coordinator and a worker configured only
 through PHALANX_* variables form a quorum and answer /healthz; a bad value
 names the variable and exits 2; the command line wins over the environment;
 a PHALANX_ variable that names no flag of the program is reported and
-ignored; a boolean takes 1/true/0/false only."""
+ignored; a boolean takes 1/true/0/false only; --stop-exit-code is the
+status of a worker stopped by SIGTERM (what Kubernetes needs to replace it)."""
 import json
 import os
 import subprocess
@@ -44,6 +45,10 @@ def test_errors(bindir):
     r = run(bindir, "phalanx-worker", ["--ranks-per-group", "1"], PHALANX_GROUP="g", PHALANX_RANK="1",
             PHALANX_RANKS_PER_GROUP="2")
     expect_usage_error(r, "--ranks-per-group 1 over PHALANX_RANKS_PER_GROUP=2", "--rank 1 must be below --ranks-per-group 1")
+    # ... and its variable is not read at all: a bad one is no error then.
+    r = run(bindir, "phalanx-worker", ["--rank", "0", "--ranks-per-group", "0"], PHALANX_GROUP="g", PHALANX_RANK="x")
+    expect_usage_error(r, "--rank 0 over PHALANX_RANK=x", "--ranks-per-group")
+    check("PHALANX_RANK" not in r.stderr, "PHALANX_RANK is not read when --rank is given: %r" % r.stderr)
     # A variable that names no flag of this program is reported and ignored
     # (one environment may serve both programs): --help still exits 0.
     r = run(bindir, "phalanx-worker", ["--help"], PHALANX_BIND="tcp://127.0.0.1:1", PHALANX_NO_SUCH_FLAG="1")
@@ -74,6 +79,7 @@ def test_job(bindir):
                           PHALANX_QUIET="1")
     worker_env = clean_env(PHALANX_COORDINATOR="tcp://127.0.0.1:%d" % port, PHALANX_GROUP="g-env", PHALANX_JOB="envjob",
                            PHALANX_TOKEN_FILE=token, PHALANX_DATA_HOST="127.0.0.1", PHALANX_QUIET="true",
+                           PHALANX_STOP_EXIT_CODE="143",
                            PHALANX_BIND="tcp://ignored:1")  # the coordinator's flag, ignored by the worker
     procs = []
     try:
@@ -106,7 +112,8 @@ def test_job(bindir):
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 p.kill()
-    check(procs[1].returncode == 0, "the worker exits 0 on SIGTERM, got %s" % procs[1].returncode)
+    check(procs[1].returncode == 143, "the worker exits PHALANX_STOP_EXIT_CODE=143 on SIGTERM, got %s"
+          % procs[1].returncode)
     with open(os.path.join(d, "worker.log")) as f:
         wl = f.read()
     check("ignoring PHALANX_BIND" in wl, "the worker reported PHALANX_BIND as not its flag: %r" % wl[-500:])
