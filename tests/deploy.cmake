@@ -7,3 +7,12 @@
 # (one ctest per scenario, a few seconds each).
 px_add_py_scenarios(deploy_k8s ${CMAKE_CURRENT_LIST_DIR}/deploy/test_k8s_manifests.py ${PROJECT_SOURCE_DIR}/deploy/k8s 120
                     render validate lint lint-selftest refs groups)
+
+# The manifests exercised (issue 9, item 4): the cpu-demo's own commands,
+# environment and volumes run as containers of the image scripts/image.sh
+# builds (podman; plain processes, said so, where podman is missing); one
+# worker container is SIGKILLed, its group is dropped, the replacement pod
+# heals, the job finishes. The first run on a machine builds the image
+# (debootstrap, then compiling in the build stage): minutes.
+px_add_py_test(deploy_k8s_run ${CMAKE_CURRENT_LIST_DIR}/deploy/test_k8s_run.py $<TARGET_FILE_DIR:phalanx-worker>)
+set_tests_properties(deploy_k8s_run PROPERTIES TIMEOUT 1800)
