@@ -134,6 +134,49 @@ int px_auth_token_equal(const char *given, const char *expected) {
     return diff == 0;
 }
 
+int px_auth_tokens_parse(const char *text, size_t len, px_auth_tokens_t *out, char *why, size_t whylen) {
+    memset(out, 0, sizeof *out);
+    size_t pos = 0;
+    for (int line = 1; pos < len; line++) {
+        const char *s = text + pos;
+        const char *nl = memchr(s, '\n', len - pos);
+        size_t n = nl ? (size_t)(nl - s) : len - pos;
+        pos += n + (nl != NULL);
+        if (n && s[n - 1] == '\r') n--;
+        if (n == 0) continue;
+        if (memchr(s, '\0', n)) return snprintf(why, whylen, "line %d holds a NUL byte", line), -1;
+        if (n > PX_AUTH_TOKEN_LEN_MAX)
+            return snprintf(why, whylen, "line %d: a token is 1..%d bytes, this one %zu", line, PX_AUTH_TOKEN_LEN_MAX, n), -1;
+        if (out->n == PX_AUTH_TOKENS_MAX)
+            return snprintf(why, whylen, "line %d: at most %d tokens", line, PX_AUTH_TOKENS_MAX), -1;
+        memcpy(out->tok[out->n], s, n);
+        out->tok[out->n][n] = '\0';
+        out->n++;
+    }
+    if (out->n == 0) return snprintf(why, whylen, "no token in it (one per line)"), -1;
+    return 0;
+}
+
+int px_auth_tokens_load(const char *path, px_auth_tokens_t *out, char *err, size_t errlen) {
+    char buf[PX_AUTH_TOKENS_MAX * (PX_AUTH_TOKEN_LEN_MAX + 2) + 64];
+    FILE *f = fopen(path, "rb");
+    if (!f) return snprintf(err, errlen, "%s: %s", path, strerror(errno)), -1;
+    size_t n = fread(buf, 1, sizeof buf, f);
+    int rd_err = ferror(f);
+    fclose(f);
+    if (rd_err) return snprintf(err, errlen, "%s: read error", path), -1;
+    if (n == sizeof buf) return snprintf(err, errlen, "%s: larger than %zu bytes", path, sizeof buf - 1), -1;
+    char why[160];
+    if (px_auth_tokens_parse(buf, n, out, why, sizeof why) != 0) return snprintf(err, errlen, "%s: %s", path, why), -1;
+    return 0;
+}
+
+int px_auth_tokens_match(const px_auth_tokens_t *t, const char *given) {
+    int any = 0;
+    for (int i = 0; i < t->n; i++) any |= px_auth_token_equal(given, t->tok[i]);
+    return any;
+}
+
 int px_auth_host_is_loopback(const char *host) {
     if (strcasecmp(host, "localhost") == 0) return 1;
     char h[128];

@@ -52,6 +52,24 @@ void px_auth_keys_free(px_auth_keys_t *k);
  * lengths: on the job token's (fixed) and the presented one's (the sender's
  * own), never on where the bytes differ. */
 int px_auth_token_equal(const char *given, const char *expected);
+/* The job tokens the coordinator accepts: every non-blank line of the
+ * --token-file (at most PX_AUTH_TOKENS_MAX, each 1..256 bytes; a trailing
+ * '\r' is dropped). Workers present the first line of theirs, so a file of
+ * "new\nold" lets both the restarted and the not yet restarted workers in
+ * while a token is rotated. */
+#define PX_AUTH_TOKENS_MAX 8
+#define PX_AUTH_TOKEN_LEN_MAX 256
+typedef struct {
+    char tok[PX_AUTH_TOKENS_MAX][PX_AUTH_TOKEN_LEN_MAX + 1];
+    int n;
+} px_auth_tokens_t;
+/* 0 ok; -1 with why (naming the line). No token at all is an error. */
+int px_auth_tokens_parse(const char *text, size_t len, px_auth_tokens_t *out, char *why, size_t whylen);
+/* Reads and parses a file; err says "PATH: why". */
+int px_auth_tokens_load(const char *path, px_auth_tokens_t *out, char *err, size_t errlen);
+/* 1 when `given` equals one of the tokens; every token is compared, in time
+ * that does not depend on which one matched or where bytes differ. */
+int px_auth_tokens_match(const px_auth_tokens_t *t, const char *given);
 /* 1 for ipc://, inproc://, and tcp:// on 127.0.0.0/8, ::1 or localhost. */
 int px_auth_endpoint_is_loopback(const char *endpoint);
 int px_auth_host_is_loopback(const char *host);

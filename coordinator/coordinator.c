@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -42,6 +43,9 @@ struct px_coordinator {
     px_coordinator_config_t cfg;
     void *zctx, *router, *monitor;
     px_http_t *http;
+    px_auth_tokens_t tokens;   /* with cfg.token_file: the tokens admitted now */
+    struct stat token_st;      /* the file as last read: a change means re-read */
+    int64_t token_checked_ms;
     px_events_t *events;
     px_auth_t *auth;           /* ZAP handler when CURVE is on (auth.h) */
     px_members_t members;
@@ -899,7 +903,7 @@ static void handle_frame(px_coordinator_t *c, const void *ident, size_t ident_le
         bad_message(c, ident, ident_len, 0, code, why);
         return;
     }
-    if (c->cfg.token && (!msg->token || !px_auth_token_equal(msg->token, c->cfg.token))) {
+    if (c->cfg.token_file && (!msg->token || !px_auth_tokens_match(&c->tokens, msg->token))) {
         c->stats.auth_rejected++;
         emit_limited(c, &c->rl_auth, "\"message\":\"%s\",\"detail\":\"%s\"", px_wire_body_name(msg),
                      msg->token ? "wrong job token" : "no job token");
@@ -996,7 +1000,39 @@ static void auth_event(void *ctx, const char *type, const char *fields, uint64_t
     emit(c, type, "%s", fields);
 }
 
+/* The token file changed (a Kubernetes Secret update swaps it in place) or
+ * SIGHUP asked: read it again. A file that does not parse keeps the tokens
+ * in force, so a half-written edit locks nobody out. */
+static void check_token_file(px_coordinator_t *c, int64_t now) {
+    int asked = c->cfg.reload_token && atomic_exchange(c->cfg.reload_token, 0);
+    if (!asked && now - c->token_checked_ms < 1000) return;
+    c->token_checked_ms = now;
+    struct stat st;
+    int have = stat(c->cfg.token_file, &st) == 0;
+    if (!asked && have && st.st_ino == c->token_st.st_ino && st.st_dev == c->token_st.st_dev &&
+        st.st_size == c->token_st.st_size && st.st_mtim.tv_sec == c->token_st.st_mtim.tv_sec &&
+        st.st_mtim.tv_nsec == c->token_st.st_mtim.tv_nsec && st.st_ctim.tv_sec == c->token_st.st_ctim.tv_sec &&
+        st.st_ctim.tv_nsec == c->token_st.st_ctim.tv_nsec)
+        return;
+    if (!asked && !have) return; /* gone for a moment (an editor's rename): keep the tokens, look again */
+    px_auth_tokens_t next;
+    char err[400] = "";
+    if (px_auth_tokens_load(c->cfg.token_file, &next, err, sizeof err) == 0) {
+        c->tokens = next;
+        px_log_info("token_reloaded file=%s tokens=%d", c->cfg.token_file, next.n);
+    } else {
+        px_log_warn("token_reload_failed %s: the %d token(s) in force stay", err, c->tokens.n);
+    }
+    if (have) c->token_st = st;
+    char file_esc[1100], err_esc[1000];
+    px_json_escape(c->cfg.token_file, file_esc, sizeof file_esc);
+    px_json_escape(err, err_esc, sizeof err_esc);
+    emit(c, "token_reloaded", "\"file\":\"%s\",\"tokens\":%d,\"error\":\"%s\"", file_esc, c->tokens.n, err_esc);
+    memset(&next, 0, sizeof next); /* no copy of a secret left on the stack */
+}
+
 static void tick(px_coordinator_t *c, int64_t now) {
+    if (c->cfg.token_file) check_token_file(c, now);
     flush_rate_summaries(c, now, 0);
     px_auth_drain(c->auth, auth_event, c);
     detect_losses(c, now);
@@ -1127,6 +1163,11 @@ px_coordinator_t *px_coordinator_new(const px_coordinator_config_t *cfg, char *e
     zmq_setsockopt(c->router, ZMQ_SNDHWM, &hwm, sizeof hwm);
     zmq_setsockopt(c->router, ZMQ_RCVHWM, &hwm, sizeof hwm);
     zmq_setsockopt(c->router, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
+    if (cfg->token_file) {
+        if (px_auth_tokens_load(cfg->token_file, &c->tokens, err, errlen) != 0) goto fail;
+        stat(cfg->token_file, &c->token_st);
+        c->token_checked_ms = px_now_ms();
+    }
     if (cfg->curve_secret_key) {
         /* The ZAP handler must be bound before the socket accepts anyone: a
          * CURVE server without one admits every client. */
@@ -1165,7 +1206,7 @@ px_coordinator_t *px_coordinator_new(const px_coordinator_config_t *cfg, char *e
                 cfg->events ? cfg->events : "none", (long long)cfg->heartbeat_interval_ms,
                 (long long)cfg->heartbeat_timeout_ms, cfg->min_replicas);
     emit(c, "coordinator_started", "\"bind\":\"%s\",\"mode\":\"%s\",\"auth\":\"%s\"", cfg->bind, cfg->mode,
-         c->auth ? (cfg->token ? "curve+token" : "curve") : cfg->token ? "token" : "none");
+         c->auth ? (cfg->token_file ? "curve+token" : "curve") : cfg->token_file ? "token" : "none");
     return c;
 fail:
     px_coordinator_destroy(&c, 0);

@@ -17,7 +17,9 @@ typedef struct {
     const char *job;
     const char *events;        /* "file:PATH", "kafka:...", or NULL */
     const char *spill_dir;
-    const char *token;         /* NULL: no token required */
+    const char *token_file;    /* job tokens admitted, one per line (auth.h); NULL: no token required.
+                                * Re-read when it changes (checked every second) or reload_token is set */
+    atomic_int *reload_token;  /* set non-zero (SIGHUP) to re-read token_file now; may be NULL */
     const char *curve_secret_key; /* Z85 secret key: CURVE on the ROUTER socket; NULL: plaintext */
     const char *authorized_keys;  /* with CURVE: file of client public keys admitted (auth.h) */
     atomic_int *reload_keys;   /* set non-zero (SIGHUP) to re-read authorized_keys; may be NULL */

@@ -13,7 +13,8 @@
 
 static const char *PROG = "phalanx-coordinator";
 static volatile sig_atomic_t g_stop;
-static atomic_int g_reload; /* set in a signal handler, read by the ZAP thread */
+static atomic_int g_reload;       /* set in a signal handler, read by the ZAP thread */
+static atomic_int g_reload_token; /* set in a signal handler, read by the event loop */
 _Static_assert(ATOMIC_INT_LOCK_FREE == 2, "a signal handler may only touch lock-free atomics");
 
 static void on_signal(int sig) {
@@ -24,6 +25,7 @@ static void on_signal(int sig) {
 static void on_sighup(int sig) {
     (void)sig;
     atomic_store(&g_reload, 1);
+    atomic_store(&g_reload_token, 1);
 }
 
 static void usage(FILE *f) {
@@ -36,7 +38,9 @@ static void usage(FILE *f) {
            "  --job NAME                  job id, [A-Za-z0-9_.-]{1,63} [phalanx]\n"
            "  --events SPEC               file:PATH, kafka:HOST:PORT[,HOST:PORT...]/TOPIC or none [none]\n"
            "  --spill-dir DIR             where undelivered Kafka events spill [.]\n"
-           "  --token-file PATH           require this job token (first line of the file) [none]\n"
+           "  --token-file PATH           require a job token: any line of the file is admitted (workers\n"
+           "                              present their file's first line); re-read when it changes and on\n"
+           "                              SIGHUP, so a token is rotated without a restart [none]\n"
            "  --curve-secret-key-file PATH  encrypt the control plane with CURVE using this secret key\n"
            "                              (phalanxctl keygen; mode 0600) [off]\n"
            "  --authorized-keys PATH      with CURVE: public keys of the clients admitted, one per line [none]\n"
@@ -60,7 +64,8 @@ static void usage(FILE *f) {
            "--min-replicas 3, PHALANX_QUIET=1 for --quiet; the command line wins.\n"
            "Past a limit, requests are refused RESOURCE_LIMIT (event limit_reached).\n"
            "SIGTERM or SIGINT: stop after flushing events (up to 5 s for Kafka).\n"
-           "SIGHUP (with CURVE): re-read --authorized-keys; a file that does not parse keeps the old keys.\n"
+           "SIGHUP: re-read --authorized-keys (with CURVE) and --token-file; a file that does not parse\n"
+           "keeps the old keys or tokens.\n"
            "See docs/security.md.\n",
            PROG, PX_DEFAULT_MAX_MEMBERS, PX_DEFAULT_MAX_STORE_KEYS, (long long)PX_DEFAULT_MAX_STORE_BYTES,
            PX_DEFAULT_MAX_STORE_WAITERS);
@@ -91,7 +96,7 @@ static int check_security(px_coordinator_config_t *cfg, const char *secret_path,
         px_log_info("curve_public_key key=%s (give it to clients as --coordinator-key or a .pub file)", curve->pub);
     }
     int exposed = !px_auth_endpoint_is_loopback(cfg->bind);
-    if (!px_auth_bind_allowed(cfg->bind, secret_path != NULL, cfg->token != NULL, insecure)) {
+    if (!px_auth_bind_allowed(cfg->bind, secret_path != NULL, cfg->token_file != NULL, insecure)) {
         fprintf(stderr,
                 "%s: refusing to bind %s without credentials: it is reachable from the network, and anyone who reaches "
                 "it could join the job, evict members and end the run. Use --curve-secret-key-file with "
@@ -100,9 +105,17 @@ static int check_security(px_coordinator_config_t *cfg, const char *secret_path,
                 PROG, cfg->bind);
         return -1;
     }
-    if (exposed && !secret_path && cfg->token)
+    if (cfg->token_file) {
+        px_auth_tokens_t tokens;
+        if (px_auth_tokens_load(cfg->token_file, &tokens, err, sizeof err) != 0) {
+            fprintf(stderr, "%s: --token-file: %s\n", PROG, err);
+            return -1;
+        }
+        memset(&tokens, 0, sizeof tokens);
+    }
+    if (exposed && !secret_path && cfg->token_file)
         px_log_warn("token_in_cleartext bind=%s: the job token crosses the network unencrypted; prefer CURVE", cfg->bind);
-    if (exposed && !secret_path && !cfg->token)
+    if (exposed && !secret_path && !cfg->token_file)
         px_log_warn("insecure_bind bind=%s: --insecure: anyone who can reach it can join, evict members and end the job",
                     cfg->bind);
     if (cfg->http_host && !px_auth_host_is_loopback(cfg->http_host))
@@ -158,7 +171,7 @@ int main(int argc, char **argv) {
             }
         } else if (!strcmp(a, "--events")) cfg.events = px_flag_str(PROG, a, v, 4096);
         else if (!strcmp(a, "--spill-dir")) cfg.spill_dir = px_flag_str(PROG, a, v, 4096);
-        else if (!strcmp(a, "--token-file")) cfg.token = px_flag_token_file(PROG, a, v);
+        else if (!strcmp(a, "--token-file")) cfg.token_file = px_flag_str(PROG, a, v, 4096);
         else if (!strcmp(a, "--curve-secret-key-file")) secret_path = px_flag_str(PROG, a, v, 4096);
         else if (!strcmp(a, "--authorized-keys")) cfg.authorized_keys = px_flag_str(PROG, a, v, 4096);
         else if (!strcmp(a, "--heartbeat-interval-ms")) cfg.heartbeat_interval_ms = px_flag_int(PROG, a, v, 10, 10000);
@@ -193,11 +206,12 @@ int main(int argc, char **argv) {
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
-    if (cfg.curve_secret_key) {
+    if (cfg.curve_secret_key || cfg.token_file) {
         struct sigaction hup = {0};
         hup.sa_handler = on_sighup;
         sigaction(SIGHUP, &hup, NULL);
-        cfg.reload_keys = &g_reload;
+        if (cfg.curve_secret_key) cfg.reload_keys = &g_reload;
+        if (cfg.token_file) cfg.reload_token = &g_reload_token;
     }
 
     char err[512];
@@ -214,6 +228,5 @@ int main(int argc, char **argv) {
     int rc = px_coordinator_run(c, &g_stop);
     px_log_info("coordinator_stopping reason=%s", g_stop ? "signal" : "error");
     px_coordinator_destroy(&c, 5000);
-    free((char *)cfg.token);
     return rc;
 }

@@ -101,6 +101,47 @@ static void test_token(void) {
               T[i].expected, T[i].eq);
 }
 
+/* The token file: every non-blank line is a token (rotation: "new\nold"). */
+static void test_token_file(void) {
+    static const struct {
+        const char *name, *text;
+        int rc, n;
+        const char *first, *why;
+    } T[] = {
+        {"one line", "s3cret\n", 0, 1, "s3cret", NULL},
+        {"no newline", "s3cret", 0, 1, "s3cret", NULL},
+        {"CRLF", "new\r\nold\r\n", 0, 2, "new", NULL},
+        {"blank lines skipped", "\n\nnew\n\nold\n\n", 0, 2, "new", NULL},
+        {"empty file", "", -1, 0, NULL, "no token"},
+        {"only blank", "\n\r\n\n", -1, 0, NULL, "no token"},
+        {"nine tokens", "1\n2\n3\n4\n5\n6\n7\n8\n9\n", -1, 0, NULL, "line 9: at most 8"},
+    };
+    for (size_t i = 0; i < sizeof T / sizeof T[0]; i++) {
+        px_auth_tokens_t t;
+        char why[160] = "";
+        int rc = px_auth_tokens_parse(T[i].text, strlen(T[i].text), &t, why, sizeof why);
+        CHECK(rc == T[i].rc, "%s: rc %d, want %d (%s)", T[i].name, rc, T[i].rc, why);
+        if (rc == 0) {
+            CHECK(t.n == T[i].n, "%s: %d tokens, want %d", T[i].name, t.n, T[i].n);
+            CHECK(!strcmp(t.tok[0], T[i].first), "%s: first '%s', want '%s'", T[i].name, t.tok[0], T[i].first);
+        } else {
+            CHECK(strstr(why, T[i].why) != NULL, "%s: reason '%s' lacks '%s'", T[i].name, why, T[i].why);
+        }
+    }
+    char long_line[300];
+    memset(long_line, 'x', 257);
+    long_line[257] = '\0';
+    px_auth_tokens_t t;
+    char why[160];
+    CHECK(px_auth_tokens_parse(long_line, 257, &t, why, sizeof why) == -1 && strstr(why, "line 1"),
+          "a 257-byte token is refused naming its line: %s", why);
+    CHECK(px_auth_tokens_parse("a\0b\n", 4, &t, why, sizeof why) == -1 && strstr(why, "NUL"), "a NUL byte is refused");
+    CHECK(px_auth_tokens_parse("new\nold\n", 8, &t, why, sizeof why) == 0, "two tokens parse");
+    CHECK(px_auth_tokens_match(&t, "new") && px_auth_tokens_match(&t, "old"), "both tokens admitted");
+    CHECK(!px_auth_tokens_match(&t, "ne") && !px_auth_tokens_match(&t, "newold") && !px_auth_tokens_match(&t, ""),
+          "a prefix, a concatenation or nothing is not a token");
+}
+
 static void test_bind_policy(void) {
     static const struct {
         const char *ep;
@@ -179,6 +220,7 @@ static void test_key_files(void) {
 int main(void) {
     test_keys_parse();
     test_token();
+    test_token_file();
     test_bind_policy();
     test_key_files();
     printf("test_auth_keys: %d failed\n", failed);
