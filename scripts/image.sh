@@ -70,4 +70,9 @@ say "building $TAG:$VERSION from $BASE_IMAGE"
 podman build --network host -f deploy/Containerfile \
   --build-arg BASE="$BASE_IMAGE" --build-arg VERSION="$VERSION" --build-arg SOURCE="$SOURCE" \
   -t "$TAG:$VERSION" -t "$TAG:latest" .
+# The build stage's newest image stays under a name (the next build's cache);
+# the ones earlier builds left behind (about 1 GB each) go.
+podman build --quiet --network host -f deploy/Containerfile --target build \
+  --build-arg BASE="$BASE_IMAGE" -t "$TAG-build:cache" . >/dev/null
+podman image prune -f --filter label=phalanx.stage=build >/dev/null
 say "built $TAG:$VERSION (also $TAG:latest); size $(podman image inspect --format '{{.Size}}' "$TAG:latest" | awk '{ printf "%.0f MB", $1 / 1e6 }')"
