@@ -8,7 +8,14 @@ target_link_libraries(px_comm_testutil PUBLIC px_comm px_common)
 add_executable(comm_test comm/comm_test.c)
 target_link_libraries(comm_test PRIVATE px_comm_testutil Threads::Threads)
 
-foreach(t basic kill stop abort rendezvous mismatch shutdown)
+# The in-group mesh as tables (pure), and its axis communicators for real.
+add_executable(test_mesh comm/test_mesh.c)
+target_link_libraries(test_mesh PRIVATE px_mesh)
+add_test(NAME comm_mesh_table COMMAND test_mesh)
+set_tests_properties(comm_mesh_table PROPERTIES TIMEOUT 30 LABELS comm)
+target_link_libraries(comm_test PRIVATE px_mesh)
+
+foreach(t basic kill stop abort rendezvous mismatch shutdown mesh)
   add_test(NAME comm_${t} COMMAND comm_test ${t})
   set_tests_properties(comm_${t} PROPERTIES TIMEOUT 90 LABELS comm)
 endforeach()

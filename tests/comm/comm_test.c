@@ -35,6 +35,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "mesh_comm.h"
 #include "px_comm.h"
 #include "px_dir_store.h"
 #include "px_procs.h"
@@ -657,6 +658,64 @@ static int test_rendezvous(void) {
     return bad ? 1 : 0;
 }
 
+/* ----------------------------------------------------------------- mesh */
+
+/* The in-group mesh's axis communicators (parallel/mesh_comm.h), for real:
+ * pp2 x fsdp2 x tp2 over 8 ranks, then fsdp2 x tp2 over the first 4 with a
+ * new quorum prefix. On every axis each rank allreduces (its rank, 1): the
+ * sums must be those of the axis group the mesh names, and the member's
+ * place in the communicator its coordinate. */
+static int mesh_round(px_store_t *st, const px_mesh_t *m, int rank, const char *base) {
+    char err[600];
+    px_mesh_comms_t mc;
+    CHECK(px_mesh_comms_new_gloo(st, m, rank, base, 10000, &mc, err, sizeof err) == 0, "%s: %s", base, err);
+    px_mesh_coord_t c = px_mesh_coord(m, rank);
+    for (int a = 0; a < PX_MESH_AXES; a++) {
+        if (m->size[a] == 1) {
+            CHECK(!mc.axis[a], "%s: no communicator on a size-1 axis", base);
+            continue;
+        }
+        px_comm_t *comm = mc.axis[a];
+        CHECK(comm && px_comm_rank(comm) == c.c[a] && px_comm_size(comm) == m->size[a],
+              "%s %s: member %d of %d, want %d of %d", base, px_mesh_axis_name((px_mesh_axis_t)a),
+              comm ? px_comm_rank(comm) : -1, comm ? px_comm_size(comm) : -1, c.c[a], m->size[a]);
+        float v[2] = {(float)rank, 1.0f};
+        CHECK_OK(comm, px_comm_allreduce_f32(comm, v, 2, PX_COMM_SUM));
+        int g[PX_PROCS_MAX];
+        px_mesh_axis_ranks(m, rank, (px_mesh_axis_t)a, g);
+        float want = 0;
+        for (int i = 0; i < m->size[a]; i++) want += (float)g[i];
+        CHECK(v[0] == want && v[1] == (float)m->size[a], "%s %s: rank %d sums %g/%g, want %g/%d", base,
+              px_mesh_axis_name((px_mesh_axis_t)a), rank, v[0], v[1], want, m->size[a]);
+    }
+    px_mesh_comms_destroy(&mc);
+    CHECK(!mc.axis[0] && !mc.axis[1] && !mc.axis[2], "destroy clears the communicators");
+    return 0;
+}
+
+static int mesh_rank(int rank, int size, void *argp) {
+    g_rank = rank;
+    px_store_t st = px_dir_store((px_dir_store_t *)argp);
+    px_mesh_t m8 = {.size = {2, 2, 2}}, m4 = {.size = {1, 2, 2}};
+    char err[200];
+    CHECK(px_mesh_check(&m8, size, err, sizeof err) == 0, "%s", err);
+    if (mesh_round(&st, &m8, rank, "q1/g0") != 0) return 1;
+    if (rank < 4 && mesh_round(&st, &m4, rank, "q2/g0") != 0) return 1;
+    return 0;
+}
+
+static int test_mesh(void) {
+    px_dir_store_t *store = px_procs_shared(sizeof(*store));
+    store_dir(store, "mesh");
+    pid_t pids[8];
+    int codes[8];
+    if (px_procs_spawn(8, mesh_rank, store, pids) != 0) return 1;
+    int bad = px_procs_wait(8, pids, px_now_ms() + 60000, codes, -1);
+    px_dir_store_remove(store);
+    printf("mesh: %s\n", bad ? "FAIL" : "ok");
+    return bad ? 1 : 0;
+}
+
 /* ------------------------------------------------------------- mismatch */
 
 #define MM_TIMEOUT_MS 500
@@ -791,7 +850,7 @@ int main(int argc, char **argv) {
     if (slow && atoi(slow) > 1) g_slow = atoi(slow);
     if (!g_seed) g_seed = 1;
     if (argc < 2) {
-        fprintf(stderr, "usage: %s basic [--small] | kill | stop | abort | rendezvous | mismatch | shutdown | nccl\n",
+        fprintf(stderr, "usage: %s basic [--small] | kill | stop | abort | rendezvous | mismatch | shutdown | mesh | nccl\n",
                 argv[0]);
         return 2;
     }
@@ -804,6 +863,7 @@ int main(int argc, char **argv) {
     if (!strcmp(t, "nccl")) return test_nccl();
     if (!strcmp(t, "mismatch")) return test_mismatch();
     if (!strcmp(t, "shutdown")) return test_shutdown();
+    if (!strcmp(t, "mesh")) return test_mesh();
     fprintf(stderr, "%s: unknown test '%s'\n", argv[0], t);
     return 2;
 }

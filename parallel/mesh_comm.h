@@ -1,0 +1,25 @@
+/* The communicators of one rank's mesh axes (mesh.h), made over the
+ * rendezvous store like every other px_comm: one per axis whose size is
+ * above 1, under px_mesh_axis_prefix(base), so that a quorum's base prefix
+ * (fresh per quorum id) fences them like today's group communicator. */
+#ifndef PX_MESH_COMM_H
+#define PX_MESH_COMM_H
+
+#include "mesh.h"
+#include "px_comm.h"
+
+typedef struct {
+    px_comm_t *axis[PX_MESH_AXES]; /* NULL for an axis of size 1 */
+} px_mesh_comms_t;
+
+/* Creates rank's Gloo communicator on every axis of size > 1, in axis order
+ * (pp, fsdp, tp: the same order on every rank, so no rendezvous waits on
+ * one that waits on it). On failure destroys what it made, writes err and
+ * returns -1. timeout_ms bounds each rendezvous. */
+int px_mesh_comms_new_gloo(const px_store_t *store, const px_mesh_t *m, int rank, const char *base, int timeout_ms,
+                           px_mesh_comms_t *out, char *err, size_t errlen);
+/* Aborts every communicator (any thread; see px_comm_abort). */
+void px_mesh_comms_abort(px_mesh_comms_t *c);
+void px_mesh_comms_destroy(px_mesh_comms_t *c);
+
+#endif
