@@ -12,6 +12,8 @@ fewer     a 3-group job restored into 2 groups: the fixed global batch is
           re-split (the sample ledger covers every sample of every step once).
 pergroup  a folder per group (%g): only the writer's holds checkpoints; after
           a whole-job kill it restores and the other group heals from it.
+mixed     per-group folders holding different steps: the group with the
+          older one heals to the newest, so every group starts from one step.
 sigterm   SIGTERM stops the job: the writer saves the step it reached, and a
           restart continues from exactly that step.
 rotate    the writer (g0) is SIGKILLed: the next quorum lists g1 first, and g1
@@ -203,6 +205,32 @@ def test_pergroup(bindir):
     check_continuation(ref, again, got[0])
 
 
+def test_mixed(bindir):
+    """Per-group folders holding different steps: g1 restores an older
+    checkpoint than g0. The first quorum names the newest step as the job's
+    (its max_step), g1 heals to it from g0, and the continuation is the
+    reference's, bit for bit: every group starts from the same step."""
+    data = make_corpus(bindir, tempfile.mkdtemp(prefix="phalanx-ckpt-data-"))
+    ref = reference(bindir, data)
+    root = tempfile.mkdtemp(prefix="phalanx-ckpt-")
+    ckpt = os.path.join(root, "%g")
+    kill_when(bindir, base(data, ckpt) + WORKER, "ckpt-mixed", lambda: has(os.path.join(root, "g0"), 30))
+    g0 = sorted(d for d in os.listdir(os.path.join(root, "g0")) if d.startswith("step_"))
+    check(len(g0) >= 2, "g0 saved at least two checkpoints: %s" % g0)
+    os.makedirs(os.path.join(root, "g1"), exist_ok=True)
+    shutil.copytree(os.path.join(root, "g0", g0[0]), os.path.join(root, "g1", g0[0]))
+    older, newest = int(g0[0][5:]), int(g0[-1][5:])
+    rc, again = run(bindir, base(data, ckpt) + WORKER, "ckpt-mixed-again")
+    check(rc == 0 and again.summary()["completed"], "the restarted job completes:\n%s" % again.tail())
+    got = sorted(restored_steps(again))
+    check(got == sorted([older, newest]), "g1 restored step %d and g0 step %d: %s" % (older, newest, got))
+    heals = [e for e in again.read_events() if e["type"] == "heal_finished" and e["group"] == "g1"]
+    check(heals and heals[0]["step"] == newest and heals[0]["peer_group"] == "g0",
+          "g1 healed from g0 to the newest step %d: %s" % (newest, heals))
+    check_continuation(ref, again, newest)
+    print("g1 restored %d, g0 %d; both trained on from %d" % (older, newest, newest))
+
+
 def test_sigterm(bindir):
     data = make_corpus(bindir, tempfile.mkdtemp(prefix="phalanx-ckpt-data-"))
     ckpt = tempfile.mkdtemp(prefix="phalanx-ckpt-")
@@ -291,4 +319,4 @@ def test_diskfull(bindir):
 
 if __name__ == "__main__":
     main_scenarios({"resume": test_resume, "corrupt": test_corrupt, "fewer": test_fewer,
-                    "pergroup": test_pergroup, "sigterm": test_sigterm, "rotate": test_rotate, "diskfull": test_diskfull})
+                    "pergroup": test_pergroup, "mixed": test_mixed, "sigterm": test_sigterm, "rotate": test_rotate, "diskfull": test_diskfull})
