@@ -12,6 +12,7 @@ their numbers, and say under what conditions (load, cores, OpenBLAS kernel)
 they were taken."""
 import glob
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -186,6 +187,34 @@ class Proc:
         return rc
 
 
+def callgrind_cmd(out_file):
+    """Runs a process under valgrind's callgrind, one output file per thread
+    (OUT-01 is the main thread). Callgrind counts user-space instructions
+    only, the same on every run of the same work: the kernel's share of a
+    system call or a context switch is not in it. --fair-sched: valgrind
+    runs one thread at a time; this hands the turn round in order, so a
+    process's other threads (the agent's heartbeats) are not starved."""
+    if not shutil.which("valgrind"):
+        raise BenchError("valgrind is not installed (apt-get install valgrind)")
+    return ["valgrind", "--tool=callgrind", "--separate-threads=yes", "--fair-sched=yes",
+            "--callgrind-out-file=" + out_file]
+
+
+def callgrind_threads(out_file):
+    """[(thread number, instructions)] of a callgrind_cmd(out_file) run, main thread first."""
+    rows = []
+    for f in glob.glob(glob.escape(out_file) + "-*"):
+        suffix = f.rsplit("-", 1)[1]
+        if not suffix.isdigit():
+            continue
+        with open(f, errors="replace") as fh:
+            for line in fh:
+                if line.startswith("totals:"):
+                    rows.append((int(suffix), int(line.split()[1])))
+                    break
+    return sorted(rows)
+
+
 def wait_for(pred, timeout_s, what, interval_s=0.005):
     try:
         return wait_until(pred, timeout_s, what, interval_s)
@@ -209,11 +238,12 @@ class Job:
                 "--events", "file:" + os.path.join(self.dir, "events.jsonl")] + list(coord_args)
         self.coord = Proc(args, os.path.join(self.dir, "coordinator.log"), env=env, name="coordinator")
 
-    def start_worker(self, group, worker_args):
+    def start_worker(self, group, worker_args, wrap=()):
+        """wrap: a command the worker runs under (e.g. callgrind_cmd())."""
         n = self.incarnations.get(group, 0)
         self.incarnations[group] = n + 1
-        args = [os.path.join(self.bindir, "phalanx-worker"), "--coordinator", self.endpoint, "--group", group,
-                "--rank", "0", "--ranks-per-group", "1"] + list(worker_args)
+        args = list(wrap) + [os.path.join(self.bindir, "phalanx-worker"), "--coordinator", self.endpoint,
+                             "--group", group, "--rank", "0", "--ranks-per-group", "1"] + list(worker_args)
         p = Proc(args, os.path.join(self.dir, "worker-%s.%d.log" % (group, n)), env=self.env,
                  name="worker %s#%d" % (group, n), cpu_pids=[self.coord.pid])
         self.workers[group] = p

@@ -256,8 +256,9 @@ px_gpt_t *px_gpt_new_zeroed(const px_gpt_config_t *cfg) {
         off += self->tensor_sizes[i];
     }
     size_t bytes = ((self->num_params * sizeof(float)) + 63) & ~(size_t)63;
+    size_t grad_bytes = (((self->num_params + PX_GPT_GRADS_SPARE) * sizeof(float)) + 63) & ~(size_t)63;
     self->params = aligned_alloc(64, bytes);
-    self->grads = aligned_alloc(64, bytes);
+    self->grads = aligned_alloc(64, grad_bytes);
     self->m = aligned_alloc(64, bytes);
     self->v = aligned_alloc(64, bytes);
     self->acts = calloc(1, sizeof *self->acts);
@@ -267,7 +268,7 @@ px_gpt_t *px_gpt_new_zeroed(const px_gpt_config_t *cfg) {
         return NULL;
     }
     memset(self->params, 0, bytes);
-    memset(self->grads, 0, bytes);
+    memset(self->grads, 0, grad_bytes);
     memset(self->m, 0, bytes);
     memset(self->v, 0, bytes);
     set_views(&self->p, self->params, self->tensor_offsets);

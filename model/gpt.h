@@ -72,13 +72,20 @@ int px_gpt_tensor_is_matrix(int tensor);
 
 struct px_gpt_acts; /* activations and scratch, private to gpt.c */
 
+/* Floats of room past num_params in grads that the model never reads or
+ * writes: a data-parallel trainer appends a few values of its own there (the
+ * commit vote, worker/vote.h) and reduces them with the gradients in one
+ * collective, in place, instead of copying the gradients out and back. */
+#define PX_GPT_GRADS_SPARE 16
+
 typedef struct {
     px_gpt_config_t config;
     size_t num_params;
     size_t tensor_sizes[PX_GPT_NUM_TENSORS];
     size_t tensor_offsets[PX_GPT_NUM_TENSORS]; /* into each of the four buffers */
     float *params;         /* (num_params) */
-    float *grads;          /* (num_params), same layout */
+    float *grads;          /* (num_params + PX_GPT_GRADS_SPARE), same layout; the spare
+                              floats past num_params are the caller's (see below) */
     float *m;              /* (num_params), AdamW first moment */
     float *v;              /* (num_params), AdamW second moment */
     px_gpt_tensors_t p;    /* views into params */

@@ -68,7 +68,6 @@ typedef struct {
     px_dataset_t *train, *val;
     int T;
     int *inputs, *targets;
-    float *red;          /* (num_params + PX_VOTE_N): grads + vote tail */
     px_train_state_t st; /* views into the model; st.step: steps committed */
     px_heal_t heal;
     px_persist_t persist;
@@ -313,15 +312,20 @@ static float compute_grads(trainer_t *t, int lo, int hi) {
     return (float)loss;
 }
 
-/* The grads and the vote's tail: summed inside the group, the group's vote
- * checked and relayed as one contribution (vote.h), then summed across groups. */
+/* The grads and the vote's tail, which sits in the grads' spare room right
+ * after them (PX_GPT_GRADS_SPARE), reduced in place: summed inside the group,
+ * the group's vote checked and relayed as one contribution (vote.h), then
+ * summed across groups. A failed reduction leaves partial sums in grads;
+ * the retried step zeroes them first. */
+_Static_assert(PX_VOTE_N <= PX_GPT_GRADS_SPARE, "the vote's tail must fit in the grads' spare room");
 static px_comm_status_t reduce(trainer_t *t, size_t n) {
+    float *buf = t->model->grads;
     if (t->intra) {
-        px_comm_status_t st = px_comm_allreduce_sum_f32(t->intra, t->red, n + PX_VOTE_N);
+        px_comm_status_t st = px_comm_allreduce_sum_f32(t->intra, buf, n + PX_VOTE_N);
         if (st != PX_COMM_OK) return st;
-        px_vote_relay(t->red + n, t->cfg->ranks_per_group, t->st.step);
+        px_vote_relay(buf + n, t->cfg->ranks_per_group, t->st.step);
     }
-    return px_comm_allreduce_sum_f32(t->cross, t->red, n + PX_VOTE_N);
+    return px_comm_allreduce_sum_f32(t->cross, buf, n + PX_VOTE_N);
 }
 
 static float eval_loss(trainer_t *t) {
@@ -341,8 +345,7 @@ static int train_step(trainer_t *t, int *adopt, float *loss_out, float *norm_out
     int lo, hi;
     my_share(t, &lo, &hi);
     float local_loss = compute_grads(t, lo, hi);
-    memcpy(t->red, t->model->grads, n * sizeof(float));
-    float *tail = t->red + n;
+    float *tail = t->model->grads + n;
     px_vote_fill(tail, t->st.step, px_agent_known_quorum_id(t->agent) > t->qid, local_loss);
     px_comm_status_t st = reduce(t, n);
     if (st != PX_COMM_OK) {
@@ -364,7 +367,6 @@ static int train_step(trainer_t *t, int *adopt, float *loss_out, float *norm_out
         px_agent_report_failure(t->agent, NULL, -1, t->qid, t->st.step, "commit vote disagreed");
         return 0;
     }
-    memcpy(t->model->grads, t->red, n * sizeof(float));
     *norm_out = px_gpt_clip_grads(t->model, cfg->grad_clip);
     float lr = px_lr_at((int)t->st.step, cfg->warmup, (int)cfg->steps, cfg->lr, cfg->min_lr);
     px_gpt_adamw_step(t->model, lr, 0.9f, 0.95f, 1e-8f, cfg->weight_decay, (int)t->st.step + 1);
@@ -436,9 +438,8 @@ static int setup(trainer_t *t) {
     size_t mb = (size_t)cfg->micro_batch * (size_t)t->T;
     t->inputs = malloc(mb * sizeof(int));
     t->targets = malloc(mb * sizeof(int));
-    t->red = malloc((t->model->num_params + PX_VOTE_N) * sizeof(float));
     t->st = px_state_of_model(t->model, 0, cfg->seed);
-    if (!t->inputs || !t->targets || !t->red || px_heal_init(&t->heal, &t->st, t->agent, cfg->group, cfg->rank) != 0) {
+    if (!t->inputs || !t->targets || px_heal_init(&t->heal, &t->st, t->agent, cfg->group, cfg->rank) != 0) {
         px_log_error("out of memory");
         return -1;
     }
@@ -468,7 +469,6 @@ static void teardown(trainer_t *t) {
     px_dataset_destroy(&t->val);
     free(t->inputs);
     free(t->targets);
-    free(t->red);
     px_heal_free(&t->heal);
     px_persist_free(&t->persist);
     px_quorum_free(&t->q);
