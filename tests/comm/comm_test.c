@@ -646,17 +646,21 @@ static int rv_rank(int rank, int size, void *argp) {
     return 0;
 }
 
-static int test_rendezvous(void) {
+/* Runs fn on `size` rank processes that share a fresh directory store
+ * (passed as fn's argument), within timeout_ms; prints "NAME: ok|FAIL". */
+static int run_with_store(const char *name, const char *dir, int size, px_rank_fn fn, int64_t timeout_ms) {
     px_dir_store_t *store = px_procs_shared(sizeof(*store));
-    store_dir(store, "rv");
-    pid_t pids[2];
-    int codes[2];
-    if (px_procs_spawn(2, rv_rank, store, pids) != 0) return 1;
-    int bad = px_procs_wait(2, pids, px_now_ms() + 20000, codes, -1);
+    store_dir(store, dir);
+    pid_t pids[PX_PROCS_MAX];
+    int codes[PX_PROCS_MAX];
+    if (px_procs_spawn(size, fn, store, pids) != 0) return 1;
+    int bad = px_procs_wait(size, pids, px_now_ms() + timeout_ms, codes, -1);
     px_dir_store_remove(store);
-    printf("rendezvous: %s\n", bad ? "FAIL" : "ok");
+    printf("%s: %s\n", name, bad ? "FAIL" : "ok");
     return bad ? 1 : 0;
 }
+
+static int test_rendezvous(void) { return run_with_store("rendezvous", "rv", 2, rv_rank, 20000); }
 
 /* ----------------------------------------------------------------- mesh */
 
@@ -704,17 +708,7 @@ static int mesh_rank(int rank, int size, void *argp) {
     return 0;
 }
 
-static int test_mesh(void) {
-    px_dir_store_t *store = px_procs_shared(sizeof(*store));
-    store_dir(store, "mesh");
-    pid_t pids[8];
-    int codes[8];
-    if (px_procs_spawn(8, mesh_rank, store, pids) != 0) return 1;
-    int bad = px_procs_wait(8, pids, px_now_ms() + 60000, codes, -1);
-    px_dir_store_remove(store);
-    printf("mesh: %s\n", bad ? "FAIL" : "ok");
-    return bad ? 1 : 0;
-}
+static int test_mesh(void) { return run_with_store("mesh", "mesh", 8, mesh_rank, 60000); }
 
 /* ------------------------------------------------------------- mismatch */
 
