@@ -223,6 +223,12 @@ class Lint:
             host = (env.get("PHALANX_DATA_HOST", {}).get("valueFrom") or {}).get("fieldRef", {}).get("fieldPath")
             if host != POD_IP_FIELD:
                 self.bad(o, f + "PHALANX_DATA_HOST", "is from %r, expected %s" % (host, POD_IP_FIELD))
+            # A stopped worker (eviction, drain) must not exit 0: the Job would
+            # count its rank complete and never replace it; nor 2 (FailJob).
+            stop = str(env.get("PHALANX_STOP_EXIT_CODE", {}).get("value", "0"))
+            if not stop.isdigit() or int(stop) in (0, 2) or int(stop) > 255:
+                self.bad(o, f + "PHALANX_STOP_EXIT_CODE", "is %r, expected an exit status in 1..255 other than 2, "
+                         "so that a stopped worker's pod is replaced" % stop)
 
     # --- a whole job: references between objects -------------------------
 
