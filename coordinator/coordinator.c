@@ -1097,8 +1097,8 @@ int px_coordinator_run(px_coordinator_t *c, volatile sig_atomic_t *stop) {
     int64_t next_tick = px_now_ms(), last_wake = next_tick;
     /* From one wake-up to the next, a turn takes its poll wait plus its work;
      * more than a heartbeat interval beyond the wait means the loop was not
-     * listening. Checked right after the poll, before any queued frame or
-     * the loss rule is looked at. */
+     * listening. Checked right after the poll, before any queued frame is
+     * looked at, and again before the tick applies the loss rule. */
     int64_t stall_ms = c->live.heartbeat_interval_ms > 2 * TICK_MS ? c->live.heartbeat_interval_ms : 2 * TICK_MS;
     while (!*stop) {
         int n = 0;
@@ -1122,6 +1122,13 @@ int px_coordinator_run(px_coordinator_t *c, volatile sig_atomic_t *stop) {
         if (items[1].revents & ZMQ_POLLIN) read_monitor(c);
         if (nh) px_http_service(c->http, items + n, nh, px_now_ms());
         now = px_now_ms();
+        /* Stopped after the poll returned (e.g. SIGSTOP just after answering
+         * an HTTP request): that is not the members' silence either, and the
+         * tick below is about to judge it. */
+        if (now - last_wake > stall_ms) {
+            credit_stall(c, now - last_wake, now);
+            last_wake = now;
+        }
         if (now >= next_tick) {
             tick(c, now);
             next_tick = now + TICK_MS;
