@@ -89,7 +89,8 @@ static void usage(FILE *f) {
            "                           0..1000000 [3]\n\n"
            "Every flag can be given as an environment variable instead: PHALANX_CHECKPOINT_DIR=DIR\n"
            "for --checkpoint-dir DIR, PHALANX_QUIET=1 for --quiet; the command line wins.\n"
-           "SIGTERM or SIGINT: leave the quorum (the coordinator drops the group at once) and exit 0.\n"
+           "SIGTERM or SIGINT: leave the quorum (the coordinator drops the group at once) and exit 0\n"
+           "(or --stop-exit-code).\n"
            "Exit status: 0 done, 1 failed (worth a restart), 2 cannot work as configured (do not restart).\n",
            PROG, PROG);
 }

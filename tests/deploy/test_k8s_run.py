@@ -41,7 +41,8 @@ def expand(s, env):
     def sub(m):
         if m.group(0).startswith("$$"):
             return m.group(0)[1:]
-        return env.get(m.group(1), m.group(0)) if env.get(m.group(1)) is not None else m.group(0)
+        value = env.get(m.group(1))
+        return m.group(0) if value is None else value
     return re.sub(r"\$\$\([A-Za-z_][A-Za-z0-9_]*\)|\$\(([A-Za-z_][A-Za-z0-9_]*)\)", sub, s)
 
 
