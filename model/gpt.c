@@ -102,6 +102,38 @@ int px_gpt_tensor_is_matrix(int t) {
            t == PX_FCPROJW;
 }
 
+static int is_layer_tensor(int t) { return t >= PX_LN1W && t <= PX_FCPROJB; }
+
+size_t px_gpt_unit_tensor_size(const px_gpt_config_t *cfg, px_gpt_tp_t tp, int unit, int t) {
+    size_t s[PX_GPT_NUM_TENSORS];
+    px_gpt_tensor_sizes(cfg, s);
+    if (unit < 0 || unit > cfg->num_layers || t < 0 || t >= PX_GPT_NUM_TENSORS) return 0;
+    if ((unit == 0) == is_layer_tensor(t)) return 0;
+    if (unit == 0) return s[t];
+    size_t per_layer = s[t] / (size_t)cfg->num_layers;
+    int split = t == PX_QKVW || t == PX_QKVB || t == PX_ATTPROJW || t == PX_FCW || t == PX_FCB || t == PX_FCPROJW;
+    return split ? per_layer / (size_t)tp.size : per_layer;
+}
+
+int px_gpt_tp_check(const px_gpt_config_t *cfg, int T, char *err, size_t errlen) {
+    if (T < 1) return px_err_set(err, errlen, "--tp %d must be at least 1", T);
+    if (cfg->num_heads % T != 0)
+        return px_err_set(err, errlen, "--tp %d does not divide the model's %d attention heads (n_head %% tp must be 0)",
+                          T, cfg->num_heads);
+    return 0; /* C = NH*hs and 4C then divide too */
+}
+
+/* The local shape of one layer on a rank: attention channels and heads, MLP
+ * hidden units (all of the model's without tensor parallelism). */
+typedef struct {
+    int C, NH, Ca, NHa, H;
+} dims_t;
+
+static dims_t local_dims(const px_gpt_config_t *cfg, px_gpt_tp_t tp) {
+    int C = cfg->channels, NH = cfg->num_heads;
+    return (dims_t){C, NH, C / tp.size, NH / tp.size, 4 * C / tp.size};
+}
+
 static void set_views(px_gpt_tensors_t *v, float *base, const size_t *off) {
     float **slot[PX_GPT_NUM_TENSORS] = {
         &v->wte,  &v->wpe,  &v->ln1w, &v->ln1b, &v->qkvw,    &v->qkvb,    &v->attprojw, &v->attprojb,
@@ -148,23 +180,25 @@ struct px_gpt_acts {
 
 /* Lays the activation views out for (B,T) starting at mem (or only counts
  * floats when mem is NULL). Returns the float count. */
-static size_t layout_acts(struct px_gpt_acts *a, const px_gpt_config_t *cfg, int B, int T,
+static size_t layout_acts(struct px_gpt_acts *a, const px_gpt_config_t *cfg, px_gpt_tp_t tp, int B, int T,
                           float *mem) {
-    size_t L = (size_t)cfg->num_layers, C = (size_t)cfg->channels, NH = (size_t)cfg->num_heads;
+    dims_t d = local_dims(cfg, tp);
+    size_t L = (size_t)cfg->num_layers, C = (size_t)d.C, NH = (size_t)d.NHa;
+    size_t Ca = (size_t)d.Ca, H = (size_t)d.H;
     size_t BT = (size_t)B * (size_t)T, Vp = (size_t)cfg->padded_vocab_size;
     struct {
         float **p;
         size_t n;
     } t[] = {
         {&a->encoded, BT * C},       {&a->ln1, L * BT * C},        {&a->ln1_mean, L * BT},
-        {&a->ln1_rstd, L * BT},      {&a->qkv, L * BT * 3 * C},    {&a->atty, L * BT * C},
+        {&a->ln1_rstd, L * BT},      {&a->qkv, L * BT * 3 * Ca},   {&a->atty, L * BT * Ca},
         {&a->att, L * B * NH * (size_t)T * T}, {&a->residual2, L * BT * C}, {&a->ln2, L * BT * C},
-        {&a->ln2_mean, L * BT},      {&a->ln2_rstd, L * BT},       {&a->fch, L * BT * 4 * C},
-        {&a->fch_gelu, L * BT * 4 * C}, {&a->residual3, L * BT * C}, {&a->lnf, BT * C},
+        {&a->ln2_mean, L * BT},      {&a->ln2_rstd, L * BT},       {&a->fch, L * BT * H},
+        {&a->fch_gelu, L * BT * H},  {&a->residual3, L * BT * C},  {&a->lnf, BT * C},
         {&a->lnf_mean, BT},          {&a->lnf_rstd, BT},           {&a->logits, BT * Vp},
         {&a->losses, BT},            {&a->lse, BT},                {&a->proj, BT * C},
-        {&a->dres, BT * C},          {&a->dbtc, BT * C},           {&a->d4a, BT * 4 * C},
-        {&a->d4b, BT * 4 * C},
+        {&a->dres, BT * C},          {&a->dbtc, BT * C},           {&a->d4a, BT * H},
+        {&a->d4b, BT * H},
     };
     size_t total = 0;
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
@@ -178,7 +212,7 @@ static size_t layout_acts(struct px_gpt_acts *a, const px_gpt_config_t *cfg, int
 static int ensure_acts(px_gpt_t *self, int B, int T) {
     struct px_gpt_acts *a = self->acts;
     if (a->B == B && a->T == T) return 0;
-    size_t need = layout_acts(a, &self->config, B, T, NULL);
+    size_t need = layout_acts(a, &self->config, self->tp, B, T, NULL);
     size_t ntok = (size_t)B * (size_t)T;
     if (need > a->capacity || ntok > a->tok_capacity) {
         free(a->mem);
@@ -195,7 +229,7 @@ static int ensure_acts(px_gpt_t *self, int B, int T) {
         a->capacity = need;
         a->tok_capacity = ntok;
     }
-    layout_acts(a, &self->config, B, T, a->mem);
+    layout_acts(a, &self->config, self->tp, B, T, a->mem);
     a->targets = a->inputs + ntok;
     a->B = B;
     a->T = T;
@@ -274,6 +308,27 @@ px_gpt_t *px_gpt_new_zeroed(const px_gpt_config_t *cfg) {
     set_views(&self->p, self->params, self->tensor_offsets);
     set_views(&self->g, self->grads, self->tensor_offsets);
     self->mean_loss = -1.0f;
+    self->tp = (px_gpt_tp_t){1, 0};
+    return self;
+}
+
+px_gpt_t *px_gpt_new_sharded(const px_gpt_config_t *cfg, px_gpt_tp_t tp, const px_gpt_source_t *src) {
+    char err[PX_ERRLEN];
+    if (px_gpt_config_check(cfg, err, sizeof err) != 0 || px_gpt_tp_check(cfg, tp.size, err, sizeof err) != 0 ||
+        tp.rank < 0 || tp.rank >= tp.size) {
+        px_log_error("gpt_bad_config problem=\"%s\" tp=%d tp_rank=%d", err, tp.size, tp.rank);
+        return NULL;
+    }
+    px_gpt_t *self = calloc(1, sizeof *self);
+    if (!self || !(self->acts = calloc(1, sizeof *self->acts))) {
+        free(self);
+        px_log_error("gpt_alloc_failed what=sharded_model");
+        return NULL;
+    }
+    self->config = *cfg;
+    self->tp = tp;
+    self->src = src;
+    self->mean_loss = -1.0f;
     return self;
 }
 
@@ -299,6 +354,33 @@ void px_gpt_destroy(px_gpt_t **self) {
     *self = NULL;
 }
 
+/* ------------------------------------------------------------------- units */
+
+/* Unit `unit`'s views: from the source, or into the four buffers. */
+static int unit_acquire(px_gpt_t *self, int unit, px_gpt_pass_t pass, px_gpt_tensors_t *p, px_gpt_tensors_t *g) {
+    if (self->src) return self->src->acquire(self->src->ctx, unit, pass, p, g);
+    *p = self->p;
+    if (g) *g = self->g;
+    if (unit == 0) return 0;
+    size_t l = (size_t)unit - 1, C = (size_t)self->config.channels;
+    px_gpt_tensors_t *v[2] = {p, g};
+    for (int i = 0; i < 2 && v[i]; i++) {
+        px_gpt_tensors_t *x = v[i];
+        x->ln1w += l * C, x->ln1b += l * C, x->qkvw += l * 3 * C * C, x->qkvb += l * 3 * C;
+        x->attprojw += l * C * C, x->attprojb += l * C, x->ln2w += l * C, x->ln2b += l * C;
+        x->fcw += l * 4 * C * C, x->fcb += l * 4 * C, x->fcprojw += l * 4 * C * C, x->fcprojb += l * C;
+    }
+    return 0;
+}
+
+static int unit_release(px_gpt_t *self, int unit, px_gpt_pass_t pass) {
+    return self->src ? self->src->release(self->src->ctx, unit, pass) : 0;
+}
+
+static int tp_sum(px_gpt_t *self, float *buf, size_t n) {
+    return self->tp.size > 1 ? self->src->tp_sum(self->src->ctx, buf, n) : 0;
+}
+
 /* ----------------------------------------------------------------- forward */
 
 static int check_tokens(const int *x, size_t n, int V, const char *what) {
@@ -310,10 +392,32 @@ static int check_tokens(const int *x, size_t n, int V, const char *what) {
     return 0;
 }
 
+/* Per-layer activation views of layer l, laid out for the local dims. */
+typedef struct {
+    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *residual2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu,
+        *residual3;
+    const float *residual; /* the layer's input */
+} layer_acts_t;
+
+static layer_acts_t layer_acts(const struct px_gpt_acts *a, dims_t d, int l) {
+    size_t B = (size_t)a->B, T = (size_t)a->T, BT = B * T, C = (size_t)d.C, Ca = (size_t)d.Ca, H = (size_t)d.H;
+    size_t lu = (size_t)l;
+    layer_acts_t x = {
+        .ln1 = a->ln1 + lu * BT * C, .ln1_mean = a->ln1_mean + lu * BT, .ln1_rstd = a->ln1_rstd + lu * BT,
+        .qkv = a->qkv + lu * BT * 3 * Ca, .atty = a->atty + lu * BT * Ca, .att = a->att + lu * B * (size_t)d.NHa * T * T,
+        .residual2 = a->residual2 + lu * BT * C, .ln2 = a->ln2 + lu * BT * C, .ln2_mean = a->ln2_mean + lu * BT,
+        .ln2_rstd = a->ln2_rstd + lu * BT, .fch = a->fch + lu * BT * H, .fch_gelu = a->fch_gelu + lu * BT * H,
+        .residual3 = a->residual3 + lu * BT * C,
+        .residual = l == 0 ? a->encoded : a->residual3 + (lu - 1) * BT * C,
+    };
+    return x;
+}
+
 float px_gpt_forward(px_gpt_t *self, const int *inputs, const int *targets, int B, int T) {
     const px_gpt_config_t *cfg = &self->config;
-    int C = cfg->channels, L = cfg->num_layers, NH = cfg->num_heads;
-    int V = cfg->vocab_size, Vp = cfg->padded_vocab_size;
+    int L = cfg->num_layers, V = cfg->vocab_size, Vp = cfg->padded_vocab_size;
+    dims_t d = local_dims(cfg, self->tp);
+    int C = d.C;
     self->mean_loss = -1.0f;
     if (B < 1 || T < 1 || T > cfg->max_seq_len) {
         px_log_error("gpt_bad_shape B=%d T=%d max_seq_len=%d", B, T, cfg->max_seq_len);
@@ -324,38 +428,35 @@ float px_gpt_forward(px_gpt_t *self, const int *inputs, const int *targets, int 
     if (targets && check_tokens(targets, BT, V, "targets") != 0) return NAN;
     if (ensure_acts(self, B, T) != 0) return NAN;
     struct px_gpt_acts *a = self->acts;
-    const px_gpt_tensors_t *p = &self->p;
     memcpy(a->inputs, inputs, BT * sizeof(int));
     a->have_loss = 0;
+    int tp0 = self->tp.rank == 0; /* adds the row-parallel biases, once */
 
-    encoder_forward(a->encoded, inputs, p->wte, p->wpe, B, T, C);
-    const float *residual = a->encoded;
+    px_gpt_tensors_t outer, p;
+    if (unit_acquire(self, 0, PX_GPT_FWD, &outer, NULL) != 0) return NAN;
+    encoder_forward(a->encoded, inputs, outer.wte, outer.wpe, B, T, C);
     for (int l = 0; l < L; l++) {
-        size_t lc = (size_t)l * C;
-        float *ln1 = a->ln1 + l * BT * C, *ln1_mean = a->ln1_mean + l * BT;
-        float *ln1_rstd = a->ln1_rstd + l * BT, *qkv = a->qkv + l * BT * 3 * C;
-        float *atty = a->atty + l * BT * C, *att = a->att + (size_t)l * B * NH * T * T;
-        float *residual2 = a->residual2 + l * BT * C, *ln2 = a->ln2 + l * BT * C;
-        float *ln2_mean = a->ln2_mean + l * BT, *ln2_rstd = a->ln2_rstd + l * BT;
-        float *fch = a->fch + l * BT * 4 * C, *fch_gelu = a->fch_gelu + l * BT * 4 * C;
-        float *residual3 = a->residual3 + l * BT * C;
-
-        layernorm_forward(ln1, ln1_mean, ln1_rstd, residual, p->ln1w + lc, p->ln1b + lc, B, T, C);
-        matmul_forward(qkv, ln1, p->qkvw + lc * 3 * C, p->qkvb + lc * 3, B, T, C, 3 * C);
-        attention_forward(atty, att, qkv, B, T, C, NH);
-        matmul_forward(a->proj, atty, p->attprojw + lc * C, p->attprojb + lc, B, T, C, C);
-        residual_forward(residual2, residual, a->proj, BT * C);
-        layernorm_forward(ln2, ln2_mean, ln2_rstd, residual2, p->ln2w + lc, p->ln2b + lc, B, T, C);
-        matmul_forward(fch, ln2, p->fcw + lc * 4 * C, p->fcb + lc * 4, B, T, C, 4 * C);
-        gelu_forward(fch_gelu, fch, BT * 4 * C);
-        matmul_forward(a->proj, fch_gelu, p->fcprojw + lc * 4 * C, p->fcprojb + lc, B, T, 4 * C, C);
-        residual_forward(residual3, residual2, a->proj, BT * C);
-        residual = residual3;
+        layer_acts_t x = layer_acts(a, d, l);
+        if (unit_acquire(self, 1 + l, PX_GPT_FWD, &p, NULL) != 0) return NAN;
+        layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, x.residual, p.ln1w, p.ln1b, B, T, C);
+        matmul_forward(x.qkv, x.ln1, p.qkvw, p.qkvb, B, T, C, 3 * d.Ca);
+        attention_forward(x.atty, x.att, x.qkv, B, T, d.Ca, d.NHa);
+        matmul_forward(a->proj, x.atty, p.attprojw, tp0 ? p.attprojb : NULL, B, T, d.Ca, C);
+        if (tp_sum(self, a->proj, BT * C) != 0) return NAN;
+        residual_forward(x.residual2, x.residual, a->proj, BT * C);
+        layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, p.ln2w, p.ln2b, B, T, C);
+        matmul_forward(x.fch, x.ln2, p.fcw, p.fcb, B, T, C, d.H);
+        gelu_forward(x.fch_gelu, x.fch, BT * d.H);
+        matmul_forward(a->proj, x.fch_gelu, p.fcprojw, tp0 ? p.fcprojb : NULL, B, T, d.H, C);
+        if (tp_sum(self, a->proj, BT * C) != 0) return NAN;
+        residual_forward(x.residual3, x.residual2, a->proj, BT * C);
+        if (unit_release(self, 1 + l, PX_GPT_FWD) != 0) return NAN;
     }
-    layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, residual, p->lnfw, p->lnfb, B, T, C);
-    matmul_forward(a->logits, a->lnf, p->wte, NULL, B, T, C, Vp);
+    const float *last = L > 0 ? a->residual3 + (size_t)(L - 1) * BT * C : a->encoded;
+    layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, last, outer.lnfw, outer.lnfb, B, T, C);
+    matmul_forward(a->logits, a->lnf, outer.wte, NULL, B, T, C, Vp);
+    if (unit_release(self, 0, PX_GPT_FWD) != 0) return NAN;
     if (!targets) return -1.0f;
-
     memcpy(a->targets, targets, BT * sizeof(int));
     crossentropy_softmax_forward(a->losses, a->lse, a->logits, targets, B, T, V, Vp);
     double sum = 0.0;
@@ -370,7 +471,9 @@ const float *px_gpt_losses(const px_gpt_t *self) { return self->acts->losses; }
 
 /* ---------------------------------------------------------------- backward */
 
-void px_gpt_zero_grad(px_gpt_t *self) { memset(self->grads, 0, self->num_params * sizeof(float)); }
+void px_gpt_zero_grad(px_gpt_t *self) {
+    if (self->grads) memset(self->grads, 0, self->num_params * sizeof(float));
+}
 
 int px_gpt_backward(px_gpt_t *self, float loss_scale) {
     struct px_gpt_acts *a = self->acts;
@@ -380,59 +483,50 @@ int px_gpt_backward(px_gpt_t *self, float loss_scale) {
     }
     a->have_loss = 0; /* the logits are overwritten below */
     const px_gpt_config_t *cfg = &self->config;
-    int B = a->B, T = a->T, C = cfg->channels, L = cfg->num_layers, NH = cfg->num_heads;
+    dims_t d = local_dims(cfg, self->tp);
+    int B = a->B, T = a->T, C = d.C, L = cfg->num_layers;
     int V = cfg->vocab_size, Vp = cfg->padded_vocab_size;
     size_t BT = (size_t)B * (size_t)T;
-    const px_gpt_tensors_t *p = &self->p;
-    const px_gpt_tensors_t *g = &self->g;
 
+    px_gpt_tensors_t outer, gouter, p, g;
+    if (unit_acquire(self, 0, PX_GPT_BWD, &outer, &gouter) != 0) return -1;
     float dloss = loss_scale / (float)BT;
     float *dlogits = a->logits; /* in place */
     crossentropy_softmax_backward(dlogits, a->logits, a->lse, a->targets, dloss, B, T, V, Vp);
     memset(a->dbtc, 0, BT * C * sizeof(float));
-    matmul_backward(a->dbtc, g->wte, NULL, dlogits, a->lnf, p->wte, B, T, C, Vp);
+    matmul_backward(a->dbtc, gouter.wte, NULL, dlogits, a->lnf, outer.wte, B, T, C, Vp);
     memset(a->dres, 0, BT * C * sizeof(float));
     const float *last = L > 0 ? a->residual3 + (size_t)(L - 1) * BT * C : a->encoded;
-    layernorm_backward(a->dres, g->lnfw, g->lnfb, a->dbtc, last, p->lnfw, a->lnf_mean,
-                       a->lnf_rstd, B, T, C);
+    layernorm_backward(a->dres, gouter.lnfw, gouter.lnfb, a->dbtc, last, outer.lnfw, a->lnf_mean, a->lnf_rstd, B, T,
+                       C);
 
     for (int l = L - 1; l >= 0; l--) {
-        size_t lc = (size_t)l * C;
-        const float *residual = l == 0 ? a->encoded : a->residual3 + (size_t)(l - 1) * BT * C;
-        float *ln1 = a->ln1 + l * BT * C, *ln1_mean = a->ln1_mean + l * BT;
-        float *ln1_rstd = a->ln1_rstd + l * BT, *qkv = a->qkv + l * BT * 3 * C;
-        float *atty = a->atty + l * BT * C, *att = a->att + (size_t)l * B * NH * T * T;
-        float *residual2 = a->residual2 + l * BT * C, *ln2 = a->ln2 + l * BT * C;
-        float *ln2_mean = a->ln2_mean + l * BT, *ln2_rstd = a->ln2_rstd + l * BT;
-        float *fch = a->fch + l * BT * 4 * C, *fch_gelu = a->fch_gelu + l * BT * 4 * C;
-
+        layer_acts_t x = layer_acts(a, d, l);
+        if (unit_acquire(self, 1 + l, PX_GPT_BWD, &p, &g) != 0) return -1;
         /* dres holds d(residual3); residual3 = residual2 + fcproj passes it to both. */
-        memset(a->d4a, 0, BT * 4 * C * sizeof(float));
-        matmul_backward(a->d4a, g->fcprojw + lc * 4 * C, g->fcprojb + lc, a->dres, fch_gelu,
-                        p->fcprojw + lc * 4 * C, B, T, 4 * C, C);
-        memset(a->d4b, 0, BT * 4 * C * sizeof(float));
-        gelu_backward(a->d4b, fch, a->d4a, BT * 4 * C);
+        memset(a->d4a, 0, BT * d.H * sizeof(float));
+        matmul_backward(a->d4a, g.fcprojw, g.fcprojb, a->dres, x.fch_gelu, p.fcprojw, B, T, d.H, C);
+        memset(a->d4b, 0, BT * d.H * sizeof(float));
+        gelu_backward(a->d4b, x.fch, a->d4a, BT * d.H);
         memset(a->dbtc, 0, BT * C * sizeof(float));
-        matmul_backward(a->dbtc, g->fcw + lc * 4 * C, g->fcb + lc * 4, a->d4b, ln2,
-                        p->fcw + lc * 4 * C, B, T, C, 4 * C);
-        layernorm_backward(a->dres, g->ln2w + lc, g->ln2b + lc, a->dbtc, residual2, p->ln2w + lc,
-                           ln2_mean, ln2_rstd, B, T, C);
+        matmul_backward(a->dbtc, g.fcw, g.fcb, a->d4b, x.ln2, p.fcw, B, T, C, d.H);
+        if (tp_sum(self, a->dbtc, BT * C) != 0) return -1;
+        layernorm_backward(a->dres, g.ln2w, g.ln2b, a->dbtc, x.residual2, p.ln2w, x.ln2_mean, x.ln2_rstd, B, T, C);
         /* dres now holds d(residual2); residual2 = residual + attproj. */
-        memset(a->dbtc, 0, BT * C * sizeof(float));
-        matmul_backward(a->dbtc, g->attprojw + lc * C, g->attprojb + lc, a->dres, atty,
-                        p->attprojw + lc * C, B, T, C, C);
+        memset(a->dbtc, 0, BT * d.Ca * sizeof(float));
+        matmul_backward(a->dbtc, g.attprojw, g.attprojb, a->dres, x.atty, p.attprojw, B, T, d.Ca, C);
         float *dqkv = a->d4a;
-        memset(dqkv, 0, BT * 3 * C * sizeof(float));
-        attention_backward(dqkv, a->dbtc, qkv, att, B, T, C, NH);
+        memset(dqkv, 0, BT * 3 * d.Ca * sizeof(float));
+        attention_backward(dqkv, a->dbtc, x.qkv, x.att, B, T, d.Ca, d.NHa);
         memset(a->dbtc, 0, BT * C * sizeof(float));
-        matmul_backward(a->dbtc, g->qkvw + lc * 3 * C, g->qkvb + lc * 3, dqkv, ln1,
-                        p->qkvw + lc * 3 * C, B, T, C, 3 * C);
-        layernorm_backward(a->dres, g->ln1w + lc, g->ln1b + lc, a->dbtc, residual, p->ln1w + lc,
-                           ln1_mean, ln1_rstd, B, T, C);
+        matmul_backward(a->dbtc, g.qkvw, g.qkvb, dqkv, x.ln1, p.qkvw, B, T, C, 3 * d.Ca);
+        if (tp_sum(self, a->dbtc, BT * C) != 0) return -1;
+        layernorm_backward(a->dres, g.ln1w, g.ln1b, a->dbtc, x.residual, p.ln1w, x.ln1_mean, x.ln1_rstd, B, T, C);
         /* dres now holds d(residual), the input of layer l. */
+        if (unit_release(self, 1 + l, PX_GPT_BWD) != 0) return -1;
     }
-    encoder_backward(g->wte, g->wpe, a->dres, a->inputs, B, T, C);
-    return 0;
+    encoder_backward(gouter.wte, gouter.wpe, a->dres, a->inputs, B, T, C);
+    return unit_release(self, 0, PX_GPT_BWD);
 }
 
 /* --------------------------------------------------------------- optimizer */

@@ -72,6 +72,56 @@ int px_gpt_tensor_is_matrix(int tensor);
 
 struct px_gpt_acts; /* activations and scratch, private to gpt.c */
 
+/* ---- sharded models (parallel/shard.h builds on these) ----
+ *
+ * A sharded rank does not hold the four buffers. Its parameters come, one
+ * unit at a time, from a source: unit 0 is the outer unit (wte, wpe, lnfw,
+ * lnfb: embeddings, final LayerNorm and the tied LM head), unit 1 + l is
+ * layer l. The forward acquires unit 0, then each layer in order, and
+ * releases each layer after it; the backward acquires unit 0 again, then the
+ * layers in reverse, releasing each (with its gradients) as soon as its
+ * backward is done, and unit 0 last. A unit's view fills only its own fields
+ * of px_gpt_tensors_t; a layer's fields point at that one layer's tensors.
+ *
+ * Tensor parallelism (Megatron): with tp.size = T > 1 a layer's tensors are
+ * this rank's slices: qkvw (3C/T, C) and qkvb (3C/T) hold heads
+ * [r*NH/T, (r+1)*NH/T) of q, k and v; fcw (4C/T, C), fcb (4C/T) a block of
+ * the MLP's hidden units (column parallel); attprojw (C, C/T) and fcprojw
+ * (C, 4C/T) the matching input columns (row parallel). Their biases, the
+ * LayerNorms and the outer unit are replicated. The forward sums the two
+ * row-parallel outputs over the T ranks (tp_sum; rank 0 adds the bias), the
+ * backward sums the input gradients of the two column-parallel layers. */
+typedef struct {
+    int size; /* T: ranks that split each layer, 1 for none */
+    int rank; /* this rank's coordinate, 0..T-1 */
+} px_gpt_tp_t;
+
+typedef enum { PX_GPT_FWD = 0, PX_GPT_BWD = 1 } px_gpt_pass_t;
+
+/* Units of a model: 1 + num_layers. */
+#define PX_GPT_UNITS(cfg) (1 + (cfg)->num_layers)
+
+typedef struct {
+    void *ctx;
+    /* Unit `unit`'s parameters into p; in the backward also its gradients
+     * into g (buffers the backward ACCUMULATES into). 0, or -1 (the pass
+     * fails: forward NAN, backward -1). */
+    int (*acquire)(void *ctx, int unit, px_gpt_pass_t pass, px_gpt_tensors_t *p, px_gpt_tensors_t *g);
+    /* Done with the unit in this pass (its gradients are final after a
+     * backward release). 0 or -1. */
+    int (*release)(void *ctx, int unit, px_gpt_pass_t pass);
+    /* buf[n] summed over the tensor-parallel ranks, in place. 0 or -1. */
+    int (*tp_sum)(void *ctx, float *buf, size_t n);
+} px_gpt_source_t;
+
+/* Element counts of tensor `tensor`'s slice in one unit on a rank of tp:
+ * for a per-layer tensor one layer's slice, for the outer tensors the whole
+ * tensor. 0 for a tensor that is not in `unit`. */
+size_t px_gpt_unit_tensor_size(const px_gpt_config_t *cfg, px_gpt_tp_t tp, int unit, int tensor);
+/* 0 when cfg can be split over tp.size ranks; else -1 with the problem
+ * (heads or hidden units not divisible) in err. */
+int px_gpt_tp_check(const px_gpt_config_t *cfg, int tp_size, char *err, size_t errlen);
+
 /* Floats of room past num_params in grads that the model never reads or
  * writes: a data-parallel trainer appends a few values of its own there (the
  * commit vote, worker/vote.h) and reduces them with the gradients in one
@@ -92,6 +142,8 @@ typedef struct {
     px_gpt_tensors_t g;    /* views into grads */
     float mean_loss;       /* of the last forward with targets, else -1 */
     struct px_gpt_acts *acts;
+    px_gpt_tp_t tp;               /* {1, 0} unless sharded */
+    const px_gpt_source_t *src;   /* NULL: the four buffers above hold the model */
 } px_gpt_t;
 
 /* A model with seeded initialisation: weights N(0, 0.02), the two residual
@@ -103,6 +155,12 @@ px_gpt_t *px_gpt_new(const px_gpt_config_t *cfg, uint64_t seed);
 /* Same, with every buffer zero: for loaders and healing receivers that fill params. */
 px_gpt_t *px_gpt_new_zeroed(const px_gpt_config_t *cfg);
 void px_gpt_destroy(px_gpt_t **self);
+/* A sharded model: activations only (params, grads, m and v are NULL and
+ * num_params 0); every unit's parameters come from src, which must outlive
+ * it. Forward and backward work as below; the optimizer calls do not apply
+ * (the source's owner updates its shards). NULL on a bad config or split
+ * (logged) or out of memory. */
+px_gpt_t *px_gpt_new_sharded(const px_gpt_config_t *cfg, px_gpt_tp_t tp, const px_gpt_source_t *src);
 
 /* Forward pass on inputs (B,T) of token ids in [0, V), T <= maxT. With targets
  * (B,T) it computes the per-position cross-entropy and returns the mean loss;

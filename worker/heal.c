@@ -221,9 +221,8 @@ static int recv_state(px_heal_t *h, px_comm_t *c, int peer, const char *source, 
  * rank r's step, out[2*r+1] its checksum (the bits travel as floats through
  * an allgather, which copies without arithmetic). Returns a malloc'd array
  * of 2 * size values, or NULL on failure. */
-static uint64_t *allgather_state(px_heal_t *h, px_comm_t *c) {
+static uint64_t *allgather_pairs(px_comm_t *c, const uint64_t mine[2]) {
     int size = px_comm_size(c);
-    uint64_t mine[2] = {(uint64_t)h->state->step, px_heal_checksum(h)};
     uint64_t *all = calloc((size_t)size * 2, sizeof *all);
     if (!all) return NULL;
     if (px_comm_allgather_f32(c, (const float *)(const void *)mine, (float *)(void *)all, 4) != PX_COMM_OK) {
@@ -231,6 +230,34 @@ static uint64_t *allgather_state(px_heal_t *h, px_comm_t *c) {
         return NULL;
     }
     return all;
+}
+
+static uint64_t *allgather_state(px_heal_t *h, px_comm_t *c) {
+    uint64_t mine[2] = {(uint64_t)h->state->step, px_heal_checksum(h)};
+    if (h->group_comm) {
+        int64_t step;
+        if (px_heal_group_state(h, &step, &mine[1]) != 0) return NULL;
+        mine[0] = (uint64_t)step;
+    }
+    return allgather_pairs(c, mine);
+}
+
+int px_heal_group_state(px_heal_t *h, int64_t *step, uint64_t *checksum) {
+    uint64_t mine[2] = {(uint64_t)h->state->step, px_heal_checksum(h)};
+    uint64_t *all = allgather_pairs(h->group_comm, mine);
+    if (!all) return -1;
+    int W = px_comm_size(h->group_comm), same = 1;
+    uint64_t *cks = malloc((size_t)W * sizeof *cks);
+    *step = (int64_t)all[0];
+    for (int r = 0; r < W; r++) {
+        if ((int64_t)all[2 * r] < *step) *step = (int64_t)all[2 * r];
+        if (all[2 * r] != all[0]) same = 0;
+        if (cks) cks[r] = all[2 * r + 1];
+    }
+    *checksum = same && cks ? px_state_checksum(cks, (size_t)W, *step) : 0;
+    free(cks);
+    free(all);
+    return 0;
 }
 
 /* The root broadcasts its step and buffers; the others receive into a

@@ -55,6 +55,12 @@ typedef struct {
      * every receive is staged. */
     int (*reinit)(void *ctx, px_train_state_t *s);
     void *reinit_ctx;
+    /* A sharded group's communicator (NULL: every rank holds a whole
+     * replica). With it, the group's step and checksum in the cross-group
+     * plan are the whole group's (px_heal_group_state), so that every rank
+     * of a group computes the same plan, and a heal moves every shard: rank
+     * r receives from rank r of the source group. */
+    px_comm_t *group_comm;
     /* digest of the live state, cached per step (private) */
     uint64_t *digest;
     uint64_t ck;
@@ -73,6 +79,12 @@ uint64_t px_heal_checksum(px_heal_t *h);
 /* Step 1 over the group's communicator. 0 when every rank holds the same
  * state; -1 on a failure (this rank's state is then unchanged). */
 int px_heal_sync_group(px_heal_t *h, px_comm_t *intra);
+
+/* Collective over group_comm: the group's step (the lowest of its ranks')
+ * and checksum (a checksum of every rank's state checksum, in rank order; 0
+ * when the ranks are at different steps, so that the group counts as
+ * behind and is healed). 0, or -1 on a failure. */
+int px_heal_group_state(px_heal_t *h, int64_t *step, uint64_t *checksum);
 
 /* Step 2 over the cross-group communicator of quorum q (this group is
  * replica my_index), ending with a barrier. 0 when every group holds the

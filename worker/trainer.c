@@ -45,12 +45,14 @@
 #include "gpt.h"
 #include "heal.h"
 #include "llmc.h"
+#include "mesh_comm.h"
 #include "persist.h"
 #include "px_comm.h"
 #include "px_log.h"
 #include "px_time.h"
 #include "px_wire.h"
 #include "quorum.h"
+#include "sharded.h"
 #include "train_state.h"
 #include "vote.h"
 
@@ -64,8 +66,17 @@ typedef struct {
     const px_trainer_config_t *cfg;
     px_agent_t *agent;
     volatile sig_atomic_t *stop;
-    px_gpt_t *model;
+    px_gpt_t *model;      /* computes; owned by shard when sharded */
     px_dataset_t *train, *val;
+    /* A sharded group (cfg->fsdp/tp set): this rank's place in the mesh,
+     * its shard of the state, and the step whose reduced gradients it holds
+     * but has not applied (the group's confirmation failed; see train_step). */
+    px_shard_t *shard;
+    px_mesh_t mesh;
+    px_mesh_coord_t coord;
+    px_mesh_comms_t axes;
+    int64_t pending_step;
+    float last_norm;      /* the clipping norm of the last step applied */
     int T;
     int *inputs, *targets;
     px_train_state_t st; /* views into the model; st.step: steps committed */
@@ -114,10 +125,23 @@ static int store_get(void *ctx, const char *key, void *buf, size_t cap, size_t *
 
 /* ---- communicators ----------------------------------------------------- */
 
+static void abort_all_locked(trainer_t *t) {
+    if (t->cross) px_comm_abort(t->cross);
+    if (t->intra) px_comm_abort(t->intra);
+    px_mesh_comms_abort(&t->axes);
+}
+
 static void drop_comms(trainer_t *t) {
+    if (t->shard) { /* the shard's communication thread lets go of them first */
+        pthread_mutex_lock(&t->comm_mu);
+        abort_all_locked(t);
+        pthread_mutex_unlock(&t->comm_mu);
+        px_shard_set_comms(t->shard, NULL, NULL);
+    }
     pthread_mutex_lock(&t->comm_mu);
     px_comm_destroy(&t->cross);
     px_comm_destroy(&t->intra);
+    px_mesh_comms_destroy(&t->axes);
     t->phase = PHASE_JOINING;
     pthread_mutex_unlock(&t->comm_mu);
 }
@@ -147,8 +171,7 @@ static const char *stale_reason(const trainer_t *t, const px_quorum_t *latest, i
 
 /* Aborts the communicators (caller holds comm_mu). */
 static void abort_comms_locked(trainer_t *t, int64_t known, const char *why) {
-    if (t->cross) px_comm_abort(t->cross);
-    if (t->intra) px_comm_abort(t->intra);
+    abort_all_locked(t);
     if (known > t->aborted_for) {
         t->aborted_for = known;
         px_log_info("collectives_aborted quorum_id=%lld newer=%lld reason=\"%s\"", (long long)t->qid,
@@ -188,13 +211,19 @@ static int rendezvous(trainer_t *t, const px_quorum_t *nq, int idx, char *err, s
     snprintf(prefix, sizeof prefix, "q%lld/x%d", (long long)nq->id, cfg->rank);
     px_comm_t *cross = px_comm_new_gloo(&store, prefix, idx, nq->n, cfg->comm_timeout_ms, err, errlen);
     px_comm_t *intra = NULL;
+    px_mesh_comms_t axes = {{NULL}};
+    int axes_ok = !t->shard;
     if (cross && cfg->ranks_per_group > 1) {
         snprintf(prefix, sizeof prefix, "q%lld/g%s", (long long)nq->id, cfg->group);
         intra = px_comm_new_gloo(&store, prefix, cfg->rank, cfg->ranks_per_group, cfg->comm_timeout_ms, err, errlen);
+        if (intra && t->shard)
+            axes_ok = px_mesh_comms_new_gloo(&store, &t->mesh, cfg->rank, prefix, cfg->comm_timeout_ms, &axes, err,
+                                             errlen) == 0;
     }
     pthread_mutex_lock(&t->comm_mu);
     t->cross = cross;
     t->intra = intra;
+    t->axes = axes;
     int copied = px_quorum_copy(&t->q, nq) == 0;
     t->qid = nq->id;
     t->my_index = idx;
@@ -203,13 +232,69 @@ static int rendezvous(trainer_t *t, const px_quorum_t *nq, int idx, char *err, s
     if ((cross || intra) && superseded(t, nq->id))
         abort_comms_locked(t, px_agent_known_quorum_id(t->agent), "superseded during rendezvous");
     pthread_mutex_unlock(&t->comm_mu);
+    if (t->shard) px_shard_set_comms(t->shard, axes.axis[PX_MESH_FSDP], axes.axis[PX_MESH_TP]);
     if (!copied) snprintf(err, errlen, "out of memory copying quorum %lld", (long long)nq->id);
-    return cross && (cfg->ranks_per_group == 1 || intra) && copied ? 0 : -1;
+    return cross && (cfg->ranks_per_group == 1 || intra) && axes_ok && copied ? 0 : -1;
+}
+
+/* Applies the reduced gradients of step `step` to the shard, clipped by
+ * the group's global norm. */
+static void shard_apply(trainer_t *t, int64_t step, float norm) {
+    const px_trainer_config_t *cfg = t->cfg;
+    float lr = px_lr_at((int)step, cfg->warmup, (int)cfg->steps, cfg->lr, cfg->min_lr);
+    px_shard_step(t->shard, norm, cfg->grad_clip, lr, 0.9f, 0.95f, 1e-8f, cfg->weight_decay, (int)step + 1);
+    t->last_norm = norm;
+    t->pending_step = -1;
+}
+
+/* A sharded group's ranks to one step. A failure can leave them a step
+ * apart: every rank's cross-group reduction of step s succeeded (so each
+ * holds its final gradient shard), then the group's confirmation finished
+ * on some ranks and failed on others. Those that finished applied step s;
+ * the others hold it pending and apply it now, with the norm the others
+ * used: the same arithmetic, so the same bits. A rank behind without
+ * pending gradients cannot catch up; the group then reports itself behind
+ * (heal.c, group_comm) and receives every shard from another group. */
+static int shard_group_sync(trainer_t *t) {
+    int W = t->cfg->ranks_per_group;
+    uint64_t mine[3] = {(uint64_t)t->st.step, (uint64_t)t->pending_step, 0};
+    double norm = t->last_norm;
+    memcpy(&mine[2], &norm, sizeof norm);
+    uint64_t *all = calloc((size_t)W * 3, sizeof *all);
+    if (!all || px_comm_allgather_f32(t->intra, (const float *)(const void *)mine, (float *)(void *)all, 6) != PX_COMM_OK) {
+        free(all);
+        return -1;
+    }
+    int top = 0;
+    for (int r = 1; r < W; r++)
+        if ((int64_t)all[3 * r] > (int64_t)all[3 * top]) top = r;
+    int64_t s = (int64_t)all[3 * top];
+    if (t->st.step == s - 1 && t->pending_step == s - 1) {
+        memcpy(&norm, &all[3 * top + 2], sizeof norm);
+        shard_apply(t, t->st.step, (float)norm);
+        t->st.step++;
+        px_log_info("group_caught_up step=%lld norm=%.6g from_rank=%d", (long long)t->st.step, norm, top);
+    }
+    for (int r = 0; r < W; r++) {
+        int64_t step = (int64_t)all[3 * r], pending = (int64_t)all[3 * r + 1];
+        if (step != s && !(step == s - 1 && pending == s - 1)) {
+            px_log_warn("group_inconsistent rank=%d step=%lld top_step=%lld: the group is healed whole from another group",
+                        r, (long long)step, (long long)s);
+            break;
+        }
+    }
+    free(all);
+    return 0;
 }
 
 /* Every rank of the group, then every group, to one state. */
 static int sync_state(trainer_t *t) {
-    if (t->intra && px_heal_sync_group(&t->heal, t->intra) != 0) return -1;
+    if (t->shard) {
+        if (shard_group_sync(t) != 0) return -1;
+        t->heal.group_comm = t->intra;
+    } else if (t->intra && px_heal_sync_group(&t->heal, t->intra) != 0) {
+        return -1;
+    }
     return px_heal_sync_quorum(&t->heal, t->cross, &t->q, t->my_index);
 }
 
@@ -292,24 +377,36 @@ static int reconfigure(trainer_t *t, int failed) {
 
 /* Samples [lo, hi) of the global batch that this rank computes. */
 static void my_share(const trainer_t *t, int *lo, int *hi) {
-    int B = t->cfg->global_batch, P = t->q.n, W = t->cfg->ranks_per_group;
+    int B = t->cfg->global_batch, P = t->q.n, W = t->cfg->ranks_per_group, part = t->cfg->rank;
+    if (t->shard) { /* fsdp ranks split the group's samples; tp ranks share them */
+        W = t->mesh.size[PX_MESH_FSDP];
+        part = t->coord.c[PX_MESH_FSDP];
+    }
     int glo = (int)((int64_t)t->my_index * B / P), ghi = (int)((int64_t)(t->my_index + 1) * B / P);
-    *lo = glo + (int)((int64_t)t->cfg->rank * (ghi - glo) / W);
-    *hi = glo + (int)((int64_t)(t->cfg->rank + 1) * (ghi - glo) / W);
+    *lo = glo + (int)((int64_t)part * (ghi - glo) / W);
+    *hi = glo + (int)((int64_t)(part + 1) * (ghi - glo) / W);
 }
 
-static float compute_grads(trainer_t *t, int lo, int hi) {
+/* This rank's gradients of samples [lo, hi) into the grads (the model's,
+ * or the shard's); *loss its share of the batch's mean loss. -1 when a
+ * sharded group's collective failed. */
+static int compute_grads(trainer_t *t, int lo, int hi, float *loss_out) {
     const px_trainer_config_t *cfg = t->cfg;
-    px_gpt_zero_grad(t->model);
+    if (t->shard) px_shard_zero_grad(t->shard);
+    else px_gpt_zero_grad(t->model);
     double loss = 0;
     for (int i0 = lo; i0 < hi; i0 += cfg->micro_batch) {
         int n = hi - i0 < cfg->micro_batch ? hi - i0 : cfg->micro_batch;
         px_dataset_fill(t->train, cfg->seed, t->st.step, i0, n, cfg->global_batch, t->T, t->inputs, t->targets);
         float l = px_gpt_forward(t->model, t->inputs, t->targets, n, t->T);
+        if (t->shard && px_shard_last_error(t->shard)[0]) return -1;
         px_gpt_backward(t->model, (float)n / (float)cfg->global_batch);
+        if (t->shard && px_shard_last_error(t->shard)[0]) return -1;
         loss += (double)l * n / cfg->global_batch;
     }
-    return (float)loss;
+    /* tp ranks compute the same samples: one of them reports the loss */
+    *loss_out = t->shard && t->coord.c[PX_MESH_TP] != 0 ? 0.0f : (float)loss;
+    return 0;
 }
 
 /* The grads and the vote's tail, which sits in the grads' spare room right
@@ -319,6 +416,13 @@ static float compute_grads(trainer_t *t, int lo, int hi) {
  * the retried step zeroes them first. */
 _Static_assert(PX_VOTE_N <= PX_GPT_GRADS_SPARE, "the vote's tail must fit in the grads' spare room");
 static px_comm_status_t reduce(trainer_t *t, size_t n) {
+    if (t->shard) { /* the grads are reduced inside the group already (fsdp reduce-scatters): only the vote is */
+        float *buf = px_shard_bufs(t->shard)->grads;
+        px_comm_status_t st = px_comm_allreduce_sum_f32(t->intra, buf + n, PX_VOTE_N);
+        if (st != PX_COMM_OK) return st;
+        px_vote_relay(buf + n, t->cfg->ranks_per_group, t->st.step);
+        return px_comm_allreduce_sum_f32(t->cross, buf, n + PX_VOTE_N);
+    }
     float *buf = t->model->grads;
     if (t->intra) {
         px_comm_status_t st = px_comm_allreduce_sum_f32(t->intra, buf, n + PX_VOTE_N);
@@ -339,17 +443,41 @@ static float eval_loss(trainer_t *t) {
 }
 
 /* 1: committed (*adopt: every rank saw a newer quorum, switch now); 0: discarded. */
+/* Why a step's collectives failed. */
+static const char *failure_reason(trainer_t *t) {
+    if (t->shard && px_shard_last_error(t->shard)[0]) return px_shard_last_error(t->shard);
+    if (t->intra && px_comm_health(t->intra) != PX_COMM_OK) return px_comm_last_error(t->intra);
+    return t->cross ? px_comm_last_error(t->cross) : "no communicator";
+}
+
+/* A sharded group commits only when every rank holds its final gradient
+ * shard: after the cross-group reduction, one small in-group sum (which
+ * also carries each rank's part of the squared gradient norm for clipping).
+ * A rank that finishes it applies the step; one that does not keeps the
+ * gradients pending (shard_group_sync). 0 with *norm, or -1. */
+static int shard_commit(trainer_t *t, float *norm) {
+    float sumsq = (float)px_shard_grad_sumsq(t->shard);
+    t->pending_step = t->st.step;
+    if (px_comm_allreduce_sum_f32(t->intra, &sumsq, 1) != PX_COMM_OK) return -1;
+    *norm = sqrtf(sumsq);
+    shard_apply(t, t->st.step, *norm);
+    return 0;
+}
+
 static int train_step(trainer_t *t, int *adopt, float *loss_out, float *norm_out) {
     const px_trainer_config_t *cfg = t->cfg;
-    size_t n = t->model->num_params;
+    size_t n = t->st.n;
     int lo, hi;
     my_share(t, &lo, &hi);
-    float local_loss = compute_grads(t, lo, hi);
-    float *tail = t->model->grads + n;
-    px_vote_fill(tail, t->st.step, px_agent_known_quorum_id(t->agent) > t->qid, local_loss);
-    px_comm_status_t st = reduce(t, n);
+    float local_loss = 0;
+    float *tail = (t->shard ? px_shard_bufs(t->shard)->grads : t->model->grads) + n;
+    px_comm_status_t st = PX_COMM_ERROR;
+    if (compute_grads(t, lo, hi, &local_loss) == 0) {
+        px_vote_fill(tail, t->st.step, px_agent_known_quorum_id(t->agent) > t->qid, local_loss);
+        st = reduce(t, n);
+    }
     if (st != PX_COMM_OK) {
-        const char *why = t->cross ? px_comm_last_error(t->cross) : "no communicator";
+        const char *why = failure_reason(t);
         px_log_warn("step_failed step=%lld quorum_id=%lld status=%s reason=\"%s\"", (long long)t->st.step,
                     (long long)t->qid, px_comm_status_str(st), why);
         px_agent_report_failure(t->agent, NULL, -1, t->qid, t->st.step, why);
@@ -367,9 +495,18 @@ static int train_step(trainer_t *t, int *adopt, float *loss_out, float *norm_out
         px_agent_report_failure(t->agent, NULL, -1, t->qid, t->st.step, "commit vote disagreed");
         return 0;
     }
-    *norm_out = px_gpt_clip_grads(t->model, cfg->grad_clip);
-    float lr = px_lr_at((int)t->st.step, cfg->warmup, (int)cfg->steps, cfg->lr, cfg->min_lr);
-    px_gpt_adamw_step(t->model, lr, 0.9f, 0.95f, 1e-8f, cfg->weight_decay, (int)t->st.step + 1);
+    if (t->shard) {
+        if (shard_commit(t, norm_out) != 0) {
+            px_log_warn("step_unconfirmed step=%lld quorum_id=%lld reason=\"%s\": gradients kept pending",
+                        (long long)t->st.step, (long long)t->qid, failure_reason(t));
+            px_agent_report_failure(t->agent, NULL, -1, t->qid, t->st.step, failure_reason(t));
+            return 0;
+        }
+    } else {
+        *norm_out = px_gpt_clip_grads(t->model, cfg->grad_clip);
+        float lr = px_lr_at((int)t->st.step, cfg->warmup, (int)cfg->steps, cfg->lr, cfg->min_lr);
+        px_gpt_adamw_step(t->model, lr, 0.9f, 0.95f, 1e-8f, cfg->weight_decay, (int)t->st.step + 1);
+    }
     *loss_out = tail[PX_VOTE_LOSS];
     *adopt = tail[PX_VOTE_NEWER] > 0.5f;
     if (t->ledger && cfg->rank == 0) {
@@ -382,6 +519,43 @@ static int train_step(trainer_t *t, int *adopt, float *loss_out, float *norm_out
     }
     t->st.step++;
     return 1;
+}
+
+/* ---- the end of the job ------------------------------------------------- */
+
+/* The state checksum and the parameters' squared norm of the whole group:
+ * for a sharded group, a checksum of every rank's shard checksum (in rank
+ * order) and the sum over ranks, collective over the group. */
+static int final_stats(trainer_t *t, uint64_t *ck, double *pn) {
+    *ck = px_heal_checksum(&t->heal);
+    if (!t->shard) {
+        for (size_t i = 0; i < t->model->num_params; i++) *pn += (double)t->model->params[i] * t->model->params[i];
+        return 0;
+    }
+    t->heal.group_comm = t->intra;
+    int64_t step;
+    if (px_heal_group_state(&t->heal, &step, ck) != 0) return -1;
+    float sq = (float)px_shard_param_sumsq(t->shard);
+    if (px_comm_allreduce_sum_f32(t->intra, &sq, 1) != PX_COMM_OK) return -1;
+    *pn = sq;
+    return 0;
+}
+
+/* --save: the whole model as an llm.c file from rank 0 (a sharded group
+ * gathers it first, collectively). */
+static void save_model(trainer_t *t) {
+    char err[256];
+    px_gpt_t *whole = t->model;
+    if (t->shard) {
+        whole = px_gpt_new_zeroed(&t->model->config);
+        if (!whole || px_shard_gather(t->shard, whole) != 0) {
+            px_log_error("--save: cannot gather the model from the group's shards");
+            px_gpt_destroy(&whole);
+            return;
+        }
+    }
+    if (t->cfg->rank == 0 && px_gpt_save(whole, t->cfg->save, err, sizeof err) != 0) px_log_error("--save: %s", err);
+    if (whole != t->model) px_gpt_destroy(&whole);
 }
 
 /* ---- setup and the loop ------------------------------------------------ */
@@ -409,11 +583,65 @@ static int rebuild_initial_state(void *ctx, px_train_state_t *s) {
     trainer_t *t = ctx;
     px_gpt_t *fresh = initial_model(t->cfg);
     if (!fresh) return -1;
-    memcpy(s->buf[PX_STATE_PARAMS], fresh->params, s->n * sizeof(float));
-    memset(s->buf[PX_STATE_M], 0, s->n * sizeof(float));
-    memset(s->buf[PX_STATE_V], 0, s->n * sizeof(float));
+    if (t->shard) { /* s is the shard's live state: this rank's pieces of the fresh model */
+        px_shard_load(t->shard, fresh);
+    } else {
+        memcpy(s->buf[PX_STATE_PARAMS], fresh->params, s->n * sizeof(float));
+        memset(s->buf[PX_STATE_M], 0, s->n * sizeof(float));
+        memset(s->buf[PX_STATE_V], 0, s->n * sizeof(float));
+    }
     s->step = 0;
+    t->pending_step = -1;
     px_gpt_destroy(&fresh);
+    return 0;
+}
+
+/* A sharded layout (cfg->fsdp/tp): checks it against the group and the
+ * model, and replaces the whole model t->model by this rank's shard of it
+ * (printing what that saves). 0 when not sharded or done; -1 (logged). */
+static int setup_shard(trainer_t *t) {
+    const px_trainer_config_t *cfg = t->cfg;
+    char err[512];
+    t->pending_step = -1;
+    if (!cfg->fsdp && !cfg->tp && !cfg->pp) return 0;
+    t->mesh = (px_mesh_t){{cfg->pp ? cfg->pp : 1, cfg->fsdp ? cfg->fsdp : 1, cfg->tp ? cfg->tp : 1}};
+    if (px_mesh_check(&t->mesh, cfg->ranks_per_group, err, sizeof err) != 0) {
+        px_log_error("layout: %s", err);
+        return -1;
+    }
+    if (t->mesh.size[PX_MESH_PP] > 1) {
+        px_log_error("--pp %d: pipeline parallelism is not built yet; use --pp 1", t->mesh.size[PX_MESH_PP]);
+        return -1;
+    }
+    if (cfg->checkpoint_dir) {
+        px_log_error("--checkpoint-dir: checkpoints of sharded groups (--fsdp/--tp) are not supported yet; "
+                     "run without --checkpoint-dir, or with one whole replica per rank");
+        return -1;
+    }
+    if (cfg->ranks_per_group == 1) return 0; /* 1x1x1: a whole replica, nothing to shard */
+    t->coord = px_mesh_coord(&t->mesh, cfg->rank);
+    px_shard_layout_t lay = {.fsdp = t->mesh.size[PX_MESH_FSDP], .fsdp_rank = t->coord.c[PX_MESH_FSDP],
+                             .tp = {t->mesh.size[PX_MESH_TP], t->coord.c[PX_MESH_TP]},
+                             .keep_params = cfg->fsdp_keep_params};
+    t->shard = px_shard_new(&t->model->config, &lay, err, sizeof err);
+    if (!t->shard) {
+        px_log_error("layout: %s", err);
+        return -1;
+    }
+    px_shard_load(t->shard, t->model);
+    size_t replica = 4 * t->model->num_params * sizeof(float);
+    size_t state = px_shard_state_bytes(t->shard), work = px_shard_work_bytes(t->shard);
+    char name[64];
+    px_mesh_format(&t->mesh, name, sizeof name);
+    px_log_info("shard_memory layout=%s rank=%d state_mb=%.2f replica_mb=%.2f ratio=%.3f work_mb=%.2f", name, cfg->rank,
+                state / 1e6, replica / 1e6, (double)state / (double)replica, work / 1e6);
+    if (cfg->rank == 0) {
+        printf("shard_memory layout=%s state_mb=%.2f replica_mb=%.2f ratio=%.3f work_mb=%.2f\n", name, state / 1e6,
+               replica / 1e6, (double)state / (double)replica, work / 1e6);
+        fflush(stdout);
+    }
+    px_gpt_destroy(&t->model);
+    t->model = px_shard_model(t->shard);
     return 0;
 }
 
@@ -428,6 +656,7 @@ static int setup(trainer_t *t) {
         px_log_error("--seq %d exceeds the model's context %d", t->T, t->model->config.max_seq_len);
         return -1;
     }
+    if (setup_shard(t) != 0) return -1;
     t->train = px_dataset_open(cfg->data, "train", t->model->config.vocab_size, (size_t)t->T + 1, err, sizeof err);
     if (!t->train) {
         px_log_error("--data: %s", err);
@@ -438,7 +667,12 @@ static int setup(trainer_t *t) {
     size_t mb = (size_t)cfg->micro_batch * (size_t)t->T;
     t->inputs = malloc(mb * sizeof(int));
     t->targets = malloc(mb * sizeof(int));
-    t->st = px_state_of_model(t->model, 0, cfg->seed);
+    if (t->shard) {
+        px_shard_bufs_t *b = px_shard_bufs(t->shard);
+        t->st = (px_train_state_t){.buf = {b->params, b->m, b->v}, .n = b->n, .step = 0, .seed = cfg->seed};
+    } else {
+        t->st = px_state_of_model(t->model, 0, cfg->seed);
+    }
     if (!t->inputs || !t->targets || px_heal_init(&t->heal, &t->st, t->agent, cfg->group, cfg->rank) != 0) {
         px_log_error("out of memory");
         return -1;
@@ -464,6 +698,8 @@ static int setup(trainer_t *t) {
 static void teardown(trainer_t *t) {
     px_agent_set_quorum_hook(t->agent, NULL, NULL); /* waits for a running call: t is about to go */
     drop_comms(t);
+    if (t->shard) t->model = NULL; /* the shard's */
+    px_shard_destroy(&t->shard);
     px_gpt_destroy(&t->model);
     px_dataset_destroy(&t->train);
     px_dataset_destroy(&t->val);
@@ -522,10 +758,12 @@ int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile s
         }
         px_agent_set_progress(agent, t.st.step, PHALANX__MEMBER_STATE__HEALTHY, t.qid);
         double ms = (double)(px_now_us() - t0) / 1000.0;
-        if (cfg->eval_every > 0 && t.st.step % cfg->eval_every == 0 && t.my_index == 0 && cfg->rank == 0) ev = eval_loss(&t);
+        /* a sharded group evaluates together (its forward is collective) */
+        if (cfg->eval_every > 0 && t.st.step % cfg->eval_every == 0 && t.my_index == 0 && (cfg->rank == 0 || t.shard))
+            ev = eval_loss(&t);
         if (cfg->progress && cfg->rank == 0) {
             double tok_s = ms > 0 ? (double)cfg->global_batch * t.T * 1000.0 / ms : 0;
-            printf("progress step=%lld loss=%.4f norm=%.3f ms=%.1f tok_s=%.0f groups=%d quorum=%lld group=%s",
+            printf("progress step=%lld loss=%.6f norm=%.6f ms=%.1f tok_s=%.0f groups=%d quorum=%lld group=%s",
                    (long long)t.st.step, loss, norm, ms, tok_s, t.q.n, (long long)t.qid, cfg->group);
             if (cfg->eval_every > 0 && t.st.step % cfg->eval_every == 0 && t.my_index == 0) printf(" eval_loss=%.4f", ev);
             printf("\n");
@@ -537,19 +775,16 @@ int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile s
     if (t.st.step >= cfg->steps || (*stop && rc != 3)) px_persist_final(&t.persist, &t.st, &t.q);
     if (t.st.step >= cfg->steps) {
         ev = eval_loss(&t);
-        uint64_t ck = px_heal_checksum(&t.heal);
+        uint64_t ck = 0;
         double pn = 0;
-        for (size_t i = 0; i < t.model->num_params; i++) pn += (double)t.model->params[i] * t.model->params[i];
+        if (final_stats(&t, &ck, &pn) != 0) px_log_warn("final statistics: the group's collectives failed");
         if (cfg->rank == 0) {
             printf("final group=%s steps=%lld loss=%.6f eval_loss=%.6f checksum=%016" PRIx64 " param_norm=%.9g failures=%d heals=%d\n",
                    cfg->group, (long long)t.st.step, loss, ev, ck, sqrt(pn), t.failures, t.heal.heals);
             fflush(stdout);
             px_agent_notify(agent, "run_finished", t.qid, t.st.step, "", 0, 0, "");
         }
-        if (cfg->save && cfg->rank == 0) {
-            char err[256];
-            if (px_gpt_save(t.model, cfg->save, err, sizeof err) != 0) px_log_error("--save: %s", err);
-        }
+        if (cfg->save) save_model(&t);
         rc = 0;
     } else if (*stop && rc != 3) {
         rc = 2;

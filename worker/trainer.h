@@ -32,6 +32,11 @@ typedef struct {
     const char *checkpoint_dir; /* NULL: no checkpoints; "%g" in it stands for the group's name */
     int checkpoint_every;     /* save every N committed steps; 0: only at the end and on SIGTERM */
     int checkpoint_keep;      /* checkpoints kept by retention; 0: all */
+    /* The group's layout (parallel/mesh.h): pp x fsdp x tp = ranks_per_group.
+     * All 0: the W ranks each hold a whole replica (data parallel inside the
+     * group too). Otherwise the group is sharded (parallel/sharded.h). */
+    int pp, fsdp, tp;
+    int fsdp_keep_params;     /* keep gathered layers from the forward for the backward */
 } px_trainer_config_t;
 
 /* Trains until cfg->steps are committed or *stop is set. Returns 0 when the

@@ -87,6 +87,15 @@ static void usage(FILE *f) {
            "                           0..100000000 [100]\n"
            "  --checkpoint-keep K      checkpoints to keep (the newest valid one always stays), 0 = all,\n"
            "                           0..1000000 [3]\n\n"
+           "layout of a group (--ranks-per-group W = pp x fsdp x tp; none given: each rank holds a whole\n"
+           "replica and the W ranks split the group's samples):\n"
+           "  --fsdp F                 shard every parameter, gradient and AdamW moment over F ranks (ZeRO-3),\n"
+           "                           1..1024 [1]\n"
+           "  --tp T                   Megatron tensor parallelism over T ranks: attention heads and MLP\n"
+           "                           columns split (T must divide the model's heads), 1..1024 [1]\n"
+           "  --pp P                   pipeline stages, 1 (pipeline parallelism is not built yet) [1]\n"
+           "  --fsdp-keep-params       keep each layer's gathered parameters from the forward for the\n"
+           "                           backward (one all-gather per layer and step instead of two; more memory)\n\n"
            "Every flag can be given as an environment variable instead: PHALANX_CHECKPOINT_DIR=DIR\n"
            "for --checkpoint-dir DIR, PHALANX_QUIET=1 for --quiet; the command line wins.\n"
            "SIGTERM or SIGINT: leave the quorum (the coordinator drops the group at once) and exit 0\n"
@@ -114,7 +123,7 @@ int px_worker_main(int argc, char **argv) {
     };
     char *token = NULL;
     const char *curve_secret = NULL, *curve_server_file = NULL, *curve_server_key = NULL;
-    static const char *const booleans[] = {"quiet", NULL};
+    static const char *const booleans[] = {"quiet", "fsdp-keep-params", NULL};
     px_flags_from_env(PROG, usage, booleans, &argc, &argv);
     const char *data_host = NULL;
     int stop_exit_code = 0;
@@ -125,6 +134,9 @@ int px_worker_main(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "--quiet")) {
             px_log_set_quiet(1);
+            continue;
+        } else if (!strcmp(a, "--fsdp-keep-params")) {
+            tc.fsdp_keep_params = 1;
             continue;
         }
         if (!strcmp(a, "--coordinator")) cfg.coordinator = px_flag_str(PROG, a, v, 512);
@@ -159,6 +171,9 @@ int px_worker_main(int argc, char **argv) {
         else if (!strcmp(a, "--save")) tc.save = px_flag_str(PROG, a, v, 4096);
         else if (!strcmp(a, "--checkpoint-dir")) tc.checkpoint_dir = px_flag_str(PROG, a, v, 3800);
         else if (!strcmp(a, "--checkpoint-every")) tc.checkpoint_every = (int)px_flag_int(PROG, a, v, 0, 100000000);
+        else if (!strcmp(a, "--fsdp")) tc.fsdp = (int)px_flag_int(PROG, a, v, 1, 1024);
+        else if (!strcmp(a, "--tp")) tc.tp = (int)px_flag_int(PROG, a, v, 1, 1024);
+        else if (!strcmp(a, "--pp")) tc.pp = (int)px_flag_int(PROG, a, v, 1, 1024);
         else if (!strcmp(a, "--checkpoint-keep")) tc.checkpoint_keep = (int)px_flag_int(PROG, a, v, 0, 1000000);
         else px_flag_unknown(PROG, a);
         i++;
@@ -166,6 +181,14 @@ int px_worker_main(int argc, char **argv) {
     if (!cfg.group) {
         fprintf(stderr, "%s: --group is required (see %s --help)\n", PROG, PROG);
         return 2;
+    }
+    if (tc.fsdp || tc.tp || tc.pp) {
+        int P = tc.pp ? tc.pp : 1, F = tc.fsdp ? tc.fsdp : 1, T = tc.tp ? tc.tp : 1;
+        if ((int64_t)P * F * T != cfg.group_size) {
+            fprintf(stderr, "%s: --ranks-per-group %d must equal pp x fsdp x tp = %d x %d x %d = %lld\n", PROG,
+                    cfg.group_size, P, F, T, (long long)P * F * T);
+            return 2;
+        }
     }
     if (cfg.rank >= cfg.group_size) {
         fprintf(stderr, "%s: --rank %d must be below --ranks-per-group %d\n", PROG, cfg.rank, cfg.group_size);

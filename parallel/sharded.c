@@ -1,0 +1,538 @@
+/* Sharded training state and the FSDP/TP parameter source (sharded.h): the
+ * unit layout, the tensor-parallel slices, the communication thread that
+ * runs the fsdp gathers and reduce-scatters in issue order, and the
+ * optimizer over a shard. */
+#include "sharded.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops.h"
+#include "px_err.h"
+#include "px_log.h"
+
+#define UNIT_MAX_TENSORS 12
+#define QUEUE 16
+
+/* One tensor of a unit: its place in the unit's flat layout. */
+typedef struct {
+    int tensor;
+    size_t off, len;
+} unit_tensor_t;
+
+typedef struct {
+    int ntensors;
+    unit_tensor_t t[UNIT_MAX_TENSORS];
+    size_t flat;   /* floats before padding */
+    size_t padded; /* multiple of F */
+    size_t piece;  /* padded / F */
+    size_t shard_off;
+} unit_t;
+
+/* A contiguous run of the shard inside one tensor, for the optimizer. */
+typedef struct {
+    size_t off, len;
+    int decay;  /* a matrix: weight decay applies */
+    int unique; /* counted in norms by this rank (not a tp copy held by another rank) */
+} segment_t;
+
+typedef enum { JOB_GATHER, JOB_SCATTER } job_kind_t;
+
+typedef struct {
+    job_kind_t kind;
+    int unit;
+    float *buf;
+} job_t;
+
+struct px_shard {
+    px_gpt_config_t cfg;
+    px_shard_layout_t lay;
+    int nunits;
+    unit_t *units;
+    segment_t *segs;
+    int nsegs;
+    px_shard_bufs_t b;
+    px_gpt_t *model;
+    px_gpt_source_t src;
+    /* working buffers (F > 1) */
+    size_t layer_padded;     /* the largest layer unit */
+    float *outer_p, *outer_g;
+    float **layer_p;         /* 2 slots, or L with keep_params */
+    int nslots;
+    float *layer_g[2];
+    float *piece_tmp;        /* a reduce-scatter's result before it is added */
+    /* main thread's bookkeeping: job ids (0: none) */
+    unsigned long *gathered; /* per unit: the gather that fills its params slot */
+    unsigned long scatter_of[2];
+    /* communicators and the thread */
+    px_comm_t *fsdp, *tp;
+    pthread_t thread;
+    int thread_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    job_t queue[QUEUE];
+    unsigned long issued, done;
+    int failed, quit;
+    char error[256];
+    double bytes_sent;
+};
+
+/* ---- layout ------------------------------------------------------------- */
+
+static const int outer_tensors[] = {PX_WTE, PX_WPE, PX_LNFW, PX_LNFB};
+
+static int build_units(px_shard_t *sh) {
+    int L = sh->cfg.num_layers, F = sh->lay.fsdp;
+    sh->nunits = PX_GPT_UNITS(&sh->cfg);
+    sh->units = calloc((size_t)sh->nunits, sizeof *sh->units);
+    sh->segs = calloc((size_t)sh->nunits * UNIT_MAX_TENSORS, sizeof *sh->segs);
+    if (!sh->units || !sh->segs) return -1;
+    size_t shard_off = 0;
+    for (int u = 0; u < sh->nunits; u++) {
+        unit_t *un = &sh->units[u];
+        int n = u == 0 ? 4 : UNIT_MAX_TENSORS;
+        for (int i = 0; i < n; i++) {
+            int t = u == 0 ? outer_tensors[i] : PX_LN1W + i;
+            un->t[i] = (unit_tensor_t){t, un->flat, px_gpt_unit_tensor_size(&sh->cfg, sh->lay.tp, u, t)};
+            un->flat += un->t[i].len;
+        }
+        un->ntensors = n;
+        un->padded = (un->flat + (size_t)F - 1) / (size_t)F * (size_t)F;
+        un->piece = un->padded / (size_t)F;
+        un->shard_off = shard_off;
+        shard_off += un->piece;
+        if (u > 0 && un->padded > sh->layer_padded) sh->layer_padded = un->padded;
+        /* the segments: this rank's piece [lo, hi) of the flat layout, tensor by tensor */
+        size_t lo = (size_t)sh->lay.fsdp_rank * un->piece, hi = lo + un->piece;
+        for (int i = 0; i < n; i++) {
+            size_t a = un->t[i].off > lo ? un->t[i].off : lo;
+            size_t e = un->t[i].off + un->t[i].len < hi ? un->t[i].off + un->t[i].len : hi;
+            if (a >= e) continue;
+            int t = un->t[i].tensor;
+            int split = px_gpt_unit_tensor_size(&sh->cfg, (px_gpt_tp_t){1, 0}, u, t) != un->t[i].len;
+            sh->segs[sh->nsegs++] = (segment_t){un->shard_off + (a - lo), e - a, px_gpt_tensor_is_matrix(t),
+                                                split || sh->lay.tp.rank == 0};
+        }
+    }
+    (void)L;
+    sh->b.n = shard_off;
+    return 0;
+}
+
+size_t px_shard_unit_padded(const px_shard_t *sh, int unit) { return sh->units[unit].padded; }
+size_t px_shard_unit_offset(const px_shard_t *sh, int unit) { return sh->units[unit].shard_off; }
+
+/* Where a unit's tensor slice lives in the whole model: the logical tensor
+ * is (R, K) per layer; this rank's slice is `blocks` row blocks of `brows`
+ * rows, block j starting at row row0[j], columns [col0, col0 + ncols). */
+typedef struct {
+    size_t K, blocks, brows, row0[3], col0, ncols;
+} slice_t;
+
+static slice_t tp_slice(const px_gpt_config_t *cfg, px_gpt_tp_t tp, int t, size_t per_layer) {
+    size_t C = (size_t)cfg->channels, T = (size_t)tp.size, r = (size_t)tp.rank;
+    slice_t s = {.K = 1, .blocks = 1, .brows = per_layer, .col0 = 0, .ncols = 1};
+    switch (t) {
+    case PX_QKVW:
+    case PX_QKVB:
+        s.K = t == PX_QKVW ? C : 1;
+        s.ncols = s.K;
+        s.blocks = 3;
+        s.brows = C / T;
+        for (int j = 0; j < 3; j++) s.row0[j] = (size_t)j * C + r * (C / T);
+        break;
+    case PX_FCW:
+    case PX_FCB:
+        s.K = t == PX_FCW ? C : 1;
+        s.ncols = s.K;
+        s.brows = 4 * C / T;
+        s.row0[0] = r * (4 * C / T);
+        break;
+    case PX_ATTPROJW:
+    case PX_FCPROJW:
+        s.K = t == PX_ATTPROJW ? C : 4 * C;
+        s.brows = C;
+        s.ncols = s.K / T;
+        s.col0 = r * s.ncols;
+        break;
+    default:
+        break; /* replicated: the whole tensor as one column */
+    }
+    return s;
+}
+
+/* Copies between a logical tensor (one layer's, or an outer tensor) and this
+ * rank's slice of it: to_local 1 reads logical, else writes it. */
+static void slice_copy(const slice_t *s, float *logical, float *local, int to_local) {
+    for (size_t j = 0; j < s->blocks; j++)
+        for (size_t i = 0; i < s->brows; i++) {
+            float *lg = logical + (s->row0[j] + i) * s->K + s->col0;
+            float *lc = local + (j * s->brows + i) * s->ncols;
+            if (to_local) memcpy(lc, lg, s->ncols * sizeof(float));
+            else memcpy(lg, lc, s->ncols * sizeof(float));
+        }
+}
+
+/* Copies unit u between a whole model's buffer `model` (params, m or v
+ * layout of px_gpt_t) and the unit's flat layout `flat` of tp rank tp. */
+static void unit_copy(const px_shard_t *sh, px_gpt_tp_t tp, int u, const px_gpt_t *whole, float *model, float *flat,
+                      int to_flat) {
+    const unit_t *un = &sh->units[u];
+    for (int i = 0; i < un->ntensors; i++) {
+        int t = un->t[i].tensor;
+        size_t per_layer = whole->tensor_sizes[t] / (u == 0 ? 1 : (size_t)sh->cfg.num_layers);
+        float *logical = model + whole->tensor_offsets[t] + (u == 0 ? 0 : (size_t)(u - 1) * per_layer);
+        slice_t s = tp_slice(&sh->cfg, tp, t, per_layer);
+        slice_copy(&s, logical, flat + un->t[i].off, to_flat);
+    }
+}
+
+/* ---- the communication thread ------------------------------------------- */
+
+static void fail_locked(px_shard_t *sh, const char *what, px_comm_t *c, px_comm_status_t st) {
+    if (!sh->failed)
+        snprintf(sh->error, sizeof sh->error, "%s: %s%s%s", what, px_comm_status_str(st), c ? ": " : "",
+                 c ? px_comm_last_error(c) : "");
+    sh->failed = 1;
+}
+
+static px_comm_status_t run_job(px_shard_t *sh, const job_t *j) {
+    const unit_t *un = &sh->units[j->unit];
+    float *mine = sh->b.params + un->shard_off;
+    size_t F = (size_t)sh->lay.fsdp;
+    if (j->kind == JOB_GATHER) {
+        sh->bytes_sent += (double)(F - 1) * (double)un->piece * sizeof(float);
+        return px_comm_allgather_f32(sh->fsdp, mine, j->buf, un->piece);
+    }
+    sh->bytes_sent += (double)(F - 1) * (double)un->piece * sizeof(float);
+    px_comm_status_t st = px_comm_reduce_scatter_sum_f32(sh->fsdp, j->buf, sh->piece_tmp, un->piece);
+    if (st == PX_COMM_OK) {
+        float *g = sh->b.grads + un->shard_off;
+        for (size_t i = 0; i < un->piece; i++) g[i] += sh->piece_tmp[i];
+    }
+    return st;
+}
+
+static void *comm_thread(void *arg) {
+    px_shard_t *sh = arg;
+    pthread_mutex_lock(&sh->mu);
+    for (;;) {
+        while (!sh->quit && sh->done == sh->issued) pthread_cond_wait(&sh->cv, &sh->mu);
+        if (sh->quit) break;
+        job_t j = sh->queue[sh->done % QUEUE];
+        int skip = sh->failed || !sh->fsdp;
+        px_comm_t *c = sh->fsdp;
+        pthread_mutex_unlock(&sh->mu);
+        px_comm_status_t st = skip ? PX_COMM_ERROR : run_job(sh, &j);
+        pthread_mutex_lock(&sh->mu);
+        if (st != PX_COMM_OK) fail_locked(sh, j.kind == JOB_GATHER ? "fsdp all-gather" : "fsdp reduce-scatter", c, st);
+        sh->done++;
+        pthread_cond_broadcast(&sh->cv);
+    }
+    pthread_mutex_unlock(&sh->mu);
+    return NULL;
+}
+
+static unsigned long issue(px_shard_t *sh, job_kind_t kind, int unit, float *buf) {
+    pthread_mutex_lock(&sh->mu);
+    while (sh->issued - sh->done >= QUEUE) pthread_cond_wait(&sh->cv, &sh->mu);
+    sh->queue[sh->issued % QUEUE] = (job_t){kind, unit, buf};
+    unsigned long id = ++sh->issued;
+    pthread_cond_broadcast(&sh->cv);
+    pthread_mutex_unlock(&sh->mu);
+    return id;
+}
+
+/* Waits until job `id` (and every job before it) ran. 0, or -1 when any failed. */
+static int wait_job(px_shard_t *sh, unsigned long id) {
+    pthread_mutex_lock(&sh->mu);
+    while (sh->done < id) pthread_cond_wait(&sh->cv, &sh->mu);
+    int rc = sh->failed ? -1 : 0;
+    pthread_mutex_unlock(&sh->mu);
+    return rc;
+}
+
+static int wait_all(px_shard_t *sh) {
+    pthread_mutex_lock(&sh->mu);
+    unsigned long id = sh->issued;
+    pthread_mutex_unlock(&sh->mu);
+    return wait_job(sh, id);
+}
+
+/* ---- the parameter source ------------------------------------------------ */
+
+static void unit_views(const px_shard_t *sh, int u, float *flat, px_gpt_tensors_t *v) {
+    float **slot[PX_GPT_NUM_TENSORS] = {
+        &v->wte,  &v->wpe,  &v->ln1w, &v->ln1b, &v->qkvw,    &v->qkvb,    &v->attprojw, &v->attprojb,
+        &v->ln2w, &v->ln2b, &v->fcw,  &v->fcb,  &v->fcprojw, &v->fcprojb, &v->lnfw,     &v->lnfb};
+    memset(v, 0, sizeof *v);
+    const unit_t *un = &sh->units[u];
+    for (int i = 0; i < un->ntensors; i++) *slot[un->t[i].tensor] = flat + un->t[i].off;
+}
+
+static float *params_slot(px_shard_t *sh, int u) {
+    if (u == 0) return sh->outer_p;
+    return sh->layer_p[sh->lay.keep_params ? u - 1 : u % 2];
+}
+
+/* Issues the gather of unit u's params unless one is in flight or done. */
+static void prefetch(px_shard_t *sh, int u) {
+    if (u >= 0 && u < sh->nunits && !sh->gathered[u]) sh->gathered[u] = issue(sh, JOB_GATHER, u, params_slot(sh, u));
+}
+
+static int src_acquire(void *ctx, int u, px_gpt_pass_t pass, px_gpt_tensors_t *p, px_gpt_tensors_t *g) {
+    px_shard_t *sh = ctx;
+    if (sh->lay.fsdp == 1) {
+        unit_views(sh, u, sh->b.params + sh->units[u].shard_off, p);
+        if (g) unit_views(sh, u, sh->b.grads + sh->units[u].shard_off, g);
+        return 0;
+    }
+    if (pass == PX_GPT_FWD && u == 0) {
+        /* a new pass: what a failed one left in flight drains first */
+        if (wait_all(sh) != 0) return -1;
+        memset(sh->gathered, 0, (size_t)sh->nunits * sizeof *sh->gathered);
+    }
+    prefetch(sh, u);
+    int next = pass == PX_GPT_FWD ? u + 1 : u == 0 ? sh->nunits - 1 : u - 1;
+    if (next >= 1) prefetch(sh, next);
+    if (wait_job(sh, sh->gathered[u]) != 0) return -1;
+    unit_views(sh, u, params_slot(sh, u), p);
+    if (g) {
+        float *gb = sh->outer_g;
+        if (u > 0) {
+            int s = u % 2;
+            if (sh->scatter_of[s] && wait_job(sh, sh->scatter_of[s]) != 0) return -1;
+            gb = sh->layer_g[s];
+        }
+        memset(gb, 0, sh->units[u].padded * sizeof(float));
+        unit_views(sh, u, gb, g);
+    }
+    return 0;
+}
+
+static int src_release(void *ctx, int u, px_gpt_pass_t pass) {
+    px_shard_t *sh = ctx;
+    if (sh->lay.fsdp == 1) return 0;
+    if (pass == PX_GPT_FWD) {
+        /* unit 0 and the last layer stay for the backward; the rest are freed
+         * (their slots refilled by later gathers) unless kept */
+        if (u > 0 && u < sh->nunits - 1 && !sh->lay.keep_params) sh->gathered[u] = 0;
+        return 0;
+    }
+    sh->gathered[u] = 0;
+    if (u > 0) {
+        sh->scatter_of[u % 2] = issue(sh, JOB_SCATTER, u, sh->layer_g[u % 2]);
+        return 0;
+    }
+    issue(sh, JOB_SCATTER, 0, sh->outer_g);
+    int rc = wait_all(sh); /* the shard's grads are final when the backward returns */
+    sh->scatter_of[0] = sh->scatter_of[1] = 0;
+    return rc;
+}
+
+static int src_tp_sum(void *ctx, float *buf, size_t n) {
+    px_shard_t *sh = ctx;
+    px_comm_status_t st = sh->tp ? px_comm_allreduce_sum_f32(sh->tp, buf, n) : PX_COMM_ERROR;
+    if (st == PX_COMM_OK) {
+        sh->bytes_sent += 2.0 * (double)(sh->lay.tp.size - 1) / sh->lay.tp.size * (double)n * sizeof(float);
+        return 0;
+    }
+    pthread_mutex_lock(&sh->mu);
+    fail_locked(sh, "tp all-reduce", sh->tp, st);
+    pthread_mutex_unlock(&sh->mu);
+    return -1;
+}
+
+/* ---- construction --------------------------------------------------------- */
+
+static float *zalloc(size_t n) {
+    size_t bytes = (n * sizeof(float) + 63) & ~(size_t)63;
+    float *p = aligned_alloc(64, bytes ? bytes : 64);
+    if (p) memset(p, 0, bytes);
+    return p;
+}
+
+px_shard_t *px_shard_new(const px_gpt_config_t *cfg, const px_shard_layout_t *lay, char *err, size_t errlen) {
+    if (px_gpt_config_check(cfg, err, errlen) != 0 || px_gpt_tp_check(cfg, lay->tp.size, err, errlen) != 0)
+        return NULL;
+    if (lay->fsdp < 1 || lay->fsdp_rank < 0 || lay->fsdp_rank >= lay->fsdp || lay->tp.rank < 0 ||
+        lay->tp.rank >= lay->tp.size) {
+        px_err_set(err, errlen, "bad shard coordinates fsdp %d/%d tp %d/%d", lay->fsdp_rank, lay->fsdp, lay->tp.rank,
+                   lay->tp.size);
+        return NULL;
+    }
+    px_shard_t *sh = calloc(1, sizeof *sh);
+    if (!sh) goto oom;
+    sh->cfg = *cfg;
+    sh->lay = *lay;
+    pthread_mutex_init(&sh->mu, NULL);
+    pthread_cond_init(&sh->cv, NULL);
+    if (build_units(sh) != 0) goto oom;
+    size_t n = sh->b.n;
+    sh->b.params = zalloc(n);
+    sh->b.grads = zalloc(n + PX_GPT_GRADS_SPARE);
+    sh->b.m = zalloc(n);
+    sh->b.v = zalloc(n);
+    sh->gathered = calloc((size_t)sh->nunits, sizeof *sh->gathered);
+    if (!sh->b.params || !sh->b.grads || !sh->b.m || !sh->b.v || !sh->gathered) goto oom;
+    if (lay->fsdp > 1) {
+        size_t piece_max = 0;
+        for (int u = 0; u < sh->nunits; u++)
+            if (sh->units[u].piece > piece_max) piece_max = sh->units[u].piece;
+        sh->nslots = lay->keep_params ? cfg->num_layers : 2;
+        sh->layer_p = calloc((size_t)sh->nslots, sizeof *sh->layer_p);
+        sh->outer_p = zalloc(sh->units[0].padded);
+        sh->outer_g = zalloc(sh->units[0].padded);
+        sh->layer_g[0] = zalloc(sh->layer_padded);
+        sh->layer_g[1] = zalloc(sh->layer_padded);
+        sh->piece_tmp = zalloc(piece_max);
+        if (!sh->layer_p || !sh->outer_p || !sh->outer_g || !sh->layer_g[0] || !sh->layer_g[1] || !sh->piece_tmp)
+            goto oom;
+        for (int i = 0; i < sh->nslots; i++)
+            if (!(sh->layer_p[i] = zalloc(sh->layer_padded))) goto oom;
+        if (pthread_create(&sh->thread, NULL, comm_thread, sh) != 0) {
+            px_err_set(err, errlen, "cannot start the fsdp communication thread");
+            px_shard_destroy(&sh);
+            return NULL;
+        }
+        sh->thread_started = 1;
+    }
+    sh->src = (px_gpt_source_t){sh, src_acquire, src_release, src_tp_sum};
+    sh->model = px_gpt_new_sharded(cfg, lay->tp, &sh->src);
+    if (!sh->model) goto oom;
+    return sh;
+oom:
+    px_err_set(err, errlen, "out of memory for the shard");
+    px_shard_destroy(&sh);
+    return NULL;
+}
+
+void px_shard_destroy(px_shard_t **shp) {
+    px_shard_t *sh = shp ? *shp : NULL;
+    if (!sh) return;
+    if (sh->thread_started) {
+        pthread_mutex_lock(&sh->mu);
+        sh->quit = 1;
+        pthread_cond_broadcast(&sh->cv);
+        pthread_mutex_unlock(&sh->mu);
+        pthread_join(sh->thread, NULL);
+    }
+    px_gpt_destroy(&sh->model);
+    free(sh->b.params);
+    free(sh->b.grads);
+    free(sh->b.m);
+    free(sh->b.v);
+    free(sh->outer_p);
+    free(sh->outer_g);
+    for (int i = 0; sh->layer_p && i < sh->nslots; i++) free(sh->layer_p[i]);
+    free(sh->layer_p);
+    free(sh->layer_g[0]);
+    free(sh->layer_g[1]);
+    free(sh->piece_tmp);
+    free(sh->gathered);
+    free(sh->units);
+    free(sh->segs);
+    pthread_mutex_destroy(&sh->mu);
+    pthread_cond_destroy(&sh->cv);
+    free(sh);
+    *shp = NULL;
+}
+
+px_shard_bufs_t *px_shard_bufs(px_shard_t *sh) { return &sh->b; }
+px_gpt_t *px_shard_model(px_shard_t *sh) { return sh->model; }
+
+void px_shard_set_comms(px_shard_t *sh, px_comm_t *fsdp, px_comm_t *tp) {
+    if (sh->thread_started) wait_all(sh);
+    pthread_mutex_lock(&sh->mu);
+    sh->fsdp = fsdp;
+    sh->tp = tp;
+    sh->failed = 0;
+    sh->error[0] = '\0';
+    pthread_mutex_unlock(&sh->mu);
+    memset(sh->gathered, 0, (size_t)sh->nunits * sizeof *sh->gathered);
+    sh->scatter_of[0] = sh->scatter_of[1] = 0;
+}
+
+const char *px_shard_last_error(const px_shard_t *sh) { return sh->error; }
+
+/* ---- whole-model copies --------------------------------------------------- */
+
+void px_shard_load(px_shard_t *sh, const px_gpt_t *src) {
+    float *flat = zalloc(sh->units[0].padded > sh->layer_padded ? sh->units[0].padded : sh->layer_padded);
+    if (!flat) abort(); /* a unit is at most a model's worth of the memory we already hold */
+    float *from[3] = {src->params, src->m, src->v}, *to[3] = {sh->b.params, sh->b.m, sh->b.v};
+    for (int u = 0; u < sh->nunits; u++) {
+        const unit_t *un = &sh->units[u];
+        for (int k = 0; k < 3; k++) {
+            memset(flat, 0, un->padded * sizeof(float));
+            unit_copy(sh, sh->lay.tp, u, src, from[k], flat, 1);
+            memcpy(to[k] + un->shard_off, flat + (size_t)sh->lay.fsdp_rank * un->piece, un->piece * sizeof(float));
+        }
+    }
+    free(flat);
+}
+
+int px_shard_gather(px_shard_t *sh, px_gpt_t *dst) {
+    if (sh->thread_started && wait_all(sh) != 0) return -1;
+    size_t biggest = sh->units[0].padded > sh->layer_padded ? sh->units[0].padded : sh->layer_padded;
+    int T = sh->lay.tp.size;
+    float *flat = zalloc(biggest), *all = zalloc(biggest * (size_t)T);
+    int rc = flat && all ? 0 : -1;
+    for (int u = 0; rc == 0 && u < sh->nunits; u++) {
+        const unit_t *un = &sh->units[u];
+        float *mine = sh->b.params + un->shard_off;
+        if (sh->lay.fsdp > 1) rc = px_comm_allgather_f32(sh->fsdp, mine, flat, un->piece) == PX_COMM_OK ? 0 : -1;
+        else memcpy(flat, mine, un->piece * sizeof(float));
+        if (rc == 0 && T > 1) rc = px_comm_allgather_f32(sh->tp, flat, all, un->padded) == PX_COMM_OK ? 0 : -1;
+        else if (rc == 0) memcpy(all, flat, un->padded * sizeof(float));
+        /* every tp rank's slices into place; the replicated tensors are equal on all */
+        for (int r = T - 1; rc == 0 && r >= 0; r--)
+            unit_copy(sh, (px_gpt_tp_t){T, r}, u, dst, dst->params, all + (size_t)r * un->padded, 0);
+    }
+    free(flat);
+    free(all);
+    return rc;
+}
+
+/* ---- optimizer ------------------------------------------------------------- */
+
+void px_shard_zero_grad(px_shard_t *sh) { memset(sh->b.grads, 0, sh->b.n * sizeof(float)); }
+
+static double sumsq(const px_shard_t *sh, const float *x) {
+    double s = 0;
+    for (int i = 0; i < sh->nsegs; i++)
+        if (sh->segs[i].unique) s += norm_squared(x + sh->segs[i].off, sh->segs[i].len);
+    return s;
+}
+
+double px_shard_grad_sumsq(const px_shard_t *sh) { return sumsq(sh, sh->b.grads); }
+double px_shard_param_sumsq(const px_shard_t *sh) { return sumsq(sh, sh->b.params); }
+
+void px_shard_step(px_shard_t *sh, float norm, float max_norm, float lr, float beta1, float beta2, float eps,
+                   float weight_decay, int t) {
+    if (max_norm > 0.0f) {
+        float coef = max_norm / (norm + 1e-6f);
+        if (coef < 1.0f) scale_inplace(sh->b.grads, sh->b.n, coef);
+    }
+    for (int i = 0; i < sh->nsegs; i++) {
+        const segment_t *s = &sh->segs[i];
+        adamw_update(sh->b.params + s->off, sh->b.m + s->off, sh->b.v + s->off, sh->b.grads + s->off, s->len, lr,
+                     beta1, beta2, eps, s->decay ? weight_decay : 0.0f, t);
+    }
+}
+
+/* ---- accounting --------------------------------------------------------------- */
+
+size_t px_shard_state_bytes(const px_shard_t *sh) { return 4 * sh->b.n * sizeof(float); }
+
+size_t px_shard_work_bytes(const px_shard_t *sh) {
+    if (sh->lay.fsdp == 1) return 0;
+    size_t piece_max = 0;
+    for (int u = 0; u < sh->nunits; u++)
+        if (sh->units[u].piece > piece_max) piece_max = sh->units[u].piece;
+    return (2 * sh->units[0].padded + ((size_t)sh->nslots + 2) * sh->layer_padded + piece_max) * sizeof(float);
+}
+
+double px_shard_bytes_sent(const px_shard_t *sh) { return sh->bytes_sent; }

@@ -1,0 +1,100 @@
+/* The training state of one rank of a sharded replica group (FSDP x TP,
+ * DESIGN.md "Parallel layouts inside a group"), and the parameter source
+ * that the model (model/gpt.h, px_gpt_source_t) computes with.
+ *
+ * Layout. The model is cut into units (gpt.h): unit 0 = wte, wpe, lnfw,
+ * lnfb; unit 1 + l = layer l's twelve tensors, each as this rank's tensor-
+ * parallel slice (gpt.h says which). A unit's tensors are laid end to end
+ * in that order (its "flat" layout, the same on every rank of one tp
+ * coordinate), padded with zeros to a multiple of F, and FSDP rank f owns
+ * the f-th of F equal pieces. A rank's shard buffers (params, grads, m, v)
+ * are its pieces of every unit, unit after unit: 1/(F*T) of the model's
+ * matrices and 1/F of its replicated tensors. Checkpoints, healing and
+ * checksums all see these buffers (px_train_state_t over them).
+ *
+ * Compute. The forward all-gathers each unit's pieces over the fsdp axis
+ * just before the unit runs; the backward gathers again (or reuses the
+ * forward's gather with keep_params), and reduce-scatters the unit's
+ * gradients as soon as its backward is done, adding this rank's piece into
+ * the shard's grads. The gathers of the next layer are prefetched on a
+ * communication thread (the only thread that uses the fsdp communicator)
+ * while the current layer computes: at most two layers are gathered at once
+ * (all L with keep_params), plus unit 0, which stays gathered from the
+ * forward to the end of the backward (it holds the tied LM head). Tensor-
+ * parallel sums run on the caller's thread, on the tp communicator. With
+ * F = 1 the pieces are whole units and nothing is gathered or scattered.
+ *
+ * Optimizer. Clipping needs the global gradient norm: px_shard_grad_sumsq
+ * gives this rank's part (tensors replicated over tp counted by tp rank 0
+ * only), summed over the group by the caller; the AdamW step then runs on
+ * the shard alone, tensor segment by segment (weight decay on matrices). */
+#ifndef PX_SHARDED_H
+#define PX_SHARDED_H
+
+#include <stddef.h>
+
+#include "gpt.h"
+#include "px_comm.h"
+
+typedef struct px_shard px_shard_t;
+
+typedef struct {
+    int fsdp, fsdp_rank; /* F and this rank's coordinate */
+    px_gpt_tp_t tp;      /* T and this rank's coordinate */
+    int keep_params;     /* keep every layer gathered from the forward for the backward */
+} px_shard_layout_t;
+
+/* Public state: the four shard buffers, n floats each (grads has
+ * PX_GPT_GRADS_SPARE more: the caller's, as in px_gpt_t). */
+typedef struct {
+    float *params, *grads, *m, *v;
+    size_t n;
+} px_shard_bufs_t;
+
+/* A shard of cfg for layout (checked: tp divides the heads, sizes >= 1),
+ * every buffer zero. NULL with the problem in err. */
+px_shard_t *px_shard_new(const px_gpt_config_t *cfg, const px_shard_layout_t *layout, char *err, size_t errlen);
+void px_shard_destroy(px_shard_t **sh);
+
+px_shard_bufs_t *px_shard_bufs(px_shard_t *sh);
+/* The model that computes with this shard (owned by it). */
+px_gpt_t *px_shard_model(px_shard_t *sh);
+
+/* This rank's pieces of a whole model's params, m and v (src a plain
+ * px_gpt_t of the same config). */
+void px_shard_load(px_shard_t *sh, const px_gpt_t *src);
+/* Collective over both axes: dst (a plain px_gpt_t of the same config) gets
+ * the whole model's params on every rank. 0, or -1 on a communicator error. */
+int px_shard_gather(px_shard_t *sh, px_gpt_t *dst);
+
+/* The communicators of the current quorum (NULL for an axis of size 1, or
+ * to detach). Waits for the communication thread to finish what it was
+ * given first, so call it only after aborting communicators that are
+ * being replaced. */
+void px_shard_set_comms(px_shard_t *sh, px_comm_t *fsdp, px_comm_t *tp);
+/* Why the last compute failed ("" when it did not). */
+const char *px_shard_last_error(const px_shard_t *sh);
+
+void px_shard_zero_grad(px_shard_t *sh);
+/* Sum of squares of this rank's unique gradients (see the top). */
+double px_shard_grad_sumsq(const px_shard_t *sh);
+/* Same for the parameters (the final parameter norm). */
+double px_shard_param_sumsq(const px_shard_t *sh);
+/* Clipping by the global norm (torch's clip_grad_norm_ arithmetic, as
+ * px_gpt_clip_grads), then one AdamW step over the shard. */
+void px_shard_step(px_shard_t *sh, float norm, float max_norm, float lr, float beta1, float beta2, float eps,
+                   float weight_decay, int t);
+
+/* Bytes of params + grads + m + v held by this rank, and the working
+ * buffers (gathered units and their gradients) on top. */
+size_t px_shard_state_bytes(const px_shard_t *sh);
+size_t px_shard_work_bytes(const px_shard_t *sh);
+/* Floats moved by this rank's fsdp collectives so far (sent), for reports. */
+double px_shard_bytes_sent(const px_shard_t *sh);
+
+/* Pure layout queries, for tests: floats of unit u's flat layout (padded to
+ * a multiple of F), and where this rank's piece of it starts in the shard. */
+size_t px_shard_unit_padded(const px_shard_t *sh, int unit);
+size_t px_shard_unit_offset(const px_shard_t *sh, int unit);
+
+#endif

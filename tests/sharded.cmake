@@ -1,0 +1,6 @@
+# Sharded replica groups (FSDP, TP, HSDP across groups): real coordinator and
+# workers on loopback, compared against one rank holding the whole model.
+px_add_py_scenarios(sharded ${CMAKE_CURRENT_LIST_DIR}/sharded/test_layouts.py ${CMAKE_BINARY_DIR}/bin 600 layouts flags)
+foreach(t layouts flags)
+  set_tests_properties(sharded_${t} PROPERTIES RUN_SERIAL TRUE)
+endforeach()
