@@ -515,6 +515,27 @@ static void refuse_identity_conflict(px_coordinator_t *c, const void *ident, siz
     reply_error(c, ident, ident_len, req_id, PHALANX__ERROR_CODE__IDENTITY_CONFLICT, why);
 }
 
+/* Every group of a job shares one layout (cross-group reductions pair the
+ * ranks with the same mesh coordinates): a worker whose layout differs from
+ * a live member's is refused for good, the message naming both. 1 when
+ * refused. */
+static int refuse_wrong_layout(px_coordinator_t *c, const void *ident, size_t ident_len, uint64_t req_id,
+                               const Phalanx__Register *r) {
+    for (int i = 0; i < c->members.n; i++) {
+        const px_member_t *m = &c->members.members[i];
+        if (m->state == PX_STATE_LOST || !m->layout[0] || !strcmp(m->layout, r->layout)) continue;
+        if (!strcmp(m->group, r->group) && m->rank == (int)r->rank) continue; /* its own earlier incarnation */
+        char why[320];
+        snprintf(why, sizeof why, "layout %s of %s/%u differs from the job's layout %s (group %s): every group of a job "
+                 "must use the same --ranks-per-group, --pp, --fsdp and --tp", r->layout, r->group, r->rank, m->layout,
+                 m->group);
+        px_log_warn("layout_refused group=%s rank=%u layout=%s job_layout=%s", r->group, r->rank, r->layout, m->layout);
+        reply_error(c, ident, ident_len, req_id, PHALANX__ERROR_CODE__WRONG_LAYOUT, why);
+        return 1;
+    }
+    return 0;
+}
+
 static void on_register(px_coordinator_t *c, const void *ident, size_t ident_len, int fd, const px_msg_t *msg) {
     const Phalanx__Register *r = msg->reg;
     if (r->job && r->job[0] && strcmp(r->job, c->cfg.job) != 0) {
@@ -523,6 +544,7 @@ static void on_register(px_coordinator_t *c, const void *ident, size_t ident_len
         reply_error(c, ident, ident_len, msg->request_id, PHALANX__ERROR_CODE__WRONG_JOB, why);
         return;
     }
+    if (r->layout && r->layout[0] && refuse_wrong_layout(c, ident, ident_len, msg->request_id, r)) return;
     int replaced = 0;
     int64_t now = px_now_ms();
     px_member_t *old = px_members_by_name(&c->members, r->group, (int)r->rank);
@@ -548,6 +570,7 @@ static void on_register(px_coordinator_t *c, const void *ident, size_t ident_len
     m->step = r->has_step ? r->step : 0;
     m->quorum_id = r->has_quorum_id ? r->quorum_id : 0;
     m->job_steps = r->has_job_steps ? r->job_steps : 0;
+    snprintf(m->layout, sizeof m->layout, "%s", r->layout ? r->layout : "");
     m->state = PX_STATE_JOINING;
     m->fd = fd;
     m->registered_ms = m->last_hb_ms = now;

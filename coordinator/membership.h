@@ -61,6 +61,7 @@ typedef struct {
     int has_checksum;
     uint64_t checksum;
     int64_t job_steps;  /* the job's length as the worker was told it (0: not training) */
+    char layout[64];    /* the group layout it registered with ("" when it sent none) */
     int64_t store_qid;  /* last quorum whose rendezvous store it used (stall detection) */
     char lost_reason[48];
     int64_t lost_ms;    /* when it was declared lost (monotonic) */

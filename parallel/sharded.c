@@ -76,7 +76,7 @@ struct px_shard {
     unsigned long issued, done;
     int failed, quit;
     char error[256];
-    double bytes_sent;
+    double bytes_fsdp, bytes_tp; /* sent, see px_shard_bytes_sent */
 };
 
 /* ---- layout ------------------------------------------------------------- */
@@ -203,10 +203,10 @@ static px_comm_status_t run_job(px_shard_t *sh, const job_t *j) {
     float *mine = sh->b.params + un->shard_off;
     size_t F = (size_t)sh->lay.fsdp;
     if (j->kind == JOB_GATHER) {
-        sh->bytes_sent += (double)(F - 1) * (double)un->piece * sizeof(float);
+        sh->bytes_fsdp += (double)(F - 1) * (double)un->piece * sizeof(float);
         return px_comm_allgather_f32(sh->fsdp, mine, j->buf, un->piece);
     }
-    sh->bytes_sent += (double)(F - 1) * (double)un->piece * sizeof(float);
+    sh->bytes_fsdp += (double)(F - 1) * (double)un->piece * sizeof(float);
     px_comm_status_t st = px_comm_reduce_scatter_sum_f32(sh->fsdp, j->buf, sh->piece_tmp, un->piece);
     if (st == PX_COMM_OK) {
         float *g = sh->b.grads + un->shard_off;
@@ -336,7 +336,7 @@ static int src_tp_sum(void *ctx, float *buf, size_t n) {
     px_shard_t *sh = ctx;
     px_comm_status_t st = sh->tp ? px_comm_allreduce_sum_f32(sh->tp, buf, n) : PX_COMM_ERROR;
     if (st == PX_COMM_OK) {
-        sh->bytes_sent += 2.0 * (double)(sh->lay.tp.size - 1) / sh->lay.tp.size * (double)n * sizeof(float);
+        sh->bytes_tp += 2.0 * (double)(sh->lay.tp.size - 1) / sh->lay.tp.size * (double)n * sizeof(float);
         return 0;
     }
     pthread_mutex_lock(&sh->mu);
@@ -535,4 +535,7 @@ size_t px_shard_work_bytes(const px_shard_t *sh) {
     return (2 * sh->units[0].padded + ((size_t)sh->nslots + 2) * sh->layer_padded + piece_max) * sizeof(float);
 }
 
-double px_shard_bytes_sent(const px_shard_t *sh) { return sh->bytes_sent; }
+void px_shard_bytes_sent(const px_shard_t *sh, double *fsdp, double *tp) {
+    *fsdp = sh->bytes_fsdp;
+    *tp = sh->bytes_tp;
+}

@@ -89,8 +89,10 @@ void px_shard_step(px_shard_t *sh, float norm, float max_norm, float lr, float b
  * buffers (gathered units and their gradients) on top. */
 size_t px_shard_state_bytes(const px_shard_t *sh);
 size_t px_shard_work_bytes(const px_shard_t *sh);
-/* Floats moved by this rank's fsdp collectives so far (sent), for reports. */
-double px_shard_bytes_sent(const px_shard_t *sh);
+/* Bytes this rank has sent so far in its fsdp collectives (ring all-gather
+ * and reduce-scatter: (F-1) pieces each) and its tp sums (ring all-reduce:
+ * 2(T-1)/T of the buffer), for reports and the benchmark. */
+void px_shard_bytes_sent(const px_shard_t *sh, double *fsdp, double *tp);
 
 /* Pure layout queries, for tests: floats of unit u's flat layout (padded to
  * a multiple of F), and where this rank's piece of it starts in the shard. */

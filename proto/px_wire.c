@@ -72,6 +72,7 @@ int px_wire_validate(const px_msg_t *m, Phalanx__ErrorCode *code, char *why, siz
         REQUIRE(!r->has_job_steps || (r->job_steps >= 0 && r->job_steps <= PX_STEP_MAX),
                 "register.job_steps not in [0, %lld]", PX_STEP_MAX);
         REQUIRE(!r->job || strlen(r->job) <= PX_GROUP_NAME_MAX, "register.job too long");
+        REQUIRE(!r->layout || strlen(r->layout) <= PX_GROUP_NAME_MAX, "register.layout too long");
         return 0;
     }
     case PHALANX__ENVELOPE__BODY_HB: {
@@ -239,6 +240,7 @@ const char *px_wire_error_name(Phalanx__ErrorCode code) {
     case PHALANX__ERROR_CODE__TIMEOUT: return "TIMEOUT";
     case PHALANX__ERROR_CODE__AUTH_REJECTED: return "AUTH_REJECTED";
     case PHALANX__ERROR_CODE__WRONG_JOB: return "WRONG_JOB";
+    case PHALANX__ERROR_CODE__WRONG_LAYOUT: return "WRONG_LAYOUT";
     case PHALANX__ERROR_CODE__IDENTITY_CONFLICT: return "IDENTITY_CONFLICT";
     case PHALANX__ERROR_CODE__NOT_AUTHORIZED: return "NOT_AUTHORIZED";
     case PHALANX__ERROR_CODE__RESOURCE_LIMIT: return "RESOURCE_LIMIT";

@@ -158,6 +158,7 @@ static void send_register(px_agent_t *a) {
     r.step = a->step;
     r.quorum_id = a->quorum_id_held;
     r.job = a->job[0] ? a->job : NULL;
+    r.layout = (char *)a->cfg.layout;
     r.has_job_steps = a->cfg.job_steps > 0;
     r.job_steps = a->cfg.job_steps;
     pthread_mutex_unlock(&a->mu);
@@ -336,7 +337,8 @@ static void handle_reply(px_agent_t *a, px_msg_t *msg, int64_t *next_register) {
             pthread_mutex_unlock(&a->mu);
             if (was) px_log_info("coordinator does not know us (%s): registering again", msg->error->message);
             *next_register = 0;
-        } else if (code == PHALANX__ERROR_CODE__WRONG_JOB || code == PHALANX__ERROR_CODE__AUTH_REJECTED ||
+        } else if (code == PHALANX__ERROR_CODE__WRONG_JOB || code == PHALANX__ERROR_CODE__WRONG_LAYOUT ||
+                   code == PHALANX__ERROR_CODE__AUTH_REJECTED ||
                    code == PHALANX__ERROR_CODE__VERSION_MISMATCH) {
             set_fatal(a, 0, "%s: %s", px_wire_error_name(code), msg->error->message ? msg->error->message : "");
         } else if (code == PHALANX__ERROR_CODE__IDENTITY_CONFLICT) {

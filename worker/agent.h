@@ -18,6 +18,8 @@ typedef struct {
     const char *group;
     int rank, group_size;
     const char *job;         /* NULL: accept any coordinator job */
+    const char *layout;      /* the group's layout ("pp1.fsdp2.tp2"; NULL: not sent), checked
+                                by the coordinator against the other groups' */
     const char *token;       /* NULL: none */
     int64_t job_steps;       /* the job's length (--steps), 0 when not training; sent at
                                 registration, and only a finish at this step ends our run */

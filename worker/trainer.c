@@ -77,6 +77,7 @@ typedef struct {
     px_mesh_comms_t axes;
     int64_t pending_step;
     float last_norm;      /* the clipping norm of the last step applied */
+    double bytes_group, bytes_cross; /* sent by this rank's gradient reductions (ring estimate) */
     int T;
     int *inputs, *targets;
     px_train_state_t st; /* views into the model; st.step: steps committed */
@@ -421,14 +422,18 @@ static px_comm_status_t reduce(trainer_t *t, size_t n) {
         px_comm_status_t st = px_comm_allreduce_sum_f32(t->intra, buf + n, PX_VOTE_N);
         if (st != PX_COMM_OK) return st;
         px_vote_relay(buf + n, t->cfg->ranks_per_group, t->st.step);
+        t->bytes_cross += 2.0 * (t->q.n - 1) / t->q.n * (double)(n + PX_VOTE_N) * sizeof(float);
         return px_comm_allreduce_sum_f32(t->cross, buf, n + PX_VOTE_N);
     }
     float *buf = t->model->grads;
+    int W = t->cfg->ranks_per_group;
+    t->bytes_group += 2.0 * (W - 1) / W * (double)(n + PX_VOTE_N) * sizeof(float);
     if (t->intra) {
         px_comm_status_t st = px_comm_allreduce_sum_f32(t->intra, buf, n + PX_VOTE_N);
         if (st != PX_COMM_OK) return st;
         px_vote_relay(buf + n, t->cfg->ranks_per_group, t->st.step);
     }
+    t->bytes_cross += 2.0 * (t->q.n - 1) / t->q.n * (double)(n + PX_VOTE_N) * sizeof(float);
     return px_comm_allreduce_sum_f32(t->cross, buf, n + PX_VOTE_N);
 }
 
@@ -785,6 +790,11 @@ int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile s
             px_agent_notify(agent, "run_finished", t.qid, t.st.step, "", 0, 0, "");
         }
         if (cfg->save) save_model(&t);
+        double bf = 0, bt = 0;
+        if (t.shard) px_shard_bytes_sent(t.shard, &bf, &bt);
+        px_log_info("comm_sent group=%s rank=%d steps=%lld fsdp_bytes=%.0f tp_bytes=%.0f group_bytes=%.0f "
+                    "cross_bytes=%.0f", cfg->group, cfg->rank, (long long)t.st.step, bf, bt, t.bytes_group,
+                    t.bytes_cross);
         rc = 0;
     } else if (*stop && rc != 3) {
         rc = 2;

@@ -182,7 +182,7 @@ int px_worker_main(int argc, char **argv) {
         fprintf(stderr, "%s: --group is required (see %s --help)\n", PROG, PROG);
         return 2;
     }
-    if (tc.fsdp || tc.tp || tc.pp) {
+    if (tc.fsdp || tc.tp || tc.pp || cfg.group_size == 1) {
         int P = tc.pp ? tc.pp : 1, F = tc.fsdp ? tc.fsdp : 1, T = tc.tp ? tc.tp : 1;
         if ((int64_t)P * F * T != cfg.group_size) {
             fprintf(stderr, "%s: --ranks-per-group %d must equal pp x fsdp x tp = %d x %d x %d = %lld\n", PROG,
@@ -190,6 +190,13 @@ int px_worker_main(int argc, char **argv) {
             return 2;
         }
     }
+    /* The layout the coordinator checks against the other groups'. */
+    static char layout[64];
+    if (tc.fsdp || tc.tp || tc.pp)
+        snprintf(layout, sizeof layout, "pp%d.fsdp%d.tp%d", tc.pp ? tc.pp : 1, tc.fsdp ? tc.fsdp : 1, tc.tp ? tc.tp : 1);
+    else
+        snprintf(layout, sizeof layout, "replicated%d", cfg.group_size);
+    if (tc.steps > 0) cfg.layout = layout;
     if (cfg.rank >= cfg.group_size) {
         fprintf(stderr, "%s: --rank %d must be below --ranks-per-group %d\n", PROG, cfg.rank, cfg.group_size);
         return 2;

@@ -6,7 +6,8 @@ shards at the end (--save) within 1e-5 of the single rank's; an FSDP-4 rank
 must hold at most 0.3 of a replica's parameters, gradients and AdamW moments.
 
 Scenarios (argv[2]): layouts (all of the above), flags (bad layouts refused
-with a message naming the numbers)."""
+with a message naming the numbers), mismatch (a group with another layout
+than the running job's refused by the coordinator, naming both)."""
 import os
 import re
 import struct
@@ -112,5 +113,32 @@ def test_flags(bindir):
         job.stop()
 
 
+def test_mismatch(bindir):
+    """A group whose layout differs from the running job's is refused by the
+    coordinator for good (exit 2), the message naming both layouts."""
+    data = make_corpus(bindir, tempfile.mkdtemp(prefix="phalanx-mismatch-data-"))
+    job = Job(bindir, name="layout-mismatch")
+    try:
+        job.start_coordinator()
+        common = ["--steps", "100000", "--model", "tiny", "--data", data, "--global-batch", "4", "--micro-batch", "2"]
+        for r in range(2):
+            job.start_worker("g0", r, 2, common + ["--fsdp", "2"])
+        wait_until(lambda: len(job.live_members()) == 2, 60, "g0's two ranks registered")
+        p = job.start_worker("g1", 0, 2, common + ["--tp", "2"])
+        try:
+            rc = p.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            raise Fail("the mismatched worker was not refused within 60 s (logs in %s)" % job.dir)
+        with open(os.path.join(job.dir, "worker-g1-0.log")) as f:
+            log = f.read()
+        check(rc == 2, "refused worker exits 2 (config error), got %s:\n%s" % (rc, log[-2000:]))
+        for want in ("WRONG_LAYOUT", "pp1.fsdp1.tp2", "pp1.fsdp2.tp1"):
+            check(want in log, "the refusal names %r:\n%s" % (want, log[-2000:]))
+        check(all(p.poll() is None for (g, r), p in job.workers.items() if g == "g0"), "g0 still trains")
+        print("refused: " + [l for l in log.splitlines() if "WRONG_LAYOUT" in l][0])
+    finally:
+        job.stop()
+
+
 if __name__ == "__main__":
-    main_scenarios({"layouts": test_layouts, "flags": test_flags}, default="layouts")
+    main_scenarios({"layouts": test_layouts, "flags": test_flags, "mismatch": test_mismatch}, default="layouts")

@@ -1,0 +1,59 @@
+"""A rank of a sharded group SIGKILLed: 2 groups, each fsdp2 x tp2 (4 ranks)
+of `tiny`, under phalanx-launch (which restarts the dead worker). The lost
+rank drops its whole group; the other group goes on committing steps alone;
+the restarted rank's group rejoins, every rank of it is healed from the
+same-coordinate rank of the other group, and at the end both groups hold
+the same state (the checksum of every rank's shard checksums).
+
+The victim (group and rank) comes from a fixed seed, printed on failure."""
+import os
+import random
+import signal
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
+from phalanx_test import Fail, Launch, check, main, make_corpus, wait_until  # noqa: E402
+
+SEED = int(os.environ.get("PX_CHAOS_SEED", "11"))
+STEPS = 80
+
+
+def test(bindir):
+    rnd = random.Random(SEED)
+    group, rank = rnd.choice(["g0", "g1"]), rnd.randrange(1, 4)  # rank 0 prints; kill another one
+    data = make_corpus(bindir, tempfile.mkdtemp(prefix="phalanx-shardkill-data-"))
+    launch = Launch(bindir, ["--groups", "2", "--ranks-per-group", "4", "--model", "tiny", "--steps", str(STEPS),
+                             "--data", data, "--", "--fsdp", "2", "--tp", "2", "--global-batch", "8",
+                             "--micro-batch", "2", "--comm-timeout-ms", "20000"], name="shardkill")
+    try:
+        wait_until(lambda: launch.last_step() >= 15, 180, "step 15")
+        pid = launch.pid_of(group, rank)
+        check(pid, "%s rank %d is running" % (group, rank))
+        killed_at = launch.last_step()
+        os.kill(pid, signal.SIGKILL)
+        # the other group commits steps without the victim's group
+        wait_until(lambda: any("groups 1/2" in l for l in launch.output()), 60, "a step committed by one group")
+        rc = launch.wait(400)
+        check(rc == 0, "phalanx-launch exited %s" % rc)
+        s = launch.summary()
+        check(s and s["completed"] and s["steps"] == STEPS, "completed %d steps: %s" % (STEPS, s))
+        finals = launch.finals()
+        check(sorted(finals) == ["g0", "g1"], "both groups finished: %s" % sorted(finals))
+        cks = {g: f["checksum"] for g, f in finals.items()}
+        check(len(set(cks.values())) == 1, "the groups' state checksums agree: %s" % cks)
+        healed = [e for e in launch.read_events() if e.get("type") == "heal_finished" and e.get("group") == group]
+        check(healed, "group %s was healed after the kill (events: %s)" % (group, launch.events_path))
+        dropped = [l for l in launch.output() if "dropped" in l or "lost" in l]
+        check(dropped, "the launcher reported the drop")
+        print("killed %s rank %d at step %d; group dropped, rejoined, healed; checksums %s" %
+              (group, rank, killed_at, cks))
+    except Fail as e:
+        raise Fail("%s (seed %d, victim %s rank %d)\n%s" % (e, SEED, group, rank, launch.tail(30)))
+    finally:
+        launch.terminate()
+
+
+if __name__ == "__main__":
+    main(test)
