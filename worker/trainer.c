@@ -30,7 +30,16 @@
  *  5. A newly pushed quorum that only adds groups is adopted at a step
  *     boundary that every participant agrees on: whoever has seen it raises
  *     the flag in the tail, and all switch after that step. Collectives in
- *     flight are not aborted for it (that would cost a retried step). */
+ *     flight are not aborted for it (that would cost a retried step).
+ *
+ * A sharded group (--fsdp/--tp, parallel/sharded.h) differs in three places:
+ * its ranks hold shards, so step 2 reduces only the vote inside the group
+ * (the fsdp reduce-scatters already summed the gradients) and the gradient
+ * shard across groups between same-coordinate ranks (HSDP); a step commits
+ * only after a one-float sum inside the group that confirms every rank got
+ * that far (shard_commit); and step 4 first brings the group's ranks to one
+ * step (shard_group_sync), then heals groups whole, rank by rank. The
+ * collective-by-collective picture is in docs/architecture.md. */
 #include "trainer.h"
 
 #include <inttypes.h>
