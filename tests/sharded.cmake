@@ -1,8 +1,7 @@
 # Sharded replica groups (FSDP, TP, HSDP across groups): real coordinator and
 # workers on loopback, compared against one rank holding the whole model.
 px_add_py_scenarios(sharded ${CMAKE_CURRENT_LIST_DIR}/sharded/test_layouts.py ${CMAKE_BINARY_DIR}/bin 600 layouts flags mismatch)
-px_add_py_test(sharded_kill ${CMAKE_CURRENT_LIST_DIR}/sharded/test_sharded_kill.py ${CMAKE_BINARY_DIR}/bin)
-set_tests_properties(sharded_kill PROPERTIES TIMEOUT 600)
-foreach(t layouts flags mismatch kill)
+px_add_py_scenarios(sharded ${CMAKE_CURRENT_LIST_DIR}/sharded/test_sharded_kill.py ${CMAKE_BINARY_DIR}/bin 600 kill stop)
+foreach(t layouts flags mismatch kill stop)
   set_tests_properties(sharded_${t} PROPERTIES RUN_SERIAL TRUE)
 endforeach()
