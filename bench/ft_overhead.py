@@ -130,13 +130,14 @@ COUNT_COORD = ["--heartbeat-timeout-ms", "20000", "--stall-timeout-ms", "3600000
 COUNT_COMM = ["--comm-timeout-ms", "600000"]
 
 
-def run_ft(a, env, steps=None, wrap0=()):
-    """The ft side; wrap0: a command group 0's worker runs under."""
+def run_ft(a, env, steps=None, wrap0=(), extra=()):
+    """The ft side; wrap0: a command group 0's worker runs under; extra:
+    more worker flags (bench/dp_buckets.py)."""
     steps = steps or a.steps
     job = Job(a.bindir, "overhead", coord_args=["--min-replicas", str(a.groups)] + (COUNT_COORD if wrap0 else []),
               env=env)
     try:
-        flags = train_flags(a, steps) + ["--eval-batches", "0"] + (COUNT_COMM if wrap0 else [])
+        flags = train_flags(a, steps) + ["--eval-batches", "0"] + (COUNT_COMM if wrap0 else []) + list(extra)
         procs = [job.start_worker("g%d" % g, flags, wrap=wrap0 if g == 0 else ()) for g in range(a.groups)]
         for p in procs:
             rc = p.wait(a.timeout if not wrap0 else max(a.timeout, 3600))

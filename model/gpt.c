@@ -358,7 +358,7 @@ void px_gpt_destroy(px_gpt_t **self) {
 
 /* Unit `unit`'s views: from the source, or into the four buffers. */
 static int unit_acquire(px_gpt_t *self, int unit, px_gpt_pass_t pass, px_gpt_tensors_t *p, px_gpt_tensors_t *g) {
-    if (self->src) return self->src->acquire(self->src->ctx, unit, pass, p, g);
+    if (self->src && self->src->acquire) return self->src->acquire(self->src->ctx, unit, pass, p, g);
     *p = self->p;
     if (g) *g = self->g;
     if (unit == 0) return 0;
@@ -374,7 +374,7 @@ static int unit_acquire(px_gpt_t *self, int unit, px_gpt_pass_t pass, px_gpt_ten
 }
 
 static int unit_release(px_gpt_t *self, int unit, px_gpt_pass_t pass) {
-    return self->src ? self->src->release(self->src->ctx, unit, pass) : 0;
+    return self->src && self->src->release ? self->src->release(self->src->ctx, unit, pass) : 0;
 }
 
 static int tp_sum(px_gpt_t *self, float *buf, size_t n) {

@@ -101,6 +101,9 @@ typedef enum { PX_GPT_FWD = 0, PX_GPT_BWD = 1 } px_gpt_pass_t;
 /* Units of a model: 1 + num_layers. */
 #define PX_GPT_UNITS(cfg) (1 + (cfg)->num_layers)
 
+/* A model with its own buffers may have a source too, with acquire NULL
+ * (views into the buffers) and only release set: a data-parallel trainer
+ * learns there when a unit's gradients are final (worker/reducer.h). */
 typedef struct {
     void *ctx;
     /* Unit `unit`'s parameters into p; in the backward also its gradients

@@ -11,6 +11,7 @@
 
 #include "ops.h"
 #include "px_err.h"
+#include "px_jobq.h"
 #include "px_log.h"
 
 #define UNIT_MAX_TENSORS 12
@@ -66,15 +67,10 @@ struct px_shard {
     /* main thread's bookkeeping: job ids (0: none) */
     unsigned long *gathered; /* per unit: the gather that fills its params slot */
     unsigned long scatter_of[2];
-    /* communicators and the thread */
+    /* communicators and the thread (F > 1) that runs every fsdp collective */
     px_comm_t *fsdp, *tp;
-    pthread_t thread;
-    int thread_started;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    job_t queue[QUEUE];
-    unsigned long issued, done;
-    int failed, quit;
+    px_jobq_t *jobs;
+    pthread_mutex_t mu; /* error, written by either thread */
     char error[256];
     double bytes_fsdp, bytes_tp; /* sent, see px_shard_bytes_sent */
 };
@@ -191,74 +187,41 @@ static void unit_copy(const px_shard_t *sh, px_gpt_tp_t tp, int u, const px_gpt_
 
 /* ---- the communication thread ------------------------------------------- */
 
-static void fail_locked(px_shard_t *sh, const char *what, px_comm_t *c, px_comm_status_t st) {
-    if (!sh->failed)
+static void set_error(px_shard_t *sh, const char *what, px_comm_t *c, px_comm_status_t st) {
+    pthread_mutex_lock(&sh->mu);
+    if (!sh->error[0])
         snprintf(sh->error, sizeof sh->error, "%s: %s%s%s", what, px_comm_status_str(st), c ? ": " : "",
                  c ? px_comm_last_error(c) : "");
-    sh->failed = 1;
+    pthread_mutex_unlock(&sh->mu);
 }
 
-static px_comm_status_t run_job(px_shard_t *sh, const job_t *j) {
+static int run_job(void *ctx, const void *job) {
+    px_shard_t *sh = ctx;
+    const job_t *j = job;
     const unit_t *un = &sh->units[j->unit];
     float *mine = sh->b.params + un->shard_off;
     size_t F = (size_t)sh->lay.fsdp;
-    if (j->kind == JOB_GATHER) {
-        sh->bytes_fsdp += (double)(F - 1) * (double)un->piece * sizeof(float);
-        return px_comm_allgather_f32(sh->fsdp, mine, j->buf, un->piece);
+    px_comm_status_t st = PX_COMM_ERROR;
+    if (!sh->fsdp) {
+        set_error(sh, "fsdp: no communicator", NULL, st);
+        return -1;
     }
     sh->bytes_fsdp += (double)(F - 1) * (double)un->piece * sizeof(float);
-    px_comm_status_t st = px_comm_reduce_scatter_sum_f32(sh->fsdp, j->buf, sh->piece_tmp, un->piece);
-    if (st == PX_COMM_OK) {
+    if (j->kind == JOB_GATHER) {
+        st = px_comm_allgather_f32(sh->fsdp, mine, j->buf, un->piece);
+    } else {
+        st = px_comm_reduce_scatter_sum_f32(sh->fsdp, j->buf, sh->piece_tmp, un->piece);
         float *g = sh->b.grads + un->shard_off;
-        for (size_t i = 0; i < un->piece; i++) g[i] += sh->piece_tmp[i];
+        for (size_t i = 0; st == PX_COMM_OK && i < un->piece; i++) g[i] += sh->piece_tmp[i];
     }
-    return st;
-}
-
-static void *comm_thread(void *arg) {
-    px_shard_t *sh = arg;
-    pthread_mutex_lock(&sh->mu);
-    for (;;) {
-        while (!sh->quit && sh->done == sh->issued) pthread_cond_wait(&sh->cv, &sh->mu);
-        if (sh->quit) break;
-        job_t j = sh->queue[sh->done % QUEUE];
-        int skip = sh->failed || !sh->fsdp;
-        px_comm_t *c = sh->fsdp;
-        pthread_mutex_unlock(&sh->mu);
-        px_comm_status_t st = skip ? PX_COMM_ERROR : run_job(sh, &j);
-        pthread_mutex_lock(&sh->mu);
-        if (st != PX_COMM_OK) fail_locked(sh, j.kind == JOB_GATHER ? "fsdp all-gather" : "fsdp reduce-scatter", c, st);
-        sh->done++;
-        pthread_cond_broadcast(&sh->cv);
-    }
-    pthread_mutex_unlock(&sh->mu);
-    return NULL;
+    if (st == PX_COMM_OK) return 0;
+    set_error(sh, j->kind == JOB_GATHER ? "fsdp all-gather" : "fsdp reduce-scatter", sh->fsdp, st);
+    return -1;
 }
 
 static unsigned long issue(px_shard_t *sh, job_kind_t kind, int unit, float *buf) {
-    pthread_mutex_lock(&sh->mu);
-    while (sh->issued - sh->done >= QUEUE) pthread_cond_wait(&sh->cv, &sh->mu);
-    sh->queue[sh->issued % QUEUE] = (job_t){kind, unit, buf};
-    unsigned long id = ++sh->issued;
-    pthread_cond_broadcast(&sh->cv);
-    pthread_mutex_unlock(&sh->mu);
-    return id;
-}
-
-/* Waits until job `id` (and every job before it) ran. 0, or -1 when any failed. */
-static int wait_job(px_shard_t *sh, unsigned long id) {
-    pthread_mutex_lock(&sh->mu);
-    while (sh->done < id) pthread_cond_wait(&sh->cv, &sh->mu);
-    int rc = sh->failed ? -1 : 0;
-    pthread_mutex_unlock(&sh->mu);
-    return rc;
-}
-
-static int wait_all(px_shard_t *sh) {
-    pthread_mutex_lock(&sh->mu);
-    unsigned long id = sh->issued;
-    pthread_mutex_unlock(&sh->mu);
-    return wait_job(sh, id);
+    job_t j = {kind, unit, buf};
+    return px_jobq_issue(sh->jobs, &j);
 }
 
 /* ---- the parameter source ------------------------------------------------ */
@@ -291,19 +254,19 @@ static int src_acquire(void *ctx, int u, px_gpt_pass_t pass, px_gpt_tensors_t *p
     }
     if (pass == PX_GPT_FWD && u == 0) {
         /* a new pass: what a failed one left in flight drains first */
-        if (wait_all(sh) != 0) return -1;
+        if (px_jobq_wait_all(sh->jobs) != 0) return -1;
         memset(sh->gathered, 0, (size_t)sh->nunits * sizeof *sh->gathered);
     }
     prefetch(sh, u);
     int next = pass == PX_GPT_FWD ? u + 1 : u == 0 ? sh->nunits - 1 : u - 1;
     if (next >= 1) prefetch(sh, next);
-    if (wait_job(sh, sh->gathered[u]) != 0) return -1;
+    if (px_jobq_wait(sh->jobs, sh->gathered[u]) != 0) return -1;
     unit_views(sh, u, params_slot(sh, u), p);
     if (g) {
         float *gb = sh->outer_g;
         if (u > 0) {
             int s = u % 2;
-            if (sh->scatter_of[s] && wait_job(sh, sh->scatter_of[s]) != 0) return -1;
+            if (sh->scatter_of[s] && px_jobq_wait(sh->jobs, sh->scatter_of[s]) != 0) return -1;
             gb = sh->layer_g[s];
         }
         memset(gb, 0, sh->units[u].padded * sizeof(float));
@@ -327,7 +290,7 @@ static int src_release(void *ctx, int u, px_gpt_pass_t pass) {
         return 0;
     }
     issue(sh, JOB_SCATTER, 0, sh->outer_g);
-    int rc = wait_all(sh); /* the shard's grads are final when the backward returns */
+    int rc = px_jobq_wait_all(sh->jobs); /* the shard's grads are final when the backward returns */
     sh->scatter_of[0] = sh->scatter_of[1] = 0;
     return rc;
 }
@@ -339,9 +302,7 @@ static int src_tp_sum(void *ctx, float *buf, size_t n) {
         sh->bytes_tp += 2.0 * (double)(sh->lay.tp.size - 1) / sh->lay.tp.size * (double)n * sizeof(float);
         return 0;
     }
-    pthread_mutex_lock(&sh->mu);
-    fail_locked(sh, "tp all-reduce", sh->tp, st);
-    pthread_mutex_unlock(&sh->mu);
+    set_error(sh, "tp all-reduce", sh->tp, st);
     return -1;
 }
 
@@ -368,7 +329,6 @@ px_shard_t *px_shard_new(const px_gpt_config_t *cfg, const px_shard_layout_t *la
     sh->cfg = *cfg;
     sh->lay = *lay;
     pthread_mutex_init(&sh->mu, NULL);
-    pthread_cond_init(&sh->cv, NULL);
     if (build_units(sh) != 0) goto oom;
     size_t n = sh->b.n;
     sh->b.params = zalloc(n);
@@ -392,12 +352,7 @@ px_shard_t *px_shard_new(const px_gpt_config_t *cfg, const px_shard_layout_t *la
             goto oom;
         for (int i = 0; i < sh->nslots; i++)
             if (!(sh->layer_p[i] = zalloc(sh->layer_padded))) goto oom;
-        if (pthread_create(&sh->thread, NULL, comm_thread, sh) != 0) {
-            px_err_set(err, errlen, "cannot start the fsdp communication thread");
-            px_shard_destroy(&sh);
-            return NULL;
-        }
-        sh->thread_started = 1;
+        if (!(sh->jobs = px_jobq_new(sizeof(job_t), QUEUE, run_job, sh))) goto oom;
     }
     sh->src = (px_gpt_source_t){sh, src_acquire, src_release, src_tp_sum};
     sh->model = px_gpt_new_sharded(cfg, lay->tp, &sh->src);
@@ -412,13 +367,7 @@ oom:
 void px_shard_destroy(px_shard_t **shp) {
     px_shard_t *sh = shp ? *shp : NULL;
     if (!sh) return;
-    if (sh->thread_started) {
-        pthread_mutex_lock(&sh->mu);
-        sh->quit = 1;
-        pthread_cond_broadcast(&sh->cv);
-        pthread_mutex_unlock(&sh->mu);
-        pthread_join(sh->thread, NULL);
-    }
+    px_jobq_destroy(&sh->jobs);
     px_gpt_destroy(&sh->model);
     free(sh->b.params);
     free(sh->b.grads);
@@ -435,7 +384,6 @@ void px_shard_destroy(px_shard_t **shp) {
     free(sh->units);
     free(sh->segs);
     pthread_mutex_destroy(&sh->mu);
-    pthread_cond_destroy(&sh->cv);
     free(sh);
     *shp = NULL;
 }
@@ -444,11 +392,10 @@ px_shard_bufs_t *px_shard_bufs(px_shard_t *sh) { return &sh->b; }
 px_gpt_t *px_shard_model(px_shard_t *sh) { return sh->model; }
 
 void px_shard_set_comms(px_shard_t *sh, px_comm_t *fsdp, px_comm_t *tp) {
-    if (sh->thread_started) wait_all(sh);
+    if (sh->jobs) px_jobq_reset(sh->jobs); /* idle from here on: the thread reads fsdp only in a job */
     pthread_mutex_lock(&sh->mu);
     sh->fsdp = fsdp;
     sh->tp = tp;
-    sh->failed = 0;
     sh->error[0] = '\0';
     pthread_mutex_unlock(&sh->mu);
     memset(sh->gathered, 0, (size_t)sh->nunits * sizeof *sh->gathered);
@@ -475,7 +422,7 @@ void px_shard_load(px_shard_t *sh, const px_gpt_t *src) {
 }
 
 int px_shard_gather(px_shard_t *sh, px_gpt_t *dst) {
-    if (sh->thread_started && wait_all(sh) != 0) return -1;
+    if (sh->jobs && px_jobq_wait_all(sh->jobs) != 0) return -1;
     size_t biggest = sh->units[0].padded > sh->layer_padded ? sh->units[0].padded : sh->layer_padded;
     int T = sh->lay.tp.size;
     float *flat = zalloc(biggest), *all = zalloc(biggest * (size_t)T);

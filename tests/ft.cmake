@@ -2,7 +2,7 @@
 # loopback, real SIGKILL/SIGSTOP. Fixed seeds, printed on failure.
 # Registered unconditionally: a missing test file fails the configure
 # (px_add_py_test checks), it never vanishes silently from ctest.
-foreach(t chaos_kills chaos_ranks sigstop coordinator_outage coordinator_stall heal_kill job_finished
+foreach(t chaos_kills chaos_ranks buckets sigstop coordinator_outage coordinator_stall heal_kill job_finished
           launch_sigkill launch_config_error launch_incomplete)
   px_add_py_test(ft_${t} ${CMAKE_CURRENT_LIST_DIR}/ft/test_${t}.py $<TARGET_FILE_DIR:phalanx-launch>)
   set_tests_properties(ft_${t} PROPERTIES TIMEOUT 600 RUN_SERIAL TRUE)

@@ -61,6 +61,7 @@
 #include "px_time.h"
 #include "px_wire.h"
 #include "quorum.h"
+#include "reducer.h"
 #include "sharded.h"
 #include "train_state.h"
 #include "vote.h"
@@ -87,6 +88,7 @@ typedef struct {
     int64_t pending_step;
     float last_norm;      /* the clipping norm of the last step applied */
     double bytes_group, bytes_cross; /* sent by this rank's gradient reductions (ring estimate) */
+    px_reducer_t *reducer; /* whole replicas with --bucket-mb: reduction overlapped with the backward */
     int T;
     int *inputs, *targets;
     px_train_state_t st; /* views into the model; st.step: steps committed */
@@ -142,11 +144,12 @@ static void abort_all_locked(trainer_t *t) {
 }
 
 static void drop_comms(trainer_t *t) {
-    if (t->shard) { /* the shard's communication thread lets go of them first */
+    if (t->shard || t->reducer) { /* the communication thread lets go of them first */
         pthread_mutex_lock(&t->comm_mu);
         abort_all_locked(t);
         pthread_mutex_unlock(&t->comm_mu);
-        px_shard_set_comms(t->shard, NULL, NULL);
+        if (t->shard) px_shard_set_comms(t->shard, NULL, NULL);
+        if (t->reducer) px_reducer_set_comms(t->reducer, NULL, NULL);
     }
     pthread_mutex_lock(&t->comm_mu);
     px_comm_destroy(&t->cross);
@@ -243,6 +246,7 @@ static int rendezvous(trainer_t *t, const px_quorum_t *nq, int idx, char *err, s
         abort_comms_locked(t, px_agent_known_quorum_id(t->agent), "superseded during rendezvous");
     pthread_mutex_unlock(&t->comm_mu);
     if (t->shard) px_shard_set_comms(t->shard, axes.axis[PX_MESH_FSDP], axes.axis[PX_MESH_TP]);
+    if (t->reducer) px_reducer_set_comms(t->reducer, intra, cross);
     if (!copied) snprintf(err, errlen, "out of memory copying quorum %lld", (long long)nq->id);
     return cross && (cfg->ranks_per_group == 1 || intra) && axes_ok && copied ? 0 : -1;
 }
@@ -397,6 +401,39 @@ static void my_share(const trainer_t *t, int *lo, int *hi) {
     *hi = glo + (int)((int64_t)(part + 1) * (ghi - glo) / W);
 }
 
+/* The grads and the vote's tail, which sits in the grads' spare room right
+ * after them (PX_GPT_GRADS_SPARE), reduced in place: summed inside the group,
+ * the group's vote checked and relayed as one contribution (vote.h), then
+ * summed across groups. A failed reduction leaves partial sums in grads;
+ * the retried step zeroes them first. */
+_Static_assert(PX_VOTE_N <= PX_GPT_GRADS_SPARE, "the vote's tail must fit in the grads' spare room");
+
+/* Bytes a whole-replica reduction of n floats and the tail sends from this
+ * rank: ring all-reduces inside the group and across groups. */
+static void count_bytes(trainer_t *t, size_t n) {
+    int W = t->cfg->ranks_per_group;
+    t->bytes_group += 2.0 * (W - 1) / W * (double)(n + PX_VOTE_N) * sizeof(float);
+    t->bytes_cross += 2.0 * (t->q.n - 1) / t->q.n * (double)(n + PX_VOTE_N) * sizeof(float);
+}
+static px_comm_status_t reduce(trainer_t *t, size_t n) {
+    if (t->shard) { /* the grads are reduced inside the group already (fsdp reduce-scatters): only the vote is */
+        float *buf = px_shard_bufs(t->shard)->grads;
+        px_comm_status_t st = px_comm_allreduce_sum_f32(t->intra, buf + n, PX_VOTE_N);
+        if (st != PX_COMM_OK) return st;
+        px_vote_relay(buf + n, t->cfg->ranks_per_group, t->st.step);
+        t->bytes_cross += 2.0 * (t->q.n - 1) / t->q.n * (double)(n + PX_VOTE_N) * sizeof(float);
+        return px_comm_allreduce_sum_f32(t->cross, buf, n + PX_VOTE_N);
+    }
+    float *buf = t->model->grads;
+    count_bytes(t, n);
+    if (t->intra) {
+        px_comm_status_t st = px_comm_allreduce_sum_f32(t->intra, buf, n + PX_VOTE_N);
+        if (st != PX_COMM_OK) return st;
+        px_vote_relay(buf + n, t->cfg->ranks_per_group, t->st.step);
+    }
+    return px_comm_allreduce_sum_f32(t->cross, buf, n + PX_VOTE_N);
+}
+
 /* This rank's gradients of samples [lo, hi) into the grads (the model's,
  * or the shard's); *loss its share of the batch's mean loss. -1 when a
  * sharded group's collective failed. */
@@ -410,40 +447,27 @@ static int compute_grads(trainer_t *t, int lo, int hi, float *loss_out) {
         px_dataset_fill(t->train, cfg->seed, t->st.step, i0, n, cfg->global_batch, t->T, t->inputs, t->targets);
         float l = px_gpt_forward(t->model, t->inputs, t->targets, n, t->T);
         if (t->shard && px_shard_last_error(t->shard)[0]) return -1;
+        loss += (double)l * n / cfg->global_batch;
+        if (t->reducer && i0 + n >= hi) { /* the last backward reduces as it goes, the vote last */
+            px_vote_fill(t->model->grads + t->st.n, t->st.step, px_agent_known_quorum_id(t->agent) > t->qid,
+                         (float)loss);
+            px_reducer_arm(t->reducer, cfg->ranks_per_group, t->st.step);
+        }
         px_gpt_backward(t->model, (float)n / (float)cfg->global_batch);
         if (t->shard && px_shard_last_error(t->shard)[0]) return -1;
-        loss += (double)l * n / cfg->global_batch;
     }
     /* tp ranks compute the same samples: one of them reports the loss */
     *loss_out = t->shard && t->coord.c[PX_MESH_TP] != 0 ? 0.0f : (float)loss;
+    if (t->reducer) {
+        if (lo == hi) { /* no samples for this rank: zero gradients, in the same buckets as the others' */
+            px_vote_fill(t->model->grads + t->st.n, t->st.step, px_agent_known_quorum_id(t->agent) > t->qid, 0.0f);
+            px_reducer_arm(t->reducer, cfg->ranks_per_group, t->st.step);
+            px_reducer_release_all(t->reducer);
+        }
+        count_bytes(t, t->st.n);
+        return px_reducer_finish(t->reducer);
+    }
     return 0;
-}
-
-/* The grads and the vote's tail, which sits in the grads' spare room right
- * after them (PX_GPT_GRADS_SPARE), reduced in place: summed inside the group,
- * the group's vote checked and relayed as one contribution (vote.h), then
- * summed across groups. A failed reduction leaves partial sums in grads;
- * the retried step zeroes them first. */
-_Static_assert(PX_VOTE_N <= PX_GPT_GRADS_SPARE, "the vote's tail must fit in the grads' spare room");
-static px_comm_status_t reduce(trainer_t *t, size_t n) {
-    if (t->shard) { /* the grads are reduced inside the group already (fsdp reduce-scatters): only the vote is */
-        float *buf = px_shard_bufs(t->shard)->grads;
-        px_comm_status_t st = px_comm_allreduce_sum_f32(t->intra, buf + n, PX_VOTE_N);
-        if (st != PX_COMM_OK) return st;
-        px_vote_relay(buf + n, t->cfg->ranks_per_group, t->st.step);
-        t->bytes_cross += 2.0 * (t->q.n - 1) / t->q.n * (double)(n + PX_VOTE_N) * sizeof(float);
-        return px_comm_allreduce_sum_f32(t->cross, buf, n + PX_VOTE_N);
-    }
-    float *buf = t->model->grads;
-    int W = t->cfg->ranks_per_group;
-    t->bytes_group += 2.0 * (W - 1) / W * (double)(n + PX_VOTE_N) * sizeof(float);
-    if (t->intra) {
-        px_comm_status_t st = px_comm_allreduce_sum_f32(t->intra, buf, n + PX_VOTE_N);
-        if (st != PX_COMM_OK) return st;
-        px_vote_relay(buf + n, t->cfg->ranks_per_group, t->st.step);
-    }
-    t->bytes_cross += 2.0 * (t->q.n - 1) / t->q.n * (double)(n + PX_VOTE_N) * sizeof(float);
-    return px_comm_allreduce_sum_f32(t->cross, buf, n + PX_VOTE_N);
 }
 
 static float eval_loss(trainer_t *t) {
@@ -460,6 +484,7 @@ static float eval_loss(trainer_t *t) {
 /* Why a step's collectives failed. */
 static const char *failure_reason(trainer_t *t) {
     if (t->shard && px_shard_last_error(t->shard)[0]) return px_shard_last_error(t->shard);
+    if (t->reducer && px_reducer_error(t->reducer)[0]) return px_reducer_error(t->reducer);
     if (t->intra && px_comm_health(t->intra) != PX_COMM_OK) return px_comm_last_error(t->intra);
     return t->cross ? px_comm_last_error(t->cross) : "no communicator";
 }
@@ -487,8 +512,12 @@ static int train_step(trainer_t *t, int *adopt, float *loss_out, float *norm_out
     float *tail = (t->shard ? px_shard_bufs(t->shard)->grads : t->model->grads) + n;
     px_comm_status_t st = PX_COMM_ERROR;
     if (compute_grads(t, lo, hi, &local_loss) == 0) {
-        px_vote_fill(tail, t->st.step, px_agent_known_quorum_id(t->agent) > t->qid, local_loss);
-        st = reduce(t, n);
+        if (t->reducer) { /* reduced during the backward */
+            st = PX_COMM_OK;
+        } else {
+            px_vote_fill(tail, t->st.step, px_agent_known_quorum_id(t->agent) > t->qid, local_loss);
+            st = reduce(t, n);
+        }
     }
     if (st != PX_COMM_OK) {
         const char *why = failure_reason(t);
@@ -671,6 +700,11 @@ static int setup(trainer_t *t) {
         return -1;
     }
     if (setup_shard(t) != 0) return -1;
+    if (!t->shard && cfg->bucket_mb > 0 &&
+        !(t->reducer = px_reducer_new(t->model, (size_t)(cfg->bucket_mb * (1 << 20)) / sizeof(float)))) {
+        px_log_error("out of memory for the gradient buckets (--bucket-mb %g)", cfg->bucket_mb);
+        return -1;
+    }
     t->train = px_dataset_open(cfg->data, "train", t->model->config.vocab_size, (size_t)t->T + 1, err, sizeof err);
     if (!t->train) {
         px_log_error("--data: %s", err);
@@ -712,6 +746,7 @@ static int setup(trainer_t *t) {
 static void teardown(trainer_t *t) {
     px_agent_set_quorum_hook(t->agent, NULL, NULL); /* waits for a running call: t is about to go */
     drop_comms(t);
+    px_reducer_destroy(&t->reducer);
     if (t->shard) t->model = NULL; /* the shard's */
     px_shard_destroy(&t->shard);
     px_gpt_destroy(&t->model);
@@ -802,8 +837,8 @@ int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile s
         double bf = 0, bt = 0;
         if (t.shard) px_shard_bytes_sent(t.shard, &bf, &bt);
         px_log_info("comm_sent group=%s rank=%d steps=%lld fsdp_bytes=%.0f tp_bytes=%.0f group_bytes=%.0f "
-                    "cross_bytes=%.0f", cfg->group, cfg->rank, (long long)t.st.step, bf, bt, t.bytes_group,
-                    t.bytes_cross);
+                    "cross_bytes=%.0f buckets=%llu", cfg->group, cfg->rank, (long long)t.st.step, bf, bt, t.bytes_group,
+                    t.bytes_cross, t.reducer ? (unsigned long long)px_reducer_buckets(t.reducer) : 0ull);
         rc = 0;
     } else if (*stop && rc != 3) {
         rc = 2;

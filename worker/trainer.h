@@ -37,6 +37,8 @@ typedef struct {
      * group too). Otherwise the group is sharded (parallel/sharded.h). */
     int pp, fsdp, tp;
     int fsdp_keep_params;     /* keep gathered layers from the forward for the backward */
+    double bucket_mb;         /* whole replicas: reduce gradients in buckets of this many MiB
+                                 during the backward (worker/reducer.h); 0: once, after it */
 } px_trainer_config_t;
 
 /* Trains until cfg->steps are committed or *stop is set. Returns 0 when the

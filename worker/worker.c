@@ -78,6 +78,8 @@ static void usage(FILE *f) {
            "  --eval-every N           eval loss every N steps on group replica 0, 0 = only at the end [0]\n"
            "  --eval-batches N         micro-batches of validation data per eval, 0..10000 [4]\n"
            "  --comm-timeout-ms N      bound on every collective and rendezvous, 100..3600000 [30000]\n"
+           "  --bucket-mb X            whole replicas: reduce the gradients in buckets of X MiB while the\n"
+           "                           backward runs (overlap, as PyTorch DDP); 0 = once after it, 0..4096 [0]\n"
            "  --sample-ledger PATH     append one line per committed step: which samples this group took [off]\n"
            "  --save PATH              write the final model as an llm.c file (rank 0) [off]\n"
            "  --checkpoint-dir DIR     restore the newest valid checkpoint from DIR at start, and save\n"
@@ -171,6 +173,7 @@ int px_worker_main(int argc, char **argv) {
         else if (!strcmp(a, "--save")) tc.save = px_flag_str(PROG, a, v, 4096);
         else if (!strcmp(a, "--checkpoint-dir")) tc.checkpoint_dir = px_flag_str(PROG, a, v, 3800);
         else if (!strcmp(a, "--checkpoint-every")) tc.checkpoint_every = (int)px_flag_int(PROG, a, v, 0, 100000000);
+        else if (!strcmp(a, "--bucket-mb")) tc.bucket_mb = px_flag_double(PROG, a, v, 0, 4096);
         else if (!strcmp(a, "--fsdp")) tc.fsdp = (int)px_flag_int(PROG, a, v, 1, 1024);
         else if (!strcmp(a, "--tp")) tc.tp = (int)px_flag_int(PROG, a, v, 1, 1024);
         else if (!strcmp(a, "--pp")) tc.pp = (int)px_flag_int(PROG, a, v, 1, 1024);
