@@ -274,6 +274,53 @@ static void init_params(px_gpt_t *self, uint64_t seed) {
     }
 }
 
+/* The initial value of one tensor's elements [lo, lo + len) (logical
+ * order), as init_params writes them: a chunk is drawn whole (its stream is
+ * sequential) and kept in *cache for the next call, so walking a slice in
+ * order draws each chunk once. */
+typedef struct {
+    float x[INIT_CHUNK];
+    int tensor;
+    size_t chunk;
+    int valid;
+} init_cache_t;
+
+static void init_range(const px_gpt_config_t *c, uint64_t seed, int t, size_t lo, size_t len, float *out,
+                       init_cache_t *cache) {
+    if (t == PX_LN1W || t == PX_LN2W || t == PX_LNFW) {
+        for (size_t i = 0; i < len; i++) out[i] = 1.0f;
+        return;
+    }
+    if (!px_gpt_tensor_is_matrix(t)) {
+        memset(out, 0, len * sizeof(float));
+        return;
+    }
+    size_t sizes[PX_GPT_NUM_TENSORS];
+    px_gpt_tensor_sizes(c, sizes);
+    size_t n = t == PX_WTE ? (size_t)c->vocab_size * (size_t)c->channels : sizes[t]; /* wte: padding rows 0 */
+    double std = (t == PX_ATTPROJW || t == PX_FCPROJW) ? 0.02 / sqrt(2.0 * c->num_layers) : 0.02;
+    while (len > 0) {
+        if (lo >= n) {
+            memset(out, 0, len * sizeof(float));
+            return;
+        }
+        size_t chunk = lo / INIT_CHUNK, base = chunk * INIT_CHUNK;
+        size_t clen = base + INIT_CHUNK < n ? INIT_CHUNK : n - base;
+        if (!cache->valid || cache->tensor != t || cache->chunk != chunk) {
+            px_rng_t r = {px_hash4(seed, 0x696e6974 /* "init" */, (uint64_t)t, chunk)};
+            px_rng_normal(&r, cache->x, clen, std);
+            cache->tensor = t;
+            cache->chunk = chunk;
+            cache->valid = 1;
+        }
+        size_t take = base + clen - lo < len ? base + clen - lo : len;
+        memcpy(out, cache->x + (lo - base), take * sizeof(float));
+        out += take;
+        lo += take;
+        len -= take;
+    }
+}
+
 px_gpt_t *px_gpt_new_zeroed(const px_gpt_config_t *cfg) {
     char err[PX_ERRLEN];
     if (px_gpt_config_check(cfg, err, sizeof err) != 0) {
@@ -330,6 +377,20 @@ px_gpt_t *px_gpt_new_sharded(const px_gpt_config_t *cfg, px_gpt_tp_t tp, const p
     self->src = src;
     self->mean_loss = -1.0f;
     return self;
+}
+
+int px_gpt_init_slice(const px_gpt_config_t *cfg, uint64_t seed, int tensor, px_gpt_init_run_t run, void *run_ctx,
+                      float *out) {
+    init_cache_t *cache = malloc(sizeof *cache);
+    if (!cache) return -1;
+    cache->valid = 0;
+    size_t lo, len;
+    for (size_t k = 0; run(run_ctx, k, &lo, &len); k++) {
+        init_range(cfg, seed, tensor, lo, len, out, cache);
+        out += len;
+    }
+    free(cache);
+    return 0;
 }
 
 px_gpt_t *px_gpt_new(const px_gpt_config_t *cfg, uint64_t seed) {

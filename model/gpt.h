@@ -155,6 +155,15 @@ typedef struct {
  * stream (seed, tensor, chunk), so the result does not depend on threads.
  * Returns NULL on an invalid config (logged) or out of memory. */
 px_gpt_t *px_gpt_new(const px_gpt_config_t *cfg, uint64_t seed);
+/* Part of px_gpt_new's initial parameters without the whole model: the
+ * elements of tensor `tensor` (logical, llm.c order, all layers stacked)
+ * in the runs run(ctx, k, &lo, &len) gives for k = 0, 1, ... until it
+ * returns 0, written one after another into out. The same bits as
+ * px_gpt_new(cfg, seed)'s; each random chunk is drawn once when the runs
+ * come in increasing order. 0, or -1 when out of memory. */
+typedef int (*px_gpt_init_run_t)(void *ctx, size_t k, size_t *lo, size_t *len);
+int px_gpt_init_slice(const px_gpt_config_t *cfg, uint64_t seed, int tensor, px_gpt_init_run_t run, void *run_ctx,
+                      float *out);
 /* Same, with every buffer zero: for loaders and healing receivers that fill params. */
 px_gpt_t *px_gpt_new_zeroed(const px_gpt_config_t *cfg);
 void px_gpt_destroy(px_gpt_t **self);

@@ -129,7 +129,7 @@ typedef struct {
 
 static slice_t tp_slice(const px_gpt_config_t *cfg, px_gpt_tp_t tp, int t, size_t per_layer) {
     size_t C = (size_t)cfg->channels, T = (size_t)tp.size, r = (size_t)tp.rank;
-    slice_t s = {.K = 1, .blocks = 1, .brows = per_layer, .col0 = 0, .ncols = 1};
+    slice_t s = {.K = per_layer, .blocks = 1, .brows = 1, .col0 = 0, .ncols = per_layer}; /* whole: one row */
     switch (t) {
     case PX_QKVW:
     case PX_QKVB:
@@ -154,7 +154,7 @@ static slice_t tp_slice(const px_gpt_config_t *cfg, px_gpt_tp_t tp, int t, size_
         s.col0 = r * s.ncols;
         break;
     default:
-        break; /* replicated: the whole tensor as one column */
+        break; /* replicated */
     }
     return s;
 }
@@ -419,6 +419,77 @@ void px_shard_load(px_shard_t *sh, const px_gpt_t *src) {
         }
     }
     free(flat);
+}
+
+/* Runs of logical elements (see px_gpt_init_slice) behind the local
+ * elements [a, e) of a tensor's slice s whose layer starts at `base`. */
+typedef struct {
+    size_t n, cap;
+    size_t (*run)[2];
+} runs_t;
+
+static int runs_add(runs_t *r, size_t lo, size_t len) {
+    if (r->n && r->run[r->n - 1][0] + r->run[r->n - 1][1] == lo) { /* continues the last run */
+        r->run[r->n - 1][1] += len;
+        return 0;
+    }
+    if (r->n == r->cap) {
+        size_t cap = r->cap ? 2 * r->cap : 64;
+        void *p = realloc(r->run, cap * sizeof *r->run);
+        if (!p) return -1;
+        r->run = p;
+        r->cap = cap;
+    }
+    r->run[r->n][0] = lo;
+    r->run[r->n][1] = len;
+    r->n++;
+    return 0;
+}
+
+static int runs_next(void *ctx, size_t k, size_t *lo, size_t *len) {
+    runs_t *r = ctx;
+    if (k >= r->n) return 0;
+    *lo = r->run[k][0];
+    *len = r->run[k][1];
+    return 1;
+}
+
+static int slice_runs(const slice_t *s, size_t base, size_t a, size_t e, runs_t *out) {
+    out->n = 0;
+    while (a < e) {
+        size_t row = a / s->ncols, col = a % s->ncols;
+        size_t j = row / s->brows, i = row % s->brows;
+        size_t take = s->ncols - col < e - a ? s->ncols - col : e - a;
+        if (runs_add(out, base + (s->row0[j] + i) * s->K + s->col0 + col, take) != 0) return -1;
+        a += take;
+    }
+    return 0;
+}
+
+int px_shard_init(px_shard_t *sh, uint64_t seed) {
+    runs_t runs = {0};
+    int rc = 0;
+    memset(sh->b.params, 0, sh->b.n * sizeof(float));
+    memset(sh->b.m, 0, sh->b.n * sizeof(float));
+    memset(sh->b.v, 0, sh->b.n * sizeof(float));
+    for (int u = 0; rc == 0 && u < sh->nunits; u++) {
+        const unit_t *un = &sh->units[u];
+        size_t lo = (size_t)sh->lay.fsdp_rank * un->piece, hi = lo + un->piece;
+        for (int i = 0; rc == 0 && i < un->ntensors; i++) {
+            const unit_tensor_t *ut = &un->t[i];
+            size_t a = ut->off > lo ? ut->off : lo, e = ut->off + ut->len < hi ? ut->off + ut->len : hi;
+            if (a >= e) continue;
+            size_t whole = px_gpt_unit_tensor_size(&sh->cfg, (px_gpt_tp_t){1, 0}, u, ut->tensor);
+            slice_t sl = tp_slice(&sh->cfg, sh->lay.tp, ut->tensor, whole);
+            size_t base = u == 0 ? 0 : (size_t)(u - 1) * whole;
+            rc = slice_runs(&sl, base, a - ut->off, e - ut->off, &runs);
+            if (rc == 0)
+                rc = px_gpt_init_slice(&sh->cfg, seed, ut->tensor, runs_next, &runs,
+                                       sh->b.params + un->shard_off + (a - lo));
+        }
+    }
+    free(runs.run);
+    return rc;
 }
 
 int px_shard_gather(px_shard_t *sh, px_gpt_t *dst) {

@@ -60,6 +60,10 @@ px_shard_bufs_t *px_shard_bufs(px_shard_t *sh);
 /* The model that computes with this shard (owned by it). */
 px_gpt_t *px_shard_model(px_shard_t *sh);
 
+/* This rank's pieces of px_gpt_new(cfg, seed)'s parameters (m, v zero),
+ * drawn without building the whole model: the same bits, in memory for one
+ * random chunk. 0, or -1 when out of memory. */
+int px_shard_init(px_shard_t *sh, uint64_t seed);
 /* This rank's pieces of a whole model's params, m and v (src a plain
  * px_gpt_t of the same config). */
 void px_shard_load(px_shard_t *sh, const px_gpt_t *src);

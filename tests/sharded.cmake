@@ -5,3 +5,8 @@ px_add_py_scenarios(sharded ${CMAKE_CURRENT_LIST_DIR}/sharded/test_sharded_kill.
 foreach(t layouts flags mismatch kill stop)
   set_tests_properties(sharded_${t} PROPERTIES RUN_SERIAL TRUE)
 endforeach()
+
+# The drawn initial shard against the whole model's cut (pure, no sockets).
+add_executable(test_shard_init ${CMAKE_CURRENT_LIST_DIR}/sharded/test_shard_init.c)
+target_link_libraries(test_shard_init PRIVATE px_sharded px_model)
+add_test(NAME sharded_init COMMAND test_shard_init)

@@ -624,6 +624,12 @@ static px_gpt_t *initial_model(const px_trainer_config_t *cfg) {
  * s (a receive in place at step 0 failed). */
 static int rebuild_initial_state(void *ctx, px_train_state_t *s) {
     trainer_t *t = ctx;
+    px_gpt_config_t preset;
+    if (t->shard && px_gpt_config_preset(t->cfg->model, &preset) == 0) { /* drawn shard by shard */
+        s->step = 0;
+        t->pending_step = -1;
+        return px_shard_init(t->shard, t->cfg->seed);
+    }
     px_gpt_t *fresh = initial_model(t->cfg);
     if (!fresh) return -1;
     if (t->shard) { /* s is the shard's live state: this rank's pieces of the fresh model */
@@ -639,14 +645,18 @@ static int rebuild_initial_state(void *ctx, px_train_state_t *s) {
     return 0;
 }
 
+static int layout_given(const px_trainer_config_t *cfg) { return cfg->fsdp || cfg->tp || cfg->pp; }
+
 /* A sharded layout (cfg->fsdp/tp): checks it against the group and the
- * model, and replaces the whole model t->model by this rank's shard of it
- * (printing what that saves). 0 when not sharded or done; -1 (logged). */
-static int setup_shard(trainer_t *t) {
+ * model, and makes this rank's shard of the initial model: from a preset
+ * drawn shard by shard (t->model NULL), or cut from a loaded model file
+ * (t->model, freed then). t->model becomes the shard's model. Prints what
+ * the shard saves. 0 when not sharded or done; -1 (logged). */
+static int setup_shard(trainer_t *t, const px_gpt_config_t *mc) {
     const px_trainer_config_t *cfg = t->cfg;
     char err[512];
     t->pending_step = -1;
-    if (!cfg->fsdp && !cfg->tp && !cfg->pp) return 0;
+    if (!layout_given(cfg)) return 0;
     t->mesh = (px_mesh_t){{cfg->pp ? cfg->pp : 1, cfg->fsdp ? cfg->fsdp : 1, cfg->tp ? cfg->tp : 1}};
     if (px_mesh_check(&t->mesh, cfg->ranks_per_group, err, sizeof err) != 0) {
         px_log_error("layout: %s", err);
@@ -661,18 +671,24 @@ static int setup_shard(trainer_t *t) {
                      "run without --checkpoint-dir, or with one whole replica per rank");
         return -1;
     }
-    if (cfg->ranks_per_group == 1) return 0; /* 1x1x1: a whole replica, nothing to shard */
+    if (cfg->ranks_per_group == 1) return t->model ? 0 : -1; /* 1x1x1: a whole replica (see setup) */
     t->coord = px_mesh_coord(&t->mesh, cfg->rank);
     px_shard_layout_t lay = {.fsdp = t->mesh.size[PX_MESH_FSDP], .fsdp_rank = t->coord.c[PX_MESH_FSDP],
                              .tp = {t->mesh.size[PX_MESH_TP], t->coord.c[PX_MESH_TP]},
                              .keep_params = cfg->fsdp_keep_params};
-    t->shard = px_shard_new(&t->model->config, &lay, err, sizeof err);
+    t->shard = px_shard_new(mc, &lay, err, sizeof err);
     if (!t->shard) {
         px_log_error("layout: %s", err);
         return -1;
     }
-    px_shard_load(t->shard, t->model);
-    size_t replica = 4 * t->model->num_params * sizeof(float);
+    if (t->model) {
+        px_shard_load(t->shard, t->model);
+    } else if (px_shard_init(t->shard, cfg->seed) != 0) {
+        px_log_error("out of memory drawing the initial shard");
+        return -1;
+    }
+    size_t sizes[PX_GPT_NUM_TENSORS];
+    size_t replica = 4 * px_gpt_tensor_sizes(mc, sizes) * sizeof(float);
     size_t state = px_shard_state_bytes(t->shard), work = px_shard_work_bytes(t->shard);
     char name[64];
     px_mesh_format(&t->mesh, name, sizeof name);
@@ -692,14 +708,20 @@ static int setup(trainer_t *t) {
     const px_trainer_config_t *cfg = t->cfg;
     char err[512];
     if (cfg->threads > 0) omp_set_num_threads(cfg->threads);
-    t->model = initial_model(cfg);
-    if (!t->model) return -1;
-    t->T = cfg->seq_len > 0 ? cfg->seq_len : t->model->config.max_seq_len;
-    if (t->T > t->model->config.max_seq_len) {
-        px_log_error("--seq %d exceeds the model's context %d", t->T, t->model->config.max_seq_len);
+    /* A sharded group with a preset never holds the whole model: each rank
+     * draws its own shard (setup_shard). */
+    px_gpt_config_t mc;
+    int draw = layout_given(cfg) && cfg->ranks_per_group > 1 && px_gpt_config_preset(cfg->model, &mc) == 0;
+    if (!draw) {
+        if (!(t->model = initial_model(cfg))) return -1;
+        mc = t->model->config;
+    }
+    t->T = cfg->seq_len > 0 ? cfg->seq_len : mc.max_seq_len;
+    if (t->T > mc.max_seq_len) {
+        px_log_error("--seq %d exceeds the model's context %d", t->T, mc.max_seq_len);
         return -1;
     }
-    if (setup_shard(t) != 0) return -1;
+    if (setup_shard(t, &mc) != 0) return -1;
     if (!t->shard && cfg->bucket_mb > 0 &&
         !(t->reducer = px_reducer_new(t->model, (size_t)(cfg->bucket_mb * (1 << 20)) / sizeof(float)))) {
         px_log_error("out of memory for the gradient buckets (--bucket-mb %g)", cfg->bucket_mb);
