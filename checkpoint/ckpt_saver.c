@@ -15,6 +15,8 @@ struct px_ckpt_saver {
     int keep;
     px_gpt_config_t cfg;
     px_train_state_t snap;           /* owned once allocated */
+    const px_train_state_t *src;     /* the live state being copied into snap (NULL: none) */
+    int copying;                     /* src is being read: the owner must not change it */
     px_ckpt_meta_t meta;
     pthread_t thread;
     pthread_mutex_t mu;
@@ -24,6 +26,21 @@ struct px_ckpt_saver {
     int done_head, done_n;
 };
 
+/* dst's buffers and step become s's, chunk by chunk (on every core with
+ * parallel; on this thread alone otherwise). */
+static void copy_state(px_train_state_t *dst, const px_train_state_t *s, int parallel) {
+    size_t chunks = px_state_digest_len(s->n);
+#pragma omp parallel for schedule(static) if (parallel)
+    for (size_t k = 0; k < chunks; k++) {
+        int b;
+        size_t off, len;
+        px_state_chunk(s->n, k, &b, &off, &len);
+        memcpy(dst->buf[b] + off, s->buf[b] + off, len * sizeof(float));
+    }
+    dst->step = s->step;
+    dst->seed = s->seed;
+}
+
 static void *saver_main(void *arg) {
     px_ckpt_saver_t *sv = arg;
     pthread_mutex_lock(&sv->mu);
@@ -32,6 +49,14 @@ static void *saver_main(void *arg) {
         if (!sv->pending) break;
         sv->pending = 0;
         pthread_mutex_unlock(&sv->mu);
+        if (sv->src) { /* the snapshot, while the trainer computes the next step (it only reads the state) */
+            copy_state(&sv->snap, sv->src, 0);
+            pthread_mutex_lock(&sv->mu);
+            sv->src = NULL;
+            sv->copying = 0;
+            pthread_cond_broadcast(&sv->cv);
+            pthread_mutex_unlock(&sv->mu);
+        }
         px_ckpt_done_t d;
         memset(&d, 0, sizeof d);
         d.step = sv->snap.step;
@@ -73,33 +98,37 @@ static void wait_idle_locked(px_ckpt_saver_t *sv) {
     while (sv->busy) pthread_cond_wait(&sv->cv, &sv->mu);
 }
 
-int px_ckpt_saver_submit(px_ckpt_saver_t *sv, const px_train_state_t *s, const px_ckpt_meta_t *meta, double *held_ms) {
+int px_ckpt_saver_submit(px_ckpt_saver_t *sv, const px_train_state_t *s, const px_ckpt_meta_t *meta, int overlap,
+                         double *held_ms) {
     int64_t t0 = px_now_us();
     pthread_mutex_lock(&sv->mu);
     wait_idle_locked(sv);
     pthread_mutex_unlock(&sv->mu);
     /* The thread is idle: the snapshot is ours until we hand it over. */
     if (!sv->snap.owned && px_state_alloc_like(&sv->snap, s) != 0) return -1;
-    size_t chunks = px_state_digest_len(s->n);
-#pragma omp parallel for schedule(static)
-    for (size_t k = 0; k < chunks; k++) {
-        int b;
-        size_t off, len;
-        px_state_chunk(s->n, k, &b, &off, &len);
-        memcpy(sv->snap.buf[b] + off, s->buf[b] + off, len * sizeof(float));
-    }
-    sv->snap.step = s->step;
-    sv->snap.seed = s->seed;
+    if (!overlap) copy_state(&sv->snap, s, 1);
     sv->meta = *meta;
     sv->meta.job = sv->job;
     snprintf(sv->writer_group, sizeof sv->writer_group, "%s", meta->writer_group ? meta->writer_group : "");
     sv->meta.writer_group = sv->writer_group;
     pthread_mutex_lock(&sv->mu);
     sv->pending = sv->busy = 1;
+    if (overlap) {
+        sv->src = s;
+        sv->copying = 1;
+    }
     pthread_cond_broadcast(&sv->cv);
     pthread_mutex_unlock(&sv->mu);
     if (held_ms) *held_ms = (double)(px_now_us() - t0) / 1000.0;
     return 0;
+}
+
+double px_ckpt_saver_fence(px_ckpt_saver_t *sv) {
+    int64_t t0 = px_now_us();
+    pthread_mutex_lock(&sv->mu);
+    while (sv->copying) pthread_cond_wait(&sv->cv, &sv->mu);
+    pthread_mutex_unlock(&sv->mu);
+    return (double)(px_now_us() - t0) / 1000.0;
 }
 
 int px_ckpt_saver_poll(px_ckpt_saver_t *sv, px_ckpt_done_t *out) {

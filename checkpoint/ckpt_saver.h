@@ -1,5 +1,6 @@
-/* The background checkpoint saver: training is held only while the state is
- * copied to a host snapshot at a commit boundary; a thread of its own writes
+/* The background checkpoint saver: training is held at most while the state
+ * is copied to a host snapshot at a commit boundary (not at all when the copy
+ * overlaps the next step's forward and backward); a thread of its own writes
  * the snapshot (ckpt.h: px_ckpt_write) and applies retention. One save at a
  * time: a save asked for while the previous one still writes waits for it
  * (never two in flight, never an unbounded queue of snapshots). */
@@ -21,11 +22,20 @@ typedef struct {
 /* A saver writing into dir, keeping `keep` checkpoints (0: all), for a model
  * of config cfg in job `job`. NULL when out of memory or no thread. */
 px_ckpt_saver_t *px_ckpt_saver_new(const char *dir, int keep, const px_gpt_config_t *cfg, const char *job);
-/* Waits for the save in flight to end, copies s (the snapshot buffer is
- * allocated on first use) and hands it to the thread. *held_ms (may be NULL):
- * how long the caller was held, waiting and copying. 0, or -1 when the
- * snapshot cannot be allocated (nothing is saved). */
-int px_ckpt_saver_submit(px_ckpt_saver_t *sv, const px_train_state_t *s, const px_ckpt_meta_t *meta, double *held_ms);
+/* Waits for the save in flight to end, then hands s to the thread (the
+ * snapshot buffer is allocated on first use). overlap 0: s is copied into
+ * the snapshot here, on every core, before this returns. overlap 1 (the
+ * CheckFreq way): the thread copies s itself while the caller goes on, so
+ * s must stay alive and unchanged until px_ckpt_saver_fence returns: a
+ * trainer fences before its next optimizer step, which is the first write
+ * to the state after a commit (a forward and backward only read it).
+ * *held_ms (may be NULL): how long the caller was held here. 0, or -1 when
+ * the snapshot cannot be allocated (nothing is saved). */
+int px_ckpt_saver_submit(px_ckpt_saver_t *sv, const px_train_state_t *s, const px_ckpt_meta_t *meta, int overlap,
+                         double *held_ms);
+/* Waits until the state handed to the last overlapped submit has been
+ * copied; returns the milliseconds waited. */
+double px_ckpt_saver_fence(px_ckpt_saver_t *sv);
 /* 1 and *out when a save has finished since the last call (oldest first), else 0. */
 int px_ckpt_saver_poll(px_ckpt_saver_t *sv, px_ckpt_done_t *out);
 /* Waits until no save is in flight. */

@@ -143,7 +143,7 @@ static void save(px_persist_t *p, const px_train_state_t *st, const px_quorum_t 
     double held_ms = 0;
     char path[4200];
     px_ckpt_path(p->dir, st->step, path, sizeof path);
-    if (px_ckpt_saver_submit(p->saver, st, &meta, &held_ms) != 0) {
+    if (px_ckpt_saver_submit(p->saver, st, &meta, 1, &held_ms) != 0) {
         px_log_error("checkpoint_failed step=%lld reason=\"out of memory for the snapshot\"", (long long)st->step);
         px_agent_notify(p->agent, "checkpoint_failed", q->id, st->step, "", 0, 0, "out of memory for the snapshot");
         return;
@@ -169,6 +169,12 @@ void px_persist_final(px_persist_t *p, const px_train_state_t *st, const px_quor
     if (is_writer(p, q) && p->submitted != st->step && st->step > 0) save(p, st, q);
     if (p->saver) px_ckpt_saver_wait(p->saver);
     report_done(p);
+}
+
+void px_persist_fence(px_persist_t *p) {
+    if (!p->saver) return;
+    double ms = px_ckpt_saver_fence(p->saver);
+    if (ms >= 1.0) px_log_info("checkpoint_fence waited_ms=%.1f: the snapshot copy outlasted a forward and backward", ms);
 }
 
 void px_persist_free(px_persist_t *p) {

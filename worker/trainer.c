@@ -303,6 +303,7 @@ static int shard_group_sync(trainer_t *t) {
 
 /* Every rank of the group, then every group, to one state. */
 static int sync_state(trainer_t *t) {
+    px_persist_fence(&t->persist); /* a heal may overwrite the state a save is copying */
     if (t->shard) {
         if (shard_group_sync(t) != 0) return -1;
         t->heal.group_comm = t->intra;
@@ -538,6 +539,7 @@ static int train_step(trainer_t *t, int *adopt, float *loss_out, float *norm_out
         px_agent_report_failure(t->agent, NULL, -1, t->qid, t->st.step, "commit vote disagreed");
         return 0;
     }
+    px_persist_fence(&t->persist); /* the first write to the state since the last commit */
     if (t->shard) {
         if (shard_commit(t, norm_out) != 0) {
             px_log_warn("step_unconfirmed step=%lld quorum_id=%lld reason=\"%s\": gradients kept pending",
@@ -769,6 +771,7 @@ static void teardown(trainer_t *t) {
     px_agent_set_quorum_hook(t->agent, NULL, NULL); /* waits for a running call: t is about to go */
     drop_comms(t);
     px_reducer_destroy(&t->reducer);
+    px_persist_free(&t->persist); /* a save in flight may still read the state */
     if (t->shard) t->model = NULL; /* the shard's */
     px_shard_destroy(&t->shard);
     px_gpt_destroy(&t->model);
@@ -777,7 +780,6 @@ static void teardown(trainer_t *t) {
     free(t->inputs);
     free(t->targets);
     px_heal_free(&t->heal);
-    px_persist_free(&t->persist);
     px_quorum_free(&t->q);
     if (t->ledger) fclose(t->ledger);
     pthread_mutex_destroy(&t->comm_mu);
