@@ -93,6 +93,18 @@ void px_ckpt_manifest_free(px_ckpt_manifest_t *m);
  * (file name `file`, its size and checksum filled in by the writer). 0, or -1
  * when out of memory. */
 int px_ckpt_manifest_whole(px_ckpt_manifest_t *m, const px_gpt_config_t *cfg, const char *file);
+/* The manifest of a state written in pieces by several ranks: every
+ * logical tensor of cfg without slices, and nfiles data files named
+ * "<prefix><f, 5 digits>.bin" (the writers use "rank": rank00003.bin). Then px_ckpt_manifest_add appends, file by file in
+ * the order of its bytes, each rectangle a writer stores: rows [row0,
+ * row0 + nrows) x columns [col0, col0 + ncols) of the logical tensor
+ * (buffer PX_STATE_*, gpt.h kind, layer; 0 for the outer tensors) seen as
+ * rows of K floats (a matrix's own rows; a vector as one row, or K = 1).
+ * The file's size grows by the rectangle. Both 0, or -1 when out of memory
+ * or the rectangle does not fit the tensor (the decoder checks coverage). */
+int px_ckpt_manifest_begin(px_ckpt_manifest_t *m, const px_gpt_config_t *cfg, int nfiles, const char *prefix);
+int px_ckpt_manifest_add(px_ckpt_manifest_t *m, int file, int buffer, int kind, int layer, int64_t K, int64_t row0,
+                         int64_t nrows, int64_t col0, int64_t ncols);
 /* JSON text of m (malloc'd, NUL-terminated), or NULL when out of memory. */
 char *px_ckpt_manifest_encode(const px_ckpt_manifest_t *m);
 /* Parses and checks a manifest: format and version (one from the future is
@@ -114,6 +126,7 @@ typedef struct {
     int64_t quorum_id;
     int groups, ranks_per_group;
     const char *writer_group;
+    int fsdp, tp;                    /* the writing layout (0: 1) */
 } px_ckpt_meta_t;
 
 typedef struct {
@@ -132,6 +145,31 @@ void px_ckpt_path(const char *dir, int64_t step, char *out, size_t len);
  * in err. */
 int px_ckpt_write(const char *dir, const px_train_state_t *s, const px_gpt_config_t *cfg, const px_ckpt_meta_t *meta,
                   px_ckpt_result_t *res, char *err, size_t errlen);
+
+/* One rank's part of a checkpoint written by several (a sharded group):
+ * every rank writes the floats `runs` (offset, count: the same runs of each
+ * of the state's three buffers, params first, then m, then v) into its file
+ * rank<rank>.bin of a temporary folder the ranks share
+ * (DIR/.tmp-step_N-<writer group>-q<quorum id>), then a marker with the
+ * file's size and checksum. Rank 0 waits up to wait_ms for every marker,
+ * completes `plan` (the slices of every rank's file, px_ckpt_manifest_begin
+ * and _add; its files' sizes must be what the ranks wrote) with the sizes,
+ * checksums and meta, writes the manifest and publishes the folder as
+ * px_ckpt_write does. A rank that dies leaves the folder unpublished
+ * (retention removes it after an hour). */
+typedef struct {
+    int rank, ranks;
+    const size_t (*runs)[2];
+    size_t nruns;
+    const px_ckpt_manifest_t *plan; /* rank 0 */
+    int wait_ms;                    /* rank 0 */
+} px_ckpt_part_t;
+
+/* This rank's part of the checkpoint of step s->step (and, on rank 0, the
+ * publication). 0, or -1 with the fault in err. res->path is the published
+ * folder (rank 0) or the temporary one (the others). */
+int px_ckpt_write_part(const char *dir, const px_train_state_t *s, const px_ckpt_meta_t *meta,
+                       const px_ckpt_part_t *part, px_ckpt_result_t *res, char *err, size_t errlen);
 
 /* A checkpoint that cannot be used: which file and what is wrong with it. */
 typedef struct {

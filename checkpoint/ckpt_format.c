@@ -122,6 +122,66 @@ oom:
     return -1;
 }
 
+int px_ckpt_manifest_begin(px_ckpt_manifest_t *m, const px_gpt_config_t *cfg, int nfiles, const char *prefix) {
+    memset(m, 0, sizeof *m);
+    int n = px_ckpt_logical_tensors(cfg, NULL);
+    px_ckpt_logical_t *lt = calloc((size_t)n, sizeof *lt);
+    m->tensors = calloc((size_t)n, sizeof *m->tensors);
+    m->files = calloc((size_t)nfiles, sizeof *m->files);
+    if (!lt || !m->tensors || !m->files) {
+        free(lt);
+        px_ckpt_manifest_free(m);
+        return -1;
+    }
+    px_ckpt_logical_tensors(cfg, lt);
+    m->format_version = PX_CKPT_FORMAT_VERSION;
+    m->model = *cfg;
+    m->groups = m->ranks_per_group = m->fsdp = m->tp = m->pp = 1;
+    for (int i = 0; i < n; i++, m->ntensors++) {
+        snprintf(m->tensors[i].name, sizeof m->tensors[i].name, "%s", lt[i].name);
+        m->tensors[i].ndim = lt[i].ndim;
+        memcpy(m->tensors[i].shape, lt[i].shape, sizeof m->tensors[i].shape);
+    }
+    m->nfiles = nfiles;
+    for (int f = 0; f < nfiles; f++) snprintf(m->files[f].name, sizeof m->files[f].name, "%s%05d.bin", prefix, f);
+    free(lt);
+    return 0;
+}
+
+int px_ckpt_manifest_add(px_ckpt_manifest_t *m, int file, int buffer, int kind, int layer, int64_t K, int64_t row0,
+                         int64_t nrows, int64_t col0, int64_t ncols) {
+    /* the logical tensor: buffers in order, kinds in order, layers in order */
+    int idx = 0;
+    for (int b = 0; b <= buffer; b++)
+        for (int k = 0; k < PX_GPT_NUM_TENSORS; k++) {
+            int layers = strstr(gpt2_names[k], "%d") ? m->model.num_layers : 1;
+            if (b == buffer && k == kind) {
+                if (layer < 0 || layer >= layers) return -1;
+                idx += layer;
+                goto found;
+            }
+            idx += layers;
+        }
+    return -1;
+found:;
+    px_ckpt_tensor_t *t = &m->tensors[idx];
+    px_ckpt_slice_t sl = {.file = file, .offset = m->files[file].bytes};
+    if (t->ndim == 2) {
+        if (K != t->shape[1]) return -1;
+        sl.start[0] = row0, sl.start[1] = col0, sl.count[0] = nrows, sl.count[1] = ncols;
+    } else { /* a vector: the rectangle must be one run of it */
+        if (nrows > 1 && ncols != K) return -1;
+        sl.start[0] = row0 * K + col0, sl.count[0] = nrows * ncols;
+    }
+    sl.bytes = (uint64_t)(nrows * ncols) * sizeof(float);
+    px_ckpt_slice_t *grown = realloc(t->slices, (size_t)(t->nslices + 1) * sizeof *grown);
+    if (!grown) return -1;
+    t->slices = grown;
+    t->slices[t->nslices++] = sl;
+    m->files[file].bytes += sl.bytes;
+    return 0;
+}
+
 int px_ckpt_manifest_find(const px_ckpt_manifest_t *m, const char *name) {
     for (int i = 0; i < m->ntensors; i++)
         if (!strcmp(m->tensors[i].name, name)) return i;

@@ -85,9 +85,10 @@ static ssize_t read_full(int fd, void *buf, size_t len) {
 
 /* ---- writing ------------------------------------------------------------- */
 
-/* The state's three buffers into one file, hashed on the way. */
-static int write_data(const char *path, const px_train_state_t *s, uint64_t *bytes, uint64_t *hash, char *err,
-                      size_t errlen) {
+/* The state's three buffers into one file, hashed on the way: whole, or
+ * only the runs (offset, count) of each (runs NULL: whole). */
+static int write_data(const char *path, const px_train_state_t *s, const size_t (*runs)[2], size_t nruns,
+                      uint64_t *bytes, uint64_t *hash, char *err, size_t errlen) {
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return px_ckpt_fail(err, errlen, "creating %s: %s", path, strerror(errno));
     XXH3_state_t *h = XXH3_createState();
@@ -97,9 +98,12 @@ static int write_data(const char *path, const px_train_state_t *s, uint64_t *byt
     }
     XXH3_64bits_reset(h);
     *bytes = 0;
-    for (int b = 0; b < PX_STATE_NBUF; b++) {
-        const char *p = (const char *)s->buf[b];
-        size_t left = s->n * sizeof(float);
+    size_t whole[1][2] = {{0, s->n}};
+    if (!runs) runs = (const size_t(*)[2])whole, nruns = 1;
+    for (int k = 0; k < PX_STATE_NBUF * (int)nruns; k++) {
+        int b = k / (int)nruns;
+        const char *p = (const char *)(s->buf[b] + runs[k % nruns][0]);
+        size_t left = runs[k % nruns][1] * sizeof(float);
         while (left) {
             size_t len = left < IO_BLOCK ? left : IO_BLOCK;
             if (write_all(fd, p, len) != 0) {
@@ -144,6 +148,10 @@ static int publish(const char *dir, const char *tmp, const char *final, char *er
     return 0;
 }
 
+static int finish(const char *dir, const char *tmp, const char *final, px_ckpt_manifest_t *m,
+                  const px_train_state_t *s, const px_ckpt_meta_t *meta, uint64_t bytes, int64_t t0,
+                  px_ckpt_result_t *res, char *err, size_t errlen);
+
 int px_ckpt_write(const char *dir, const px_train_state_t *s, const px_gpt_config_t *cfg, const px_ckpt_meta_t *meta,
                   px_ckpt_result_t *res, char *err, size_t errlen) {
     int64_t t0 = px_now_us();
@@ -158,28 +166,45 @@ int px_ckpt_write(const char *dir, const px_train_state_t *s, const px_gpt_confi
     rm_rf(tmp); /* a leftover of an earlier attempt of this process */
     if (mkdir(tmp, 0755) != 0) return px_ckpt_fail(err, errlen, "creating %s: %s", tmp, strerror(errno));
     px_ckpt_manifest_t m;
-    char *text = NULL;
     if (px_ckpt_manifest_whole(&m, cfg, DATA_FILE) != 0) {
         px_ckpt_fail(err, errlen, "out of memory");
         goto bad;
     }
     snprintf(path, sizeof path, "%s/%s", tmp, DATA_FILE);
     uint64_t bytes = 0, hash = 0;
-    if (write_data(path, s, &bytes, &hash, err, errlen) != 0) goto bad;
+    if (write_data(path, s, NULL, 0, &bytes, &hash, err, errlen) != 0) goto bad;
     if (bytes != m.files[0].bytes) {
         px_ckpt_fail(err, errlen, "state of %zu floats does not fit the model's %" PRIu64 " bytes", s->n, m.files[0].bytes);
         goto bad;
     }
     m.files[0].xxh3 = hash;
-    snprintf(m.job, sizeof m.job, "%s", meta->job ? meta->job : "");
-    m.step = s->step;
-    m.quorum_id = meta->quorum_id;
-    m.seed = s->seed;
-    m.created_ms = (int64_t)time(NULL) * 1000;
-    m.groups = meta->groups > 0 ? meta->groups : 1;
-    m.ranks_per_group = meta->ranks_per_group > 0 ? meta->ranks_per_group : 1;
-    snprintf(m.writer_group, sizeof m.writer_group, "%s", meta->writer_group ? meta->writer_group : "");
-    if (!(text = px_ckpt_manifest_encode(&m))) {
+    int rc = finish(dir, tmp, final, &m, s, meta, bytes, t0, res, err, errlen);
+    px_ckpt_manifest_free(&m);
+    return rc;
+bad:
+    rm_rf(tmp);
+    px_ckpt_manifest_free(&m);
+    return -1;
+}
+
+/* The manifest m (files complete) with s's step and seed and meta, into
+ * tmp; then tmp published as final. On failure before publishing, tmp is
+ * removed. */
+static int finish(const char *dir, const char *tmp, const char *final, px_ckpt_manifest_t *m,
+                  const px_train_state_t *s, const px_ckpt_meta_t *meta, uint64_t bytes, int64_t t0,
+                  px_ckpt_result_t *res, char *err, size_t errlen) {
+    char path[4300], *text = NULL;
+    snprintf(m->job, sizeof m->job, "%s", meta->job ? meta->job : "");
+    m->step = s->step;
+    m->quorum_id = meta->quorum_id;
+    m->seed = s->seed;
+    m->created_ms = (int64_t)time(NULL) * 1000;
+    m->groups = meta->groups > 0 ? meta->groups : 1;
+    m->ranks_per_group = meta->ranks_per_group > 0 ? meta->ranks_per_group : 1;
+    if (meta->fsdp > 0) m->fsdp = meta->fsdp;
+    if (meta->tp > 0) m->tp = meta->tp;
+    snprintf(m->writer_group, sizeof m->writer_group, "%s", meta->writer_group ? meta->writer_group : "");
+    if (!(text = px_ckpt_manifest_encode(m))) {
         px_ckpt_fail(err, errlen, "out of memory");
         goto bad;
     }
@@ -193,20 +218,92 @@ int px_ckpt_write(const char *dir, const px_train_state_t *s, const px_gpt_confi
     if (fsync_path(dir) != 0) {
         /* Published but perhaps not durable: say so, it is not an error a retry fixes. */
         px_ckpt_fail(err, errlen, "syncing %s: %s", dir, strerror(errno));
-        goto bad_published;
+        free(text);
+        return -1;
     }
     snprintf(res->path, sizeof res->path, "%s", final);
     res->bytes = bytes + strlen(text);
     res->seconds = (double)(px_now_us() - t0) / 1e6;
     free(text);
-    px_ckpt_manifest_free(&m);
     return 0;
 bad:
     rm_rf(tmp);
-bad_published:
     free(text);
-    px_ckpt_manifest_free(&m);
     return -1;
+}
+
+/* ---- a checkpoint in parts ------------------------------------------------------ */
+
+/* Rank r's marker: "<bytes> <xxh3 hex>" once its file is durable. 1 read,
+ * 0 not there yet, -1 unreadable. */
+static int read_marker(const char *tmp, int r, uint64_t *bytes, uint64_t *hash) {
+    char path[4300], text[64] = "";
+    snprintf(path, sizeof path, "%s/rank%05d.done", tmp, r);
+    FILE *f = fopen(path, "r");
+    if (!f) return errno == ENOENT ? 0 : -1;
+    int ok = fgets(text, sizeof text, f) != NULL;
+    fclose(f);
+    unsigned long long b, h;
+    if (!ok || sscanf(text, "%llu %llx", &b, &h) != 2) return -1;
+    *bytes = b;
+    *hash = h;
+    return 1;
+}
+
+int px_ckpt_write_part(const char *dir, const px_train_state_t *s, const px_ckpt_meta_t *meta,
+                       const px_ckpt_part_t *part, px_ckpt_result_t *res, char *err, size_t errlen) {
+    int64_t t0 = px_now_us();
+    memset(res, 0, sizeof *res);
+    if (mkdirs(dir) != 0) return px_ckpt_fail(err, errlen, "creating the checkpoint folder %s: %s", dir, strerror(errno));
+    char tmp[4200], path[4300], done[4300], final[4200];
+    px_ckpt_path(dir, s->step, final, sizeof final);
+    snprintf(tmp, sizeof tmp, "%s/.tmp-%s-%s-q%lld", dir, strrchr(final, '/') + 1,
+             meta->writer_group && meta->writer_group[0] ? meta->writer_group : "group", (long long)meta->quorum_id);
+    if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return px_ckpt_fail(err, errlen, "creating %s: %s", tmp, strerror(errno));
+    snprintf(path, sizeof path, "%s/rank%05d.bin", tmp, part->rank);
+    uint64_t bytes = 0, hash = 0;
+    if (write_data(path, s, part->runs, part->nruns, &bytes, &hash, err, errlen) != 0) return -1;
+    char marker[64];
+    snprintf(marker, sizeof marker, "%llu %016llx\n", (unsigned long long)bytes, (unsigned long long)hash);
+    snprintf(path, sizeof path, "%s/rank%05d.part", tmp, part->rank);
+    snprintf(done, sizeof done, "%s/rank%05d.done", tmp, part->rank);
+    if (write_text(path, marker, err, errlen) != 0) return -1;
+    if (rename(path, done) != 0) return px_ckpt_fail(err, errlen, "renaming %s: %s", path, strerror(errno));
+    if (part->rank != 0) {
+        snprintf(res->path, sizeof res->path, "%s", tmp);
+        res->bytes = bytes;
+        res->seconds = (double)(px_now_us() - t0) / 1e6;
+        return 0;
+    }
+    /* rank 0: every part, then the manifest */
+    px_ckpt_manifest_t m = *part->plan;
+    m.files = calloc((size_t)m.nfiles, sizeof *m.files);
+    if (!m.files) return px_ckpt_fail(err, errlen, "out of memory");
+    memcpy(m.files, part->plan->files, (size_t)m.nfiles * sizeof *m.files);
+    int rc = 0;
+    uint64_t total = 0;
+    int64_t deadline = px_now_ms() + part->wait_ms;
+    for (int r = 0; rc == 0 && r < part->ranks; r++) {
+        uint64_t b = 0, h = 0;
+        int got;
+        while ((got = read_marker(tmp, r, &b, &h)) == 0 && px_now_ms() < deadline) px_sleep_ms(20);
+        if (got != 1)
+            rc = px_ckpt_fail(err, errlen, got == 0 ? "rank %d's part did not arrive within %d ms" : "rank %d's marker is unreadable",
+                              r, part->wait_ms);
+        else if (r >= m.nfiles || b != m.files[r].bytes)
+            rc = px_ckpt_fail(err, errlen, "rank %d wrote %llu bytes, the layout gives %llu", r, (unsigned long long)b,
+                              r < m.nfiles ? (unsigned long long)m.files[r].bytes : 0ull);
+        else
+            m.files[r].xxh3 = h, total += b;
+    }
+    for (int r = 0; rc == 0 && r < part->ranks; r++) {
+        snprintf(done, sizeof done, "%s/rank%05d.done", tmp, r);
+        unlink(done);
+    }
+    /* a part that never came leaves the folder to retention: other ranks may still write in it */
+    if (rc == 0) rc = finish(dir, tmp, final, &m, s, meta, total, t0, res, err, errlen);
+    free(m.files);
+    return rc;
 }
 
 /* ---- reading ------------------------------------------------------------- */

@@ -18,6 +18,8 @@ struct px_ckpt_saver {
     const px_train_state_t *src;     /* the live state being copied into snap (NULL: none) */
     int copying;                     /* src is being read: the owner must not change it */
     px_ckpt_meta_t meta;
+    px_ckpt_part_t part;             /* with has_part: this rank writes a part (ckpt.h) */
+    int has_part;
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -60,8 +62,11 @@ static void *saver_main(void *arg) {
         px_ckpt_done_t d;
         memset(&d, 0, sizeof d);
         d.step = sv->snap.step;
-        d.ok = px_ckpt_write(sv->dir, &sv->snap, &sv->cfg, &sv->meta, &d.res, d.err, sizeof d.err) == 0;
-        if (d.ok) px_ckpt_retain(sv->dir, sv->keep, d.step);
+        if (sv->has_part)
+            d.ok = px_ckpt_write_part(sv->dir, &sv->snap, &sv->meta, &sv->part, &d.res, d.err, sizeof d.err) == 0;
+        else
+            d.ok = px_ckpt_write(sv->dir, &sv->snap, &sv->cfg, &sv->meta, &d.res, d.err, sizeof d.err) == 0;
+        if (d.ok && (!sv->has_part || sv->part.rank == 0)) px_ckpt_retain(sv->dir, sv->keep, d.step);
         pthread_mutex_lock(&sv->mu);
         if (sv->done_n == DONE_RING) { /* nobody polls: keep the newest */
             sv->done_head = (sv->done_head + 1) % DONE_RING;
@@ -121,6 +126,14 @@ int px_ckpt_saver_submit(px_ckpt_saver_t *sv, const px_train_state_t *s, const p
     pthread_mutex_unlock(&sv->mu);
     if (held_ms) *held_ms = (double)(px_now_us() - t0) / 1000.0;
     return 0;
+}
+
+void px_ckpt_saver_set_part(px_ckpt_saver_t *sv, const px_ckpt_part_t *part) {
+    pthread_mutex_lock(&sv->mu);
+    wait_idle_locked(sv);
+    sv->has_part = part != NULL;
+    if (part) sv->part = *part;
+    pthread_mutex_unlock(&sv->mu);
 }
 
 double px_ckpt_saver_fence(px_ckpt_saver_t *sv) {

@@ -33,6 +33,11 @@ px_ckpt_saver_t *px_ckpt_saver_new(const char *dir, int keep, const px_gpt_confi
  * the snapshot cannot be allocated (nothing is saved). */
 int px_ckpt_saver_submit(px_ckpt_saver_t *sv, const px_train_state_t *s, const px_ckpt_meta_t *meta, int overlap,
                          double *held_ms);
+/* From now on this saver writes this rank's part of checkpoints written by
+ * several ranks (ckpt.h, px_ckpt_write_part; the part's runs and plan must
+ * outlive the saver), and only rank 0 applies retention; NULL: whole states
+ * again. */
+void px_ckpt_saver_set_part(px_ckpt_saver_t *sv, const px_ckpt_part_t *part);
 /* Waits until the state handed to the last overlapped submit has been
  * copied; returns the milliseconds waited. */
 double px_ckpt_saver_fence(px_ckpt_saver_t *sv);

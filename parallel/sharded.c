@@ -153,8 +153,13 @@ static slice_t tp_slice(const px_gpt_config_t *cfg, px_gpt_tp_t tp, int t, size_
         s.ncols = s.K / T;
         s.col0 = r * s.ncols;
         break;
+    case PX_WTE:
+    case PX_WPE: /* replicated matrices: rows of C */
+        s.K = s.ncols = C;
+        s.brows = per_layer / C;
+        break;
     default:
-        break; /* replicated */
+        break; /* replicated vectors: one row */
     }
     return s;
 }
@@ -171,15 +176,17 @@ static void slice_copy(const slice_t *s, float *logical, float *local, int to_lo
         }
 }
 
-/* Copies unit u between a whole model's buffer `model` (params, m or v
- * layout of px_gpt_t) and the unit's flat layout `flat` of tp rank tp. */
-static void unit_copy(const px_shard_t *sh, px_gpt_tp_t tp, int u, const px_gpt_t *whole, float *model, float *flat,
-                      int to_flat) {
+/* Copies unit u between a whole model's buffer `model` (params, m or v:
+ * px_gpt_t's layout) and the unit's flat layout `flat` of tp rank tp. */
+static void unit_copy(const px_shard_t *sh, px_gpt_tp_t tp, int u, float *model, float *flat, int to_flat) {
+    size_t sizes[PX_GPT_NUM_TENSORS], offsets[PX_GPT_NUM_TENSORS], off = 0;
+    px_gpt_tensor_sizes(&sh->cfg, sizes);
+    for (int k = 0; k < PX_GPT_NUM_TENSORS; k++) offsets[k] = off, off += sizes[k];
     const unit_t *un = &sh->units[u];
     for (int i = 0; i < un->ntensors; i++) {
         int t = un->t[i].tensor;
-        size_t per_layer = whole->tensor_sizes[t] / (u == 0 ? 1 : (size_t)sh->cfg.num_layers);
-        float *logical = model + whole->tensor_offsets[t] + (u == 0 ? 0 : (size_t)(u - 1) * per_layer);
+        size_t per_layer = sizes[t] / (u == 0 ? 1 : (size_t)sh->cfg.num_layers);
+        float *logical = model + offsets[t] + (u == 0 ? 0 : (size_t)(u - 1) * per_layer);
         slice_t s = tp_slice(&sh->cfg, tp, t, per_layer);
         slice_copy(&s, logical, flat + un->t[i].off, to_flat);
     }
@@ -407,14 +414,20 @@ const char *px_shard_last_error(const px_shard_t *sh) { return sh->error; }
 /* ---- whole-model copies --------------------------------------------------- */
 
 void px_shard_load(px_shard_t *sh, const px_gpt_t *src) {
+    px_train_state_t whole = {.buf = {src->params, src->m, src->v}, .n = src->num_params};
+    px_shard_load_state(sh, &whole);
+}
+
+void px_shard_load_state(px_shard_t *sh, const px_train_state_t *src) {
     float *flat = zalloc(sh->units[0].padded > sh->layer_padded ? sh->units[0].padded : sh->layer_padded);
     if (!flat) abort(); /* a unit is at most a model's worth of the memory we already hold */
-    float *from[3] = {src->params, src->m, src->v}, *to[3] = {sh->b.params, sh->b.m, sh->b.v};
+    float *from[3] = {src->buf[PX_STATE_PARAMS], src->buf[PX_STATE_M], src->buf[PX_STATE_V]};
+    float *to[3] = {sh->b.params, sh->b.m, sh->b.v};
     for (int u = 0; u < sh->nunits; u++) {
         const unit_t *un = &sh->units[u];
         for (int k = 0; k < 3; k++) {
             memset(flat, 0, un->padded * sizeof(float));
-            unit_copy(sh, sh->lay.tp, u, src, from[k], flat, 1);
+            unit_copy(sh, sh->lay.tp, u, from[k], flat, 1);
             memcpy(to[k] + un->shard_off, flat + (size_t)sh->lay.fsdp_rank * un->piece, un->piece * sizeof(float));
         }
     }
@@ -507,11 +520,76 @@ int px_shard_gather(px_shard_t *sh, px_gpt_t *dst) {
         else if (rc == 0) memcpy(all, flat, un->padded * sizeof(float));
         /* every tp rank's slices into place; the replicated tensors are equal on all */
         for (int r = T - 1; rc == 0 && r >= 0; r--)
-            unit_copy(sh, (px_gpt_tp_t){T, r}, u, dst, dst->params, all + (size_t)r * un->padded, 0);
+            unit_copy(sh, (px_gpt_tp_t){T, r}, u, dst->params, all + (size_t)r * un->padded, 0);
     }
     free(flat);
     free(all);
     return rc;
+}
+
+/* ---- what a rank holds, for checkpoints --------------------------------------- */
+
+/* Rectangles of slice s behind its local elements [x, y): per row block, a
+ * partial first row, whole rows, a partial last row. */
+static int slice_rects(const slice_t *s, int t, int layer, size_t x, size_t y, size_t shard_off, px_shard_rect_fn fn,
+                       void *ctx) {
+    while (x < y) {
+        size_t r = x / s->ncols, c = x % s->ncols, j = r / s->brows, i = r % s->brows;
+        px_shard_rect_t rect = {.tensor = t, .layer = layer, .K = s->K, .row0 = s->row0[j] + i, .col0 = s->col0 + c,
+                                .shard_off = shard_off};
+        if (c != 0 || y - x < s->ncols) {
+            rect.nrows = 1;
+            rect.ncols = s->ncols - c < y - x ? s->ncols - c : y - x;
+        } else {
+            size_t rows = (y - x) / s->ncols;
+            rect.nrows = s->brows - i < rows ? s->brows - i : rows;
+            rect.ncols = s->ncols;
+        }
+        int rc = fn(ctx, &rect);
+        if (rc != 0) return rc;
+        size_t n = rect.nrows * rect.ncols;
+        x += n;
+        shard_off += n;
+    }
+    return 0;
+}
+
+int px_shard_rects(const px_gpt_config_t *cfg, const px_shard_layout_t *lay, px_shard_rect_fn fn, void *ctx) {
+    px_shard_t sh = {.cfg = *cfg, .lay = *lay};
+    int rc = build_units(&sh);
+    for (int u = 0; rc == 0 && u < sh.nunits; u++) {
+        const unit_t *un = &sh.units[u];
+        size_t lo = (size_t)lay->fsdp_rank * un->piece, hi = lo + un->piece;
+        for (int i = 0; rc == 0 && i < un->ntensors; i++) {
+            const unit_tensor_t *ut = &un->t[i];
+            size_t a = ut->off > lo ? ut->off : lo, e = ut->off + ut->len < hi ? ut->off + ut->len : hi;
+            if (a >= e) continue;
+            size_t whole = px_gpt_unit_tensor_size(cfg, (px_gpt_tp_t){1, 0}, u, ut->tensor);
+            if (whole == ut->len && lay->tp.rank != 0) continue; /* replicated: tp rank 0's copy counts */
+            slice_t sl = tp_slice(cfg, lay->tp, ut->tensor, whole);
+            rc = slice_rects(&sl, ut->tensor, u == 0 ? 0 : u - 1, a - ut->off, e - ut->off, un->shard_off + (a - lo),
+                             fn, ctx);
+        }
+    }
+    free(sh.units);
+    free(sh.segs);
+    return rc;
+}
+
+size_t px_shard_runs(const px_shard_t *sh, size_t (*runs)[2], size_t cap) {
+    size_t n = 0, end = 0;
+    for (int i = 0; i < sh->nsegs; i++) {
+        const segment_t *g = &sh->segs[i];
+        if (!g->unique) continue;
+        if (n && end == g->off) { /* tensors end to end: one run */
+            if (runs && n - 1 < cap) runs[n - 1][1] += g->len;
+        } else {
+            if (runs && n < cap) runs[n][0] = g->off, runs[n][1] = g->len;
+            n++;
+        }
+        end = g->off + g->len;
+    }
+    return n;
 }
 
 /* ---- optimizer ------------------------------------------------------------- */

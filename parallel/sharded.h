@@ -35,6 +35,7 @@
 
 #include "gpt.h"
 #include "px_comm.h"
+#include "train_state.h"
 
 typedef struct px_shard px_shard_t;
 
@@ -67,6 +68,9 @@ int px_shard_init(px_shard_t *sh, uint64_t seed);
 /* This rank's pieces of a whole model's params, m and v (src a plain
  * px_gpt_t of the same config). */
 void px_shard_load(px_shard_t *sh, const px_gpt_t *src);
+/* The same from a whole-model state (n floats per buffer, px_gpt_t's
+ * layout): a checkpoint restored into any layout. */
+void px_shard_load_state(px_shard_t *sh, const px_train_state_t *src);
 /* Collective over both axes: dst (a plain px_gpt_t of the same config) gets
  * the whole model's params on every rank. 0, or -1 on a communicator error. */
 int px_shard_gather(px_shard_t *sh, px_gpt_t *dst);
@@ -97,6 +101,28 @@ size_t px_shard_work_bytes(const px_shard_t *sh);
  * and reduce-scatter: (F-1) pieces each) and its tp sums (ring all-reduce:
  * 2(T-1)/T of the buffer), for reports and the benchmark. */
 void px_shard_bytes_sent(const px_shard_t *sh, double *fsdp, double *tp);
+
+/* A rectangle of one logical tensor (gpt.h's tensor kind, layer 0 for the
+ * outer ones) that a rank holds: rows [row0, row0 + nrows) and columns
+ * [col0, col0 + ncols) of the tensor seen as rows of K floats (a matrix's
+ * own rows; a vector is one row, or K = 1 for a tensor-parallel bias). Its
+ * floats lie row-major at shard_off in the rank's shard buffers. */
+typedef struct {
+    int tensor, layer;
+    size_t K, row0, nrows, col0, ncols;
+    size_t shard_off;
+} px_shard_rect_t;
+typedef int (*px_shard_rect_fn)(void *ctx, const px_shard_rect_t *r);
+
+/* Every rectangle the rank of `layout` holds and no other rank holds too
+ * (a tensor replicated over tp counts on tp rank 0 only), in shard order
+ * (padding skipped), for any rank, without building its shard: the slices
+ * of a checkpoint's manifest. Stops at and returns fn's first non-zero. */
+int px_shard_rects(const px_gpt_config_t *cfg, const px_shard_layout_t *layout, px_shard_rect_fn fn, void *ctx);
+/* The runs (shard offset, floats) behind those rectangles, in order, into
+ * runs[cap] (may be NULL to count); returns how many there are. The
+ * rectangles of px_shard_rects tile exactly these runs. */
+size_t px_shard_runs(const px_shard_t *sh, size_t (*runs)[2], size_t cap);
 
 /* Pure layout queries, for tests: floats of unit u's flat layout (padded to
  * a multiple of F), and where this rank's piece of it starts in the shard. */

@@ -8,5 +8,9 @@ endforeach()
 
 # The drawn initial shard against the whole model's cut (pure, no sockets).
 add_executable(test_shard_init ${CMAKE_CURRENT_LIST_DIR}/sharded/test_shard_init.c)
-target_link_libraries(test_shard_init PRIVATE px_sharded px_model)
+target_link_libraries(test_shard_init PRIVATE px_sharded px_checkpoint px_model)
 add_test(NAME sharded_init COMMAND test_shard_init)
+
+# Checkpoints written in parts by a sharded group and restored into other layouts.
+px_add_py_test(sharded_checkpoint ${CMAKE_CURRENT_LIST_DIR}/sharded/test_sharded_ckpt.py ${CMAKE_BINARY_DIR}/bin)
+set_tests_properties(sharded_checkpoint PROPERTIES TIMEOUT 600 RUN_SERIAL TRUE)

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt.h"
 #include "px_log.h"
 #include "px_time.h"
 #include "px_wire.h"
@@ -102,7 +103,43 @@ int px_persist_restore(px_persist_t *p, px_train_state_t *st, int64_t *restored)
 }
 
 static int is_writer(const px_persist_t *p, const px_quorum_t *q) {
-    return p->cfg->rank == 0 && q->n > 0 && !strcmp(q->groups[0].name, p->cfg->group);
+    return (p->cfg->rank == 0 || p->sharded) && q->n > 0 && !strcmp(q->groups[0].name, p->cfg->group);
+}
+
+typedef struct {
+    px_ckpt_manifest_t *m;
+    int file, buffer;
+} plan_ctx_t;
+
+static int plan_rect(void *ctx, const px_shard_rect_t *r) {
+    plan_ctx_t *c = ctx;
+    return px_ckpt_manifest_add(c->m, c->file, c->buffer, r->tensor, r->layer, (int64_t)r->K, (int64_t)r->row0,
+                                (int64_t)r->nrows, (int64_t)r->col0, (int64_t)r->ncols);
+}
+
+int px_persist_set_shard(px_persist_t *p, px_shard_t *sh, int fsdp, int tp) {
+    if (!p->dir[0]) return 0;
+    int W = fsdp * tp, rc = 0;
+    size_t n = px_shard_runs(sh, NULL, 0);
+    if (!(p->runs = malloc((n ? n : 1) * sizeof *p->runs))) return -1;
+    px_shard_runs(sh, p->runs, n);
+    if (p->cfg->rank == 0) { /* the manifest's slices: the same rectangles every rank writes, in its file's order */
+        rc = px_ckpt_manifest_begin(&p->plan, &p->model, W, "rank");
+        for (int r = 0; rc == 0 && r < W; r++) {
+            px_shard_layout_t lay = {.fsdp = fsdp, .fsdp_rank = r / tp, .tp = {tp, r % tp}};
+            for (int b = 0; rc == 0 && b < PX_STATE_NBUF; b++) {
+                plan_ctx_t c = {&p->plan, r, b};
+                rc = px_shard_rects(&p->model, &lay, plan_rect, &c);
+            }
+        }
+    }
+    p->sharded = 1;
+    p->fsdp = fsdp;
+    p->tp = tp;
+    int wait_ms = p->cfg->comm_timeout_ms > 60000 ? p->cfg->comm_timeout_ms : 60000;
+    p->part = (px_ckpt_part_t){p->cfg->rank, W, (const size_t(*)[2])p->runs, n, p->cfg->rank == 0 ? &p->plan : NULL,
+                               wait_ms};
+    return rc;
 }
 
 void px_persist_joined(px_persist_t *p, const px_quorum_t *q) {
@@ -115,6 +152,11 @@ void px_persist_joined(px_persist_t *p, const px_quorum_t *q) {
 static void report_done(px_persist_t *p) {
     px_ckpt_done_t d;
     while (p->saver && px_ckpt_saver_poll(p->saver, &d)) {
+        if (d.ok && p->sharded && p->cfg->rank != 0) { /* a part: rank 0 publishes and reports */
+            px_log_info("checkpoint_part_written step=%lld folder=%s bytes=%" PRIu64 " seconds=%.3f", (long long)d.step,
+                        d.res.path, d.res.bytes, d.res.seconds);
+            continue;
+        }
         if (d.ok) {
             double mb_s = d.res.seconds > 0 ? (double)d.res.bytes / 1e6 / d.res.seconds : 0;
             px_log_info("checkpoint_saved step=%lld path=%s bytes=%" PRIu64 " seconds=%.3f mb_s=%.1f",
@@ -135,11 +177,14 @@ static void report_done(px_persist_t *p) {
 }
 
 static void save(px_persist_t *p, const px_train_state_t *st, const px_quorum_t *q) {
-    if (!p->saver && !(p->saver = px_ckpt_saver_new(p->dir, p->cfg->checkpoint_keep, &p->model, p->cfg->job))) {
-        px_log_error("checkpoint_failed step=%lld reason=\"no saver thread\"", (long long)st->step);
-        return;
+    if (!p->saver) {
+        if (!(p->saver = px_ckpt_saver_new(p->dir, p->cfg->checkpoint_keep, &p->model, p->cfg->job))) {
+            px_log_error("checkpoint_failed step=%lld reason=\"no saver thread\"", (long long)st->step);
+            return;
+        }
+        if (p->sharded) px_ckpt_saver_set_part(p->saver, &p->part);
     }
-    px_ckpt_meta_t meta = {p->cfg->job, q->id, q->n, p->cfg->ranks_per_group, p->cfg->group};
+    px_ckpt_meta_t meta = {p->cfg->job, q->id, q->n, p->cfg->ranks_per_group, p->cfg->group, p->fsdp, p->tp};
     double held_ms = 0;
     char path[4200];
     px_ckpt_path(p->dir, st->step, path, sizeof path);
@@ -166,6 +211,14 @@ void px_persist_committed(px_persist_t *p, const px_train_state_t *st, const px_
 
 void px_persist_final(px_persist_t *p, const px_train_state_t *st, const px_quorum_t *q) {
     if (!p->dir[0]) return;
+    if (p->sharded && st->step < p->cfg->steps) { /* stopping: the ranks may be at different steps */
+        if (is_writer(p, q) && p->cfg->rank == 0)
+            px_log_info("checkpoint_skipped step=%lld: a sharded group saves no checkpoint when stopped; the last "
+                        "one written stands", (long long)st->step);
+        if (p->saver) px_ckpt_saver_wait(p->saver);
+        report_done(p);
+        return;
+    }
     if (is_writer(p, q) && p->submitted != st->step && st->step > 0) save(p, st, q);
     if (p->saver) px_ckpt_saver_wait(p->saver);
     report_done(p);
@@ -180,4 +233,7 @@ void px_persist_fence(px_persist_t *p) {
 void px_persist_free(px_persist_t *p) {
     px_ckpt_saver_destroy(&p->saver);
     report_done(p);
+    free(p->runs);
+    p->runs = NULL;
+    px_ckpt_manifest_free(&p->plan);
 }

@@ -20,6 +20,7 @@
 #include "agent.h"
 #include "ckpt_saver.h"
 #include "quorum.h"
+#include "sharded.h"
 #include "trainer.h"
 
 typedef struct {
@@ -32,12 +33,26 @@ typedef struct {
     char prev_writer[64];            /* the writer named by the last quorum joined */
     int catch_up;                    /* became the writer: save at the next commit */
     int rejected;                    /* checkpoints refused by the restore */
+    /* A sharded group (px_persist_set_shard): every rank of the writing group
+     * writes its part; rank 0 publishes. */
+    int sharded;
+    size_t (*runs)[2];
+    px_ckpt_manifest_t plan;         /* rank 0: the slices of every rank's file */
+    px_ckpt_part_t part;
+    int fsdp, tp;
 } px_persist_t;
 
 /* Off (0) when cfg has no checkpoint_dir. -1 when the folder name is too
  * long or out of memory. */
 int px_persist_init(px_persist_t *p, const px_trainer_config_t *cfg, px_agent_t *agent, const px_gpt_config_t *model);
-/* Restores into st (views into a fresh model); st->step becomes the step
+/* This rank holds shard sh of a group laid out fsdp x tp: checkpoints are
+ * written in parts (ckpt.h, px_ckpt_write_part), one per rank of the
+ * writing group, each holding the rectangles its shard owns; the final save
+ * at a stop (SIGTERM) is skipped, since the ranks may stop at different
+ * steps (the job's end is saved). 0, or -1 when out of memory. */
+int px_persist_set_shard(px_persist_t *p, px_shard_t *sh, int fsdp, int tp);
+/* Restores into st (views into a fresh model, or for a sharded group a
+ * whole-model staging state that the caller cuts into its shard); st->step becomes the step
  * restored. 0: restored or nothing to restore (st untouched: *restored -1);
  * -1: refuse to start (only another job's, seed's or model's checkpoints:
  * starting from scratch would overwrite them); -2: a checkpoint failed to

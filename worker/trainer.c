@@ -668,11 +668,6 @@ static int setup_shard(trainer_t *t, const px_gpt_config_t *mc) {
         px_log_error("--pp %d: pipeline parallelism is not built yet; use --pp 1", t->mesh.size[PX_MESH_PP]);
         return -1;
     }
-    if (cfg->checkpoint_dir) {
-        px_log_error("--checkpoint-dir: checkpoints of sharded groups (--fsdp/--tp) are not supported yet; "
-                     "run without --checkpoint-dir, or with one whole replica per rank");
-        return -1;
-    }
     if (cfg->ranks_per_group == 1) return t->model ? 0 : -1; /* 1x1x1: a whole replica (see setup) */
     t->coord = px_mesh_coord(&t->mesh, cfg->rank);
     px_shard_layout_t lay = {.fsdp = t->mesh.size[PX_MESH_FSDP], .fsdp_rank = t->coord.c[PX_MESH_FSDP],
@@ -704,6 +699,27 @@ static int setup_shard(trainer_t *t, const px_gpt_config_t *mc) {
     px_gpt_destroy(&t->model);
     t->model = px_shard_model(t->shard);
     return 0;
+}
+
+/* A sharded rank restores the whole state of the newest checkpoint, written
+ * in any layout, into a staging copy and keeps its shard of it: the rank
+ * briefly holds a whole replica's params and moments. */
+static int restore_shard(trainer_t *t, int64_t *restored) {
+    size_t sizes[PX_GPT_NUM_TENSORS];
+    px_train_state_t like = {.n = px_gpt_tensor_sizes(&t->model->config, sizes), .seed = t->cfg->seed}, whole;
+    *restored = -1;
+    if (!t->persist.dir[0]) return 0;
+    if (px_state_alloc_like(&whole, &like) != 0) {
+        px_log_error("out of memory for the checkpoint staging copy (%zu floats)", 3 * like.n);
+        return -1;
+    }
+    int rc = px_persist_restore(&t->persist, &whole, restored);
+    if (rc == 0 && *restored >= 0) {
+        px_shard_load_state(t->shard, &whole);
+        t->st.step = whole.step;
+    }
+    px_state_free(&whole);
+    return rc == -2 ? 0 : rc; /* the staging copy took the partial data: the shard is still the initial one */
 }
 
 static int setup(trainer_t *t) {
@@ -752,8 +768,12 @@ static int setup(trainer_t *t) {
     t->heal.reinit = rebuild_initial_state;
     t->heal.reinit_ctx = t;
     if (px_persist_init(&t->persist, cfg, t->agent, &t->model->config) != 0) return -1;
+    if (t->shard && px_persist_set_shard(&t->persist, t->shard, t->mesh.size[PX_MESH_FSDP], t->mesh.size[PX_MESH_TP]) != 0) {
+        px_log_error("out of memory for the checkpoint layout");
+        return -1;
+    }
     int64_t restored;
-    int rc = px_persist_restore(&t->persist, &t->st, &restored);
+    int rc = t->shard ? restore_shard(t, &restored) : px_persist_restore(&t->persist, &t->st, &restored);
     if (rc == -1) return -1;
     if (rc == -2 && rebuild_initial_state(t, &t->st) != 0) return -1; /* a rejected load left partial data */
     if (restored >= 0) px_agent_set_progress(t->agent, t->st.step, PHALANX__MEMBER_STATE__JOINING, 0);

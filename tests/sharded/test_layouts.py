@@ -95,8 +95,6 @@ def test_flags(bindir):
         (["--ranks-per-group", "2", "--tp", "3"], "= 1 x 1 x 3 = 3"),
         (["--ranks-per-group", "3", "--tp", "3", "--steps", "1"], "does not divide the model's 4 attention heads"),
         (["--ranks-per-group", "2", "--pp", "2", "--steps", "1"], "pipeline parallelism is not built yet"),
-        (["--ranks-per-group", "2", "--fsdp", "2", "--steps", "1", "--checkpoint-dir", "/tmp/x"],
-         "checkpoints of sharded groups"),
         (["--fsdp", "0"], "--fsdp"),
     ]
     job = Job(bindir, name="layout-flags")

@@ -1,13 +1,18 @@
-/* A rank's shard drawn directly (px_shard_init) holds the same bits as the
+/* Pure checks of sharded.c (no communicator: nothing here communicates).
+ *
+ * A rank's shard drawn directly (px_shard_init) holds the same bits as the
  * same rank's pieces cut from the whole seeded model (px_shard_load of
  * px_gpt_new), for every rank of several layouts, including an fsdp size
  * that leaves padding (3) and tensor-parallel splits of 2 and 4; m and v
- * start at zero; the pieces of all ranks add up to the padded units. No
- * communicator is needed: neither call communicates. */
+ * start at zero; the pieces of all ranks add up to the padded units. And
+ * the rectangles every rank holds (px_shard_rects), as the slices of a
+ * checkpoint manifest, cover each logical tensor once and tile each rank's
+ * file (the manifest decoder's own checks). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt.h"
 #include "gpt.h"
 #include "sharded.h"
 
@@ -64,11 +69,63 @@ static void check_layout(const char *preset, int F, int T, uint64_t seed) {
     px_gpt_destroy(&whole);
 }
 
+/* ---- the checkpoint manifest of a sharded group ---- */
+
+typedef struct {
+    px_ckpt_manifest_t *m;
+    int file, buffer;
+} add_ctx_t;
+
+static int add_rect(void *ctx, const px_shard_rect_t *r) {
+    add_ctx_t *a = ctx;
+    return px_ckpt_manifest_add(a->m, a->file, a->buffer, r->tensor, r->layer, (int64_t)r->K, (int64_t)r->row0,
+                                (int64_t)r->nrows, (int64_t)r->col0, (int64_t)r->ncols);
+}
+
+/* Every rank's rectangles, as a manifest's slices, cover every logical
+ * tensor exactly once and tile every rank's file (the decoder's checks). */
+static void check_manifest(const char *preset, int F, int T) {
+    px_gpt_config_t cfg;
+    px_gpt_config_preset(preset, &cfg);
+    px_ckpt_manifest_t m;
+    CHECK(px_ckpt_manifest_begin(&m, &cfg, F * T, "rank_") == 0, "begin");
+    for (int r = 0; r < F * T; r++) {
+        px_shard_layout_t lay = {.fsdp = F, .fsdp_rank = r / T, .tp = {T, r % T}};
+        for (int b = 0; b < PX_STATE_NBUF; b++) {
+            add_ctx_t a = {&m, r, b};
+            CHECK(px_shard_rects(&cfg, &lay, add_rect, &a) == 0, "%s F=%d T=%d rank %d: a rectangle was refused",
+                  preset, F, T, r);
+        }
+        char err[256];
+        px_shard_t *sh = px_shard_new(&cfg, &lay, err, sizeof err);
+        size_t runs[64][2], nr = px_shard_runs(sh, runs, 64), floats = 0;
+        CHECK(nr <= 64, "runs fit");
+        for (size_t i = 0; i < nr && i < 64; i++) floats += runs[i][1];
+        CHECK(m.files[r].bytes == 3 * floats * sizeof(float), "rank %d's file holds its runs: %llu vs %zu bytes", r,
+              (unsigned long long)m.files[r].bytes, 3 * floats * sizeof(float));
+        px_shard_destroy(&sh);
+    }
+    char *text = px_ckpt_manifest_encode(&m);
+    px_ckpt_manifest_t back;
+    char err[512] = "";
+    int rc = text ? px_ckpt_manifest_decode(text, strlen(text), &back, err, sizeof err) : -1;
+    CHECK(rc == 0, "%s F=%d T=%d: the manifest decodes: %s", preset, F, T, err);
+    if (rc == 0) {
+        CHECK(px_ckpt_manifest_matches(&back, &cfg, err, sizeof err) == 0, "matches the model: %s", err);
+        px_ckpt_manifest_free(&back);
+    }
+    free(text);
+    px_ckpt_manifest_free(&m);
+    printf("%s F=%d T=%d: the ranks' rectangles tile every tensor and file\n", preset, F, T);
+}
+
 int main(void) {
     int layouts[][2] = {{1, 2}, {2, 1}, {2, 2}, {3, 1}, {4, 1}, {1, 4}, {3, 2}};
     for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
         check_layout("tiny", layouts[i][0], layouts[i][1], 7);
         check_layout("small", layouts[i][0], layouts[i][1], 1337);
+        check_manifest("tiny", layouts[i][0], layouts[i][1]);
+        check_manifest("small", layouts[i][0], layouts[i][1]);
     }
     if (failures) {
         printf("%d failures\n", failures);
