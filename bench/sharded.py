@@ -19,7 +19,10 @@ Printed per layout:
   step ms   median of the `ms=` rank 0 of group g0 prints, steps --warmup+1..S
             (the first ones are start-up: first-touch allocation, the first quorum);
             min ms the fastest of those steps (load from other work on the
-            machine only adds time, so the minimum is the least disturbed)
+            machine only adds time, so the minimum is the least disturbed);
+            CPU ms/step the CPU time of all ranks together (every thread,
+            /proc/PID/task/*/schedstat, sampled at rank 0's progress lines)
+            over the same steps: the work, much less moved by other load
   fsdp      bytes sent per rank per step by the fsdp all-gathers and
             reduce-scatters. exact: this schedule, unit by unit: the forward
             gathers every unit, the backward gathers every layer again except
@@ -133,7 +136,8 @@ def theory(m, groups, W, flags, batch, seq):
 
 def run_layout(a, env, name, groups, W, flags):
     """Trains one layout; returns (g0 rank 0's progress fields by step,
-    [comm_sent fields of every rank], final lines, scratch dir)."""
+    [comm_sent fields of every rank], final lines, CPU ms per timed step
+    summed over the ranks, scratch dir, the ranks' micro-batch)."""
     d = tempfile.mkdtemp(prefix="phalanx-shbench-")
     endpoint = "tcp://127.0.0.1:%d" % free_port()
     coord = Proc([os.path.join(a.bindir, "phalanx-coordinator"), "--bind", endpoint, "--job", "sharded",
@@ -147,11 +151,12 @@ def run_layout(a, env, name, groups, W, flags):
               "--eval-batches", "0"] + flags
     procs = []
     try:
-        for g in range(groups):
-            for r in range(W):
-                procs.append(Proc([os.path.join(a.bindir, "phalanx-worker"), "--group", "g%d" % g, "--rank", str(r)]
-                                  + common, os.path.join(d, "worker-g%d-%d.log" % (g, r)), env=env,
-                                  name="worker g%d rank %d" % (g, r)))
+        # g0 rank 0 (the one that prints progress) starts last, so that at
+        # each of its progress lines it samples the CPU time of every rank
+        for g, r in [(g, r) for g in range(groups) for r in range(W) if (g, r) != (0, 0)] + [(0, 0)]:
+            procs.append(Proc([os.path.join(a.bindir, "phalanx-worker"), "--group", "g%d" % g, "--rank", str(r)]
+                              + common, os.path.join(d, "worker-g%d-%d.log" % (g, r)), env=env,
+                              name="worker g%d rank %d" % (g, r), cpu_pids=[p.pid for p in procs]))
         for p in procs:
             rc = p.wait(a.timeout)
             if rc != 0:
@@ -160,12 +165,13 @@ def run_layout(a, env, name, groups, W, flags):
         for p in procs:
             p.stop()
         coord.stop()
+    rank0 = procs[-1]
     progress, finals = {}, []
     for p in procs:
         for _, line in p.snapshot():
             if line.startswith("final "):
                 finals.append(kv(line))
-            if p is procs[0] and line.startswith("progress "):
+            if p is rank0 and line.startswith("progress "):
                 f = kv(line)
                 progress[int(f["step"])] = f
     sent = []
@@ -180,7 +186,13 @@ def run_layout(a, env, name, groups, W, flags):
     if sorted(progress) != list(range(1, a.steps + 1)):
         raise BenchError("%s: rank 0 printed progress for steps %s, not 1..%d (logs in %s)"
                          % (name, sorted(progress), a.steps, d))
-    return progress, sent, finals, d, batch
+    c = rank0.cpu_by_step()
+    lo, hi = c.get(a.warmup) if a.warmup else None, c.get(a.steps)
+    cpu = float("nan")
+    if hi and (lo or not a.warmup):
+        before = lo[0] + sum(lo[1]) if lo else 0
+        cpu = (hi[0] + sum(hi[1]) - before) / 1e6 / (a.steps - a.warmup)
+    return progress, sent, finals, cpu, d, batch
 
 
 # ---- report -------------------------------------------------------------------
@@ -243,14 +255,14 @@ def main():
           "collective sizes); ratio = measured / exact theory, must be within %.0f%%" % (100 * TOLERANCE))
     print("  " + environment(blas_note), flush=True)
     t_start = time.monotonic()
-    head = ("| layout | groups x ranks | batch/rank | step ms | min ms | fsdp MB | exact | ratio | textbook 3N(F-1)/F | fsdp / textbook "
+    head = ("| layout | groups x ranks | batch/rank | step ms | min ms | CPU ms/step | fsdp MB | exact | ratio | textbook 3N(F-1)/F | fsdp / textbook "
             "| tp MB | theory | ratio | dp MB | theory | ratio | loss max rel diff | result |")
     print()
     print(head)
     print("|" + "---|" * (head.count("|") - 1), flush=True)
     failed, base = [], None
     for name, groups, W, flags in layouts:
-        progress, sent, finals, d, batch = run_layout(a, env, name, groups, W, flags)
+        progress, sent, finals, cpu, d, batch = run_layout(a, env, name, groups, W, flags)
         th = theory(m, groups, W, flags, batch, a.seq)
         ok = True
         per = {}
@@ -265,7 +277,7 @@ def main():
             base = losses
         worst = max(abs(losses[s] - base[s]) / max(abs(base[s]), 1e-30) for s in base)
         ok &= worst <= LOSS_REL and fails == 0
-        cells = [name, "%d x %d" % (groups, W), str(batch), "%.1f" % statistics.median(timed), "%.1f" % min(timed)]
+        cells = [name, "%d x %d" % (groups, W), str(batch), "%.1f" % statistics.median(timed), "%.1f" % min(timed), "%.0f" % cpu]
         for kind in ("fsdp", "tp", "dp"):
             cells += [mb(per[kind]), mb(th[kind]), ratio_cell(per[kind], th[kind])[0]]
             if kind == "fsdp":
