@@ -37,20 +37,31 @@ def finish_and_compare(launch, group):
     return cks
 
 
-def test_stop(bindir):
-    """A rank of a sharded group frozen (SIGSTOP) past the heartbeat timeout,
-    its group peers blocked in a collective with it: the group is dropped, the
-    other group trains on, and after SIGCONT the group rejoins and heals."""
+def start(bindir, name):
+    """2 groups of fsdp2 x tp2 under phalanx-launch, at step 15; the victim
+    (drawn from SEED: a group, and a rank other than 0, which prints) and its pid."""
     rnd = random.Random(SEED)
     group, rank = rnd.choice(["g0", "g1"]), rnd.randrange(1, 4)
-    data = make_corpus(bindir, tempfile.mkdtemp(prefix="phalanx-shardstop-data-"))
+    data = make_corpus(bindir, tempfile.mkdtemp(prefix="phalanx-%s-data-" % name))
     launch = Launch(bindir, ["--groups", "2", "--ranks-per-group", "4", "--model", "tiny", "--steps", str(STEPS),
                              "--data", data, "--", "--fsdp", "2", "--tp", "2", "--global-batch", "8",
-                             "--micro-batch", "2", "--comm-timeout-ms", "20000"], name="shardstop")
+                             "--micro-batch", "2", "--comm-timeout-ms", "20000"], name=name)
     try:
         wait_until(lambda: launch.last_step() >= 15, 180, "step 15")
         pid = launch.pid_of(group, rank)
         check(pid, "%s rank %d is running" % (group, rank))
+    except Fail:
+        launch.terminate()
+        raise
+    return group, rank, launch, pid
+
+
+def test_stop(bindir):
+    """A rank of a sharded group frozen (SIGSTOP) past the heartbeat timeout,
+    its group peers blocked in a collective with it: the group is dropped, the
+    other group trains on, and after SIGCONT the group rejoins and heals."""
+    group, rank, launch, pid = start(bindir, "shardstop")
+    try:
         os.kill(pid, signal.SIGSTOP)
         t0 = time.time()
         wait_until(lambda: any("groups 1/2" in l for l in launch.output()), 30, "a step committed without the frozen group")
@@ -66,16 +77,8 @@ def test_stop(bindir):
 
 
 def test_kill(bindir):
-    rnd = random.Random(SEED)
-    group, rank = rnd.choice(["g0", "g1"]), rnd.randrange(1, 4)  # rank 0 prints; kill another one
-    data = make_corpus(bindir, tempfile.mkdtemp(prefix="phalanx-shardkill-data-"))
-    launch = Launch(bindir, ["--groups", "2", "--ranks-per-group", "4", "--model", "tiny", "--steps", str(STEPS),
-                             "--data", data, "--", "--fsdp", "2", "--tp", "2", "--global-batch", "8",
-                             "--micro-batch", "2", "--comm-timeout-ms", "20000"], name="shardkill")
+    group, rank, launch, pid = start(bindir, "shardkill")
     try:
-        wait_until(lambda: launch.last_step() >= 15, 180, "step 15")
-        pid = launch.pid_of(group, rank)
-        check(pid, "%s rank %d is running" % (group, rank))
         killed_at = launch.last_step()
         os.kill(pid, signal.SIGKILL)
         # the other group commits steps without the victim's group
