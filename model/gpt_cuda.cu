@@ -3,7 +3,8 @@
  * same order and with the same buffer reuse as the CPU model (model/gpt.c),
  * so the two can be read side by side and compared tensor by tensor.
  *
- * Memory: params, grads, m and v are one cudaMalloc each (num_params floats).
+ * Memory: params, grads, m and v are one cudaMalloc each (num_params floats;
+ * grads has PX_GPT_GRADS_SPARE more, for a trainer's values reduced with them).
  * Activations are one cudaMalloc carved into 64-byte-aligned views (the
  * alignment keeps cuBLASLt on its fast paths). As on the CPU, the outputs of
  * the two residual projections are not kept, and the backward pass reuses a
@@ -183,8 +184,9 @@ px_gpt_cuda_t *px_gpt_cuda_new(const px_gpt_config_t *cfg) {
     self->mean_loss = -1.0f;
     px_cuda_ops_init();
     PX_CUDA_CHECK(cudaStreamCreateWithFlags(&self->stream, cudaStreamNonBlocking));
-    size_t bytes = self->num_params * sizeof(float);
     for (int i = 0; i < 4; i++) {
+        /* grads get the CPU model's spare room (gpt.h, PX_GPT_GRADS_SPARE) */
+        size_t bytes = (self->num_params + (i == PX_GPT_CUDA_GRADS ? PX_GPT_GRADS_SPARE : 0)) * sizeof(float);
         cudaError_t e = cudaMalloc(&self->buf[i], bytes);
         if (e != cudaSuccess) {
             cudaGetLastError();

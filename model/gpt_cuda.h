@@ -59,7 +59,9 @@ size_t px_gpt_cuda_num_params(const px_gpt_cuda_t *self);
 /* Offset of tensor i (PX_WTE..PX_LNFB) in each of the four buffers: the
  * same as the CPU model's tensor_offsets. */
 size_t px_gpt_cuda_tensor_offset(const px_gpt_cuda_t *self, int tensor);
-/* Device pointer to one state buffer (num_params floats): for collectives. */
+/* Device pointer to one state buffer (num_params floats): for collectives.
+ * grads has PX_GPT_GRADS_SPARE floats of room past num_params that the model
+ * never reads or writes, as the CPU model's (gpt.h). */
 float *px_gpt_cuda_buffer(px_gpt_cuda_t *self, px_gpt_cuda_buf_t which);
 /* The stream all of this model's work is queued on. */
 cudaStream_t px_gpt_cuda_stream(const px_gpt_cuda_t *self);
