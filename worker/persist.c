@@ -199,12 +199,16 @@ static void save(px_persist_t *p, const px_train_state_t *st, const px_quorum_t 
     px_agent_notify(p->agent, "checkpoint_started", q->id, st->step, "", 0, (unsigned)held_ms, fit(path));
 }
 
+int px_persist_due(const px_persist_t *p, const px_train_state_t *st, const px_quorum_t *q) {
+    if (!p->dir[0] || !is_writer(p, q)) return 0;
+    return (p->cfg->checkpoint_every > 0 && st->step % p->cfg->checkpoint_every == 0) || p->catch_up;
+}
+
 void px_persist_committed(px_persist_t *p, const px_train_state_t *st, const px_quorum_t *q) {
     if (!p->dir[0]) return;
     report_done(p);
     if (!is_writer(p, q)) return;
-    int due = p->cfg->checkpoint_every > 0 && st->step % p->cfg->checkpoint_every == 0;
-    if (due || p->catch_up) save(p, st, q);
+    if (px_persist_due(p, st, q)) save(p, st, q);
     p->catch_up = 0;
     report_done(p);
 }

@@ -60,6 +60,9 @@ int px_persist_set_shard(px_persist_t *p, px_shard_t *sh, int fsdp, int tp);
 int px_persist_restore(px_persist_t *p, px_train_state_t *st, int64_t *restored);
 /* After joining quorum q: notes who writes. */
 void px_persist_joined(px_persist_t *p, const px_quorum_t *q);
+/* 1 when px_persist_committed(p, st, q) will save st: a trainer whose
+ * state lives on a GPU brings its host copy up to date first. */
+int px_persist_due(const px_persist_t *p, const px_train_state_t *st, const px_quorum_t *q);
 /* After committing st->step under quorum q: saves when due and we write;
  * reports finished saves. */
 void px_persist_committed(px_persist_t *p, const px_train_state_t *st, const px_quorum_t *q);
