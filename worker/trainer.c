@@ -39,7 +39,16 @@
  * only after a one-float sum inside the group that confirms every rank got
  * that far (shard_commit); and step 4 first brings the group's ranks to one
  * step (shard_group_sync), then heals groups whole, rank by rank. The
- * collective-by-collective picture is in docs/architecture.md. */
+ * collective-by-collective picture is in docs/architecture.md.
+ *
+ * The device (--device, compute.h) changes none of this. With cuda the
+ * model computes on a GPU, the gradients and the vote's tail are reduced by
+ * NCCL communicators made like the Gloo ones, and the state moves between
+ * the GPU and its host copy at the points that read or write it on the host:
+ * checksums, heals, checkpoints, the final report. NCCL moves device memory
+ * only, so heals (host buffers) run over Gloo communicators of their own,
+ * made next to the NCCL ones (state_cross, state_intra). Sharded groups and
+ * --bucket-mb are CPU-only (px_trainer_check). */
 #include "trainer.h"
 
 #include <inttypes.h>
@@ -50,6 +59,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "compute.h"
 #include "dataset.h"
 #include "gpt.h"
 #include "heal.h"
@@ -76,7 +86,8 @@ typedef struct {
     const px_trainer_config_t *cfg;
     px_agent_t *agent;
     volatile sig_atomic_t *stop;
-    px_gpt_t *model;      /* computes; owned by shard when sharded */
+    px_gpt_t *model;      /* the replica on the host; owned by shard when sharded */
+    px_compute_t *dev;    /* computes with model (cpu) or a GPU copy of it (cuda) */
     px_dataset_t *train, *val;
     /* A sharded group (cfg->fsdp/tp set): this rank's place in the mesh,
      * its shard of the state, and the step whose reduced gradients it holds
@@ -103,7 +114,8 @@ typedef struct {
     int my_index;
     phase_t phase;
     int64_t aborted_for; /* newest quorum id that aborted our collectives (logged once) */
-    px_comm_t *cross, *intra;
+    px_comm_t *cross, *intra; /* the gradient reduction's (Gloo on cpu, NCCL on cuda) */
+    px_comm_t *state_cross, *state_intra; /* cuda: Gloo for heals; NULL on cpu (heals use cross, intra) */
     /* stats */
     int failures;
     FILE *ledger;
@@ -140,6 +152,8 @@ static int store_get(void *ctx, const char *key, void *buf, size_t cap, size_t *
 static void abort_all_locked(trainer_t *t) {
     if (t->cross) px_comm_abort(t->cross);
     if (t->intra) px_comm_abort(t->intra);
+    if (t->state_cross) px_comm_abort(t->state_cross);
+    if (t->state_intra) px_comm_abort(t->state_intra);
     px_mesh_comms_abort(&t->axes);
 }
 
@@ -154,6 +168,8 @@ static void drop_comms(trainer_t *t) {
     pthread_mutex_lock(&t->comm_mu);
     px_comm_destroy(&t->cross);
     px_comm_destroy(&t->intra);
+    px_comm_destroy(&t->state_cross);
+    px_comm_destroy(&t->state_intra);
     px_mesh_comms_destroy(&t->axes);
     t->phase = PHASE_JOINING;
     pthread_mutex_unlock(&t->comm_mu);
@@ -213,42 +229,61 @@ static int job_finished_elsewhere(trainer_t *t) {
     return 1;
 }
 
+/* The heals' communicators: the reduction's, or on a GPU Gloo ones. */
+static px_comm_t *state_cross(const trainer_t *t) { return t->state_cross ? t->state_cross : t->cross; }
+static px_comm_t *state_intra(const trainer_t *t) { return t->state_intra ? t->state_intra : t->intra; }
+
 /* Rendezvous for quorum nq: the cross-group communicator (rank = replica
- * index) and, with W > 1, the group's. Publishes them to the hook. 0 when
- * both exist (they may have been aborted already: the next collective says). */
+ * index) and, with W > 1, the group's; on a GPU then the same two on Gloo
+ * for heals (prefixes h and hg). Publishes them to the hook. 0 when all
+ * exist (they may have been aborted already: the next collective says). */
 static int rendezvous(trainer_t *t, const px_quorum_t *nq, int idx, char *err, size_t errlen) {
     const px_trainer_config_t *cfg = t->cfg;
     px_store_t store = {t, store_set, store_get};
     char prefix[128];
     t->store_qid = nq->id;
     snprintf(prefix, sizeof prefix, "q%lld/x%d", (long long)nq->id, cfg->rank);
-    px_comm_t *cross = px_comm_new_gloo(&store, prefix, idx, nq->n, cfg->comm_timeout_ms, err, errlen);
-    px_comm_t *intra = NULL;
+    px_comm_t *cross = px_compute_comm_new(t->dev, &store, prefix, idx, nq->n, cfg->comm_timeout_ms, err, errlen);
+    px_comm_t *intra = NULL, *s_cross = NULL, *s_intra = NULL;
     px_mesh_comms_t axes = {{NULL}};
     int axes_ok = !t->shard;
     if (cross && cfg->ranks_per_group > 1) {
         snprintf(prefix, sizeof prefix, "q%lld/g%s", (long long)nq->id, cfg->group);
-        intra = px_comm_new_gloo(&store, prefix, cfg->rank, cfg->ranks_per_group, cfg->comm_timeout_ms, err, errlen);
+        intra = px_compute_comm_new(t->dev, &store, prefix, cfg->rank, cfg->ranks_per_group, cfg->comm_timeout_ms, err,
+                                    errlen);
         if (intra && t->shard)
             axes_ok = px_mesh_comms_new_gloo(&store, &t->mesh, cfg->rank, prefix, cfg->comm_timeout_ms, &axes, err,
                                              errlen) == 0;
     }
+    int state_ok = px_compute_comms_take_host(t->dev);
+    if (!state_ok && cross && (cfg->ranks_per_group == 1 || intra)) {
+        snprintf(prefix, sizeof prefix, "q%lld/h%d", (long long)nq->id, cfg->rank);
+        s_cross = px_comm_new_gloo(&store, prefix, idx, nq->n, cfg->comm_timeout_ms, err, errlen);
+        if (s_cross && cfg->ranks_per_group > 1) {
+            snprintf(prefix, sizeof prefix, "q%lld/hg%s", (long long)nq->id, cfg->group);
+            s_intra = px_comm_new_gloo(&store, prefix, cfg->rank, cfg->ranks_per_group, cfg->comm_timeout_ms, err,
+                                       errlen);
+        }
+        state_ok = s_cross && (cfg->ranks_per_group == 1 || s_intra);
+    }
     pthread_mutex_lock(&t->comm_mu);
     t->cross = cross;
     t->intra = intra;
+    t->state_cross = s_cross;
+    t->state_intra = s_intra;
     t->axes = axes;
     int copied = px_quorum_copy(&t->q, nq) == 0;
     t->qid = nq->id;
     t->my_index = idx;
     t->phase = PHASE_JOINING;
     /* A newer quorum heard of before the hook could see these communicators. */
-    if ((cross || intra) && superseded(t, nq->id))
+    if ((cross || intra || s_cross) && superseded(t, nq->id))
         abort_comms_locked(t, px_agent_known_quorum_id(t->agent), "superseded during rendezvous");
     pthread_mutex_unlock(&t->comm_mu);
     if (t->shard) px_shard_set_comms(t->shard, axes.axis[PX_MESH_FSDP], axes.axis[PX_MESH_TP]);
     if (t->reducer) px_reducer_set_comms(t->reducer, intra, cross);
     if (!copied) snprintf(err, errlen, "out of memory copying quorum %lld", (long long)nq->id);
-    return cross && (cfg->ranks_per_group == 1 || intra) && axes_ok && copied ? 0 : -1;
+    return cross && (cfg->ranks_per_group == 1 || intra) && axes_ok && state_ok && copied ? 0 : -1;
 }
 
 /* Applies the reduced gradients of step `step` to the shard, clipped by
@@ -301,16 +336,33 @@ static int shard_group_sync(trainer_t *t) {
     return 0;
 }
 
+/* The host copy of the state up to date (a GPU's state is downloaded when
+ * an optimizer step made the copy stale): before it is read on the host. */
+static void host_state(trainer_t *t) {
+    if (!px_compute_host_stale(t->dev)) return;
+    px_persist_fence(&t->persist); /* the download overwrites the state a save may be copying */
+    px_compute_host_state(t->dev);
+}
+
 /* Every rank of the group, then every group, to one state. */
-static int sync_state(trainer_t *t) {
-    px_persist_fence(&t->persist); /* a heal may overwrite the state a save is copying */
+static int heal_all(trainer_t *t) {
     if (t->shard) {
         if (shard_group_sync(t) != 0) return -1;
         t->heal.group_comm = t->intra;
-    } else if (t->intra && px_heal_sync_group(&t->heal, t->intra) != 0) {
+    } else if (state_intra(t) && px_heal_sync_group(&t->heal, state_intra(t)) != 0) {
         return -1;
     }
-    return px_heal_sync_quorum(&t->heal, t->cross, &t->q, t->my_index);
+    return px_heal_sync_quorum(&t->heal, state_cross(t), &t->q, t->my_index);
+}
+
+/* heal_all on the host state; a GPU takes the result, whatever happened
+ * (a failed heal at step 0 rebuilt the initial state on the host). */
+static int sync_state(trainer_t *t) {
+    px_persist_fence(&t->persist); /* a heal may overwrite the state a save is copying */
+    host_state(t);
+    int rc = heal_all(t);
+    px_compute_host_written(t->dev);
+    return rc;
 }
 
 enum { JOINED, JOIN_FAILED, JOIN_SUPERSEDED };
@@ -330,7 +382,7 @@ static int join(trainer_t *t, const px_quorum_t *nq, int attempt) {
         int sup = superseded(t, nq->id);
         px_log_warn("state_sync_%s quorum_id=%lld attempt=%d newest=%lld reason=\"%s\"", sup ? "superseded" : "failed",
                     (long long)nq->id, attempt, (long long)px_agent_known_quorum_id(t->agent),
-                    px_comm_last_error(t->cross));
+                    px_comm_last_error(state_cross(t)));
         if (!sup) px_agent_report_failure(t->agent, NULL, -1, t->qid, t->st.step, "state sync failed");
         drop_comms(t);
         return sup ? JOIN_SUPERSEDED : JOIN_FAILED;
@@ -349,6 +401,7 @@ static int join(trainer_t *t, const px_quorum_t *nq, int attempt) {
 static int reconfigure(trainer_t *t, int failed) {
     const px_trainer_config_t *cfg = t->cfg;
     drop_comms(t);
+    host_state(t); /* for the checksum the coordinator gets */
     px_quorum_t nq;
     px_quorum_init(&nq);
     int64_t t0 = px_now_ms();
@@ -425,14 +478,21 @@ static px_comm_status_t reduce(trainer_t *t, size_t n) {
         t->bytes_cross += 2.0 * (t->q.n - 1) / t->q.n * (double)(n + PX_VOTE_N) * sizeof(float);
         return px_comm_allreduce_sum_f32(t->cross, buf, n + PX_VOTE_N);
     }
-    float *buf = t->model->grads;
+    /* On a GPU buf is device memory and the tail moves between the host and
+     * buf + n around each reduction (compute.h); on the CPU it is there. */
+    float *buf = px_compute_grads(t->dev), *tail = px_compute_tail(t->dev);
     count_bytes(t, n);
+    px_compute_tail_put(t->dev);
     if (t->intra) {
         px_comm_status_t st = px_comm_allreduce_sum_f32(t->intra, buf, n + PX_VOTE_N);
         if (st != PX_COMM_OK) return st;
-        px_vote_relay(buf + n, t->cfg->ranks_per_group, t->st.step);
+        px_compute_tail_get(t->dev);
+        px_vote_relay(tail, t->cfg->ranks_per_group, t->st.step);
+        px_compute_tail_put(t->dev);
     }
-    return px_comm_allreduce_sum_f32(t->cross, buf, n + PX_VOTE_N);
+    px_comm_status_t st = px_comm_allreduce_sum_f32(t->cross, buf, n + PX_VOTE_N);
+    if (st == PX_COMM_OK) px_compute_tail_get(t->dev);
+    return st;
 }
 
 /* This rank's gradients of samples [lo, hi) into the grads (the model's,
@@ -441,12 +501,12 @@ static px_comm_status_t reduce(trainer_t *t, size_t n) {
 static int compute_grads(trainer_t *t, int lo, int hi, float *loss_out) {
     const px_trainer_config_t *cfg = t->cfg;
     if (t->shard) px_shard_zero_grad(t->shard);
-    else px_gpt_zero_grad(t->model);
+    else px_compute_zero_grad(t->dev);
     double loss = 0;
     for (int i0 = lo; i0 < hi; i0 += cfg->micro_batch) {
         int n = hi - i0 < cfg->micro_batch ? hi - i0 : cfg->micro_batch;
         px_dataset_fill(t->train, cfg->seed, t->st.step, i0, n, cfg->global_batch, t->T, t->inputs, t->targets);
-        float l = px_gpt_forward(t->model, t->inputs, t->targets, n, t->T);
+        float l = px_compute_forward(t->dev, t->inputs, t->targets, n, t->T);
         if (t->shard && px_shard_last_error(t->shard)[0]) return -1;
         loss += (double)l * n / cfg->global_batch;
         if (t->reducer && i0 + n >= hi) { /* the last backward reduces as it goes, the vote last */
@@ -454,7 +514,7 @@ static int compute_grads(trainer_t *t, int lo, int hi, float *loss_out) {
                          (float)loss);
             px_reducer_arm(t->reducer, cfg->ranks_per_group, t->st.step);
         }
-        px_gpt_backward(t->model, (float)n / (float)cfg->global_batch);
+        px_compute_backward(t->dev, (float)n / (float)cfg->global_batch);
         if (t->shard && px_shard_last_error(t->shard)[0]) return -1;
     }
     /* tp ranks compute the same samples: one of them reports the loss */
@@ -476,7 +536,7 @@ static float eval_loss(trainer_t *t) {
     double sum = 0;
     for (int b = 0; b < t->cfg->eval_batches; b++) {
         px_dataset_fill_eval(t->val, b, t->cfg->micro_batch, t->T, t->inputs, t->targets);
-        sum += px_gpt_forward(t->model, t->inputs, t->targets, t->cfg->micro_batch, t->T);
+        sum += px_compute_forward(t->dev, t->inputs, t->targets, t->cfg->micro_batch, t->T);
     }
     return (float)(sum / t->cfg->eval_batches);
 }
@@ -510,7 +570,7 @@ static int train_step(trainer_t *t, int *adopt, float *loss_out, float *norm_out
     int lo, hi;
     my_share(t, &lo, &hi);
     float local_loss = 0;
-    float *tail = (t->shard ? px_shard_bufs(t->shard)->grads : t->model->grads) + n;
+    float *tail = t->shard ? px_shard_bufs(t->shard)->grads + n : px_compute_tail(t->dev);
     px_comm_status_t st = PX_COMM_ERROR;
     if (compute_grads(t, lo, hi, &local_loss) == 0) {
         if (t->reducer) { /* reduced during the backward */
@@ -548,9 +608,8 @@ static int train_step(trainer_t *t, int *adopt, float *loss_out, float *norm_out
             return 0;
         }
     } else {
-        *norm_out = px_gpt_clip_grads(t->model, cfg->grad_clip);
         float lr = px_lr_at((int)t->st.step, cfg->warmup, (int)cfg->steps, cfg->lr, cfg->min_lr);
-        px_gpt_adamw_step(t->model, lr, 0.9f, 0.95f, 1e-8f, cfg->weight_decay, (int)t->st.step + 1);
+        *norm_out = px_compute_clip_adamw(t->dev, cfg->grad_clip, lr, cfg->weight_decay, (int)t->st.step + 1);
     }
     *loss_out = tail[PX_VOTE_LOSS];
     *adopt = tail[PX_VOTE_NEWER] > 0.5f;
@@ -777,6 +836,11 @@ static int setup(trainer_t *t) {
     if (rc == -1) return -1;
     if (rc == -2 && rebuild_initial_state(t, &t->st) != 0) return -1; /* a rejected load left partial data */
     if (restored >= 0) px_agent_set_progress(t->agent, t->st.step, PHALANX__MEMBER_STATE__JOINING, 0);
+    /* on a GPU this uploads the state restored or built above */
+    if (!(t->dev = px_compute_new(cfg->device, t->model, cfg->rank, err, sizeof err))) {
+        px_log_error("--device %s: %s", cfg->device == PX_DEVICE_CUDA ? "cuda" : "cpu", err);
+        return -1;
+    }
     if (cfg->ledger) {
         t->ledger = fopen(cfg->ledger, "a");
         if (!t->ledger) {
@@ -792,6 +856,7 @@ static void teardown(trainer_t *t) {
     drop_comms(t);
     px_reducer_destroy(&t->reducer);
     px_persist_free(&t->persist); /* a save in flight may still read the state */
+    px_compute_destroy(&t->dev);
     if (t->shard) t->model = NULL; /* the shard's */
     px_shard_destroy(&t->shard);
     px_gpt_destroy(&t->model);
@@ -805,6 +870,26 @@ static void teardown(trainer_t *t) {
     pthread_mutex_destroy(&t->comm_mu);
 }
 
+int px_trainer_check(const px_trainer_config_t *cfg, char *err, size_t errlen) {
+    if (cfg->device != PX_DEVICE_CUDA) return 0;
+    if (layout_given(cfg)) {
+        snprintf(err, errlen, "--device cuda with --fsdp/--tp/--pp: sharded groups on GPUs are not built yet "
+                              "(groups of whole replicas train on GPUs; sharded ones on --device cpu)");
+        return -1;
+    }
+    if (cfg->bucket_mb > 0) {
+        snprintf(err, errlen, "--device cuda with --bucket-mb %g: the bucketed reduction is CPU-only; use "
+                              "--bucket-mb 0 on GPUs", cfg->bucket_mb);
+        return -1;
+    }
+    char why[512] = "";
+    if (!px_compute_usable(cfg->device, why, sizeof why)) {
+        snprintf(err, errlen, "--device cuda: %s", why);
+        return -1;
+    }
+    return 0;
+}
+
 int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile sig_atomic_t *stop) {
     trainer_t t;
     memset(&t, 0, sizeof t);
@@ -814,14 +899,20 @@ int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile s
     t.my_index = -1;
     px_quorum_init(&t.q);
     pthread_mutex_init(&t.comm_mu, NULL);
+    char err[640];
+    if (px_trainer_check(cfg, err, sizeof err) != 0) {
+        px_log_error("%s", err);
+        teardown(&t);
+        return 4;
+    }
     if (setup(&t) != 0) {
         teardown(&t);
         return 4;
     }
     px_agent_set_quorum_hook(agent, on_quorum_news, &t);
-    px_log_info("trainer_started group=%s rank=%d model=%s params=%zu steps=%lld global_batch=%d micro_batch=%d T=%d",
-                cfg->group, cfg->rank, cfg->model, t.model->num_params, (long long)cfg->steps, cfg->global_batch,
-                cfg->micro_batch, t.T);
+    px_log_info("trainer_started group=%s rank=%d model=%s params=%zu steps=%lld global_batch=%d micro_batch=%d T=%d "
+                "device=%s", cfg->group, cfg->rank, cfg->model, t.model->num_params, (long long)cfg->steps,
+                cfg->global_batch, cfg->micro_batch, t.T, px_compute_name(t.dev));
     int need = 1, failed = 0, rc = 0;
     float loss = NAN, norm = 0, ev = NAN;
     while (t.st.step < cfg->steps && !*stop) {
@@ -862,9 +953,11 @@ int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile s
             printf("\n");
             fflush(stdout);
         }
+        if (px_persist_due(&t.persist, &t.st, &t.q)) host_state(&t);
         px_persist_committed(&t.persist, &t.st, &t.q);
         if (adopt) need = 1; /* everyone saw the flag: all switch now */
     }
+    host_state(&t); /* the final save, statistics and --save read it */
     if (t.st.step >= cfg->steps || (*stop && rc != 3)) px_persist_final(&t.persist, &t.st, &t.q);
     if (t.st.step >= cfg->steps) {
         ev = eval_loss(&t);

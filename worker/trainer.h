@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "agent.h"
+#include "device.h" /* px_device_t */
 
 typedef struct {
     const char *group;
@@ -39,7 +40,14 @@ typedef struct {
     int fsdp_keep_params;     /* keep gathered layers from the forward for the backward */
     double bucket_mb;         /* whole replicas: reduce gradients in buckets of this many MiB
                                  during the backward (worker/reducer.h); 0: once, after it */
+    px_device_t device;       /* PX_DEVICE_CPU, or PX_DEVICE_CUDA: one GPU per rank, NCCL
+                                 (worker/compute.h); whole replicas only */
 } px_trainer_config_t;
+
+/* Whether cfg can run on this machine and build, before anything starts:
+ * --device cuda needs a usable GPU and NCCL, and whole replicas without
+ * --bucket-mb. 0, or -1 with the reason in err (a configuration error). */
+int px_trainer_check(const px_trainer_config_t *cfg, char *err, size_t errlen);
 
 /* Trains until cfg->steps are committed or *stop is set. Returns 0 when the
  * job's steps are done, 1 on a fatal error, 2 when stopped by a signal, 3

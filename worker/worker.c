@@ -74,6 +74,9 @@ static void usage(FILE *f) {
            "  --weight-decay X         AdamW decoupled weight decay (2-D weights), 0..1 [0.1]\n"
            "  --grad-clip X            global gradient-norm clip, 0 = off, 0..1000 [1.0]\n"
            "  --seed N                 seed of initialisation and data order [1337]\n"
+           "  --device cpu|cuda        where the replica computes [cpu]. cuda: one GPU per rank (GPU rank %% the\n"
+           "                           GPUs visible), gradients reduced with NCCL; whole replicas only (no\n"
+           "                           --fsdp/--tp, --bucket-mb 0); no usable GPU is a configuration error (exit 2)\n"
            "  --threads N              OpenMP threads, 1..256 [1]\n"
            "  --eval-every N           eval loss every N steps on group replica 0, 0 = only at the end [0]\n"
            "  --eval-batches N         micro-batches of validation data per eval, 0..10000 [4]\n"
@@ -174,6 +177,12 @@ int px_worker_main(int argc, char **argv) {
         else if (!strcmp(a, "--checkpoint-dir")) tc.checkpoint_dir = px_flag_str(PROG, a, v, 3800);
         else if (!strcmp(a, "--checkpoint-every")) tc.checkpoint_every = (int)px_flag_int(PROG, a, v, 0, 100000000);
         else if (!strcmp(a, "--bucket-mb")) tc.bucket_mb = px_flag_double(PROG, a, v, 0, 4096);
+        else if (!strcmp(a, "--device")) {
+            if (!v || px_device_parse(v, &tc.device) != 0) {
+                fprintf(stderr, "%s: --device: bad value '%s': expected cpu or cuda\n", PROG, v ? v : "");
+                return 2;
+            }
+        }
         else if (!strcmp(a, "--fsdp")) tc.fsdp = (int)px_flag_int(PROG, a, v, 1, 1024);
         else if (!strcmp(a, "--tp")) tc.tp = (int)px_flag_int(PROG, a, v, 1, 1024);
         else if (!strcmp(a, "--pp")) tc.pp = (int)px_flag_int(PROG, a, v, 1, 1024);
@@ -202,6 +211,11 @@ int px_worker_main(int argc, char **argv) {
     if (tc.steps > 0) cfg.layout = layout;
     if (cfg.rank >= cfg.group_size) {
         fprintf(stderr, "%s: --rank %d must be below --ranks-per-group %d\n", PROG, cfg.rank, cfg.group_size);
+        return 2;
+    }
+    char terr[640];
+    if (px_trainer_check(&tc, terr, sizeof terr) != 0) { /* before anything starts: no GPU is a config error */
+        fprintf(stderr, "%s: %s\n", PROG, terr);
         return 2;
     }
     /* The Gloo transport reads its address from PX_GLOO_HOST when each

@@ -1,0 +1,120 @@
+/* The trainer's compute device (compute.h): the CPU implementation, and the
+ * dispatch to the GPU half (compute_gpu.h) when the device is cuda. On the
+ * CPU every call is the model's own function and nothing is copied, so the
+ * CPU path is the one the trainer had before this layer existed. */
+#include "compute.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "compute_gpu.h"
+#include "px_log.h"
+
+struct px_compute {
+    px_gpt_t *host;       /* the model (cpu) or the host mirror of its state (cuda) */
+    px_compute_gpu_t *gpu; /* NULL on the CPU */
+    int mirror_valid;     /* cuda: host params, m, v equal the device's */
+    float tail[PX_VOTE_N]; /* cuda: the vote's tail on the host */
+    char name[32];
+};
+
+_Static_assert(PX_VOTE_N <= PX_GPT_GRADS_SPARE, "the vote's tail must fit in the grads' spare room");
+
+int px_compute_usable(px_device_t device, char *why, size_t len) {
+    if (device == PX_DEVICE_CPU) return 1;
+    if (!px_compute_gpu_usable(why, len)) return 0;
+    if (!px_comm_nccl_built()) {
+        snprintf(why, len, "this binary was built without NCCL (the gradient reduction on GPUs needs nccl.h and "
+                           "libnccl at configure time; see docs/comm.md)");
+        return 0;
+    }
+    return 1;
+}
+
+px_compute_t *px_compute_new(px_device_t device, px_gpt_t *host, int rank, char *err, size_t errlen) {
+    px_compute_t *c = calloc(1, sizeof *c);
+    if (!c) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    c->host = host;
+    c->mirror_valid = 1;
+    snprintf(c->name, sizeof c->name, "cpu");
+    if (device == PX_DEVICE_CUDA) {
+        if (!(c->gpu = px_compute_gpu_new(host, rank, err, errlen))) {
+            free(c);
+            return NULL;
+        }
+        snprintf(c->name, sizeof c->name, "cuda:%d", px_compute_gpu_device(c->gpu));
+    }
+    return c;
+}
+
+void px_compute_destroy(px_compute_t **pc) {
+    if (!pc || !*pc) return;
+    px_compute_gpu_destroy(&(*pc)->gpu);
+    free(*pc);
+    *pc = NULL;
+}
+
+const char *px_compute_name(const px_compute_t *c) { return c->name; }
+
+void px_compute_zero_grad(px_compute_t *c) {
+    if (c->gpu) px_compute_gpu_zero_grad(c->gpu);
+    else px_gpt_zero_grad(c->host);
+}
+
+float px_compute_forward(px_compute_t *c, const int *inputs, const int *targets, int B, int T) {
+    if (c->gpu) return px_compute_gpu_forward(c->gpu, inputs, targets, B, T);
+    return px_gpt_forward(c->host, inputs, targets, B, T);
+}
+
+int px_compute_backward(px_compute_t *c, float loss_scale) {
+    if (c->gpu) return px_compute_gpu_backward(c->gpu, loss_scale);
+    return px_gpt_backward(c->host, loss_scale);
+}
+
+float px_compute_clip_adamw(px_compute_t *c, float grad_clip, float lr, float weight_decay, int t) {
+    if (c->gpu) {
+        c->mirror_valid = 0;
+        return px_compute_gpu_clip_adamw(c->gpu, grad_clip, lr, weight_decay, t);
+    }
+    float norm = px_gpt_clip_grads(c->host, grad_clip);
+    px_gpt_adamw_step(c->host, lr, 0.9f, 0.95f, 1e-8f, weight_decay, t);
+    return norm;
+}
+
+float *px_compute_grads(px_compute_t *c) { return c->gpu ? px_compute_gpu_grads(c->gpu) : c->host->grads; }
+
+float *px_compute_tail(px_compute_t *c) { return c->gpu ? c->tail : c->host->grads + c->host->num_params; }
+
+void px_compute_tail_put(px_compute_t *c) {
+    if (c->gpu) px_compute_gpu_spare_put(c->gpu, c->tail, PX_VOTE_N);
+}
+
+void px_compute_tail_get(px_compute_t *c) {
+    if (c->gpu) px_compute_gpu_spare_get(c->gpu, c->tail, PX_VOTE_N);
+}
+
+px_comm_t *px_compute_comm_new(px_compute_t *c, const px_store_t *store, const char *prefix, int rank, int size,
+                               int timeout_ms, char *err, size_t errlen) {
+    if (c->gpu)
+        return px_comm_new_nccl(store, prefix, rank, size, px_compute_gpu_device(c->gpu), timeout_ms, err, errlen);
+    return px_comm_new_gloo(store, prefix, rank, size, timeout_ms, err, errlen);
+}
+
+int px_compute_comms_take_host(const px_compute_t *c) { return !c->gpu; }
+
+int px_compute_host_stale(const px_compute_t *c) { return c->gpu && !c->mirror_valid; }
+
+void px_compute_host_state(px_compute_t *c) {
+    if (!c->gpu || c->mirror_valid) return;
+    px_compute_gpu_download(c->gpu, c->host);
+    c->mirror_valid = 1;
+}
+
+void px_compute_host_written(px_compute_t *c) {
+    if (!c->gpu) return;
+    px_compute_gpu_upload(c->gpu, c->host);
+    c->mirror_valid = 1;
+}

@@ -1,0 +1,90 @@
+/* Where the distributed trainer computes: the one place where the CPU and
+ * the GPU differ for it (worker/trainer.c never asks which device it has).
+ *
+ * A px_compute_t wraps the replica's model on its device and covers what the
+ * trainer does with it: zero the gradients, forward, backward, hand the
+ * gradient buffer to the reduction, clip + AdamW, and make the gradient
+ * reduction's communicators.
+ *
+ *   cpu   (compute.c) the px_gpt_t itself. Every call is the model's own
+ *         function; the host state is the model's buffers, no copy; the
+ *         gradients are reduced in place in the model's grads, the vote's
+ *         tail in their spare room. Communicators: Gloo.
+ *   cuda  (compute_cuda.c) a px_gpt_cuda_t on GPU rank % cudaGetDeviceCount.
+ *         The gradients and their spare room are device memory; the vote's
+ *         tail is kept on the host and copied into the spare room and back
+ *         (px_compute_tail_put/get). Communicators: NCCL.
+ *
+ * Training state on the host. Healing, checkpoints, checksums and --save
+ * work on host buffers (model/train_state.h): the host px_gpt_t's params, m
+ * and v. On the CPU they are the live state. On the GPU they are a mirror:
+ * px_compute_host_state downloads them when the mirror is stale (every
+ * optimizer step makes it stale), and px_compute_host_written uploads them
+ * after the host state was written (a heal, a restore, a rebuild of the
+ * initial state). Both are no-ops on the CPU.
+ *
+ * A build without CUDA links compute_nocuda.c instead of compute_cuda.c:
+ * asking for cuda there fails with "built without CUDA". */
+#ifndef PX_COMPUTE_H
+#define PX_COMPUTE_H
+
+#include <stddef.h>
+
+#include "device.h" /* px_device_t, px_device_parse, px_cuda_available */
+#include "gpt.h"
+#include "px_comm.h"
+#include "vote.h"
+
+typedef struct px_compute px_compute_t;
+
+/* Whether `device` can be used by this process: 1, or 0 with the reason in
+ * why (no GPU, built without CUDA or without NCCL). Never exits. */
+int px_compute_usable(px_device_t device, char *why, size_t len);
+
+/* The compute of `host` (a whole replica, or a sharded group's model on the
+ * CPU) on `device`; `rank` picks the GPU (rank % devices). On cuda the host
+ * model's params, m and v are uploaded: restore or build them first. NULL
+ * with a message in err. `host` must outlive the compute. */
+px_compute_t *px_compute_new(px_device_t device, px_gpt_t *host, int rank, char *err, size_t errlen);
+void px_compute_destroy(px_compute_t **c);
+const char *px_compute_name(const px_compute_t *c); /* "cpu" or "cuda:N" */
+
+void px_compute_zero_grad(px_compute_t *c);
+/* The model's forward; the mean loss, or NAN on a bad input. */
+float px_compute_forward(px_compute_t *c, const int *inputs, const int *targets, int B, int T);
+/* Accumulates loss_scale * gradients of the last forward. 0, or -1. */
+int px_compute_backward(px_compute_t *c, float loss_scale);
+/* Clips the (reduced) gradients by their global norm and takes one AdamW
+ * step (t: 1-based). Returns the norm before clipping. */
+float px_compute_clip_adamw(px_compute_t *c, float grad_clip, float lr, float weight_decay, int t);
+
+/* The buffer the reduction sums in place: num_params gradients, then
+ * PX_GPT_GRADS_SPARE floats of room whose first PX_VOTE_N hold the vote's
+ * tail. Device memory on cuda. */
+float *px_compute_grads(px_compute_t *c);
+/* The vote's tail as host memory (PX_VOTE_N floats): grads + num_params on
+ * the CPU; on the GPU a host copy, moved into the grads' spare room by
+ * tail_put (which also waits for the queued gradient work) and out of it by
+ * tail_get. */
+float *px_compute_tail(px_compute_t *c);
+void px_compute_tail_put(px_compute_t *c);
+void px_compute_tail_get(px_compute_t *c);
+
+/* A communicator for the gradient reduction (px_comm_new_gloo on the CPU,
+ * px_comm_new_nccl on this compute's GPU). */
+px_comm_t *px_compute_comm_new(px_compute_t *c, const px_store_t *store, const char *prefix, int rank, int size,
+                               int timeout_ms, char *err, size_t errlen);
+/* 1 when the reduction's communicators take host buffers (heal.c's
+ * transfers can share them); 0 when the state needs Gloo communicators of
+ * its own (NCCL moves device memory only). */
+int px_compute_comms_take_host(const px_compute_t *c);
+
+/* 1 when the host copy is older than the device's state (cuda, after an
+ * optimizer step); always 0 on the CPU. */
+int px_compute_host_stale(const px_compute_t *c);
+/* Makes the host model's params, m and v current (downloads when stale). */
+void px_compute_host_state(px_compute_t *c);
+/* The host params, m and v were written: the device takes them. */
+void px_compute_host_written(px_compute_t *c);
+
+#endif

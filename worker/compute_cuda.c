@@ -1,0 +1,119 @@
+/* The GPU half of px_compute_t (compute_gpu.h): the CUDA model
+ * (model/gpt_cuda.h) on GPU rank % cudaGetDeviceCount. Several ranks may
+ * share a GPU; NCCL, though, refuses two ranks of one communicator on one GPU
+ * of one host (docs/cuda.md says how to place them).
+ *
+ * A CUDA failure here logs file:line and exits the process with status 1,
+ * as the model's own calls do: a GPU fault is not recoverable inside a rank;
+ * the group is dropped, the rank restarted, and it heals. */
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "compute_gpu.h"
+#include "gpt_cuda.h"
+#include "ops_cuda.h"
+#include "px_log.h"
+
+struct px_compute_gpu {
+    px_gpt_cuda_t *m;
+    int device;
+    size_t n; /* num_params */
+};
+
+#define CK(call)                                                                                               \
+    do {                                                                                                       \
+        cudaError_t e_ = (call);                                                                               \
+        if (e_ != cudaSuccess) {                                                                               \
+            px_log_error("cuda_failed at=%s:%d call=\"%s\" error=\"%s\": the rank exits (it is restarted and " \
+                         "healed)", __FILE__, __LINE__, #call, cudaGetErrorString(e_));                        \
+            exit(1);                                                                                           \
+        }                                                                                                      \
+    } while (0)
+
+int px_compute_gpu_usable(char *why, size_t len) { return px_cuda_available(why, len); }
+
+px_compute_gpu_t *px_compute_gpu_new(const px_gpt_t *host, int rank, char *err, size_t errlen) {
+    char why[512] = "";
+    int count = px_cuda_device_count(why, sizeof why);
+    if (count < 1) {
+        snprintf(err, errlen, "%s", why);
+        return NULL;
+    }
+    px_compute_gpu_t *g = calloc(1, sizeof *g);
+    if (!g) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    g->device = rank % count;
+    g->n = host->num_params;
+    cudaError_t e = cudaSetDevice(g->device);
+    if (e != cudaSuccess) {
+        snprintf(err, errlen, "cudaSetDevice(%d) failed: %s", g->device, cudaGetErrorString(e));
+        free(g);
+        return NULL;
+    }
+    if (!(g->m = px_gpt_cuda_new(&host->config))) {
+        snprintf(err, errlen, "cannot create the model on GPU %d (the log says why)", g->device);
+        free(g);
+        return NULL;
+    }
+    px_compute_gpu_upload(g, host);
+    return g;
+}
+
+void px_compute_gpu_destroy(px_compute_gpu_t **pg) {
+    if (!pg || !*pg) return;
+    px_gpt_cuda_destroy(&(*pg)->m);
+    free(*pg);
+    *pg = NULL;
+}
+
+int px_compute_gpu_device(const px_compute_gpu_t *g) { return g->device; }
+
+void px_compute_gpu_zero_grad(px_compute_gpu_t *g) { px_gpt_cuda_zero_grad(g->m); }
+
+float px_compute_gpu_forward(px_compute_gpu_t *g, const int *inputs, const int *targets, int B, int T) {
+    return px_gpt_cuda_forward(g->m, inputs, targets, B, T);
+}
+
+int px_compute_gpu_backward(px_compute_gpu_t *g, float loss_scale) { return px_gpt_cuda_backward(g->m, loss_scale); }
+
+float px_compute_gpu_clip_adamw(px_compute_gpu_t *g, float grad_clip, float lr, float weight_decay, int t) {
+    float norm = px_gpt_cuda_clip_grads(g->m, grad_clip);
+    px_gpt_cuda_adamw_step(g->m, lr, 0.9f, 0.95f, 1e-8f, weight_decay, t);
+    return norm;
+}
+
+float *px_compute_gpu_grads(px_compute_gpu_t *g) { return px_gpt_cuda_buffer(g->m, PX_GPT_CUDA_GRADS); }
+
+/* The reduction (NCCL, on its own stream) must see the backward's gradients:
+ * the model's stream is non-blocking, so wait for it here. */
+void px_compute_gpu_spare_put(px_compute_gpu_t *g, const float *host, size_t n) {
+    CK(cudaStreamSynchronize(px_gpt_cuda_stream(g->m)));
+    CK(cudaMemcpy(px_compute_gpu_grads(g) + g->n, host, n * sizeof(float), cudaMemcpyHostToDevice));
+}
+
+void px_compute_gpu_spare_get(px_compute_gpu_t *g, float *host, size_t n) {
+    CK(cudaMemcpy(host, px_compute_gpu_grads(g) + g->n, n * sizeof(float), cudaMemcpyDeviceToHost));
+}
+
+/* A size mismatch cannot happen (the model was made from host's config);
+ * the model logs it, and the state would be wrong, so it is fatal here. */
+static void must(int rc, const char *what) {
+    if (rc == 0) return;
+    px_log_error("cuda_state_copy_failed what=%s: the rank exits", what);
+    exit(1);
+}
+
+void px_compute_gpu_download(px_compute_gpu_t *g, px_gpt_t *host) {
+    must(px_gpt_cuda_download(g->m, PX_GPT_CUDA_PARAMS, host->params, g->n), "params");
+    must(px_gpt_cuda_download(g->m, PX_GPT_CUDA_M, host->m, g->n), "m");
+    must(px_gpt_cuda_download(g->m, PX_GPT_CUDA_V, host->v, g->n), "v");
+}
+
+void px_compute_gpu_upload(px_compute_gpu_t *g, const px_gpt_t *host) {
+    must(px_gpt_cuda_upload(g->m, PX_GPT_CUDA_PARAMS, host->params, g->n), "params");
+    must(px_gpt_cuda_upload(g->m, PX_GPT_CUDA_M, host->m, g->n), "m");
+    must(px_gpt_cuda_upload(g->m, PX_GPT_CUDA_V, host->v, g->n), "v");
+}

@@ -1,0 +1,33 @@
+/* Internal to worker/compute.c: the GPU half of px_compute_t. Defined by
+ * compute_cuda.c in a CUDA build and by compute_nocuda.c (which only says
+ * that the build has no CUDA) otherwise, so compute.c has no #ifdef. */
+#ifndef PX_COMPUTE_GPU_H
+#define PX_COMPUTE_GPU_H
+
+#include <stddef.h>
+
+#include "gpt.h"
+
+typedef struct px_compute_gpu px_compute_gpu_t;
+
+/* 1 when a GPU can run this build's kernels; else 0 with the reason. */
+int px_compute_gpu_usable(char *why, size_t len);
+/* The model of `host` on GPU rank % devices, its params, m and v uploaded. */
+px_compute_gpu_t *px_compute_gpu_new(const px_gpt_t *host, int rank, char *err, size_t errlen);
+void px_compute_gpu_destroy(px_compute_gpu_t **g);
+int px_compute_gpu_device(const px_compute_gpu_t *g);
+
+void px_compute_gpu_zero_grad(px_compute_gpu_t *g);
+float px_compute_gpu_forward(px_compute_gpu_t *g, const int *inputs, const int *targets, int B, int T);
+int px_compute_gpu_backward(px_compute_gpu_t *g, float loss_scale);
+float px_compute_gpu_clip_adamw(px_compute_gpu_t *g, float grad_clip, float lr, float weight_decay, int t);
+float *px_compute_gpu_grads(px_compute_gpu_t *g); /* device: (num_params + PX_GPT_GRADS_SPARE) */
+/* n floats between the host and the grads' spare room (grads + num_params).
+ * put first waits for the gradient work queued on the model's stream. */
+void px_compute_gpu_spare_put(px_compute_gpu_t *g, const float *host, size_t n);
+void px_compute_gpu_spare_get(px_compute_gpu_t *g, float *host, size_t n);
+/* params, m and v between the device and the host model. */
+void px_compute_gpu_download(px_compute_gpu_t *g, px_gpt_t *host);
+void px_compute_gpu_upload(px_compute_gpu_t *g, const px_gpt_t *host);
+
+#endif
