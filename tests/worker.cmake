@@ -8,3 +8,9 @@ add_executable(test_agent ${CMAKE_CURRENT_LIST_DIR}/worker/test_agent.c)
 target_link_libraries(test_agent PRIVATE px_agent px_common Threads::Threads)
 add_test(NAME worker_agent COMMAND test_agent $<TARGET_FILE:phalanx-coordinator>)
 set_tests_properties(worker_agent PROPERTIES TIMEOUT 60)
+
+# --device refusals at start (no GPU, sharded layouts, buckets): exit 2 and
+# the reason; runs without a GPU (tests/gpu.cmake has the runs on one).
+px_add_py_test(worker_device_flag ${CMAKE_CURRENT_LIST_DIR}/worker/test_device_flag.py
+               $<TARGET_FILE_DIR:phalanx-worker>)
+set_tests_properties(worker_device_flag PROPERTIES TIMEOUT 120)
