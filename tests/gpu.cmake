@@ -8,10 +8,15 @@
 #   gpu_model           the CUDA model against the CPU model (needs px_model)
 #   gpu_reference       the CUDA model against the PyTorch fixture of
 #                       tests/reference, same tolerances as the CPU (needs px_model)
+#   gpu_distributed_parity  phalanx-worker --device cuda, 2 groups x 1 rank under
+#                       phalanx-launch: final loss = the CPU run's within 1e-3,
+#                       equal checksums (tests/gpu/test_distributed.py)
+#   gpu_distributed_kill    the same with g1 SIGKILLed: restarted, healed, equal
+#                       checksums
 # A test binary exits 77 when no usable GPU is present (SKIP_RETURN_CODE).
 # That every .cu file compiles is proven by the build itself: px_kernels_cuda
 # and px_model_cuda are part of `all` wherever nvcc exists.
-set(PX_GPU_TESTS gpu_cuda_available gpu_ops gpu_model gpu_reference)
+set(PX_GPU_TESTS gpu_cuda_available gpu_ops gpu_model gpu_reference gpu_distributed_parity gpu_distributed_kill)
 
 function(px_gpu_skipped_test name reason)
   add_test(NAME ${name} COMMAND sh -c "echo 'SKIP: ${reason}'; exit 77")
@@ -59,3 +64,12 @@ else()
     px_gpu_skipped_test(${t} "the CPU model (px_model) is not in this tree, nothing to compare against")
   endforeach()
 endif()
+
+# The distributed trainer on the GPU: Python scripts that skip (77, with the
+# reason) when test_cuda_available finds no usable GPU.
+foreach(scenario parity kill)
+  px_add_py_test(gpu_distributed_${scenario} ${CMAKE_CURRENT_LIST_DIR}/gpu/test_distributed.py
+                 $<TARGET_FILE_DIR:phalanx-launch> ${scenario})
+  set_tests_properties(gpu_distributed_${scenario} PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu TIMEOUT 900
+                       RUN_SERIAL TRUE)
+endforeach()

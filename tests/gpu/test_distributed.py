@@ -1,0 +1,143 @@
+"""The distributed trainer on a GPU (phalanx-worker --device cuda): 2 groups
+x 1 rank of `tiny` under phalanx-launch, gradients reduced with NCCL, heals
+over Gloo, both processes on the same GPU when there is one.
+
+  parity  20 steps on the GPU end with the final loss of the same job on the
+          CPU within 1e-3 relative, and both groups hold the same state
+          (equal checksums).
+  kill    a longer job; SIGKILL g1 once it trains: phalanx-launch restarts
+          it, it heals from g0, the job completes, both groups end with the
+          same checksum, and the final loss is within 1e-3 of the CPU run's.
+
+Without a usable GPU (tests/gpu's test_cuda_available says why, or the build
+has no CUDA) the script prints "SKIP: <reason>" and exits 77.
+
+NCCL refuses two ranks of one communicator on one GPU of one host, and on a
+one-GPU machine both groups' ranks are on GPU 0. The test therefore runs the
+workers through a wrapper that gives each group its own NCCL_HOSTID (NCCL
+then treats the groups as two hosts and connects them over sockets): a copy
+of phalanx-launch in a scratch folder finds the wrapper as its
+phalanx-worker. Production runs need no such thing (one host per group, or
+CUDA_VISIBLE_DEVICES per process; docs/cuda.md)."""
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
+from phalanx_test import Fail, Launch, check, main_scenarios, make_corpus, wait_until  # noqa: E402
+
+SKIP = 77
+NCCL_ENV = {"NCCL_SOCKET_IFNAME": "lo", "NCCL_IB_DISABLE": "1"}
+
+
+def skip(reason):
+    print("SKIP: %s" % reason)
+    sys.exit(SKIP)
+
+
+def require_gpu(bindir):
+    probe = os.path.join(bindir, "test_cuda_available")
+    if not os.path.exists(probe):
+        skip("built without CUDA: no %s (configure with nvcc present)" % probe)
+    out = subprocess.run([probe], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120).stdout
+    mark = "px_cuda_available() = 0: "
+    for line in out.splitlines():
+        if mark in line:
+            skip("no usable GPU: %s" % line.split(mark, 1)[1])
+    if "FAIL" in out:
+        raise Fail("test_cuda_available failed:\n%s" % out)
+
+
+def wrapped_bindir(bindir):
+    """A scratch bin folder: a copy of phalanx-launch (it runs the
+    phalanx-worker next to itself), the real coordinator and data tool, and
+    a phalanx-worker that sets NCCL_HOSTID from --group and execs the real
+    one (same pid, so the test's kill hits the worker)."""
+    d = tempfile.mkdtemp(prefix="phalanx-gpu-bin-")
+    shutil.copy2(os.path.join(bindir, "phalanx-launch"), d)
+    for name in ("phalanx-coordinator", "phalanx-data"):
+        os.symlink(os.path.join(bindir, name), os.path.join(d, name))
+    w = os.path.join(d, "phalanx-worker")
+    with open(w, "w") as f:
+        f.write('#!/bin/sh\n'
+                'g=; prev=\n'
+                'for a in "$@"; do [ "$prev" = --group ] && g=$a; prev=$a; done\n'
+                'NCCL_HOSTID="phalanx-test-$g"; export NCCL_HOSTID\n'
+                'exec "%s" "$@"\n' % os.path.join(bindir, "phalanx-worker"))
+    os.chmod(w, os.stat(w).st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return d
+
+
+def job_args(data, steps, device):
+    return ["--groups", "2", "--model", "tiny", "--steps", str(steps), "--data", data,
+            "--", "--global-batch", "8", "--micro-batch", "4", "--device", device]
+
+
+def finish(launch, name, steps):
+    """Waits for the job; its summary and the groups' final lines."""
+    rc = launch.wait(400)
+    log = os.path.join(launch.dir, "worker-g0-0.log")
+    if rc != 0 and os.path.exists(log) and "built without NCCL" in open(log).read():
+        skip("this build has CUDA but no NCCL (see docs/comm.md)")
+    check(rc == 0, "%s: phalanx-launch exited %s:\n%s\n(logs in %s)" % (name, rc, launch.tail(), launch.dir))
+    s = launch.summary()
+    check(s and s["completed"] and s["steps"] == steps, "%s: completed %d steps: %s" % (name, steps, s))
+    finals = launch.finals()
+    check(sorted(finals) == ["g0", "g1"], "%s: both groups finished: %s" % (name, sorted(finals)))
+    check(finals["g0"]["checksum"] == finals["g1"]["checksum"], "%s: groups' checksums agree: %s" % (name, finals))
+    return s, finals
+
+
+def cpu_run(bindir, data, steps):
+    s, _ = finish(Launch(bindir, job_args(data, steps, "cpu"), name="gpu-cpu-ref"), "cpu", steps)
+    return s["final_loss"]
+
+
+def gpu_launch(bindir, data, steps, name):
+    return Launch(wrapped_bindir(bindir), job_args(data, steps, "cuda"), env=NCCL_ENV, name=name)
+
+
+def close(gpu, cpu, what):
+    check(abs(gpu - cpu) <= 1e-3 * abs(cpu), "%s: GPU final loss %.6f vs CPU %.6f (1e-3 relative)" % (what, gpu, cpu))
+
+
+def parity(bindir):
+    require_gpu(bindir)
+    data = make_corpus(bindir, tempfile.mkdtemp(prefix="phalanx-gpu-data-"))
+    steps = 20
+    cpu = cpu_run(bindir, data, steps)
+    launch = gpu_launch(bindir, data, steps, "gpu-parity")
+    s, finals = finish(launch, "cuda", steps)
+    close(s["final_loss"], cpu, "parity")
+    print("final loss: GPU %.6f, CPU %.6f; checksum %s" % (s["final_loss"], cpu, finals["g0"]["checksum"]))
+
+
+def kill(bindir):
+    require_gpu(bindir)
+    data = make_corpus(bindir, tempfile.mkdtemp(prefix="phalanx-gpu-data-"))
+    steps = 300
+    cpu = cpu_run(bindir, data, steps)
+    launch = gpu_launch(bindir, data, steps, "gpu-kill")
+    try:
+        wait_until(lambda: launch.last_step() >= 10, 120, "10 committed steps on the GPU")
+        pid = launch.pid_of("g1")
+        check(pid, "g1 is a live member")
+        os.kill(pid, 9)
+        wait_until(lambda: launch.pid_of("g1") not in (None, pid), 60, "g1 restarted")
+        healed = wait_until(lambda: [e for e in launch.read_events()
+                                     if e["type"] == "heal_finished" and e["group"] == "g1"], 60, "g1 healed")
+        check(healed[0]["peer_group"] == "g0", "g1 healed from g0: %s" % healed[0])
+        s, finals = finish(launch, "cuda-kill", steps)
+    except Fail as e:
+        raise Fail("%s\n(logs in %s)\n%s" % (e, launch.dir, launch.tail(25)))
+    finally:
+        launch.terminate()
+    close(s["final_loss"], cpu, "kill")
+    print("killed g1 at step >= 10; healed from g0; final loss GPU %.6f, CPU %.6f" % (s["final_loss"], cpu))
+
+
+if __name__ == "__main__":
+    main_scenarios({"parity": parity, "kill": kill})
