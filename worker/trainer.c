@@ -114,6 +114,8 @@ typedef struct {
     int my_index;
     phase_t phase;
     int64_t aborted_for; /* newest quorum id that aborted our collectives (logged once) */
+    int finishing;       /* past the last step: the group's own collectives (a sharded group's
+                            final eval and report) must not be aborted because another group left */
     px_comm_t *cross, *intra; /* the gradient reduction's (Gloo on cpu, NCCL on cuda) */
     px_comm_t *state_cross, *state_intra; /* cuda: Gloo for heals; NULL on cpu (heals use cross, intra) */
     /* stats */
@@ -213,7 +215,7 @@ static void on_quorum_news(void *ctx, const px_quorum_t *latest, int64_t known) 
     trainer_t *t = ctx;
     char buf[200];
     pthread_mutex_lock(&t->comm_mu);
-    const char *why = t->cross || t->intra ? stale_reason(t, latest, known, buf, sizeof buf) : NULL;
+    const char *why = (t->cross || t->intra) && !t->finishing ? stale_reason(t, latest, known, buf, sizeof buf) : NULL;
     if (why) abort_comms_locked(t, known, why);
     pthread_mutex_unlock(&t->comm_mu);
 }
@@ -958,6 +960,9 @@ int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile s
         if (adopt) need = 1; /* everyone saw the flag: all switch now */
     }
     host_state(&t); /* the final save, statistics and --save read it */
+    pthread_mutex_lock(&t.comm_mu);
+    t.finishing = 1; /* the other groups may leave now: what follows involves our group only */
+    pthread_mutex_unlock(&t.comm_mu);
     if (t.st.step >= cfg->steps || (*stop && rc != 3)) px_persist_final(&t.persist, &t.st, &t.q);
     if (t.st.step >= cfg->steps) {
         ev = eval_loss(&t);
