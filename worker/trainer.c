@@ -497,6 +497,15 @@ static px_comm_status_t reduce(trainer_t *t, size_t n) {
     return st;
 }
 
+/* Micro-batches every rank of a sharded group runs this step: enough for
+ * the largest fsdp share of the group's samples (at least one). */
+static int shard_rounds(const trainer_t *t) {
+    int B = t->cfg->global_batch, P = t->q.n, F = t->mesh.size[PX_MESH_FSDP];
+    int G = (int)((int64_t)(t->my_index + 1) * B / P) - (int)((int64_t)t->my_index * B / P);
+    int most = (G + F - 1) / F, rounds = (most + t->cfg->micro_batch - 1) / t->cfg->micro_batch;
+    return rounds > 0 ? rounds : 1;
+}
+
 /* This rank's gradients of samples [lo, hi) into the grads (the model's,
  * or the shard's); *loss its share of the batch's mean loss. -1 when a
  * sharded group's collective failed. */
@@ -505,18 +514,30 @@ static int compute_grads(trainer_t *t, int lo, int hi, float *loss_out) {
     if (t->shard) px_shard_zero_grad(t->shard);
     else px_compute_zero_grad(t->dev);
     double loss = 0;
-    for (int i0 = lo; i0 < hi; i0 += cfg->micro_batch) {
+    /* The fsdp ranks of a group must run as many forwards and backwards
+     * (each one a sequence of collectives) although their shares of the
+     * samples may differ by one or be empty: a rank short of micro-batches
+     * runs one sample with a loss scale of 0 (zero gradients) instead. */
+    int rounds = (hi - lo + cfg->micro_batch - 1) / cfg->micro_batch;
+    if (t->shard) rounds = shard_rounds(t);
+    for (int r = 0, i0 = lo; r < rounds; r++, i0 += cfg->micro_batch) {
         int n = hi - i0 < cfg->micro_batch ? hi - i0 : cfg->micro_batch;
-        px_dataset_fill(t->train, cfg->seed, t->st.step, i0, n, cfg->global_batch, t->T, t->inputs, t->targets);
+        float scale = 1.0f;
+        int at = i0;
+        if (n <= 0) { /* padding round: any valid sample, no weight */
+            n = 1, scale = 0.0f;
+            at = lo < cfg->global_batch ? lo : 0;
+        }
+        px_dataset_fill(t->train, cfg->seed, t->st.step, at, n, cfg->global_batch, t->T, t->inputs, t->targets);
         float l = px_compute_forward(t->dev, t->inputs, t->targets, n, t->T);
         if (t->shard && px_shard_last_error(t->shard)[0]) return -1;
-        loss += (double)l * n / cfg->global_batch;
+        loss += (double)l * n / cfg->global_batch * scale;
         if (t->reducer && i0 + n >= hi) { /* the last backward reduces as it goes, the vote last */
             px_vote_fill(t->model->grads + t->st.n, t->st.step, px_agent_known_quorum_id(t->agent) > t->qid,
                          (float)loss);
             px_reducer_arm(t->reducer, cfg->ranks_per_group, t->st.step);
         }
-        px_compute_backward(t->dev, (float)n / (float)cfg->global_batch);
+        px_compute_backward(t->dev, scale * (float)n / (float)cfg->global_batch);
         if (t->shard && px_shard_last_error(t->shard)[0]) return -1;
     }
     /* tp ranks compute the same samples: one of them reports the loss */

@@ -19,12 +19,15 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 from phalanx_test import Fail, Job, check, main_scenarios, make_corpus, wait_until  # noqa: E402
 
 STEPS = 20
-LAYOUTS = [  # name, ranks, worker flags
-    ("fsdp2", 2, ["--fsdp", "2"]),
-    ("tp2", 2, ["--tp", "2"]),
-    ("fsdp4", 4, ["--fsdp", "4"]),
-    ("fsdp2xtp2", 4, ["--fsdp", "2", "--tp", "2"]),
-    ("fsdp2-keep", 2, ["--fsdp", "2", "--fsdp-keep-params"]),
+LAYOUTS = [  # name, ranks, worker flags, global batch
+    ("fsdp2", 2, ["--fsdp", "2"], 8),
+    ("tp2", 2, ["--tp", "2"], 8),
+    ("fsdp4", 4, ["--fsdp", "4"], 8),
+    ("fsdp2xtp2", 4, ["--fsdp", "2", "--tp", "2"], 8),
+    ("fsdp2-keep", 2, ["--fsdp", "2", "--fsdp-keep-params"], 8),
+    # 10 samples over 4 fsdp ranks: shares of 2 and 3, so with micro-batches
+    # of 2 two ranks run a padding round to keep the collectives in step
+    ("fsdp4-uneven", 4, ["--fsdp", "4"], 10),
 ]
 
 
@@ -36,13 +39,13 @@ def read_model(path):
     return struct.unpack_from("<%df" % n, data, 256 * 4)
 
 
-def run(bindir, data, name, ranks, flags):
+def run(bindir, data, name, ranks, flags, batch=8):
     """Trains one group of `ranks` ranks; returns (losses by step, model path, rank-0 log text)."""
     job = Job(bindir, name="layout-" + name)
     try:
         job.start_coordinator()
         save = os.path.join(job.dir, "model.bin")
-        common = ["--steps", str(STEPS), "--model", "tiny", "--data", data, "--global-batch", "8",
+        common = ["--steps", str(STEPS), "--model", "tiny", "--data", data, "--global-batch", str(batch),
                   "--micro-batch", "2", "--seed", "7", "--save", save, "--comm-timeout-ms", "20000"]
         for r in range(ranks):
             job.start_worker("g0", r, ranks, common + flags)
@@ -67,10 +70,13 @@ def close(a, b, rel=1e-5):
 
 def test_layouts(bindir):
     data = make_corpus(bindir, tempfile.mkdtemp(prefix="phalanx-layouts-data-"))
-    base, base_save, _, _ = run(bindir, data, "single", 1, [])
-    base_params = read_model(base_save)
-    for name, ranks, flags in LAYOUTS:
-        losses, save, log, job = run(bindir, data, name, ranks, flags)
+    bases = {}
+    for name, ranks, flags, batch in LAYOUTS:
+        if batch not in bases:
+            losses, save, _, _ = run(bindir, data, "single-b%d" % batch, 1, [], batch)
+            bases[batch] = (losses, read_model(save))
+        base, base_params = bases[batch]
+        losses, save, log, job = run(bindir, data, name, ranks, flags, batch)
         for s in range(1, STEPS + 1):
             check(close(losses[s], base[s]), "%s: step %d loss %.7f, single rank %.7f" % (name, s, losses[s], base[s]))
         params = read_model(save)
