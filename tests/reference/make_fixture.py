@@ -20,8 +20,8 @@ Both are committed, so the test needs no PyTorch. Regenerate with
     /usr/bin/python3 tests/reference/make_fixture.py
 (Debian's python3-torch 1.13 imports only under /usr/bin/python3.)
 
-The model classes here are also imported by bench/train_step.py, so the
-benchmark's PyTorch baseline is the same model as the reference.
+bench/train_step.py imports only read_llmc from here; its PyTorch baseline
+is bench/torch_gpt.py, the per-layer model a PyTorch user would write.
 """
 import math
 import os
