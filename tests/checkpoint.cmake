@@ -9,7 +9,7 @@ add_test(NAME checkpoint_format COMMAND test_ckpt)
 # newest checkpoint skipped, fewer groups, a folder per group, SIGTERM, a
 # full disk, the writer killed (one ctest per scenario).
 px_add_py_scenarios(checkpoint_job ${CMAKE_CURRENT_LIST_DIR}/checkpoint/test_ckpt_job.py ${CMAKE_BINARY_DIR}/bin 400
-                    resume corrupt fewer pergroup mixed sigterm rotate diskfull)
+                    resume resume_overlap corrupt fewer pergroup mixed sigterm rotate diskfull)
 
 # phalanx-ckpt on a trained tiny model: import and export round trips (llm.c
 # byte for byte, safetensors read back by Hugging Face's reader), the same

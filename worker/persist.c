@@ -188,7 +188,7 @@ static void save(px_persist_t *p, const px_train_state_t *st, const px_quorum_t 
     double held_ms = 0;
     char path[4200];
     px_ckpt_path(p->dir, st->step, path, sizeof path);
-    if (px_ckpt_saver_submit(p->saver, st, &meta, 1, &held_ms) != 0) {
+    if (px_ckpt_saver_submit(p->saver, st, &meta, p->cfg->checkpoint_overlap, &held_ms) != 0) {
         px_log_error("checkpoint_failed step=%lld reason=\"out of memory for the snapshot\"", (long long)st->step);
         px_agent_notify(p->agent, "checkpoint_failed", q->id, st->step, "", 0, 0, "out of memory for the snapshot");
         return;

@@ -8,8 +8,9 @@
  * at its next commit rather than waiting a whole interval, in case the old
  * one died mid-save. Saves happen every --checkpoint-every steps, at the end
  * of the job, and when the worker is stopped (SIGTERM), always of committed
- * state; the background saver copies the state while the next step computes
- * (px_persist_fence) and writes it on its own thread.
+ * state; the snapshot is copied while training waits, or with
+ * --checkpoint-copy overlap by the saver while the next step computes
+ * (px_persist_fence), and written on the saver's thread.
  *
  * Restore reads into the model's own buffers (it is a fresh model at start):
  * when no checkpoint loads, the initial state is rebuilt, so partial data is
@@ -70,9 +71,10 @@ void px_persist_committed(px_persist_t *p, const px_train_state_t *st, const px_
  * did, and waits until the save is durable. */
 void px_persist_final(px_persist_t *p, const px_train_state_t *st, const px_quorum_t *q);
 /* Before the state changes (an optimizer step, a heal): waits until the
- * save in flight has its snapshot. The saver copies the state on its own
- * thread while the next step's forward and backward run (they only read
- * it), so training is held only when the copy is slower than those. */
+ * save in flight has its snapshot. With --checkpoint-copy overlap the saver
+ * copies the state on its own thread while the next step's forward and
+ * backward run (they only read it), so training waits here only when the
+ * copy is slower than those; with held it returns at once. */
 void px_persist_fence(px_persist_t *p);
 /* Waits for the save in flight (the state must outlive this call). */
 void px_persist_free(px_persist_t *p);

@@ -33,6 +33,8 @@ typedef struct {
     const char *checkpoint_dir; /* NULL: no checkpoints; "%g" in it stands for the group's name */
     int checkpoint_every;     /* save every N committed steps; 0: only at the end and on SIGTERM */
     int checkpoint_keep;      /* checkpoints kept by retention; 0: all */
+    int checkpoint_overlap;   /* 1: the saver copies the state while the next step computes;
+                                 0: training is held for a copy on every core (ckpt_saver.h) */
     /* The group's layout (parallel/mesh.h): pp x fsdp x tp = ranks_per_group.
      * All 0: the W ranks each hold a whole replica (data parallel inside the
      * group too). Otherwise the group is sharded (parallel/sharded.h). */

@@ -91,7 +91,11 @@ static void usage(FILE *f) {
            "  --checkpoint-every N     save every N committed steps; 0 = only at the end and on SIGTERM,\n"
            "                           0..100000000 [100]\n"
            "  --checkpoint-keep K      checkpoints to keep (the newest valid one always stays), 0 = all,\n"
-           "                           0..1000000 [3]\n\n"
+           "                           0..1000000 [3]\n"
+           "  --checkpoint-copy held|overlap  how a save takes its snapshot: held = training waits while every\n"
+           "                           core copies the state (best where training fills the cores); overlap =\n"
+           "                           the saver copies it during the next forward and backward (best with\n"
+           "                           spare cores, e.g. GPU workers) [held]\n\n"
            "layout of a group (--ranks-per-group W = pp x fsdp x tp; none given: each rank holds a whole\n"
            "replica and the W ranks split the group's samples):\n"
            "  --fsdp F                 shard every parameter, gradient and AdamW moment over F ranks (ZeRO-3),\n"
@@ -186,6 +190,13 @@ int px_worker_main(int argc, char **argv) {
         else if (!strcmp(a, "--fsdp")) tc.fsdp = (int)px_flag_int(PROG, a, v, 1, 1024);
         else if (!strcmp(a, "--tp")) tc.tp = (int)px_flag_int(PROG, a, v, 1, 1024);
         else if (!strcmp(a, "--pp")) tc.pp = (int)px_flag_int(PROG, a, v, 1, 1024);
+        else if (!strcmp(a, "--checkpoint-copy")) {
+            if (!v || (strcmp(v, "held") && strcmp(v, "overlap"))) {
+                fprintf(stderr, "%s: --checkpoint-copy: bad value '%s': expected held or overlap\n", PROG, v ? v : "");
+                return 2;
+            }
+            tc.checkpoint_overlap = !strcmp(v, "overlap");
+        }
         else if (!strcmp(a, "--checkpoint-keep")) tc.checkpoint_keep = (int)px_flag_int(PROG, a, v, 0, 1000000);
         else px_flag_unknown(PROG, a);
         i++;

@@ -105,21 +105,21 @@ def check_continuation(ref, again, after):
     print("continuation identical: %d steps after step %d, checksum %s" % (len(later), after, checksum(ref)))
 
 
-def killed_and_resumed(bindir, data, ckpt, kill_at, damage=None, restart_args=None):
-    kill_when(bindir, base(data, ckpt) + WORKER, "ckpt-killed", lambda: has(ckpt, kill_at))
+def killed_and_resumed(bindir, data, ckpt, kill_at, damage=None, restart_args=None, worker=()):
+    kill_when(bindir, base(data, ckpt) + WORKER + list(worker), "ckpt-killed", lambda: has(ckpt, kill_at))
     check(not os.path.exists(os.path.join(ckpt, "step_%08d" % STEPS)), "the kill came before the end")
     if damage:
         damage(ckpt)
-    rc, again = run(bindir, restart_args or base(data, ckpt) + WORKER, "ckpt-again")
+    rc, again = run(bindir, restart_args or base(data, ckpt) + WORKER + list(worker), "ckpt-again")
     check(rc == 0 and again.summary()["completed"], "the restarted job completes:\n%s" % again.tail())
     return again
 
 
-def test_resume(bindir):
+def test_resume(bindir, worker=()):
     data = make_corpus(bindir, tempfile.mkdtemp(prefix="phalanx-ckpt-data-"))
     ref = reference(bindir, data)
     ckpt = tempfile.mkdtemp(prefix="phalanx-ckpt-")
-    again = killed_and_resumed(bindir, data, ckpt, 30)
+    again = killed_and_resumed(bindir, data, ckpt, 30, worker=worker)
     got = restored_steps(again)
     check(len(got) == 2 and len(set(got)) == 1 and got[0] >= 30, "both groups restored one step >= 30: %s" % got)
     check(again.summary()["steps"] == STEPS, "summary: %s" % again.summary())
@@ -318,5 +318,7 @@ def test_diskfull(bindir):
 
 
 if __name__ == "__main__":
-    main_scenarios({"resume": test_resume, "corrupt": test_corrupt, "fewer": test_fewer,
+    main_scenarios({"resume": test_resume,
+                    # the saver copying the state while the next step computes (--checkpoint-copy overlap)
+                    "resume_overlap": lambda bindir: test_resume(bindir, ["--checkpoint-copy", "overlap"]), "corrupt": test_corrupt, "fewer": test_fewer,
                     "pergroup": test_pergroup, "mixed": test_mixed, "sigterm": test_sigterm, "rotate": test_rotate, "diskfull": test_diskfull})
