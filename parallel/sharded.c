@@ -80,7 +80,7 @@ struct px_shard {
 static const int outer_tensors[] = {PX_WTE, PX_WPE, PX_LNFW, PX_LNFB};
 
 static int build_units(px_shard_t *sh) {
-    int L = sh->cfg.num_layers, F = sh->lay.fsdp;
+    int F = sh->lay.fsdp;
     sh->nunits = PX_GPT_UNITS(&sh->cfg);
     sh->units = calloc((size_t)sh->nunits, sizeof *sh->units);
     sh->segs = calloc((size_t)sh->nunits * UNIT_MAX_TENSORS, sizeof *sh->segs);
@@ -112,7 +112,6 @@ static int build_units(px_shard_t *sh) {
                                                 split || sh->lay.tp.rank == 0};
         }
     }
-    (void)L;
     sh->b.n = shard_off;
     return 0;
 }
@@ -434,77 +433,6 @@ void px_shard_load_state(px_shard_t *sh, const px_train_state_t *src) {
     free(flat);
 }
 
-/* Runs of logical elements (see px_gpt_init_slice) behind the local
- * elements [a, e) of a tensor's slice s whose layer starts at `base`. */
-typedef struct {
-    size_t n, cap;
-    size_t (*run)[2];
-} runs_t;
-
-static int runs_add(runs_t *r, size_t lo, size_t len) {
-    if (r->n && r->run[r->n - 1][0] + r->run[r->n - 1][1] == lo) { /* continues the last run */
-        r->run[r->n - 1][1] += len;
-        return 0;
-    }
-    if (r->n == r->cap) {
-        size_t cap = r->cap ? 2 * r->cap : 64;
-        void *p = realloc(r->run, cap * sizeof *r->run);
-        if (!p) return -1;
-        r->run = p;
-        r->cap = cap;
-    }
-    r->run[r->n][0] = lo;
-    r->run[r->n][1] = len;
-    r->n++;
-    return 0;
-}
-
-static int runs_next(void *ctx, size_t k, size_t *lo, size_t *len) {
-    runs_t *r = ctx;
-    if (k >= r->n) return 0;
-    *lo = r->run[k][0];
-    *len = r->run[k][1];
-    return 1;
-}
-
-static int slice_runs(const slice_t *s, size_t base, size_t a, size_t e, runs_t *out) {
-    out->n = 0;
-    while (a < e) {
-        size_t row = a / s->ncols, col = a % s->ncols;
-        size_t j = row / s->brows, i = row % s->brows;
-        size_t take = s->ncols - col < e - a ? s->ncols - col : e - a;
-        if (runs_add(out, base + (s->row0[j] + i) * s->K + s->col0 + col, take) != 0) return -1;
-        a += take;
-    }
-    return 0;
-}
-
-int px_shard_init(px_shard_t *sh, uint64_t seed) {
-    runs_t runs = {0};
-    int rc = 0;
-    memset(sh->b.params, 0, sh->b.n * sizeof(float));
-    memset(sh->b.m, 0, sh->b.n * sizeof(float));
-    memset(sh->b.v, 0, sh->b.n * sizeof(float));
-    for (int u = 0; rc == 0 && u < sh->nunits; u++) {
-        const unit_t *un = &sh->units[u];
-        size_t lo = (size_t)sh->lay.fsdp_rank * un->piece, hi = lo + un->piece;
-        for (int i = 0; rc == 0 && i < un->ntensors; i++) {
-            const unit_tensor_t *ut = &un->t[i];
-            size_t a = ut->off > lo ? ut->off : lo, e = ut->off + ut->len < hi ? ut->off + ut->len : hi;
-            if (a >= e) continue;
-            size_t whole = px_gpt_unit_tensor_size(&sh->cfg, (px_gpt_tp_t){1, 0}, u, ut->tensor);
-            slice_t sl = tp_slice(&sh->cfg, sh->lay.tp, ut->tensor, whole);
-            size_t base = u == 0 ? 0 : (size_t)(u - 1) * whole;
-            rc = slice_runs(&sl, base, a - ut->off, e - ut->off, &runs);
-            if (rc == 0)
-                rc = px_gpt_init_slice(&sh->cfg, seed, ut->tensor, runs_next, &runs,
-                                       sh->b.params + un->shard_off + (a - lo));
-        }
-    }
-    free(runs.run);
-    return rc;
-}
-
 int px_shard_gather(px_shard_t *sh, px_gpt_t *dst) {
     if (sh->jobs && px_jobq_wait_all(sh->jobs) != 0) return -1;
     size_t biggest = sh->units[0].padded > sh->layer_padded ? sh->units[0].padded : sh->layer_padded;
@@ -554,7 +482,11 @@ static int slice_rects(const slice_t *s, int t, int layer, size_t x, size_t y, s
     return 0;
 }
 
-int px_shard_rects(const px_gpt_config_t *cfg, const px_shard_layout_t *lay, px_shard_rect_fn fn, void *ctx) {
+/* Every rectangle of tensor slices the rank of `lay` holds, in shard order
+ * (padding skipped); with unique_only, not those of tensors replicated over
+ * tp on tp ranks other than 0. */
+static int each_rect(const px_gpt_config_t *cfg, const px_shard_layout_t *lay, int unique_only, px_shard_rect_fn fn,
+                     void *ctx) {
     px_shard_t sh = {.cfg = *cfg, .lay = *lay};
     int rc = build_units(&sh);
     for (int u = 0; rc == 0 && u < sh.nunits; u++) {
@@ -565,7 +497,7 @@ int px_shard_rects(const px_gpt_config_t *cfg, const px_shard_layout_t *lay, px_
             size_t a = ut->off > lo ? ut->off : lo, e = ut->off + ut->len < hi ? ut->off + ut->len : hi;
             if (a >= e) continue;
             size_t whole = px_gpt_unit_tensor_size(cfg, (px_gpt_tp_t){1, 0}, u, ut->tensor);
-            if (whole == ut->len && lay->tp.rank != 0) continue; /* replicated: tp rank 0's copy counts */
+            if (unique_only && whole == ut->len && lay->tp.rank != 0) continue; /* tp rank 0's copy counts */
             slice_t sl = tp_slice(cfg, lay->tp, ut->tensor, whole);
             rc = slice_rects(&sl, ut->tensor, u == 0 ? 0 : u - 1, a - ut->off, e - ut->off, un->shard_off + (a - lo),
                              fn, ctx);
@@ -573,6 +505,55 @@ int px_shard_rects(const px_gpt_config_t *cfg, const px_shard_layout_t *lay, px_
     }
     free(sh.units);
     free(sh.segs);
+    return rc;
+}
+
+int px_shard_rects(const px_gpt_config_t *cfg, const px_shard_layout_t *lay, px_shard_rect_fn fn, void *ctx) {
+    return each_rect(cfg, lay, 1, fn, ctx);
+}
+
+/* px_shard_init: a rectangle's logical elements as runs (px_gpt_init_slice),
+ * a run per row unless the rows are whole. */
+typedef struct {
+    px_shard_t *sh;
+    uint64_t seed;
+    size_t n, cap;
+    size_t (*run)[2];
+} init_ctx_t;
+
+static int runs_next(void *ctx, size_t k, size_t *lo, size_t *len) {
+    init_ctx_t *c = ctx;
+    if (k >= c->n) return 0;
+    *lo = c->run[k][0];
+    *len = c->run[k][1];
+    return 1;
+}
+
+static int init_rect(void *ctx, const px_shard_rect_t *r) {
+    init_ctx_t *c = ctx;
+    size_t sizes[PX_GPT_NUM_TENSORS];
+    px_gpt_tensor_sizes(&c->sh->cfg, sizes);
+    int per_layer = r->tensor >= PX_LN1W && r->tensor <= PX_FCPROJB;
+    size_t base = per_layer ? (size_t)r->layer * (sizes[r->tensor] / (size_t)c->sh->cfg.num_layers) : 0;
+    size_t rows = r->ncols == r->K ? 1 : r->nrows, len = r->ncols == r->K ? r->nrows * r->ncols : r->ncols;
+    if (rows > c->cap) {
+        void *p = realloc(c->run, rows * sizeof *c->run);
+        if (!p) return -1;
+        c->run = p;
+        c->cap = rows;
+    }
+    for (size_t i = 0; i < rows; i++) c->run[i][0] = base + (r->row0 + i) * r->K + r->col0, c->run[i][1] = len;
+    c->n = rows;
+    return px_gpt_init_slice(&c->sh->cfg, c->seed, r->tensor, runs_next, c, c->sh->b.params + r->shard_off);
+}
+
+int px_shard_init(px_shard_t *sh, uint64_t seed) {
+    memset(sh->b.params, 0, sh->b.n * sizeof(float));
+    memset(sh->b.m, 0, sh->b.n * sizeof(float));
+    memset(sh->b.v, 0, sh->b.n * sizeof(float));
+    init_ctx_t c = {.sh = sh, .seed = seed};
+    int rc = each_rect(&sh->cfg, &sh->lay, 0, init_rect, &c);
+    free(c.run);
     return rc;
 }
 

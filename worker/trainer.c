@@ -457,33 +457,34 @@ static void my_share(const trainer_t *t, int *lo, int *hi) {
     *hi = glo + (int)((int64_t)(part + 1) * (ghi - glo) / W);
 }
 
+_Static_assert(PX_VOTE_N <= PX_GPT_GRADS_SPARE, "the vote's tail must fit in the grads' spare room");
+
+/* Bytes this rank sends in ring all-reduces of `group` floats inside the
+ * group and `cross` floats across groups. */
+static void count_bytes(trainer_t *t, size_t group, size_t cross) {
+    int W = t->cfg->ranks_per_group;
+    t->bytes_group += 2.0 * (W - 1) / W * (double)group * sizeof(float);
+    t->bytes_cross += 2.0 * (t->q.n - 1) / t->q.n * (double)cross * sizeof(float);
+}
+
 /* The grads and the vote's tail, which sits in the grads' spare room right
  * after them (PX_GPT_GRADS_SPARE), reduced in place: summed inside the group,
  * the group's vote checked and relayed as one contribution (vote.h), then
  * summed across groups. A failed reduction leaves partial sums in grads;
  * the retried step zeroes them first. */
-_Static_assert(PX_VOTE_N <= PX_GPT_GRADS_SPARE, "the vote's tail must fit in the grads' spare room");
-
-/* Bytes a whole-replica reduction of n floats and the tail sends from this
- * rank: ring all-reduces inside the group and across groups. */
-static void count_bytes(trainer_t *t, size_t n) {
-    int W = t->cfg->ranks_per_group;
-    t->bytes_group += 2.0 * (W - 1) / W * (double)(n + PX_VOTE_N) * sizeof(float);
-    t->bytes_cross += 2.0 * (t->q.n - 1) / t->q.n * (double)(n + PX_VOTE_N) * sizeof(float);
-}
 static px_comm_status_t reduce(trainer_t *t, size_t n) {
     if (t->shard) { /* the grads are reduced inside the group already (fsdp reduce-scatters): only the vote is */
         float *buf = px_shard_bufs(t->shard)->grads;
+        count_bytes(t, 0, n + PX_VOTE_N); /* (the 5-float in-group vote sum is left out, as the confirmation) */
         px_comm_status_t st = px_comm_allreduce_sum_f32(t->intra, buf + n, PX_VOTE_N);
         if (st != PX_COMM_OK) return st;
         px_vote_relay(buf + n, t->cfg->ranks_per_group, t->st.step);
-        t->bytes_cross += 2.0 * (t->q.n - 1) / t->q.n * (double)(n + PX_VOTE_N) * sizeof(float);
         return px_comm_allreduce_sum_f32(t->cross, buf, n + PX_VOTE_N);
     }
     /* On a GPU buf is device memory and the tail moves between the host and
      * buf + n around each reduction (compute.h); on the CPU it is there. */
     float *buf = px_compute_grads(t->dev), *tail = px_compute_tail(t->dev);
-    count_bytes(t, n);
+    count_bytes(t, n + PX_VOTE_N, n + PX_VOTE_N);
     px_compute_tail_put(t->dev);
     if (t->intra) {
         px_comm_status_t st = px_comm_allreduce_sum_f32(t->intra, buf, n + PX_VOTE_N);
@@ -504,6 +505,13 @@ static int shard_rounds(const trainer_t *t) {
     int G = (int)((int64_t)(t->my_index + 1) * B / P) - (int)((int64_t)t->my_index * B / P);
     int most = (G + F - 1) / F, rounds = (most + t->cfg->micro_batch - 1) / t->cfg->micro_batch;
     return rounds > 0 ? rounds : 1;
+}
+
+/* The vote's tail filled (this rank's loss share) and the reducer told
+ * that the next backward is the step's last. */
+static void arm_reducer(trainer_t *t, float loss) {
+    px_vote_fill(px_compute_tail(t->dev), t->st.step, px_agent_known_quorum_id(t->agent) > t->qid, loss);
+    px_reducer_arm(t->reducer, t->cfg->ranks_per_group, t->st.step);
 }
 
 /* This rank's gradients of samples [lo, hi) into the grads (the model's,
@@ -532,11 +540,7 @@ static int compute_grads(trainer_t *t, int lo, int hi, float *loss_out) {
         float l = px_compute_forward(t->dev, t->inputs, t->targets, n, t->T);
         if (t->shard && px_shard_last_error(t->shard)[0]) return -1;
         loss += (double)l * n / cfg->global_batch * scale;
-        if (t->reducer && i0 + n >= hi) { /* the last backward reduces as it goes, the vote last */
-            px_vote_fill(t->model->grads + t->st.n, t->st.step, px_agent_known_quorum_id(t->agent) > t->qid,
-                         (float)loss);
-            px_reducer_arm(t->reducer, cfg->ranks_per_group, t->st.step);
-        }
+        if (t->reducer && i0 + n >= hi) arm_reducer(t, (float)loss); /* the last backward reduces as it goes */
         px_compute_backward(t->dev, scale * (float)n / (float)cfg->global_batch);
         if (t->shard && px_shard_last_error(t->shard)[0]) return -1;
     }
@@ -544,11 +548,10 @@ static int compute_grads(trainer_t *t, int lo, int hi, float *loss_out) {
     *loss_out = t->shard && t->coord.c[PX_MESH_TP] != 0 ? 0.0f : (float)loss;
     if (t->reducer) {
         if (lo == hi) { /* no samples for this rank: zero gradients, in the same buckets as the others' */
-            px_vote_fill(t->model->grads + t->st.n, t->st.step, px_agent_known_quorum_id(t->agent) > t->qid, 0.0f);
-            px_reducer_arm(t->reducer, cfg->ranks_per_group, t->st.step);
+            arm_reducer(t, 0.0f);
             px_reducer_release_all(t->reducer);
         }
-        count_bytes(t, t->st.n);
+        count_bytes(t, t->st.n + PX_VOTE_N, t->st.n + PX_VOTE_N);
         return px_reducer_finish(t->reducer);
     }
     return 0;
@@ -564,7 +567,6 @@ static float eval_loss(trainer_t *t) {
     return (float)(sum / t->cfg->eval_batches);
 }
 
-/* 1: committed (*adopt: every rank saw a newer quorum, switch now); 0: discarded. */
 /* Why a step's collectives failed. */
 static const char *failure_reason(trainer_t *t) {
     if (t->shard && px_shard_last_error(t->shard)[0]) return px_shard_last_error(t->shard);
@@ -587,6 +589,7 @@ static int shard_commit(trainer_t *t, float *norm) {
     return 0;
 }
 
+/* 1: committed (*adopt: every rank saw a newer quorum, switch now); 0: discarded. */
 static int train_step(trainer_t *t, int *adopt, float *loss_out, float *norm_out) {
     const px_trainer_config_t *cfg = t->cfg;
     size_t n = t->st.n;
