@@ -143,6 +143,9 @@ static void set_views(px_gpt_tensors_t *v, float *base, const size_t *off) {
 
 /* ------------------------------------------------------------- activations */
 
+/* One micro-batch's activations (a slot): a whole model has one, a
+ * pipeline stage as many as it holds micro-batches at once. Per-layer
+ * arrays have one entry per layer of the stage. */
 struct px_gpt_acts {
     int B, T;       /* shape the views below are laid out for */
     size_t capacity; /* floats allocated in mem */
@@ -150,8 +153,11 @@ struct px_gpt_acts {
     float *mem;
     int *inputs;     /* (B,T) copy, for encoder_backward */
     int *targets;    /* (B,T) copy, for the loss backward */
-    int have_loss;   /* forward with targets done, backward not yet */
-    float *encoded;  /* (B,T,C) */
+    int have_loss;   /* forward with targets done (the last stage), backward not yet */
+    int have_fwd;    /* forward done, backward (or its input half) not yet */
+    int have_bi;     /* input half of a split backward done, its weight half not yet */
+    int split;       /* the k_ views below are laid out */
+    float *encoded;  /* (B,T,C): the embedding, or a later stage's input */
     float *ln1;      /* (L,B,T,C) */
     float *ln1_mean; /* (L,B,T) */
     float *ln1_rstd; /* (L,B,T) */
@@ -165,27 +171,34 @@ struct px_gpt_acts {
     float *fch;      /* (L,B,T,4C) */
     float *fch_gelu; /* (L,B,T,4C) */
     float *residual3; /* (L,B,T,C) */
-    float *lnf;      /* (B,T,C) */
+    float *lnf;      /* (B,T,C), last stage */
     float *lnf_mean; /* (B,T) */
     float *lnf_rstd; /* (B,T) */
-    float *logits;   /* (B,T,Vp); dlogits in place after backward */
+    float *logits;   /* (B,T,Vp), last stage; dlogits in place after backward */
     float *losses;   /* (B,T) */
     float *lse;      /* (B,T) */
     float *proj;     /* (B,T,C) output of attproj / fcproj before the residual add */
-    float *dres;     /* (B,T,C) gradient of the residual stream */
+    float *dres;     /* (B,T,C) gradient of the residual stream; a stage's input gradient at the end */
     float *dbtc;     /* (B,T,C) scratch gradient */
     float *d4a;      /* (B,T,4C) scratch gradient (also dqkv, 3C <= 4C) */
     float *d4b;      /* (B,T,4C) scratch gradient */
+    /* split backward only: the output gradients of the four matmuls of each
+     * layer, from the input half for the weight half */
+    float *k_dfcproj;  /* (L,B,T,C) */
+    float *k_dfc;      /* (L,B,T,4C) */
+    float *k_dattproj; /* (L,B,T,C) */
+    float *k_dqkv;     /* (L,B,T,3C) */
 };
 
 /* Lays the activation views out for (B,T) starting at mem (or only counts
  * floats when mem is NULL). Returns the float count. */
-static size_t layout_acts(struct px_gpt_acts *a, const px_gpt_config_t *cfg, px_gpt_tp_t tp, int B, int T,
-                          float *mem) {
-    dims_t d = local_dims(cfg, tp);
-    size_t L = (size_t)cfg->num_layers, C = (size_t)d.C, NH = (size_t)d.NHa;
+static size_t layout_acts(struct px_gpt_acts *a, const px_gpt_t *self, int B, int T, float *mem) {
+    const px_gpt_config_t *cfg = &self->config;
+    dims_t d = local_dims(cfg, self->tp);
+    size_t L = (size_t)self->stage.num_layers, C = (size_t)d.C, NH = (size_t)d.NHa;
     size_t Ca = (size_t)d.Ca, H = (size_t)d.H;
     size_t BT = (size_t)B * (size_t)T, Vp = (size_t)cfg->padded_vocab_size;
+    size_t head = self->stage.last ? 1 : 0, split = self->split ? L : 0;
     struct {
         float **p;
         size_t n;
@@ -194,11 +207,12 @@ static size_t layout_acts(struct px_gpt_acts *a, const px_gpt_config_t *cfg, px_
         {&a->ln1_rstd, L * BT},      {&a->qkv, L * BT * 3 * Ca},   {&a->atty, L * BT * Ca},
         {&a->att, L * B * NH * (size_t)T * T}, {&a->residual2, L * BT * C}, {&a->ln2, L * BT * C},
         {&a->ln2_mean, L * BT},      {&a->ln2_rstd, L * BT},       {&a->fch, L * BT * H},
-        {&a->fch_gelu, L * BT * H},  {&a->residual3, L * BT * C},  {&a->lnf, BT * C},
-        {&a->lnf_mean, BT},          {&a->lnf_rstd, BT},           {&a->logits, BT * Vp},
-        {&a->losses, BT},            {&a->lse, BT},                {&a->proj, BT * C},
+        {&a->fch_gelu, L * BT * H},  {&a->residual3, L * BT * C},  {&a->lnf, head * BT * C},
+        {&a->lnf_mean, head * BT},   {&a->lnf_rstd, head * BT},    {&a->logits, head * BT * Vp},
+        {&a->losses, head * BT},     {&a->lse, head * BT},         {&a->proj, BT * C},
         {&a->dres, BT * C},          {&a->dbtc, BT * C},           {&a->d4a, BT * H},
-        {&a->d4b, BT * H},
+        {&a->d4b, BT * H},           {&a->k_dfcproj, split * BT * C}, {&a->k_dfc, split * BT * H},
+        {&a->k_dattproj, split * BT * C}, {&a->k_dqkv, split * BT * 3 * Ca},
     };
     size_t total = 0;
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
@@ -206,13 +220,13 @@ static size_t layout_acts(struct px_gpt_acts *a, const px_gpt_config_t *cfg, px_
         if (mem) *t[i].p = mem + total;
         total += n;
     }
+    if (mem) a->split = self->split;
     return total;
 }
 
-static int ensure_acts(px_gpt_t *self, int B, int T) {
-    struct px_gpt_acts *a = self->acts;
+static int ensure_acts(px_gpt_t *self, struct px_gpt_acts *a, int B, int T) {
     if (a->B == B && a->T == T) return 0;
-    size_t need = layout_acts(a, &self->config, self->tp, B, T, NULL);
+    size_t need = layout_acts(a, self, B, T, NULL);
     size_t ntok = (size_t)B * (size_t)T;
     if (need > a->capacity || ntok > a->tok_capacity) {
         free(a->mem);
@@ -229,12 +243,55 @@ static int ensure_acts(px_gpt_t *self, int B, int T) {
         a->capacity = need;
         a->tok_capacity = ntok;
     }
-    layout_acts(a, &self->config, self->tp, B, T, a->mem);
+    layout_acts(a, self, B, T, a->mem);
     a->targets = a->inputs + ntok;
     a->B = B;
     a->T = T;
-    a->have_loss = 0;
+    a->have_loss = a->have_fwd = a->have_bi = 0;
     return 0;
+}
+
+static void free_acts(px_gpt_t *self) {
+    for (int i = 0; self->acts && i < self->nslots; i++) {
+        free(self->acts[i].mem);
+        free(self->acts[i].inputs);
+    }
+    free(self->acts);
+    self->acts = NULL;
+    self->nslots = 0;
+}
+
+/* A whole model: every layer, the embedding and the head, one slot. */
+static int whole_model(px_gpt_t *self) {
+    self->stage = (px_gpt_stage_t){0, self->config.num_layers, 1, 1};
+    self->split = 0;
+    self->nslots = 1;
+    self->acts = calloc(1, sizeof *self->acts);
+    return self->acts ? 0 : -1;
+}
+
+int px_gpt_set_stage(px_gpt_t *self, const px_gpt_stage_t *st, int slots, int split) {
+    int L = self->config.num_layers;
+    if (st->first_layer < 0 || st->num_layers < 1 || st->first_layer + st->num_layers > L || slots < 1 ||
+        (st->first && st->first_layer != 0) || (st->last && st->first_layer + st->num_layers != L)) {
+        px_log_error("gpt_bad_stage first_layer=%d num_layers=%d layers=%d first=%d last=%d slots=%d", st->first_layer,
+                     st->num_layers, L, st->first, st->last, slots);
+        return -1;
+    }
+    struct px_gpt_acts *acts = calloc((size_t)slots, sizeof *acts);
+    if (!acts) return -1;
+    free_acts(self);
+    self->acts = acts;
+    self->nslots = slots;
+    self->stage = *st;
+    self->split = split;
+    return 0;
+}
+
+size_t px_gpt_activation_bytes(const px_gpt_t *self) {
+    size_t n = 0;
+    for (int i = 0; i < self->nslots; i++) n += self->acts[i].capacity;
+    return n * sizeof(float);
 }
 
 /* ------------------------------------------------------------ construction */
@@ -342,8 +399,7 @@ px_gpt_t *px_gpt_new_zeroed(const px_gpt_config_t *cfg) {
     self->grads = aligned_alloc(64, grad_bytes);
     self->m = aligned_alloc(64, bytes);
     self->v = aligned_alloc(64, bytes);
-    self->acts = calloc(1, sizeof *self->acts);
-    if (!self->params || !self->grads || !self->m || !self->v || !self->acts) {
+    if (!self->params || !self->grads || !self->m || !self->v || whole_model(self) != 0) {
         px_log_error("gpt_alloc_failed what=state params=%zu", self->num_params);
         px_gpt_destroy(&self);
         return NULL;
@@ -367,12 +423,12 @@ px_gpt_t *px_gpt_new_sharded(const px_gpt_config_t *cfg, px_gpt_tp_t tp, const p
         return NULL;
     }
     px_gpt_t *self = calloc(1, sizeof *self);
-    if (!self || !(self->acts = calloc(1, sizeof *self->acts))) {
+    if (self) self->config = *cfg;
+    if (!self || whole_model(self) != 0) {
         free(self);
         px_log_error("gpt_alloc_failed what=sharded_model");
         return NULL;
     }
-    self->config = *cfg;
     self->tp = tp;
     self->src = src;
     self->mean_loss = -1.0f;
@@ -402,11 +458,7 @@ px_gpt_t *px_gpt_new(const px_gpt_config_t *cfg, uint64_t seed) {
 void px_gpt_destroy(px_gpt_t **self) {
     if (!self || !*self) return;
     px_gpt_t *m = *self;
-    if (m->acts) {
-        free(m->acts->mem);
-        free(m->acts->inputs);
-        free(m->acts);
-    }
+    free_acts(m);
     free(m->params);
     free(m->grads);
     free(m->m);
@@ -453,16 +505,19 @@ static int check_tokens(const int *x, size_t n, int V, const char *what) {
     return 0;
 }
 
-/* Per-layer activation views of layer l, laid out for the local dims. */
+/* Per-layer activation views of the stage's i-th layer, laid out for the local dims. */
 typedef struct {
     float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *residual2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu,
         *residual3;
     const float *residual; /* the layer's input */
+    /* split backward: the four matmuls' output gradients */
+    float *dfcproj, *dfc, *dattproj, *dqkv;
 } layer_acts_t;
 
 static layer_acts_t layer_acts(const struct px_gpt_acts *a, dims_t d, int l) {
     size_t B = (size_t)a->B, T = (size_t)a->T, BT = B * T, C = (size_t)d.C, Ca = (size_t)d.Ca, H = (size_t)d.H;
     size_t lu = (size_t)l;
+    int split = a->split;
     layer_acts_t x = {
         .ln1 = a->ln1 + lu * BT * C, .ln1_mean = a->ln1_mean + lu * BT, .ln1_rstd = a->ln1_rstd + lu * BT,
         .qkv = a->qkv + lu * BT * 3 * Ca, .atty = a->atty + lu * BT * Ca, .att = a->att + lu * B * (size_t)d.NHa * T * T,
@@ -470,13 +525,46 @@ static layer_acts_t layer_acts(const struct px_gpt_acts *a, dims_t d, int l) {
         .ln2_rstd = a->ln2_rstd + lu * BT, .fch = a->fch + lu * BT * H, .fch_gelu = a->fch_gelu + lu * BT * H,
         .residual3 = a->residual3 + lu * BT * C,
         .residual = l == 0 ? a->encoded : a->residual3 + (lu - 1) * BT * C,
+        .dfcproj = split ? a->k_dfcproj + lu * BT * C : NULL, .dfc = split ? a->k_dfc + lu * BT * H : NULL,
+        .dattproj = split ? a->k_dattproj + lu * BT * C : NULL, .dqkv = split ? a->k_dqkv + lu * BT * 3 * Ca : NULL,
     };
     return x;
 }
 
-float px_gpt_forward(px_gpt_t *self, const int *inputs, const int *targets, int B, int T) {
+/* The stage's output: the residual stream after its last layer. */
+static float *stage_out(const px_gpt_t *self, const struct px_gpt_acts *a) {
+    size_t BT = (size_t)a->B * (size_t)a->T, C = (size_t)self->config.channels;
+    return a->residual3 + (size_t)(self->stage.num_layers - 1) * BT * C;
+}
+
+/* The stage's i-th layer (model layer stage.first_layer + i), forward. */
+static int layer_forward(px_gpt_t *self, struct px_gpt_acts *a, dims_t d, int i) {
+    int unit = 1 + self->stage.first_layer + i, B = a->B, T = a->T, C = d.C;
+    size_t BT = (size_t)B * (size_t)T;
+    int tp0 = self->tp.rank == 0; /* adds the row-parallel biases, once */
+    layer_acts_t x = layer_acts(a, d, i);
+    px_gpt_tensors_t p;
+    if (unit_acquire(self, unit, PX_GPT_FWD, &p, NULL) != 0) return -1;
+    layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, x.residual, p.ln1w, p.ln1b, B, T, C);
+    matmul_forward(x.qkv, x.ln1, p.qkvw, p.qkvb, B, T, C, 3 * d.Ca);
+    attention_forward(x.atty, x.att, x.qkv, B, T, d.Ca, d.NHa);
+    matmul_forward(a->proj, x.atty, p.attprojw, tp0 ? p.attprojb : NULL, B, T, d.Ca, C);
+    if (tp_sum(self, a->proj, BT * C) != 0) return -1;
+    residual_forward(x.residual2, x.residual, a->proj, BT * C);
+    layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, p.ln2w, p.ln2b, B, T, C);
+    matmul_forward(x.fch, x.ln2, p.fcw, p.fcb, B, T, C, d.H);
+    gelu_forward(x.fch_gelu, x.fch, BT * d.H);
+    matmul_forward(a->proj, x.fch_gelu, p.fcprojw, tp0 ? p.fcprojb : NULL, B, T, d.H, C);
+    if (tp_sum(self, a->proj, BT * C) != 0) return -1;
+    residual_forward(x.residual3, x.residual2, a->proj, BT * C);
+    return unit_release(self, unit, PX_GPT_FWD);
+}
+
+static float stage_forward(px_gpt_t *self, struct px_gpt_acts *a, const int *inputs, const float *x,
+                           const int *targets, int B, int T) {
     const px_gpt_config_t *cfg = &self->config;
-    int L = cfg->num_layers, V = cfg->vocab_size, Vp = cfg->padded_vocab_size;
+    const px_gpt_stage_t *st = &self->stage;
+    int V = cfg->vocab_size, Vp = cfg->padded_vocab_size;
     dims_t d = local_dims(cfg, self->tp);
     int C = d.C;
     self->mean_loss = -1.0f;
@@ -484,39 +572,33 @@ float px_gpt_forward(px_gpt_t *self, const int *inputs, const int *targets, int 
         px_log_error("gpt_bad_shape B=%d T=%d max_seq_len=%d", B, T, cfg->max_seq_len);
         return NAN;
     }
-    size_t BT = (size_t)B * (size_t)T;
-    if (check_tokens(inputs, BT, V, "inputs") != 0) return NAN;
-    if (targets && check_tokens(targets, BT, V, "targets") != 0) return NAN;
-    if (ensure_acts(self, B, T) != 0) return NAN;
-    struct px_gpt_acts *a = self->acts;
-    memcpy(a->inputs, inputs, BT * sizeof(int));
-    a->have_loss = 0;
-    int tp0 = self->tp.rank == 0; /* adds the row-parallel biases, once */
-
-    px_gpt_tensors_t outer, p;
-    if (unit_acquire(self, 0, PX_GPT_FWD, &outer, NULL) != 0) return NAN;
-    encoder_forward(a->encoded, inputs, outer.wte, outer.wpe, B, T, C);
-    for (int l = 0; l < L; l++) {
-        layer_acts_t x = layer_acts(a, d, l);
-        if (unit_acquire(self, 1 + l, PX_GPT_FWD, &p, NULL) != 0) return NAN;
-        layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, x.residual, p.ln1w, p.ln1b, B, T, C);
-        matmul_forward(x.qkv, x.ln1, p.qkvw, p.qkvb, B, T, C, 3 * d.Ca);
-        attention_forward(x.atty, x.att, x.qkv, B, T, d.Ca, d.NHa);
-        matmul_forward(a->proj, x.atty, p.attprojw, tp0 ? p.attprojb : NULL, B, T, d.Ca, C);
-        if (tp_sum(self, a->proj, BT * C) != 0) return NAN;
-        residual_forward(x.residual2, x.residual, a->proj, BT * C);
-        layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, p.ln2w, p.ln2b, B, T, C);
-        matmul_forward(x.fch, x.ln2, p.fcw, p.fcb, B, T, C, d.H);
-        gelu_forward(x.fch_gelu, x.fch, BT * d.H);
-        matmul_forward(a->proj, x.fch_gelu, p.fcprojw, tp0 ? p.fcprojb : NULL, B, T, d.H, C);
-        if (tp_sum(self, a->proj, BT * C) != 0) return NAN;
-        residual_forward(x.residual3, x.residual2, a->proj, BT * C);
-        if (unit_release(self, 1 + l, PX_GPT_FWD) != 0) return NAN;
+    if (st->first ? !inputs : !x) {
+        px_log_error("gpt_stage_without_input first=%d", st->first);
+        return NAN;
     }
-    const float *last = L > 0 ? a->residual3 + (size_t)(L - 1) * BT * C : a->encoded;
-    layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, last, outer.lnfw, outer.lnfb, B, T, C);
-    matmul_forward(a->logits, a->lnf, outer.wte, NULL, B, T, C, Vp);
-    if (unit_release(self, 0, PX_GPT_FWD) != 0) return NAN;
+    size_t BT = (size_t)B * (size_t)T;
+    if (st->first && check_tokens(inputs, BT, V, "inputs") != 0) return NAN;
+    if (st->last && targets && check_tokens(targets, BT, V, "targets") != 0) return NAN;
+    if (ensure_acts(self, a, B, T) != 0) return NAN;
+    a->have_loss = a->have_fwd = a->have_bi = 0;
+    int outer_unit = st->first || st->last;
+    px_gpt_tensors_t outer;
+    if (outer_unit && unit_acquire(self, 0, PX_GPT_FWD, &outer, NULL) != 0) return NAN;
+    if (st->first) {
+        memcpy(a->inputs, inputs, BT * sizeof(int));
+        encoder_forward(a->encoded, inputs, outer.wte, outer.wpe, B, T, C);
+    } else {
+        memcpy(a->encoded, x, BT * C * sizeof(float));
+    }
+    for (int i = 0; i < st->num_layers; i++)
+        if (layer_forward(self, a, d, i) != 0) return NAN;
+    if (st->last) {
+        layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, stage_out(self, a), outer.lnfw, outer.lnfb, B, T, C);
+        matmul_forward(a->logits, a->lnf, outer.wte, NULL, B, T, C, Vp);
+    }
+    if (outer_unit && unit_release(self, 0, PX_GPT_FWD) != 0) return NAN;
+    a->have_fwd = 1;
+    if (!st->last) return 0.0f;
     if (!targets) return -1.0f;
     memcpy(a->targets, targets, BT * sizeof(int));
     crossentropy_softmax_forward(a->losses, a->lse, a->logits, targets, B, T, V, Vp);
@@ -527,8 +609,26 @@ float px_gpt_forward(px_gpt_t *self, const int *inputs, const int *targets, int 
     return self->mean_loss;
 }
 
-const float *px_gpt_logits(const px_gpt_t *self) { return self->acts->logits; }
-const float *px_gpt_losses(const px_gpt_t *self) { return self->acts->losses; }
+static int check_slot(const px_gpt_t *self, int slot) {
+    if (slot >= 0 && slot < self->nslots) return 0;
+    px_log_error("gpt_bad_slot slot=%d slots=%d", slot, self->nslots);
+    return -1;
+}
+
+float px_gpt_forward(px_gpt_t *self, const int *inputs, const int *targets, int B, int T) {
+    return stage_forward(self, &self->acts[0], inputs, NULL, targets, B, T);
+}
+
+float px_gpt_stage_forward(px_gpt_t *self, int slot, const int *inputs, const float *x, const int *targets, int B,
+                           int T) {
+    return check_slot(self, slot) != 0 ? NAN : stage_forward(self, &self->acts[slot], inputs, x, targets, B, T);
+}
+
+const float *px_gpt_stage_output(const px_gpt_t *self, int slot) { return stage_out(self, &self->acts[slot]); }
+const float *px_gpt_stage_input_grad(const px_gpt_t *self, int slot) { return self->acts[slot].dres; }
+
+const float *px_gpt_logits(const px_gpt_t *self) { return self->acts[0].logits; }
+const float *px_gpt_losses(const px_gpt_t *self) { return self->acts[0].losses; }
 
 /* ---------------------------------------------------------------- backward */
 
@@ -536,58 +636,111 @@ void px_gpt_zero_grad(px_gpt_t *self) {
     if (self->grads) memset(self->grads, 0, self->num_params * sizeof(float));
 }
 
-int px_gpt_backward(px_gpt_t *self, float loss_scale) {
-    struct px_gpt_acts *a = self->acts;
-    if (!a->have_loss) {
-        px_log_error("gpt_backward_without_loss hint=\"call px_gpt_forward with targets first\"");
+/* A backward: whole, or the input-gradient half or the weight-gradient half
+ * of a split one (zero-bubble pipelines). The input half computes the
+ * LayerNorms' parameter gradients too (they come out of the same kernel)
+ * and the embedding's; the weight half the four matmuls' of each layer and
+ * the LM head's, from the output gradients the input half kept. */
+typedef enum { BWD_WHOLE, BWD_INPUT, BWD_WEIGHT } bwd_part_t;
+
+static int layer_backward(px_gpt_t *self, struct px_gpt_acts *a, dims_t d, int i, bwd_part_t part) {
+    int unit = 1 + self->stage.first_layer + i, B = a->B, T = a->T, C = d.C;
+    size_t BT = (size_t)B * (size_t)T;
+    layer_acts_t x = layer_acts(a, d, i);
+    px_gpt_tensors_t p, g;
+    if (unit_acquire(self, unit, PX_GPT_BWD, &p, &g) != 0) return -1;
+    if (part == BWD_WEIGHT) {
+        matmul_backward(NULL, g.fcprojw, g.fcprojb, x.dfcproj, x.fch_gelu, p.fcprojw, B, T, d.H, C);
+        matmul_backward(NULL, g.fcw, g.fcb, x.dfc, x.ln2, p.fcw, B, T, C, d.H);
+        matmul_backward(NULL, g.attprojw, g.attprojb, x.dattproj, x.atty, p.attprojw, B, T, d.Ca, C);
+        matmul_backward(NULL, g.qkvw, g.qkvb, x.dqkv, x.ln1, p.qkvw, B, T, C, 3 * d.Ca);
+        return unit_release(self, unit, PX_GPT_BWD);
+    }
+    int w = part == BWD_WHOLE; /* the matmuls' weight gradients now */
+    /* dres holds d(residual3); residual3 = residual2 + fcproj passes it to both. */
+    if (!w) memcpy(x.dfcproj, a->dres, BT * C * sizeof(float));
+    memset(a->d4a, 0, BT * d.H * sizeof(float));
+    matmul_backward(a->d4a, w ? g.fcprojw : NULL, w ? g.fcprojb : NULL, a->dres, x.fch_gelu, p.fcprojw, B, T, d.H, C);
+    memset(a->d4b, 0, BT * d.H * sizeof(float));
+    gelu_backward(a->d4b, x.fch, a->d4a, BT * d.H);
+    if (!w) memcpy(x.dfc, a->d4b, BT * d.H * sizeof(float));
+    memset(a->dbtc, 0, BT * C * sizeof(float));
+    matmul_backward(a->dbtc, w ? g.fcw : NULL, w ? g.fcb : NULL, a->d4b, x.ln2, p.fcw, B, T, C, d.H);
+    if (tp_sum(self, a->dbtc, BT * C) != 0) return -1;
+    layernorm_backward(a->dres, g.ln2w, g.ln2b, a->dbtc, x.residual2, p.ln2w, x.ln2_mean, x.ln2_rstd, B, T, C);
+    /* dres now holds d(residual2); residual2 = residual + attproj. */
+    if (!w) memcpy(x.dattproj, a->dres, BT * C * sizeof(float));
+    memset(a->dbtc, 0, BT * d.Ca * sizeof(float));
+    matmul_backward(a->dbtc, w ? g.attprojw : NULL, w ? g.attprojb : NULL, a->dres, x.atty, p.attprojw, B, T, d.Ca,
+                    C);
+    float *dqkv = a->d4a;
+    memset(dqkv, 0, BT * 3 * d.Ca * sizeof(float));
+    attention_backward(dqkv, a->dbtc, x.qkv, x.att, B, T, d.Ca, d.NHa);
+    if (!w) memcpy(x.dqkv, dqkv, BT * 3 * d.Ca * sizeof(float));
+    memset(a->dbtc, 0, BT * C * sizeof(float));
+    matmul_backward(a->dbtc, w ? g.qkvw : NULL, w ? g.qkvb : NULL, dqkv, x.ln1, p.qkvw, B, T, C, 3 * d.Ca);
+    if (tp_sum(self, a->dbtc, BT * C) != 0) return -1;
+    layernorm_backward(a->dres, g.ln1w, g.ln1b, a->dbtc, x.residual, p.ln1w, x.ln1_mean, x.ln1_rstd, B, T, C);
+    /* dres now holds d(residual), the layer's input. */
+    return unit_release(self, unit, PX_GPT_BWD);
+}
+
+static int stage_backward(px_gpt_t *self, struct px_gpt_acts *a, const float *dout, float loss_scale,
+                          bwd_part_t part) {
+    const px_gpt_stage_t *st = &self->stage;
+    int ready = part == BWD_WEIGHT ? a->have_bi : st->last ? a->have_loss : a->have_fwd && dout;
+    if (!ready) {
+        px_log_error("gpt_backward_without_%s hint=\"%s\"", part == BWD_WEIGHT ? "input_half" : "forward",
+                     part == BWD_WEIGHT ? "run the input half of the backward first"
+                     : st->last         ? "call px_gpt_forward with targets first"
+                                        : "run the stage's forward first and pass the output gradient");
         return -1;
     }
-    a->have_loss = 0; /* the logits are overwritten below */
+    if (part != BWD_WHOLE && !self->split) {
+        px_log_error("gpt_split_backward_not_set hint=\"px_gpt_set_stage with split 1\"");
+        return -1;
+    }
+    a->have_loss = a->have_fwd = 0; /* the logits are overwritten below */
+    a->have_bi = part == BWD_INPUT;
     const px_gpt_config_t *cfg = &self->config;
     dims_t d = local_dims(cfg, self->tp);
-    int B = a->B, T = a->T, C = d.C, L = cfg->num_layers;
-    int V = cfg->vocab_size, Vp = cfg->padded_vocab_size;
+    int B = a->B, T = a->T, C = d.C, V = cfg->vocab_size, Vp = cfg->padded_vocab_size;
     size_t BT = (size_t)B * (size_t)T;
-
-    px_gpt_tensors_t outer, gouter, p, g;
-    if (unit_acquire(self, 0, PX_GPT_BWD, &outer, &gouter) != 0) return -1;
-    float dloss = loss_scale / (float)BT;
+    int outer_unit = st->first || st->last;
+    px_gpt_tensors_t outer, gouter;
+    if (outer_unit && unit_acquire(self, 0, PX_GPT_BWD, &outer, &gouter) != 0) return -1;
     float *dlogits = a->logits; /* in place */
-    crossentropy_softmax_backward(dlogits, a->logits, a->lse, a->targets, dloss, B, T, V, Vp);
-    memset(a->dbtc, 0, BT * C * sizeof(float));
-    matmul_backward(a->dbtc, gouter.wte, NULL, dlogits, a->lnf, outer.wte, B, T, C, Vp);
-    memset(a->dres, 0, BT * C * sizeof(float));
-    const float *last = L > 0 ? a->residual3 + (size_t)(L - 1) * BT * C : a->encoded;
-    layernorm_backward(a->dres, gouter.lnfw, gouter.lnfb, a->dbtc, last, outer.lnfw, a->lnf_mean, a->lnf_rstd, B, T,
-                       C);
-
-    for (int l = L - 1; l >= 0; l--) {
-        layer_acts_t x = layer_acts(a, d, l);
-        if (unit_acquire(self, 1 + l, PX_GPT_BWD, &p, &g) != 0) return -1;
-        /* dres holds d(residual3); residual3 = residual2 + fcproj passes it to both. */
-        memset(a->d4a, 0, BT * d.H * sizeof(float));
-        matmul_backward(a->d4a, g.fcprojw, g.fcprojb, a->dres, x.fch_gelu, p.fcprojw, B, T, d.H, C);
-        memset(a->d4b, 0, BT * d.H * sizeof(float));
-        gelu_backward(a->d4b, x.fch, a->d4a, BT * d.H);
+    if (st->last && part == BWD_WEIGHT) {
+        matmul_backward(NULL, gouter.wte, NULL, dlogits, a->lnf, outer.wte, B, T, C, Vp);
+    } else if (st->last) {
+        crossentropy_softmax_backward(dlogits, a->logits, a->lse, a->targets, loss_scale / (float)BT, B, T, V, Vp);
         memset(a->dbtc, 0, BT * C * sizeof(float));
-        matmul_backward(a->dbtc, g.fcw, g.fcb, a->d4b, x.ln2, p.fcw, B, T, C, d.H);
-        if (tp_sum(self, a->dbtc, BT * C) != 0) return -1;
-        layernorm_backward(a->dres, g.ln2w, g.ln2b, a->dbtc, x.residual2, p.ln2w, x.ln2_mean, x.ln2_rstd, B, T, C);
-        /* dres now holds d(residual2); residual2 = residual + attproj. */
-        memset(a->dbtc, 0, BT * d.Ca * sizeof(float));
-        matmul_backward(a->dbtc, g.attprojw, g.attprojb, a->dres, x.atty, p.attprojw, B, T, d.Ca, C);
-        float *dqkv = a->d4a;
-        memset(dqkv, 0, BT * 3 * d.Ca * sizeof(float));
-        attention_backward(dqkv, a->dbtc, x.qkv, x.att, B, T, d.Ca, d.NHa);
-        memset(a->dbtc, 0, BT * C * sizeof(float));
-        matmul_backward(a->dbtc, g.qkvw, g.qkvb, dqkv, x.ln1, p.qkvw, B, T, C, 3 * d.Ca);
-        if (tp_sum(self, a->dbtc, BT * C) != 0) return -1;
-        layernorm_backward(a->dres, g.ln1w, g.ln1b, a->dbtc, x.residual, p.ln1w, x.ln1_mean, x.ln1_rstd, B, T, C);
-        /* dres now holds d(residual), the input of layer l. */
-        if (unit_release(self, 1 + l, PX_GPT_BWD) != 0) return -1;
+        matmul_backward(a->dbtc, part == BWD_WHOLE ? gouter.wte : NULL, NULL, dlogits, a->lnf, outer.wte, B, T, C,
+                        Vp);
+        memset(a->dres, 0, BT * C * sizeof(float));
+        layernorm_backward(a->dres, gouter.lnfw, gouter.lnfb, a->dbtc, stage_out(self, a), outer.lnfw, a->lnf_mean,
+                           a->lnf_rstd, B, T, C);
+    } else if (part != BWD_WEIGHT) {
+        memcpy(a->dres, dout, BT * C * sizeof(float));
     }
-    encoder_backward(gouter.wte, gouter.wpe, a->dres, a->inputs, B, T, C);
-    return unit_release(self, 0, PX_GPT_BWD);
+    for (int i = st->num_layers - 1; i >= 0; i--)
+        if (layer_backward(self, a, d, i, part) != 0) return -1;
+    if (st->first && part != BWD_WEIGHT) encoder_backward(gouter.wte, gouter.wpe, a->dres, a->inputs, B, T, C);
+    return outer_unit ? unit_release(self, 0, PX_GPT_BWD) : 0;
+}
+
+int px_gpt_backward(px_gpt_t *self, float loss_scale) {
+    return stage_backward(self, &self->acts[0], NULL, loss_scale, BWD_WHOLE);
+}
+
+int px_gpt_stage_backward(px_gpt_t *self, int slot, const float *dout, float loss_scale, int weights) {
+    if (check_slot(self, slot) != 0) return -1;
+    return stage_backward(self, &self->acts[slot], dout, loss_scale, weights ? BWD_WHOLE : BWD_INPUT);
+}
+
+int px_gpt_stage_backward_weights(px_gpt_t *self, int slot) {
+    if (check_slot(self, slot) != 0) return -1;
+    return stage_backward(self, &self->acts[slot], NULL, 0.0f, BWD_WEIGHT);
 }
 
 /* --------------------------------------------------------------- optimizer */

@@ -125,6 +125,17 @@ size_t px_gpt_unit_tensor_size(const px_gpt_config_t *cfg, px_gpt_tp_t tp, int u
  * (heads or hidden units not divisible) in err. */
 int px_gpt_tp_check(const px_gpt_config_t *cfg, int tp_size, char *err, size_t errlen);
 
+/* Pipeline stages. A stage runs layers [first_layer, first_layer +
+ * num_layers) of the model; the first stage also embeds the tokens, the last
+ * runs the final LayerNorm, the tied LM head and the loss. Its source hands
+ * it only those layers' units and, on the first and the last stage, unit 0
+ * (acquired around the whole pass, as in a whole model). A whole model is
+ * the stage {0, L, 1, 1}. */
+typedef struct {
+    int first_layer, num_layers;
+    int first, last;
+} px_gpt_stage_t;
+
 /* Floats of room past num_params in grads that the model never reads or
  * writes: a data-parallel trainer appends a few values of its own there (the
  * commit vote, worker/vote.h) and reduces them with the gradients in one
@@ -144,7 +155,10 @@ typedef struct {
     px_gpt_tensors_t p;    /* views into params */
     px_gpt_tensors_t g;    /* views into grads */
     float mean_loss;       /* of the last forward with targets, else -1 */
-    struct px_gpt_acts *acts;
+    struct px_gpt_acts *acts;     /* [nslots]: one micro-batch's activations each */
+    int nslots;
+    px_gpt_stage_t stage;         /* the whole model unless px_gpt_set_stage */
+    int split;                    /* backward may run as two halves (px_gpt_stage_backward) */
     px_gpt_tp_t tp;               /* {1, 0} unless sharded */
     const px_gpt_source_t *src;   /* NULL: the four buffers above hold the model */
 } px_gpt_t;
@@ -191,6 +205,33 @@ void px_gpt_zero_grad(px_gpt_t *self);
  * loss_scale 1/k give the gradient of one batch k times as large. Returns 0, or -1
  * (logged) when there is no forward with targets to differentiate. */
 int px_gpt_backward(px_gpt_t *self, float loss_scale);
+
+/* ---- pipeline stages ----
+ * Makes self the stage st with `slots` micro-batches' activations held at
+ * once (a pipeline schedule's peak in flight); with split, the backward may
+ * run as an input half and a weight half (zero-bubble schedules), which
+ * keeps the output gradients of every matmul in between. Drops the
+ * activations held so far. 0, or -1 (logged) on a stage outside the model. */
+int px_gpt_set_stage(px_gpt_t *self, const px_gpt_stage_t *st, int slots, int split);
+/* Forward of one micro-batch into activation slot `slot`: the first stage
+ * embeds inputs (B,T) of tokens, a later one reads x (B,T,C), the previous
+ * stage's output. The last stage returns the mean loss against targets (or
+ * -1 without); another returns 0 and leaves its output (B,T,C) at
+ * px_gpt_stage_output. NAN (logged) on failure. */
+float px_gpt_stage_forward(px_gpt_t *self, int slot, const int *inputs, const float *x, const int *targets, int B,
+                           int T);
+const float *px_gpt_stage_output(const px_gpt_t *self, int slot);
+/* Backward of slot's forward: the last stage from its loss (scaled by
+ * loss_scale), another from dout (B,T,C), the gradient of its output.
+ * ACCUMULATES into the gradients; a stage after the first leaves its input's
+ * gradient (B,T,C) at px_gpt_stage_input_grad. With weights 0 (split
+ * stages) only the input half runs; px_gpt_stage_backward_weights runs the
+ * other later. 0, or -1 (logged) out of order. */
+int px_gpt_stage_backward(px_gpt_t *self, int slot, const float *dout, float loss_scale, int weights);
+int px_gpt_stage_backward_weights(px_gpt_t *self, int slot);
+const float *px_gpt_stage_input_grad(const px_gpt_t *self, int slot);
+/* Bytes of activations allocated, all slots. */
+size_t px_gpt_activation_bytes(const px_gpt_t *self);
 
 /* Global L2 norm of grads (double accumulation, fixed order). */
 float px_gpt_grad_norm(px_gpt_t *self);

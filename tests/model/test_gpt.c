@@ -8,6 +8,11 @@
  *   gradient of the whole batch;
  * - parameter counts of the presets (gpt2-124m: llm.c's 124,475,904);
  * - the learning-rate schedule;
+ * - pipeline stages: two stages of a model (activations passed along by
+ *   hand, micro-batches in flight in their own slots, the second stage's
+ *   backward split into input and weight halves) give the whole model's
+ *   losses and layer gradients bitwise, and the tied embedding's gradient
+ *   as the sum of the two stages' parts; a stage holds fewer activations;
  * - misuse is refused (backward without a loss, bad token, T > maxT). */
 #include <math.h>
 #include <omp.h>
@@ -224,6 +229,61 @@ static void test_misuse(void) {
     px_gpt_destroy(&m); /* harmless */
 }
 
+static void test_stages(void) {
+    px_gpt_config_t cfg;
+    px_gpt_config_preset("tiny", &cfg);
+    enum { M = 4, B = 2, T = 32 };
+    int x[M][B * T], y[M][B * T];
+    for (int k = 0; k < M; k++) make_batch(x[k], y[k], B * T, cfg.vocab_size, 77u + (unsigned)k);
+    px_gpt_t *whole = px_gpt_new(&cfg, 5), *s0 = px_gpt_new(&cfg, 5), *s1 = px_gpt_new(&cfg, 5);
+    float lw[M], lp[M];
+    for (int k = 0; k < M; k++) {
+        lw[k] = px_gpt_forward(whole, x[k], y[k], B, T);
+        px_gpt_backward(whole, 1.0f / M);
+    }
+    px_gpt_stage_t st0 = {0, 1, 1, 0}, st1 = {1, 1, 0, 1};
+    CHECK(px_gpt_set_stage(s0, &st0, M, 0) == 0 && px_gpt_set_stage(s1, &st1, M, 1) == 0, "stages refused");
+    px_gpt_stage_t bad = {1, 1, 1, 0};
+    CHECK(px_gpt_set_stage(s0, &bad, 1, 0) != 0, "a first stage not starting at layer 0 accepted");
+    CHECK(px_gpt_stage_backward(s1, 0, NULL, 1.0f, 1) != 0, "a stage backward before its forward accepted");
+    for (int k = 0; k < M; k++) { /* gpipe: every forward, then the backwards */
+        CHECK(px_gpt_stage_forward(s0, k, x[k], NULL, NULL, B, T) == 0.0f, "stage 0 forward of %d failed", k);
+        lp[k] = px_gpt_stage_forward(s1, k, NULL, px_gpt_stage_output(s0, k), y[k], B, T);
+    }
+    for (int k = 0; k < M; k++) {
+        CHECK(px_gpt_stage_backward(s1, k, NULL, 1.0f / M, 0) == 0, "stage 1 input half of %d failed", k);
+        CHECK(px_gpt_stage_backward(s0, k, px_gpt_stage_input_grad(s1, k), 1.0f, 1) == 0, "stage 0 backward %d", k);
+    }
+    CHECK(px_gpt_stage_backward_weights(s0, 0) != 0, "a weight half on an unsplit stage accepted");
+    for (int k = 0; k < M; k++) CHECK(px_gpt_stage_backward_weights(s1, k) == 0, "stage 1 weight half %d failed", k);
+    CHECK(px_gpt_stage_backward_weights(s1, 0) != 0, "a second weight half accepted");
+    CHECK(memcmp(lw, lp, sizeof lw) == 0, "pipelined losses differ: %.9g vs %.9g", lw[0], lp[0]);
+    for (int t = PX_LN1W; t <= PX_FCPROJB; t++) {
+        size_t per = whole->tensor_sizes[t] / (size_t)cfg.num_layers, off = whole->tensor_offsets[t];
+        CHECK(memcmp(whole->grads + off, s0->grads + off, per * sizeof(float)) == 0, "layer 0 %s grads differ",
+              px_gpt_tensor_names[t]);
+        CHECK(memcmp(whole->grads + off + per, s1->grads + off + per, per * sizeof(float)) == 0,
+              "layer 1 %s grads differ", px_gpt_tensor_names[t]);
+    }
+    int outer[] = {PX_WTE, PX_WPE, PX_LNFW, PX_LNFB};
+    double worst = 0, biggest = 0; /* the sum's rounding differs from one buffer's: relative to the largest */
+    for (int i = 0; i < 4; i++) {
+        size_t off = whole->tensor_offsets[outer[i]];
+        for (size_t j = 0; j < whole->tensor_sizes[outer[i]]; j++) {
+            double want = whole->grads[off + j], got = (double)s0->grads[off + j] + s1->grads[off + j];
+            worst = fmax(worst, fabs(want - got));
+            biggest = fmax(biggest, fabs(want));
+        }
+    }
+    CHECK(biggest > 0 && worst <= 1e-6 * biggest, "outer gradients: the stages' sum is %.3g off (largest %.3g)", worst,
+          biggest);
+    CHECK(px_gpt_activation_bytes(s0) / M < px_gpt_activation_bytes(whole), "stage 0 holds %zu bytes a slot, whole %zu",
+          px_gpt_activation_bytes(s0) / M, px_gpt_activation_bytes(whole));
+    px_gpt_destroy(&whole);
+    px_gpt_destroy(&s0);
+    px_gpt_destroy(&s1);
+}
+
 int main(void) {
     omp_set_num_threads(2);
     test_counts();
@@ -232,6 +292,7 @@ int main(void) {
     test_accumulation();
     test_determinism();
     test_misuse();
+    test_stages();
     if (g_failures) {
         printf("test_gpt: %d check(s) FAILED\n", g_failures);
         return 1;
