@@ -20,3 +20,8 @@ set_tests_properties(sharded_checkpoint PROPERTIES TIMEOUT 600 RUN_SERIAL TRUE)
 add_executable(test_schedule ${CMAKE_CURRENT_LIST_DIR}/sharded/test_schedule.c)
 target_link_libraries(test_schedule PRIVATE px_schedule m)
 add_test(NAME pp_schedule_table COMMAND test_schedule)
+
+# phalanx-worker --print-schedule: the timelines, the defaults, bad values.
+px_add_py_test(pp_print_schedule ${CMAKE_CURRENT_LIST_DIR}/sharded/test_print_schedule.py
+               $<TARGET_FILE_DIR:phalanx-worker>)
+set_tests_properties(pp_print_schedule PROPERTIES TIMEOUT 60)

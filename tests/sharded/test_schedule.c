@@ -133,7 +133,8 @@ static void check_table(void) {
                       want_makespan);
                 CHECK(fabs(bubble - want) < 1e-9, "%s: bubble %.12f, expected %.12f", what, bubble, want);
                 if (!zb) CHECK(fabs(bubble - (double)(P - 1) / (M + P - 1)) < 1e-9, "%s: (P-1)/(M+P-1)", what);
-                if (zb && M >= P) CHECK(fabs(bubble - (P - 1.0) / (3.0 * M + P - 1)) < 1e-9, "%s: (P-1)/(3M+P-1)", what);
+                if (zb && M >= P)
+                    CHECK(fabs(bubble - (P - 1.0) / (3.0 * M + P - 1)) < 1e-9, "%s: (P-1)/(3M+P-1)", what);
                 CHECK(fabs(px_sched_bubble_theory(kind, P, M) - want) < 1e-9, "%s: px_sched_bubble_theory %.12f",
                       what, px_sched_bubble_theory(kind, P, M));
                 for (int st = 0; st < P; st++)
