@@ -7,20 +7,13 @@
  * order) are checked apart, before it. */
 #include "schedule.h"
 
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "px_err.h"
+
 static const char *const KIND_NAMES[] = {"gpipe", "1f1b", "zb-h1"};
 #define NKINDS 3
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 int px_sched_parse(const char *name, px_sched_kind_t *kind) {
     for (int k = 0; name && k < NKINDS; k++) {
@@ -68,18 +61,12 @@ static int build_1f1b(int P, int M, int s, int split, px_sched_op_t *o) {
 
 int px_sched_build(px_sched_kind_t kind, int P, int M, px_schedule_t *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
-    if ((unsigned)kind >= NKINDS) {
-        set_err(err, errlen, "schedule kind %d: expected gpipe, 1f1b or zb-h1", (int)kind);
-        return -1;
-    }
-    if (P < 1 || P > PX_SCHED_MAX_STAGES) {
-        set_err(err, errlen, "P=%d: pipeline stages must be 1..%d", P, PX_SCHED_MAX_STAGES);
-        return -1;
-    }
-    if (M < 1 || M > PX_SCHED_MAX_MICROBATCHES) {
-        set_err(err, errlen, "M=%d: micro-batches must be 1..%d", M, PX_SCHED_MAX_MICROBATCHES);
-        return -1;
-    }
+    if ((unsigned)kind >= NKINDS)
+        return px_err_set(err, errlen, "schedule kind %d: expected gpipe, 1f1b or zb-h1", (int)kind);
+    if (P < 1 || P > PX_SCHED_MAX_STAGES)
+        return px_err_set(err, errlen, "P=%d: pipeline stages must be 1..%d", P, PX_SCHED_MAX_STAGES);
+    if (M < 1 || M > PX_SCHED_MAX_MICROBATCHES)
+        return px_err_set(err, errlen, "M=%d: micro-batches must be 1..%d", M, PX_SCHED_MAX_MICROBATCHES);
     out->kind = kind;
     out->P = P;
     out->M = M;
@@ -94,7 +81,7 @@ int px_sched_build(px_sched_kind_t kind, int P, int M, px_schedule_t *out, char 
     }
     if (!out->nops || !out->ops || !out->ops[P - 1]) {
         px_sched_free(out);
-        set_err(err, errlen, "out of memory building the %s schedule for P=%d M=%d", KIND_NAMES[kind], P, M);
+        px_err_set(err, errlen, "out of memory building the %s schedule for P=%d M=%d", KIND_NAMES[kind], P, M);
         return -1;
     }
     return 0;
@@ -111,28 +98,20 @@ void px_sched_free(px_schedule_t *s) {
 /* What every other function relies on: sizes in range, the lists present, every op a known kind naming a
  * micro-batch in 0..M-1. 0, or -1 with the first problem in err. */
 static int check_shape(const px_schedule_t *s, char *err, size_t errlen) {
-    if (!s || !s->nops || !s->ops) {
-        set_err(err, errlen, "no schedule (not built, or freed)");
-        return -1;
-    }
+    if (!s || !s->nops || !s->ops) return px_err_set(err, errlen, "no schedule (not built, or freed)");
     if ((unsigned)s->kind >= NKINDS || s->P < 1 || s->P > PX_SCHED_MAX_STAGES || s->M < 1 ||
-        s->M > PX_SCHED_MAX_MICROBATCHES) {
-        set_err(err, errlen, "schedule kind %d, P=%d, M=%d: expected gpipe, 1f1b or zb-h1, P in 1..%d, M in 1..%d",
-                (int)s->kind, s->P, s->M, PX_SCHED_MAX_STAGES, PX_SCHED_MAX_MICROBATCHES);
-        return -1;
-    }
+        s->M > PX_SCHED_MAX_MICROBATCHES)
+        return px_err_set(err, errlen, "schedule kind %d, P=%d, M=%d: expected gpipe, 1f1b or zb-h1, P in 1..%d, "
+                          "M in 1..%d", (int)s->kind, s->P, s->M, PX_SCHED_MAX_STAGES, PX_SCHED_MAX_MICROBATCHES);
     for (int st = 0; st < s->P; st++) {
-        if (s->nops[st] < 0 || (s->nops[st] > 0 && !s->ops[st])) {
-            set_err(err, errlen, "stage %d: %d ops%s", st, s->nops[st], s->nops[st] < 0 ? "" : " but no list");
-            return -1;
-        }
+        if (s->nops[st] < 0 || (s->nops[st] > 0 && !s->ops[st]))
+            return px_err_set(err, errlen, "stage %d: %d ops%s", st, s->nops[st],
+                              s->nops[st] < 0 ? "" : " but no list");
         for (int i = 0; i < s->nops[st]; i++) {
             px_sched_op_t o = s->ops[st][i];
-            if ((unsigned)o.kind > PX_OP_W || o.mb < 0 || o.mb >= s->M) {
-                set_err(err, errlen, "stage %d, op %d: %s of micro-batch %d: expected F, B, BI or W of 0..%d", st, i,
-                        op_name(o.kind), o.mb, s->M - 1);
-                return -1;
-            }
+            if ((unsigned)o.kind > PX_OP_W || o.mb < 0 || o.mb >= s->M)
+                return px_err_set(err, errlen, "stage %d, op %d: %s of micro-batch %d: expected F, B, BI or W of "
+                                  "0..%d", st, i, op_name(o.kind), o.mb, s->M - 1);
         }
     }
     return 0;
@@ -170,18 +149,14 @@ static int check_stage(const px_schedule_t *s, int st, unsigned char *w_seen, ch
             w_seen[o.mb] = 1;
             nw++;
         }
-        if (why[0]) {
-            set_err(err, errlen, "stage %d, op %d (%s%d): %s", st, i, op_name(o.kind), o.mb, why);
-            return -1;
-        }
+        if (why[0])
+            return px_err_set(err, errlen, "stage %d, op %d (%s%d): %s", st, i, op_name(o.kind), o.mb, why);
     }
     int w_missing = 0;
     while (split && nw < M && w_seen[w_missing]) w_missing++;
-    if (nf < M || nb < M || (split && nw < M)) {
-        set_err(err, errlen, "stage %d, op %d (end of list): %s%d missing", st, s->nops[st],
-                nf < M ? "F" : nb < M ? op_name(back) : "W", nf < M ? nf : nb < M ? nb : w_missing);
-        return -1;
-    }
+    if (nf < M || nb < M || (split && nw < M))
+        return px_err_set(err, errlen, "stage %d, op %d (end of list): %s%d missing", st, s->nops[st],
+                          nf < M ? "F" : nb < M ? op_name(back) : "W", nf < M ? nf : nb < M ? nb : w_missing);
     return 0;
 }
 
@@ -273,26 +248,21 @@ out:
 int px_sched_check(const px_schedule_t *s, char *err, size_t errlen) {
     if (check_shape(s, err, errlen) != 0) return -1;
     unsigned char *w_seen = malloc((size_t)s->M);
-    if (!w_seen) {
-        set_err(err, errlen, "out of memory checking a schedule of M=%d", s->M);
-        return -1;
-    }
+    if (!w_seen)
+        return px_err_set(err, errlen, "out of memory checking a schedule of M=%d", s->M);
     int bad = 0;
     for (int st = 0; st < s->P && !bad; st++) bad = check_stage(s, st, w_seen, err, errlen) != 0;
     free(w_seen);
     if (bad) return -1;
     timeline_t t = {.cost = {1, 2, 1, 1}};
     int r = run_timeline(s, &t);
-    if (r < 0) {
-        set_err(err, errlen, "out of memory simulating a schedule of P=%d M=%d", s->P, s->M);
-    } else if (r > 0) {
-        px_sched_op_t o = s->ops[t.stuck][t.stuck_op];
-        int fwd = o.kind == PX_OP_F;
-        set_err(err, errlen, "stage %d, op %d (%s%d): deadlock: it waits for micro-batch %d's %s from stage %d, "
-                "which never sends it", t.stuck, t.stuck_op, op_name(o.kind), o.mb, o.mb,
-                fwd ? "activations" : "output gradient", fwd ? t.stuck - 1 : t.stuck + 1);
-    }
-    return r == 0 ? 0 : -1;
+    if (r < 0) return px_err_set(err, errlen, "out of memory simulating a schedule of P=%d M=%d", s->P, s->M);
+    if (r == 0) return 0;
+    px_sched_op_t o = s->ops[t.stuck][t.stuck_op];
+    int fwd = o.kind == PX_OP_F;
+    return px_err_set(err, errlen, "stage %d, op %d (%s%d): deadlock: it waits for micro-batch %d's %s from stage "
+                      "%d, which never sends it", t.stuck, t.stuck_op, op_name(o.kind), o.mb, o.mb,
+                      fwd ? "activations" : "output gradient", fwd ? t.stuck - 1 : t.stuck + 1);
 }
 
 /* Peak of micro-batches held on `stage`: one more at each F, one fewer at a B or at `release`. */
