@@ -164,6 +164,30 @@ static void expect_lists(px_sched_kind_t kind, int P, int M, const char *const *
     px_sched_free(&s);
 }
 
+/* Each cost goes to its own op kind: makespans of small cases worked by hand. */
+static void check_costs(void) {
+    struct {
+        px_sched_kind_t kind;
+        int P, M;
+        double tf, tb, tbi, tw, makespan;
+    } cases[] = {
+        {PX_SCHED_1F1B, 1, 1, 1, 5, 7, 7, 6},        /* F + B */
+        {PX_SCHED_ZBH1, 1, 2, 1, 9, 2, 3, 12},       /* 2 (F + BI + W) */
+        {PX_SCHED_GPIPE, 2, 1, 1, 3, 9, 9, 8},       /* F on each stage, then B on each */
+        {PX_SCHED_ZBH1, 2, 1, 1, 9, 2, 3, 9},        /* F F, BI BI, then stage 0's W */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        px_schedule_t s;
+        char err[256];
+        double makespan = -1, busy[2];
+        px_sched_build(cases[i].kind, cases[i].P, cases[i].M, &s, err, sizeof err);
+        double bubble = px_sched_simulate(&s, cases[i].tf, cases[i].tb, cases[i].tbi, cases[i].tw, busy, &makespan);
+        CHECK(makespan == cases[i].makespan && bubble >= 0, "costs case %zu (%s P=%d M=%d): makespan %g, expected %g",
+              i, px_sched_name(cases[i].kind), cases[i].P, cases[i].M, makespan, cases[i].makespan);
+        px_sched_free(&s);
+    }
+}
+
 static void check_small_tables(void) {
     /* 1f1b: stage 0 warms up with P-1-s = 1 forward, stage 1 with none */
     expect_lists(PX_SCHED_1F1B, 2, 4,
@@ -279,6 +303,7 @@ static void check_names_and_limits(void) {
 
 int main(void) {
     check_table();
+    check_costs();
     check_small_tables();
     check_rejections();
     check_names_and_limits();
