@@ -14,3 +14,14 @@ add_test(NAME sharded_init COMMAND test_shard_init)
 # Checkpoints written in parts by a sharded group and restored into other layouts.
 px_add_py_test(sharded_checkpoint ${CMAKE_CURRENT_LIST_DIR}/sharded/test_sharded_ckpt.py ${CMAKE_BINARY_DIR}/bin)
 set_tests_properties(sharded_checkpoint PROPERTIES TIMEOUT 600 RUN_SERIAL TRUE)
+
+# Pipeline schedules as tables: every kind for P 1..8 and M 1..32 checked,
+# measured against the theory, and broken schedules rejected (pure).
+add_executable(test_schedule ${CMAKE_CURRENT_LIST_DIR}/sharded/test_schedule.c)
+target_link_libraries(test_schedule PRIVATE px_schedule m)
+add_test(NAME pp_schedule_table COMMAND test_schedule)
+
+# phalanx-worker --print-schedule: the timelines, the defaults, bad values.
+px_add_py_test(pp_print_schedule ${CMAKE_CURRENT_LIST_DIR}/sharded/test_print_schedule.py
+               $<TARGET_FILE_DIR:phalanx-worker>)
+set_tests_properties(pp_print_schedule PROPERTIES TIMEOUT 60)

@@ -39,6 +39,9 @@ typedef struct {
      * All 0: the W ranks each hold a whole replica (data parallel inside the
      * group too). Otherwise the group is sharded (parallel/sharded.h). */
     int pp, fsdp, tp;
+    int microbatches;         /* with pp > 1: micro-batches per step the pipeline schedule interleaves; 0: not
+                                 given (then P) */
+    int schedule;             /* with pp > 1: the pipeline schedule, a px_sched_kind_t (parallel/schedule.h) */
     int fsdp_keep_params;     /* keep gathered layers from the forward for the backward */
     double bucket_mb;         /* whole replicas: reduce gradients in buckets of this many MiB
                                  during the backward (worker/reducer.h); 0: once, after it */

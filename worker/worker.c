@@ -25,6 +25,7 @@
 #include "px_log.h"
 #include "px_time.h"
 #include "px_wire.h"
+#include "schedule.h"
 
 static const char *PROG = "phalanx-worker";
 #define EXIT_CONFIG 2 /* see the top of this file */
@@ -103,6 +104,12 @@ static void usage(FILE *f) {
            "  --tp T                   Megatron tensor parallelism over T ranks: attention heads and MLP\n"
            "                           columns split (T must divide the model's heads), 1..1024 [1]\n"
            "  --pp P                   pipeline stages, 1 (pipeline parallelism is not built yet) [1]\n"
+           "  --microbatches M         with --pp > 1: micro-batches per step that the pipeline schedule\n"
+           "                           interleaves, 1..65536 [P]\n"
+           "  --schedule KIND          with --pp > 1: the pipeline schedule, gpipe, 1f1b or zb-h1 (see\n"
+           "                           docs/architecture.md, \"Pipeline schedules\") [1f1b]\n"
+           "  --print-schedule         print the schedule of --pp, --microbatches and --schedule as a timeline,\n"
+           "                           one row per stage, and exit; needs no --group or coordinator\n"
            "  --fsdp-keep-params       keep each layer's gathered parameters from the forward for the\n"
            "                           backward (one all-gather per layer and step instead of two; more memory)\n\n"
            "Every flag can be given as an environment variable instead: PHALANX_CHECKPOINT_DIR=DIR\n"
@@ -111,6 +118,22 @@ static void usage(FILE *f) {
            "(or --stop-exit-code).\n"
            "Exit status: 0 done, 1 failed (worth a restart), 2 cannot work as configured (do not restart).\n",
            PROG, PROG);
+}
+
+/* --print-schedule: the pipeline schedule as a text timeline on stdout. 0, or 1 when it cannot be built or
+ * written. */
+static int print_schedule(const px_trainer_config_t *tc) {
+    int P = tc->pp ? tc->pp : 1, M = tc->microbatches ? tc->microbatches : P;
+    px_schedule_t s;
+    char err[256];
+    if (px_sched_build((px_sched_kind_t)tc->schedule, P, M, &s, err, sizeof err) != 0) {
+        fprintf(stderr, "%s: --print-schedule: %s\n", PROG, err);
+        return 1;
+    }
+    int rc = px_sched_print(&s, stdout) == 0 && fflush(stdout) == 0 ? 0 : 1;
+    if (rc) fprintf(stderr, "%s: --print-schedule: cannot write the timeline of P=%d M=%d\n", PROG, P, M);
+    px_sched_free(&s);
+    return rc;
 }
 
 static void log_quorum(const char *what, const px_quorum_t *q) {
@@ -129,13 +152,14 @@ int px_worker_main(int argc, char **argv) {
         .model = "tiny", .data = "data/demo", .global_batch = 16, .micro_batch = 4, .lr = 1e-3f, .min_lr = 1e-4f,
         .warmup = 10, .weight_decay = 0.1f, .grad_clip = 1.0f, .seed = 1337, .threads = 1, .eval_batches = 4,
         .comm_timeout_ms = 30000, .progress = 1, .checkpoint_every = 100, .checkpoint_keep = 3,
+        .schedule = PX_SCHED_1F1B,
     };
     char *token = NULL;
     const char *curve_secret = NULL, *curve_server_file = NULL, *curve_server_key = NULL;
-    static const char *const booleans[] = {"quiet", "fsdp-keep-params", NULL};
+    static const char *const booleans[] = {"quiet", "fsdp-keep-params", "print-schedule", NULL};
     px_flags_from_env(PROG, usage, booleans, &argc, &argv);
     const char *data_host = NULL;
-    int stop_exit_code = 0;
+    int stop_exit_code = 0, print_sched = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -146,6 +170,9 @@ int px_worker_main(int argc, char **argv) {
             continue;
         } else if (!strcmp(a, "--fsdp-keep-params")) {
             tc.fsdp_keep_params = 1;
+            continue;
+        } else if (!strcmp(a, "--print-schedule")) {
+            print_sched = 1;
             continue;
         }
         if (!strcmp(a, "--coordinator")) cfg.coordinator = px_flag_str(PROG, a, v, 512);
@@ -190,6 +217,16 @@ int px_worker_main(int argc, char **argv) {
         else if (!strcmp(a, "--fsdp")) tc.fsdp = (int)px_flag_int(PROG, a, v, 1, 1024);
         else if (!strcmp(a, "--tp")) tc.tp = (int)px_flag_int(PROG, a, v, 1, 1024);
         else if (!strcmp(a, "--pp")) tc.pp = (int)px_flag_int(PROG, a, v, 1, 1024);
+        else if (!strcmp(a, "--microbatches"))
+            tc.microbatches = (int)px_flag_int(PROG, a, v, 1, PX_SCHED_MAX_MICROBATCHES);
+        else if (!strcmp(a, "--schedule")) {
+            px_sched_kind_t kind;
+            if (!v || px_sched_parse(v, &kind) != 0) {
+                fprintf(stderr, "%s: --schedule: bad value '%s': expected gpipe, 1f1b or zb-h1\n", PROG, v ? v : "");
+                return 2;
+            }
+            tc.schedule = (int)kind;
+        }
         else if (!strcmp(a, "--checkpoint-copy")) {
             if (!v || (strcmp(v, "held") && strcmp(v, "overlap"))) {
                 fprintf(stderr, "%s: --checkpoint-copy: bad value '%s': expected held or overlap\n", PROG, v ? v : "");
@@ -201,6 +238,7 @@ int px_worker_main(int argc, char **argv) {
         else px_flag_unknown(PROG, a);
         i++;
     }
+    if (print_sched) return print_schedule(&tc);
     if (!cfg.group) {
         fprintf(stderr, "%s: --group is required (see %s --help)\n", PROG, PROG);
         return 2;
