@@ -34,7 +34,7 @@ int main(int argc, char **argv) {
     s.step = 1;
     printf("bytes=%zu\n", PX_STATE_NBUF * s.n * sizeof(float));
     if (strcmp(what, "load")) {
-        px_ckpt_meta_t meta = {"bench", 1, 1, 1, "g0", 1, 1};
+        px_ckpt_meta_t meta = {"bench", 1, 1, 1, "g0", 1, 1, 1};
         px_ckpt_result_t res;
         char err[600];
         int64_t t0 = px_now_us();

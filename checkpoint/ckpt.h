@@ -126,7 +126,7 @@ typedef struct {
     int64_t quorum_id;
     int groups, ranks_per_group;
     const char *writer_group;
-    int fsdp, tp;                    /* the writing layout (0: 1) */
+    int fsdp, tp, pp;                /* the writing layout (0: 1) */
 } px_ckpt_meta_t;
 
 typedef struct {

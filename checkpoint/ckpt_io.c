@@ -203,6 +203,7 @@ static int finish(const char *dir, const char *tmp, const char *final, px_ckpt_m
     m->ranks_per_group = meta->ranks_per_group > 0 ? meta->ranks_per_group : 1;
     if (meta->fsdp > 0) m->fsdp = meta->fsdp;
     if (meta->tp > 0) m->tp = meta->tp;
+    if (meta->pp > 0) m->pp = meta->pp;
     snprintf(m->writer_group, sizeof m->writer_group, "%s", meta->writer_group ? meta->writer_group : "");
     if (!(text = px_ckpt_manifest_encode(m))) {
         px_ckpt_fail(err, errlen, "out of memory");

@@ -288,6 +288,44 @@ int px_gpt_set_stage(px_gpt_t *self, const px_gpt_stage_t *st, int slots, int sp
     return 0;
 }
 
+px_gpt_stage_t px_gpt_pipeline_stage(const px_gpt_config_t *cfg, int T, int P, int s) {
+    int L = cfg->num_layers;
+    double C = cfg->channels, layer = 24.0 * C * C + 2.0 * T * C, head = 2.0 * cfg->padded_vocab_size * C;
+    /* best[k][j]: the least maximum over the first k stages holding layers [0, j); cut[k][j] where stage k-1 starts */
+    double *best = malloc(sizeof(double) * (size_t)(P + 1) * (size_t)(L + 1));
+    int *cut = malloc(sizeof(int) * (size_t)(P + 1) * (size_t)(L + 1));
+    px_gpt_stage_t st = {0, L, 1, 1};
+    if (!best || !cut || P < 1 || P > L || s < 0 || s >= P) {
+        free(best);
+        free(cut);
+        return st; /* the caller checked P <= L; a whole model is the safe answer */
+    }
+#define AT(a, k, j) a[(size_t)(k) * (size_t)(L + 1) + (size_t)(j)]
+    for (int j = 0; j <= L; j++) AT(best, 0, j) = j == 0 ? 0.0 : INFINITY;
+    for (int k = 1; k <= P; k++)
+        for (int j = 0; j <= L; j++) {
+            AT(best, k, j) = INFINITY;
+            for (int i = k - 1; i < j; i++) { /* stage k-1 holds layers [i, j) */
+                double c = (j - i) * layer + (k == P && j == L ? head : 0.0);
+                double m = fmax(AT(best, k - 1, i), c);
+                if (m < AT(best, k, j) || (m == AT(best, k, j) && i > AT(cut, k, j))) {
+                    AT(best, k, j) = m;
+                    AT(cut, k, j) = i;
+                }
+            }
+        }
+    int hi = L;
+    for (int k = P; k > s; k--) {
+        int lo = AT(cut, k, hi);
+        if (k - 1 == s) st = (px_gpt_stage_t){lo, hi - lo, s == 0, s == P - 1};
+        hi = lo;
+    }
+#undef AT
+    free(best);
+    free(cut);
+    return st;
+}
+
 size_t px_gpt_activation_bytes(const px_gpt_t *self) {
     size_t n = 0;
     for (int i = 0; i < self->nslots; i++) n += self->acts[i].capacity;
@@ -626,6 +664,7 @@ float px_gpt_stage_forward(px_gpt_t *self, int slot, const int *inputs, const fl
 
 const float *px_gpt_stage_output(const px_gpt_t *self, int slot) { return stage_out(self, &self->acts[slot]); }
 const float *px_gpt_stage_input_grad(const px_gpt_t *self, int slot) { return self->acts[slot].dres; }
+int px_gpt_stage_batch(const px_gpt_t *self, int slot) { return self->acts[slot].B; }
 
 const float *px_gpt_logits(const px_gpt_t *self) { return self->acts[0].logits; }
 const float *px_gpt_losses(const px_gpt_t *self) { return self->acts[0].losses; }

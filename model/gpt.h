@@ -136,6 +136,13 @@ typedef struct {
     int first, last;
 } px_gpt_stage_t;
 
+/* Stage s of P (P <= num_layers): the layers cut into P contiguous runs of
+ * at least one layer each, balanced by forward FLOPs per token at context
+ * T (a layer 24C^2 + 2TC, the LM head 2VpC on the last stage; the embedding
+ * is a lookup), minimising the most any stage costs; ties go to the cut
+ * that puts more layers earlier. Pure. */
+px_gpt_stage_t px_gpt_pipeline_stage(const px_gpt_config_t *cfg, int T, int P, int s);
+
 /* Floats of room past num_params in grads that the model never reads or
  * writes: a data-parallel trainer appends a few values of its own there (the
  * commit vote, worker/vote.h) and reduces them with the gradients in one
@@ -221,6 +228,8 @@ int px_gpt_set_stage(px_gpt_t *self, const px_gpt_stage_t *st, int slots, int sp
 float px_gpt_stage_forward(px_gpt_t *self, int slot, const int *inputs, const float *x, const int *targets, int B,
                            int T);
 const float *px_gpt_stage_output(const px_gpt_t *self, int slot);
+/* Samples (B) of the slot's last forward. */
+int px_gpt_stage_batch(const px_gpt_t *self, int slot);
 /* Backward of slot's forward: the last stage from its loss (scaled by
  * loss_scale), another from dout (B,T,C), the gradient of its output.
  * ACCUMULATES into the gradients; a stage after the first leaves its input's

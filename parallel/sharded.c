@@ -49,7 +49,7 @@ typedef struct {
 
 struct px_shard {
     px_gpt_config_t cfg;
-    px_shard_layout_t lay;
+    px_shard_layout_t lay; /* stage filled in (the whole model when none was given) */
     int nunits;
     unit_t *units;
     segment_t *segs;
@@ -68,7 +68,7 @@ struct px_shard {
     unsigned long *gathered; /* per unit: the gather that fills its params slot */
     unsigned long scatter_of[2];
     /* communicators and the thread (F > 1) that runs every fsdp collective */
-    px_comm_t *fsdp, *tp;
+    px_comm_t *fsdp, *tp, *pp;
     px_jobq_t *jobs;
     pthread_mutex_t mu; /* error, written by either thread */
     char error[256];
@@ -79,8 +79,18 @@ struct px_shard {
 
 static const int outer_tensors[] = {PX_WTE, PX_WPE, PX_LNFW, PX_LNFB};
 
+static px_gpt_stage_t stage_of(const px_shard_layout_t *lay, const px_gpt_config_t *cfg) {
+    return lay->stage.num_layers ? lay->stage : (px_gpt_stage_t){0, cfg->num_layers, 1, 1};
+}
+
+/* Unit u is on this rank's pipeline stage. */
+static int holds(const px_gpt_stage_t *st, int u) {
+    return u == 0 ? st->first || st->last : u - 1 >= st->first_layer && u - 1 < st->first_layer + st->num_layers;
+}
+
 static int build_units(px_shard_t *sh) {
     int F = sh->lay.fsdp;
+    sh->lay.stage = stage_of(&sh->lay, &sh->cfg);
     sh->nunits = PX_GPT_UNITS(&sh->cfg);
     sh->units = calloc((size_t)sh->nunits, sizeof *sh->units);
     sh->segs = calloc((size_t)sh->nunits * UNIT_MAX_TENSORS, sizeof *sh->segs);
@@ -88,7 +98,7 @@ static int build_units(px_shard_t *sh) {
     size_t shard_off = 0;
     for (int u = 0; u < sh->nunits; u++) {
         unit_t *un = &sh->units[u];
-        int n = u == 0 ? 4 : UNIT_MAX_TENSORS;
+        int n = !holds(&sh->lay.stage, u) ? 0 : u == 0 ? 4 : UNIT_MAX_TENSORS;
         for (int i = 0; i < n; i++) {
             int t = u == 0 ? outer_tensors[i] : PX_LN1W + i;
             un->t[i] = (unit_tensor_t){t, un->flat, px_gpt_unit_tensor_size(&sh->cfg, sh->lay.tp, u, t)};
@@ -108,8 +118,9 @@ static int build_units(px_shard_t *sh) {
             if (a >= e) continue;
             int t = un->t[i].tensor;
             int split = px_gpt_unit_tensor_size(&sh->cfg, (px_gpt_tp_t){1, 0}, u, t) != un->t[i].len;
+            int tp_unique = split || sh->lay.tp.rank == 0, pp_unique = u > 0 || sh->lay.stage.first;
             sh->segs[sh->nsegs++] = (segment_t){un->shard_off + (a - lo), e - a, px_gpt_tensor_is_matrix(t),
-                                                split || sh->lay.tp.rank == 0};
+                                                tp_unique && pp_unique};
         }
     }
     sh->b.n = shard_off;
@@ -251,6 +262,28 @@ static void prefetch(px_shard_t *sh, int u) {
     if (u >= 0 && u < sh->nunits && !sh->gathered[u]) sh->gathered[u] = issue(sh, JOB_GATHER, u, params_slot(sh, u));
 }
 
+/* The stage's units in a pass's order: the forward runs unit 0 (when held),
+ * then its layers up; the backward unit 0, then its layers down. The unit
+ * after u in that order, or -1. */
+static int next_unit(const px_shard_t *sh, int u, px_gpt_pass_t pass) {
+    const px_gpt_stage_t *st = &sh->lay.stage;
+    int lo = 1 + st->first_layer, hi = lo + st->num_layers - 1;
+    if (u == 0) return pass == PX_GPT_FWD ? lo : hi;
+    int n = pass == PX_GPT_FWD ? u + 1 : u - 1;
+    return n >= lo && n <= hi ? n : -1;
+}
+
+static int first_unit(const px_shard_t *sh, px_gpt_pass_t pass) {
+    const px_gpt_stage_t *st = &sh->lay.stage;
+    if (st->first || st->last) return 0;
+    return 1 + st->first_layer + (pass == PX_GPT_FWD ? 0 : st->num_layers - 1);
+}
+
+/* A whole model's backward follows its forward at once and reuses what the
+ * forward left gathered; a pipeline stage's passes of different micro-
+ * batches interleave, so each of its passes starts afresh. */
+static int pipelined(const px_shard_t *sh) { return sh->lay.stage.num_layers != sh->cfg.num_layers; }
+
 static int src_acquire(void *ctx, int u, px_gpt_pass_t pass, px_gpt_tensors_t *p, px_gpt_tensors_t *g) {
     px_shard_t *sh = ctx;
     if (sh->lay.fsdp == 1) {
@@ -258,13 +291,14 @@ static int src_acquire(void *ctx, int u, px_gpt_pass_t pass, px_gpt_tensors_t *p
         if (g) unit_views(sh, u, sh->b.grads + sh->units[u].shard_off, g);
         return 0;
     }
-    if (pass == PX_GPT_FWD && u == 0) {
+    if (u == first_unit(sh, pass) && (pass == PX_GPT_FWD || pipelined(sh))) {
         /* a new pass: what a failed one left in flight drains first */
         if (px_jobq_wait_all(sh->jobs) != 0) return -1;
         memset(sh->gathered, 0, (size_t)sh->nunits * sizeof *sh->gathered);
+        sh->scatter_of[0] = sh->scatter_of[1] = 0;
     }
     prefetch(sh, u);
-    int next = pass == PX_GPT_FWD ? u + 1 : u == 0 ? sh->nunits - 1 : u - 1;
+    int next = next_unit(sh, u, pass);
     if (next >= 1) prefetch(sh, next);
     if (px_jobq_wait(sh->jobs, sh->gathered[u]) != 0) return -1;
     unit_views(sh, u, params_slot(sh, u), p);
@@ -285,15 +319,20 @@ static int src_release(void *ctx, int u, px_gpt_pass_t pass) {
     px_shard_t *sh = ctx;
     if (sh->lay.fsdp == 1) return 0;
     if (pass == PX_GPT_FWD) {
-        /* unit 0 and the last layer stay for the backward; the rest are freed
-         * (their slots refilled by later gathers) unless kept */
-        if (u > 0 && u < sh->nunits - 1 && !sh->lay.keep_params) sh->gathered[u] = 0;
+        /* unit 0 and the stage's last layer stay for the backward; the rest
+         * are freed (their slots refilled by later gathers) unless kept */
+        int last = 1 + sh->lay.stage.first_layer + sh->lay.stage.num_layers - 1;
+        if (u > 0 && u != last && !sh->lay.keep_params) sh->gathered[u] = 0;
         return 0;
     }
     sh->gathered[u] = 0;
     if (u > 0) {
         sh->scatter_of[u % 2] = issue(sh, JOB_SCATTER, u, sh->layer_g[u % 2]);
-        return 0;
+        if (next_unit(sh, u, pass) >= 0 || holds(&sh->lay.stage, 0)) return 0;
+        /* a middle stage's backward ends with its first layer: its grads are final on return */
+        int rc = px_jobq_wait_all(sh->jobs);
+        sh->scatter_of[0] = sh->scatter_of[1] = 0;
+        return rc;
     }
     issue(sh, JOB_SCATTER, 0, sh->outer_g);
     int rc = px_jobq_wait_all(sh->jobs); /* the shard's grads are final when the backward returns */
@@ -397,11 +436,12 @@ void px_shard_destroy(px_shard_t **shp) {
 px_shard_bufs_t *px_shard_bufs(px_shard_t *sh) { return &sh->b; }
 px_gpt_t *px_shard_model(px_shard_t *sh) { return sh->model; }
 
-void px_shard_set_comms(px_shard_t *sh, px_comm_t *fsdp, px_comm_t *tp) {
+void px_shard_set_comms(px_shard_t *sh, px_comm_t *fsdp, px_comm_t *tp, px_comm_t *pp) {
     if (sh->jobs) px_jobq_reset(sh->jobs); /* idle from here on: the thread reads fsdp only in a job */
     pthread_mutex_lock(&sh->mu);
     sh->fsdp = fsdp;
     sh->tp = tp;
+    sh->pp = pp;
     sh->error[0] = '\0';
     pthread_mutex_unlock(&sh->mu);
     memset(sh->gathered, 0, (size_t)sh->nunits * sizeof *sh->gathered);
@@ -409,6 +449,11 @@ void px_shard_set_comms(px_shard_t *sh, px_comm_t *fsdp, px_comm_t *tp) {
 }
 
 const char *px_shard_last_error(const px_shard_t *sh) { return sh->error; }
+
+float *px_shard_outer_grads(px_shard_t *sh, size_t *n) {
+    *n = sh->units[0].piece;
+    return sh->b.grads + sh->units[0].shard_off;
+}
 
 /* ---- whole-model copies --------------------------------------------------- */
 
@@ -452,7 +497,15 @@ int px_shard_gather(px_shard_t *sh, px_gpt_t *dst) {
     }
     free(flat);
     free(all);
-    return rc;
+    if (rc != 0 || !pipelined(sh)) return rc;
+    /* the stages hold disjoint units (the last one's copy of unit 0 left out): a sum puts them together */
+    if (!sh->lay.stage.first && sh->lay.stage.last) {
+        size_t sizes[PX_GPT_NUM_TENSORS];
+        px_gpt_tensor_sizes(&sh->cfg, sizes);
+        for (size_t i = 0; i < 4; i++) memset(dst->params + dst->tensor_offsets[outer_tensors[i]], 0,
+                                              sizes[outer_tensors[i]] * sizeof(float));
+    }
+    return sh->pp && px_comm_allreduce_sum_f32(sh->pp, dst->params, dst->num_params) == PX_COMM_OK ? 0 : -1;
 }
 
 /* ---- what a rank holds, for checkpoints --------------------------------------- */
@@ -498,6 +551,7 @@ static int each_rect(const px_gpt_config_t *cfg, const px_shard_layout_t *lay, i
             if (a >= e) continue;
             size_t whole = px_gpt_unit_tensor_size(cfg, (px_gpt_tp_t){1, 0}, u, ut->tensor);
             if (unique_only && whole == ut->len && lay->tp.rank != 0) continue; /* tp rank 0's copy counts */
+            if (unique_only && u == 0 && !sh.lay.stage.first) continue;     /* the first stage's copy counts */
             slice_t sl = tp_slice(cfg, lay->tp, ut->tensor, whole);
             rc = slice_rects(&sl, ut->tensor, u == 0 ? 0 : u - 1, a - ut->off, e - ut->off, un->shard_off + (a - lo),
                              fn, ctx);

@@ -43,6 +43,12 @@ typedef struct {
     int fsdp, fsdp_rank; /* F and this rank's coordinate */
     px_gpt_tp_t tp;      /* T and this rank's coordinate */
     int keep_params;     /* keep every layer gathered from the forward for the backward */
+    /* A pipeline stage (num_layers 0: the whole model): the rank holds only
+     * the units of its layers and, on the first and the last stage, unit 0
+     * (the tied embedding: the first stage's copy counts as the unique one
+     * in norms and checkpoints; the two copies' gradients are summed by the
+     * caller before the step, px_shard_outer_grads). */
+    px_gpt_stage_t stage;
 } px_shard_layout_t;
 
 /* Public state: the four shard buffers, n floats each (grads has
@@ -71,15 +77,19 @@ void px_shard_load(px_shard_t *sh, const px_gpt_t *src);
 /* The same from a whole-model state (n floats per buffer, px_gpt_t's
  * layout): a checkpoint restored into any layout. */
 void px_shard_load_state(px_shard_t *sh, const px_train_state_t *src);
-/* Collective over both axes: dst (a plain px_gpt_t of the same config) gets
+/* Collective over every axis: dst (a plain px_gpt_t of the same config) gets
  * the whole model's params on every rank. 0, or -1 on a communicator error. */
 int px_shard_gather(px_shard_t *sh, px_gpt_t *dst);
 
+/* Unit 0's gradient piece on a first or last pipeline stage (*n 0 when the
+ * rank does not hold unit 0). */
+float *px_shard_outer_grads(px_shard_t *sh, size_t *n);
+
 /* The communicators of the current quorum (NULL for an axis of size 1, or
- * to detach). Waits for the communication thread to finish what it was
+ * to detach; pp is used only by px_shard_gather). Waits for the communication thread to finish what it was
  * given first, so call it only after aborting communicators that are
  * being replaced. */
-void px_shard_set_comms(px_shard_t *sh, px_comm_t *fsdp, px_comm_t *tp);
+void px_shard_set_comms(px_shard_t *sh, px_comm_t *fsdp, px_comm_t *tp, px_comm_t *pp);
 /* Why the last compute failed ("" when it did not). */
 const char *px_shard_last_error(const px_shard_t *sh);
 

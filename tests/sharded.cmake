@@ -25,3 +25,11 @@ add_test(NAME pp_schedule_table COMMAND test_schedule)
 px_add_py_test(pp_print_schedule ${CMAKE_CURRENT_LIST_DIR}/sharded/test_print_schedule.py
                $<TARGET_FILE_DIR:phalanx-worker>)
 set_tests_properties(pp_print_schedule PROPERTIES TIMEOUT 60)
+
+# Pipelined groups (--pp, with --tp and --fsdp): the same losses as one rank
+# under each schedule, a refused layout, a killed stage healed, and
+# checkpoints moved into and out of pipelined layouts.
+px_add_py_scenarios(pipeline ${CMAKE_CURRENT_LIST_DIR}/sharded/test_pipeline.py ${CMAKE_BINARY_DIR}/bin 600 layouts refused kill checkpoint)
+foreach(t layouts refused kill checkpoint)
+  set_tests_properties(pipeline_${t} PROPERTIES RUN_SERIAL TRUE)
+endforeach()

@@ -117,25 +117,24 @@ static int plan_rect(void *ctx, const px_shard_rect_t *r) {
                                 (int64_t)r->nrows, (int64_t)r->col0, (int64_t)r->ncols);
 }
 
-int px_persist_set_shard(px_persist_t *p, px_shard_t *sh, int fsdp, int tp) {
+int px_persist_set_shard(px_persist_t *p, px_shard_t *sh, const px_shard_layout_t *lays, int W, int pp) {
     if (!p->dir[0]) return 0;
-    int W = fsdp * tp, rc = 0;
+    int rc = 0;
     size_t n = px_shard_runs(sh, NULL, 0);
     if (!(p->runs = malloc((n ? n : 1) * sizeof *p->runs))) return -1;
     px_shard_runs(sh, p->runs, n);
     if (p->cfg->rank == 0) { /* the manifest's slices: the same rectangles every rank writes, in its file's order */
         rc = px_ckpt_manifest_begin(&p->plan, &p->model, W, "rank");
-        for (int r = 0; rc == 0 && r < W; r++) {
-            px_shard_layout_t lay = {.fsdp = fsdp, .fsdp_rank = r / tp, .tp = {tp, r % tp}};
+        for (int r = 0; rc == 0 && r < W; r++)
             for (int b = 0; rc == 0 && b < PX_STATE_NBUF; b++) {
                 plan_ctx_t c = {&p->plan, r, b};
-                rc = px_shard_rects(&p->model, &lay, plan_rect, &c);
+                rc = px_shard_rects(&p->model, &lays[r], plan_rect, &c);
             }
-        }
     }
     p->sharded = 1;
-    p->fsdp = fsdp;
-    p->tp = tp;
+    p->fsdp = lays[0].fsdp;
+    p->tp = lays[0].tp.size;
+    p->pp = pp;
     int wait_ms = p->cfg->comm_timeout_ms > 60000 ? p->cfg->comm_timeout_ms : 60000;
     p->part = (px_ckpt_part_t){p->cfg->rank, W, (const size_t(*)[2])p->runs, n, p->cfg->rank == 0 ? &p->plan : NULL,
                                wait_ms};
@@ -184,7 +183,7 @@ static void save(px_persist_t *p, const px_train_state_t *st, const px_quorum_t 
         }
         if (p->sharded) px_ckpt_saver_set_part(p->saver, &p->part);
     }
-    px_ckpt_meta_t meta = {p->cfg->job, q->id, q->n, p->cfg->ranks_per_group, p->cfg->group, p->fsdp, p->tp};
+    px_ckpt_meta_t meta = {p->cfg->job, q->id, q->n, p->cfg->ranks_per_group, p->cfg->group, p->fsdp, p->tp, p->pp};
     double held_ms = 0;
     char path[4200];
     px_ckpt_path(p->dir, st->step, path, sizeof path);

@@ -40,18 +40,19 @@ typedef struct {
     size_t (*runs)[2];
     px_ckpt_manifest_t plan;         /* rank 0: the slices of every rank's file */
     px_ckpt_part_t part;
-    int fsdp, tp;
+    int fsdp, tp, pp;
 } px_persist_t;
 
 /* Off (0) when cfg has no checkpoint_dir. -1 when the folder name is too
  * long or out of memory. */
 int px_persist_init(px_persist_t *p, const px_trainer_config_t *cfg, px_agent_t *agent, const px_gpt_config_t *model);
-/* This rank holds shard sh of a group laid out fsdp x tp: checkpoints are
- * written in parts (ckpt.h, px_ckpt_write_part), one per rank of the
- * writing group, each holding the rectangles its shard owns; the final save
+/* This rank holds shard sh of a group of W ranks laid out pp x fsdp x tp,
+ * rank r's shard being lays[r]: checkpoints are written in parts (ckpt.h,
+ * px_ckpt_write_part), one per rank of the writing group, each holding the
+ * rectangles its shard owns; the final save
  * at a stop (SIGTERM) is skipped, since the ranks may stop at different
  * steps (the job's end is saved). 0, or -1 when out of memory. */
-int px_persist_set_shard(px_persist_t *p, px_shard_t *sh, int fsdp, int tp);
+int px_persist_set_shard(px_persist_t *p, px_shard_t *sh, const px_shard_layout_t *lays, int W, int pp);
 /* Restores into st (views into a fresh model, or for a sharded group a
  * whole-model staging state that the caller cuts into its shard); st->step becomes the step
  * restored. 0: restored or nothing to restore (st untouched: *restored -1);

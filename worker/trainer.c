@@ -66,6 +66,7 @@
 #include "llmc.h"
 #include "mesh_comm.h"
 #include "persist.h"
+#include "pipeline.h"
 #include "px_comm.h"
 #include "px_log.h"
 #include "px_time.h"
@@ -96,6 +97,7 @@ typedef struct {
     px_mesh_t mesh;
     px_mesh_coord_t coord;
     px_mesh_comms_t axes;
+    px_pipe_t *pipe;      /* a pipeline stage (pp > 1): its schedule's runtime */
     int64_t pending_step;
     float last_norm;      /* the clipping norm of the last step applied */
     double bytes_group, bytes_cross; /* sent by this rank's gradient reductions (ring estimate) */
@@ -164,7 +166,8 @@ static void drop_comms(trainer_t *t) {
         pthread_mutex_lock(&t->comm_mu);
         abort_all_locked(t);
         pthread_mutex_unlock(&t->comm_mu);
-        if (t->shard) px_shard_set_comms(t->shard, NULL, NULL);
+        if (t->shard) px_shard_set_comms(t->shard, NULL, NULL, NULL);
+        if (t->pipe) px_pipe_set_links(t->pipe, NULL);
         if (t->reducer) px_reducer_set_comms(t->reducer, NULL, NULL);
     }
     pthread_mutex_lock(&t->comm_mu);
@@ -247,7 +250,8 @@ static int rendezvous(trainer_t *t, const px_quorum_t *nq, int idx, char *err, s
     snprintf(prefix, sizeof prefix, "q%lld/x%d", (long long)nq->id, cfg->rank);
     px_comm_t *cross = px_compute_comm_new(t->dev, &store, prefix, idx, nq->n, cfg->comm_timeout_ms, err, errlen);
     px_comm_t *intra = NULL, *s_cross = NULL, *s_intra = NULL;
-    px_mesh_comms_t axes = {{NULL}};
+    px_mesh_comms_t axes;
+    memset(&axes, 0, sizeof axes);
     int axes_ok = !t->shard;
     if (cross && cfg->ranks_per_group > 1) {
         snprintf(prefix, sizeof prefix, "q%lld/g%s", (long long)nq->id, cfg->group);
@@ -282,7 +286,8 @@ static int rendezvous(trainer_t *t, const px_quorum_t *nq, int idx, char *err, s
     if ((cross || intra || s_cross) && superseded(t, nq->id))
         abort_comms_locked(t, px_agent_known_quorum_id(t->agent), "superseded during rendezvous");
     pthread_mutex_unlock(&t->comm_mu);
-    if (t->shard) px_shard_set_comms(t->shard, axes.axis[PX_MESH_FSDP], axes.axis[PX_MESH_TP]);
+    if (t->shard) px_shard_set_comms(t->shard, axes.axis[PX_MESH_FSDP], axes.axis[PX_MESH_TP], axes.axis[PX_MESH_PP]);
+    if (t->pipe) px_pipe_set_links(t->pipe, axes.link);
     if (t->reducer) px_reducer_set_comms(t->reducer, intra, cross);
     if (!copied) snprintf(err, errlen, "out of memory copying quorum %lld", (long long)nq->id);
     return cross && (cfg->ranks_per_group == 1 || intra) && axes_ok && state_ok && copied ? 0 : -1;
@@ -514,11 +519,80 @@ static void arm_reducer(trainer_t *t, float loss) {
     px_reducer_arm(t->reducer, t->cfg->ranks_per_group, t->st.step);
 }
 
+/* A pipeline's micro-batch k of M over this rank's samples [lo, hi): the
+ * share cut into M nearly equal runs; an empty one is a padding micro-batch
+ * (one sample, no weight), so that every fsdp rank runs M of them. */
+typedef struct {
+    trainer_t *t;
+    int lo, hi, M;
+    int eval; /* evaluation batches: validation data, weight 1 */
+} pipe_batches_t;
+
+static int pipe_fill(void *ctx, int k, px_pipe_mb_t *mb) {
+    pipe_batches_t *c = ctx;
+    trainer_t *t = c->t;
+    const px_trainer_config_t *cfg = t->cfg;
+    if (c->eval) {
+        px_dataset_fill_eval(t->val, k, cfg->micro_batch, t->T, t->inputs, t->targets);
+        *mb = (px_pipe_mb_t){t->inputs, t->targets, cfg->micro_batch, 1.0f};
+        return 0;
+    }
+    int i0 = c->lo + (int)((int64_t)k * (c->hi - c->lo) / c->M), i1 = c->lo + (int)((int64_t)(k + 1) * (c->hi - c->lo) / c->M);
+    int n = i1 - i0, at = i0;
+    float scale = 1.0f;
+    if (n <= 0) { /* padding: any valid sample, no weight */
+        n = 1, scale = 0.0f;
+        at = c->lo < cfg->global_batch ? c->lo : 0;
+    }
+    px_dataset_fill(t->train, cfg->seed, t->st.step, at, n, cfg->global_batch, t->T, t->inputs, t->targets);
+    *mb = (px_pipe_mb_t){t->inputs, t->targets, n, scale * (float)n / (float)cfg->global_batch};
+    return 0;
+}
+
+/* The two copies of the tied embedding (unit 0 on the first and the last
+ * stage) get the sum of their gradients, over the pp axis: the first stage
+ * sends, then receives; the last receives, then sends; each adds the
+ * other's (a + b == b + a: the two copies stay equal to the bit). */
+static int tie_embeddings(trainer_t *t) {
+    size_t n;
+    float *g = px_shard_outer_grads(t->shard, &n);
+    int P = t->mesh.size[PX_MESH_PP], s = t->coord.c[PX_MESH_PP];
+    if (n == 0 || P == 1) return 0;
+    float *other = malloc(n * sizeof(float));
+    px_comm_t *c = t->axes.axis[PX_MESH_PP];
+    int peer = s == 0 ? P - 1 : 0, ok = other && c;
+    size_t bytes = n * sizeof(float);
+    if (ok && s == 0) ok = px_comm_send(c, g, bytes, peer, 1) == PX_COMM_OK && px_comm_recv(c, other, bytes, peer, 1) == PX_COMM_OK;
+    else if (ok) ok = px_comm_recv(c, other, bytes, peer, 1) == PX_COMM_OK && px_comm_send(c, g, bytes, peer, 1) == PX_COMM_OK;
+    for (size_t i = 0; ok && i < n; i++) g[i] += other[i];
+    free(other);
+    return ok ? 0 : -1;
+}
+
+/* A pipeline stage's part of the step (compute_grads). */
+static int pipeline_grads(trainer_t *t, int lo, int hi, float *loss_out) {
+    char err[256];
+    int M = t->cfg->microbatches ? t->cfg->microbatches : t->mesh.size[PX_MESH_PP];
+    if (px_pipe_set_microbatches(t->pipe, M, err, sizeof err) != 0) {
+        px_log_error("%s", err);
+        return -1;
+    }
+    px_shard_zero_grad(t->shard);
+    pipe_batches_t c = {t, lo, hi, M, 0};
+    double loss = 0;
+    if (px_pipe_step(t->pipe, pipe_fill, &c, &loss) != 0 || px_shard_last_error(t->shard)[0] || tie_embeddings(t) != 0)
+        return -1;
+    /* the last stage has the loss; tp ranks compute the same samples: one of them reports it */
+    *loss_out = t->coord.c[PX_MESH_TP] == 0 ? (float)loss : 0.0f;
+    return 0;
+}
+
 /* This rank's gradients of samples [lo, hi) into the grads (the model's,
  * or the shard's); *loss its share of the batch's mean loss. -1 when a
  * sharded group's collective failed. */
 static int compute_grads(trainer_t *t, int lo, int hi, float *loss_out) {
     const px_trainer_config_t *cfg = t->cfg;
+    if (t->pipe) return pipeline_grads(t, lo, hi, loss_out);
     if (t->shard) px_shard_zero_grad(t->shard);
     else px_compute_zero_grad(t->dev);
     double loss = 0;
@@ -560,6 +634,13 @@ static int compute_grads(trainer_t *t, int lo, int hi, float *loss_out) {
 static float eval_loss(trainer_t *t) {
     if (!t->val || t->cfg->eval_batches <= 0) return NAN;
     double sum = 0;
+    if (t->pipe) { /* through the stages; the last one's sum to all of the pp axis */
+        pipe_batches_t c = {t, 0, 0, 0, 1};
+        if (px_pipe_forward(t->pipe, pipe_fill, &c, t->cfg->eval_batches, &sum) != 0) return NAN;
+        float s = (float)sum;
+        if (px_comm_allreduce_sum_f32(t->axes.axis[PX_MESH_PP], &s, 1) != PX_COMM_OK) return NAN;
+        return s / (float)t->cfg->eval_batches;
+    }
     for (int b = 0; b < t->cfg->eval_batches; b++) {
         px_dataset_fill_eval(t->val, b, t->cfg->micro_batch, t->T, t->inputs, t->targets);
         sum += px_compute_forward(t->dev, t->inputs, t->targets, t->cfg->micro_batch, t->T);
@@ -734,6 +815,25 @@ static int rebuild_initial_state(void *ctx, px_train_state_t *s) {
 
 static int layout_given(const px_trainer_config_t *cfg) { return cfg->fsdp || cfg->tp || cfg->pp; }
 
+/* Rank r's shard layout in this group's mesh. */
+static px_shard_layout_t layout_of(const trainer_t *t, const px_gpt_config_t *mc, int r) {
+    px_mesh_coord_t c = px_mesh_coord(&t->mesh, r);
+    px_shard_layout_t lay = {.fsdp = t->mesh.size[PX_MESH_FSDP], .fsdp_rank = c.c[PX_MESH_FSDP],
+                             .tp = {t->mesh.size[PX_MESH_TP], c.c[PX_MESH_TP]}, .keep_params = t->cfg->fsdp_keep_params};
+    if (t->mesh.size[PX_MESH_PP] > 1) lay.stage = px_gpt_pipeline_stage(mc, t->T, t->mesh.size[PX_MESH_PP], c.c[PX_MESH_PP]);
+    return lay;
+}
+
+/* Checkpoints of the group's shards: every rank's layout for the manifest. */
+static int set_shard_persist(trainer_t *t) {
+    int W = t->cfg->ranks_per_group;
+    px_shard_layout_t *lays = malloc(sizeof *lays * (size_t)W);
+    for (int r = 0; lays && r < W; r++) lays[r] = layout_of(t, &t->model->config, r);
+    int rc = lays ? px_persist_set_shard(&t->persist, t->shard, lays, W, t->mesh.size[PX_MESH_PP]) : -1;
+    free(lays);
+    return rc;
+}
+
 /* A sharded layout (cfg->fsdp/tp): checks it against the group and the
  * model, and makes this rank's shard of the initial model: from a preset
  * drawn shard by shard (t->model NULL), or cut from a loaded model file
@@ -749,15 +849,15 @@ static int setup_shard(trainer_t *t, const px_gpt_config_t *mc) {
         px_log_error("layout: %s", err);
         return -1;
     }
-    if (t->mesh.size[PX_MESH_PP] > 1) {
-        px_log_error("--pp %d: pipeline parallelism is not built yet; use --pp 1", t->mesh.size[PX_MESH_PP]);
+    int P = t->mesh.size[PX_MESH_PP];
+    if (P > mc->num_layers) {
+        px_log_error("--pp %d: the model has %d layers, and every pipeline stage needs at least one", P,
+                     mc->num_layers);
         return -1;
     }
     if (cfg->ranks_per_group == 1) return t->model ? 0 : -1; /* 1x1x1: a whole replica (see setup) */
     t->coord = px_mesh_coord(&t->mesh, cfg->rank);
-    px_shard_layout_t lay = {.fsdp = t->mesh.size[PX_MESH_FSDP], .fsdp_rank = t->coord.c[PX_MESH_FSDP],
-                             .tp = {t->mesh.size[PX_MESH_TP], t->coord.c[PX_MESH_TP]},
-                             .keep_params = cfg->fsdp_keep_params};
+    px_shard_layout_t lay = layout_of(t, mc, cfg->rank);
     t->shard = px_shard_new(mc, &lay, err, sizeof err);
     if (!t->shard) {
         px_log_error("layout: %s", err);
@@ -783,6 +883,18 @@ static int setup_shard(trainer_t *t, const px_gpt_config_t *mc) {
     }
     px_gpt_destroy(&t->model);
     t->model = px_shard_model(t->shard);
+    if (P > 1) {
+        int M = cfg->microbatches ? cfg->microbatches : P;
+        t->pipe = px_pipe_new(t->model, &lay.stage, t->coord.c[PX_MESH_PP], P, (px_sched_kind_t)cfg->schedule, M, t->T,
+                              err, sizeof err);
+        if (!t->pipe) {
+            px_log_error("layout: %s", err);
+            return -1;
+        }
+        px_log_info("pipeline_stage rank=%d stage=%d of=%d layers=%d..%d schedule=%s", cfg->rank,
+                    t->coord.c[PX_MESH_PP], P, lay.stage.first_layer, lay.stage.first_layer + lay.stage.num_layers - 1,
+                    px_sched_name((px_sched_kind_t)cfg->schedule));
+    }
     return 0;
 }
 
@@ -837,7 +949,9 @@ static int setup(trainer_t *t) {
     }
     t->val = px_dataset_open(cfg->data, "val", t->model->config.vocab_size, (size_t)t->T + 1, err, sizeof err);
     if (!t->val) px_log_warn("no validation data, eval loss disabled: %s", err);
-    size_t mb = (size_t)cfg->micro_batch * (size_t)t->T;
+    /* a pipeline's micro-batch is a 1/M of the rank's share: at most the global batch */
+    size_t mb = (size_t)(t->pipe && cfg->global_batch > cfg->micro_batch ? cfg->global_batch : cfg->micro_batch) *
+                (size_t)t->T;
     t->inputs = malloc(mb * sizeof(int));
     t->targets = malloc(mb * sizeof(int));
     if (t->shard) {
@@ -853,7 +967,7 @@ static int setup(trainer_t *t) {
     t->heal.reinit = rebuild_initial_state;
     t->heal.reinit_ctx = t;
     if (px_persist_init(&t->persist, cfg, t->agent, &t->model->config) != 0) return -1;
-    if (t->shard && px_persist_set_shard(&t->persist, t->shard, t->mesh.size[PX_MESH_FSDP], t->mesh.size[PX_MESH_TP]) != 0) {
+    if (t->shard && set_shard_persist(t) != 0) {
         px_log_error("out of memory for the checkpoint layout");
         return -1;
     }
@@ -883,6 +997,7 @@ static void teardown(trainer_t *t) {
     px_reducer_destroy(&t->reducer);
     px_persist_free(&t->persist); /* a save in flight may still read the state */
     px_compute_destroy(&t->dev);
+    px_pipe_destroy(&t->pipe);
     if (t->shard) t->model = NULL; /* the shard's */
     px_shard_destroy(&t->shard);
     px_gpt_destroy(&t->model);
@@ -1000,6 +1115,13 @@ int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile s
             px_agent_notify(agent, "run_finished", t.qid, t.st.step, "", 0, 0, "");
         }
         if (cfg->save) save_model(&t);
+        if (t.pipe) { /* the stage's idle share: the pipeline's bubble (and its waits on the links), measured */
+            double busy, total;
+            px_pipe_times(t.pipe, &busy, &total);
+            px_log_info("pipeline_time rank=%d stage=%d busy_s=%.6f total_s=%.6f idle=%.4f microbatches=%d schedule=%s",
+                        cfg->rank, t.coord.c[PX_MESH_PP], busy, total, total > 0 ? 1.0 - busy / total : 0.0,
+                        px_pipe_microbatches(t.pipe), px_sched_name((px_sched_kind_t)cfg->schedule));
+        }
         double bf = 0, bt = 0;
         if (t.shard) px_shard_bytes_sent(t.shard, &bf, &bt);
         px_log_info("comm_sent group=%s rank=%d steps=%lld fsdp_bytes=%.0f tp_bytes=%.0f group_bytes=%.0f "

@@ -43,7 +43,7 @@ static int same_state(const px_train_state_t *a, const px_train_state_t *b) {
     return a->step == b->step && a->seed == b->seed;
 }
 
-static px_ckpt_meta_t meta = {"job1", 5, 3, 1, "a", 1, 1};
+static px_ckpt_meta_t meta = {"job1", 5, 3, 1, "a", 1, 1, 1};
 
 static void save(const char *dir, px_train_state_t *s, int64_t step) {
     char err[600];
