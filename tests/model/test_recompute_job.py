@@ -14,7 +14,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
-from phalanx_test import Fail, Job, check, main, make_corpus  # noqa: E402
+from phalanx_test import Job, check, main, make_corpus  # noqa: E402
 
 STEPS = 10
 LAYOUTS = [("whole", 1, []), ("fsdp2xtp2", 4, ["--fsdp", "2", "--tp", "2"])]  # name, ranks, flags
@@ -29,12 +29,7 @@ def train(bindir, data, name, ranks, flags):
                   "--micro-batch", "2", "--seq", "64", "--seed", "11", "--threads", "1", "--comm-timeout-ms", "20000"]
         for r in range(ranks):
             job.start_worker("g0", r, ranks, common + flags)
-        for (_, r), p in job.workers.items():
-            try:
-                rc = p.wait(timeout=240)
-            except subprocess.TimeoutExpired:
-                raise Fail("%s: rank %d did not finish (logs in %s)" % (name, r, job.dir))
-            check(rc == 0, "%s: rank %d exited %s (logs in %s)" % (name, r, rc, job.dir))
+        job.wait_workers(240, name)
         with open(os.path.join(job.dir, "worker-g0-0.log")) as f:
             log = f.read()
     finally:
