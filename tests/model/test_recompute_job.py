@@ -64,7 +64,8 @@ def test(bindir):
         rec, rec_final = train(bindir, data, name + "-block", ranks, flags + ["--recompute", "block"])
         for s in range(1, STEPS + 1):
             check(rec[s] == base[s], "%s: step %d: %s with --recompute block, %s without" % (name, s, rec[s], base[s]))
-        check(rec_final == base_final, "%s: final %s with --recompute block, %s without" % (name, rec_final, base_final))
+        check(rec_final == base_final,
+              "%s: final %s with --recompute block, %s without" % (name, rec_final, base_final))
         print("%s: %d steps' losses and norms identical with --recompute block (step %d %s), final %s" %
               (name, STEPS, STEPS, rec[STEPS], rec_final))
 
