@@ -2,10 +2,12 @@
 train the same short job with and without block recomputation, and every
 step's loss and gradient norm and the final state's checksum must be
 identical (recomputation runs the same kernels in the same order, so the
-results are the same bits, not merely close). Two layouts: one rank holding
-the whole model, and a group of four (--fsdp 2 --tp 2), where the backward's
-recomputed forward takes its parameters from the sharded source's backward
-acquire and runs the tensor-parallel sums again. A bad value and --device
+results are the same bits, not merely close). Three layouts: one rank
+holding the whole model; a group of four (--fsdp 2 --tp 2), where the
+backward's recomputed forward takes its parameters from the sharded source's
+backward acquire and runs the tensor-parallel sums again; and two pipeline
+stages of `small` (two layers each) under zb-h1, whose input and weight
+halves of the backward each run the forward again. A bad value and --device
 cuda (no recomputation on GPUs yet) are refused with exit 2 and a message."""
 import os
 import re
@@ -17,15 +19,19 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 from phalanx_test import Job, check, main, make_corpus  # noqa: E402
 
 STEPS = 10
-LAYOUTS = [("whole", 1, []), ("fsdp2xtp2", 4, ["--fsdp", "2", "--tp", "2"])]  # name, ranks, flags
+LAYOUTS = [  # name, model, ranks, flags
+    ("whole", "tiny", 1, []),
+    ("fsdp2xtp2", "tiny", 4, ["--fsdp", "2", "--tp", "2"]),
+    ("pp2-zbh1", "small", 2, ["--pp", "2", "--schedule", "zb-h1", "--microbatches", "4"]),
+]
 
 
-def train(bindir, data, name, ranks, flags):
+def train(bindir, data, name, model, ranks, flags):
     """One group's job; returns ({step: 'loss=.. norm=..'}, rank 0's final line's loss and checksum)."""
     job = Job(bindir, name="recompute-" + name)
     try:
         job.start_coordinator()
-        common = ["--steps", str(STEPS), "--model", "tiny", "--data", data, "--global-batch", "8",
+        common = ["--steps", str(STEPS), "--model", model, "--data", data, "--global-batch", "8",
                   "--micro-batch", "2", "--seq", "64", "--seed", "11", "--threads", "1", "--comm-timeout-ms", "20000"]
         for r in range(ranks):
             job.start_worker("g0", r, ranks, common + flags)
@@ -59,9 +65,9 @@ def test_refused(bindir):
 def test(bindir):
     test_refused(bindir)
     data = make_corpus(bindir, tempfile.mkdtemp(prefix="phalanx-recompute-data-"))
-    for name, ranks, flags in LAYOUTS:
-        base, base_final = train(bindir, data, name, ranks, flags)
-        rec, rec_final = train(bindir, data, name + "-block", ranks, flags + ["--recompute", "block"])
+    for name, model, ranks, flags in LAYOUTS:
+        base, base_final = train(bindir, data, name, model, ranks, flags)
+        rec, rec_final = train(bindir, data, name + "-block", model, ranks, flags + ["--recompute", "block"])
         for s in range(1, STEPS + 1):
             check(rec[s] == base[s], "%s: step %d: %s with --recompute block, %s without" % (name, s, rec[s], base[s]))
         check(rec_final == base_final,
