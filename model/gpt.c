@@ -7,7 +7,10 @@
  * two residual projections are not (they are only added into the residual
  * stream), and the backward pass reuses a handful of scratch buffers instead
  * of mirroring every activation. The residual stream's gradient lives in one
- * buffer that every layer adds into, which is what residual_backward would do. */
+ * buffer that every layer adds into, which is what residual_backward would do.
+ * With recomputation (px_gpt_set_recompute) the per-layer activations other
+ * than the residual stream are kept for one layer only: the backward of each
+ * layer first runs its forward again into them. */
 #include "gpt.h"
 
 #include <math.h>
@@ -145,7 +148,9 @@ static void set_views(px_gpt_tensors_t *v, float *base, const size_t *off) {
 
 /* One micro-batch's activations (a slot): a whole model has one, a
  * pipeline stage as many as it holds micro-batches at once. Per-layer
- * arrays have one entry per layer of the stage. */
+ * arrays have one entry per layer of the stage (L); with recompute the
+ * arrays from ln1 to fch_gelu have one (L = 1), residual3 and the k_ ones
+ * still L. */
 struct px_gpt_acts {
     int B, T;       /* shape the views below are laid out for */
     size_t capacity; /* floats allocated in mem */
@@ -157,6 +162,8 @@ struct px_gpt_acts {
     int have_fwd;    /* forward done, backward (or its input half) not yet */
     int have_bi;     /* input half of a split backward done, its weight half not yet */
     int split;       /* the k_ views below are laid out */
+    int recompute;   /* the per-layer views but residual3 hold one layer, shared */
+    int held;        /* recompute: the layer whose activations those views hold now */
     float *encoded;  /* (B,T,C): the embedding, or a later stage's input */
     float *ln1;      /* (L,B,T,C) */
     float *ln1_mean; /* (L,B,T) */
@@ -199,15 +206,16 @@ static size_t layout_acts(struct px_gpt_acts *a, const px_gpt_t *self, int B, in
     size_t Ca = (size_t)d.Ca, H = (size_t)d.H;
     size_t BT = (size_t)B * (size_t)T, Vp = (size_t)cfg->padded_vocab_size;
     size_t head = self->stage.last ? 1 : 0, split = self->split ? L : 0;
+    size_t Li = self->recompute ? 1 : L; /* layers of inner activations held */
     struct {
         float **p;
         size_t n;
     } t[] = {
-        {&a->encoded, BT * C},       {&a->ln1, L * BT * C},        {&a->ln1_mean, L * BT},
-        {&a->ln1_rstd, L * BT},      {&a->qkv, L * BT * 3 * Ca},   {&a->atty, L * BT * Ca},
-        {&a->att, L * B * NH * (size_t)T * T}, {&a->residual2, L * BT * C}, {&a->ln2, L * BT * C},
-        {&a->ln2_mean, L * BT},      {&a->ln2_rstd, L * BT},       {&a->fch, L * BT * H},
-        {&a->fch_gelu, L * BT * H},  {&a->residual3, L * BT * C},  {&a->lnf, head * BT * C},
+        {&a->encoded, BT * C},        {&a->ln1, Li * BT * C},        {&a->ln1_mean, Li * BT},
+        {&a->ln1_rstd, Li * BT},      {&a->qkv, Li * BT * 3 * Ca},   {&a->atty, Li * BT * Ca},
+        {&a->att, Li * B * NH * (size_t)T * T}, {&a->residual2, Li * BT * C}, {&a->ln2, Li * BT * C},
+        {&a->ln2_mean, Li * BT},      {&a->ln2_rstd, Li * BT},       {&a->fch, Li * BT * H},
+        {&a->fch_gelu, Li * BT * H},  {&a->residual3, L * BT * C},   {&a->lnf, head * BT * C},
         {&a->lnf_mean, head * BT},   {&a->lnf_rstd, head * BT},    {&a->logits, head * BT * Vp},
         {&a->losses, head * BT},     {&a->lse, head * BT},         {&a->proj, BT * C},
         {&a->dres, BT * C},          {&a->dbtc, BT * C},           {&a->d4a, BT * H},
@@ -220,7 +228,10 @@ static size_t layout_acts(struct px_gpt_acts *a, const px_gpt_t *self, int B, in
         if (mem) *t[i].p = mem + total;
         total += n;
     }
-    if (mem) a->split = self->split;
+    if (mem) {
+        a->split = self->split;
+        a->recompute = self->recompute;
+    }
     return total;
 }
 
@@ -261,13 +272,22 @@ static void free_acts(px_gpt_t *self) {
     self->nslots = 0;
 }
 
+/* Replaces the activation slots by `slots` empty ones (laid out at the next
+ * forward). 0, or -1 out of memory (the old ones kept). */
+static int new_slots(px_gpt_t *self, int slots) {
+    struct px_gpt_acts *acts = calloc((size_t)slots, sizeof *acts);
+    if (!acts) return -1;
+    free_acts(self);
+    self->acts = acts;
+    self->nslots = slots;
+    return 0;
+}
+
 /* A whole model: every layer, the embedding and the head, one slot. */
 static int whole_model(px_gpt_t *self) {
     self->stage = (px_gpt_stage_t){0, self->config.num_layers, 1, 1};
     self->split = 0;
-    self->nslots = 1;
-    self->acts = calloc(1, sizeof *self->acts);
-    return self->acts ? 0 : -1;
+    return new_slots(self, 1);
 }
 
 int px_gpt_set_stage(px_gpt_t *self, const px_gpt_stage_t *st, int slots, int split) {
@@ -278,13 +298,19 @@ int px_gpt_set_stage(px_gpt_t *self, const px_gpt_stage_t *st, int slots, int sp
                      st->num_layers, L, st->first, st->last, slots);
         return -1;
     }
-    struct px_gpt_acts *acts = calloc((size_t)slots, sizeof *acts);
-    if (!acts) return -1;
-    free_acts(self);
-    self->acts = acts;
-    self->nslots = slots;
+    if (new_slots(self, slots) != 0) return -1;
     self->stage = *st;
     self->split = split;
+    return 0;
+}
+
+int px_gpt_set_recompute(px_gpt_t *self, int on) {
+    if (on != 0 && on != 1) {
+        px_log_error("gpt_bad_recompute on=%d hint=\"0 (off) or 1 (block)\"", on);
+        return -1;
+    }
+    if (new_slots(self, self->nslots) != 0) return -1;
+    self->recompute = on;
     return 0;
 }
 
@@ -554,13 +580,13 @@ typedef struct {
 
 static layer_acts_t layer_acts(const struct px_gpt_acts *a, dims_t d, int l) {
     size_t B = (size_t)a->B, T = (size_t)a->T, BT = B * T, C = (size_t)d.C, Ca = (size_t)d.Ca, H = (size_t)d.H;
-    size_t lu = (size_t)l;
+    size_t lu = (size_t)l, li = a->recompute ? 0 : lu; /* li: the layer's index in the inner arrays */
     int split = a->split;
     layer_acts_t x = {
-        .ln1 = a->ln1 + lu * BT * C, .ln1_mean = a->ln1_mean + lu * BT, .ln1_rstd = a->ln1_rstd + lu * BT,
-        .qkv = a->qkv + lu * BT * 3 * Ca, .atty = a->atty + lu * BT * Ca, .att = a->att + lu * B * (size_t)d.NHa * T * T,
-        .residual2 = a->residual2 + lu * BT * C, .ln2 = a->ln2 + lu * BT * C, .ln2_mean = a->ln2_mean + lu * BT,
-        .ln2_rstd = a->ln2_rstd + lu * BT, .fch = a->fch + lu * BT * H, .fch_gelu = a->fch_gelu + lu * BT * H,
+        .ln1 = a->ln1 + li * BT * C, .ln1_mean = a->ln1_mean + li * BT, .ln1_rstd = a->ln1_rstd + li * BT,
+        .qkv = a->qkv + li * BT * 3 * Ca, .atty = a->atty + li * BT * Ca, .att = a->att + li * B * (size_t)d.NHa * T * T,
+        .residual2 = a->residual2 + li * BT * C, .ln2 = a->ln2 + li * BT * C, .ln2_mean = a->ln2_mean + li * BT,
+        .ln2_rstd = a->ln2_rstd + li * BT, .fch = a->fch + li * BT * H, .fch_gelu = a->fch_gelu + li * BT * H,
         .residual3 = a->residual3 + lu * BT * C,
         .residual = l == 0 ? a->encoded : a->residual3 + (lu - 1) * BT * C,
         .dfcproj = split ? a->k_dfcproj + lu * BT * C : NULL, .dfc = split ? a->k_dfc + lu * BT * H : NULL,
@@ -575,26 +601,35 @@ static float *stage_out(const px_gpt_t *self, const struct px_gpt_acts *a) {
     return a->residual3 + (size_t)(self->stage.num_layers - 1) * BT * C;
 }
 
-/* The stage's i-th layer (model layer stage.first_layer + i), forward. */
-static int layer_forward(px_gpt_t *self, struct px_gpt_acts *a, dims_t d, int i) {
-    int unit = 1 + self->stage.first_layer + i, B = a->B, T = a->T, C = d.C;
+/* The forward of the stage's i-th layer with its parameters p: the
+ * forward's, or the backward's when it recomputes. */
+static int layer_forward_with(px_gpt_t *self, struct px_gpt_acts *a, dims_t d, int i, const px_gpt_tensors_t *p) {
+    int B = a->B, T = a->T, C = d.C;
     size_t BT = (size_t)B * (size_t)T;
     int tp0 = self->tp.rank == 0; /* adds the row-parallel biases, once */
     layer_acts_t x = layer_acts(a, d, i);
-    px_gpt_tensors_t p;
-    if (unit_acquire(self, unit, PX_GPT_FWD, &p, NULL) != 0) return -1;
-    layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, x.residual, p.ln1w, p.ln1b, B, T, C);
-    matmul_forward(x.qkv, x.ln1, p.qkvw, p.qkvb, B, T, C, 3 * d.Ca);
+    layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, x.residual, p->ln1w, p->ln1b, B, T, C);
+    matmul_forward(x.qkv, x.ln1, p->qkvw, p->qkvb, B, T, C, 3 * d.Ca);
     attention_forward(x.atty, x.att, x.qkv, B, T, d.Ca, d.NHa);
-    matmul_forward(a->proj, x.atty, p.attprojw, tp0 ? p.attprojb : NULL, B, T, d.Ca, C);
+    matmul_forward(a->proj, x.atty, p->attprojw, tp0 ? p->attprojb : NULL, B, T, d.Ca, C);
     if (tp_sum(self, a->proj, BT * C) != 0) return -1;
     residual_forward(x.residual2, x.residual, a->proj, BT * C);
-    layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, p.ln2w, p.ln2b, B, T, C);
-    matmul_forward(x.fch, x.ln2, p.fcw, p.fcb, B, T, C, d.H);
+    layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, p->ln2w, p->ln2b, B, T, C);
+    matmul_forward(x.fch, x.ln2, p->fcw, p->fcb, B, T, C, d.H);
     gelu_forward(x.fch_gelu, x.fch, BT * d.H);
-    matmul_forward(a->proj, x.fch_gelu, p.fcprojw, tp0 ? p.fcprojb : NULL, B, T, d.H, C);
+    matmul_forward(a->proj, x.fch_gelu, p->fcprojw, tp0 ? p->fcprojb : NULL, B, T, d.H, C);
     if (tp_sum(self, a->proj, BT * C) != 0) return -1;
     residual_forward(x.residual3, x.residual2, a->proj, BT * C);
+    a->held = i;
+    return 0;
+}
+
+/* The stage's i-th layer (model layer stage.first_layer + i), forward. */
+static int layer_forward(px_gpt_t *self, struct px_gpt_acts *a, dims_t d, int i) {
+    int unit = 1 + self->stage.first_layer + i;
+    px_gpt_tensors_t p;
+    if (unit_acquire(self, unit, PX_GPT_FWD, &p, NULL) != 0) return -1;
+    if (layer_forward_with(self, a, d, i, &p) != 0) return -1;
     return unit_release(self, unit, PX_GPT_FWD);
 }
 
@@ -619,6 +654,7 @@ static float stage_forward(px_gpt_t *self, struct px_gpt_acts *a, const int *inp
     if (st->last && targets && check_tokens(targets, BT, V, "targets") != 0) return NAN;
     if (ensure_acts(self, a, B, T) != 0) return NAN;
     a->have_loss = a->have_fwd = a->have_bi = 0;
+    a->held = -1;
     int outer_unit = st->first || st->last;
     px_gpt_tensors_t outer;
     if (outer_unit && unit_acquire(self, 0, PX_GPT_FWD, &outer, NULL) != 0) return NAN;
@@ -688,6 +724,9 @@ static int layer_backward(px_gpt_t *self, struct px_gpt_acts *a, dims_t d, int i
     layer_acts_t x = layer_acts(a, d, i);
     px_gpt_tensors_t p, g;
     if (unit_acquire(self, unit, PX_GPT_BWD, &p, &g) != 0) return -1;
+    /* recompute: the layer's activations again, from its input (both halves of a split backward need them),
+     * unless still there (the stage's last layer, right after the forward) */
+    if (a->recompute && a->held != i && layer_forward_with(self, a, d, i, &p) != 0) return -1;
     if (part == BWD_WEIGHT) {
         matmul_backward(NULL, g.fcprojw, g.fcprojb, x.dfcproj, x.fch_gelu, p.fcprojw, B, T, d.H, C);
         matmul_backward(NULL, g.fcw, g.fcb, x.dfc, x.ln2, p.fcw, B, T, C, d.H);

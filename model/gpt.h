@@ -166,6 +166,7 @@ typedef struct {
     int nslots;
     px_gpt_stage_t stage;         /* the whole model unless px_gpt_set_stage */
     int split;                    /* backward may run as two halves (px_gpt_stage_backward) */
+    int recompute;                /* block recomputation on (px_gpt_set_recompute) */
     px_gpt_tp_t tp;               /* {1, 0} unless sharded */
     const px_gpt_source_t *src;   /* NULL: the four buffers above hold the model */
 } px_gpt_t;
@@ -239,6 +240,20 @@ int px_gpt_stage_batch(const px_gpt_t *self, int slot);
 int px_gpt_stage_backward(px_gpt_t *self, int slot, const float *dout, float loss_scale, int weights);
 int px_gpt_stage_backward_weights(px_gpt_t *self, int slot);
 const float *px_gpt_stage_input_grad(const px_gpt_t *self, int slot);
+/* Block-level activation recomputation (Korthikanti et al. 2022, "full"
+ * recompute with one layer a block, as Megatron's --recompute-granularity
+ * full --recompute-method uniform --recompute-num-layers 1). With on, a
+ * slot keeps only each layer's input (the residual stream) and one layer's
+ * worth of the other activations, shared by the slot's layers; the backward
+ * of a layer runs the layer's forward again first, with the parameters it
+ * acquired for the backward (no second acquire; on tensor-parallel ranks the
+ * forward's sums run again, in the same order on every rank). About one more
+ * forward per step; losses and gradients are bitwise those without it. A
+ * split backward runs the forward again in each half (the weight half needs
+ * the layer's inputs to its matmuls): two more forwards per layer. A model
+ * setting, kept across px_gpt_set_stage. Drops the activations held, like
+ * px_gpt_set_stage. 0, or -1: on neither 0 nor 1 (logged), or out of memory. */
+int px_gpt_set_recompute(px_gpt_t *self, int on);
 /* Bytes of activations allocated, all slots. */
 size_t px_gpt_activation_bytes(const px_gpt_t *self);
 

@@ -40,3 +40,8 @@ add_test(NAME model_data_sampler COMMAND test_data WORKING_DIRECTORY ${CMAKE_CUR
 add_test(NAME model_standalone_train
          COMMAND sh ${PX_MODEL_TEST_DIR}/standalone_train.sh $<TARGET_FILE_DIR:phalanx-worker>
                  ${CMAKE_CURRENT_BINARY_DIR}/standalone_train)
+
+# --recompute block trains a short job (a whole replica, fsdp 2 x tp 2, and
+# pp 2 under zb-h1) to the same per-step losses and final checksum as without it.
+px_add_py_test(model_recompute_job ${PX_MODEL_TEST_DIR}/test_recompute_job.py ${CMAKE_BINARY_DIR}/bin)
+set_tests_properties(model_recompute_job PROPERTIES TIMEOUT 600 RUN_SERIAL TRUE)

@@ -937,6 +937,10 @@ static int setup(trainer_t *t) {
         return -1;
     }
     if (setup_shard(t, &mc) != 0) return -1;
+    if (cfg->recompute) { /* on the model compute.c runs too */
+        if (px_gpt_set_recompute(t->model, 1) != 0) return -1;
+        px_log_info("activation_recompute mode=block rank=%d", cfg->rank);
+    }
     if (!t->shard && cfg->bucket_mb > 0 &&
         !(t->reducer = px_reducer_new(t->model, (size_t)(cfg->bucket_mb * (1 << 20)) / sizeof(float)))) {
         px_log_error("out of memory for the gradient buckets (--bucket-mb %g)", cfg->bucket_mb);
@@ -1016,6 +1020,11 @@ int px_trainer_check(const px_trainer_config_t *cfg, char *err, size_t errlen) {
     if (layout_given(cfg)) {
         snprintf(err, errlen, "--device cuda with --fsdp/--tp/--pp: sharded groups on GPUs are not built yet "
                               "(groups of whole replicas train on GPUs; sharded ones on --device cpu)");
+        return -1;
+    }
+    if (cfg->recompute) {
+        snprintf(err, errlen, "--device cuda with --recompute block: the GPU model has no activation recomputation "
+                              "yet; use --recompute none on GPUs, or --device cpu");
         return -1;
     }
     if (cfg->bucket_mb > 0) {

@@ -43,6 +43,7 @@ typedef struct {
                                  given (then P) */
     int schedule;             /* with pp > 1: the pipeline schedule, a px_sched_kind_t (parallel/schedule.h) */
     int fsdp_keep_params;     /* keep gathered layers from the forward for the backward */
+    int recompute;            /* 1: block-level activation recomputation (px_gpt_set_recompute); CPU only */
     double bucket_mb;         /* whole replicas: reduce gradients in buckets of this many MiB
                                  during the backward (worker/reducer.h); 0: once, after it */
     px_device_t device;       /* PX_DEVICE_CPU, or PX_DEVICE_CUDA: one GPU per rank, NCCL

@@ -79,6 +79,9 @@ static void usage(FILE *f) {
            "                           GPUs visible), gradients reduced with NCCL; whole replicas only (no\n"
            "                           --fsdp/--tp, --bucket-mb 0); no usable GPU is a configuration error (exit 2)\n"
            "  --threads N              OpenMP threads, 1..256 [1]\n"
+           "  --recompute none|block   block: keep only each layer's input from the forward and run the layer's\n"
+           "                           forward again in its backward (less activation memory, about one more\n"
+           "                           forward per step, the same results bit for bit); --device cpu only [none]\n"
            "  --eval-every N           eval loss every N steps on group replica 0, 0 = only at the end [0]\n"
            "  --eval-batches N         micro-batches of validation data per eval, 0..10000 [4]\n"
            "  --comm-timeout-ms N      bound on every collective and rendezvous, 100..3600000 [30000]\n"
@@ -227,6 +230,13 @@ int px_worker_main(int argc, char **argv) {
                 return 2;
             }
             tc.schedule = (int)kind;
+        }
+        else if (!strcmp(a, "--recompute")) {
+            if (!v || (strcmp(v, "none") && strcmp(v, "block"))) {
+                fprintf(stderr, "%s: --recompute: bad value '%s': expected none or block\n", PROG, v ? v : "");
+                return 2;
+            }
+            tc.recompute = !strcmp(v, "block");
         }
         else if (!strcmp(a, "--checkpoint-copy")) {
             if (!v || (strcmp(v, "held") && strcmp(v, "overlap"))) {

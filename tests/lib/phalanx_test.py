@@ -92,6 +92,15 @@ class Job:
         self.workers[(group, rank)] = p
         return p
 
+    def wait_workers(self, timeout_s, what):
+        """Waits for every worker started; Fail unless each exits 0 within timeout_s."""
+        for (g, r), p in self.workers.items():
+            try:
+                rc = p.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                raise Fail("%s: group %s rank %d did not finish (logs in %s)" % (what, g, r, self.dir))
+            check(rc == 0, "%s: group %s rank %d exited %s (logs in %s)" % (what, g, r, rc, self.dir))
+
     def get(self, path):
         with urllib.request.urlopen("http://%s%s" % (self.http, path), timeout=5) as r:
             return r.read().decode()

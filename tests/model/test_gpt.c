@@ -13,6 +13,10 @@
  *   backward split into input and weight halves) give the whole model's
  *   losses and layer gradients bitwise, and the tied embedding's gradient
  *   as the sum of the two stages' parts; a stage holds fewer activations;
+ * - block recomputation: with it on, a whole model and two stages (the
+ *   second's backward split) give the same losses and gradients bitwise as
+ *   with it off, over accumulated micro-batches, and hold fewer bytes of
+ *   activations;
  * - misuse is refused (backward without a loss, bad token, T > maxT). */
 #include <math.h>
 #include <omp.h>
@@ -284,6 +288,68 @@ static void test_stages(void) {
     px_gpt_destroy(&s1);
 }
 
+enum { RC_M = 3, RC_B = 2, RC_T = 64 }; /* test_recompute's micro-batches and their shape */
+
+/* Accumulates RC_M micro-batches of (x, y) into a whole "small" model and
+ * into its two stages (the second's backward split: input halves, then the
+ * weight halves), with block recomputation `on`; losses into lw (whole) and
+ * lp (stages). The three models come back in m for their gradients. */
+
+static void recompute_run(int on, const int x[RC_M][RC_B * RC_T], const int y[RC_M][RC_B * RC_T], float *lw,
+                          float *lp, px_gpt_t *m[3]) {
+    px_gpt_config_t cfg;
+    px_gpt_config_preset("small", &cfg);
+    for (int i = 0; i < 3; i++) {
+        m[i] = px_gpt_new(&cfg, 9);
+        CHECK(px_gpt_set_recompute(m[i], on) == 0, "px_gpt_set_recompute(%d) refused", on);
+    }
+    px_gpt_t *whole = m[0], *s0 = m[1], *s1 = m[2];
+    for (int k = 0; k < RC_M; k++) {
+        lw[k] = px_gpt_forward(whole, x[k], y[k], RC_B, RC_T);
+        CHECK(px_gpt_backward(whole, 1.0f / RC_M) == 0, "recompute %d: backward %d failed", on, k);
+    }
+    px_gpt_stage_t st0 = {0, 2, 1, 0}, st1 = {2, 2, 0, 1};
+    CHECK(px_gpt_set_stage(s0, &st0, RC_M, 0) == 0 && px_gpt_set_stage(s1, &st1, RC_M, 1) == 0, "stages refused");
+    CHECK(s0->recompute == on && s1->recompute == on, "px_gpt_set_stage dropped the recompute setting");
+    for (int k = 0; k < RC_M; k++) {
+        CHECK(px_gpt_stage_forward(s0, k, x[k], NULL, NULL, RC_B, RC_T) == 0.0f, "stage 0 forward %d failed", k);
+        lp[k] = px_gpt_stage_forward(s1, k, NULL, px_gpt_stage_output(s0, k), y[k], RC_B, RC_T);
+    }
+    for (int k = 0; k < RC_M; k++) {
+        CHECK(px_gpt_stage_backward(s1, k, NULL, 1.0f / RC_M, 0) == 0, "stage 1 input half %d failed", k);
+        CHECK(px_gpt_stage_backward(s0, k, px_gpt_stage_input_grad(s1, k), 1.0f, 1) == 0, "stage 0 backward %d", k);
+    }
+    for (int k = 0; k < RC_M; k++) CHECK(px_gpt_stage_backward_weights(s1, k) == 0, "stage 1 weight half %d", k);
+}
+
+static void test_recompute(void) {
+    px_gpt_config_t cfg;
+    px_gpt_config_preset("small", &cfg);
+    int x[RC_M][RC_B * RC_T], y[RC_M][RC_B * RC_T];
+    for (int k = 0; k < RC_M; k++) make_batch(x[k], y[k], RC_B * RC_T, cfg.vocab_size, 300u + (unsigned)k);
+    float lw[2][RC_M], lp[2][RC_M];
+    px_gpt_t *m[2][3];
+    for (int on = 0; on < 2; on++) recompute_run(on, x, y, lw[on], lp[on], m[on]);
+    const char *what[3] = {"whole model", "stage 0", "stage 1 (split)"};
+    CHECK(memcmp(lw[0], lw[1], sizeof lw[0]) == 0, "whole model: losses differ with recompute (%.9g vs %.9g)",
+          lw[0][0], lw[1][0]);
+    CHECK(memcmp(lp[0], lp[1], sizeof lp[0]) == 0, "stages: losses differ with recompute (%.9g vs %.9g)", lp[0][0],
+          lp[1][0]);
+    CHECK(memcmp(lw[0], lp[0], sizeof lw[0]) == 0, "stages and whole model: losses differ");
+    for (int i = 0; i < 3; i++) {
+        size_t n = m[0][i]->num_params, differ = 0;
+        for (size_t j = 0; j < n; j++) differ += memcmp(&m[0][i]->grads[j], &m[1][i]->grads[j], sizeof(float)) != 0;
+        CHECK(differ == 0, "%s: %zu of %zu gradients differ with recompute", what[i], differ, n);
+        size_t off = px_gpt_activation_bytes(m[0][i]), on = px_gpt_activation_bytes(m[1][i]);
+        CHECK(on < off, "%s: recompute holds %zu bytes of activations, without %zu", what[i], on, off);
+        printf("recompute: %s B=%d T=%d x%d micro-batches: %zu of %zu grads differ; activations %zu -> %zu bytes "
+               "(%.3f)\n", what[i], RC_B, RC_T, RC_M, differ, n, off, on, (double)on / (double)off);
+    }
+    CHECK(px_gpt_set_recompute(m[0][0], 2) != 0, "px_gpt_set_recompute(2) accepted");
+    for (int on = 0; on < 2; on++)
+        for (int i = 0; i < 3; i++) px_gpt_destroy(&m[on][i]);
+}
+
 int main(void) {
     omp_set_num_threads(2);
     test_counts();
@@ -293,6 +359,7 @@ int main(void) {
     test_determinism();
     test_misuse();
     test_stages();
+    test_recompute();
     if (g_failures) {
         printf("test_gpt: %d check(s) FAILED\n", g_failures);
         return 1;

@@ -49,12 +49,7 @@ def run(bindir, data, name, ranks, flags, batch=8):
                   "--micro-batch", "2", "--seed", "7", "--save", save, "--comm-timeout-ms", "20000"]
         for r in range(ranks):
             job.start_worker("g0", r, ranks, common + flags)
-        for (g, r), p in job.workers.items():
-            try:
-                rc = p.wait(timeout=240)
-            except subprocess.TimeoutExpired:
-                raise Fail("%s: rank %d did not finish (logs in %s)" % (name, r, job.dir))
-            check(rc == 0, "%s: rank %d exited %s (logs in %s)" % (name, r, rc, job.dir))
+        job.wait_workers(240, name)
         with open(os.path.join(job.dir, "worker-g0-0.log")) as f:
             log = f.read()
         losses = {int(m.group(1)): float(m.group(2)) for m in re.finditer(r"^progress step=(\d+) loss=(\S+)", log, re.M)}
