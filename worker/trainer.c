@@ -1015,7 +1015,18 @@ static void teardown(trainer_t *t) {
     pthread_mutex_destroy(&t->comm_mu);
 }
 
+/* A stage per layer at most: known before start for a preset (a model file
+ * is checked once loaded, setup_shard). */
+static int check_stages(const px_trainer_config_t *cfg, char *err, size_t errlen) {
+    px_gpt_config_t mc;
+    if (cfg->pp <= 1 || px_gpt_config_preset(cfg->model, &mc) != 0 || cfg->pp <= mc.num_layers) return 0;
+    snprintf(err, errlen, "--pp %d: the model has %d layers, and every pipeline stage needs at least one", cfg->pp,
+             mc.num_layers);
+    return -1;
+}
+
 int px_trainer_check(const px_trainer_config_t *cfg, char *err, size_t errlen) {
+    if (check_stages(cfg, err, errlen) != 0) return -1;
     if (cfg->device != PX_DEVICE_CUDA) return 0;
     if (layout_given(cfg)) {
         snprintf(err, errlen, "--device cuda with --fsdp/--tp/--pp: sharded groups on GPUs are not built yet "

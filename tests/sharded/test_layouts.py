@@ -95,7 +95,7 @@ def test_flags(bindir):
         (["--ranks-per-group", "4", "--fsdp", "2"], "must equal pp x fsdp x tp = 1 x 2 x 1 = 2"),
         (["--ranks-per-group", "2", "--tp", "3"], "= 1 x 1 x 3 = 3"),
         (["--ranks-per-group", "3", "--tp", "3", "--steps", "1"], "does not divide the model's 4 attention heads"),
-        (["--ranks-per-group", "2", "--pp", "2", "--steps", "1"], "pipeline parallelism is not built yet"),
+        (["--ranks-per-group", "4", "--pp", "4", "--steps", "1"], "--pp 4: the model has 2 layers"),
         (["--fsdp", "0"], "--fsdp"),
     ]
     job = Job(bindir, name="layout-flags")

@@ -89,7 +89,7 @@ def test_refused(bindir):
         for r in range(4):
             job.start_worker("g0", r, 4, ["--steps", "3", "--model", "tiny", "--data", data, "--pp", "4"])
         codes = [p.wait(timeout=60) for p in job.workers.values()]
-        check(all(c != 0 for c in codes), "every rank of a pp4 group of a 2-layer model refused: %s" % codes)
+        check(all(c == 2 for c in codes), "every rank of a pp4 group of a 2-layer model refused (exit 2): %s" % codes)
         with open(os.path.join(job.dir, "worker-g0-0.log")) as f:
             log = f.read()
         check(re.search(r"--pp 4: the model has 2 layers", log), "the refusal names --pp 4 and the 2 layers:\n%s" % log[-2000:])
