@@ -1138,9 +1138,11 @@ int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile s
         if (t.pipe) { /* the stage's idle share: the pipeline's bubble (and its waits on the links), measured */
             double busy, total;
             px_pipe_times(t.pipe, &busy, &total);
-            px_log_info("pipeline_time rank=%d stage=%d busy_s=%.6f total_s=%.6f idle=%.4f microbatches=%d schedule=%s",
-                        cfg->rank, t.coord.c[PX_MESH_PP], busy, total, total > 0 ? 1.0 - busy / total : 0.0,
-                        px_pipe_microbatches(t.pipe), px_sched_name((px_sched_kind_t)cfg->schedule));
+            px_log_info("pipeline_time rank=%d stage=%d busy_s=%.6f total_s=%.6f idle=%.4f microbatches=%d schedule=%s "
+                        "activation_mb=%.3f recompute=%d", cfg->rank, t.coord.c[PX_MESH_PP], busy, total,
+                        total > 0 ? 1.0 - busy / total : 0.0, px_pipe_microbatches(t.pipe),
+                        px_sched_name((px_sched_kind_t)cfg->schedule), px_gpt_activation_bytes(t.model) / 1e6,
+                        cfg->recompute);
         }
         double bf = 0, bt = 0;
         if (t.shard) px_shard_bytes_sent(t.shard, &bf, &bt);
