@@ -263,8 +263,11 @@ int px_worker_main(int argc, char **argv) {
         }
     }
     /* The layout the coordinator checks against the other groups'. */
-    static char layout[64];
-    if (tc.fsdp || tc.tp || tc.pp)
+    static char layout[96];
+    if (tc.pp > 1) /* the stages of a group exchange micro-batches: the same count and order on every rank */
+        snprintf(layout, sizeof layout, "pp%d.fsdp%d.tp%d.m%d.%s", tc.pp, tc.fsdp ? tc.fsdp : 1, tc.tp ? tc.tp : 1,
+                 tc.microbatches ? tc.microbatches : tc.pp, px_sched_name((px_sched_kind_t)tc.schedule));
+    else if (tc.fsdp || tc.tp || tc.pp)
         snprintf(layout, sizeof layout, "pp%d.fsdp%d.tp%d", tc.pp ? tc.pp : 1, tc.fsdp ? tc.fsdp : 1, tc.tp ? tc.tp : 1);
     else
         snprintf(layout, sizeof layout, "replicated%d", cfg.group_size);

@@ -6,13 +6,16 @@ Scenarios (argv[2]):
   layouts     pp2 with each schedule (gpipe, 1f1b, zb-h1; 4 micro-batches)
               on `tiny`; pp2 x tp2 and pp2 x fsdp2 (1f1b; fsdp2 also
               with zb-h1, whose two backward halves each gather and
-              reduce-scatter a layer); pp4 on the
-              4-layer `small` (zb-h1, 8 micro-batches): every step's loss
+              reduce-scatter a layer); all three axes, pp2 x fsdp2 x tp2
+              (8 ranks, zb-h1); on the 4-layer `small` pp2 (1f1b, 4
+              micro-batches) and pp4 (zb-h1, 8): every step's loss
               within 1e-5 relative of the single rank's over 20 steps, and
               the whole model gathered from the stages at the end (--save)
               within 1e-5 of the single rank's. Each stage logs its layers.
   refused     --pp larger than the model's layer count: the worker exits
-              with a message naming both numbers.
+              with a message naming both numbers; a rank whose
+              --microbatches differ from its stage peers' is refused by the
+              coordinator (WRONG_LAYOUT, naming both layouts).
   kill        2 groups of pp2 x tp2 under phalanx-launch; a rank of one
               group SIGKILLed (victim from a fixed seed, printed on
               failure): its group is dropped, the other trains on, the
@@ -49,6 +52,9 @@ CASES = [  # name, model, ranks, worker flags
     ("pp2xtp2", "tiny", 4, ["--pp", "2", "--tp", "2", "--schedule", "1f1b", "--microbatches", "4"]),
     ("pp2xfsdp2", "tiny", 4, ["--pp", "2", "--fsdp", "2", "--schedule", "1f1b", "--microbatches", "2"]),
     ("pp2xfsdp2-zbh1", "tiny", 4, ["--pp", "2", "--fsdp", "2", "--schedule", "zb-h1", "--microbatches", "4"]),
+    ("pp2xfsdp2xtp2", "tiny", 8, ["--pp", "2", "--fsdp", "2", "--tp", "2", "--schedule", "zb-h1", "--microbatches",
+                                  "4"]),
+    ("pp2-small-1f1b", "small", 2, ["--pp", "2", "--schedule", "1f1b", "--microbatches", "4", "--seq", "64"]),
     ("pp4-small-zbh1", "small", 4, ["--pp", "4", "--schedule", "zb-h1", "--microbatches", "8", "--seq", "64"]),
 ]
 
@@ -94,6 +100,27 @@ def test_refused(bindir):
             log = f.read()
         check(re.search(r"--pp 4: the model has 2 layers", log), "the refusal names --pp 4 and the 2 layers:\n%s" % log[-2000:])
         print("pp4 on a 2-layer model refused: %s" % re.search(r"--pp 4[^\n]*", log).group(0))
+    finally:
+        job.stop()
+    # the stages of a group must agree on the micro-batches they exchange: a rank with another
+    # --microbatches is refused by the coordinator, naming both layouts
+    job = Job(bindir, name="pp-mismatch")
+    try:
+        job.start_coordinator()
+        common = ["--steps", "100000", "--model", "tiny", "--data", data, "--pp", "2"]
+        job.start_worker("g0", 0, 2, common + ["--microbatches", "4"])
+        wait_until(lambda: len(job.live_members()) == 1, 60, "g0 rank 0 registered")
+        p = job.start_worker("g0", 1, 2, common + ["--microbatches", "2"])
+        try:
+            rc = p.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            raise Fail("the rank with other micro-batches was not refused within 60 s (logs in %s)" % job.dir)
+        with open(os.path.join(job.dir, "worker-g0-1.log")) as f:
+            log = f.read()
+        check(rc == 2, "refused rank exits 2, got %s:\n%s" % (rc, log[-2000:]))
+        for want in ("WRONG_LAYOUT", "pp2.fsdp1.tp1.m4.1f1b", "pp2.fsdp1.tp1.m2.1f1b"):
+            check(want in log, "the refusal names %r:\n%s" % (want, log[-2000:]))
+        print("refused: " + [l for l in log.splitlines() if "WRONG_LAYOUT" in l][0])
     finally:
         job.stop()
 
