@@ -124,19 +124,26 @@ def test_mismatch(bindir):
             job.start_worker("g0", r, 2, common + ["--fsdp", "2"])
         wait_until(lambda: len(job.live_members()) == 2, 60, "g0's two ranks registered")
         p = job.start_worker("g1", 0, 2, common + ["--tp", "2"])
-        try:
-            rc = p.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            raise Fail("the mismatched worker was not refused within 60 s (logs in %s)" % job.dir)
-        with open(os.path.join(job.dir, "worker-g1-0.log")) as f:
-            log = f.read()
-        check(rc == 2, "refused worker exits 2 (config error), got %s:\n%s" % (rc, log[-2000:]))
-        for want in ("WRONG_LAYOUT", "pp1.fsdp1.tp2", "pp1.fsdp2.tp1"):
-            check(want in log, "the refusal names %r:\n%s" % (want, log[-2000:]))
+        line = expect_refused(job, p, "g1", 0, ("pp1.fsdp1.tp2", "pp1.fsdp2.tp1"))
         check(all(p.poll() is None for (g, r), p in job.workers.items() if g == "g0"), "g0 still trains")
-        print("refused: " + [l for l in log.splitlines() if "WRONG_LAYOUT" in l][0])
+        print("refused: " + line)
     finally:
         job.stop()
+
+
+def expect_refused(job, p, group, rank, layouts):
+    """Worker p (group, rank) refused by the coordinator within 60 s: exit 2,
+    WRONG_LAYOUT naming every one of layouts. Returns the refusal line."""
+    try:
+        rc = p.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        raise Fail("the mismatched worker was not refused within 60 s (logs in %s)" % job.dir)
+    with open(os.path.join(job.dir, "worker-%s-%d.log" % (group, rank))) as f:
+        log = f.read()
+    check(rc == 2, "refused worker exits 2 (config error), got %s:\n%s" % (rc, log[-2000:]))
+    for want in ("WRONG_LAYOUT",) + tuple(layouts):
+        check(want in log, "the refusal names %r:\n%s" % (want, log[-2000:]))
+    return [l for l in log.splitlines() if "WRONG_LAYOUT" in l][0]
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 sys.path.insert(0, os.path.dirname(__file__))
 from phalanx_test import Fail, Job, Launch, check, main_scenarios, make_corpus, wait_until  # noqa: E402
 import test_layouts as layouts  # noqa: E402  (run, close, read_model: the same job shape as the FSDP/TP layouts)
+import test_sharded_kill as sharded_kill  # noqa: E402  (finish_and_compare, STEPS)
 
 SEED = int(os.environ.get("PX_CHAOS_SEED", "23"))
 
@@ -111,16 +112,7 @@ def test_refused(bindir):
         job.start_worker("g0", 0, 2, common + ["--microbatches", "4"])
         wait_until(lambda: len(job.live_members()) == 1, 60, "g0 rank 0 registered")
         p = job.start_worker("g0", 1, 2, common + ["--microbatches", "2"])
-        try:
-            rc = p.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            raise Fail("the rank with other micro-batches was not refused within 60 s (logs in %s)" % job.dir)
-        with open(os.path.join(job.dir, "worker-g0-1.log")) as f:
-            log = f.read()
-        check(rc == 2, "refused rank exits 2, got %s:\n%s" % (rc, log[-2000:]))
-        for want in ("WRONG_LAYOUT", "pp2.fsdp1.tp1.m4.1f1b", "pp2.fsdp1.tp1.m2.1f1b"):
-            check(want in log, "the refusal names %r:\n%s" % (want, log[-2000:]))
-        print("refused: " + [l for l in log.splitlines() if "WRONG_LAYOUT" in l][0])
+        print("refused: " + layouts.expect_refused(job, p, "g0", 1, ("pp2.fsdp1.tp1.m4.1f1b", "pp2.fsdp1.tp1.m2.1f1b")))
     finally:
         job.stop()
 
@@ -129,10 +121,10 @@ def test_kill(bindir):
     rnd = random.Random(SEED)
     group, rank = rnd.choice(["g0", "g1"]), rnd.randrange(1, 4)
     data = make_corpus(bindir, tempfile.mkdtemp(prefix="phalanx-ppkill-data-"))
-    steps = 60
-    launch = Launch(bindir, ["--groups", "2", "--ranks-per-group", "4", "--model", "tiny", "--steps", str(steps),
-                             "--data", data, "--", "--pp", "2", "--tp", "2", "--schedule", "1f1b", "--global-batch",
-                             "8", "--micro-batch", "2", "--comm-timeout-ms", "20000"], name="ppkill")
+    launch = Launch(bindir, ["--groups", "2", "--ranks-per-group", "4", "--model", "tiny", "--steps",
+                             str(sharded_kill.STEPS), "--data", data, "--", "--pp", "2", "--tp", "2", "--schedule",
+                             "1f1b", "--global-batch", "8", "--micro-batch", "2", "--comm-timeout-ms", "20000"],
+                    name="ppkill")
     try:
         wait_until(lambda: launch.last_step() >= 10, 180, "step 10")
         pid = launch.pid_of(group, rank)
@@ -140,16 +132,7 @@ def test_kill(bindir):
         killed_at = launch.last_step()
         os.kill(pid, signal.SIGKILL)
         wait_until(lambda: any("groups 1/2" in l for l in launch.output()), 60, "a step committed by one group")
-        rc = launch.wait(400)
-        check(rc == 0, "phalanx-launch exited %s" % rc)
-        s = launch.summary()
-        check(s and s["completed"] and s["steps"] == steps, "completed %d steps: %s" % (steps, s))
-        finals = launch.finals()
-        check(sorted(finals) == ["g0", "g1"], "both groups finished: %s" % sorted(finals))
-        cks = {g: f["checksum"] for g, f in finals.items()}
-        check(len(set(cks.values())) == 1, "the groups' state checksums agree: %s" % cks)
-        healed = [e for e in launch.read_events() if e.get("type") == "heal_finished" and e.get("group") == group]
-        check(healed, "group %s was healed (events: %s)" % (group, launch.events_path))
+        cks = sharded_kill.finish_and_compare(launch, group)
         print("killed %s rank %d (pp2 x tp2) at step %d; group dropped, rejoined, healed; checksums %s" %
               (group, rank, killed_at, cks))
     except Fail as e:
