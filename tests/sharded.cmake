@@ -29,7 +29,7 @@ set_tests_properties(pp_print_schedule PROPERTIES TIMEOUT 60)
 # Pipelined groups (--pp, with --tp and --fsdp): the same losses as one rank
 # under each schedule, a refused layout, a killed stage healed, and
 # checkpoints moved into and out of pipelined layouts.
-px_add_py_scenarios(pipeline ${CMAKE_CURRENT_LIST_DIR}/sharded/test_pipeline.py ${CMAKE_BINARY_DIR}/bin 600 layouts refused kill checkpoint)
-foreach(t layouts refused kill checkpoint)
+px_add_py_scenarios(pipeline ${CMAKE_CURRENT_LIST_DIR}/sharded/test_pipeline.py ${CMAKE_BINARY_DIR}/bin 600 layouts refused kill stop checkpoint)
+foreach(t layouts refused kill stop checkpoint)
   set_tests_properties(pipeline_${t} PROPERTIES RUN_SERIAL TRUE)
 endforeach()

@@ -21,7 +21,10 @@ Scenarios (argv[2]):
               failure): its group is dropped, the other trains on, the
               restarted rank's group rejoins and is healed stage by stage
               from the same-coordinate ranks, and both groups end with one
-              state checksum.
+              state checksum (tests/sharded/test_sharded_kill.py's scenario).
+  stop        the same with the rank frozen by SIGSTOP for 3 s: its stage
+              peers wait in a link receive, the group is dropped and, after
+              SIGCONT, rejoins and is healed; no worker dies.
   checkpoint  a checkpoint written by a pp2 group (each stage writes the
               rectangles of its own layers; the tied embedding once)
               verifies and records pp in its layout; restored from step 20
@@ -30,19 +33,17 @@ Scenarios (argv[2]):
               model (1e-5)."""
 import json
 import os
-import random
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 sys.path.insert(0, os.path.dirname(__file__))
-from phalanx_test import Fail, Job, Launch, check, main_scenarios, make_corpus, wait_until  # noqa: E402
+from phalanx_test import Job, Launch, check, main_scenarios, make_corpus, wait_until  # noqa: E402
 import test_layouts as layouts  # noqa: E402  (run, close, read_model: the same job shape as the FSDP/TP layouts)
-import test_sharded_kill as sharded_kill  # noqa: E402  (finish_and_compare, STEPS)
+import test_sharded_kill as sharded_kill  # noqa: E402  (the kill and stop scenarios)
 
 SEED = int(os.environ.get("PX_CHAOS_SEED", "23"))
 
@@ -117,28 +118,15 @@ def test_refused(bindir):
         job.stop()
 
 
+PIPELINE = ("--pp", "2", "--tp", "2", "--schedule", "1f1b")
+
+
 def test_kill(bindir):
-    rnd = random.Random(SEED)
-    group, rank = rnd.choice(["g0", "g1"]), rnd.randrange(1, 4)
-    data = make_corpus(bindir, tempfile.mkdtemp(prefix="phalanx-ppkill-data-"))
-    launch = Launch(bindir, ["--groups", "2", "--ranks-per-group", "4", "--model", "tiny", "--steps",
-                             str(sharded_kill.STEPS), "--data", data, "--", "--pp", "2", "--tp", "2", "--schedule",
-                             "1f1b", "--global-batch", "8", "--micro-batch", "2", "--comm-timeout-ms", "20000"],
-                    name="ppkill")
-    try:
-        wait_until(lambda: launch.last_step() >= 10, 180, "step 10")
-        pid = launch.pid_of(group, rank)
-        check(pid, "%s rank %d is running" % (group, rank))
-        killed_at = launch.last_step()
-        os.kill(pid, signal.SIGKILL)
-        wait_until(lambda: any("groups 1/2" in l for l in launch.output()), 60, "a step committed by one group")
-        cks = sharded_kill.finish_and_compare(launch, group)
-        print("killed %s rank %d (pp2 x tp2) at step %d; group dropped, rejoined, healed; checksums %s" %
-              (group, rank, killed_at, cks))
-    except Fail as e:
-        raise Fail("%s (seed %d, victim %s rank %d)\n%s" % (e, SEED, group, rank, launch.tail(30)))
-    finally:
-        launch.terminate()
+    sharded_kill.kill_scenario(bindir, "ppkill", PIPELINE, SEED)
+
+
+def test_stop(bindir):
+    sharded_kill.stop_scenario(bindir, "ppstop", PIPELINE, SEED)
 
 
 def ckpt_run(bindir, data, ckdir, name, ranks, flags, save, steps=30):
@@ -192,5 +180,5 @@ def test_checkpoint(bindir):
 
 
 if __name__ == "__main__":
-    main_scenarios({"layouts": test_layouts, "refused": test_refused, "kill": test_kill, "checkpoint": test_checkpoint},
-                   default="layouts")
+    main_scenarios({"layouts": test_layouts, "refused": test_refused, "kill": test_kill, "stop": test_stop,
+                    "checkpoint": test_checkpoint}, default="layouts")

@@ -37,14 +37,15 @@ def finish_and_compare(launch, group):
     return cks
 
 
-def start(bindir, name):
-    """2 groups of fsdp2 x tp2 under phalanx-launch, at step 15; the victim
-    (drawn from SEED: a group, and a rank other than 0, which prints) and its pid."""
-    rnd = random.Random(SEED)
+def start(bindir, name, layout=("--fsdp", "2", "--tp", "2"), seed=SEED):
+    """2 groups of 4 ranks laid out as `layout` (fsdp2 x tp2 unless given)
+    under phalanx-launch, at step 15; the victim (drawn from seed: a group,
+    and a rank other than 0, which prints) and its pid."""
+    rnd = random.Random(seed)
     group, rank = rnd.choice(["g0", "g1"]), rnd.randrange(1, 4)
     data = make_corpus(bindir, tempfile.mkdtemp(prefix="phalanx-%s-data-" % name))
     launch = Launch(bindir, ["--groups", "2", "--ranks-per-group", "4", "--model", "tiny", "--steps", str(STEPS),
-                             "--data", data, "--", "--fsdp", "2", "--tp", "2", "--global-batch", "8",
+                             "--data", data, "--"] + list(layout) + ["--global-batch", "8",
                              "--micro-batch", "2", "--comm-timeout-ms", "20000"], name=name)
     try:
         wait_until(lambda: launch.last_step() >= 15, 180, "step 15")
@@ -56,11 +57,11 @@ def start(bindir, name):
     return group, rank, launch, pid
 
 
-def test_stop(bindir):
-    """A rank of a sharded group frozen (SIGSTOP) past the heartbeat timeout,
-    its group peers blocked in a collective with it: the group is dropped, the
-    other group trains on, and after SIGCONT the group rejoins and heals."""
-    group, rank, launch, pid = start(bindir, "shardstop")
+def stop_scenario(bindir, name, layout=("--fsdp", "2", "--tp", "2"), seed=SEED):
+    """A rank frozen (SIGSTOP) past the heartbeat timeout, its group peers
+    blocked in a collective with it: the group is dropped, the other group
+    trains on, and after SIGCONT the group rejoins and heals."""
+    group, rank, launch, pid = start(bindir, name, layout, seed)
     try:
         os.kill(pid, signal.SIGSTOP)
         t0 = time.time()
@@ -69,15 +70,18 @@ def test_stop(bindir):
         os.kill(pid, signal.SIGCONT)
         cks = finish_and_compare(launch, group)
         check(launch.summary()["failures"] == 0, "no worker died (the frozen one resumed): %s" % launch.summary())
-        print("froze %s rank %d for 3 s; group dropped, rejoined, healed; checksums %s" % (group, rank, cks))
+        print("froze %s rank %d (%s) for 3 s; group dropped, rejoined, healed; checksums %s" %
+              (group, rank, " ".join(layout), cks))
     except Fail as e:
-        raise Fail("%s (seed %d, frozen %s rank %d)\n%s" % (e, SEED, group, rank, launch.tail(30)))
+        raise Fail("%s (seed %d, frozen %s rank %d)\n%s" % (e, seed, group, rank, launch.tail(30)))
     finally:
         launch.terminate()
 
 
-def test_kill(bindir):
-    group, rank, launch, pid = start(bindir, "shardkill")
+def kill_scenario(bindir, name, layout=("--fsdp", "2", "--tp", "2"), seed=SEED):
+    """A rank SIGKILLed: its group dropped, the other trains on, the restarted
+    rank's group rejoins and is healed rank by rank, one state at the end."""
+    group, rank, launch, pid = start(bindir, name, layout, seed)
     try:
         killed_at = launch.last_step()
         os.kill(pid, signal.SIGKILL)
@@ -86,12 +90,20 @@ def test_kill(bindir):
         cks = finish_and_compare(launch, group)
         dropped = [l for l in launch.output() if "dropped" in l or "lost" in l]
         check(dropped, "the launcher reported the drop")
-        print("killed %s rank %d at step %d; group dropped, rejoined, healed; checksums %s" %
-              (group, rank, killed_at, cks))
+        print("killed %s rank %d (%s) at step %d; group dropped, rejoined, healed; checksums %s" %
+              (group, rank, " ".join(layout), killed_at, cks))
     except Fail as e:
-        raise Fail("%s (seed %d, victim %s rank %d)\n%s" % (e, SEED, group, rank, launch.tail(30)))
+        raise Fail("%s (seed %d, victim %s rank %d)\n%s" % (e, seed, group, rank, launch.tail(30)))
     finally:
         launch.terminate()
+
+
+def test_stop(bindir):
+    stop_scenario(bindir, "shardstop")
+
+
+def test_kill(bindir):
+    kill_scenario(bindir, "shardkill")
 
 
 if __name__ == "__main__":
