@@ -9,8 +9,9 @@ Scenarios (argv[2]):
               reduce-scatter a layer); all three axes, pp2 x fsdp2 x tp2
               (8 ranks, zb-h1); on the 4-layer `small` pp2 (1f1b, 4
               micro-batches) and pp4 (zb-h1, 8): every step's loss
-              within 1e-5 relative of the single rank's over 20 steps, and
-              the whole model gathered from the stages at the end (--save)
+              within 1e-5 relative of the single rank's over 20 steps, the
+              final evaluation loss (forwards through the stages) and the
+              whole model gathered from the stages at the end (--save)
               within 1e-5 of the single rank's. Each stage logs its layers.
   refused     --pp larger than the model's layer count: the worker exits
               with a message naming both numbers; a rank whose
@@ -61,16 +62,24 @@ CASES = [  # name, model, ranks, worker flags
 ]
 
 
+def final_eval(log):
+    m = re.search(r"^final .* eval_loss=(\S+)", log, re.M)
+    check(m, "a final line with the eval loss:\n%s" % log[-2000:])
+    return float(m.group(1))
+
+
 def test_layouts(bindir):
     data = make_corpus(bindir, tempfile.mkdtemp(prefix="phalanx-pipeline-data-"))
     bases = {}
     for name, model, ranks, flags in CASES:
         seq = ["--seq", "64"] if model == "small" else []
         if model not in bases:
-            losses, save, _, _ = layouts.run(bindir, data, "single-" + model, 1, ["--model", model] + seq, 8)
-            bases[model] = (losses, layouts.read_model(save))
-        base, base_params = bases[model]
+            losses, save, log, _ = layouts.run(bindir, data, "single-" + model, 1, ["--model", model] + seq, 8)
+            bases[model] = (losses, layouts.read_model(save), final_eval(log))
+        base, base_params, base_eval = bases[model]
         losses, save, log, job = layouts.run(bindir, data, name, ranks, ["--model", model] + flags, 8)
+        ev = final_eval(log)  # the evaluation forwards run through the stages too
+        check(layouts.close(ev, base_eval), "%s: final eval loss %.6f, the single rank's %.6f" % (name, ev, base_eval))
         for s in range(1, layouts.STEPS + 1):
             check(layouts.close(losses[s], base[s]),
                   "%s: step %d loss %.6f, the single rank's %.6f" % (name, s, losses[s], base[s]))
