@@ -248,9 +248,16 @@ static int op_weights(px_pipe_t *p, int mb) {
     return rc;
 }
 
-/* Waits for every send: on failure too, so that nothing reads a slot later. */
-static int drain(px_pipe_t *p) {
+/* Waits for every send: on failure too, so that nothing reads a slot later.
+ * A failed step first aborts this rank's links: its neighbours' receives
+ * and sends then fail at once instead of at their timeout, and so do its
+ * own sends still queued. */
+static int drain(px_pipe_t *p, int failed) {
     int rc = 0;
+    pthread_mutex_lock(&p->mu);
+    for (int k = 0; failed && k < PX_LINKS; k++)
+        if (p->link[k]) px_comm_abort(p->link[k]);
+    pthread_mutex_unlock(&p->mu);
     for (int i = 0; i < OUTS; i++)
         if (px_jobq_wait_all(p->out[i]) != 0) rc = -1;
     return rc;
@@ -286,7 +293,7 @@ int px_pipe_step(px_pipe_t *p, px_pipe_fill_fn fill, void *ctx, double *loss) {
             break;
         }
     }
-    if (drain(p) != 0) rc = -1;
+    if (drain(p, rc != 0) != 0) rc = -1;
     p->total_s += (double)(px_now_us() - t0) / 1e6;
     return rc;
 }
@@ -297,6 +304,6 @@ int px_pipe_forward(px_pipe_t *p, px_pipe_fill_fn fill, void *ctx, int n, double
     int rc = 0;
     for (int k = 0; rc == 0 && k < n; k++) /* one slot, again once its last send is done; the fill's scale is 1 */
         rc = sent_from(p, 0) != 0 ? -1 : op_forward(p, fill, ctx, k, 0, loss_sum);
-    if (drain(p) != 0) rc = -1;
+    if (drain(p, rc != 0) != 0) rc = -1;
     return rc;
 }

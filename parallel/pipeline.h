@@ -12,8 +12,9 @@
  * the model's activation slot (the slot is not reused until its sends are
  * done), so a stage never waits for a neighbour to take what it sent. Each
  * direction of a link carries the micro-batches in order 0..M-1. Every wait
- * is a px_comm call, bounded by its timeout; a failure ends the step (-1)
- * and the caller retries it with new communicators, as for any collective.
+ * is a px_comm call, bounded by its timeout; a failure ends the step (-1),
+ * aborting the stage's links so that its neighbours fail at once too, and
+ * the caller retries it with new communicators, as for any collective.
  *
  * Micro-batch k occupies an activation slot from its forward to the end of
  * its backward (its weight half in a zero-bubble schedule); the model has as
