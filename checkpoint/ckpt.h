@@ -156,13 +156,16 @@ int px_ckpt_write(const char *dir, const px_train_state_t *s, const px_gpt_confi
  * and _add; its files' sizes must be what the ranks wrote) with the sizes,
  * checksums and meta, writes the manifest and publishes the folder as
  * px_ckpt_write does. A rank that dies leaves the folder unpublished
- * (retention removes it after an hour). */
+ * (retention removes it after an hour); rank 0 stops waiting for its part
+ * as soon as *cancel (when given) turns non-zero: the caller's group lost a
+ * member, whose part may never come. */
 typedef struct {
     int rank, ranks;
     const size_t (*runs)[2];
     size_t nruns;
     const px_ckpt_manifest_t *plan; /* rank 0 */
     int wait_ms;                    /* rank 0 */
+    const int *cancel;              /* rank 0, may be NULL; read atomically while waiting */
 } px_ckpt_part_t;
 
 /* This rank's part of the checkpoint of step s->step (and, on rank 0, the

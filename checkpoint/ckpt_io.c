@@ -379,8 +379,13 @@ int px_ckpt_write_part(const char *dir, const px_train_state_t *s, const px_ckpt
     for (int r = 0; rc == 0 && r < part->ranks; r++) {
         uint64_t b = 0, h = 0;
         int got;
-        while ((got = read_marker(tmp, r, &b, &h)) == 0 && px_now_ms() < deadline) px_sleep_ms(20);
-        if (got != 1)
+        int cancelled = 0;
+        while ((got = read_marker(tmp, r, &b, &h)) == 0 && px_now_ms() < deadline &&
+               !(cancelled = part->cancel && __atomic_load_n(part->cancel, __ATOMIC_ACQUIRE)))
+            px_sleep_ms(20);
+        if (got != 1 && cancelled)
+            rc = px_ckpt_fail(err, errlen, "rank %d's part had not arrived when the group lost a member", r);
+        else if (got != 1)
             rc = px_ckpt_fail(err, errlen, got == 0 ? "rank %d's part did not arrive within %d ms" : "rank %d's marker is unreadable",
                               r, part->wait_ms);
         else if (r >= m.nfiles || b != m.files[r].bytes)

@@ -11,9 +11,12 @@ add_executable(test_shard_init ${CMAKE_CURRENT_LIST_DIR}/sharded/test_shard_init
 target_link_libraries(test_shard_init PRIVATE px_sharded px_checkpoint px_model)
 add_test(NAME sharded_init COMMAND test_shard_init)
 
-# Checkpoints written in parts by a sharded group and restored into other layouts.
+# Checkpoints written in parts by a sharded group and restored into other layouts;
+# a rank of the writing group killed while the parts are written.
 px_add_py_test(sharded_checkpoint ${CMAKE_CURRENT_LIST_DIR}/sharded/test_sharded_ckpt.py ${CMAKE_BINARY_DIR}/bin)
 set_tests_properties(sharded_checkpoint PROPERTIES TIMEOUT 600 RUN_SERIAL TRUE)
+px_add_py_test(sharded_part_kill ${CMAKE_CURRENT_LIST_DIR}/sharded/test_part_kill.py ${CMAKE_BINARY_DIR}/bin)
+set_tests_properties(sharded_part_kill PROPERTIES TIMEOUT 600 RUN_SERIAL TRUE)
 
 # Pipeline schedules as tables: every kind for P 1..8 and M 1..32 checked,
 # measured against the theory, and broken schedules rejected (pure).

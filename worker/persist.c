@@ -137,7 +137,7 @@ int px_persist_set_shard(px_persist_t *p, px_shard_t *sh, const px_shard_layout_
     p->pp = pp;
     int wait_ms = p->cfg->comm_timeout_ms > 60000 ? p->cfg->comm_timeout_ms : 60000;
     p->part = (px_ckpt_part_t){p->cfg->rank, W, (const size_t(*)[2])p->runs, n, p->cfg->rank == 0 ? &p->plan : NULL,
-                               wait_ms};
+                               wait_ms, &p->group_failed};
     return rc;
 }
 
@@ -182,6 +182,10 @@ static void save(px_persist_t *p, const px_train_state_t *st, const px_quorum_t 
             return;
         }
         if (p->sharded) px_ckpt_saver_set_part(p->saver, &p->part);
+    }
+    if (p->sharded) { /* the previous save done, a new one starts with the group whole */
+        px_ckpt_saver_wait(p->saver);
+        __atomic_store_n(&p->group_failed, 0, __ATOMIC_RELEASE);
     }
     px_ckpt_meta_t meta = {p->cfg->job, q->id, q->n, p->cfg->ranks_per_group, p->cfg->group, p->fsdp, p->tp, p->pp};
     double held_ms = 0;
@@ -240,3 +244,5 @@ void px_persist_free(px_persist_t *p) {
     p->runs = NULL;
     px_ckpt_manifest_free(&p->plan);
 }
+
+void px_persist_group_failed(px_persist_t *p) { __atomic_store_n(&p->group_failed, 1, __ATOMIC_RELEASE); }

@@ -41,6 +41,7 @@ typedef struct {
     px_ckpt_manifest_t plan;         /* rank 0: the slices of every rank's file */
     px_ckpt_part_t part;
     int fsdp, tp, pp;
+    int group_failed;                /* part.cancel: set when a step of the group failed */
 } px_persist_t;
 
 /* Off (0) when cfg has no checkpoint_dir. -1 when the folder name is too
@@ -79,5 +80,8 @@ void px_persist_final(px_persist_t *p, const px_train_state_t *st, const px_quor
 void px_persist_fence(px_persist_t *p);
 /* Waits for the save in flight (the state must outlive this call). */
 void px_persist_free(px_persist_t *p);
+/* A step of this rank's group failed (a rank of it may be gone): a part
+ * save in flight stops waiting for the other ranks' parts. */
+void px_persist_group_failed(px_persist_t *p);
 
 #endif

@@ -1096,6 +1096,7 @@ int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile s
         int64_t t0 = px_now_us();
         int adopt = 0;
         if (!train_step(&t, &adopt, &loss, &norm)) {
+            px_persist_group_failed(&t.persist); /* a part save waiting for a lost rank gives up */
             t.failures++;
             need = failed = 1;
             drop_comms(&t);
