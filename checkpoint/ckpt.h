@@ -202,6 +202,17 @@ int px_ckpt_check_files(const char *path, const px_ckpt_manifest_t *m, px_ckpt_f
  * the fault. With cfg, the manifest must match that model. */
 int px_ckpt_load(const char *path, const px_gpt_config_t *cfg, px_train_state_t *dst, px_ckpt_manifest_t *m,
                  px_ckpt_fault_t *fault);
+/* Where a load puts the values: with place set, each slice read (and
+ * hashed) is handed to place instead of being copied into dst's buffers,
+ * which stay untouched (dst gives the model's size and gets step and seed):
+ * a sharded rank keeps only what it holds, without a whole-state copy.
+ * place returns 0, or -1 (the load fails, "out of memory"). */
+typedef struct {
+    int (*place)(void *ctx, const px_ckpt_logical_t *l, const px_ckpt_slice_t *s, const float *values);
+    void *ctx;
+} px_ckpt_sink_t;
+int px_ckpt_load_to(const char *path, const px_gpt_config_t *cfg, px_train_state_t *dst, const px_ckpt_sink_t *sink,
+                    px_ckpt_manifest_t *m, px_ckpt_fault_t *fault);
 
 /* Steps of the step_N folders in dir, newest first (*steps malloc'd). The
  * count, or -1 when dir cannot be read (0 when it does not exist). */
@@ -216,6 +227,10 @@ int px_ckpt_list(const char *dir, int64_t **steps);
 typedef void (*px_ckpt_reject_fn)(void *ctx, const char *path, const px_ckpt_fault_t *fault);
 int64_t px_ckpt_restore_newest(const char *dir, const px_gpt_config_t *cfg, const char *job, uint64_t seed,
                                px_train_state_t *dst, px_ckpt_reject_fn on_reject, void *ctx);
+/* The same through a sink (px_ckpt_load_to; NULL: into dst). */
+int64_t px_ckpt_restore_newest_to(const char *dir, const px_gpt_config_t *cfg, const char *job, uint64_t seed,
+                                  px_train_state_t *dst, const px_ckpt_sink_t *sink, px_ckpt_reject_fn on_reject,
+                                  void *ctx);
 
 /* Retention: keeps the `keep` newest step folders and always the one of step
  * `protect`; deletes the others that no reader holds (renamed away, then

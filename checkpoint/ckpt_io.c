@@ -532,7 +532,8 @@ static int contiguous(int ndim, const int64_t *shape, const px_ckpt_slice_t *s) 
 
 /* Reads and hashes file f of the manifest, placing what dst needs. */
 static int load_file(const char *path, const px_ckpt_manifest_t *m, int f, piece_t *pieces, int npieces,
-                     const px_ckpt_logical_t *lt, px_train_state_t *dst, char *buf, px_ckpt_fault_t *fl) {
+                     const px_ckpt_logical_t *lt, px_train_state_t *dst, const px_ckpt_sink_t *sink, char *buf,
+                     px_ckpt_fault_t *fl) {
     char fpath[4300];
     snprintf(fpath, sizeof fpath, "%s/%s", path, m->files[f].name);
     int fd = open(fpath, O_RDONLY | O_CLOEXEC);
@@ -549,14 +550,14 @@ static int load_file(const char *path, const px_ckpt_manifest_t *m, int f, piece
         const px_ckpt_slice_t *s = pieces[i].s;
         const px_ckpt_tensor_t *t = &m->tensors[pieces[i].tensor];
         const px_ckpt_logical_t *l = pieces[i].logical >= 0 ? &lt[pieces[i].logical] : NULL;
-        float *base = l && dst ? dst->buf[l->buffer] + l->offset : NULL;
-        int direct = base && contiguous(t->ndim, t->shape, s);
+        float *base = l && dst && !sink ? dst->buf[l->buffer] + l->offset : NULL;
+        int to_sink = l && sink, direct = base && contiguous(t->ndim, t->shape, s);
         char *out = direct ? (char *)(base + s->start[0] * (px_ckpt_volume(t->ndim, t->shape) / (t->shape[0] ? t->shape[0] : 1)))
                            : NULL;
         /* Other slices are read whole, then scattered into place. */
         uint64_t left = s->bytes, done = 0;
         float *whole = NULL;
-        if (base && !direct && !(whole = malloc(s->bytes ? s->bytes : 1))) {
+        if ((to_sink || (base && !direct)) && !(whole = malloc(s->bytes ? s->bytes : 1))) {
             rc = fault(fl, fpath, 0, "out of memory");
             break;
         }
@@ -571,7 +572,11 @@ static int load_file(const char *path, const px_ckpt_manifest_t *m, int f, piece
             XXH3_64bits_update(h, p, len);
             left -= len, done += len;
         }
-        if (rc == 0 && whole) scatter(base, t->ndim, t->shape, s, whole);
+        if (rc == 0 && to_sink) {
+            if (sink->place(sink->ctx, l, s, whole) != 0) rc = fault(fl, fpath, 0, "out of memory");
+        } else if (rc == 0 && whole) {
+            scatter(base, t->ndim, t->shape, s, whole);
+        }
         free(whole);
     }
     uint64_t got = XXH3_64bits_digest(h);
@@ -585,6 +590,11 @@ static int load_file(const char *path, const px_ckpt_manifest_t *m, int f, piece
 
 int px_ckpt_load(const char *path, const px_gpt_config_t *cfg, px_train_state_t *dst, px_ckpt_manifest_t *mout,
                  px_ckpt_fault_t *fl) {
+    return px_ckpt_load_to(path, cfg, dst, NULL, mout, fl);
+}
+
+int px_ckpt_load_to(const char *path, const px_gpt_config_t *cfg, px_train_state_t *dst, const px_ckpt_sink_t *sink,
+                    px_ckpt_manifest_t *mout, px_ckpt_fault_t *fl) {
     px_ckpt_manifest_t m;
     int lock_fd = -1;
     memset(fl, 0, sizeof *fl);
@@ -634,7 +644,7 @@ int px_ckpt_load(const char *path, const px_gpt_config_t *cfg, px_train_state_t 
                 if (m.tensors[i].slices[j].file == f)
                     pieces[npieces++] = (piece_t){&m.tensors[i].slices[j], i, logical[i]};
         qsort(pieces, (size_t)npieces, sizeof *pieces, cmp_piece);
-        rc = load_file(path, &m, f, pieces, npieces, lt, dst, buf, fl);
+        rc = load_file(path, &m, f, pieces, npieces, lt, dst, sink, buf, fl);
     }
     if (rc == 0 && dst) {
         dst->step = m.step;
@@ -686,6 +696,12 @@ int px_ckpt_list(const char *dir, int64_t **steps) {
 
 int64_t px_ckpt_restore_newest(const char *dir, const px_gpt_config_t *cfg, const char *job, uint64_t seed,
                                px_train_state_t *dst, px_ckpt_reject_fn on_reject, void *ctx) {
+    return px_ckpt_restore_newest_to(dir, cfg, job, seed, dst, NULL, on_reject, ctx);
+}
+
+int64_t px_ckpt_restore_newest_to(const char *dir, const px_gpt_config_t *cfg, const char *job, uint64_t seed,
+                                  px_train_state_t *dst, const px_ckpt_sink_t *sink, px_ckpt_reject_fn on_reject,
+                                  void *ctx) {
     int64_t *steps;
     int n = px_ckpt_list(dir, &steps);
     int mismatches = 0;
@@ -707,7 +723,7 @@ int64_t px_ckpt_restore_newest(const char *dir, const px_gpt_config_t *cfg, cons
                            " (the data order would differ)", m.seed, seed);
             px_ckpt_manifest_free(&m);
         }
-        if (rc == 0) rc = px_ckpt_load(path, cfg, dst, NULL, &f);
+        if (rc == 0) rc = px_ckpt_load_to(path, cfg, dst, sink, NULL, &f);
         if (rc == 0) {
             restored = steps[i];
             break;

@@ -73,6 +73,8 @@ struct px_shard {
     pthread_mutex_t mu; /* error, written by either thread */
     char error[256];
     double bytes_fsdp, bytes_tp; /* sent, see px_shard_bytes_sent */
+    px_shard_rect_t *rects;      /* every rectangle held (px_shard_place), built on first use */
+    size_t nrects;
 };
 
 /* ---- layout ------------------------------------------------------------- */
@@ -428,6 +430,7 @@ void px_shard_destroy(px_shard_t **shp) {
     free(sh->gathered);
     free(sh->units);
     free(sh->segs);
+    free(sh->rects);
     pthread_mutex_destroy(&sh->mu);
     free(sh);
     *shp = NULL;
@@ -458,14 +461,9 @@ float *px_shard_outer_grads(px_shard_t *sh, size_t *n) {
 /* ---- whole-model copies --------------------------------------------------- */
 
 void px_shard_load(px_shard_t *sh, const px_gpt_t *src) {
-    px_train_state_t whole = {.buf = {src->params, src->m, src->v}, .n = src->num_params};
-    px_shard_load_state(sh, &whole);
-}
-
-void px_shard_load_state(px_shard_t *sh, const px_train_state_t *src) {
     float *flat = zalloc(sh->units[0].padded > sh->layer_padded ? sh->units[0].padded : sh->layer_padded);
     if (!flat) abort(); /* a unit is at most a model's worth of the memory we already hold */
-    float *from[3] = {src->buf[PX_STATE_PARAMS], src->buf[PX_STATE_M], src->buf[PX_STATE_V]};
+    float *from[3] = {src->params, src->m, src->v};
     float *to[3] = {sh->b.params, sh->b.m, sh->b.v};
     for (int u = 0; u < sh->nunits; u++) {
         const unit_t *un = &sh->units[u];
@@ -609,6 +607,75 @@ int px_shard_init(px_shard_t *sh, uint64_t seed) {
     int rc = each_rect(&sh->cfg, &sh->lay, 0, init_rect, &c);
     free(c.run);
     return rc;
+}
+
+/* ---- restoring a checkpoint slice by slice ------------------------------------ */
+
+typedef struct {
+    px_shard_rect_t *r;
+    size_t n, cap;
+} rect_list_t;
+
+static int collect_rect(void *ctx, const px_shard_rect_t *r) {
+    rect_list_t *l = ctx;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 256;
+        void *p = realloc(l->r, cap * sizeof *l->r);
+        if (!p) return -1;
+        l->r = p, l->cap = cap;
+    }
+    l->r[l->n++] = *r;
+    return 0;
+}
+
+/* The values of rectangle r (one row of it: K-float rows of the tensor) that
+ * a slice holds, into dst (the rect's floats in the shard). The slice is a
+ * 1-D run [s0, s0 + c0) of the tensor's elements, or a 2-D block of a
+ * (rows, C) matrix, whose rectangles have rows of K == C. */
+static void place_rect(const px_shard_rect_t *r, int ndim, const int64_t *shape, const int64_t *start,
+                       const int64_t *count, const float *v, float *dst) {
+    size_t C = ndim == 2 ? (size_t)shape[1] : 0;
+    for (size_t i = 0; i < r->nrows; i++) {
+        size_t lin0 = (r->row0 + i) * r->K + r->col0, lin1 = lin0 + r->ncols;
+        float *out = dst + i * r->ncols;
+        if (ndim == 1) {
+            size_t s0 = (size_t)start[0], s1 = s0 + (size_t)count[0];
+            size_t a = lin0 > s0 ? lin0 : s0, e = lin1 < s1 ? lin1 : s1;
+            if (a < e) memcpy(out + (a - lin0), v + (a - s0), (e - a) * sizeof(float));
+            continue;
+        }
+        size_t row = lin0 / C, c0 = lin0 % C; /* a rect row lies in one matrix row (K == C) */
+        if (row < (size_t)start[0] || row >= (size_t)(start[0] + count[0])) continue;
+        size_t s1 = (size_t)start[1], e1 = s1 + (size_t)count[1];
+        size_t a = c0 > s1 ? c0 : s1, e = c0 + r->ncols < e1 ? c0 + r->ncols : e1;
+        if (a < e)
+            memcpy(out + (a - c0), v + (row - (size_t)start[0]) * (size_t)count[1] + (a - s1), (e - a) * sizeof(float));
+    }
+}
+
+int px_shard_place(px_shard_t *sh, int b, size_t offset, int ndim, const int64_t *shape, const int64_t *start,
+                   const int64_t *count, const float *values) {
+    if (!sh->rects) { /* every rectangle the rank holds, replicated copies too, once per shard */
+        rect_list_t l = {0};
+        if (each_rect(&sh->cfg, &sh->lay, 0, collect_rect, &l) != 0) {
+            free(l.r);
+            return -1;
+        }
+        sh->rects = l.r, sh->nrects = l.n;
+    }
+    size_t sizes[PX_GPT_NUM_TENSORS], off = 0;
+    px_gpt_tensor_sizes(&sh->cfg, sizes);
+    int kind = 0;
+    for (; kind < PX_GPT_NUM_TENSORS && offset >= off + sizes[kind]; kind++) off += sizes[kind];
+    if (kind == PX_GPT_NUM_TENSORS) return 0;
+    int per_layer = kind >= PX_LN1W && kind <= PX_FCPROJB;
+    int layer = per_layer ? (int)((offset - off) / (sizes[kind] / (size_t)sh->cfg.num_layers)) : 0;
+    float *buf[3] = {sh->b.params, sh->b.m, sh->b.v};
+    for (size_t i = 0; i < sh->nrects; i++) {
+        const px_shard_rect_t *r = &sh->rects[i];
+        if (r->tensor == kind && r->layer == layer) place_rect(r, ndim, shape, start, count, values, buf[b] + r->shard_off);
+    }
+    return 0;
 }
 
 size_t px_shard_runs(const px_shard_t *sh, size_t (*runs)[2], size_t cap) {

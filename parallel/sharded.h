@@ -74,9 +74,6 @@ int px_shard_init(px_shard_t *sh, uint64_t seed);
 /* This rank's pieces of a whole model's params, m and v (src a plain
  * px_gpt_t of the same config). */
 void px_shard_load(px_shard_t *sh, const px_gpt_t *src);
-/* The same from a whole-model state (n floats per buffer, px_gpt_t's
- * layout): a checkpoint restored into any layout. */
-void px_shard_load_state(px_shard_t *sh, const px_train_state_t *src);
 /* Collective over every axis: dst (a plain px_gpt_t of the same config) gets
  * the whole model's params on every rank. 0, or -1 on a communicator error. */
 int px_shard_gather(px_shard_t *sh, px_gpt_t *dst);
@@ -133,6 +130,15 @@ int px_shard_rects(const px_gpt_config_t *cfg, const px_shard_layout_t *layout, 
  * runs[cap] (may be NULL to count); returns how many there are. The
  * rectangles of px_shard_rects tile exactly these runs. */
 size_t px_shard_runs(const px_shard_t *sh, size_t (*runs)[2], size_t cap);
+
+/* A checkpoint's slice into this rank's shard (the restore sink of
+ * checkpoint/ckpt.h, px_ckpt_sink_t): buffer b (PX_STATE_PARAMS, _M, _V)
+ * of the logical tensor that starts at float `offset` of a whole state's
+ * buffer, of shape shape[ndim], elements start[] + count[] (row-major
+ * values); every element of it this rank holds, replicated copies
+ * included, lands in place. 0, or -1 when out of memory. */
+int px_shard_place(px_shard_t *sh, int b, size_t offset, int ndim, const int64_t *shape, const int64_t *start,
+                   const int64_t *count, const float *values);
 
 /* Pure layout queries, for tests: floats of unit u's flat layout (padded to
  * a multiple of F), and where this rank's piece of it starts in the shard. */

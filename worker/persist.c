@@ -66,11 +66,11 @@ static void on_reject(void *ctx, const char *path, const px_ckpt_fault_t *f) {
     fflush(stdout);
 }
 
-int px_persist_restore(px_persist_t *p, px_train_state_t *st, int64_t *restored) {
+int px_persist_restore(px_persist_t *p, px_train_state_t *st, const px_ckpt_sink_t *sink, int64_t *restored) {
     *restored = -1;
     if (!p->dir[0]) return 0;
     int64_t t0 = px_now_ms();
-    int64_t r = px_ckpt_restore_newest(p->dir, &p->model, p->cfg->job, p->cfg->seed, st, on_reject, p);
+    int64_t r = px_ckpt_restore_newest_to(p->dir, &p->model, p->cfg->job, p->cfg->seed, st, sink, on_reject, p);
     if (r == -1 && p->rejected == 0) {
         px_log_info("checkpoint_none dir=%s: starting from the initial state", p->dir);
         return 0;

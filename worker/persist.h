@@ -54,13 +54,14 @@ int px_persist_init(px_persist_t *p, const px_trainer_config_t *cfg, px_agent_t 
  * at a stop (SIGTERM) is skipped, since the ranks may stop at different
  * steps (the job's end is saved). 0, or -1 when out of memory. */
 int px_persist_set_shard(px_persist_t *p, px_shard_t *sh, const px_shard_layout_t *lays, int W, int pp);
-/* Restores into st (views into a fresh model, or for a sharded group a
- * whole-model staging state that the caller cuts into its shard); st->step becomes the step
- * restored. 0: restored or nothing to restore (st untouched: *restored -1);
- * -1: refuse to start (only another job's, seed's or model's checkpoints:
- * starting from scratch would overwrite them); -2: a checkpoint failed to
- * load after being partly read, and st must be rebuilt by the caller. */
-int px_persist_restore(px_persist_t *p, px_train_state_t *st, int64_t *restored);
+/* Restores into st (views into a fresh model), or with a sink (a sharded
+ * rank: each slice read goes to its shard, st gives the whole model's size)
+ * through it; st->step becomes the step restored. 0: restored or nothing to
+ * restore (st untouched: *restored -1); -1: refuse to start (only another
+ * job's, seed's or model's checkpoints: starting from scratch would
+ * overwrite them); -2: a checkpoint failed to load after being partly read,
+ * and the state must be rebuilt by the caller. */
+int px_persist_restore(px_persist_t *p, px_train_state_t *st, const px_ckpt_sink_t *sink, int64_t *restored);
 /* After joining quorum q: notes who writes. */
 void px_persist_joined(px_persist_t *p, const px_quorum_t *q);
 /* 1 when px_persist_committed(p, st, q) will save st: a trainer whose

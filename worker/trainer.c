@@ -898,25 +898,22 @@ static int setup_shard(trainer_t *t, const px_gpt_config_t *mc) {
     return 0;
 }
 
-/* A sharded rank restores the whole state of the newest checkpoint, written
- * in any layout, into a staging copy and keeps its shard of it: the rank
- * briefly holds a whole replica's params and moments. */
+/* Restore sink of a sharded rank: each checkpoint slice read goes straight
+ * into the shard (px_shard_place). */
+static int place_slice(void *ctx, const px_ckpt_logical_t *l, const px_ckpt_slice_t *s, const float *values) {
+    return px_shard_place(ctx, l->buffer, l->offset, l->ndim, l->shape, s->start, s->count, values);
+}
+
+/* A sharded rank restores the newest checkpoint, written in any layout,
+ * slice by slice into its shard: every file is read and verified, but only
+ * the rectangles the rank holds are kept (no whole-state copy). */
 static int restore_shard(trainer_t *t, int64_t *restored) {
     size_t sizes[PX_GPT_NUM_TENSORS];
-    px_train_state_t like = {.n = px_gpt_tensor_sizes(&t->model->config, sizes), .seed = t->cfg->seed}, whole;
-    *restored = -1;
-    if (!t->persist.dir[0]) return 0;
-    if (px_state_alloc_like(&whole, &like) != 0) {
-        px_log_error("out of memory for the checkpoint staging copy (%zu floats)", 3 * like.n);
-        return -1;
-    }
-    int rc = px_persist_restore(&t->persist, &whole, restored);
-    if (rc == 0 && *restored >= 0) {
-        px_shard_load_state(t->shard, &whole);
-        t->st.step = whole.step;
-    }
-    px_state_free(&whole);
-    return rc == -2 ? 0 : rc; /* the staging copy took the partial data: the shard is still the initial one */
+    px_train_state_t whole = {.n = px_gpt_tensor_sizes(&t->model->config, sizes), .seed = t->cfg->seed};
+    px_ckpt_sink_t sink = {place_slice, t->shard};
+    int rc = px_persist_restore(&t->persist, &whole, &sink, restored);
+    if (rc == 0 && *restored >= 0) t->st.step = whole.step;
+    return rc; /* -2: a checkpoint failed half read, the shard holds part of it: the caller rebuilds it */
 }
 
 static int setup(trainer_t *t) {
@@ -976,7 +973,7 @@ static int setup(trainer_t *t) {
         return -1;
     }
     int64_t restored;
-    int rc = t->shard ? restore_shard(t, &restored) : px_persist_restore(&t->persist, &t->st, &restored);
+    int rc = t->shard ? restore_shard(t, &restored) : px_persist_restore(&t->persist, &t->st, NULL, &restored);
     if (rc == -1) return -1;
     if (rc == -2 && rebuild_initial_state(t, &t->st) != 0) return -1; /* a rejected load left partial data */
     if (restored >= 0) px_agent_set_progress(t->agent, t->st.step, PHALANX__MEMBER_STATE__JOINING, 0);
