@@ -23,7 +23,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     size_t sizes[PX_GPT_NUM_TENSORS];
-    px_train_state_t like = {{0}, px_gpt_tensor_sizes(&cfg, sizes), 1, 1337, 0}, s;
+    px_train_state_t like = {{0}, px_gpt_tensor_sizes(&cfg, sizes), 1, 1337, 0, PX_STATE_NBUF, 0}, s;
     if (px_state_alloc_like(&s, &like) != 0) {
         fprintf(stderr, "%s: out of memory\n", argv[0]);
         return 1;

@@ -31,7 +31,7 @@ struct px_ckpt_saver {
 /* dst's buffers and step become s's, chunk by chunk (on every core with
  * parallel; on this thread alone otherwise). */
 static void copy_state(px_train_state_t *dst, const px_train_state_t *s, int parallel) {
-    size_t chunks = px_state_digest_len(s->n);
+    size_t chunks = px_state_digest_len(s);
 #pragma omp parallel for schedule(static) if (parallel)
     for (size_t k = 0; k < chunks; k++) {
         int b;

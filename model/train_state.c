@@ -7,10 +7,10 @@
 
 #include "px_hash.h"
 
-const char *const px_state_buf_names[PX_STATE_NBUF] = {"params", "m", "v"};
+const char *const px_state_buf_names[PX_STATE_MAXBUF] = {"params", "m", "v", "outer_m"};
 
 px_train_state_t px_state_of_model(px_gpt_t *model, int64_t step, uint64_t seed) {
-    px_train_state_t s = {{model->params, model->m, model->v}, model->num_params, step, seed, 0};
+    px_train_state_t s = {{model->params, model->m, model->v}, model->num_params, step, seed, 0, PX_STATE_NBUF, 0};
     return s;
 }
 
@@ -20,8 +20,10 @@ int px_state_alloc_like(px_train_state_t *dst, const px_train_state_t *like) {
     dst->step = like->step;
     dst->seed = like->seed;
     dst->owned = 1;
+    dst->nbuf = like->nbuf;
+    dst->local = like->local;
     size_t bytes = ((like->n * sizeof(float)) + 63) & ~(size_t)63;
-    for (int b = 0; b < PX_STATE_NBUF; b++) {
+    for (int b = 0; b < like->nbuf; b++) {
         dst->buf[b] = aligned_alloc(64, bytes ? bytes : 64);
         if (!dst->buf[b]) {
             px_state_free(dst);
@@ -33,7 +35,7 @@ int px_state_alloc_like(px_train_state_t *dst, const px_train_state_t *like) {
 
 void px_state_free(px_train_state_t *s) {
     if (!s->owned) return;
-    for (int b = 0; b < PX_STATE_NBUF; b++) {
+    for (int b = 0; b < PX_STATE_MAXBUF; b++) {
         free(s->buf[b]);
         s->buf[b] = NULL;
     }
@@ -41,13 +43,15 @@ void px_state_free(px_train_state_t *s) {
 }
 
 void px_state_copy(px_train_state_t *dst, const px_train_state_t *src) {
-    for (int b = 0; b < PX_STATE_NBUF; b++) memcpy(dst->buf[b], src->buf[b], src->n * sizeof(float));
+    for (int b = 0; b < src->nbuf; b++) memcpy(dst->buf[b], src->buf[b], src->n * sizeof(float));
     dst->step = src->step;
 }
 
 size_t px_state_chunks(size_t n) { return (n + PX_STATE_CHUNK_FLOATS - 1) / PX_STATE_CHUNK_FLOATS; }
 
-size_t px_state_digest_len(size_t n) { return PX_STATE_NBUF * px_state_chunks(n); }
+size_t px_state_digest_len(const px_train_state_t *s) { return (size_t)s->nbuf * px_state_chunks(s->n); }
+
+size_t px_state_bytes(const px_train_state_t *s) { return (size_t)s->nbuf * s->n * sizeof(float); }
 
 void px_state_chunk(size_t n, size_t k, int *buffer, size_t *off, size_t *len) {
     size_t nc = px_state_chunks(n);
@@ -57,7 +61,7 @@ void px_state_chunk(size_t n, size_t k, int *buffer, size_t *off, size_t *len) {
 }
 
 void px_state_digest(const px_train_state_t *s, uint64_t *digest) {
-    size_t len = px_state_digest_len(s->n);
+    size_t len = px_state_digest_len(s);
     /* Chunks hash independently: use every core (hashing happens while a
      * quorum forms or a heal runs, when the training threads are idle),
      * whatever --threads says. */
@@ -71,10 +75,21 @@ void px_state_digest(const px_train_state_t *s, uint64_t *digest) {
     }
 }
 
-uint64_t px_state_checksum(const uint64_t *digest, size_t len, int64_t step) {
+uint64_t px_state_hash(const uint64_t *values, size_t len, int64_t step) {
     px_hash_t h;
     px_hash_init(&h, 0x5048414c414e58ull);
-    px_hash_update(&h, digest, len * sizeof *digest);
+    px_hash_update(&h, values, len * sizeof *values);
     px_hash_update(&h, &step, sizeof step);
+    return px_hash_final(&h);
+}
+
+uint64_t px_state_checksum(const px_train_state_t *s, const uint64_t *digest) {
+    if (!s->local) return px_state_hash(digest, px_state_digest_len(s), s->step);
+    px_hash_t h; /* the shared buffers' entries only, in order */
+    size_t nc = px_state_chunks(s->n);
+    px_hash_init(&h, 0x5048414c414e58ull);
+    for (int b = 0; b < s->nbuf; b++)
+        if (!(s->local & (1u << b))) px_hash_update(&h, digest + (size_t)b * nc, nc * sizeof *digest);
+    px_hash_update(&h, &s->step, sizeof s->step);
     return px_hash_final(&h);
 }

@@ -7,6 +7,12 @@
  *   params, m, v  three buffers of n floats each, in px_gpt_t's layout: the
  *                 parameters and AdamW's two moments. Gradients are not
  *                 state: every step recomputes them from scratch.
+ *   outer_m       DiLoCo only (nbuf 4): the outer optimizer's momentum. In
+ *                 that mode params are the global parameters of the round's
+ *                 start (the local ones are inner progress, not state), and
+ *                 m and v are the group's own inner moments: `local` marks
+ *                 them, and the state checksum leaves them out, so that
+ *                 groups holding the same global state agree on it.
  *   step          optimizer steps committed. It is also the data cursor:
  *                 step s reads the samples px_dataset_fill(seed, s, i), so
  *                 nothing else about the data position needs keeping.
@@ -15,8 +21,8 @@
  *
  * Slices: every buffer is cut into PX_STATE_CHUNK_FLOATS chunks, hashed
  * independently (and in parallel). The digest is the list of chunk hashes,
- * params' chunks first, then m's, then v's; the state checksum is a hash of
- * the digest and the step. A heal sends the chunks and then the digest, so
+ * buffer by buffer in order; the state checksum is a hash of the digest's
+ * shared (not local) entries and the step. A heal sends the chunks and then the digest, so
  * the receiver proves every chunk and the checksum in one pass over the
  * data; a checkpoint can store the digest to verify a restore the same way. */
 #ifndef PX_TRAIN_STATE_H
@@ -27,21 +33,25 @@
 
 #include "gpt.h"
 
-enum { PX_STATE_PARAMS, PX_STATE_M, PX_STATE_V, PX_STATE_NBUF };
+enum { PX_STATE_PARAMS, PX_STATE_M, PX_STATE_V, PX_STATE_OUTER_M, PX_STATE_MAXBUF };
+#define PX_STATE_NBUF 3 /* buffers of a synchronous job's state: params, m, v */
 
 /* 16 MiB chunks: few enough round trips on a fast link, many enough to hash
  * a large model on every core. */
 #define PX_STATE_CHUNK_FLOATS ((size_t)1 << 22)
 
 typedef struct {
-    float *buf[PX_STATE_NBUF]; /* (n) each: params, m, v */
-    size_t n;                  /* floats per buffer: the model's num_params */
-    int64_t step;              /* committed steps = the data cursor */
-    uint64_t seed;             /* initialisation and data order */
-    int owned;                 /* 1: buffers allocated by px_state_alloc_like */
+    float *buf[PX_STATE_MAXBUF]; /* (n) each: params, m, v[, outer_m] */
+    size_t n;                    /* floats per buffer: the model's num_params */
+    int64_t step;                /* committed steps = the data cursor */
+    uint64_t seed;               /* initialisation and data order */
+    int owned;                   /* 1: buffers allocated by px_state_alloc_like */
+    int nbuf;                    /* buffers in use: PX_STATE_NBUF, or 4 (DiLoCo) */
+    unsigned local;              /* bit b: buffer b is the group's own, not in the checksum */
 } px_train_state_t;
 
-extern const char *const px_state_buf_names[PX_STATE_NBUF]; /* "params", "m", "v" */
+/* "params", "m", "v", "outer_m" */
+extern const char *const px_state_buf_names[PX_STATE_MAXBUF];
 
 /* The model's state as views into its buffers (nothing copied or owned). */
 px_train_state_t px_state_of_model(px_gpt_t *model, int64_t step, uint64_t seed);
@@ -53,14 +63,19 @@ void px_state_free(px_train_state_t *s);
 /* dst's buffers and step become src's (same n). */
 void px_state_copy(px_train_state_t *dst, const px_train_state_t *src);
 
-/* Chunks per buffer, and digest entries (PX_STATE_NBUF chunks per buffer). */
+/* Chunks per buffer, and digest entries (s->nbuf buffers of chunks). */
 size_t px_state_chunks(size_t n);
-size_t px_state_digest_len(size_t n);
+size_t px_state_digest_len(const px_train_state_t *s);
+/* Bytes of the state's buffers. */
+size_t px_state_bytes(const px_train_state_t *s);
 /* Digest entry k's chunk: its buffer and float range [*off, *off + *len). */
 void px_state_chunk(size_t n, size_t k, int *buffer, size_t *off, size_t *len);
-/* digest[px_state_digest_len(s->n)] = every chunk's hash, on every core. */
+/* digest[px_state_digest_len(s)] = every chunk's hash, on every core. */
 void px_state_digest(const px_train_state_t *s, uint64_t *digest);
-/* The state checksum of a digest and a step. */
-uint64_t px_state_checksum(const uint64_t *digest, size_t len, int64_t step);
+/* The state checksum of s's digest: its shared buffers' entries and s->step. */
+uint64_t px_state_checksum(const px_train_state_t *s, const uint64_t *digest);
+/* A hash of len values and a step (the checksum's function, for combining
+ * checksums). */
+uint64_t px_state_hash(const uint64_t *values, size_t len, int64_t step);
 
 #endif

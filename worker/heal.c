@@ -14,7 +14,7 @@
 #define HEAL_MAGIC 0x7068616c6865616cull
 
 typedef struct {
-    uint64_t magic, step, n_floats, checksum;
+    uint64_t magic, step, n_floats, checksum, nbuf;
 } heal_header_t;
 
 int px_heal_init(px_heal_t *h, px_train_state_t *state, px_agent_t *agent, const char *group, int rank) {
@@ -23,7 +23,7 @@ int px_heal_init(px_heal_t *h, px_train_state_t *state, px_agent_t *agent, const
     h->agent = agent;
     h->group = group;
     h->rank = rank;
-    h->digest = malloc(px_state_digest_len(state->n) * sizeof *h->digest);
+    h->digest = malloc(px_state_digest_len(state) * sizeof *h->digest);
     return h->digest ? 0 : -1;
 }
 
@@ -36,7 +36,7 @@ uint64_t px_heal_checksum(px_heal_t *h) {
     px_train_state_t *s = h->state;
     if (h->ck_valid && h->ck_step == s->step) return h->ck;
     px_state_digest(s, h->digest);
-    h->ck = px_state_checksum(h->digest, px_state_digest_len(s->n), s->step);
+    h->ck = px_state_checksum(s, h->digest);
     h->ck_step = s->step;
     h->ck_valid = 1;
     return h->ck;
@@ -45,7 +45,7 @@ uint64_t px_heal_checksum(px_heal_t *h) {
 /* The live state became `stage` (verified, digest `digest`). */
 static void adopt(px_heal_t *h, const px_train_state_t *stage, const uint64_t *digest, uint64_t ck) {
     px_state_copy(h->state, stage);
-    memcpy(h->digest, digest, px_state_digest_len(stage->n) * sizeof *digest);
+    memcpy(h->digest, digest, px_state_digest_len(stage) * sizeof *digest);
     h->ck = ck;
     h->ck_step = stage->step;
     h->ck_valid = 1;
@@ -55,7 +55,7 @@ static void adopt(px_heal_t *h, const px_train_state_t *stage, const uint64_t *d
  * checksum. 0, or -1 with the first mismatch in why. */
 static int verify(const px_train_state_t *stage, const uint64_t *sent, uint64_t *got, uint64_t checksum, char *why,
                   size_t wlen) {
-    size_t len = px_state_digest_len(stage->n);
+    size_t len = px_state_digest_len(stage);
     px_state_digest(stage, got);
     for (size_t k = 0; k < len; k++) {
         if (got[k] != sent[k]) {
@@ -67,7 +67,7 @@ static int verify(const px_train_state_t *stage, const uint64_t *sent, uint64_t 
             return -1;
         }
     }
-    if (px_state_checksum(got, len, stage->step) != checksum) {
+    if (px_state_checksum(stage, got) != checksum) {
         snprintf(why, wlen, "state checksum mismatch after transfer");
         return -1;
     }
@@ -81,11 +81,11 @@ static int heal_chunk_delay_ms(void) {
     return v ? atoi(v) : 0;
 }
 
-/* Header, every chunk of params, m and v, then the digest in one message. */
+/* Header, every chunk of every buffer, then the digest in one message. */
 static int send_state(px_heal_t *h, px_comm_t *c, int peer) {
     const px_train_state_t *s = h->state;
-    heal_header_t hdr = {HEAL_MAGIC, (uint64_t)s->step, s->n, px_heal_checksum(h)};
-    size_t len = px_state_digest_len(s->n);
+    heal_header_t hdr = {HEAL_MAGIC, (uint64_t)s->step, s->n, px_heal_checksum(h), (uint64_t)s->nbuf};
+    size_t len = px_state_digest_len(s);
     int delay = heal_chunk_delay_ms(), tag = 1;
     px_comm_status_t st = px_comm_send(c, &hdr, sizeof hdr, peer, tag++);
     for (size_t k = 0; k < len && st == PX_COMM_OK; k++) {
@@ -105,13 +105,13 @@ static int recv_into(px_comm_t *c, int peer, px_train_state_t *stage, uint64_t *
     heal_header_t hdr;
     int tag = 1;
     px_comm_status_t st = px_comm_recv(c, &hdr, sizeof hdr, peer, tag++);
-    if (st == PX_COMM_OK && (hdr.magic != HEAL_MAGIC || hdr.n_floats != stage->n)) {
-        snprintf(why, wlen, "bad heal header: %llu floats for a model of %zu (model mismatch?)",
-                 (unsigned long long)hdr.n_floats, stage->n);
+    if (st == PX_COMM_OK && (hdr.magic != HEAL_MAGIC || hdr.n_floats != stage->n || hdr.nbuf != (uint64_t)stage->nbuf)) {
+        snprintf(why, wlen, "bad heal header: %llu buffers of %llu floats for a state of %d of %zu (model or mode "
+                 "mismatch?)", (unsigned long long)hdr.nbuf, (unsigned long long)hdr.n_floats, stage->nbuf, stage->n);
         px_comm_abort(c); /* the sender would otherwise wait out its timeout */
         return -1;
     }
-    size_t len = px_state_digest_len(stage->n);
+    size_t len = px_state_digest_len(stage);
     for (size_t k = 0; k < len && st == PX_COMM_OK; k++) {
         int b;
         size_t off, n;
@@ -129,13 +129,13 @@ static int recv_into(px_comm_t *c, int peer, px_train_state_t *stage, uint64_t *
 }
 
 static void heal_finished(px_heal_t *h, const char *source, int64_t qid, int64_t ms) {
-    size_t n = h->state->n;
-    double mb = (double)PX_STATE_NBUF * (double)n * sizeof(float) / 1e6;
+    size_t bytes = px_state_bytes(h->state);
+    double mb = (double)bytes / 1e6;
     h->heals++;
     px_log_info("heal_finished source=%s quorum_id=%lld step=%lld bytes=%.1fMB ms=%lld rate=%.0fMB/s", source,
                 (long long)qid, (long long)h->state->step, mb, (long long)ms, ms > 0 ? mb * 1000.0 / (double)ms : 0.0);
     if (h->rank == 0) {
-        px_agent_notify(h->agent, "heal_finished", qid, h->state->step, source, PX_STATE_NBUF * n * sizeof(float),
+        px_agent_notify(h->agent, "heal_finished", qid, h->state->step, source, bytes,
                         (unsigned)ms, "");
         printf("event kind=healed group=%s step=%lld source=%s ms=%lld\n", h->group, (long long)h->state->step, source,
                (long long)ms);
@@ -165,7 +165,7 @@ static int finish_receive(px_heal_t *h, px_train_state_t *stage, px_train_state_
     if (into == h->state) {
         h->ck_valid = 0;
         if (ok) {
-            memcpy(h->digest, got, px_state_digest_len(into->n) * sizeof *got);
+            memcpy(h->digest, got, px_state_digest_len(into) * sizeof *got);
             h->ck = ck;
             h->ck_step = into->step;
             h->ck_valid = 1;
@@ -186,18 +186,18 @@ static int finish_receive(px_heal_t *h, px_train_state_t *stage, px_train_state_
  * replaced only once what arrived is verified. */
 static int recv_state(px_heal_t *h, px_comm_t *c, int peer, const char *source, int64_t qid) {
     px_train_state_t *live = h->state;
-    size_t len = px_state_digest_len(live->n);
+    size_t len = px_state_digest_len(live);
     int64_t t0 = px_now_ms();
     px_agent_set_progress(h->agent, live->step, PHALANX__MEMBER_STATE__HEALING, qid);
     if (h->rank == 0)
-        px_agent_notify(h->agent, "heal_started", qid, live->step, source, PX_STATE_NBUF * live->n * sizeof(float), 0,
+        px_agent_notify(h->agent, "heal_started", qid, live->step, source, px_state_bytes(live), 0,
                         "");
     char why[200] = "";
     px_train_state_t stage, *into;
     uint64_t *sent = malloc(len * sizeof *sent), *got = malloc(len * sizeof *got), checksum = 0;
     int ok = 0;
     if (receive_target(h, &stage, &into) != 0 || !sent || !got) {
-        snprintf(why, sizeof why, "out of memory for the staging copy (%zu floats)", PX_STATE_NBUF * live->n);
+        snprintf(why, sizeof why, "out of memory for the staging copy (%zu bytes)", px_state_bytes(live));
         px_comm_abort(c);
     } else {
         ok = recv_into(c, peer, into, sent, &checksum, why, sizeof why) == 0 &&
@@ -254,7 +254,7 @@ int px_heal_group_state(px_heal_t *h, int64_t *step, uint64_t *checksum) {
         if (all[2 * r] != all[0]) same = 0;
         if (cks) cks[r] = all[2 * r + 1];
     }
-    *checksum = same && cks ? px_state_checksum(cks, (size_t)W, *step) : 0;
+    *checksum = same && cks ? px_state_hash(cks, (size_t)W, *step) : 0;
     free(cks);
     free(all);
     return 0;
@@ -264,7 +264,7 @@ int px_heal_group_state(px_heal_t *h, int64_t *step, uint64_t *checksum) {
  * staging copy and take it once its checksum equals the root's. */
 static int broadcast_state(px_heal_t *h, px_comm_t *intra, int root, uint64_t root_ck) {
     px_train_state_t *live = h->state;
-    size_t bytes = live->n * sizeof(float), len = px_state_digest_len(live->n);
+    size_t bytes = live->n * sizeof(float), len = px_state_digest_len(live);
     int me = px_comm_rank(intra);
     px_train_state_t stage, *into = live;
     uint64_t *got = NULL;
@@ -280,14 +280,14 @@ static int broadcast_state(px_heal_t *h, px_comm_t *intra, int root, uint64_t ro
     }
     int64_t step = live->step;
     px_comm_status_t st = px_comm_broadcast(intra, &step, sizeof step, root);
-    for (int b = 0; b < PX_STATE_NBUF && st == PX_COMM_OK; b++) st = px_comm_broadcast(intra, into->buf[b], bytes, root);
+    for (int b = 0; b < live->nbuf && st == PX_COMM_OK; b++) st = px_comm_broadcast(intra, into->buf[b], bytes, root);
     int rc = st == PX_COMM_OK ? 0 : -1;
     if (me != root) {
         int ok = 0;
         if (rc == 0) {
             into->step = step;
             px_state_digest(into, got);
-            ok = px_state_checksum(got, len, step) == root_ck;
+            ok = px_state_checksum(into, got) == root_ck;
             if (!ok) px_log_warn("group_sync_failed: state checksum differs from rank %d's after the broadcast", root);
         }
         rc = finish_receive(h, &stage, into, ok, got, root_ck) == 0 ? 0 : -1;

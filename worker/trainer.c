@@ -909,7 +909,7 @@ static int place_slice(void *ctx, const px_ckpt_logical_t *l, const px_ckpt_slic
  * the rectangles the rank holds are kept (no whole-state copy). */
 static int restore_shard(trainer_t *t, int64_t *restored) {
     size_t sizes[PX_GPT_NUM_TENSORS];
-    px_train_state_t whole = {.n = px_gpt_tensor_sizes(&t->model->config, sizes), .seed = t->cfg->seed};
+    px_train_state_t whole = {.n = px_gpt_tensor_sizes(&t->model->config, sizes), .seed = t->cfg->seed, .nbuf = PX_STATE_NBUF};
     px_ckpt_sink_t sink = {place_slice, t->shard};
     int rc = px_persist_restore(&t->persist, &whole, &sink, restored);
     if (rc == 0 && *restored >= 0) t->st.step = whole.step;

@@ -402,7 +402,7 @@ int main(void) {
     snprintf(root, sizeof root, "/tmp/px-test-ckpt-%d", (int)getpid());
     sh("rm -rf %s && mkdir -p %s", root, root);
     px_gpt_config_preset("tiny", &cfg);
-    px_train_state_t like = {{0}, 0, 0, 1337, 0}, s, d;
+    px_train_state_t like = {{0}, 0, 0, 1337, 0, PX_STATE_NBUF, 0}, s, d;
     size_t sizes[PX_GPT_NUM_TENSORS];
     like.n = px_gpt_tensor_sizes(&cfg, sizes);
     px_state_alloc_like(&s, &like);
