@@ -36,6 +36,7 @@ int px_persist_init(px_persist_t *p, const px_trainer_config_t *cfg, px_agent_t 
     p->agent = agent;
     p->model = *model;
     p->submitted = -1;
+    p->last_commit = -1;
     if (!cfg->checkpoint_dir || !cfg->checkpoint_dir[0]) return 0;
     if (expand_dir(cfg->checkpoint_dir, cfg->group, p->dir, sizeof p->dir) != 0) {
         px_log_error("--checkpoint-dir: '%s' is too long", cfg->checkpoint_dir);
@@ -204,7 +205,11 @@ static void save(px_persist_t *p, const px_train_state_t *st, const px_quorum_t 
 
 int px_persist_due(const px_persist_t *p, const px_train_state_t *st, const px_quorum_t *q) {
     if (!p->dir[0] || !is_writer(p, q)) return 0;
-    return (p->cfg->checkpoint_every > 0 && st->step % p->cfg->checkpoint_every == 0) || p->catch_up;
+    int64_t every = p->cfg->checkpoint_every;
+    /* DiLoCo commits a round of steps at once: due when it passes a multiple */
+    int passed = every > 0 && p->cfg->mode == PX_MODE_DILOCO && p->last_commit >= 0 &&
+                 st->step / every > p->last_commit / every;
+    return (every > 0 && (st->step % every == 0 || passed)) || p->catch_up;
 }
 
 void px_persist_committed(px_persist_t *p, const px_train_state_t *st, const px_quorum_t *q) {
@@ -213,6 +218,7 @@ void px_persist_committed(px_persist_t *p, const px_train_state_t *st, const px_
     if (!is_writer(p, q)) return;
     if (px_persist_due(p, st, q)) save(p, st, q);
     p->catch_up = 0;
+    p->last_commit = st->step;
     report_done(p);
 }
 

@@ -33,6 +33,7 @@ typedef struct {
     int64_t submitted;               /* step of the last save handed to the saver (-1: none) */
     char prev_writer[64];            /* the writer named by the last quorum joined */
     int catch_up;                    /* became the writer: save at the next commit */
+    int64_t last_commit;             /* the step of the previous commit seen (-1: none) */
     int rejected;                    /* checkpoints refused by the restore */
     /* A sharded group (px_persist_set_shard): every rank of the writing group
      * writes its part; rank 0 publishes. */

@@ -104,7 +104,15 @@ typedef struct {
     px_reducer_t *reducer; /* whole replicas with --bucket-mb: reduction overlapped with the backward */
     int T;
     int *inputs, *targets;
-    px_train_state_t st; /* views into the model; st.step: steps committed */
+    /* DiLoCo (cfg->mode): the global parameters and the outer momentum, st's
+     * params and outer_m (the model's params are the group's local ones),
+     * and the inner steps this group has done in the round that starts at
+     * st.step. */
+    float *global, *outer_m;
+    int inner;
+    int64_t outer_steps;
+    double round_loss; /* sum of the round's inner losses */
+    px_train_state_t st; /* views into the model; st.step: steps committed (DiLoCo: the round's start) */
     px_heal_t heal;
     px_persist_t persist;
     /* Quorum and communicators. Written by the trainer thread under comm_mu,
@@ -124,6 +132,11 @@ typedef struct {
     int failures;
     FILE *ledger;
 } trainer_t;
+
+static int diloco(const trainer_t *t) { return t->cfg->mode == PX_MODE_DILOCO; }
+
+/* The step being computed: its samples and learning rate. */
+static int64_t cur_step(const trainer_t *t) { return t->st.step + t->inner; }
 
 /* ---- rendezvous store over the coordinator ----------------------------- */
 
@@ -213,13 +226,28 @@ static void abort_comms_locked(trainer_t *t, int64_t known, const char *why) {
     }
 }
 
-/* Agent thread: a newer quorum was pushed or heard of. */
+/* Agent thread: a newer quorum was pushed or heard of. With DiLoCo a
+ * quorum that drops other groups but keeps ours aborts only the cross-group
+ * communicators: this group's inner steps go on, and its next outer step
+ * fails at once and moves to the newer quorum. */
 static void on_quorum_news(void *ctx, const px_quorum_t *latest, int64_t known) {
     trainer_t *t = ctx;
     char buf[200];
     pthread_mutex_lock(&t->comm_mu);
     const char *why = (t->cross || t->intra) && !t->finishing ? stale_reason(t, latest, known, buf, sizeof buf) : NULL;
-    if (why) abort_comms_locked(t, known, why);
+    int others_only = diloco(t) && t->phase == PHASE_TRAINING && latest->id == known &&
+                      px_quorum_find(latest, t->cfg->group) >= 0;
+    if (why && others_only) {
+        if (t->cross) px_comm_abort(t->cross);
+        if (t->state_cross) px_comm_abort(t->state_cross);
+        if (known > t->aborted_for) {
+            t->aborted_for = known;
+            px_log_info("cross_group_aborted quorum_id=%lld newer=%lld reason=\"%s\": inner steps go on",
+                        (long long)t->qid, (long long)known, why);
+        }
+    } else if (why) {
+        abort_comms_locked(t, known, why);
+    }
     pthread_mutex_unlock(&t->comm_mu);
 }
 
@@ -356,8 +384,14 @@ static int heal_all(trainer_t *t) {
     if (t->shard) {
         if (shard_group_sync(t) != 0) return -1;
         t->heal.group_comm = t->intra;
-    } else if (state_intra(t) && px_heal_sync_group(&t->heal, state_intra(t)) != 0) {
-        return -1;
+    } else if (state_intra(t)) { /* a group's ranks agree on every buffer, their own (DiLoCo's moments) too */
+        unsigned local = t->st.local;
+        t->st.local = 0;
+        t->heal.ck_valid = 0;
+        int rc = px_heal_sync_group(&t->heal, state_intra(t));
+        t->st.local = local;
+        t->heal.ck_valid = 0;
+        if (rc != 0) return -1;
     }
     return px_heal_sync_quorum(&t->heal, state_cross(t), &t->q, t->my_index);
 }
@@ -449,6 +483,15 @@ static int reconfigure(trainer_t *t, int failed) {
 }
 
 /* ---- one step ---------------------------------------------------------- */
+
+/* The samples a step's gradient is the mean over: the global batch, or
+ * with DiLoCo the group's share of it (its inner steps are its own). */
+static int batch_of(const trainer_t *t) {
+    int B = t->cfg->global_batch, P = t->q.n;
+    if (!diloco(t)) return B;
+    int G = (int)((int64_t)(t->my_index + 1) * B / P) - (int)((int64_t)t->my_index * B / P);
+    return G > 0 ? G : 1;
+}
 
 /* Samples [lo, hi) of the global batch that this rank computes. */
 static void my_share(const trainer_t *t, int *lo, int *hi) {
@@ -544,7 +587,7 @@ static int pipe_fill(void *ctx, int k, px_pipe_mb_t *mb) {
         n = 1, scale = 0.0f;
         at = c->lo < cfg->global_batch ? c->lo : 0;
     }
-    px_dataset_fill(t->train, cfg->seed, t->st.step, at, n, cfg->global_batch, t->T, t->inputs, t->targets);
+    px_dataset_fill(t->train, cfg->seed, cur_step(t), at, n, cfg->global_batch, t->T, t->inputs, t->targets);
     *mb = (px_pipe_mb_t){t->inputs, t->targets, n, scale * (float)n / (float)cfg->global_batch};
     return 0;
 }
@@ -602,6 +645,7 @@ static int compute_grads(trainer_t *t, int lo, int hi, float *loss_out) {
      * runs one sample with a loss scale of 0 (zero gradients) instead. */
     int rounds = (hi - lo + cfg->micro_batch - 1) / cfg->micro_batch;
     if (t->shard) rounds = shard_rounds(t);
+    float B = (float)batch_of(t);
     for (int r = 0, i0 = lo; r < rounds; r++, i0 += cfg->micro_batch) {
         int n = hi - i0 < cfg->micro_batch ? hi - i0 : cfg->micro_batch;
         float scale = 1.0f;
@@ -610,12 +654,12 @@ static int compute_grads(trainer_t *t, int lo, int hi, float *loss_out) {
             n = 1, scale = 0.0f;
             at = lo < cfg->global_batch ? lo : 0;
         }
-        px_dataset_fill(t->train, cfg->seed, t->st.step, at, n, cfg->global_batch, t->T, t->inputs, t->targets);
+        px_dataset_fill(t->train, cfg->seed, cur_step(t), at, n, cfg->global_batch, t->T, t->inputs, t->targets);
         float l = px_compute_forward(t->dev, t->inputs, t->targets, n, t->T);
         if (t->shard && px_shard_last_error(t->shard)[0]) return -1;
-        loss += (double)l * n / cfg->global_batch * scale;
+        loss += (double)l * n / B * scale;
         if (t->reducer && i0 + n >= hi) arm_reducer(t, (float)loss); /* the last backward reduces as it goes */
-        px_compute_backward(t->dev, scale * (float)n / (float)cfg->global_batch);
+        px_compute_backward(t->dev, scale * (float)n / B);
         if (t->shard && px_shard_last_error(t->shard)[0]) return -1;
     }
     /* tp ranks compute the same samples: one of them reports the loss */
@@ -732,6 +776,135 @@ static int train_step(trainer_t *t, int *adopt, float *loss_out, float *norm_out
     return 1;
 }
 
+/* ---- DiLoCo ------------------------------------------------------------ */
+
+/* Inner steps of the round starting at st.step: H, or fewer in the job's
+ * last round. */
+static int round_len(const trainer_t *t) {
+    int64_t left = t->cfg->steps - t->st.step;
+    return left < t->cfg->inner_steps ? (int)left : t->cfg->inner_steps;
+}
+
+/* A new round (or the current one again) from the global parameters. */
+static void start_round(trainer_t *t) {
+    memcpy(t->model->params, t->global, t->st.n * sizeof(float));
+    t->inner = 0;
+    t->round_loss = 0;
+}
+
+/* One inner step: the group's share of step cur_step's samples, reduced
+ * inside the group only (its ranks split them) with a group-local vote,
+ * then AdamW on the local parameters. 1: done; 0: the group's collective
+ * failed (reported). */
+static int inner_step(trainer_t *t, float *loss_out, float *norm_out) {
+    const px_trainer_config_t *cfg = t->cfg;
+    size_t n = t->st.n;
+    int64_t s = cur_step(t);
+    int lo, hi, W = cfg->ranks_per_group;
+    my_share(t, &lo, &hi);
+    float local_loss = 0, *tail = px_compute_tail(t->dev);
+    px_comm_status_t st = compute_grads(t, lo, hi, &local_loss) == 0 ? PX_COMM_OK : PX_COMM_ERROR;
+    px_vote_fill(tail, s, 0, local_loss);
+    if (st == PX_COMM_OK && t->intra) {
+        t->bytes_group += 2.0 * (W - 1) / W * (double)(n + PX_VOTE_N) * sizeof(float);
+        st = px_comm_allreduce_sum_f32(t->intra, px_compute_grads(t->dev), n + PX_VOTE_N);
+    }
+    if (st != PX_COMM_OK || !px_vote_passed(tail, W, s)) {
+        const char *why = st != PX_COMM_OK ? failure_reason(t) : "the group's ranks disagree on the step";
+        px_log_warn("inner_step_failed step=%lld quorum_id=%lld reason=\"%s\"", (long long)s, (long long)t->qid, why);
+        px_agent_report_failure(t->agent, NULL, -1, t->qid, t->st.step, why);
+        return 0;
+    }
+    px_persist_fence(&t->persist);
+    float lr = px_lr_at((int)s, cfg->warmup, (int)cfg->steps, cfg->lr, cfg->min_lr);
+    *norm_out = px_compute_clip_adamw(t->dev, cfg->grad_clip, lr, cfg->weight_decay, (int)s + 1);
+    *loss_out = tail[PX_VOTE_LOSS];
+    t->round_loss += tail[PX_VOTE_LOSS];
+    t->inner++;
+    return 1;
+}
+
+enum { OUTER_WEIGHT = PX_VOTE_N, OUTER_TAIL };
+_Static_assert(OUTER_TAIL <= PX_GPT_GRADS_SPARE, "the outer step's tail must fit in the grads' spare room");
+
+/* The outer step, after a full round (or right after joining a quorum,
+ * when every group meets: those without a full round take part with
+ * weight 0). First a small reduction of the tail: the commit vote on the
+ * round's start, the newer-quorum flag, each group's weight (1 with a full
+ * round) and loss. Then, when some group has a round to give, the
+ * pseudo-gradients (global minus local parameters) summed across groups
+ * into the grads; their mean updates the global parameters by SGD with
+ * Nesterov momentum, the same arithmetic on every group:
+ *   u = mu u + d;  global -= lr (d + mu u)
+ * and every group starts the next round from them. 1: done (*adopt: every
+ * group saw a newer quorum); 0: a collective failed (reported): the round's
+ * inner progress is kept, and the outer step is retried in the next quorum. */
+static int outer_step(trainer_t *t, int *adopt, float *loss_out) {
+    const px_trainer_config_t *cfg = t->cfg;
+    size_t n = t->st.n;
+    int W = cfg->ranks_per_group, H = round_len(t);
+    float *g = px_compute_grads(t->dev), *tail = g + n;
+    float w = t->inner == H && H > 0 ? 1.0f : 0.0f;
+    px_vote_fill(tail, t->st.step, px_agent_known_quorum_id(t->agent) > t->qid,
+                 cfg->rank == 0 && w > 0 ? (float)(t->round_loss / H) : 0.0f);
+    tail[OUTER_WEIGHT] = w;
+    px_comm_status_t st = PX_COMM_OK;
+    if (t->intra && (st = px_comm_allreduce_sum_f32(t->intra, tail, PX_VOTE_N)) == PX_COMM_OK)
+        px_vote_relay(tail, W, t->st.step);
+    if (st == PX_COMM_OK) st = px_comm_allreduce_sum_f32(t->cross, tail, OUTER_TAIL);
+    int passed = st == PX_COMM_OK && px_vote_passed(tail, t->q.n, t->st.step);
+    float weight = tail[OUTER_WEIGHT], loss = weight > 0 ? tail[PX_VOTE_LOSS] / weight : NAN;
+    int newer = tail[PX_VOTE_NEWER] > 0.5f;
+    t->bytes_cross += 2.0 * (t->q.n - 1) / t->q.n * OUTER_TAIL * sizeof(float);
+    if (passed && weight > 0) {
+        for (size_t i = 0; i < n; i++) g[i] = w > 0 ? t->global[i] - t->model->params[i] : 0.0f;
+        t->bytes_cross += 2.0 * (t->q.n - 1) / t->q.n * (double)n * sizeof(float);
+        st = px_comm_allreduce_sum_f32(t->cross, g, n);
+    }
+    if (st != PX_COMM_OK || !passed) {
+        const char *why = st != PX_COMM_OK ? failure_reason(t) : "the groups disagree on the round";
+        px_log_warn("outer_step_failed step=%lld quorum_id=%lld reason=\"%s\": retried in the next quorum",
+                    (long long)t->st.step, (long long)t->qid, why);
+        px_agent_report_failure(t->agent, NULL, -1, t->qid, t->st.step, why);
+        return 0;
+    }
+    px_persist_fence(&t->persist); /* the first write to the state since the last commit */
+    *adopt = newer;
+    if (weight <= 0) { /* nobody had a round to give (a job's start, or every group just joined) */
+        start_round(t);
+        return 1;
+    }
+    float lr = cfg->outer_lr, mu = cfg->outer_momentum, inv = 1.0f / weight;
+    float *u = t->outer_m, *gl = t->global;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float d = g[i] * inv;
+        u[i] = mu * u[i] + d;
+        gl[i] -= lr * (d + mu * u[i]);
+    }
+    int64_t from = t->st.step;
+    t->st.step += H;
+    t->outer_steps++;
+    *loss_out = loss;
+    px_log_info("outer_step step=%lld from=%lld outer=%lld quorum_id=%lld groups=%d contributors=%.0f loss=%.6f",
+                (long long)t->st.step, (long long)from, (long long)t->outer_steps, (long long)t->qid, t->q.n, weight,
+                loss);
+    if (t->my_index == 0 && cfg->rank == 0) { /* one line and one event per outer step */
+        char groups[PX_REASON_MAX / 2] = "";
+        for (int i = 0, used = 0; i < t->q.n && used < (int)sizeof groups - 1; i++)
+            used += snprintf(groups + used, sizeof groups - (size_t)used, "%s%s", i ? "," : "", t->q.groups[i].name);
+        char detail[PX_REASON_MAX];
+        snprintf(detail, sizeof detail, "outer=%lld contributors=%.0f groups=%s", (long long)t->outer_steps, weight,
+                 groups);
+        px_agent_notify(t->agent, "outer_step", t->qid, t->st.step, "", (uint64_t)(n * sizeof(float)), 0, detail);
+        printf("event kind=outer_step step=%lld outer=%lld contributors=%.0f groups=%s loss=%.6f\n",
+               (long long)t->st.step, (long long)t->outer_steps, weight, groups, loss);
+        fflush(stdout);
+    }
+    start_round(t);
+    return 1;
+}
+
 /* ---- the end of the job ------------------------------------------------- */
 
 /* The state checksum and the parameters' squared norm of the whole group:
@@ -806,10 +979,12 @@ static int rebuild_initial_state(void *ctx, px_train_state_t *s) {
         memcpy(s->buf[PX_STATE_PARAMS], fresh->params, s->n * sizeof(float));
         memset(s->buf[PX_STATE_M], 0, s->n * sizeof(float));
         memset(s->buf[PX_STATE_V], 0, s->n * sizeof(float));
+        if (s->nbuf > PX_STATE_OUTER_M) memset(s->buf[PX_STATE_OUTER_M], 0, s->n * sizeof(float));
     }
     s->step = 0;
     t->pending_step = -1;
     px_gpt_destroy(&fresh);
+    if (diloco(t)) start_round(t);
     return 0;
 }
 
@@ -957,9 +1132,24 @@ static int setup(trainer_t *t) {
     t->targets = malloc(mb * sizeof(int));
     if (t->shard) {
         px_shard_bufs_t *b = px_shard_bufs(t->shard);
-        t->st = (px_train_state_t){.buf = {b->params, b->m, b->v}, .n = b->n, .step = 0, .seed = cfg->seed};
+        t->st = (px_train_state_t){.buf = {b->params, b->m, b->v}, .n = b->n, .step = 0, .seed = cfg->seed,
+                                   .nbuf = PX_STATE_NBUF};
     } else {
         t->st = px_state_of_model(t->model, 0, cfg->seed);
+    }
+    if (diloco(t)) { /* the state holds the global parameters and the outer momentum; the moments are the group's */
+        size_t n = t->st.n;
+        t->global = malloc(n * sizeof(float));
+        t->outer_m = calloc(n, sizeof(float));
+        if (!t->global || !t->outer_m) {
+            px_log_error("out of memory for DiLoCo's global parameters and outer momentum (%zu floats each)", n);
+            return -1;
+        }
+        memcpy(t->global, t->model->params, n * sizeof(float));
+        t->st.buf[PX_STATE_PARAMS] = t->global;
+        t->st.buf[PX_STATE_OUTER_M] = t->outer_m;
+        t->st.nbuf = PX_STATE_OUTER_M + 1;
+        t->st.local = 1u << PX_STATE_M | 1u << PX_STATE_V;
     }
     if (!t->inputs || !t->targets || px_heal_init(&t->heal, &t->st, t->agent, cfg->group, cfg->rank) != 0) {
         px_log_error("out of memory");
@@ -977,6 +1167,7 @@ static int setup(trainer_t *t) {
     if (rc == -1) return -1;
     if (rc == -2 && rebuild_initial_state(t, &t->st) != 0) return -1; /* a rejected load left partial data */
     if (restored >= 0) px_agent_set_progress(t->agent, t->st.step, PHALANX__MEMBER_STATE__JOINING, 0);
+    if (diloco(t)) start_round(t); /* the local parameters from the (restored) global ones */
     /* on a GPU this uploads the state restored or built above */
     if (!(t->dev = px_compute_new(cfg->device, t->model, cfg->rank, err, sizeof err))) {
         px_log_error("--device %s: %s", cfg->device == PX_DEVICE_CUDA ? "cuda" : "cpu", err);
@@ -1006,6 +1197,8 @@ static void teardown(trainer_t *t) {
     px_dataset_destroy(&t->val);
     free(t->inputs);
     free(t->targets);
+    free(t->global);
+    free(t->outer_m);
     px_heal_free(&t->heal);
     px_quorum_free(&t->q);
     if (t->ledger) fclose(t->ledger);
@@ -1024,6 +1217,12 @@ static int check_stages(const px_trainer_config_t *cfg, char *err, size_t errlen
 
 int px_trainer_check(const px_trainer_config_t *cfg, char *err, size_t errlen) {
     if (check_stages(cfg, err, errlen) != 0) return -1;
+    if (cfg->mode == PX_MODE_DILOCO && (layout_given(cfg) || cfg->device == PX_DEVICE_CUDA || cfg->bucket_mb > 0)) {
+        snprintf(err, errlen, "--mode diloco with %s: DiLoCo runs groups of whole replicas on --device cpu without "
+                 "--bucket-mb for now", layout_given(cfg) ? "--fsdp/--tp/--pp" : cfg->device == PX_DEVICE_CUDA ?
+                 "--device cuda" : "--bucket-mb");
+        return -1;
+    }
     if (cfg->device != PX_DEVICE_CUDA) return 0;
     if (layout_given(cfg)) {
         snprintf(err, errlen, "--device cuda with --fsdp/--tp/--pp: sharded groups on GPUs are not built yet "
@@ -1071,7 +1270,7 @@ int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile s
     px_log_info("trainer_started group=%s rank=%d model=%s params=%zu steps=%lld global_batch=%d micro_batch=%d T=%d "
                 "device=%s", cfg->group, cfg->rank, cfg->model, t.model->num_params, (long long)cfg->steps,
                 cfg->global_batch, cfg->micro_batch, t.T, px_compute_name(t.dev));
-    int need = 1, failed = 0, rc = 0;
+    int need = 1, failed = 0, rc = 0, meet = 0, inner_failed = 0;
     float loss = NAN, norm = 0, ev = NAN;
     while (t.st.step < cfg->steps && !*stop) {
         if (job_finished_elsewhere(&t)) {
@@ -1079,11 +1278,18 @@ int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile s
             break;
         }
         if (need) {
+            int64_t step0 = t.st.step;
+            uint64_t ck0 = diloco(&t) ? px_heal_checksum(&t.heal) : 0;
             if (reconfigure(&t, failed) != 0) {
                 rc = *stop ? 2 : job_finished_elsewhere(&t) ? 3 : 1;
                 break;
             }
             need = failed = 0;
+            if (diloco(&t)) { /* every group's first act in a quorum: the outer step, where they all meet */
+                meet = 1;
+                if (inner_failed || t.st.step != step0 || px_heal_checksum(&t.heal) != ck0) start_round(&t);
+                inner_failed = 0;
+            }
             if (t.st.step >= cfg->steps) break;
             if (job_finished_elsewhere(&t)) { /* learned while joining (a late start): train nothing */
                 rc = 3;
@@ -1092,6 +1298,39 @@ int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile s
         }
         int64_t t0 = px_now_us();
         int adopt = 0;
+        if (diloco(&t)) {
+            int outer = meet || t.inner >= round_len(&t);
+            int64_t from = t.st.step;
+            if (!(outer ? outer_step(&t, &adopt, &loss) : inner_step(&t, &loss, &norm))) {
+                t.failures++;
+                need = failed = 1;
+                inner_failed = !outer; /* the group's ranks may be an inner step apart: the round starts again */
+                drop_comms(&t);
+                continue;
+            }
+            if (outer) {
+                meet = 0;
+                if (t.st.step == from) continue; /* no round to give yet */
+                px_agent_set_progress(agent, t.st.step, PHALANX__MEMBER_STATE__HEALTHY, t.qid);
+                if (cfg->eval_every > 0 && t.st.step / cfg->eval_every > from / cfg->eval_every && t.my_index == 0 &&
+                    cfg->rank == 0) {
+                    ev = eval_loss(&t);
+                    printf("eval step=%lld eval_loss=%.4f group=%s\n", (long long)t.st.step, ev, cfg->group);
+                    fflush(stdout);
+                }
+                if (px_persist_due(&t.persist, &t.st, &t.q)) host_state(&t);
+                px_persist_committed(&t.persist, &t.st, &t.q);
+                if (adopt) need = 1;
+            } else if (cfg->progress && cfg->rank == 0) {
+                double ms = (double)(px_now_us() - t0) / 1000.0;
+                printf("progress step=%lld loss=%.6f norm=%.6f ms=%.1f tok_s=%.0f groups=%d quorum=%lld group=%s "
+                       "mode=diloco inner=%d/%d\n", (long long)cur_step(&t), loss, norm, ms,
+                       ms > 0 ? (double)batch_of(&t) * t.T * 1000.0 / ms : 0, t.q.n, (long long)t.qid, cfg->group,
+                       t.inner, round_len(&t));
+                fflush(stdout);
+            }
+            continue;
+        }
         if (!train_step(&t, &adopt, &loss, &norm)) {
             px_persist_group_failed(&t.persist); /* a part save waiting for a lost rank gives up */
             t.failures++;

@@ -11,6 +11,12 @@
 #include "agent.h"
 #include "device.h" /* px_device_t */
 
+/* How groups combine their work (DESIGN.md "DiLoCo"). */
+typedef enum {
+    PX_MODE_SYNC,   /* every step's gradients reduced across groups */
+    PX_MODE_DILOCO, /* inner steps inside each group, an outer step across groups every inner_steps */
+} px_train_mode_t;
+
 typedef struct {
     const char *group;
     int rank, ranks_per_group;
@@ -48,6 +54,9 @@ typedef struct {
                                  during the backward (worker/reducer.h); 0: once, after it */
     px_device_t device;       /* PX_DEVICE_CPU, or PX_DEVICE_CUDA: one GPU per rank, NCCL
                                  (worker/compute.h); whole replicas only */
+    px_train_mode_t mode;
+    int inner_steps;          /* DiLoCo: inner steps per outer step (H) */
+    float outer_lr, outer_momentum; /* DiLoCo: the outer SGD's learning rate and Nesterov momentum */
 } px_trainer_config_t;
 
 /* Whether cfg can run on this machine and build, before anything starts:

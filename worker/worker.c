@@ -99,7 +99,15 @@ static void usage(FILE *f) {
            "  --checkpoint-copy held|overlap  how a save takes its snapshot: held = training waits while every\n"
            "                           core copies the state (best where training fills the cores); overlap =\n"
            "                           the saver copies it during the next forward and backward (best with\n"
-           "                           spare cores, e.g. GPU workers) [held]\n\n"
+           "                           spare cores, e.g. GPU workers) [held]\n"
+           "  --mode sync|diloco       sync: every step's gradients are averaged over the groups; diloco: each\n"
+           "                           group trains alone for --inner-steps (AdamW on its share of each\n"
+           "                           step's batch), then an outer step averages the groups' pseudo-gradients\n"
+           "                           (global minus local parameters) and applies SGD with Nesterov momentum;\n"
+           "                           whole replicas on --device cpu only, for now [sync]\n"
+           "  --inner-steps H          diloco: inner steps per outer step, 1..1000000 [50]\n"
+           "  --outer-lr X             diloco: the outer SGD's learning rate, 0..10 [0.7]\n"
+           "  --outer-momentum X       diloco: the outer SGD's Nesterov momentum, 0..0.999 [0.9]\n\n"
            "layout of a group (--ranks-per-group W = pp x fsdp x tp; none given: each rank holds a whole\n"
            "replica and the W ranks split the group's samples):\n"
            "  --fsdp F                 shard every parameter, gradient and AdamW moment over F ranks (ZeRO-3),\n"
@@ -156,7 +164,7 @@ int px_worker_main(int argc, char **argv) {
         .model = "tiny", .data = "data/demo", .global_batch = 16, .micro_batch = 4, .lr = 1e-3f, .min_lr = 1e-4f,
         .warmup = 10, .weight_decay = 0.1f, .grad_clip = 1.0f, .seed = 1337, .threads = 1, .eval_batches = 4,
         .comm_timeout_ms = 30000, .progress = 1, .checkpoint_every = 100, .checkpoint_keep = 3,
-        .schedule = PX_SCHED_1F1B,
+        .schedule = PX_SCHED_1F1B, .mode = PX_MODE_SYNC, .inner_steps = 50, .outer_lr = 0.7f, .outer_momentum = 0.9f,
     };
     char *token = NULL;
     const char *curve_secret = NULL, *curve_server_file = NULL, *curve_server_key = NULL;
@@ -245,6 +253,16 @@ int px_worker_main(int argc, char **argv) {
             }
             tc.checkpoint_overlap = !strcmp(v, "overlap");
         }
+        else if (!strcmp(a, "--mode")) {
+            if (!v || (strcmp(v, "sync") && strcmp(v, "diloco"))) {
+                fprintf(stderr, "%s: --mode: bad value '%s': expected sync or diloco\n", PROG, v ? v : "");
+                return 2;
+            }
+            tc.mode = !strcmp(v, "diloco") ? PX_MODE_DILOCO : PX_MODE_SYNC;
+        }
+        else if (!strcmp(a, "--inner-steps")) tc.inner_steps = (int)px_flag_int(PROG, a, v, 1, 1000000);
+        else if (!strcmp(a, "--outer-lr")) tc.outer_lr = (float)px_flag_double(PROG, a, v, 0, 10);
+        else if (!strcmp(a, "--outer-momentum")) tc.outer_momentum = (float)px_flag_double(PROG, a, v, 0, 0.999);
         else if (!strcmp(a, "--checkpoint-keep")) tc.checkpoint_keep = (int)px_flag_int(PROG, a, v, 0, 1000000);
         else px_flag_unknown(PROG, a);
         i++;
@@ -271,6 +289,8 @@ int px_worker_main(int argc, char **argv) {
         snprintf(layout, sizeof layout, "pp%d.fsdp%d.tp%d", tc.pp ? tc.pp : 1, tc.fsdp ? tc.fsdp : 1, tc.tp ? tc.tp : 1);
     else
         snprintf(layout, sizeof layout, "replicated%d", cfg.group_size);
+    if (tc.mode == PX_MODE_DILOCO) /* groups meet only at outer steps: every H inner steps, in step */
+        snprintf(layout + strlen(layout), sizeof layout - strlen(layout), ".diloco%d", tc.inner_steps);
     if (tc.steps > 0) cfg.layout = layout;
     if (cfg.rank >= cfg.group_size) {
         fprintf(stderr, "%s: --rank %d must be below --ranks-per-group %d\n", PROG, cfg.rank, cfg.group_size);
