@@ -7,3 +7,11 @@ foreach(t chaos_kills chaos_ranks buckets sigstop coordinator_outage coordinator
   px_add_py_test(ft_${t} ${CMAKE_CURRENT_LIST_DIR}/ft/test_${t}.py $<TARGET_FILE_DIR:phalanx-launch>)
   set_tests_properties(ft_${t} PROPERTIES TIMEOUT 600 RUN_SERIAL TRUE)
 endforeach()
+
+# DiLoCo: identity with synchronous training, a group killed during inner
+# steps, seeded chaos, checkpoints, refusals (one ctest per scenario).
+px_add_py_scenarios(ft_diloco ${CMAKE_CURRENT_LIST_DIR}/ft/test_diloco.py $<TARGET_FILE_DIR:phalanx-launch> 600
+                    identity kill chaos checkpoint refused)
+foreach(s identity kill chaos checkpoint refused)
+  set_tests_properties(ft_diloco_${s} PROPERTIES RUN_SERIAL TRUE)
+endforeach()

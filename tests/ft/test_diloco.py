@@ -1,0 +1,209 @@
+"""DiLoCo (--mode diloco): real coordinator, launcher and workers, real SIGKILLs.
+
+  identity    one group, H=1, outer lr 1, momentum 0: the same losses and
+              final model as plain synchronous training (float tolerance).
+  kill        3 groups, H=20: a group SIGKILLed during its inner steps is
+              left out of the next outer step (2 contributors), its restart
+              heals at an outer boundary (a step that is a multiple of H) from
+              a live group and contributes again; every group ends with the
+              same state checksum and parameters.
+  chaos       3 groups, H=10, seeded random kills: the job completes, every
+              group ends with the same state, the loss falls. The seed is
+              printed on failure.
+  checkpoint  one group, H=5, checkpoints every 10 steps: the newest one
+              removed, the job restarts from step 20 (global parameters, outer
+              momentum and moments restored) and ends with the checksum of the
+              uninterrupted run.
+  refused     a worker in diloco mode is refused by a sync job (WRONG_LAYOUT,
+              naming both), and --mode diloco with --fsdp is a configuration
+              error naming the flags."""
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
+from phalanx_test import Fail, Launch, check, main_scenarios, make_corpus, wait_until  # noqa: E402
+
+SEED = int(os.environ.get("PX_CHAOS_SEED", "11"))
+WORKER = ["--global-batch", "12", "--micro-batch", "4", "--eval-batches", "2", "--seed", "5"]
+OUTER = re.compile(r"\* outer step (\d+) at step (\d+): groups (\S+), (\d+) with a round")
+
+
+def corpus(bindir):
+    return make_corpus(bindir, tempfile.mkdtemp(prefix="phalanx-diloco-data-"))
+
+
+def run(bindir, data, groups, steps, worker, name, launch_args=(), timeout=300):
+    launch = Launch(bindir, ["--groups", str(groups), "--model", "tiny", "--steps", str(steps), "--data", data]
+                    + list(launch_args) + ["--"] + WORKER + worker, name=name)
+    rc = launch.wait(timeout)
+    check(rc == 0, "%s: phalanx-launch exited %s:\n%s" % (name, rc, launch.tail()))
+    s = launch.summary()
+    check(s and s["completed"] and s["steps"] == steps, "%s completed %d steps: %s" % (name, steps, s))
+    return launch
+
+
+def same_state(launch, groups, name):
+    finals = launch.finals()
+    check(len(finals) == groups, "%s: all %d groups finished: %s" % (name, groups, sorted(finals)))
+    for key in ("checksum", "param_norm"):
+        values = {f[key] for f in finals.values()}
+        check(len(values) == 1, "%s: every group ends with the same %s: %s" % (name, key, values))
+    return list(finals.values())[0]
+
+
+def outer_lines(launch, start=0):
+    """(outer, step, groups, contributors) of each outer step line from index start on."""
+    out = []
+    for line in launch.output()[start:]:
+        m = OUTER.search(line)
+        if m:
+            out.append((int(m.group(1)), int(m.group(2)), m.group(3).split(","), int(m.group(4))))
+    return out
+
+
+def model_floats(path):
+    import struct
+    with open(path, "rb") as f:
+        data = f.read()
+    return struct.unpack_from("<%df" % ((len(data) - 1024) // 4), data, 1024)
+
+
+def progress_losses(launch):
+    out = {}
+    for line in launch.output():
+        m = re.search(r"\] step +(\d+) \| groups \S+ \| loss ([0-9.]+)", line)
+        if m:
+            out[int(m.group(1))] = float(m.group(2))
+    return out
+
+
+def test_identity(bindir):
+    data, work = corpus(bindir), tempfile.mkdtemp(prefix="phalanx-diloco-id-")
+    a, b = os.path.join(work, "sync.bin"), os.path.join(work, "diloco.bin")
+    sync = run(bindir, data, 1, 30, ["--save", a], "sync")
+    dl = run(bindir, data, 1, 30, ["--save", b, "--mode", "diloco", "--inner-steps", "1", "--outer-lr", "1",
+                                   "--outer-momentum", "0"], "diloco-h1")
+    outers = outer_lines(dl)
+    check(len(outers) == 30 and all(o[3] == 1 for o in outers), "30 outer steps of one group: %s" % outers[-3:])
+    ls, ld = progress_losses(sync), progress_losses(dl)
+    check(len(ls) == 30 and sorted(ls) == sorted(ld), "30 steps' losses in both runs: %d, %d" % (len(ls), len(ld)))
+    worst = max(abs(ls[s] - ld[s]) / ls[s] for s in ls)
+    x, y = model_floats(a), model_floats(b)
+    scale = max(abs(v) for v in x)
+    diff = max(abs(p - q) for p, q in zip(x, y))
+    print("identity: worst relative loss difference %.2e, largest parameter difference %.2e (scale %.3g)" %
+          (worst, diff, scale))
+    check(worst <= 1e-5, "per-step losses within 1e-5 relative")
+    check(len(x) == len(y) and diff <= 1e-5 * scale, "final models within 1e-5 of the largest parameter")
+
+
+def test_kill(bindir):
+    data = corpus(bindir)
+    H = 20
+    launch = Launch(bindir, ["--groups", "3", "--model", "tiny", "--steps", "600", "--data", data, "--"] + WORKER +
+                    ["--mode", "diloco", "--inner-steps", str(H)], name="diloco-kill")
+    try:
+        wait_until(lambda: len(outer_lines(launch)) >= 3, 120, "3 outer steps")
+        pid = launch.pid_of("g1")
+        check(pid, "g1 is a live member")
+        mark = len(launch.output())
+        os.kill(pid, signal.SIGKILL)
+        rc = launch.wait(300)
+        check(rc == 0, "phalanx-launch exited %s" % rc)
+        s = launch.summary()
+        check(s and s["completed"] and s["steps"] == 600, "completed: %s" % s)
+        after = outer_lines(launch, mark)
+        left_out = [o for o in after if o[3] == 2]
+        check(left_out, "an outer step after the kill had 2 contributors (g1 left out): %s" % after[:4])
+        heals = [e for e in launch.read_events() if e["type"] == "heal_finished" and e["group"] == "g1"]
+        check(heals, "the restarted g1 healed")
+        check(all(e["step"] % H == 0 for e in heals), "g1 healed at outer boundaries: %s" % [e["step"] for e in heals])
+        check(all(e["peer_group"] in ("g0", "g2") for e in heals), "from a live group: %s" %
+              [e["peer_group"] for e in heals])
+        back = [o for o in after if o[3] == 3 and o[1] > heals[-1]["step"]]
+        check(back, "g1 contributes to an outer step after its heal: %s" % after[-4:])
+        events = [e for e in launch.read_events() if e["type"] == "outer_step"]
+        check(events and all("groups=" in e["detail"] for e in events), "outer_step events name the groups")
+        f = same_state(launch, 3, "kill")
+        print("kill: %d outer steps after the kill, first with 2 contributors at step %d; g1 healed at step %s; "
+              "final checksum %s" % (len(after), left_out[0][1], [e["step"] for e in heals], f["checksum"]))
+    except Fail as e:
+        raise Fail("%s\nlauncher:\n%s" % (e, launch.tail(40)))
+    finally:
+        launch.terminate()
+
+
+def test_chaos(bindir):
+    data = corpus(bindir)
+    try:
+        launch = run(bindir, data, 3, 300, ["--mode", "diloco", "--inner-steps", "10"], "diloco-chaos",
+                     ["--chaos-kill-every-steps", "25", "--chaos-max-kills", "6", "--chaos-until-step", "200",
+                      "--chaos-seed", str(SEED)], timeout=500)
+        s = launch.summary()
+        check(s["chaos_kills"] >= 3, "at least 3 kills happened: %s" % s)
+        f = same_state(launch, 3, "chaos")
+        outers = outer_lines(launch)
+        check(all(o[3] <= len(o[2]) for o in outers), "contributors never exceed the quorum's groups")
+        first = min(progress_losses(launch).items())[1]
+        check(s["final_loss"] < first - 1.0, "the loss falls: first %s, final %s" % (first, s["final_loss"]))
+        print("chaos: %d kills, %d outer steps, final checksum %s loss %s" % (s["chaos_kills"], len(outers),
+                                                                             f["checksum"], s["final_loss"]))
+    except Fail as e:
+        raise Fail("%s (chaos seed %d; rerun with PX_CHAOS_SEED=%d)" % (e, SEED, SEED))
+
+
+def test_checkpoint(bindir):
+    data, work = corpus(bindir), tempfile.mkdtemp(prefix="phalanx-diloco-ck-")
+    ck = os.path.join(work, "ck")
+    flags = ["--mode", "diloco", "--inner-steps", "5"]
+    launch_args = ["--checkpoint-dir", ck, "--checkpoint-every", "10"]
+    first = run(bindir, data, 1, 30, flags, "diloco-ck1", launch_args)
+    f1 = same_state(first, 1, "first run")
+    steps = sorted(int(d[5:]) for d in os.listdir(ck) if d.startswith("step_"))
+    check(steps[-3:] == [10, 20, 30], "checkpoints of steps 10, 20 and 30: %s" % steps)
+    r = subprocess.run([os.path.join(bindir, "phalanx-ckpt"), "verify", os.path.join(ck, "step_%08d" % 30)],
+                       capture_output=True, text=True)
+    check(r.returncode == 0, "phalanx-ckpt verify: %s %s" % (r.stdout, r.stderr))
+    shutil.rmtree(os.path.join(ck, "step_%08d" % 30))
+    second = run(bindir, data, 1, 30, flags, "diloco-ck2", launch_args)
+    restored = [e for e in second.read_events() if e["type"] == "checkpoint_restored"]
+    check(restored and restored[0]["step"] == 20, "the second run restored step 20: %s" % restored)
+    f2 = same_state(second, 1, "resumed run")
+    print("checkpoint: uninterrupted %s, resumed from step 20 %s" % (f1["checksum"], f2["checksum"]))
+    check(f1["checksum"] == f2["checksum"], "the resumed run ends with the uninterrupted run's state")
+
+
+def test_refused(bindir):
+    r = subprocess.run([os.path.join(bindir, "phalanx-worker"), "--group", "g0", "--steps", "10", "--mode", "diloco",
+                        "--fsdp", "2", "--ranks-per-group", "2", "--coordinator", "tcp://127.0.0.1:1",
+                        "--connect-timeout", "1"], capture_output=True, text=True, timeout=60)
+    check(r.returncode == 2 and "--mode diloco" in r.stderr + r.stdout and "--fsdp" in r.stderr + r.stdout,
+          "--mode diloco --fsdp 2 is a configuration error naming both: rc %s %s" % (r.returncode, r.stderr[-300:]))
+    r = subprocess.run([os.path.join(bindir, "phalanx-worker"), "--group", "g0", "--steps", "10", "--mode", "async"],
+                       capture_output=True, text=True, timeout=60)
+    check(r.returncode == 2 and "async" in r.stderr, "--mode async is refused naming it: %s" % r.stderr[-200:])
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "sharded"))
+    from test_layouts import expect_refused  # noqa: E402
+    from phalanx_test import Job  # noqa: E402
+    job = Job(bindir, name="diloco-mismatch")
+    try:
+        job.start_coordinator()
+        common = ["--steps", "100000", "--model", "tiny", "--data", corpus(bindir), "--global-batch", "4",
+                  "--micro-batch", "2"]
+        job.start_worker("g0", 0, 1, common)
+        wait_until(lambda: len(job.live_members()) == 1, 60, "g0 registered")
+        p = job.start_worker("g1", 0, 1, common + ["--mode", "diloco", "--inner-steps", "5"])
+        line = expect_refused(job, p, "g1", 0, ("replicated1.diloco5", "replicated1"))
+        check(job.workers[("g0", 0)].poll() is None, "g0 still trains")
+        print("refused: " + line)
+    finally:
+        job.stop()
+
+if __name__ == "__main__":
+    main_scenarios({"identity": test_identity, "kill": test_kill, "chaos": test_chaos, "checkpoint": test_checkpoint,
+                    "refused": test_refused})
