@@ -15,6 +15,13 @@ add_test(NAME comm_mesh_table COMMAND test_mesh)
 set_tests_properties(comm_mesh_table PROPERTIES TIMEOUT 30 LABELS comm)
 target_link_libraries(comm_test PRIVATE px_mesh)
 
+# Low-precision averaging of DiLoCo pseudo-gradients (parallel/outer_codec.h):
+# the codec as tables.
+add_executable(test_outer_codec comm/test_outer_codec.c)
+target_link_libraries(test_outer_codec PRIVATE px_outer_codec m)
+add_test(NAME comm_outer_codec COMMAND test_outer_codec)
+set_tests_properties(comm_outer_codec PROPERTIES TIMEOUT 60 LABELS comm)
+
 foreach(t basic kill stop abort rendezvous mismatch shutdown mesh)
   add_test(NAME comm_${t} COMMAND comm_test ${t})
   set_tests_properties(comm_${t} PROPERTIES TIMEOUT 90 LABELS comm)
