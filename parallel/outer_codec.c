@@ -14,6 +14,9 @@
 
 #include <float.h>
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 int px_outer_dtype_parse(const char *s) {
@@ -166,4 +169,118 @@ int px_outer_decode_add(px_outer_dtype_t dt, const void *in, size_t n, float *ds
         break;
     }
     return 0;
+}
+
+/* ------------------------------------------------------------ collective */
+
+static size_t pad4(size_t bytes) { return (bytes + 3) & ~(size_t)3; }
+
+size_t px_outer_scratch_bytes(px_outer_dtype_t dt, size_t n, int size) {
+    if (dt == PX_OUTER_FP32 || !dtype_ok(dt) || n == 0 || size < 1) return 0;
+    size_t piece = n < PX_OUTER_PIECE_FLOATS ? n : PX_OUTER_PIECE_FLOATS;
+    return (size_t)size * pad4(px_outer_encoded_bytes(dt, piece));
+}
+
+static px_comm_status_t fail(char *err, size_t errlen, px_comm_status_t st, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static px_comm_status_t fail(char *err, size_t errlen, px_comm_status_t st, const char *fmt, ...) {
+    if (err && errlen > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return st;
+}
+
+static void divide(float *buf, size_t n, int size) {
+    const float r = (float)size;
+    for (size_t i = 0; i < n; i++) buf[i] /= r;
+}
+
+static px_comm_status_t mean_fp32(px_comm_t *c, float *buf, size_t n, uint64_t *wire,
+                                  char *err, size_t errlen) {
+    const int R = px_comm_size(c);
+    px_comm_status_t st = px_comm_allreduce_sum_f32(c, buf, n);
+    if (st != PX_COMM_OK)
+        return fail(err, errlen, st, "outer allreduce (fp32, %zu floats): %s", n,
+                    px_comm_last_error(c));
+    divide(buf, n, R);
+    *wire = 2u * (uint64_t)(R - 1) * (uint64_t)n * sizeof(float) / (uint64_t)R;
+    return PX_COMM_OK;
+}
+
+/* One piece: encode ours into our slot of `gathered`, all-gather, then the
+ * same decode loop on every rank. */
+static px_comm_status_t mean_piece(px_comm_t *c, float *x, size_t m, px_outer_dtype_t dt,
+                                   unsigned char *gathered, size_t *slot_bytes) {
+    const int R = px_comm_size(c), rank = px_comm_rank(c);
+    const size_t eb = px_outer_encoded_bytes(dt, m), slot = pad4(eb);
+    unsigned char *mine = gathered + (size_t)rank * slot;
+    px_outer_encode(dt, x, m, mine);
+    memset(mine + eb, 0, slot - eb); /* padding goes on the wire: no stale bytes */
+    px_comm_status_t st = px_comm_allgather_f32(c, (const float *)(void *)mine,
+                                                (float *)(void *)gathered, slot / sizeof(float));
+    if (st != PX_COMM_OK) return st;
+    /* -0 is the additive identity (-0 + v == v for every v, -0 too), so a
+     * single rank gets exactly decode(encode(x)). */
+    for (size_t i = 0; i < m; i++) x[i] = -0.0f;
+    for (int r = 0; r < R; r++) px_outer_decode_add(dt, gathered + (size_t)r * slot, m, x);
+    divide(x, m, R);
+    *slot_bytes = slot;
+    return PX_COMM_OK;
+}
+
+px_comm_status_t px_outer_allreduce_mean(px_comm_t *c, float *buf, size_t n, px_outer_dtype_t dt,
+                                         void *scratch, size_t scratch_bytes,
+                                         uint64_t *wire_bytes, char *err, size_t errlen) {
+    uint64_t wire_local = 0, *wire = wire_bytes ? wire_bytes : &wire_local;
+    *wire = 0;
+    if (!c) return fail(err, errlen, PX_COMM_ERROR, "outer allreduce: NULL communicator");
+    if (!dtype_ok(dt))
+        return fail(err, errlen, PX_COMM_ERROR, "outer allreduce: unknown dtype %d", (int)dt);
+    if (n > 0 && !buf) return fail(err, errlen, PX_COMM_ERROR, "outer allreduce: NULL buffer");
+    if (strcmp(px_comm_backend(c), "gloo") != 0)
+        return fail(err, errlen, PX_COMM_ERROR,
+                    "outer allreduce: needs host buffers on a gloo communicator, got %s",
+                    px_comm_backend(c));
+    if (n == 0) return PX_COMM_OK;
+    if (dt == PX_OUTER_FP32) return mean_fp32(c, buf, n, wire, err, errlen);
+
+    const int R = px_comm_size(c);
+    const size_t need = px_outer_scratch_bytes(dt, n, R);
+    unsigned char *owned = NULL, *gathered = scratch;
+    if (scratch) {
+        if (scratch_bytes < need)
+            return fail(err, errlen, PX_COMM_ERROR,
+                        "outer allreduce (%s): scratch of %zu bytes, needs %zu "
+                        "(px_outer_scratch_bytes)",
+                        px_outer_dtype_name(dt), scratch_bytes, need);
+        if ((uintptr_t)scratch % _Alignof(float) != 0)
+            return fail(err, errlen, PX_COMM_ERROR,
+                        "outer allreduce: scratch is not aligned for floats");
+    } else {
+        gathered = owned = malloc(need);
+        if (!owned) {
+            px_comm_abort(c); /* peers already in the all-gather fail now, not at timeout */
+            return fail(err, errlen, PX_COMM_ERROR,
+                        "outer allreduce (%s): out of memory for %zu bytes of scratch "
+                        "(communicator aborted)",
+                        px_outer_dtype_name(dt), need);
+        }
+    }
+
+    px_comm_status_t st = PX_COMM_OK;
+    for (size_t off = 0; off < n; off += PX_OUTER_PIECE_FLOATS) {
+        size_t m = n - off < PX_OUTER_PIECE_FLOATS ? n - off : PX_OUTER_PIECE_FLOATS, slot = 0;
+        st = mean_piece(c, buf + off, m, dt, gathered, &slot);
+        if (st != PX_COMM_OK) {
+            fail(err, errlen, st, "outer allreduce (%s, floats %zu..%zu of %zu): %s",
+                 px_outer_dtype_name(dt), off, off + m, n, px_comm_last_error(c));
+            break;
+        }
+        *wire += (uint64_t)(R - 1) * slot;
+    }
+    free(owned);
+    return st;
 }

@@ -1,7 +1,7 @@
 /* The outer-step codec (parallel/outer_codec.h) as tables, no communicator:
  *
- *   - names and sizes: parse/name round trip and refusals, encoded
- *     bytes for odd n;
+ *   - names and sizes: parse/name round trip and refusals, encoded and
+ *     scratch bytes for odd n;
  *   - bf16: every float whose low 16 bits are one of the interesting cases
  *     (0, just below / at / just above one half, all ones), for all 65536
  *     top halves (so every exponent, both signs, subnormals, ±0, inf, NaN
@@ -83,6 +83,28 @@ static int test_names_sizes(void) {
               "encoded_bytes(%s, %zu) = %zu, want %zu", px_outer_dtype_name(sizes[i].dt),
               sizes[i].n, px_outer_encoded_bytes(sizes[i].dt, sizes[i].n), sizes[i].bytes);
     CHECK(px_outer_encoded_bytes((px_outer_dtype_t)7, 10) == 0, "encoded_bytes of unknown");
+
+    static const struct {
+        px_outer_dtype_t dt;
+        size_t n;
+        int size;
+        size_t bytes;
+    } scratch[] = {
+        {PX_OUTER_FP32, 1000, 3, 0},
+        {PX_OUTER_INT8, 0, 3, 0},
+        {PX_OUTER_INT8, 1, 2, 16},                /* 5 bytes padded to 8, twice */
+        {PX_OUTER_INT8, 1000, 3, 3 * 1016},
+        {PX_OUTER_BF16, 3, 3, 3 * 8},             /* 6 padded to 8 */
+        {PX_OUTER_BF16, 100000000, 4, 4u << 23},  /* one piece of 4M floats, 8 MiB each */
+        {PX_OUTER_INT8, 100000000, 1, (4u << 20) + 4 * 16384},
+    };
+    for (size_t i = 0; i < sizeof(scratch) / sizeof(scratch[0]); i++)
+        CHECK(px_outer_scratch_bytes(scratch[i].dt, scratch[i].n, scratch[i].size) ==
+                  scratch[i].bytes,
+              "scratch_bytes(%s, %zu, %d) = %zu, want %zu", px_outer_dtype_name(scratch[i].dt),
+              scratch[i].n, scratch[i].size,
+              px_outer_scratch_bytes(scratch[i].dt, scratch[i].n, scratch[i].size),
+              scratch[i].bytes);
 
     float x = 1.0f;
     unsigned char b[8];
