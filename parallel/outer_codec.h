@@ -59,7 +59,8 @@ size_t px_outer_encoded_bytes(px_outer_dtype_t dt, size_t n);
  *         NaN (quiet), inf stays inf, finite values past bf16's range round
  *         to inf as IEEE rounding says.
  *   int8: scale = absmax / 127 per block (nudged up by an ulp where rounding
- *         left absmax / scale above 127, as with subnormals), value =
+ *         left absmax / scale above 127, as with subnormals; down where
+ *         127 * scale would overflow next to FLT_MAX), value =
  *         round(x / scale) clamped to [-127, 127]; decoded x' = value * scale,
  *         so |x - x'| <= scale / 2 up to float rounding of the product. An
  *         all-zero block has scale 0 and decodes to zeros. A block holding a
@@ -78,7 +79,7 @@ int px_outer_decode_add(px_outer_dtype_t dt, const void *in, size_t n, float *ds
 
 /* Scratch bytes px_outer_allreduce_mean needs for n floats on a
  * communicator of `size` ranks: size copies of one piece's encoding, each
- * padded to 4 bytes (at most size * 16 MiB for bf16, size * 4.1 MiB for
+ * padded to 4 bytes (at most size * 8 MiB for bf16, size * 4.1 MiB for
  * int8); 0 for fp32 and for n == 0. */
 size_t px_outer_scratch_bytes(px_outer_dtype_t dt, size_t n, int size);
 
