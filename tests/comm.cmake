@@ -15,6 +15,17 @@ add_test(NAME comm_mesh_table COMMAND test_mesh)
 set_tests_properties(comm_mesh_table PROPERTIES TIMEOUT 30 LABELS comm)
 target_link_libraries(comm_test PRIVATE px_mesh)
 
+# Low-precision averaging of DiLoCo pseudo-gradients (parallel/outer_codec.h):
+# the codec as tables, then the collective with 3 real ranks over Gloo.
+add_executable(test_outer_codec comm/test_outer_codec.c)
+target_link_libraries(test_outer_codec PRIVATE px_outer_codec m)
+add_test(NAME comm_outer_codec COMMAND test_outer_codec)
+set_tests_properties(comm_outer_codec PROPERTIES TIMEOUT 60 LABELS comm)
+add_executable(test_outer_allreduce comm/test_outer_allreduce.c)
+target_link_libraries(test_outer_allreduce PRIVATE px_outer_codec px_comm_testutil m)
+add_test(NAME comm_outer_allreduce COMMAND test_outer_allreduce)
+set_tests_properties(comm_outer_allreduce PROPERTIES TIMEOUT 240 LABELS comm)
+
 foreach(t basic kill stop abort rendezvous mismatch shutdown mesh)
   add_test(NAME comm_${t} COMMAND comm_test ${t})
   set_tests_properties(comm_${t} PROPERTIES TIMEOUT 90 LABELS comm)
@@ -41,4 +52,12 @@ if(PX_VALGRIND)
     set_tests_properties(comm_valgrind_${name} PROPERTIES TIMEOUT 180 LABELS comm
                          ENVIRONMENT PX_TEST_SLOW=4)
   endforeach()
+  # The outer codec's collective: no uninitialised byte (int8/bf16 padding)
+  # goes on the wire, no leak of its scratch.
+  add_test(NAME comm_outer_valgrind
+           COMMAND ${PX_VALGRIND} --quiet --error-exitcode=99 --leak-check=full
+                   --errors-for-leak-kinds=definite
+                   --suppressions=${CMAKE_CURRENT_SOURCE_DIR}/comm/valgrind.supp
+                   $<TARGET_FILE:test_outer_allreduce> --small)
+  set_tests_properties(comm_outer_valgrind PROPERTIES TIMEOUT 300 LABELS comm)
 endif()
