@@ -48,7 +48,14 @@
  * checksums, heals, checkpoints, the final report. NCCL moves device memory
  * only, so heals (host buffers) run over Gloo communicators of their own,
  * made next to the NCCL ones (state_cross, state_intra). Sharded groups and
- * --bucket-mb are CPU-only (px_trainer_check). */
+ * --bucket-mb are CPU-only (px_trainer_check).
+ *
+ * DiLoCo (--mode diloco, section "DiLoCo" below) replaces step 2 for H
+ * steps at a time: each group's inner steps reduce inside the group only,
+ * and an outer step every H steps (and first in every new quorum) averages
+ * the pseudo-gradients across groups; the state is then the global
+ * parameters, the outer momentum and the group's own moments. Quorum
+ * changes that drop other groups reach a group at its next outer step. */
 #include "trainer.h"
 
 #include <inttypes.h>
