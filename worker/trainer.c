@@ -957,7 +957,8 @@ static int setup(trainer_t *t) {
     t->targets = malloc(mb * sizeof(int));
     if (t->shard) {
         px_shard_bufs_t *b = px_shard_bufs(t->shard);
-        t->st = (px_train_state_t){.buf = {b->params, b->m, b->v}, .n = b->n, .step = 0, .seed = cfg->seed};
+        t->st = (px_train_state_t){.buf = {b->params, b->m, b->v}, .n = b->n, .step = 0, .seed = cfg->seed,
+                                   .nbuf = PX_STATE_NBUF};
     } else {
         t->st = px_state_of_model(t->model, 0, cfg->seed);
     }
