@@ -8,7 +8,10 @@
  * the unsharded shape of each parameter (h.3.attn.c_attn.weight is (3C, C),
  * nn.Linear's (out, in) orientation; Hugging Face's Conv1D stores the
  * transpose, which the safetensors export applies) and of each AdamW moment
- * (optimizer.exp_avg.NAME, optimizer.exp_avg_sq.NAME). Each tensor lists
+ * (optimizer.exp_avg.NAME, optimizer.exp_avg_sq.NAME) and, in a DiLoCo
+ * state of four buffers, of the outer optimizer's momentum
+ * (outer.momentum.NAME, the parameter's shape): all of them or none, so that
+ * no state is ever half there. Each tensor lists
  * the slices that together cover it: a hyperrectangle (start, count per
  * dimension), stored row-major as float32 little-endian in a byte range of a
  * data file. A reader assembles any slice of any tensor from the manifest
@@ -35,18 +38,23 @@
 
 /* ---- the logical tensors of a model's state (pure) ---------------------- */
 
+/* The name prefix of the tensors of each buffer: "" (params),
+ * "optimizer.exp_avg.", "optimizer.exp_avg_sq.", "outer.momentum.". */
+#define PX_CKPT_OUTER_PREFIX "outer.momentum."
+
 typedef struct {
-    char name[96];                   /* GPT-2 name, with the optimizer prefix for m and v */
-    int buffer;                      /* PX_STATE_PARAMS, _M or _V */
+    char name[96];                   /* GPT-2 name, with its buffer's prefix */
+    int buffer;                      /* PX_STATE_PARAMS, _M, _V or _OUTER_M */
     size_t offset;                   /* first float in that buffer */
     int ndim;
     int64_t shape[PX_CKPT_MAX_DIMS];
 } px_ckpt_logical_t;
 
-/* Logical tensors of the state of a model of config cfg, in buffer order
- * (params, then m, then v; llm.c's order inside each): 3 * (4 + 12 L).
- * out may be NULL to count. */
-int px_ckpt_logical_tensors(const px_gpt_config_t *cfg, px_ckpt_logical_t *out);
+/* Logical tensors of a state of nbuf buffers (PX_STATE_NBUF, or
+ * PX_STATE_MAXBUF with the outer momentum) of a model of config cfg, in
+ * buffer order (params, m, v[, outer_m]; llm.c's order inside each):
+ * nbuf * (4 + 12 L), or -1 for another nbuf. out may be NULL to count. */
+int px_ckpt_logical_tensors(const px_gpt_config_t *cfg, int nbuf, px_ckpt_logical_t *out);
 
 /* ---- the manifest (pure: JSON text <-> struct) ------------------------- */
 
@@ -82,6 +90,13 @@ typedef struct {
     /* The layout that wrote it (informative: the slices are what a reader uses). */
     int groups, ranks_per_group, fsdp, tp, pp;
     char writer_group[64];
+    /* 1: the state has the outer momentum (outer.momentum.NAME of every
+     * parameter: a DiLoCo state of 4 buffers); 0: params, m and v only.
+     * JSON "outer_momentum"; the decoder derives it from the tensors (a
+     * manifest without the key is read as what its tensors say) and
+     * refuses a manifest with some outer tensors but not all, one whose
+     * shape is not its parameter's, or a key that disagrees. */
+    int outer_momentum;
     int ntensors;
     px_ckpt_tensor_t *tensors;
     int nfiles;
@@ -89,20 +104,22 @@ typedef struct {
 } px_ckpt_manifest_t;
 
 void px_ckpt_manifest_free(px_ckpt_manifest_t *m);
-/* The manifest of a state written whole by one rank into one data file
- * (file name `file`, its size and checksum filled in by the writer). 0, or -1
- * when out of memory. */
-int px_ckpt_manifest_whole(px_ckpt_manifest_t *m, const px_gpt_config_t *cfg, const char *file);
-/* The manifest of a state written in pieces by several ranks: every
- * logical tensor of cfg without slices, and nfiles data files named
+/* The manifest of a state of nbuf buffers written whole by one rank into
+ * one data file (file name `file`, its size and checksum filled in by the
+ * writer). 0, or -1 when out of memory or nbuf is not 3 or 4. */
+int px_ckpt_manifest_whole(px_ckpt_manifest_t *m, const px_gpt_config_t *cfg, int nbuf, const char *file);
+/* The manifest of a state of nbuf buffers written in pieces by several
+ * ranks: every logical tensor of cfg without slices, and nfiles data files named
  * "<prefix><f, 5 digits>.bin" (the writers use "rank": rank00003.bin). Then px_ckpt_manifest_add appends, file by file in
  * the order of its bytes, each rectangle a writer stores: rows [row0,
  * row0 + nrows) x columns [col0, col0 + ncols) of the logical tensor
- * (buffer PX_STATE_*, gpt.h kind, layer; 0 for the outer tensors) seen as
+ * (buffer PX_STATE_* below nbuf, gpt.h kind, layer; 0 for the tensors
+ * outside the layers) seen as
  * rows of K floats (a matrix's own rows; a vector as one row, or K = 1).
  * The file's size grows by the rectangle. Both 0, or -1 when out of memory
  * or the rectangle does not fit the tensor (the decoder checks coverage). */
-int px_ckpt_manifest_begin(px_ckpt_manifest_t *m, const px_gpt_config_t *cfg, int nfiles, const char *prefix);
+int px_ckpt_manifest_begin(px_ckpt_manifest_t *m, const px_gpt_config_t *cfg, int nbuf, int nfiles,
+                           const char *prefix);
 int px_ckpt_manifest_add(px_ckpt_manifest_t *m, int file, int buffer, int kind, int layer, int64_t K, int64_t row0,
                          int64_t nrows, int64_t col0, int64_t ncols);
 /* JSON text of m (malloc'd, NUL-terminated), or NULL when out of memory. */
@@ -114,7 +131,8 @@ char *px_ckpt_manifest_encode(const px_ckpt_manifest_t *m);
  * err (m is left empty). */
 int px_ckpt_manifest_decode(const char *text, size_t len, px_ckpt_manifest_t *m, char *err, size_t errlen);
 /* 0 when the manifest holds the whole state of a model of config cfg (same
- * config, every logical tensor present with its shape); else -1 and why. */
+ * config, every tensor of params, m and v present with its shape; the outer
+ * momentum, optional, was checked by the decoder); else -1 and why. */
 int px_ckpt_manifest_matches(const px_ckpt_manifest_t *m, const px_gpt_config_t *cfg, char *err, size_t errlen);
 /* Index of the tensor named name, or -1. */
 int px_ckpt_manifest_find(const px_ckpt_manifest_t *m, const char *name);
@@ -138,7 +156,8 @@ typedef struct {
 /* "DIR/step_<8 digits>". */
 void px_ckpt_path(const char *dir, int64_t step, char *out, size_t len);
 
-/* Writes state s (whole, as one rank) as DIR/step_<s->step>, atomically; DIR
+/* Writes state s (whole, as one rank: every one of its s->nbuf buffers) as
+ * DIR/step_<s->step>, atomically; DIR
  * is created when missing. An existing step_N of the same step (a corrupt one
  * that restore skipped) is replaced. On failure nothing is published and the
  * temporary folder is removed. 0, or -1 with the fault (ENOSPC, EFBIG, ...)
@@ -148,7 +167,8 @@ int px_ckpt_write(const char *dir, const px_train_state_t *s, const px_gpt_confi
 
 /* One rank's part of a checkpoint written by several (a sharded group):
  * every rank writes the floats `runs` (offset, count: the same runs of each
- * of the state's three buffers, params first, then m, then v) into its file
+ * of the state's s->nbuf buffers, params first, then m, then v[, outer_m],
+ * which the plan must have been begun with) into its file
  * rank<rank>.bin of a temporary folder the ranks share
  * (DIR/.tmp-step_N-<writer group>-q<quorum id>), then a marker with the
  * file's size and checksum. Rank 0 waits up to wait_ms for every marker,
@@ -199,14 +219,25 @@ int px_ckpt_check_files(const char *path, const px_ckpt_manifest_t *m, px_ckpt_f
  * dst->step and seed are set). m receives the manifest (may be NULL). A shared
  * lock on the manifest is held meanwhile, so retention leaves it alone. On
  * failure dst holds partial data: load into a staging state. 0, or -1 with
- * the fault. With cfg, the manifest must match that model. */
+ * the fault. With cfg, the manifest must match that model.
+ *
+ * The outer momentum and dst->nbuf (3 or 4) need not agree:
+ *   checkpoint with it, dst of 3     read and verified, placed nowhere;
+ *   checkpoint without it, dst of 4  params, m and v loaded, dst's outer_m
+ *                                    set to zero (without a sink; a sink's
+ *                                    owner zeroes its own).
+ * The caller learns of the zero from the manifest: dst->nbuf == 4 and
+ * m->outer_momentum == 0 mean outer_m was not in the checkpoint and is
+ * zero now (a DiLoCo job resumed from a synchronous job's checkpoint). */
 int px_ckpt_load(const char *path, const px_gpt_config_t *cfg, px_train_state_t *dst, px_ckpt_manifest_t *m,
                  px_ckpt_fault_t *fault);
 /* Where a load puts the values: with place set, each slice read (and
  * hashed) is handed to place instead of being copied into dst's buffers,
- * which stay untouched (dst gives the model's size and gets step and seed):
- * a sharded rank keeps only what it holds, without a whole-state copy.
- * place returns 0, or -1 (the load fails, "out of memory"). */
+ * which stay untouched (dst gives the model's size and buffer count and
+ * gets step and seed): a sharded rank keeps only what it holds, without a
+ * whole-state copy. Outer momentum slices (l->buffer PX_STATE_OUTER_M)
+ * come only when dst->nbuf is 4. place returns 0, or -1 (the load fails,
+ * "out of memory"). */
 typedef struct {
     int (*place)(void *ctx, const px_ckpt_logical_t *l, const px_ckpt_slice_t *s, const float *values);
     void *ctx;
@@ -227,10 +258,12 @@ int px_ckpt_list(const char *dir, int64_t **steps);
 typedef void (*px_ckpt_reject_fn)(void *ctx, const char *path, const px_ckpt_fault_t *fault);
 int64_t px_ckpt_restore_newest(const char *dir, const px_gpt_config_t *cfg, const char *job, uint64_t seed,
                                px_train_state_t *dst, px_ckpt_reject_fn on_reject, void *ctx);
-/* The same through a sink (px_ckpt_load_to; NULL: into dst). */
+/* The same through a sink (px_ckpt_load_to; NULL: into dst). When a step
+ * is restored, m (may be NULL) receives its manifest (px_ckpt_manifest_free
+ * it), which says whether it had the outer momentum (see px_ckpt_load). */
 int64_t px_ckpt_restore_newest_to(const char *dir, const px_gpt_config_t *cfg, const char *job, uint64_t seed,
-                                  px_train_state_t *dst, const px_ckpt_sink_t *sink, px_ckpt_reject_fn on_reject,
-                                  void *ctx);
+                                  px_train_state_t *dst, const px_ckpt_sink_t *sink, px_ckpt_manifest_t *m,
+                                  px_ckpt_reject_fn on_reject, void *ctx);
 
 /* Retention: keeps the `keep` newest step folders and always the one of step
  * `protect`; deletes the others that no reader holds (renamed away, then

@@ -17,7 +17,8 @@ static const char *const gpt2_names[PX_GPT_NUM_TENSORS] = {
     "h.%d.attn.c_attn.weight", "h.%d.attn.c_attn.bias", "h.%d.attn.c_proj.weight", "h.%d.attn.c_proj.bias",
     "h.%d.ln_2.weight",    "h.%d.ln_2.bias",      "h.%d.mlp.c_fc.weight",    "h.%d.mlp.c_fc.bias",
     "h.%d.mlp.c_proj.weight", "h.%d.mlp.c_proj.bias", "ln_f.weight",          "ln_f.bias"};
-static const char *const buffer_prefix[PX_STATE_NBUF] = {"", "optimizer.exp_avg.", "optimizer.exp_avg_sq."};
+static const char *const buffer_prefix[PX_STATE_MAXBUF] = {"", "optimizer.exp_avg.", "optimizer.exp_avg_sq.",
+                                                            PX_CKPT_OUTER_PREFIX};
 
 /* Shape of one layer's (or the single) tensor of kind k. */
 static int kind_shape(const px_gpt_config_t *c, int k, int64_t *shape) {
@@ -41,11 +42,12 @@ int64_t px_ckpt_volume(int ndim, const int64_t *shape) {
     return v;
 }
 
-int px_ckpt_logical_tensors(const px_gpt_config_t *cfg, px_ckpt_logical_t *out) {
+int px_ckpt_logical_tensors(const px_gpt_config_t *cfg, int nbuf, px_ckpt_logical_t *out) {
+    if (nbuf != PX_STATE_NBUF && nbuf != PX_STATE_MAXBUF) return -1;
     size_t sizes[PX_GPT_NUM_TENSORS];
     px_gpt_tensor_sizes(cfg, sizes);
     int n = 0;
-    for (int b = 0; b < PX_STATE_NBUF; b++) {
+    for (int b = 0; b < nbuf; b++) {
         size_t off = 0;
         for (int k = 0; k < PX_GPT_NUM_TENSORS; k++) {
             int per_layer = strstr(gpt2_names[k], "%d") != NULL;
@@ -84,16 +86,18 @@ void px_ckpt_manifest_free(px_ckpt_manifest_t *m) {
     memset(m, 0, sizeof *m);
 }
 
-int px_ckpt_manifest_whole(px_ckpt_manifest_t *m, const px_gpt_config_t *cfg, const char *file) {
+int px_ckpt_manifest_whole(px_ckpt_manifest_t *m, const px_gpt_config_t *cfg, int nbuf, const char *file) {
     memset(m, 0, sizeof *m);
-    int n = px_ckpt_logical_tensors(cfg, NULL);
+    int n = px_ckpt_logical_tensors(cfg, nbuf, NULL);
+    if (n < 0) return -1;
     px_ckpt_logical_t *lt = calloc((size_t)n, sizeof *lt);
     m->tensors = calloc((size_t)n, sizeof *m->tensors);
     m->files = calloc(1, sizeof *m->files);
     if (!lt || !m->tensors || !m->files) goto oom;
-    px_ckpt_logical_tensors(cfg, lt);
+    px_ckpt_logical_tensors(cfg, nbuf, lt);
     m->format_version = PX_CKPT_FORMAT_VERSION;
     m->model = *cfg;
+    m->outer_momentum = nbuf == PX_STATE_MAXBUF;
     m->groups = m->ranks_per_group = m->fsdp = m->tp = m->pp = 1;
     m->nfiles = 1;
     snprintf(m->files[0].name, sizeof m->files[0].name, "%s", file);
@@ -122,9 +126,11 @@ oom:
     return -1;
 }
 
-int px_ckpt_manifest_begin(px_ckpt_manifest_t *m, const px_gpt_config_t *cfg, int nfiles, const char *prefix) {
+int px_ckpt_manifest_begin(px_ckpt_manifest_t *m, const px_gpt_config_t *cfg, int nbuf, int nfiles,
+                           const char *prefix) {
     memset(m, 0, sizeof *m);
-    int n = px_ckpt_logical_tensors(cfg, NULL);
+    int n = px_ckpt_logical_tensors(cfg, nbuf, NULL);
+    if (n < 0) return -1;
     px_ckpt_logical_t *lt = calloc((size_t)n, sizeof *lt);
     m->tensors = calloc((size_t)n, sizeof *m->tensors);
     m->files = calloc((size_t)nfiles, sizeof *m->files);
@@ -133,9 +139,10 @@ int px_ckpt_manifest_begin(px_ckpt_manifest_t *m, const px_gpt_config_t *cfg, in
         px_ckpt_manifest_free(m);
         return -1;
     }
-    px_ckpt_logical_tensors(cfg, lt);
+    px_ckpt_logical_tensors(cfg, nbuf, lt);
     m->format_version = PX_CKPT_FORMAT_VERSION;
     m->model = *cfg;
+    m->outer_momentum = nbuf == PX_STATE_MAXBUF;
     m->groups = m->ranks_per_group = m->fsdp = m->tp = m->pp = 1;
     for (int i = 0; i < n; i++, m->ntensors++) {
         snprintf(m->tensors[i].name, sizeof m->tensors[i].name, "%s", lt[i].name);
@@ -151,6 +158,7 @@ int px_ckpt_manifest_begin(px_ckpt_manifest_t *m, const px_gpt_config_t *cfg, in
 int px_ckpt_manifest_add(px_ckpt_manifest_t *m, int file, int buffer, int kind, int layer, int64_t K, int64_t row0,
                          int64_t nrows, int64_t col0, int64_t ncols) {
     /* the logical tensor: buffers in order, kinds in order, layers in order */
+    if (buffer < 0 || buffer >= (m->outer_momentum ? PX_STATE_MAXBUF : PX_STATE_NBUF)) return -1;
     int idx = 0;
     for (int b = 0; b <= buffer; b++)
         for (int k = 0; k < PX_GPT_NUM_TENSORS; k++) {
@@ -206,6 +214,7 @@ char *px_ckpt_manifest_encode(const px_ckpt_manifest_t *m) {
     json_object_set_new(root, "seed", json_integer((json_int_t)m->seed));
     json_object_set_new(root, "created_unix_ms", json_integer(m->created_ms));
     json_object_set_new(root, "dtype", json_string("F32"));
+    json_object_set_new(root, "outer_momentum", json_boolean(m->outer_momentum));
     json_t *model = json_object();
     json_object_set_new(model, "max_seq_len", json_integer(m->model.max_seq_len));
     json_object_set_new(model, "vocab_size", json_integer(m->model.vocab_size));
@@ -446,6 +455,54 @@ static int check_tiling(const px_ckpt_manifest_t *m, char *err, size_t errlen) {
     return rc;
 }
 
+static void dims_text(int ndim, const int64_t *shape, char *out, size_t len) {
+    size_t n = 0;
+    out[0] = '\0';
+    for (int d = 0; d < ndim && n < len; d++)
+        n += (size_t)snprintf(out + n, len - n, "%s%" PRId64, d ? "x" : "", shape[d]);
+}
+
+/* The outer momentum is whole or absent: outer.momentum.NAME for every
+ * parameter of the manifest's model, each with its parameter's shape, or
+ * none (a state half there must never be loaded; which of the other
+ * tensors a model needs is px_ckpt_manifest_matches' business). Sets
+ * m->outer_momentum; the "outer_momentum" member, optional, must agree. */
+static int decode_outer(json_t *root, px_ckpt_manifest_t *m, char *err, size_t errlen) {
+    int n = px_ckpt_logical_tensors(&m->model, PX_STATE_MAXBUF, NULL);
+    px_ckpt_logical_t *lt = calloc((size_t)n, sizeof *lt);
+    if (!lt) return px_ckpt_fail(err, errlen, "out of memory");
+    px_ckpt_logical_tensors(&m->model, PX_STATE_MAXBUF, lt);
+    int first = n / PX_STATE_MAXBUF * PX_STATE_OUTER_M; /* the outer momentum's tensors come last */
+    int found = 0, missing = -1, rc = 0;
+    for (int i = first; i < n && rc == 0; i++) {
+        int k = px_ckpt_manifest_find(m, lt[i].name);
+        if (k < 0) {
+            if (missing < 0) missing = i;
+            continue;
+        }
+        found++;
+        const px_ckpt_tensor_t *t = &m->tensors[k];
+        if (t->ndim != lt[i].ndim || memcmp(t->shape, lt[i].shape, sizeof(int64_t) * (size_t)t->ndim)) {
+            char got[96], want[96];
+            dims_text(t->ndim, t->shape, got, sizeof got);
+            dims_text(lt[i].ndim, lt[i].shape, want, sizeof want);
+            rc = px_ckpt_fail(err, errlen, "tensor %s has shape %s, its parameter's is %s", lt[i].name, got, want);
+        }
+    }
+    if (rc == 0 && found && missing >= 0)
+        rc = px_ckpt_fail(err, errlen, "tensor %s missing: the outer momentum has %d of its %d tensors, and a "
+                          "partial state is never loaded", lt[missing].name, found, n - first);
+    m->outer_momentum = found > 0;
+    json_t *flag = json_object_get(root, "outer_momentum");
+    if (rc == 0 && flag && !json_is_boolean(flag))
+        rc = px_ckpt_fail(err, errlen, "\"outer_momentum\" is not true or false");
+    else if (rc == 0 && flag && json_is_true(flag) != m->outer_momentum)
+        rc = px_ckpt_fail(err, errlen, "\"outer_momentum\" is %s, but the manifest has %s " PX_CKPT_OUTER_PREFIX
+                          "* tensors", json_is_true(flag) ? "true" : "false", found ? "the" : "no");
+    free(lt);
+    return rc;
+}
+
 static int decode_root(json_t *root, px_ckpt_manifest_t *m, char *err, size_t errlen) {
     char fmt[64];
     int64_t v;
@@ -493,6 +550,7 @@ static int decode_root(json_t *root, px_ckpt_manifest_t *m, char *err, size_t er
             if (!strcmp(m->tensors[k].name, m->tensors[i].name))
                 return px_ckpt_fail(err, errlen, "tensor %s listed twice", m->tensors[i].name);
     }
+    if (decode_outer(root, m, err, errlen)) return -1;
     return check_tiling(m, err, errlen);
 }
 
@@ -516,10 +574,10 @@ int px_ckpt_manifest_matches(const px_ckpt_manifest_t *m, const px_gpt_config_t 
                     a->num_layers, a->channels, a->num_heads, a->max_seq_len, a->vocab_size, a->padded_vocab_size,
                     cfg->num_layers, cfg->channels, cfg->num_heads, cfg->max_seq_len, cfg->vocab_size,
                     cfg->padded_vocab_size);
-    int n = px_ckpt_logical_tensors(cfg, NULL);
+    int n = px_ckpt_logical_tensors(cfg, PX_STATE_NBUF, NULL);
     px_ckpt_logical_t *lt = calloc((size_t)n, sizeof *lt);
     if (!lt) return px_ckpt_fail(err, errlen, "out of memory");
-    px_ckpt_logical_tensors(cfg, lt);
+    px_ckpt_logical_tensors(cfg, PX_STATE_NBUF, lt);
     int rc = 0;
     for (int i = 0; i < n && rc == 0; i++) {
         int k = px_ckpt_manifest_find(m, lt[i].name);

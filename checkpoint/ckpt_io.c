@@ -174,8 +174,8 @@ static int writer_close(writer_t *w) {
     return rc;
 }
 
-/* The state's three buffers into one file, hashed on the way: whole, or
- * only the runs (offset, count) of each (runs NULL: whole). */
+/* The state's s->nbuf buffers into one file, in order, hashed on the way:
+ * whole, or only the runs (offset, count) of each (runs NULL: whole). */
 static int write_data(const char *path, const px_train_state_t *s, const size_t (*runs)[2], size_t nruns,
                       uint64_t *bytes, uint64_t *hash, char *err, size_t errlen) {
     writer_t w;
@@ -192,7 +192,7 @@ static int write_data(const char *path, const px_train_state_t *s, const size_t 
     *bytes = 0;
     size_t whole[1][2] = {{0, s->n}};
     if (!runs) runs = (const size_t(*)[2])whole, nruns = 1;
-    for (int k = 0; k < PX_STATE_NBUF * (int)nruns; k++) {
+    for (int k = 0; k < s->nbuf * (int)nruns; k++) {
         int b = k / (int)nruns;
         const char *p = (const char *)(s->buf[b] + runs[k % nruns][0]);
         size_t left = runs[k % nruns][1] * sizeof(float);
@@ -244,10 +244,18 @@ static int finish(const char *dir, const char *tmp, const char *final, px_ckpt_m
                   const px_train_state_t *s, const px_ckpt_meta_t *meta, uint64_t bytes, int64_t t0,
                   px_ckpt_result_t *res, char *err, size_t errlen);
 
+/* A state the format has tensors for: params, m, v and perhaps outer_m. */
+static int nbuf_ok(const px_train_state_t *s, char *err, size_t errlen) {
+    if (s->nbuf == PX_STATE_NBUF || s->nbuf == PX_STATE_MAXBUF) return 0;
+    return px_ckpt_fail(err, errlen, "a state of %d buffers: a checkpoint holds %d or %d", s->nbuf, PX_STATE_NBUF,
+                        PX_STATE_MAXBUF);
+}
+
 int px_ckpt_write(const char *dir, const px_train_state_t *s, const px_gpt_config_t *cfg, const px_ckpt_meta_t *meta,
                   px_ckpt_result_t *res, char *err, size_t errlen) {
     int64_t t0 = px_now_us();
     memset(res, 0, sizeof *res);
+    if (nbuf_ok(s, err, errlen) != 0) return -1;
     if (mkdirs(dir) != 0) return px_ckpt_fail(err, errlen, "creating the checkpoint folder %s: %s", dir, strerror(errno));
     char host[64] = "host", tmp[4200], path[4300], final[4200];
     gethostname(host, sizeof host - 1);
@@ -258,7 +266,7 @@ int px_ckpt_write(const char *dir, const px_train_state_t *s, const px_gpt_confi
     rm_rf(tmp); /* a leftover of an earlier attempt of this process */
     if (mkdir(tmp, 0755) != 0) return px_ckpt_fail(err, errlen, "creating %s: %s", tmp, strerror(errno));
     px_ckpt_manifest_t m;
-    if (px_ckpt_manifest_whole(&m, cfg, DATA_FILE) != 0) {
+    if (px_ckpt_manifest_whole(&m, cfg, s->nbuf, DATA_FILE) != 0) {
         px_ckpt_fail(err, errlen, "out of memory");
         goto bad;
     }
@@ -347,6 +355,10 @@ int px_ckpt_write_part(const char *dir, const px_train_state_t *s, const px_ckpt
                        const px_ckpt_part_t *part, px_ckpt_result_t *res, char *err, size_t errlen) {
     int64_t t0 = px_now_us();
     memset(res, 0, sizeof *res);
+    if (nbuf_ok(s, err, errlen) != 0) return -1;
+    if (part->plan && part->plan->outer_momentum != (s->nbuf == PX_STATE_MAXBUF))
+        return px_ckpt_fail(err, errlen, "a state of %d buffers, a plan for %d", s->nbuf,
+                            part->plan->outer_momentum ? PX_STATE_MAXBUF : PX_STATE_NBUF);
     if (mkdirs(dir) != 0) return px_ckpt_fail(err, errlen, "creating the checkpoint folder %s: %s", dir, strerror(errno));
     char tmp[4200], path[4300], done[4300], final[4200];
     px_ckpt_path(dir, s->step, final, sizeof final);
@@ -611,10 +623,16 @@ int px_ckpt_load_to(const char *path, const px_gpt_config_t *cfg, px_train_state
         goto out;
     }
     if ((rc = px_ckpt_check_files(path, &m, fl)) != 0) goto out;
-    if (dst) {
-        nlog = px_ckpt_logical_tensors(cfg ? cfg : &m.model, NULL);
+    if (dst && dst->nbuf != PX_STATE_NBUF && dst->nbuf != PX_STATE_MAXBUF) {
+        rc = fault(fl, path, 1, "cannot load into a state of %d buffers (%d or %d)", dst->nbuf, PX_STATE_NBUF,
+                   PX_STATE_MAXBUF);
+        goto out;
+    }
+    if (dst) { /* what is placed: the outer momentum only where both have it; the rest is read and verified */
+        int nbuf = dst->nbuf == PX_STATE_MAXBUF && m.outer_momentum ? PX_STATE_MAXBUF : PX_STATE_NBUF;
+        nlog = px_ckpt_logical_tensors(cfg ? cfg : &m.model, nbuf, NULL);
         lt = calloc((size_t)nlog, sizeof *lt);
-        if (lt) px_ckpt_logical_tensors(cfg ? cfg : &m.model, lt);
+        if (lt) px_ckpt_logical_tensors(cfg ? cfg : &m.model, nbuf, lt);
     }
     int total = 0;
     for (int i = 0; i < m.ntensors; i++) total += m.tensors[i].nslices;
@@ -649,6 +667,9 @@ int px_ckpt_load_to(const char *path, const px_gpt_config_t *cfg, px_train_state
     if (rc == 0 && dst) {
         dst->step = m.step;
         dst->seed = m.seed;
+        /* a synchronous job's checkpoint into a DiLoCo state: no outer step was taken yet */
+        if (dst->nbuf == PX_STATE_MAXBUF && !m.outer_momentum && !sink)
+            memset(dst->buf[PX_STATE_OUTER_M], 0, dst->n * sizeof(float));
     }
 out:
     free(buf);
@@ -696,12 +717,12 @@ int px_ckpt_list(const char *dir, int64_t **steps) {
 
 int64_t px_ckpt_restore_newest(const char *dir, const px_gpt_config_t *cfg, const char *job, uint64_t seed,
                                px_train_state_t *dst, px_ckpt_reject_fn on_reject, void *ctx) {
-    return px_ckpt_restore_newest_to(dir, cfg, job, seed, dst, NULL, on_reject, ctx);
+    return px_ckpt_restore_newest_to(dir, cfg, job, seed, dst, NULL, NULL, on_reject, ctx);
 }
 
 int64_t px_ckpt_restore_newest_to(const char *dir, const px_gpt_config_t *cfg, const char *job, uint64_t seed,
-                                  px_train_state_t *dst, const px_ckpt_sink_t *sink, px_ckpt_reject_fn on_reject,
-                                  void *ctx) {
+                                  px_train_state_t *dst, const px_ckpt_sink_t *sink, px_ckpt_manifest_t *mout,
+                                  px_ckpt_reject_fn on_reject, void *ctx) {
     int64_t *steps;
     int n = px_ckpt_list(dir, &steps);
     int mismatches = 0;
@@ -723,7 +744,7 @@ int64_t px_ckpt_restore_newest_to(const char *dir, const px_gpt_config_t *cfg, c
                            " (the data order would differ)", m.seed, seed);
             px_ckpt_manifest_free(&m);
         }
-        if (rc == 0) rc = px_ckpt_load_to(path, cfg, dst, sink, NULL, &f);
+        if (rc == 0) rc = px_ckpt_load_to(path, cfg, dst, sink, mout, &f);
         if (rc == 0) {
             restored = steps[i];
             break;

@@ -109,7 +109,10 @@ int px_ckpt_saver_submit(px_ckpt_saver_t *sv, const px_train_state_t *s, const p
     pthread_mutex_lock(&sv->mu);
     wait_idle_locked(sv);
     pthread_mutex_unlock(&sv->mu);
-    /* The thread is idle: the snapshot is ours until we hand it over. */
+    /* The thread is idle: the snapshot is ours until we hand it over. It
+     * has every buffer of the state (3, or 4 with DiLoCo's outer momentum),
+     * and follows the state when that changes (a switch of mode). */
+    if (sv->snap.owned && (sv->snap.nbuf != s->nbuf || sv->snap.n != s->n)) px_state_free(&sv->snap);
     if (!sv->snap.owned && px_state_alloc_like(&sv->snap, s) != 0) return -1;
     if (!overlap) copy_state(&sv->snap, s, 1);
     sv->meta = *meta;

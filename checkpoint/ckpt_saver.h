@@ -23,7 +23,8 @@ typedef struct {
  * of config cfg in job `job`. NULL when out of memory or no thread. */
 px_ckpt_saver_t *px_ckpt_saver_new(const char *dir, int keep, const px_gpt_config_t *cfg, const char *job);
 /* Waits for the save in flight to end, then hands s to the thread (the
- * snapshot buffer is allocated on first use). overlap 0: s is copied into
+ * snapshot, of every buffer of s, is allocated on first use and again when
+ * s's buffer count or size changes). overlap 0: s is copied into
  * the snapshot here, on every core, before this returns. overlap 1 (the
  * CheckFreq way): the thread copies s itself while the caller goes on, so
  * s must stay alive and unchanged until px_ckpt_saver_fence returns: a

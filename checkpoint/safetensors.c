@@ -1,7 +1,8 @@
-/* The safetensors export of a model's parameters, pure (safetensors.h): the
- * tensor plan is derived from the checkpoint's logical tensors, so a name or
- * shape exists in one place only (ckpt_format.c); this file adds what Hugging
- * Face's orientation and vocabulary need, and the header's JSON (jansson). */
+/* The safetensors export of a model's parameters (and outer momentum), pure
+ * (safetensors.h): the tensor plan is derived from the checkpoint's logical
+ * tensors, so a name or shape exists in one place only (ckpt_format.c); this
+ * file adds what Hugging Face's orientation and vocabulary need, and the
+ * header's JSON (jansson). */
 #include "safetensors.h"
 
 #include <jansson.h>
@@ -23,25 +24,29 @@ static int is_conv1d_weight(const char *name) {
     return 0;
 }
 
-int px_safetensors_tensors(const px_gpt_config_t *cfg, px_safetensors_tensor_t *out) {
-    int nlog = px_ckpt_logical_tensors(cfg, NULL);
-    px_ckpt_logical_t *lt = calloc((size_t)nlog, sizeof *lt);
+int px_safetensors_tensors(const px_gpt_config_t *cfg, int nbuf, px_safetensors_tensor_t *out) {
+    int nlog = px_ckpt_logical_tensors(cfg, nbuf, NULL);
+    px_ckpt_logical_t *lt = nlog > 0 ? calloc((size_t)nlog, sizeof *lt) : NULL;
     if (!lt) return -1;
-    px_ckpt_logical_tensors(cfg, lt);
+    px_ckpt_logical_tensors(cfg, nbuf, lt);
     int n = 0;
     uint64_t pos = 0;
     for (int i = 0; i < nlog; i++) {
-        if (lt[i].buffer != PX_STATE_PARAMS) continue;
+        if (lt[i].buffer != PX_STATE_PARAMS && lt[i].buffer != PX_STATE_OUTER_M) continue; /* not AdamW's moments */
         if (out) {
             px_safetensors_tensor_t *t = &out[n];
+            /* the parameter's name: an outer momentum tensor takes its parameter's orientation and rows */
+            const char *param = lt[i].buffer == PX_STATE_OUTER_M ? lt[i].name + strlen(PX_CKPT_OUTER_PREFIX)
+                                                                 : lt[i].name;
             snprintf(t->name, sizeof t->name, "%s", lt[i].name);
             t->ndim = lt[i].ndim;
             t->shape[0] = lt[i].shape[0];
             t->shape[1] = t->ndim > 1 ? lt[i].shape[1] : 1;
+            t->buffer = lt[i].buffer;
             t->src = lt[i].offset;
-            t->transpose = is_conv1d_weight(t->name);
+            t->transpose = is_conv1d_weight(param);
             if (t->transpose) t->shape[0] = lt[i].shape[1], t->shape[1] = lt[i].shape[0];
-            if (!strcmp(t->name, "wte.weight")) t->shape[0] = cfg->vocab_size; /* the padding rows go */
+            if (!strcmp(param, "wte.weight")) t->shape[0] = cfg->vocab_size; /* the padding rows go */
             t->begin = pos;
             t->end = pos + (uint64_t)t->shape[0] * (uint64_t)(t->ndim > 1 ? t->shape[1] : 1) * sizeof(float);
             pos = t->end;
@@ -82,9 +87,9 @@ char *px_safetensors_header(const px_safetensors_tensor_t *t, int n, int64_t ste
     return h;
 }
 
-void px_safetensors_fill(const px_safetensors_tensor_t *t, int n, const float *params, float *data) {
+void px_safetensors_fill(const px_safetensors_tensor_t *t, int n, const px_train_state_t *s, float *data) {
     for (int i = 0; i < n; i++) {
-        const float *src = params + t[i].src;
+        const float *src = s->buf[t[i].buffer] + t[i].src;
         float *dst = data + t[i].begin / sizeof(float);
         int64_t rows = t[i].shape[0], cols = t[i].ndim > 1 ? t[i].shape[1] : 1;
         if (!t[i].transpose) {

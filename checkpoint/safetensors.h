@@ -1,4 +1,5 @@
-/* A GPT-2 model's parameters as a Hugging Face safetensors file, without I/O:
+/* A GPT-2 model's parameters (and a DiLoCo state's outer momentum) as a
+ * Hugging Face safetensors file, without I/O:
  * which tensors, in which orientation, where each lands in the data section,
  * the header, and the data. phalanx-ckpt export writes the two with
  * px_file_write_atomic (model/shard.h).
@@ -13,7 +14,10 @@
  *   - the four Conv1D weights (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj)
  *     are stored transposed, (in, out), as Conv1D keeps them; the checkpoint
  *     holds nn.Linear's (out, in);
- *   - wte.weight has the real vocabulary's V rows, not the padded Vp. */
+ *   - wte.weight has the real vocabulary's V rows, not the padded Vp.
+ * A state of four buffers adds its outer momentum after the parameters, as
+ * outer.momentum.NAME, each in its parameter's orientation and rows (a
+ * GPT-2 loader reports them as unexpected keys and leaves them alone). */
 #ifndef PX_SAFETENSORS_H
 #define PX_SAFETENSORS_H
 
@@ -21,20 +25,24 @@
 #include <stdint.h>
 
 #include "gpt.h"
+#include "train_state.h"
 
 typedef struct {
     char name[96];
     int ndim;
     int64_t shape[2];  /* as stored in the file */
-    size_t src;        /* first float in the params buffer (px_gpt_t's layout) */
+    int buffer;        /* PX_STATE_PARAMS or PX_STATE_OUTER_M */
+    size_t src;        /* first float in that buffer (px_gpt_t's layout) */
     int transpose;     /* 1: params hold (shape[1], shape[0]); the file the transpose */
     uint64_t begin;    /* data_offsets: bytes into the data section */
     uint64_t end;
 } px_safetensors_tensor_t;
 
-/* The tensors of the file for a model of config cfg, in llm.c's order:
- * 4 + 12 L. out may be NULL to count; -1 when out of memory. */
-int px_safetensors_tensors(const px_gpt_config_t *cfg, px_safetensors_tensor_t *out);
+/* The tensors of the file for a state of nbuf buffers (3, or 4 with the
+ * outer momentum) of a model of config cfg, in llm.c's order: 4 + 12 L
+ * parameters, then as many outer momentum tensors with nbuf 4. out may be
+ * NULL to count; -1 when out of memory or nbuf is not 3 or 4. */
+int px_safetensors_tensors(const px_gpt_config_t *cfg, int nbuf, px_safetensors_tensor_t *out);
 
 /* The header (length prefix, JSON, padding) with "__metadata__" {"format":
  * "pt", "step": step, "source": "phalanx"}. malloc'd, its size in *len;
@@ -44,8 +52,8 @@ char *px_safetensors_header(const px_safetensors_tensor_t *t, int n, int64_t ste
 /* Bytes of the data section: the last tensor's end. */
 uint64_t px_safetensors_data_bytes(const px_safetensors_tensor_t *t, int n);
 
-/* Fills data (px_safetensors_data_bytes) from params, transposing the
- * Conv1D weights. */
-void px_safetensors_fill(const px_safetensors_tensor_t *t, int n, const float *params, float *data);
+/* Fills data (px_safetensors_data_bytes) from the state s's buffers,
+ * transposing the Conv1D weights. */
+void px_safetensors_fill(const px_safetensors_tensor_t *t, int n, const px_train_state_t *s, float *data);
 
 #endif

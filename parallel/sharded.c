@@ -663,6 +663,10 @@ int px_shard_place(px_shard_t *sh, int b, size_t offset, int ndim, const int64_t
         }
         sh->rects = l.r, sh->nrects = l.n;
     }
+    /* A shard holds params, m and v: sharded DiLoCo, whose outer momentum
+     * would come as buffer PX_STATE_OUTER_M, is not built yet (a restore into
+     * a shard asks for 3 buffers, so none comes; ignored all the same). */
+    if (b < PX_STATE_PARAMS || b > PX_STATE_V) return 0;
     size_t sizes[PX_GPT_NUM_TENSORS], off = 0;
     px_gpt_tensor_sizes(&sh->cfg, sizes);
     int kind = 0;

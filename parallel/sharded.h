@@ -132,7 +132,8 @@ int px_shard_rects(const px_gpt_config_t *cfg, const px_shard_layout_t *layout, 
 size_t px_shard_runs(const px_shard_t *sh, size_t (*runs)[2], size_t cap);
 
 /* A checkpoint's slice into this rank's shard (the restore sink of
- * checkpoint/ckpt.h, px_ckpt_sink_t): buffer b (PX_STATE_PARAMS, _M, _V)
+ * checkpoint/ckpt.h, px_ckpt_sink_t): buffer b (PX_STATE_PARAMS, _M, _V;
+ * any other, such as DiLoCo's outer momentum, is ignored: returns 0)
  * of the logical tensor that starts at float `offset` of a whole state's
  * buffer, of shape shape[ndim], elements start[] + count[] (row-major
  * values); every element of it this rank holds, replicated copies

@@ -14,9 +14,10 @@ px_add_py_scenarios(checkpoint_job ${CMAKE_CURRENT_LIST_DIR}/checkpoint/test_ckp
 # phalanx-ckpt on a trained tiny model: import and export round trips (llm.c
 # byte for byte, safetensors read back by Hugging Face's reader), the same
 # eval loss, a job resumed from an import, damaged checkpoints and inputs,
-# bad command lines (one ctest per scenario).
+# bad command lines, a checkpoint with DiLoCo's outer momentum (one ctest
+# per scenario).
 px_add_py_scenarios(checkpoint_tool ${CMAKE_CURRENT_LIST_DIR}/checkpoint/test_ckpt_tool.py ${CMAKE_BINARY_DIR}/bin 300
-                    roundtrip safetensors eval job damage usage)
+                    roundtrip safetensors eval job damage usage diloco)
 
 # SIGKILL of the writer mid-save, 20 seeds: nothing published loads wrong,
 # and the restarted worker restores the newest published step (about a

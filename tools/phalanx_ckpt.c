@@ -191,6 +191,8 @@ static void print_manifest(const char *path, const px_ckpt_manifest_t *m) {
            c->max_seq_len, c->vocab_size, c->padded_vocab_size, px_gpt_tensor_sizes(c, sizes));
     printf("layout       groups=%d ranks_per_group=%d fsdp=%d tp=%d pp=%d writer_group=%s\n", m->groups,
            m->ranks_per_group, m->fsdp, m->tp, m->pp, m->writer_group[0] ? m->writer_group : "-");
+    printf("state        params, m, v%s\n",
+           m->outer_momentum ? ", outer momentum (DiLoCo: " PX_CKPT_OUTER_PREFIX "NAME)" : " (no outer momentum)");
     printf("\nfiles (%d, %" PRIu64 " bytes)\n  %-32s %14s  %s\n", m->nfiles, data_bytes(m), "NAME", "BYTES",
            "XXH3-64");
     for (int i = 0; i < m->nfiles; i++)
@@ -233,19 +235,20 @@ static int cmd_inspect(const opts_t *o) {
 
 /* ---- export --------------------------------------------------------------- */
 
-static int write_safetensors(const char *path, const px_gpt_t *model, int64_t step, char *err, size_t errlen) {
-    int n = px_safetensors_tensors(&model->config, NULL);
+static int write_safetensors(const char *path, const px_gpt_config_t *cfg, const px_train_state_t *s, char *err,
+                             size_t errlen) {
+    int n = px_safetensors_tensors(cfg, s->nbuf, NULL);
     px_safetensors_tensor_t *t = n > 0 ? calloc((size_t)n, sizeof *t) : NULL;
     size_t hlen = 0;
-    char *header = t && px_safetensors_tensors(&model->config, t) == n ? px_safetensors_header(t, n, step, &hlen)
-                                                                        : NULL;
+    char *header = t && px_safetensors_tensors(cfg, s->nbuf, t) == n ? px_safetensors_header(t, n, s->step, &hlen)
+                                                                      : NULL;
     uint64_t bytes = header ? px_safetensors_data_bytes(t, n) : 0;
     float *data = header ? malloc(bytes ? bytes : 1) : NULL;
     int rc;
     if (!data) {
         rc = px_err_set(err, errlen, "safetensors file '%s': out of memory", path);
     } else {
-        px_safetensors_fill(t, n, model->params, data);
+        px_safetensors_fill(t, n, s, data);
         rc = px_file_write_atomic(path, header, hlen, data, bytes, "safetensors file", err, errlen);
     }
     free(data);
@@ -267,14 +270,20 @@ static int cmd_export(const opts_t *o) {
         return bad_input(o->path, &f);
     }
     px_gpt_t *model = px_gpt_new_zeroed(&m.model);
+    /* The state is loaded straight into the model's buffers (params, m, v),
+     * and a DiLoCo state's outer momentum into one of its own. */
+    px_train_state_t s = model ? px_state_of_model(model, 0, 0) : (px_train_state_t){0};
+    if (model && m.outer_momentum && (s.buf[PX_STATE_OUTER_M] = malloc(s.n * sizeof(float))))
+        s.nbuf = PX_STATE_MAXBUF;
+    int complete = model && s.nbuf == (m.outer_momentum ? PX_STATE_MAXBUF : PX_STATE_NBUF);
     px_ckpt_manifest_free(&m);
-    if (!model) {
+    if (!complete) {
         fprintf(stderr, "phalanx-ckpt: %s: out of memory for its model\n", o->path);
+        px_gpt_destroy(&model);
         return 1;
     }
-    /* The state is loaded straight into the model's buffers (params, m, v). */
-    px_train_state_t s = px_state_of_model(model, 0, 0);
     if (px_ckpt_load(o->path, &model->config, &s, NULL, &f) != 0) {
+        free(s.buf[PX_STATE_OUTER_M]);
         px_gpt_destroy(&model);
         return bad_input(o->path, &f);
     }
@@ -282,9 +291,11 @@ static int cmd_export(const opts_t *o) {
     int rc = 0;
     if (o->llmc && (rc = px_gpt_save(model, o->llmc, err, sizeof err)) == 0)
         printf("exported format=llmc path=%s step=%" PRId64 " params=%zu\n", o->llmc, s.step, model->num_params);
-    if (o->safetensors && rc == 0 && (rc = write_safetensors(o->safetensors, model, s.step, err, sizeof err)) == 0)
+    if (o->safetensors && rc == 0 &&
+        (rc = write_safetensors(o->safetensors, &model->config, &s, err, sizeof err)) == 0)
         printf("exported format=safetensors path=%s step=%" PRId64 " tensors=%d\n", o->safetensors, s.step,
-               px_safetensors_tensors(&model->config, NULL));
+               px_safetensors_tensors(&model->config, s.nbuf, NULL));
+    free(s.buf[PX_STATE_OUTER_M]);
     px_gpt_destroy(&model);
     if (rc != 0) fprintf(stderr, "phalanx-ckpt: %s\n", err);
     return rc == 0 ? 0 : 1;
@@ -345,16 +356,19 @@ static const command_t commands[] = {
     {"verify", "PATH", "",
      "usage: phalanx-ckpt verify PATH\n"
      "The full check of the checkpoint folder PATH (DIR/step_N), the one a restoring\n"
-     "worker makes: the manifest and every data file's size and XXH3-64.\n"
+     "worker makes: the manifest (the outer momentum, when there, whole) and every\n"
+     "data file's size and XXH3-64.\n"
      "Prints `ok step=N bytes=B files=F` and exits 0; a bad checkpoint exits 2 with\n"
      "`phalanx-ckpt: FILE: FAULT` on stderr.\n",
      cmd_verify},
     {"inspect", "PATH", "--json",
      "usage: phalanx-ckpt inspect PATH [--json]\n"
      "What the checkpoint folder PATH holds, from its manifest (no data is read): step,\n"
-     "job, seed, quorum id, model config, layout, each file (name, bytes, XXH3-64) and\n"
-     "each tensor (name, shape, slices).\n"
-     "  --json     print manifest.json as it is on disk [off]\n"
+     "job, seed, quorum id, model config, layout, the state's buffers (params, m, v, and\n"
+     "a DiLoCo job's outer momentum when it has one), each file (name, bytes, XXH3-64)\n"
+     "and each tensor (name, shape, slices).\n"
+     "  --json     print manifest.json as it is on disk (\"outer_momentum\": true or\n"
+     "             false in what this version writes) [off]\n"
      "Exit status: 0, or 2 when the manifest is missing or corrupt.\n",
      cmd_inspect},
     {"export", "PATH", "--llmc --safetensors",
@@ -362,9 +376,12 @@ static const command_t commands[] = {
      "Verifies the checkpoint folder PATH, loads its parameters and writes them\n"
      "(atomically: a temporary file beside FILE, fsync, rename):\n"
      "  --llmc FILE         an llm.c model file (version 3, fp32, padded vocabulary),\n"
-     "                      which phalanx-worker --model FILE and llm.c load [none]\n"
+     "                      which phalanx-worker --model FILE and llm.c load; the\n"
+     "                      parameters only [none]\n"
      "  --safetensors FILE  the parameters in Hugging Face GPT-2 names and orientation:\n"
-     "                      Conv1D weights (in, out), wte cut to the real vocabulary [none]\n"
+     "                      Conv1D weights (in, out), wte cut to the real vocabulary;\n"
+     "                      a DiLoCo checkpoint's outer momentum too, as\n"
+     "                      outer.momentum.NAME in its parameter's orientation [none]\n"
      "At least one of the two. Exit status: 0; 1 when a file cannot be written; 2 when\n"
      "the checkpoint is bad (file and fault on stderr).\n",
      cmd_export},

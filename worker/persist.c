@@ -71,7 +71,8 @@ int px_persist_restore(px_persist_t *p, px_train_state_t *st, const px_ckpt_sink
     *restored = -1;
     if (!p->dir[0]) return 0;
     int64_t t0 = px_now_ms();
-    int64_t r = px_ckpt_restore_newest_to(p->dir, &p->model, p->cfg->job, p->cfg->seed, st, sink, on_reject, p);
+    px_ckpt_manifest_t m;
+    int64_t r = px_ckpt_restore_newest_to(p->dir, &p->model, p->cfg->job, p->cfg->seed, st, sink, &m, on_reject, p);
     if (r == -1 && p->rejected == 0) {
         px_log_info("checkpoint_none dir=%s: starting from the initial state", p->dir);
         return 0;
@@ -88,12 +89,19 @@ int px_persist_restore(px_persist_t *p, px_train_state_t *st, const px_ckpt_sink
         return -2;
     }
     *restored = r;
+    /* The outer momentum where the state and the checkpoint differ: a
+     * DiLoCo state from a synchronous job's checkpoint starts it at zero (the
+     * loader zeroed it); a synchronous state leaves a DiLoCo one's out. */
+    const char *outer = st->nbuf == PX_STATE_MAXBUF && !m.outer_momentum ? " outer_momentum=zero"
+                        : st->nbuf != PX_STATE_MAXBUF && m.outer_momentum ? " outer_momentum=ignored"
+                                                                          : "";
+    px_ckpt_manifest_free(&m);
     char path[4200];
     px_ckpt_path(p->dir, r, path, sizeof path);
-    uint64_t bytes = (uint64_t)PX_STATE_NBUF * st->n * sizeof(float);
+    uint64_t bytes = px_state_bytes(st);
     int64_t ms = px_now_ms() - t0;
-    px_log_info("checkpoint_restored path=%s step=%lld bytes=%" PRIu64 " ms=%lld", path, (long long)r, bytes,
-                (long long)ms);
+    px_log_info("checkpoint_restored path=%s step=%lld bytes=%" PRIu64 " ms=%lld%s", path, (long long)r, bytes,
+                (long long)ms, outer);
     if (p->cfg->rank == 0) {
         px_agent_notify(p->agent, "checkpoint_restored", 0, r, "", bytes, (unsigned)ms, fit(path));
         printf("event kind=checkpoint_restored group=%s step=%lld path=%s ms=%lld\n", p->cfg->group, (long long)r, path,
@@ -118,16 +126,16 @@ static int plan_rect(void *ctx, const px_shard_rect_t *r) {
                                 (int64_t)r->nrows, (int64_t)r->col0, (int64_t)r->ncols);
 }
 
-int px_persist_set_shard(px_persist_t *p, px_shard_t *sh, const px_shard_layout_t *lays, int W, int pp) {
+int px_persist_set_shard(px_persist_t *p, px_shard_t *sh, const px_shard_layout_t *lays, int W, int pp, int nbuf) {
     if (!p->dir[0]) return 0;
     int rc = 0;
     size_t n = px_shard_runs(sh, NULL, 0);
     if (!(p->runs = malloc((n ? n : 1) * sizeof *p->runs))) return -1;
     px_shard_runs(sh, p->runs, n);
     if (p->cfg->rank == 0) { /* the manifest's slices: the same rectangles every rank writes, in its file's order */
-        rc = px_ckpt_manifest_begin(&p->plan, &p->model, W, "rank");
+        rc = px_ckpt_manifest_begin(&p->plan, &p->model, nbuf, W, "rank");
         for (int r = 0; rc == 0 && r < W; r++)
-            for (int b = 0; rc == 0 && b < PX_STATE_NBUF; b++) {
+            for (int b = 0; rc == 0 && b < nbuf; b++) {
                 plan_ctx_t c = {&p->plan, r, b};
                 rc = px_shard_rects(&p->model, &lays[r], plan_rect, &c);
             }

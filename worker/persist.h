@@ -49,15 +49,19 @@ typedef struct {
  * long or out of memory. */
 int px_persist_init(px_persist_t *p, const px_trainer_config_t *cfg, px_agent_t *agent, const px_gpt_config_t *model);
 /* This rank holds shard sh of a group of W ranks laid out pp x fsdp x tp,
- * rank r's shard being lays[r]: checkpoints are written in parts (ckpt.h,
+ * rank r's shard being lays[r], of a state of nbuf buffers (the states
+ * saved must have as many): checkpoints are written in parts (ckpt.h,
  * px_ckpt_write_part), one per rank of the writing group, each holding the
- * rectangles its shard owns; the final save
+ * rectangles its shard owns in every buffer; the final save
  * at a stop (SIGTERM) is skipped, since the ranks may stop at different
  * steps (the job's end is saved). 0, or -1 when out of memory. */
-int px_persist_set_shard(px_persist_t *p, px_shard_t *sh, const px_shard_layout_t *lays, int W, int pp);
+int px_persist_set_shard(px_persist_t *p, px_shard_t *sh, const px_shard_layout_t *lays, int W, int pp, int nbuf);
 /* Restores into st (views into a fresh model), or with a sink (a sharded
  * rank: each slice read goes to its shard, st gives the whole model's size)
- * through it; st->step becomes the step restored. 0: restored or nothing to
+ * through it; st->step becomes the step restored. A DiLoCo state (nbuf 4)
+ * restored from a checkpoint without the outer momentum gets it zero (the
+ * sink's owner zeroes its own), logged as outer_momentum=zero; a state of 3
+ * from one with it leaves it out (outer_momentum=ignored). 0: restored or nothing to
  * restore (st untouched: *restored -1); -1: refuse to start (only another
  * job's, seed's or model's checkpoints: starting from scratch would
  * overwrite them); -2: a checkpoint failed to load after being partly read,

@@ -1011,7 +1011,7 @@ static int set_shard_persist(trainer_t *t) {
     int W = t->cfg->ranks_per_group;
     px_shard_layout_t *lays = malloc(sizeof *lays * (size_t)W);
     for (int r = 0; lays && r < W; r++) lays[r] = layout_of(t, &t->model->config, r);
-    int rc = lays ? px_persist_set_shard(&t->persist, t->shard, lays, W, t->mesh.size[PX_MESH_PP]) : -1;
+    int rc = lays ? px_persist_set_shard(&t->persist, t->shard, lays, W, t->mesh.size[PX_MESH_PP], t->st.nbuf) : -1;
     free(lays);
     return rc;
 }

@@ -6,7 +6,10 @@
  * newest, skips one a reader holds, clears dead writers' leftovers), a
  * full disk (RLIMIT_FSIZE) failing the save cleanly, and data files written
  * around the page cache (O_DIRECT, the default, with an unaligned tail)
- * byte for byte equal to buffered ones (PX_CKPT_DIRECT=0). */
+ * byte for byte equal to buffered ones (PX_CKPT_DIRECT=0), and DiLoCo's
+ * outer momentum (a fourth buffer): round trip, written in parts and by the
+ * saver, loaded into a state of three buffers and the other way (zeroed and
+ * reported), a partial or misshapen one refused naming the tensor. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -22,6 +25,7 @@
 #include <xxhash.h>
 
 #include "ckpt.h"
+#include "ckpt_saver.h"
 #include "px_check.h"
 #include "rng.h"
 
@@ -31,7 +35,7 @@ static px_gpt_config_t cfg;
 
 /* A state of the tiny model whose every value depends on (step, seed). */
 static void fill_state(px_train_state_t *s, int64_t step) {
-    for (int b = 0; b < PX_STATE_NBUF; b++) {
+    for (int b = 0; b < s->nbuf; b++) {
         px_rng_t r = {px_hash4(7, (uint64_t)step, (uint64_t)b, 0)};
         for (size_t i = 0; i < s->n; i++) s->buf[b][i] = (float)(px_rng_uniform(&r) - 0.5);
     }
@@ -39,10 +43,15 @@ static void fill_state(px_train_state_t *s, int64_t step) {
     s->seed = 1337;
 }
 
-static int same_state(const px_train_state_t *a, const px_train_state_t *b) {
-    for (int k = 0; k < PX_STATE_NBUF; k++)
+/* Buffers [0, nbuf) bitwise, step and seed. */
+static int same_buffers(const px_train_state_t *a, const px_train_state_t *b, int nbuf) {
+    for (int k = 0; k < nbuf; k++)
         if (memcmp(a->buf[k], b->buf[k], a->n * sizeof(float))) return 0;
     return a->step == b->step && a->seed == b->seed;
+}
+
+static int same_state(const px_train_state_t *a, const px_train_state_t *b) {
+    return a->nbuf == b->nbuf && same_buffers(a, b, a->nbuf);
 }
 
 static px_ckpt_meta_t meta = {"job1", 5, 3, 1, "a", 1, 1, 1};
@@ -104,14 +113,14 @@ static void test_sliced(px_train_state_t *s, px_train_state_t *d) {
     sh("mkdir -p %s", dir);
     fill_state(s, 9);
     px_ckpt_manifest_t m;
-    CHECK(px_ckpt_manifest_whole(&m, &cfg, "r0.bin") == 0, "manifest");
+    CHECK(px_ckpt_manifest_whole(&m, &cfg, PX_STATE_NBUF, "r0.bin") == 0, "manifest");
     px_ckpt_file_t *files = realloc(m.files, 2 * sizeof *files);
     m.files = files;
     m.nfiles = 2;
     snprintf(files[1].name, sizeof files[1].name, "r1.bin");
-    int nl = px_ckpt_logical_tensors(&cfg, NULL);
+    int nl = px_ckpt_logical_tensors(&cfg, PX_STATE_NBUF, NULL);
     px_ckpt_logical_t *lt = calloc((size_t)nl, sizeof *lt);
-    px_ckpt_logical_tensors(&cfg, lt);
+    px_ckpt_logical_tensors(&cfg, PX_STATE_NBUF, lt);
     FILE *fp[2];
     XXH3_state_t *h[2];
     uint64_t pos[2] = {0, 0};
@@ -398,6 +407,251 @@ static void test_direct(px_train_state_t *s, px_train_state_t *d) {
           fl.file, fl.fault);
 }
 
+/* ---- DiLoCo's outer momentum ------------------------------------------- */
+
+/* A state shaped like s with the outer momentum: four buffers. */
+static void alloc_outer(px_train_state_t *dst, const px_train_state_t *s) {
+    px_train_state_t like = *s;
+    like.nbuf = PX_STATE_MAXBUF;
+    CHECK(px_state_alloc_like(dst, &like) == 0, "out of memory");
+}
+
+/* Every buffer non-zero garbage, the step unlike any written. */
+static void garble(px_train_state_t *s) {
+    for (int b = 0; b < s->nbuf; b++) memset(s->buf[b], 0x7f, s->n * sizeof(float));
+    s->step = -1;
+}
+
+static int all_zero_bits(const float *v, size_t n) {
+    const unsigned char *p = (const unsigned char *)v;
+    for (size_t i = 0; i < n * sizeof(float); i++)
+        if (p[i]) return 0;
+    return 1;
+}
+
+/* Four buffers round-trip bitwise; into a state of three, params, m, v and
+ * the step load and the outer momentum is read and verified (a flipped byte
+ * of it still fails the load); a checkpoint of three into a state of four
+ * zeroes outer_m, and the manifest says the checkpoint had none. */
+static void test_outer(px_train_state_t *s3, px_train_state_t *d3) {
+    char dir[300], path[4200], flip[300], err[600];
+    px_train_state_t s4, d4;
+    alloc_outer(&s4, s3);
+    alloc_outer(&d4, s3);
+    snprintf(dir, sizeof dir, "%s/outer", root);
+    px_ckpt_result_t res;
+    px_ckpt_fault_t f;
+    px_ckpt_manifest_t m;
+    fill_state(&s4, 30);
+    CHECK(px_ckpt_write(dir, &s4, &cfg, &meta, &res, err, sizeof err) == 0, "4-buffer write: %s", err);
+    CHECK(res.bytes > 4 * s4.n * sizeof(float), "4-buffer checkpoint of %" PRIu64 " bytes", res.bytes);
+    px_ckpt_path(dir, 30, path, sizeof path);
+    garble(&d4);
+    CHECK(px_ckpt_load(path, &cfg, &d4, &m, &f) == 0, "4-buffer load: %s: %s", f.file, f.fault);
+    CHECK(same_state(&s4, &d4), "4-buffer round trip is not bitwise");
+    CHECK(m.outer_momentum == 1 && m.ntensors == px_ckpt_logical_tensors(&cfg, PX_STATE_MAXBUF, NULL),
+          "4-buffer manifest: outer_momentum %d, %d tensors", m.outer_momentum, m.ntensors);
+    int k = px_ckpt_manifest_find(&m, "outer.momentum.h.0.attn.c_attn.weight");
+    CHECK(k >= 0 && m.tensors[k].ndim == 2 && m.tensors[k].shape[0] == 3 * cfg.channels &&
+              m.tensors[k].shape[1] == cfg.channels, "outer.momentum.h.0.attn.c_attn.weight: its parameter's shape");
+    px_ckpt_manifest_free(&m);
+
+    garble(d3);
+    CHECK(px_ckpt_load(path, &cfg, d3, &m, &f) == 0, "4 into 3: %s: %s", f.file, f.fault);
+    CHECK(same_buffers(&s4, d3, PX_STATE_NBUF) && d3->step == 30, "4 into 3: params, m, v or the step differ");
+    CHECK(m.outer_momentum == 1, "4 into 3: the manifest has the outer momentum");
+    px_ckpt_manifest_free(&m);
+    snprintf(flip, sizeof flip, "%s/outer-flip", root);
+    sh("mkdir -p %s && cp -r %s %s/ && cd %s/step_00000030 && printf '\\377' | dd of=rank00000.bin bs=1 "
+       "seek=$(( $(stat -c %%s rank00000.bin) - 8 )) conv=notrunc 2>/dev/null", flip, path, flip, flip);
+    px_ckpt_path(flip, 30, path, sizeof path);
+    CHECK(px_ckpt_load(path, &cfg, d3, NULL, &f) != 0 && strstr(f.fault, "checksum mismatch"),
+          "a flipped byte of outer.momentum.ln_f.bias, loaded into 3 buffers: '%s'", f.fault);
+
+    fill_state(s3, 31);
+    CHECK(px_ckpt_write(dir, s3, &cfg, &meta, &res, err, sizeof err) == 0, "3-buffer write: %s", err);
+    px_ckpt_path(dir, 31, path, sizeof path);
+    garble(&d4);
+    CHECK(px_ckpt_load(path, &cfg, &d4, &m, &f) == 0, "3 into 4: %s: %s", f.file, f.fault);
+    CHECK(same_buffers(s3, &d4, PX_STATE_NBUF) && d4.step == 31, "3 into 4: params, m, v or the step differ");
+    CHECK(m.outer_momentum == 0 && all_zero_bits(d4.buf[PX_STATE_OUTER_M], d4.n),
+          "3 into 4: outer_m must be zero (outer_m[0] = %g) and reported (outer_momentum %d)",
+          (double)d4.buf[PX_STATE_OUTER_M][0], m.outer_momentum);
+    px_ckpt_manifest_free(&m);
+    garble(&d4);
+    memset(&m, 0, sizeof m);
+    int64_t got = px_ckpt_restore_newest_to(dir, &cfg, "job1", 1337, &d4, NULL, &m, NULL, NULL);
+    CHECK(got == 31 && m.step == 31 && !m.outer_momentum && all_zero_bits(d4.buf[PX_STATE_OUTER_M], d4.n) &&
+              same_buffers(s3, &d4, PX_STATE_NBUF), "restore of 3 into 4: step %lld, outer_momentum %d",
+          (long long)got, m.outer_momentum);
+    px_ckpt_manifest_free(&m);
+    px_state_free(&s4);
+    px_state_free(&d4);
+}
+
+/* An outer momentum with some of its tensors but not all, or one of
+ * another shape than its parameter's, or an "outer_momentum" that
+ * disagrees with the tensors: the manifest is refused naming the tensor,
+ * before any data is read, and restore takes the previous checkpoint. A
+ * manifest without the member (older writers) is read by its tensors. */
+static void test_outer_refused(px_train_state_t *s3, px_train_state_t *d3) {
+    char dir[300], path[4300], err[600];
+    snprintf(dir, sizeof dir, "%s/outer-refused", root);
+    px_train_state_t s4;
+    alloc_outer(&s4, s3);
+    px_ckpt_result_t res;
+    for (int64_t st = 10; st <= 20; st += 10) {
+        fill_state(&s4, st);
+        CHECK(px_ckpt_write(dir, &s4, &cfg, &meta, &res, err, sizeof err) == 0, "write %lld: %s", (long long)st, err);
+    }
+    snprintf(path, sizeof path, "%s/step_00000020/%s", dir, PX_CKPT_MANIFEST);
+    FILE *fp = fopen(path, "r");
+    static char good[1 << 20], bad[1 << 20];
+    size_t len = fp ? fread(good, 1, sizeof good - 1, fp) : 0;
+    good[len] = 0;
+    if (fp) fclose(fp);
+    px_ckpt_manifest_t m;
+    struct {
+        const char *from, *to, *fault;
+    } cases[] = {
+        {"\"outer.momentum.h.1.ln_2.bias\"", "\"outer.momentum.h.1.ln_2.bias.old\"",
+         "tensor outer.momentum.h.1.ln_2.bias missing"},
+        {"\"outer_momentum\": true", "\"outer_momentum\": false", "\"outer_momentum\" is false"},
+        {"\"outer_momentum\": true", "\"outer_momentum\": 1", "not true or false"},
+        {"\"outer_momentum\": true,", "", NULL}, /* no member: the tensors say */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *p = strstr(good, cases[i].from);
+        CHECK(p != NULL, "outer case %zu: '%s' not in the manifest", i, cases[i].from);
+        if (!p) continue;
+        snprintf(bad, sizeof bad, "%.*s%s%s", (int)(p - good), good, cases[i].to, p + strlen(cases[i].from));
+        err[0] = 0;
+        int rc = px_ckpt_manifest_decode(bad, strlen(bad), &m, err, sizeof err);
+        if (!cases[i].fault)
+            CHECK(rc == 0 && m.outer_momentum == 1, "outer case %zu: rc=%d err='%s'", i, rc, err);
+        else
+            CHECK(rc != 0 && strstr(err, cases[i].fault), "outer case %zu: rc=%d err='%s', want '%s'", i, rc, err,
+                  cases[i].fault);
+        if (rc == 0) px_ckpt_manifest_free(&m);
+    }
+    /* c_attn's outer momentum transposed: the same bytes, another shape */
+    CHECK(px_ckpt_manifest_decode(good, len, &m, err, sizeof err) == 0 && m.outer_momentum == 1, "good: %s", err);
+    int k = px_ckpt_manifest_find(&m, "outer.momentum.h.0.attn.c_attn.weight");
+    CHECK(k >= 0 && m.tensors[k].nslices == 1, "c_attn's outer momentum is one slice");
+    if (k >= 0) {
+        px_ckpt_tensor_t *t = &m.tensors[k];
+        int64_t rows = t->shape[0];
+        t->shape[0] = t->slices[0].count[0] = t->shape[1];
+        t->shape[1] = t->slices[0].count[1] = rows;
+    }
+    char *text = px_ckpt_manifest_encode(&m);
+    px_ckpt_manifest_free(&m);
+    int rc = px_ckpt_manifest_decode(text, strlen(text), &m, err, sizeof err);
+    CHECK(rc != 0 &&
+              strstr(err, "tensor outer.momentum.h.0.attn.c_attn.weight has shape 64x192, its parameter's is 192x64"),
+          "a misshapen outer tensor: rc=%d err='%s'", rc, err);
+    if (rc == 0) px_ckpt_manifest_free(&m);
+    free(text);
+    /* the partial one published: restore names the tensor and goes back to step 10 */
+    char *p = strstr(good, cases[0].from);
+    if (p) {
+        snprintf(bad, sizeof bad, "%.*s%s%s", (int)(p - good), good, cases[0].to, p + strlen(cases[0].from));
+        fp = fopen(path, "w");
+        fputs(bad, fp);
+        fclose(fp);
+    }
+    rejects_t r = {0, ""};
+    int64_t got = px_ckpt_restore_newest(dir, &cfg, "job1", 1337, d3, on_reject, &r);
+    fill_state(&s4, 10);
+    CHECK(got == 10 && same_buffers(&s4, d3, PX_STATE_NBUF), "restore past a partial outer momentum: %lld",
+          (long long)got);
+    CHECK(r.n == 1 && strstr(r.last, "manifest.json") && strstr(r.last, cases[0].fault),
+          "the rejection names the manifest and the tensor: '%s'", r.last);
+    px_state_free(&s4);
+}
+
+/* Four buffers written in parts by two ranks (rank 0 wte and wpe of every
+ * buffer, rank 1 the rest, as a sharded group's plan would say) load
+ * bitwise; a state of three against a plan of four is refused. */
+static void test_outer_part(px_train_state_t *s3) {
+    char dir[300], path[4200], err[600];
+    snprintf(dir, sizeof dir, "%s/outer-part", root);
+    px_train_state_t s4, d4;
+    alloc_outer(&s4, s3);
+    alloc_outer(&d4, s3);
+    fill_state(&s4, 40);
+    size_t sizes[PX_GPT_NUM_TENSORS];
+    px_gpt_tensor_sizes(&cfg, sizes);
+    size_t cut = sizes[PX_WTE] + sizes[PX_WPE];
+    const size_t runs[2][1][2] = {{{0, cut}}, {{cut, s4.n - cut}}};
+    int nl = px_ckpt_logical_tensors(&cfg, PX_STATE_MAXBUF, NULL);
+    px_ckpt_logical_t *lt = calloc((size_t)nl, sizeof *lt);
+    px_ckpt_logical_tensors(&cfg, PX_STATE_MAXBUF, lt);
+    px_ckpt_manifest_t plan;
+    int rc = px_ckpt_manifest_begin(&plan, &cfg, PX_STATE_MAXBUF, 2, "rank");
+    for (int r = 0; r < 2 && rc == 0; r++) { /* each file: its rank's tensors, buffer by buffer */
+        int i = 0;
+        for (int b = 0; b < PX_STATE_MAXBUF; b++)
+            for (int kind = 0; kind < PX_GPT_NUM_TENSORS; kind++)
+                for (int l = 0; l < (kind >= PX_LN1W && kind <= PX_FCPROJB ? cfg.num_layers : 1); l++, i++) {
+                    const px_ckpt_logical_t *t = &lt[i];
+                    if ((t->offset < cut) != (r == 0) || rc) continue;
+                    int64_t K = t->shape[t->ndim - 1], rows = t->ndim == 2 ? t->shape[0] : 1;
+                    rc = px_ckpt_manifest_add(&plan, r, b, kind, l, K, 0, rows, 0, K);
+                }
+    }
+    CHECK(rc == 0, "the plan of two parts");
+    px_ckpt_part_t p0 = {0, 2, runs[0], 1, &plan, 5000, NULL}, p1 = {1, 2, runs[1], 1, NULL, 0, NULL};
+    px_ckpt_result_t res;
+    CHECK(px_ckpt_write_part(dir, s3, &meta, &p0, &res, err, sizeof err) != 0 && strstr(err, "a plan for 4"),
+          "3 buffers against a plan of 4: '%s'", err);
+    CHECK(px_ckpt_write_part(dir, &s4, &meta, &p1, &res, err, sizeof err) == 0, "rank 1's part: %s", err);
+    CHECK(px_ckpt_write_part(dir, &s4, &meta, &p0, &res, err, sizeof err) == 0, "rank 0's part: %s", err);
+    px_ckpt_path(dir, 40, path, sizeof path);
+    px_ckpt_manifest_t m;
+    px_ckpt_fault_t f;
+    garble(&d4);
+    CHECK(px_ckpt_load(path, &cfg, &d4, &m, &f) == 0, "4 buffers in parts: %s: %s", f.file, f.fault);
+    CHECK(same_state(&s4, &d4) && m.nfiles == 2 && m.outer_momentum == 1,
+          "4 buffers in parts: not bitwise, or %d files, outer_momentum %d", m.nfiles, m.outer_momentum);
+    px_ckpt_manifest_free(&m);
+    px_ckpt_manifest_free(&plan);
+    free(lt);
+    px_state_free(&s4);
+    px_state_free(&d4);
+}
+
+/* The saver's snapshot follows the state's buffer count: three, four, three. */
+static void test_outer_saver(px_train_state_t *s3) {
+    char dir[300], path[4200];
+    snprintf(dir, sizeof dir, "%s/outer-saver", root);
+    px_train_state_t s4, d4;
+    alloc_outer(&s4, s3);
+    alloc_outer(&d4, s3);
+    px_ckpt_saver_t *sv = px_ckpt_saver_new(dir, 0, &cfg, "job1");
+    CHECK(sv != NULL, "saver");
+    px_train_state_t *states[] = {s3, &s4, s3};
+    for (int i = 0; sv && i < 3; i++) {
+        px_train_state_t *st = states[i];
+        fill_state(st, 60 + i);
+        CHECK(px_ckpt_saver_submit(sv, st, &meta, 0, NULL) == 0, "submit %d buffers", st->nbuf);
+        px_ckpt_saver_wait(sv);
+        px_ckpt_done_t done;
+        memset(&done, 0, sizeof done);
+        CHECK(px_ckpt_saver_poll(sv, &done) && done.ok, "save of %d buffers: %s", st->nbuf, done.err);
+        px_ckpt_path(dir, 60 + i, path, sizeof path);
+        px_ckpt_fault_t f;
+        garble(&d4);
+        CHECK(px_ckpt_load(path, &cfg, &d4, NULL, &f) == 0, "saved %d buffers: %s: %s", st->nbuf, f.file, f.fault);
+        CHECK(same_buffers(st, &d4, PX_STATE_NBUF) &&
+                  (st->nbuf == PX_STATE_MAXBUF ? same_state(st, &d4) : all_zero_bits(d4.buf[PX_STATE_OUTER_M], d4.n)),
+              "the saver's checkpoint of %d buffers loads wrong", st->nbuf);
+    }
+    px_ckpt_saver_destroy(&sv);
+    px_state_free(&s4);
+    px_state_free(&d4);
+}
+
 int main(void) {
     snprintf(root, sizeof root, "/tmp/px-test-ckpt-%d", (int)getpid());
     sh("rm -rf %s && mkdir -p %s", root, root);
@@ -407,7 +661,11 @@ int main(void) {
     like.n = px_gpt_tensor_sizes(&cfg, sizes);
     px_state_alloc_like(&s, &like);
     px_state_alloc_like(&d, &like);
-    CHECK(px_ckpt_logical_tensors(&cfg, NULL) == 3 * (4 + 12 * cfg.num_layers), "logical tensor count");
+    CHECK(px_ckpt_logical_tensors(&cfg, PX_STATE_NBUF, NULL) == 3 * (4 + 12 * cfg.num_layers), "logical tensor count");
+    CHECK(px_ckpt_logical_tensors(&cfg, PX_STATE_MAXBUF, NULL) == 4 * (4 + 12 * cfg.num_layers),
+          "logical tensor count with the outer momentum");
+    CHECK(px_ckpt_logical_tensors(&cfg, 2, NULL) == -1 && px_ckpt_logical_tensors(&cfg, 5, NULL) == -1,
+          "a buffer count the format has no tensors for");
     test_round_trip(&s, &d);
     test_sliced(&s, &d);
     test_damage(&s, &d);
@@ -416,6 +674,10 @@ int main(void) {
     test_retention(&s);
     test_disk_full(&s, &d);
     test_direct(&s, &d);
+    test_outer(&s, &d);
+    test_outer_refused(&s, &d);
+    test_outer_part(&s);
+    test_outer_saver(&s);
     px_state_free(&s);
     px_state_free(&d);
     if (!failed) sh("rm -rf %s", root);

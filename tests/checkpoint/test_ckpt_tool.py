@@ -16,7 +16,13 @@ damage       a flipped byte, a truncated data file, a deleted or garbled
              manifest, a torn llm.c file: verify, export and import exit 2
              naming the file and the fault; list marks the checkpoint bad
 usage        bad flags and arguments exit 2 naming them; --help exits 0 for
-             the program and every command"""
+             the program and every command
+diloco       an import given DiLoCo's outer momentum (outer.momentum.NAME):
+             inspect shows it (and --json "outer_momentum": true), verify
+             checks it, export --llmc leaves it out (A.bin byte for byte),
+             --safetensors adds it in its parameter's orientation; a job
+             without DiLoCo resumes from it exactly as from A.bin; one
+             missing an outer tensor is refused naming it"""
 import json
 import os
 import re
@@ -319,6 +325,115 @@ def test_damage(bindir):
     shutil.rmtree(work)
 
 
+def xxh3_64(data):
+    """XXH3-64 of bytes, by the libxxhash phalanx links."""
+    import ctypes
+    import ctypes.util
+    lib = ctypes.CDLL(ctypes.util.find_library("xxhash") or "libxxhash.so.0")
+    lib.XXH3_64bits.restype = ctypes.c_uint64
+    lib.XXH3_64bits.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    return lib.XXH3_64bits(data, len(data))
+
+
+def add_outer_momentum(path, skip=None):
+    """Turns the imported checkpoint at path into what a DiLoCo job writes:
+    outer.momentum.NAME = -2 * NAME (exact in float32) for every parameter
+    but skip, appended to the data file, and "outer_momentum": true.
+    Returns the parameters' names."""
+    import numpy as np
+    mpath, dpath = os.path.join(path, "manifest.json"), os.path.join(path, "rank00000.bin")
+    with open(mpath) as f:
+        man = json.load(f)
+    with open(dpath, "rb") as f:
+        data = bytearray(f.read())
+    params = [t for t in man["tensors"] if not t["name"].startswith("optimizer.")]
+    for t in params:
+        if t["name"] == skip:
+            continue
+        (s,) = t["slices"]  # an import is one slice per tensor
+        values = np.frombuffer(bytes(data[s["offset"]:s["offset"] + s["bytes"]]), dtype="<f4") * np.float32(-2)
+        man["tensors"].append({"name": "outer.momentum." + t["name"], "shape": t["shape"],
+                               "slices": [dict(s, offset=len(data))]})
+        data += values.astype("<f4").tobytes()
+    man["outer_momentum"] = True
+    man["files"][0]["bytes"] = len(data)
+    man["files"][0]["xxh3_64"] = "%016x" % xxh3_64(bytes(data))
+    with open(dpath, "wb") as f:
+        f.write(data)
+    with open(mpath, "w") as f:
+        json.dump(man, f, indent=1)
+    return [t["name"] for t in params]
+
+
+def test_diloco(bindir):
+    need_safetensors()
+    import numpy as np
+    from safetensors.numpy import load_file
+    work, data, a = train(bindir)
+    _, plain = imported(bindir, work, a, "plain")
+    r = tool(bindir, "inspect", plain, "--json")
+    check(r.returncode == 0 and json.loads(r.stdout)["outer_momentum"] is False, "a plain import: outer_momentum false")
+    check("state        params, m, v (no outer momentum)" in tool(bindir, "inspect", plain).stdout,
+          "inspect of a plain import says it has no outer momentum")
+
+    ckdir, path = imported(bindir, work, a, "diloco")
+    names = add_outer_momentum(path)
+    r = tool(bindir, "verify", path)
+    check(r.returncode == 0 and re.fullmatch(r"ok step=0 bytes=\d+ files=1\n", r.stdout),
+          "verify of a DiLoCo checkpoint: %d %r %r" % (r.returncode, r.stdout, r.stderr))
+    r = tool(bindir, "inspect", path)
+    check(r.returncode == 0 and "state        params, m, v, outer momentum" in r.stdout,
+          "inspect says the state has the outer momentum:\n%s" % r.stdout[:900])
+    listed = {line.split()[0] for line in r.stdout.splitlines() if line.startswith("  ")}
+    outer = {"outer.momentum." + n for n in names}
+    check(outer <= listed, "inspect lists the outer tensors; missing %s" % sorted(outer - listed))
+    r = tool(bindir, "inspect", path, "--json")
+    check(r.returncode == 0 and json.loads(r.stdout)["outer_momentum"] is True, "inspect --json: outer_momentum true")
+
+    b, st = os.path.join(work, "B.bin"), os.path.join(work, "diloco.safetensors")
+    r = tool(bindir, "export", path, "--llmc", b, "--safetensors", st)
+    check(r.returncode == 0 and "tensors=%d" % (2 * len(names)) in r.stdout, "export: %r %r" % (r.stdout, r.stderr))
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        check(fa.read() == fb.read(), "export --llmc of a DiLoCo checkpoint is A.bin byte for byte")
+    got = load_file(st)
+    check(set(got) == set(names) | outer, "safetensors names: %s" % sorted(set(got) ^ (set(names) | outer)))
+    for n in names:
+        g, w = got["outer.momentum." + n], got[n] * np.float32(-2)
+        check(g.shape == w.shape and np.array_equal(g.view(np.uint32), w.view(np.uint32)),
+              "outer.momentum.%s: %s, want -2 * its parameter %s (same orientation)" % (n, g.shape, w.shape))
+
+    # A job without DiLoCo resumes from it: the outer momentum is read, verified and left out.
+    common = ["--groups", "1", "--data", data, "--steps", "6", "--", "--global-batch", "8", "--micro-batch", "4",
+              "--threads", "1"]
+    ref, ref_losses, ref_sum = job_run(bindir, ["--model", a] + common, "ckpt-tool-diloco-ref")
+    resumed, losses, final = job_run(bindir, ["--model", "tiny", "--checkpoint-dir", ckdir,
+                                              "--checkpoint-every", "0"] + common, "ckpt-tool-diloco-resumed")
+    check(any("restored step 0 from" in line for line in resumed.output()),
+          "the job restored the DiLoCo step 0:\n%s" % resumed.tail())
+    logs = ""
+    for name in os.listdir(resumed.dir):
+        if name.startswith("worker-") and name.endswith(".log"):
+            with open(os.path.join(resumed.dir, name), errors="replace") as f:
+                logs += f.read()
+    check(re.search(r"checkpoint_restored .*step=0 .*outer_momentum=ignored", logs),
+          "the worker logs that it left the outer momentum out (logs in %s)" % resumed.dir)
+    check(losses == ref_losses and final == ref_sum, "from the DiLoCo checkpoint: losses %s checksum %s; from A.bin: "
+          "%s %s" % (losses, final, ref_losses, ref_sum))
+
+    _, partial = imported(bindir, work, a, "partial")
+    add_outer_momentum(partial, skip="h.1.ln_2.bias")
+    fault = "tensor outer.momentum.h.1.ln_2.bias missing"
+    target = os.path.join(partial, "manifest.json")
+    expect_fault(tool(bindir, "verify", partial), "verify (partial outer momentum)", target, fault)
+    expect_fault(tool(bindir, "export", partial, "--llmc", os.path.join(work, "never.bin")),
+                 "export (partial outer momentum)", target, fault)
+    expect_fault(tool(bindir, "inspect", partial), "inspect (partial outer momentum)", target, fault)
+    print("DiLoCo checkpoint: inspect, verify, export (%d + %d tensors), a job resumed from it; a partial one "
+          "refused: %s" % (len(names), len(outer), fault))
+    for d in [work, ref.dir, resumed.dir]:
+        shutil.rmtree(d)
+
+
 def test_usage(bindir):
     r = tool(bindir, "--help")
     check(r.returncode == 0 and all(c in r.stdout for c in COMMANDS), "--help lists the commands: %r" % r.stdout)
@@ -351,4 +466,4 @@ def test_usage(bindir):
 
 if __name__ == "__main__":
     main_scenarios({"roundtrip": test_roundtrip, "safetensors": test_safetensors, "eval": test_eval,
-                    "job": test_job, "damage": test_damage, "usage": test_usage})
+                    "job": test_job, "damage": test_damage, "usage": test_usage, "diloco": test_diloco})

@@ -7,7 +7,8 @@
  * start at zero; the pieces of all ranks add up to the padded units. And
  * the rectangles every rank holds (px_shard_rects), as the slices of a
  * checkpoint manifest, cover each logical tensor once and tile each rank's
- * file (the manifest decoder's own checks). */
+ * file (the manifest decoder's own checks), for a state of params, m and v
+ * and for one with DiLoCo's outer momentum too. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,14 +85,14 @@ static int add_rect(void *ctx, const px_shard_rect_t *r) {
 
 /* Every rank's rectangles, as a manifest's slices, cover every logical
  * tensor exactly once and tile every rank's file (the decoder's checks). */
-static void check_manifest(const char *preset, int F, int T) {
+static void check_manifest(const char *preset, int F, int T, int nbuf) {
     px_gpt_config_t cfg;
     px_gpt_config_preset(preset, &cfg);
     px_ckpt_manifest_t m;
-    CHECK(px_ckpt_manifest_begin(&m, &cfg, F * T, "rank_") == 0, "begin");
+    CHECK(px_ckpt_manifest_begin(&m, &cfg, nbuf, F * T, "rank_") == 0, "begin");
     for (int r = 0; r < F * T; r++) {
         px_shard_layout_t lay = {.fsdp = F, .fsdp_rank = r / T, .tp = {T, r % T}};
-        for (int b = 0; b < PX_STATE_NBUF; b++) {
+        for (int b = 0; b < nbuf; b++) {
             add_ctx_t a = {&m, r, b};
             CHECK(px_shard_rects(&cfg, &lay, add_rect, &a) == 0, "%s F=%d T=%d rank %d: a rectangle was refused",
                   preset, F, T, r);
@@ -101,8 +102,9 @@ static void check_manifest(const char *preset, int F, int T) {
         size_t runs[64][2], nr = px_shard_runs(sh, runs, 64), floats = 0;
         CHECK(nr <= 64, "runs fit");
         for (size_t i = 0; i < nr && i < 64; i++) floats += runs[i][1];
-        CHECK(m.files[r].bytes == 3 * floats * sizeof(float), "rank %d's file holds its runs: %llu vs %zu bytes", r,
-              (unsigned long long)m.files[r].bytes, 3 * floats * sizeof(float));
+        CHECK(m.files[r].bytes == (size_t)nbuf * floats * sizeof(float),
+              "rank %d's file holds its runs: %llu vs %zu bytes", r, (unsigned long long)m.files[r].bytes,
+              (size_t)nbuf * floats * sizeof(float));
         px_shard_destroy(&sh);
     }
     char *text = px_ckpt_manifest_encode(&m);
@@ -112,11 +114,13 @@ static void check_manifest(const char *preset, int F, int T) {
     CHECK(rc == 0, "%s F=%d T=%d: the manifest decodes: %s", preset, F, T, err);
     if (rc == 0) {
         CHECK(px_ckpt_manifest_matches(&back, &cfg, err, sizeof err) == 0, "matches the model: %s", err);
+        CHECK(back.outer_momentum == (nbuf == PX_STATE_MAXBUF), "%d buffers: outer_momentum %d", nbuf,
+              back.outer_momentum);
         px_ckpt_manifest_free(&back);
     }
     free(text);
     px_ckpt_manifest_free(&m);
-    printf("%s F=%d T=%d: the ranks' rectangles tile every tensor and file\n", preset, F, T);
+    printf("%s F=%d T=%d nbuf=%d: the ranks' rectangles tile every tensor and file\n", preset, F, T, nbuf);
 }
 
 int main(void) {
@@ -124,8 +128,10 @@ int main(void) {
     for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
         check_layout("tiny", layouts[i][0], layouts[i][1], 7);
         check_layout("small", layouts[i][0], layouts[i][1], 1337);
-        check_manifest("tiny", layouts[i][0], layouts[i][1]);
-        check_manifest("small", layouts[i][0], layouts[i][1]);
+        for (int nbuf = PX_STATE_NBUF; nbuf <= PX_STATE_MAXBUF; nbuf++) {
+            check_manifest("tiny", layouts[i][0], layouts[i][1], nbuf);
+            check_manifest("small", layouts[i][0], layouts[i][1], nbuf);
+        }
     }
     if (failures) {
         printf("%d failures\n", failures);
