@@ -1,6 +1,6 @@
 /* The training state of one replica: what a group must hold to go on with
  * the job from where it is, described once, so that healing (worker/heal.c)
- * sends it and checkpoints (checkpoint/, not built yet) will write it the
+ * sends it and checkpoints (checkpoint/) write it the
  * same way. It lives next to the model because both users link the model
  * library, and neither should have to include the other's folder.
  *
