@@ -774,6 +774,10 @@ static void on_worker_event(px_coordinator_t *c, const void *ident, size_t ident
                 (unsigned long long)w->bytes, w->ms, w->detail ? w->detail : "");
     if (!strcmp(w->kind, "heal_started")) m->state = PX_STATE_HEALING;
     if (!strcmp(w->kind, "heal_finished")) m->state = PX_STATE_HEALTHY;
+    if (!strcmp(w->kind, "outer_step")) {
+        c->stats.outer_steps++;
+        c->stats.outer_wire_bytes += w->bytes;
+    }
     /* A group committed the job's last step: its result exists. Workers
      * still behind learn it from acks and pushes and leave rather than
      * train on alone (with no group holding the state, from scratch). */

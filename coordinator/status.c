@@ -128,6 +128,13 @@ char *px_status_metrics(const px_status_view_t *v, size_t *len) {
     for (int i = 0; i < PX_LIMIT_KINDS; i++)
         px_buf_printf(&b, "phalanx_limit_refusals_total{limit=\"%s\"} %llu\n", PX_LIMIT_NAMES[i],
                       (unsigned long long)v->stats->limit_refusals[i]);
+    px_buf_printf(&b,
+                  "# HELP phalanx_outer_steps_total DiLoCo outer steps committed (outer_step events).\n"
+                  "# TYPE phalanx_outer_steps_total counter\nphalanx_outer_steps_total %llu\n"
+                  "# HELP phalanx_outer_wire_bytes_total Bytes one rank sent for the pseudo-gradients of those outer "
+                  "steps (the reporter's count; every rank of a cross-group ring sends about as much).\n"
+                  "# TYPE phalanx_outer_wire_bytes_total counter\nphalanx_outer_wire_bytes_total %llu\n",
+                  (unsigned long long)v->stats->outer_steps, (unsigned long long)v->stats->outer_wire_bytes);
     return px_buf_take(&b, len);
 }
 

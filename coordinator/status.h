@@ -21,6 +21,7 @@ typedef struct {
     uint64_t bad_messages, heartbeats, quorums_formed, auth_rejected, messages;
     uint64_t identity_conflicts, reports_refused, members_stalled, loop_stalls;
     uint64_t limit_refusals[PX_LIMIT_KINDS]; /* requests refused RESOURCE_LIMIT */
+    uint64_t outer_steps, outer_wire_bytes;  /* DiLoCo: outer_step events, and the bytes their reporter sent */
     double heartbeats_per_s;
     int64_t last_loss_ms, last_quorum_ms;
 } px_coord_stats_t;

@@ -72,6 +72,7 @@
 #include "heal.h"
 #include "llmc.h"
 #include "mesh_comm.h"
+#include "outer_codec.h"
 #include "persist.h"
 #include "pipeline.h"
 #include "px_comm.h"
@@ -116,6 +117,9 @@ typedef struct {
      * and the inner steps this group has done in the round that starts at
      * st.step. */
     float *global, *outer_m;
+    void *outer_scratch; /* the codec's (--outer-dtype bf16, int8), kept across outer steps */
+    size_t outer_scratch_bytes;
+    double outer_wire;   /* bytes this rank sent for pseudo-gradients */
     int inner;
     int64_t outer_steps;
     double round_loss; /* sum of the round's inner losses */
@@ -831,6 +835,36 @@ static int inner_step(trainer_t *t, float *loss_out, float *norm_out) {
     return 1;
 }
 
+/* The pseudo-gradients g[n] reduced across groups: summed in fp32
+ * (*scale 1), or averaged through the codec in bf16 or int8 (*scale the
+ * groups: the mean times it is the sum), bitwise the same on every group.
+ * *wire: the bytes this rank sent. */
+static px_comm_status_t outer_reduce(trainer_t *t, float *g, size_t n, uint64_t *wire, float *scale) {
+    px_outer_dtype_t dt = (px_outer_dtype_t)t->cfg->outer_dtype;
+    int R = t->q.n;
+    if (dt == PX_OUTER_FP32) {
+        *wire = (uint64_t)(2.0 * (R - 1) / R * (double)n * sizeof(float));
+        *scale = 1.0f;
+        return px_comm_allreduce_sum_f32(t->cross, g, n);
+    }
+    size_t need = px_outer_scratch_bytes(dt, n, R);
+    if (need > t->outer_scratch_bytes) {
+        free(t->outer_scratch);
+        t->outer_scratch_bytes = 0;
+        if (!(t->outer_scratch = aligned_alloc(64, (need + 63) & ~(size_t)63))) {
+            px_comm_abort(t->cross); /* the others are in the collective: let them fail now */
+            return PX_COMM_ERROR;
+        }
+        t->outer_scratch_bytes = need;
+    }
+    char err[200];
+    *scale = (float)R;
+    px_comm_status_t st = px_outer_allreduce_mean(t->cross, g, n, dt, t->outer_scratch, t->outer_scratch_bytes, wire,
+                                                  err, sizeof err);
+    if (st != PX_COMM_OK) px_log_warn("outer_reduce_failed dtype=%s reason=\"%s\"", px_outer_dtype_name(dt), err);
+    return st;
+}
+
 enum { OUTER_WEIGHT = PX_VOTE_N, OUTER_TAIL };
 _Static_assert(OUTER_TAIL <= PX_GPT_GRADS_SPARE, "the outer step's tail must fit in the grads' spare room");
 
@@ -863,10 +897,13 @@ static int outer_step(trainer_t *t, int *adopt, float *loss_out) {
     float weight = tail[OUTER_WEIGHT], loss = weight > 0 ? tail[PX_VOTE_LOSS] / weight : NAN;
     int newer = tail[PX_VOTE_NEWER] > 0.5f;
     t->bytes_cross += 2.0 * (t->q.n - 1) / t->q.n * OUTER_TAIL * sizeof(float);
+    uint64_t wire = 0;
+    float scale = 1.0f; /* what turns the reduced vector into the sum over groups */
     if (passed && weight > 0) {
         for (size_t i = 0; i < n; i++) g[i] = w > 0 ? t->global[i] - t->model->params[i] : 0.0f;
-        t->bytes_cross += 2.0 * (t->q.n - 1) / t->q.n * (double)n * sizeof(float);
-        st = px_comm_allreduce_sum_f32(t->cross, g, n);
+        st = outer_reduce(t, g, n, &wire, &scale);
+        t->bytes_cross += (double)wire;
+        t->outer_wire += (double)wire;
     }
     if (st != PX_COMM_OK || !passed) {
         const char *why = st != PX_COMM_OK ? failure_reason(t) : "the groups disagree on the round";
@@ -881,7 +918,7 @@ static int outer_step(trainer_t *t, int *adopt, float *loss_out) {
         start_round(t);
         return 1;
     }
-    float lr = cfg->outer_lr, mu = cfg->outer_momentum, inv = 1.0f / weight;
+    float lr = cfg->outer_lr, mu = cfg->outer_momentum, inv = scale / weight;
     float *u = t->outer_m, *gl = t->global;
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) {
@@ -901,11 +938,11 @@ static int outer_step(trainer_t *t, int *adopt, float *loss_out) {
         for (int i = 0, used = 0; i < t->q.n && used < (int)sizeof groups - 1; i++)
             used += snprintf(groups + used, sizeof groups - (size_t)used, "%s%s", i ? "," : "", t->q.groups[i].name);
         char detail[PX_REASON_MAX];
-        snprintf(detail, sizeof detail, "outer=%lld contributors=%.0f groups=%s", (long long)t->outer_steps, weight,
-                 groups);
-        px_agent_notify(t->agent, "outer_step", t->qid, t->st.step, "", (uint64_t)(n * sizeof(float)), 0, detail);
-        printf("event kind=outer_step step=%lld outer=%lld contributors=%.0f groups=%s loss=%.6f\n",
-               (long long)t->st.step, (long long)t->outer_steps, weight, groups, loss);
+        snprintf(detail, sizeof detail, "outer=%lld contributors=%.0f dtype=%s groups=%s", (long long)t->outer_steps,
+                 weight, px_outer_dtype_name((px_outer_dtype_t)cfg->outer_dtype), groups);
+        px_agent_notify(t->agent, "outer_step", t->qid, t->st.step, "", wire, 0, detail);
+        printf("event kind=outer_step step=%lld outer=%lld contributors=%.0f groups=%s loss=%.6f wire_bytes=%llu\n",
+               (long long)t->st.step, (long long)t->outer_steps, weight, groups, loss, (unsigned long long)wire);
         fflush(stdout);
     }
     start_round(t);
@@ -1206,6 +1243,7 @@ static void teardown(trainer_t *t) {
     free(t->targets);
     free(t->global);
     free(t->outer_m);
+    free(t->outer_scratch);
     px_heal_free(&t->heal);
     px_quorum_free(&t->q);
     if (t->ledger) fclose(t->ledger);
@@ -1391,8 +1429,10 @@ int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile s
         double bf = 0, bt = 0;
         if (t.shard) px_shard_bytes_sent(t.shard, &bf, &bt);
         px_log_info("comm_sent group=%s rank=%d steps=%lld fsdp_bytes=%.0f tp_bytes=%.0f group_bytes=%.0f "
-                    "cross_bytes=%.0f buckets=%llu", cfg->group, cfg->rank, (long long)t.st.step, bf, bt, t.bytes_group,
-                    t.bytes_cross, t.reducer ? (unsigned long long)px_reducer_buckets(t.reducer) : 0ull);
+                    "cross_bytes=%.0f buckets=%llu outer_steps=%lld outer_wire_bytes=%.0f", cfg->group, cfg->rank,
+                    (long long)t.st.step, bf, bt, t.bytes_group, t.bytes_cross,
+                    t.reducer ? (unsigned long long)px_reducer_buckets(t.reducer) : 0ull, (long long)t.outer_steps,
+                    t.outer_wire);
         rc = 0;
     } else if (*stop && rc != 3) {
         rc = 2;

@@ -57,6 +57,7 @@ typedef struct {
     px_train_mode_t mode;
     int inner_steps;          /* DiLoCo: inner steps per outer step (H) */
     float outer_lr, outer_momentum; /* DiLoCo: the outer SGD's learning rate and Nesterov momentum */
+    int outer_dtype;          /* DiLoCo: how pseudo-gradients travel, a px_outer_dtype_t (parallel/outer_codec.h) */
 } px_trainer_config_t;
 
 /* Whether cfg can run on this machine and build, before anything starts:

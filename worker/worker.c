@@ -25,6 +25,7 @@
 #include "px_log.h"
 #include "px_time.h"
 #include "px_wire.h"
+#include "outer_codec.h"
 #include "schedule.h"
 
 static const char *PROG = "phalanx-worker";
@@ -107,7 +108,11 @@ static void usage(FILE *f) {
            "                           whole replicas on --device cpu only, for now [sync]\n"
            "  --inner-steps H          diloco: inner steps per outer step, 1..1000000 [50]\n"
            "  --outer-lr X             diloco: the outer SGD's learning rate, 0..10 [0.7]\n"
-           "  --outer-momentum X       diloco: the outer SGD's Nesterov momentum, 0..0.999 [0.9]\n\n"
+           "  --outer-momentum X       diloco: the outer SGD's Nesterov momentum, 0..0.999 [0.9]\n"
+           "  --outer-dtype fp32|bf16|int8  diloco: how pseudo-gradients travel between groups: fp32 (a ring\n"
+           "                           all-reduce), bf16 or int8 with a scale per 256 values (all-gathered and\n"
+           "                           decoded alike everywhere; fewer bytes only for a few groups, see\n"
+           "                           docs/comm.md) [fp32]\n\n"
            "layout of a group (--ranks-per-group W = pp x fsdp x tp; none given: each rank holds a whole\n"
            "replica and the W ranks split the group's samples):\n"
            "  --fsdp F                 shard every parameter, gradient and AdamW moment over F ranks (ZeRO-3),\n"
@@ -260,6 +265,13 @@ int px_worker_main(int argc, char **argv) {
             }
             tc.mode = !strcmp(v, "diloco") ? PX_MODE_DILOCO : PX_MODE_SYNC;
         }
+        else if (!strcmp(a, "--outer-dtype")) {
+            if (!v || px_outer_dtype_parse(v) < 0) {
+                fprintf(stderr, "%s: --outer-dtype: bad value '%s': expected fp32, bf16 or int8\n", PROG, v ? v : "");
+                return 2;
+            }
+            tc.outer_dtype = px_outer_dtype_parse(v);
+        }
         else if (!strcmp(a, "--inner-steps")) tc.inner_steps = (int)px_flag_int(PROG, a, v, 1, 1000000);
         else if (!strcmp(a, "--outer-lr")) tc.outer_lr = (float)px_flag_double(PROG, a, v, 0, 10);
         else if (!strcmp(a, "--outer-momentum")) tc.outer_momentum = (float)px_flag_double(PROG, a, v, 0, 0.999);
@@ -290,7 +302,9 @@ int px_worker_main(int argc, char **argv) {
     else
         snprintf(layout, sizeof layout, "replicated%d", cfg.group_size);
     if (tc.mode == PX_MODE_DILOCO) /* groups meet only at outer steps: every H inner steps, in step */
-        snprintf(layout + strlen(layout), sizeof layout - strlen(layout), ".diloco%d", tc.inner_steps);
+        snprintf(layout + strlen(layout), sizeof layout - strlen(layout), ".diloco%d%s%s", tc.inner_steps,
+                 tc.outer_dtype != PX_OUTER_FP32 ? "." : "",
+                 tc.outer_dtype != PX_OUTER_FP32 ? px_outer_dtype_name((px_outer_dtype_t)tc.outer_dtype) : "");
     if (tc.steps > 0) cfg.layout = layout;
     if (cfg.rank >= cfg.group_size) {
         fprintf(stderr, "%s: --rank %d must be below --ranks-per-group %d\n", PROG, cfg.rank, cfg.group_size);

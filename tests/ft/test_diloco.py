@@ -14,6 +14,9 @@
               removed, the job restarts from step 20 (global parameters, outer
               momentum and moments restored) and ends with the checksum of the
               uninterrupted run.
+  dtype       3 groups, H=10, --outer-dtype int8 and bf16: every group ends
+              with the same state; the pseudo-gradient bytes each rank sent
+              (worker logs) are below 0.4x (int8) and 0.8x (bf16) of fp32's.
   refused     a worker in diloco mode is refused by a sync job (WRONG_LAYOUT,
               naming both), and --mode diloco with --fsdp is a configuration
               error naming the flags."""
@@ -24,6 +27,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 from phalanx_test import Fail, Launch, check, main_scenarios, make_corpus, wait_until  # noqa: E402
@@ -109,6 +113,12 @@ def test_kill(bindir):
                     ["--mode", "diloco", "--inner-steps", str(H)], name="diloco-kill")
     try:
         wait_until(lambda: len(outer_lines(launch)) >= 3, 120, "3 outer steps")
+        with urllib.request.urlopen("http://%s/metrics" % launch.http, timeout=5) as r:
+            metrics = r.read().decode()
+        m = re.search(r"^phalanx_outer_steps_total (\d+)$", metrics, re.M)
+        w = re.search(r"^phalanx_outer_wire_bytes_total (\d+)$", metrics, re.M)
+        check(m and int(m.group(1)) >= 3 and w and int(w.group(1)) > 0,
+              "/metrics counts outer steps and their bytes: %s %s" % (m and m.group(0), w and w.group(0)))
         pid = launch.pid_of("g1")
         check(pid, "g1 is a live member")
         mark = len(launch.output())
@@ -178,6 +188,33 @@ def test_checkpoint(bindir):
     check(f1["checksum"] == f2["checksum"], "the resumed run ends with the uninterrupted run's state")
 
 
+def outer_wire(launch):
+    total = 0
+    for name in os.listdir(launch.dir):
+        if name.startswith("worker-"):
+            with open(os.path.join(launch.dir, name)) as f:
+                for line in f:
+                    m = re.search(r"comm_sent .*outer_wire_bytes=(\d+)", line)
+                    if m:
+                        total += int(m.group(1))
+    return total
+
+
+def test_dtype(bindir):
+    data = corpus(bindir)
+    wire = {}
+    for dt in ("fp32", "int8", "bf16"):
+        launch = run(bindir, data, 3, 60, ["--mode", "diloco", "--inner-steps", "10", "--outer-dtype", dt],
+                     "diloco-" + dt)
+        f = same_state(launch, 3, dt)
+        wire[dt] = outer_wire(launch)
+        print("%s: final loss %s, pseudo-gradient bytes sent %d" % (dt, f["loss"], wire[dt]))
+        check(wire[dt] > 0, "%s: the workers count their outer bytes" % dt)
+        check(float(f["loss"]) < 4.5, "%s: the model learns (final loss %s)" % (dt, f["loss"]))
+    check(wire["int8"] < 0.4 * wire["fp32"], "int8 sends under 0.4x fp32's bytes at 3 groups")
+    check(wire["bf16"] < 0.8 * wire["fp32"], "bf16 sends under 0.8x fp32's bytes at 3 groups")
+
+
 def test_refused(bindir):
     r = subprocess.run([os.path.join(bindir, "phalanx-worker"), "--group", "g0", "--steps", "10", "--mode", "diloco",
                         "--fsdp", "2", "--ranks-per-group", "2", "--coordinator", "tcp://127.0.0.1:1",
@@ -206,4 +243,4 @@ def test_refused(bindir):
 
 if __name__ == "__main__":
     main_scenarios({"identity": test_identity, "kill": test_kill, "chaos": test_chaos, "checkpoint": test_checkpoint,
-                    "refused": test_refused})
+                    "dtype": test_dtype, "refused": test_refused})
