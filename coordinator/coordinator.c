@@ -526,9 +526,9 @@ static int refuse_wrong_layout(px_coordinator_t *c, const void *ident, size_t id
         if (m->state == PX_STATE_LOST || !m->layout[0] || !strcmp(m->layout, r->layout)) continue;
         if (!strcmp(m->group, r->group) && m->rank == (int)r->rank) continue; /* its own earlier incarnation */
         char why[512];
-        snprintf(why, sizeof why, "layout %s of %s/%u differs from the job's layout %s (group %s): every group of a job "
-                 "must use the same --ranks-per-group, --pp, --fsdp and --tp (and with --pp > 1, --microbatches and "
-                 "--schedule), and the same --mode (with diloco, --inner-steps)", r->layout, r->group, r->rank, m->layout, m->group);
+        snprintf(why, sizeof why, "layout %s of %s/%u differs from the job's %s (%s): groups must agree on "
+                 "--ranks-per-group --pp --fsdp --tp --microbatches --schedule --mode --inner-steps --outer-dtype",
+                 r->layout, r->group, r->rank, m->layout, m->group);
         px_log_warn("layout_refused group=%s rank=%u layout=%s job_layout=%s", r->group, r->rank, r->layout, m->layout);
         reply_error(c, ident, ident_len, req_id, PHALANX__ERROR_CODE__WRONG_LAYOUT, why);
         return 1;

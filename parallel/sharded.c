@@ -653,7 +653,7 @@ static void place_rect(const px_shard_rect_t *r, int ndim, const int64_t *shape,
     }
 }
 
-int px_shard_place(px_shard_t *sh, int b, size_t offset, int ndim, const int64_t *shape, const int64_t *start,
+int px_shard_place(px_shard_t *sh, float *dst, size_t offset, int ndim, const int64_t *shape, const int64_t *start,
                    const int64_t *count, const float *values) {
     if (!sh->rects) { /* every rectangle the rank holds, replicated copies too, once per shard */
         rect_list_t l = {0};
@@ -663,10 +663,6 @@ int px_shard_place(px_shard_t *sh, int b, size_t offset, int ndim, const int64_t
         }
         sh->rects = l.r, sh->nrects = l.n;
     }
-    /* A shard holds params, m and v: sharded DiLoCo, whose outer momentum
-     * would come as buffer PX_STATE_OUTER_M, is not built yet (a restore into
-     * a shard asks for 3 buffers, so none comes; ignored all the same). */
-    if (b < PX_STATE_PARAMS || b > PX_STATE_V) return 0;
     size_t sizes[PX_GPT_NUM_TENSORS], off = 0;
     px_gpt_tensor_sizes(&sh->cfg, sizes);
     int kind = 0;
@@ -674,10 +670,9 @@ int px_shard_place(px_shard_t *sh, int b, size_t offset, int ndim, const int64_t
     if (kind == PX_GPT_NUM_TENSORS) return 0;
     int per_layer = kind >= PX_LN1W && kind <= PX_FCPROJB;
     int layer = per_layer ? (int)((offset - off) / (sizes[kind] / (size_t)sh->cfg.num_layers)) : 0;
-    float *buf[3] = {sh->b.params, sh->b.m, sh->b.v};
     for (size_t i = 0; i < sh->nrects; i++) {
         const px_shard_rect_t *r = &sh->rects[i];
-        if (r->tensor == kind && r->layer == layer) place_rect(r, ndim, shape, start, count, values, buf[b] + r->shard_off);
+        if (r->tensor == kind && r->layer == layer) place_rect(r, ndim, shape, start, count, values, dst + r->shard_off);
     }
     return 0;
 }

@@ -132,13 +132,13 @@ int px_shard_rects(const px_gpt_config_t *cfg, const px_shard_layout_t *layout, 
 size_t px_shard_runs(const px_shard_t *sh, size_t (*runs)[2], size_t cap);
 
 /* A checkpoint's slice into this rank's shard (the restore sink of
- * checkpoint/ckpt.h, px_ckpt_sink_t): buffer b (PX_STATE_PARAMS, _M, _V;
- * any other, such as DiLoCo's outer momentum, is ignored: returns 0)
- * of the logical tensor that starts at float `offset` of a whole state's
- * buffer, of shape shape[ndim], elements start[] + count[] (row-major
- * values); every element of it this rank holds, replicated copies
- * included, lands in place. 0, or -1 when out of memory. */
-int px_shard_place(px_shard_t *sh, int b, size_t offset, int ndim, const int64_t *shape, const int64_t *start,
+ * checkpoint/ckpt.h, px_ckpt_sink_t): the logical tensor that starts at
+ * float `offset` of a whole state's buffer, of shape shape[ndim], elements
+ * start[] + count[] (row-major values); every element of it this rank
+ * holds, replicated copies included, lands in place in dst, a buffer laid
+ * out like the shard's (its params, m or v, or DiLoCo's global parameters
+ * or outer momentum). 0, or -1 when out of memory. */
+int px_shard_place(px_shard_t *sh, float *dst, size_t offset, int ndim, const int64_t *shape, const int64_t *start,
                    const int64_t *count, const float *values);
 
 /* Pure layout queries, for tests: floats of unit u's flat layout (padded to

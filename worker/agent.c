@@ -75,7 +75,7 @@ struct px_agent {
     int hook_calls;        /* hook calls running on the agent thread */
     uint64_t last_posted;  /* request id of the last fire-and-forget frame queued */
     uint64_t acked;        /* highest request id the coordinator answered */
-    char fatal[256];       /* written once, under mu, before fatal_set */
+    char fatal[512];       /* written once, under mu, before fatal_set */
     int fatal_set;
     int gave_up;     /* guarded by mu: no answer within connect_timeout_s */
     /* agent thread only: the wait for the first registration */

@@ -599,7 +599,7 @@ static int pipe_fill(void *ctx, int k, px_pipe_mb_t *mb) {
         at = c->lo < cfg->global_batch ? c->lo : 0;
     }
     px_dataset_fill(t->train, cfg->seed, cur_step(t), at, n, cfg->global_batch, t->T, t->inputs, t->targets);
-    *mb = (px_pipe_mb_t){t->inputs, t->targets, n, scale * (float)n / (float)cfg->global_batch};
+    *mb = (px_pipe_mb_t){t->inputs, t->targets, n, scale * (float)n / (float)batch_of(t)};
     return 0;
 }
 
@@ -796,9 +796,15 @@ static int round_len(const trainer_t *t) {
     return left < t->cfg->inner_steps ? (int)left : t->cfg->inner_steps;
 }
 
+/* The group's local parameters and the gradients (this rank's shard of
+ * them in a sharded group), st.n floats; the grads have the vote's tail
+ * after them. */
+static float *local_params(trainer_t *t) { return t->shard ? px_shard_bufs(t->shard)->params : t->model->params; }
+static float *grads_buf(trainer_t *t) { return t->shard ? px_shard_bufs(t->shard)->grads : px_compute_grads(t->dev); }
+
 /* A new round (or the current one again) from the global parameters. */
 static void start_round(trainer_t *t) {
-    memcpy(t->model->params, t->global, t->st.n * sizeof(float));
+    memcpy(local_params(t), t->global, t->st.n * sizeof(float));
     t->inner = 0;
     t->round_loss = 0;
 }
@@ -813,12 +819,16 @@ static int inner_step(trainer_t *t, float *loss_out, float *norm_out) {
     int64_t s = cur_step(t);
     int lo, hi, W = cfg->ranks_per_group;
     my_share(t, &lo, &hi);
-    float local_loss = 0, *tail = px_compute_tail(t->dev);
+    float local_loss = 0, *tail = grads_buf(t) + n, sumsq = 0;
     px_comm_status_t st = compute_grads(t, lo, hi, &local_loss) == 0 ? PX_COMM_OK : PX_COMM_ERROR;
     px_vote_fill(tail, s, 0, local_loss);
-    if (st == PX_COMM_OK && t->intra) {
+    if (st == PX_COMM_OK && t->shard) { /* the fsdp reduce-scatters summed the gradients: the vote, then the norm */
+        st = px_comm_allreduce_sum_f32(t->intra, tail, PX_VOTE_N);
+        sumsq = (float)px_shard_grad_sumsq(t->shard);
+        if (st == PX_COMM_OK) st = px_comm_allreduce_sum_f32(t->intra, &sumsq, 1);
+    } else if (st == PX_COMM_OK && t->intra) {
         t->bytes_group += 2.0 * (W - 1) / W * (double)(n + PX_VOTE_N) * sizeof(float);
-        st = px_comm_allreduce_sum_f32(t->intra, px_compute_grads(t->dev), n + PX_VOTE_N);
+        st = px_comm_allreduce_sum_f32(t->intra, grads_buf(t), n + PX_VOTE_N);
     }
     if (st != PX_COMM_OK || !px_vote_passed(tail, W, s)) {
         const char *why = st != PX_COMM_OK ? failure_reason(t) : "the group's ranks disagree on the step";
@@ -827,8 +837,13 @@ static int inner_step(trainer_t *t, float *loss_out, float *norm_out) {
         return 0;
     }
     px_persist_fence(&t->persist);
-    float lr = px_lr_at((int)s, cfg->warmup, (int)cfg->steps, cfg->lr, cfg->min_lr);
-    *norm_out = px_compute_clip_adamw(t->dev, cfg->grad_clip, lr, cfg->weight_decay, (int)s + 1);
+    if (t->shard) {
+        shard_apply(t, s, sqrtf(sumsq));
+        *norm_out = t->last_norm;
+    } else {
+        float lr = px_lr_at((int)s, cfg->warmup, (int)cfg->steps, cfg->lr, cfg->min_lr);
+        *norm_out = px_compute_clip_adamw(t->dev, cfg->grad_clip, lr, cfg->weight_decay, (int)s + 1);
+    }
     *loss_out = tail[PX_VOTE_LOSS];
     t->round_loss += tail[PX_VOTE_LOSS];
     t->inner++;
@@ -884,7 +899,7 @@ static int outer_step(trainer_t *t, int *adopt, float *loss_out) {
     const px_trainer_config_t *cfg = t->cfg;
     size_t n = t->st.n;
     int W = cfg->ranks_per_group, H = round_len(t);
-    float *g = px_compute_grads(t->dev), *tail = g + n;
+    float *g = grads_buf(t), *tail = g + n, *lp = local_params(t);
     float w = t->inner == H && H > 0 ? 1.0f : 0.0f;
     px_vote_fill(tail, t->st.step, px_agent_known_quorum_id(t->agent) > t->qid,
                  cfg->rank == 0 && w > 0 ? (float)(t->round_loss / H) : 0.0f);
@@ -900,7 +915,7 @@ static int outer_step(trainer_t *t, int *adopt, float *loss_out) {
     uint64_t wire = 0;
     float scale = 1.0f; /* what turns the reduced vector into the sum over groups */
     if (passed && weight > 0) {
-        for (size_t i = 0; i < n; i++) g[i] = w > 0 ? t->global[i] - t->model->params[i] : 0.0f;
+        for (size_t i = 0; i < n; i++) g[i] = w > 0 ? t->global[i] - lp[i] : 0.0f;
         st = outer_reduce(t, g, n, &wire, &scale);
         t->bytes_cross += (double)wire;
         t->outer_wire += (double)wire;
@@ -1005,6 +1020,14 @@ static px_gpt_t *initial_model(const px_trainer_config_t *cfg) {
     return m;
 }
 
+/* DiLoCo in a sharded group: the shard just drawn or cut becomes the global
+ * parameters, with no outer momentum. */
+static void diloco_initial(trainer_t *t) {
+    memcpy(t->global, px_shard_bufs(t->shard)->params, t->st.n * sizeof(float));
+    memset(t->outer_m, 0, t->st.n * sizeof(float));
+    start_round(t);
+}
+
 /* Heal callback (worker/heal.h): the initial state again, bit for bit, into
  * s (a receive in place at step 0 failed). */
 static int rebuild_initial_state(void *ctx, px_train_state_t *s) {
@@ -1013,12 +1036,15 @@ static int rebuild_initial_state(void *ctx, px_train_state_t *s) {
     if (t->shard && px_gpt_config_preset(t->cfg->model, &preset) == 0) { /* drawn shard by shard */
         s->step = 0;
         t->pending_step = -1;
-        return px_shard_init(t->shard, t->cfg->seed);
+        if (px_shard_init(t->shard, t->cfg->seed) != 0) return -1;
+        if (diloco(t)) diloco_initial(t);
+        return 0;
     }
     px_gpt_t *fresh = initial_model(t->cfg);
     if (!fresh) return -1;
     if (t->shard) { /* s is the shard's live state: this rank's pieces of the fresh model */
         px_shard_load(t->shard, fresh);
+        if (diloco(t)) diloco_initial(t);
     } else {
         memcpy(s->buf[PX_STATE_PARAMS], fresh->params, s->n * sizeof(float));
         memset(s->buf[PX_STATE_M], 0, s->n * sizeof(float));
@@ -1028,7 +1054,7 @@ static int rebuild_initial_state(void *ctx, px_train_state_t *s) {
     s->step = 0;
     t->pending_step = -1;
     px_gpt_destroy(&fresh);
-    if (diloco(t)) start_round(t);
+    if (diloco(t) && !t->shard) start_round(t);
     return 0;
 }
 
@@ -1120,7 +1146,9 @@ static int setup_shard(trainer_t *t, const px_gpt_config_t *mc) {
 /* Restore sink of a sharded rank: each checkpoint slice read goes straight
  * into the shard (px_shard_place). */
 static int place_slice(void *ctx, const px_ckpt_logical_t *l, const px_ckpt_slice_t *s, const float *values) {
-    return px_shard_place(ctx, l->buffer, l->offset, l->ndim, l->shape, s->start, s->count, values);
+    trainer_t *t = ctx;
+    if (l->buffer < 0 || l->buffer >= t->st.nbuf) return 0;
+    return px_shard_place(t->shard, t->st.buf[l->buffer], l->offset, l->ndim, l->shape, s->start, s->count, values);
 }
 
 /* A sharded rank restores the newest checkpoint, written in any layout,
@@ -1128,8 +1156,9 @@ static int place_slice(void *ctx, const px_ckpt_logical_t *l, const px_ckpt_slic
  * the rectangles the rank holds are kept (no whole-state copy). */
 static int restore_shard(trainer_t *t, int64_t *restored) {
     size_t sizes[PX_GPT_NUM_TENSORS];
-    px_train_state_t whole = {.n = px_gpt_tensor_sizes(&t->model->config, sizes), .seed = t->cfg->seed, .nbuf = PX_STATE_NBUF};
-    px_ckpt_sink_t sink = {place_slice, t->shard};
+    px_train_state_t whole = {.n = px_gpt_tensor_sizes(&t->model->config, sizes), .seed = t->cfg->seed,
+                              .nbuf = t->st.nbuf};
+    px_ckpt_sink_t sink = {place_slice, t};
     int rc = px_persist_restore(&t->persist, &whole, &sink, restored);
     if (rc == 0 && *restored >= 0) t->st.step = whole.step;
     return rc; /* -2: a checkpoint failed half read, the shard holds part of it: the caller rebuilds it */
@@ -1189,7 +1218,7 @@ static int setup(trainer_t *t) {
             px_log_error("out of memory for DiLoCo's global parameters and outer momentum (%zu floats each)", n);
             return -1;
         }
-        memcpy(t->global, t->model->params, n * sizeof(float));
+        memcpy(t->global, t->st.buf[PX_STATE_PARAMS], n * sizeof(float));
         t->st.buf[PX_STATE_PARAMS] = t->global;
         t->st.buf[PX_STATE_OUTER_M] = t->outer_m;
         t->st.nbuf = PX_STATE_OUTER_M + 1;
@@ -1262,10 +1291,9 @@ static int check_stages(const px_trainer_config_t *cfg, char *err, size_t errlen
 
 int px_trainer_check(const px_trainer_config_t *cfg, char *err, size_t errlen) {
     if (check_stages(cfg, err, errlen) != 0) return -1;
-    if (cfg->mode == PX_MODE_DILOCO && (layout_given(cfg) || cfg->device == PX_DEVICE_CUDA || cfg->bucket_mb > 0)) {
-        snprintf(err, errlen, "--mode diloco with %s: DiLoCo runs groups of whole replicas on --device cpu without "
-                 "--bucket-mb for now", layout_given(cfg) ? "--fsdp/--tp/--pp" : cfg->device == PX_DEVICE_CUDA ?
-                 "--device cuda" : "--bucket-mb");
+    if (cfg->mode == PX_MODE_DILOCO && (cfg->device == PX_DEVICE_CUDA || cfg->bucket_mb > 0)) {
+        snprintf(err, errlen, "--mode diloco with %s: DiLoCo runs on --device cpu without --bucket-mb for now",
+                 cfg->device == PX_DEVICE_CUDA ? "--device cuda" : "--bucket-mb");
         return -1;
     }
     if (cfg->device != PX_DEVICE_CUDA) return 0;
@@ -1358,9 +1386,9 @@ int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile s
                 if (t.st.step == from) continue; /* no round to give yet */
                 px_agent_set_progress(agent, t.st.step, PHALANX__MEMBER_STATE__HEALTHY, t.qid);
                 if (cfg->eval_every > 0 && t.st.step / cfg->eval_every > from / cfg->eval_every && t.my_index == 0 &&
-                    cfg->rank == 0) {
+                    (cfg->rank == 0 || t.shard)) { /* a sharded group evaluates together */
                     ev = eval_loss(&t);
-                    printf("eval step=%lld eval_loss=%.4f group=%s\n", (long long)t.st.step, ev, cfg->group);
+                    if (cfg->rank == 0) printf("eval step=%lld eval_loss=%.4f group=%s\n", (long long)t.st.step, ev, cfg->group);
                     fflush(stdout);
                 }
                 if (px_persist_due(&t.persist, &t.st, &t.q)) host_state(&t);

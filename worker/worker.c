@@ -105,7 +105,7 @@ static void usage(FILE *f) {
            "                           group trains alone for --inner-steps (AdamW on its share of each\n"
            "                           step's batch), then an outer step averages the groups' pseudo-gradients\n"
            "                           (global minus local parameters) and applies SGD with Nesterov momentum;\n"
-           "                           whole replicas on --device cpu only, for now [sync]\n"
+           "                           any layout; --device cpu without --bucket-mb, for now [sync]\n"
            "  --inner-steps H          diloco: inner steps per outer step, 1..1000000 [50]\n"
            "  --outer-lr X             diloco: the outer SGD's learning rate, 0..10 [0.7]\n"
            "  --outer-momentum X       diloco: the outer SGD's Nesterov momentum, 0..0.999 [0.9]\n"

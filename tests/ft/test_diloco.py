@@ -17,9 +17,16 @@
   dtype       3 groups, H=10, --outer-dtype int8 and bf16: every group ends
               with the same state; the pseudo-gradient bytes each rank sent
               (worker logs) are below 0.4x (int8) and 0.8x (bf16) of fp32's.
+  layouts     2 groups, H=5, in fsdp2, tp2, pp2 and pp2 x fsdp2 groups: the
+              same losses and final parameters as groups of whole replicas
+              (each rank's pseudo-gradient is its shard's; the outer step
+              pairs same-coordinate ranks). A rank of an fsdp2 group killed
+              mid-round: the job completes, every group with one state. A
+              one-group fsdp2 checkpoint resumed as a whole replica ends like
+              the uninterrupted run.
   refused     a worker in diloco mode is refused by a sync job (WRONG_LAYOUT,
-              naming both), and --mode diloco with --fsdp is a configuration
-              error naming the flags."""
+              naming both), and --mode diloco with --device cuda or
+              --bucket-mb is a configuration error naming the flags."""
 import os
 import re
 import shutil
@@ -215,12 +222,64 @@ def test_dtype(bindir):
     check(wire["bf16"] < 0.8 * wire["fp32"], "bf16 sends under 0.8x fp32's bytes at 3 groups")
 
 
+def run_layout(bindir, data, name, W, flags, groups=2, steps=30, launch_args=()):
+    launch = Launch(bindir, ["--groups", str(groups), "--ranks-per-group", str(W), "--model", "tiny", "--steps",
+                             str(steps), "--data", data] + list(launch_args) + ["--"] + WORKER +
+                    ["--mode", "diloco", "--inner-steps", "5", "--outer-momentum", "0.5"] + flags, name="diloco-" + name)
+    rc = launch.wait(300)
+    check(rc == 0, "%s: phalanx-launch exited %s:\n%s" % (name, rc, launch.tail()))
+    return launch
+
+
+def test_layouts(bindir):
+    data = corpus(bindir)
+    base = same_state(run_layout(bindir, data, "whole", 1, []), 2, "whole")
+    check(float(base["eval_loss"]) < 4.5, "whole replicas learn: eval loss %s" % base["eval_loss"])
+    for name, W, flags in (("fsdp2", 2, ["--fsdp", "2"]), ("tp2", 2, ["--tp", "2"]),
+                           ("pp2", 2, ["--pp", "2", "--microbatches", "2"]), ("pp2xfsdp2", 4, ["--pp", "2", "--fsdp", "2"])):
+        f = same_state(run_layout(bindir, data, name, W, flags), 2, name)
+        rel = abs(float(f["param_norm"]) - float(base["param_norm"])) / float(base["param_norm"])
+        rel_ev = abs(float(f["eval_loss"]) - float(base["eval_loss"])) / float(base["eval_loss"])
+        print("%s: eval loss %s (whole %s), param norm %s (whole %s)" % (name, f["eval_loss"], base["eval_loss"],
+                                                                        f["param_norm"], base["param_norm"]))
+        check(rel < 1e-5 and rel_ev < 1e-4, "%s ends like whole replicas (norm rel %.2e, eval rel %.2e)" %
+              (name, rel, rel_ev))
+
+    launch = Launch(bindir, ["--groups", "2", "--ranks-per-group", "2", "--model", "tiny", "--steps", "400",
+                             "--data", data, "--"] + WORKER + ["--mode", "diloco", "--inner-steps", "10", "--fsdp", "2"],
+                    name="diloco-fsdp-kill")
+    try:
+        wait_until(lambda: len(outer_lines(launch)) >= 3, 120, "3 outer steps")
+        pid = launch.pid_of("g1", 1)
+        check(pid, "g1/1 is a live member")
+        os.kill(pid, signal.SIGKILL)
+        rc = launch.wait(300)
+        check(rc == 0, "phalanx-launch exited %s:\n%s" % (rc, launch.tail()))
+        f = same_state(launch, 2, "fsdp2 kill")
+        check(any(e["type"] == "heal_finished" and e["group"] == "g1" for e in launch.read_events()), "g1 healed")
+        print("fsdp2 kill: completed, final checksum %s" % f["checksum"])
+    finally:
+        launch.terminate()
+
+    ck = os.path.join(tempfile.mkdtemp(prefix="phalanx-diloco-lck-"), "ck")
+    args = ["--checkpoint-dir", ck, "--checkpoint-every", "10"]
+    first = same_state(run_layout(bindir, data, "ck-fsdp2", 2, ["--fsdp", "2"], 1, 30, args), 1, "fsdp2 checkpoints")
+    shutil.rmtree(os.path.join(ck, "step_%08d" % 30))
+    resumed = run_layout(bindir, data, "ck-whole", 1, [], 1, 30, args)
+    restored = [e for e in resumed.read_events() if e["type"] == "checkpoint_restored"]
+    check(restored and restored[0]["step"] == 20, "restored step 20 as a whole replica: %s" % restored)
+    second = same_state(resumed, 1, "resumed whole")
+    rel = abs(float(first["param_norm"]) - float(second["param_norm"])) / float(first["param_norm"])
+    print("fsdp2 checkpoint resumed whole: param norm %s vs %s" % (second["param_norm"], first["param_norm"]))
+    check(rel < 1e-5, "the resumed run ends like the uninterrupted one (rel %.2e)" % rel)
+
+
 def test_refused(bindir):
     r = subprocess.run([os.path.join(bindir, "phalanx-worker"), "--group", "g0", "--steps", "10", "--mode", "diloco",
-                        "--fsdp", "2", "--ranks-per-group", "2", "--coordinator", "tcp://127.0.0.1:1",
-                        "--connect-timeout", "1"], capture_output=True, text=True, timeout=60)
-    check(r.returncode == 2 and "--mode diloco" in r.stderr + r.stdout and "--fsdp" in r.stderr + r.stdout,
-          "--mode diloco --fsdp 2 is a configuration error naming both: rc %s %s" % (r.returncode, r.stderr[-300:]))
+                        "--bucket-mb", "1", "--coordinator", "tcp://127.0.0.1:1", "--connect-timeout", "1"],
+                       capture_output=True, text=True, timeout=60)
+    check(r.returncode == 2 and "--mode diloco" in r.stderr + r.stdout and "--bucket-mb" in r.stderr + r.stdout,
+          "--mode diloco --bucket-mb 1 is a configuration error naming both: rc %s %s" % (r.returncode, r.stderr[-300:]))
     r = subprocess.run([os.path.join(bindir, "phalanx-worker"), "--group", "g0", "--steps", "10", "--mode", "async"],
                        capture_output=True, text=True, timeout=60)
     check(r.returncode == 2 and "async" in r.stderr, "--mode async is refused naming it: %s" % r.stderr[-200:])
@@ -243,4 +302,4 @@ def test_refused(bindir):
 
 if __name__ == "__main__":
     main_scenarios({"identity": test_identity, "kill": test_kill, "chaos": test_chaos, "checkpoint": test_checkpoint,
-                    "dtype": test_dtype, "refused": test_refused})
+                    "dtype": test_dtype, "layouts": test_layouts, "refused": test_refused})
