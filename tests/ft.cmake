@@ -11,7 +11,7 @@ endforeach()
 # DiLoCo: identity with synchronous training, a group killed during inner
 # steps, seeded chaos, checkpoints, refusals (one ctest per scenario).
 px_add_py_scenarios(ft_diloco ${CMAKE_CURRENT_LIST_DIR}/ft/test_diloco.py $<TARGET_FILE_DIR:phalanx-launch> 600
-                    identity kill chaos checkpoint dtype layouts refused)
-foreach(s identity kill chaos checkpoint dtype layouts refused)
+                    identity kill chaos checkpoint dtype layouts long-round refused)
+foreach(s identity kill chaos checkpoint dtype layouts long_round refused)
   set_tests_properties(ft_diloco_${s} PROPERTIES RUN_SERIAL TRUE)
 endforeach()

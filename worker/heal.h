@@ -73,7 +73,9 @@ int px_heal_init(px_heal_t *h, px_train_state_t *state, px_agent_t *agent, const
 void px_heal_free(px_heal_t *h);
 
 /* The live state's checksum. Computed once per step: the state changes only
- * through a step (which moves the step) or through this module. */
+ * through a step (which moves the step) or through this module; an owner
+ * that changes it otherwise (DiLoCo's inner steps move the moments, not the
+ * step) clears ck_valid. */
 uint64_t px_heal_checksum(px_heal_t *h);
 
 /* Step 1 over the group's communicator. 0 when every rank holds the same

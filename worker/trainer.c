@@ -54,8 +54,8 @@
  * steps at a time: each group's inner steps reduce inside the group only,
  * and an outer step every H steps (and first in every new quorum) averages
  * the pseudo-gradients across groups; the state is then the global
- * parameters, the outer momentum and the group's own moments. Quorum
- * changes that drop other groups reach a group at its next outer step. */
+ * parameters, the outer momentum and the group's own moments. A group
+ * moves to a newer quorum at its next inner step, keeping its round. */
 #include "trainer.h"
 
 #include <inttypes.h>
@@ -121,6 +121,7 @@ typedef struct {
     size_t outer_scratch_bytes;
     double outer_wire;   /* bytes this rank sent for pseudo-gradients */
     int inner;
+    int round_full;      /* this round's inner steps all started from its global parameters: it has a round to give */
     int64_t outer_steps;
     double round_loss; /* sum of the round's inner losses */
     px_train_state_t st; /* views into the model; st.step: steps committed (DiLoCo: the round's start) */
@@ -806,7 +807,35 @@ static float *grads_buf(trainer_t *t) { return t->shard ? px_shard_bufs(t->shard
 static void start_round(trainer_t *t) {
     memcpy(local_params(t), t->global, t->st.n * sizeof(float));
     t->inner = 0;
+    t->round_full = 1;
     t->round_loss = 0;
+}
+
+/* After joining a quorum: where the groups are in the round. Groups that
+ * kept their round go on from where they are (they adopted the quorum
+ * within an inner step or two of each other); one that starts the round
+ * (a joiner, a healed or restarted group) while others are k steps in
+ * skips to step k with nothing to give, so that all reach the outer step
+ * together rather than the others waiting a round in its collective. Its
+ * steps up to there still train (on its shares), and are dropped at the
+ * outer step. 0, or -1 when the cross-group all-gather failed. */
+static int align_round(trainer_t *t) {
+    int P = t->q.n;
+    float mine = (float)t->inner, *all = malloc((size_t)P * sizeof *all);
+    if (!all) return -1;
+    int rc = px_comm_allgather_f32(t->cross, &mine, all, 1) == PX_COMM_OK ? 0 : -1;
+    int k = 0;
+    for (int i = 0; rc == 0 && i < P; i++)
+        if ((int)all[i] > k) k = (int)all[i];
+    free(all);
+    if (rc == 0 && t->inner == 0 && k > 0) {
+        t->inner = k < round_len(t) ? k : round_len(t);
+        t->round_full = 0;
+        memcpy(local_params(t), t->global, t->st.n * sizeof(float));
+        px_log_info("round_joined step=%lld inner=%d: the others are that far into the round; this group gives "
+                    "nothing at its outer step", (long long)t->st.step, t->inner);
+    }
+    return rc;
 }
 
 /* One inner step: the group's share of step cur_step's samples, reduced
@@ -847,6 +876,7 @@ static int inner_step(trainer_t *t, float *loss_out, float *norm_out) {
     *loss_out = tail[PX_VOTE_LOSS];
     t->round_loss += tail[PX_VOTE_LOSS];
     t->inner++;
+    t->heal.ck_valid = 0; /* the moments moved while the step (the round's start) did not: the cached digest is stale */
     return 1;
 }
 
@@ -883,9 +913,8 @@ static px_comm_status_t outer_reduce(trainer_t *t, float *g, size_t n, uint64_t 
 enum { OUTER_WEIGHT = PX_VOTE_N, OUTER_TAIL };
 _Static_assert(OUTER_TAIL <= PX_GPT_GRADS_SPARE, "the outer step's tail must fit in the grads' spare room");
 
-/* The outer step, after a full round (or right after joining a quorum,
- * when every group meets: those without a full round take part with
- * weight 0). First a small reduction of the tail: the commit vote on the
+/* The outer step, when a group's round is done (with weight 0 for a group
+ * that joined the round late, see align_round). First a small reduction of the tail: the commit vote on the
  * round's start, the newer-quorum flag, each group's weight (1 with a full
  * round) and loss. Then, when some group has a round to give, the
  * pseudo-gradients (global minus local parameters) summed across groups
@@ -900,7 +929,7 @@ static int outer_step(trainer_t *t, int *adopt, float *loss_out) {
     size_t n = t->st.n;
     int W = cfg->ranks_per_group, H = round_len(t);
     float *g = grads_buf(t), *tail = g + n, *lp = local_params(t);
-    float w = t->inner == H && H > 0 ? 1.0f : 0.0f;
+    float w = t->inner == H && H > 0 && t->round_full ? 1.0f : 0.0f;
     px_vote_fill(tail, t->st.step, px_agent_known_quorum_id(t->agent) > t->qid,
                  cfg->rank == 0 && w > 0 ? (float)(t->round_loss / H) : 0.0f);
     tail[OUTER_WEIGHT] = w;
@@ -1343,7 +1372,7 @@ int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile s
     px_log_info("trainer_started group=%s rank=%d model=%s params=%zu steps=%lld global_batch=%d micro_batch=%d T=%d "
                 "device=%s", cfg->group, cfg->rank, cfg->model, t.model->num_params, (long long)cfg->steps,
                 cfg->global_batch, cfg->micro_batch, t.T, px_compute_name(t.dev));
-    int need = 1, failed = 0, rc = 0, meet = 0, inner_failed = 0;
+    int need = 1, failed = 0, rc = 0, inner_failed = 0;
     float loss = NAN, norm = 0, ev = NAN;
     while (t.st.step < cfg->steps && !*stop) {
         if (job_finished_elsewhere(&t)) {
@@ -1358,10 +1387,15 @@ int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile s
                 break;
             }
             need = failed = 0;
-            if (diloco(&t)) { /* every group's first act in a quorum: the outer step, where they all meet */
-                meet = 1;
+            if (diloco(&t)) {
                 if (inner_failed || t.st.step != step0 || px_heal_checksum(&t.heal) != ck0) start_round(&t);
                 inner_failed = 0;
+                if (align_round(&t) != 0) { /* the quorum's communicator failed: join again */
+                    t.failures++;
+                    need = failed = 1;
+                    drop_comms(&t);
+                    continue;
+                }
             }
             if (t.st.step >= cfg->steps) break;
             if (job_finished_elsewhere(&t)) { /* learned while joining (a late start): train nothing */
@@ -1372,7 +1406,11 @@ int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile s
         int64_t t0 = px_now_us();
         int adopt = 0;
         if (diloco(&t)) {
-            int outer = meet || t.inner >= round_len(&t);
+            if (t.inner < round_len(&t) && px_agent_known_quorum_id(agent) > t.qid) {
+                need = 1; /* a newer quorum: joined at once, the round's progress kept (no group waits for us) */
+                continue;
+            }
+            int outer = t.inner >= round_len(&t);
             int64_t from = t.st.step;
             if (!(outer ? outer_step(&t, &adopt, &loss) : inner_step(&t, &loss, &norm))) {
                 t.failures++;
@@ -1382,8 +1420,7 @@ int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile s
                 continue;
             }
             if (outer) {
-                meet = 0;
-                if (t.st.step == from) continue; /* no round to give yet */
+                if (t.st.step == from) continue; /* nobody had a round to give */
                 px_agent_set_progress(agent, t.st.step, PHALANX__MEMBER_STATE__HEALTHY, t.qid);
                 if (cfg->eval_every > 0 && t.st.step / cfg->eval_every > from / cfg->eval_every && t.my_index == 0 &&
                     (cfg->rank == 0 || t.shard)) { /* a sharded group evaluates together */

@@ -24,6 +24,11 @@
               mid-round: the job completes, every group with one state. A
               one-group fsdp2 checkpoint resumed as a whole replica ends like
               the uninterrupted run.
+  long_round  rounds longer than the coordinator's --stall-timeout-ms: a
+              group killed and restarted joins mid-round (the others adopt
+              the new quorum within an inner step, keeping their rounds, so
+              none is dropped as stalled), gives nothing at that outer step
+              and trains the next; every group ends with one state.
   refused     a worker in diloco mode is refused by a sync job (WRONG_LAYOUT,
               naming both), and --mode diloco with --device cuda or
               --bucket-mb is a configuration error naming the flags."""
@@ -34,6 +39,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
@@ -274,6 +280,52 @@ def test_layouts(bindir):
     check(rel < 1e-5, "the resumed run ends like the uninterrupted one (rel %.2e)" % rel)
 
 
+def final_of(path):
+    with open(path) as f:
+        for line in f:
+            if line.startswith("final group="):
+                return dict(p.split("=", 1) for p in line.split()[1:] if "=" in p)
+    return None
+
+
+def test_long_round(bindir):
+    from phalanx_test import Job  # noqa: E402
+    data = corpus(bindir)
+    H, steps = 500, 2000
+    job = Job(bindir, name="diloco-long", extra_coord_args=["--stall-timeout-ms", "1000"])
+    common = ["--steps", str(steps), "--model", "tiny", "--data", data] + WORKER + \
+             ["--mode", "diloco", "--inner-steps", str(H), "--outer-momentum", "0.5"]
+    try:
+        job.start_coordinator()
+        for g in ("g0", "g1", "g2"):
+            job.start_worker(g, 0, 1, common)
+        log0 = os.path.join(job.dir, "worker-g0-0.log")
+        outers = lambda: len(re.findall(r"outer_step step=\d+ from=", open(log0).read()))  # noqa: E731
+        wait_until(lambda: outers() >= 1, 120, "a first outer step")
+        t_round = time.time()
+        wait_until(lambda: outers() >= 2, 120, "a second outer step")
+        round_s = time.time() - t_round
+        check(round_s > 1.0, "a round (%.1f s) lasts longer than the stall timeout (1 s)" % round_s)
+        time.sleep(round_s / 3)  # mid-round
+        job.workers[("g1", 0)].kill()
+        job.workers[("g1", 0)].wait()
+        time.sleep(0.5)
+        job.start_worker("g1", 0, 1, common)
+        job.wait_workers(300, "long rounds")
+        stalled = [e for e in job.read_events() if e["type"] == "member_lost" and e.get("reason") == "stalled"]
+        check(not stalled, "no member dropped as stalled: %s" % stalled)
+        finals = {g: final_of(os.path.join(job.dir, "worker-%s-0.log" % g)) for g in ("g0", "g1", "g2")}
+        check(all(finals.values()), "every group finished: %s" % finals)
+        check(len({f["checksum"] for f in finals.values()}) == 1, "one state: %s" %
+              {g: f["checksum"] for g, f in finals.items()})
+        g1 = open(os.path.join(job.dir, "worker-g1-0.log")).read()
+        check("round_joined" in g1, "the restarted g1 joined the round the others were in")
+        print("long rounds (%.1f s each): restarted g1 joined mid-round, no stall, final checksum %s" %
+              (round_s, finals["g0"]["checksum"]))
+    finally:
+        job.stop()
+
+
 def test_refused(bindir):
     r = subprocess.run([os.path.join(bindir, "phalanx-worker"), "--group", "g0", "--steps", "10", "--mode", "diloco",
                         "--bucket-mb", "1", "--coordinator", "tcp://127.0.0.1:1", "--connect-timeout", "1"],
@@ -302,4 +354,5 @@ def test_refused(bindir):
 
 if __name__ == "__main__":
     main_scenarios({"identity": test_identity, "kill": test_kill, "chaos": test_chaos, "checkpoint": test_checkpoint,
-                    "dtype": test_dtype, "layouts": test_layouts, "refused": test_refused})
+                    "dtype": test_dtype, "layouts": test_layouts, "long-round": test_long_round,
+                    "refused": test_refused})
