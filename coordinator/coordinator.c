@@ -60,6 +60,7 @@ struct px_coordinator {
     int adopted;               /* quorum adopted from re-registering workers (recovery window only) */
     int64_t finished_step;     /* the job's last step, once a quorum member committed it */
     int64_t first_store_ms;    /* first rendezvous store use under the current quorum (0: none yet) */
+    char mode_now[32];         /* the mode the groups train in, for /status (status_view) */
     int rendezvous_checked;    /* detect_stalled has judged the current quorum */
     char wait_reason[256];
     px_coord_stats_t stats;
@@ -875,6 +876,17 @@ static px_status_view_t status_view(px_coordinator_t *c) {
     px_status_view_t v = {0};
     v.job = c->cfg.job;
     v.mode = c->cfg.mode;
+    /* The mode the groups train in is part of their layout (".diloco<H>"):
+     * that of the quorum's members, when they train. */
+    for (int i = 0; i < c->members.n; i++) {
+        const px_member_t *m = &c->members.members[i];
+        const char *d = strstr(m->layout, ".diloco");
+        if (m->state == PX_STATE_LOST || px_quorum_find(&c->quorum, m->group) < 0 || !m->layout[0]) continue;
+        if (d) snprintf(c->mode_now, sizeof c->mode_now, "diloco H=%d", atoi(d + 7));
+        else snprintf(c->mode_now, sizeof c->mode_now, "sync");
+        v.mode = c->mode_now;
+        break;
+    }
     v.quorum = &c->quorum;
     v.members = &c->members;
     v.stats = &c->stats;

@@ -69,11 +69,13 @@ char *px_status_json(const px_status_view_t *v, size_t *len) {
     }
     px_buf_printf(&b,
                   "],\"events\":{\"produced\":%llu,\"delivered\":%llu,\"pending\":%llu,\"spilled\":%llu,"
-                  "\"delivery_failures\":%llu},\"bad_messages\":%llu,\"heartbeats_per_s\":%.1f}\n",
+                  "\"delivery_failures\":%llu},\"bad_messages\":%llu,\"heartbeats_per_s\":%.1f,"
+                  "\"outer_steps\":%llu,\"outer_wire_bytes\":%llu}\n",
                   (unsigned long long)v->events.produced, (unsigned long long)v->events.delivered,
                   (unsigned long long)v->events.pending, (unsigned long long)v->events.spilled,
                   (unsigned long long)v->events.delivery_failures, (unsigned long long)v->stats->bad_messages,
-                  v->stats->heartbeats_per_s);
+                  v->stats->heartbeats_per_s, (unsigned long long)v->stats->outer_steps,
+                  (unsigned long long)v->stats->outer_wire_bytes);
     return px_buf_take(&b, len);
 }
 

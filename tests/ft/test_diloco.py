@@ -132,6 +132,9 @@ def test_kill(bindir):
         w = re.search(r"^phalanx_outer_wire_bytes_total (\d+)$", metrics, re.M)
         check(m and int(m.group(1)) >= 3 and w and int(w.group(1)) > 0,
               "/metrics counts outer steps and their bytes: %s %s" % (m and m.group(0), w and w.group(0)))
+        st = launch.status()
+        check(st["mode"] == "diloco H=%d" % H and st["outer_steps"] >= 3, "/status shows the mode and outer steps: "
+              "%s, %s" % (st.get("mode"), st.get("outer_steps")))
         pid = launch.pid_of("g1")
         check(pid, "g1 is a live member")
         mark = len(launch.output())
