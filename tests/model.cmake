@@ -25,6 +25,11 @@ target_link_libraries(test_reference PRIVATE px_model)
 add_test(NAME model_reference_pytorch
          COMMAND test_reference ${CMAKE_CURRENT_LIST_DIR}/reference)
 
+add_executable(test_train_state ${PX_MODEL_TEST_DIR}/test_train_state.c)
+target_include_directories(test_train_state PRIVATE ${CMAKE_CURRENT_LIST_DIR}/lib)
+target_link_libraries(test_train_state PRIVATE px_model)
+add_test(NAME model_train_state COMMAND test_train_state)
+
 add_executable(test_gpt ${PX_MODEL_TEST_DIR}/test_gpt.c)
 target_link_libraries(test_gpt PRIVATE px_model px_common)
 add_test(NAME model_gpt_determinism COMMAND test_gpt)
