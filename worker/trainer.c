@@ -122,6 +122,7 @@ typedef struct {
     double outer_wire;   /* bytes this rank sent for pseudo-gradients */
     int inner;
     int round_full;      /* this round's inner steps all started from its global parameters: it has a round to give */
+    int64_t round_samples; /* samples the group's inner steps of this round took (none: nothing learned to give) */
     int64_t outer_steps;
     double round_loss; /* sum of the round's inner losses */
     px_train_state_t st; /* views into the model; st.step: steps committed (DiLoCo: the round's start) */
@@ -496,13 +497,18 @@ static int reconfigure(trainer_t *t, int failed) {
 
 /* ---- one step ---------------------------------------------------------- */
 
+/* The group's share of a step's global batch: samples [jB/P, (j+1)B/P). */
+static int batch_of_group(const trainer_t *t) {
+    int B = t->cfg->global_batch, P = t->q.n;
+    return (int)((int64_t)(t->my_index + 1) * B / P) - (int)((int64_t)t->my_index * B / P);
+}
+
 /* The samples a step's gradient is the mean over: the global batch, or
  * with DiLoCo the group's share of it (its inner steps are its own). */
 static int batch_of(const trainer_t *t) {
-    int B = t->cfg->global_batch, P = t->q.n;
-    if (!diloco(t)) return B;
-    int G = (int)((int64_t)(t->my_index + 1) * B / P) - (int)((int64_t)t->my_index * B / P);
-    return G > 0 ? G : 1;
+    int G = batch_of_group(t);
+    if (!diloco(t)) return t->cfg->global_batch;
+    return G > 0 ? G : 1; /* a group without samples (more groups than samples) computes nothing */
 }
 
 /* Samples [lo, hi) of the global batch that this rank computes. */
@@ -808,6 +814,7 @@ static void start_round(trainer_t *t) {
     memcpy(local_params(t), t->global, t->st.n * sizeof(float));
     t->inner = 0;
     t->round_full = 1;
+    t->round_samples = 0;
     t->round_loss = 0;
 }
 
@@ -875,6 +882,7 @@ static int inner_step(trainer_t *t, float *loss_out, float *norm_out) {
     }
     *loss_out = tail[PX_VOTE_LOSS];
     t->round_loss += tail[PX_VOTE_LOSS];
+    t->round_samples += batch_of_group(t);
     t->inner++;
     t->heal.ck_valid = 0; /* the moments moved while the step (the round's start) did not: the cached digest is stale */
     return 1;
@@ -929,7 +937,7 @@ static int outer_step(trainer_t *t, int *adopt, float *loss_out) {
     size_t n = t->st.n;
     int W = cfg->ranks_per_group, H = round_len(t);
     float *g = grads_buf(t), *tail = g + n, *lp = local_params(t);
-    float w = t->inner == H && H > 0 && t->round_full ? 1.0f : 0.0f;
+    float w = t->inner == H && H > 0 && t->round_full && t->round_samples > 0 ? 1.0f : 0.0f;
     px_vote_fill(tail, t->st.step, px_agent_known_quorum_id(t->agent) > t->qid,
                  cfg->rank == 0 && w > 0 ? (float)(t->round_loss / H) : 0.0f);
     tail[OUTER_WEIGHT] = w;

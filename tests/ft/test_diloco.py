@@ -17,6 +17,8 @@
   dtype       3 groups, H=10, --outer-dtype int8 and bf16: every group ends
               with the same state; the pseudo-gradient bytes each rank sent
               (worker logs) are below 0.4x (int8) and 0.8x (bf16) of fp32's.
+              With 2 samples per step the group that gets none contributes
+              nothing.
   layouts     2 groups, H=5, in fsdp2, tp2, pp2 and pp2 x fsdp2 groups: the
               same losses and final parameters as groups of whole replicas
               (each rank's pseudo-gradient is its shard's; the outer step
@@ -229,6 +231,13 @@ def test_dtype(bindir):
         check(float(f["loss"]) < 4.5, "%s: the model learns (final loss %s)" % (dt, f["loss"]))
     check(wire["int8"] < 0.4 * wire["fp32"], "int8 sends under 0.4x fp32's bytes at 3 groups")
     check(wire["bf16"] < 0.8 * wire["fp32"], "bf16 sends under 0.8x fp32's bytes at 3 groups")
+    # more groups than samples: the group without any gives nothing (its weight decay is no pseudo-gradient)
+    launch = run(bindir, data, 3, 30, ["--mode", "diloco", "--inner-steps", "10", "--global-batch", "2",
+                                       "--micro-batch", "1"], "diloco-empty")
+    same_state(launch, 3, "a group without samples")
+    outers = outer_lines(launch)
+    check(len(outers) == 3 and all(o[3] == 2 for o in outers),
+          "with 2 samples per step, 2 of 3 groups contribute: %s" % outers)
 
 
 def run_layout(bindir, data, name, W, flags, groups=2, steps=30, launch_args=()):
