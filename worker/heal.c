@@ -261,7 +261,8 @@ int px_heal_group_state(px_heal_t *h, int64_t *step, uint64_t *checksum) {
 }
 
 /* The root broadcasts its step and buffers; the others receive into a
- * staging copy and take it once its checksum equals the root's. */
+ * staging copy and take it once its checksum of every buffer equals the
+ * root's (root_ck, full_checksum). */
 static int broadcast_state(px_heal_t *h, px_comm_t *intra, int root, uint64_t root_ck) {
     px_train_state_t *live = h->state;
     size_t bytes = live->n * sizeof(float), len = px_state_digest_len(live);
@@ -284,13 +285,15 @@ static int broadcast_state(px_heal_t *h, px_comm_t *intra, int root, uint64_t ro
     int rc = st == PX_COMM_OK ? 0 : -1;
     if (me != root) {
         int ok = 0;
+        uint64_t ck = 0; /* the state checksum (shared buffers), cached on success */
         if (rc == 0) {
             into->step = step;
             px_state_digest(into, got);
-            ok = px_state_checksum(into, got) == root_ck;
+            ok = px_state_hash(got, len, step) == root_ck;
+            ck = px_state_checksum(into, got);
             if (!ok) px_log_warn("group_sync_failed: state checksum differs from rank %d's after the broadcast", root);
         }
-        rc = finish_receive(h, &stage, into, ok, got, root_ck) == 0 ? 0 : -1;
+        rc = finish_receive(h, &stage, into, ok, got, ck) == 0 ? 0 : -1;
         if (rc == 0) px_log_info("group_synced from_rank=%d step=%lld", root, (long long)step);
         else px_log_warn("group_sync_failed: state kept at step %lld", (long long)live->step);
         free(got);
@@ -298,9 +301,18 @@ static int broadcast_state(px_heal_t *h, px_comm_t *intra, int root, uint64_t ro
     return rc;
 }
 
+/* The checksum of every buffer, the local ones too (DiLoCo's moments): the
+ * ranks of one group must hold all of it alike. Equals px_heal_checksum
+ * when no buffer is local. */
+static uint64_t full_checksum(px_heal_t *h) {
+    px_heal_checksum(h); /* the digest up to date */
+    return px_state_hash(h->digest, px_state_digest_len(h->state), h->state->step);
+}
+
 int px_heal_sync_group(px_heal_t *h, px_comm_t *intra) {
     int W = px_comm_size(intra);
-    uint64_t *all = allgather_state(h, intra);
+    uint64_t mine[2] = {(uint64_t)h->state->step, full_checksum(h)};
+    uint64_t *all = allgather_pairs(intra, mine);
     if (!all) return -1;
     int root = 0, same = 1;
     for (int r = 1; r < W; r++)

@@ -78,8 +78,9 @@ void px_heal_free(px_heal_t *h);
  * step) clears ck_valid. */
 uint64_t px_heal_checksum(px_heal_t *h);
 
-/* Step 1 over the group's communicator. 0 when every rank holds the same
- * state; -1 on a failure (this rank's state is then unchanged). */
+/* Step 1 over the group's communicator, comparing every buffer (local ones
+ * too: a group's ranks hold its own moments alike). 0 when every rank holds
+ * the same state; -1 on a failure (this rank's state is then unchanged). */
 int px_heal_sync_group(px_heal_t *h, px_comm_t *intra);
 
 /* Collective over group_comm: the group's step (the lowest of its ranks')

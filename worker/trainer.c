@@ -52,8 +52,8 @@
  *
  * DiLoCo (--mode diloco, section "DiLoCo" below) replaces step 2 for H
  * steps at a time: each group's inner steps reduce inside the group only,
- * and an outer step every H steps (and first in every new quorum) averages
- * the pseudo-gradients across groups; the state is then the global
+ * and an outer step every H steps averages the pseudo-gradients across
+ * groups; the state is then the global
  * parameters, the outer momentum and the group's own moments. A group
  * moves to a newer quorum at its next inner step, keeping its round. */
 #include "trainer.h"
@@ -397,14 +397,8 @@ static int heal_all(trainer_t *t) {
     if (t->shard) {
         if (shard_group_sync(t) != 0) return -1;
         t->heal.group_comm = t->intra;
-    } else if (state_intra(t)) { /* a group's ranks agree on every buffer, their own (DiLoCo's moments) too */
-        unsigned local = t->st.local;
-        t->st.local = 0;
-        t->heal.ck_valid = 0;
-        int rc = px_heal_sync_group(&t->heal, state_intra(t));
-        t->st.local = local;
-        t->heal.ck_valid = 0;
-        if (rc != 0) return -1;
+    } else if (state_intra(t) && px_heal_sync_group(&t->heal, state_intra(t)) != 0) {
+        return -1;
     }
     return px_heal_sync_quorum(&t->heal, state_cross(t), &t->q, t->my_index);
 }
@@ -506,8 +500,8 @@ static int batch_of_group(const trainer_t *t) {
 /* The samples a step's gradient is the mean over: the global batch, or
  * with DiLoCo the group's share of it (its inner steps are its own). */
 static int batch_of(const trainer_t *t) {
-    int G = batch_of_group(t);
     if (!diloco(t)) return t->cfg->global_batch;
+    int G = batch_of_group(t);
     return G > 0 ? G : 1; /* a group without samples (more groups than samples) computes nothing */
 }
 
@@ -966,7 +960,7 @@ static int outer_step(trainer_t *t, int *adopt, float *loss_out) {
     }
     px_persist_fence(&t->persist); /* the first write to the state since the last commit */
     *adopt = newer;
-    if (weight <= 0) { /* nobody had a round to give (a job's start, or every group just joined) */
+    if (weight <= 0) { /* nobody had a round to give (every group joined it late, or had no samples) */
         start_round(t);
         return 1;
     }
@@ -999,6 +993,15 @@ static int outer_step(trainer_t *t, int *adopt, float *loss_out) {
     }
     start_round(t);
     return 1;
+}
+
+/* A step's (or an outer step's) collectives failed: a part save waiting for
+ * a lost rank gives up, and the communicators go; the caller joins a new
+ * quorum next. */
+static void step_failed(trainer_t *t) {
+    px_persist_group_failed(&t->persist);
+    t->failures++;
+    drop_comms(t);
 }
 
 /* ---- the end of the job ------------------------------------------------- */
@@ -1399,9 +1402,8 @@ int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile s
                 if (inner_failed || t.st.step != step0 || px_heal_checksum(&t.heal) != ck0) start_round(&t);
                 inner_failed = 0;
                 if (align_round(&t) != 0) { /* the quorum's communicator failed: join again */
-                    t.failures++;
+                    step_failed(&t);
                     need = failed = 1;
-                    drop_comms(&t);
                     continue;
                 }
             }
@@ -1421,10 +1423,9 @@ int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile s
             int outer = t.inner >= round_len(&t);
             int64_t from = t.st.step;
             if (!(outer ? outer_step(&t, &adopt, &loss) : inner_step(&t, &loss, &norm))) {
-                t.failures++;
+                step_failed(&t);
                 need = failed = 1;
                 inner_failed = !outer; /* the group's ranks may be an inner step apart: the round starts again */
-                drop_comms(&t);
                 continue;
             }
             if (outer) {
@@ -1450,10 +1451,8 @@ int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile s
             continue;
         }
         if (!train_step(&t, &adopt, &loss, &norm)) {
-            px_persist_group_failed(&t.persist); /* a part save waiting for a lost rank gives up */
-            t.failures++;
+            step_failed(&t);
             need = failed = 1;
-            drop_comms(&t);
             continue;
         }
         px_agent_set_progress(agent, t.st.step, PHALANX__MEMBER_STATE__HEALTHY, t.qid);
