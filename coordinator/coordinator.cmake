@@ -3,6 +3,7 @@
 # with the workers and lives in proto/ (px_quorum).
 add_library(px_coordlogic STATIC
   ${CMAKE_CURRENT_LIST_DIR}/membership.c
+  ${CMAKE_CURRENT_LIST_DIR}/mode_policy.c
   ${CMAKE_CURRENT_LIST_DIR}/store.c
   ${CMAKE_CURRENT_LIST_DIR}/status.c)
 target_include_directories(px_coordlogic PUBLIC ${CMAKE_CURRENT_LIST_DIR})
