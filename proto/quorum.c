@@ -27,6 +27,7 @@ int px_quorum_copy(px_quorum_t *dst, const px_quorum_t *src) {
     if (reserve(dst, src->n) != 0) return -1;
     dst->id = src->id;
     dst->max_step = src->max_step;
+    memcpy(dst->mode, src->mode, sizeof dst->mode);
     dst->n = src->n;
     if (src->n) memcpy(dst->groups, src->groups, (size_t)src->n * sizeof *src->groups);
     return 0;

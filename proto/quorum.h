@@ -55,6 +55,7 @@ typedef struct {
 typedef struct {
     int64_t id;       /* 0: no quorum yet */
     int64_t max_step;
+    char mode[16];    /* "sync" or "diloco" as the coordinator announced it; "" when unknown */
     int n;            /* participating groups, sorted by name */
     int cap;
     px_quorum_member_t *groups;

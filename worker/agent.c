@@ -60,6 +60,7 @@ struct px_agent {
     int64_t hb_interval_ms;
     int64_t step, quorum_id_held;
     int state;
+    float comm_share; /* < 0: not measured */
     int64_t known_qid;
     int64_t finished_step;
     px_quorum_t latest;
@@ -177,6 +178,8 @@ static void send_heartbeat(px_agent_t *a) {
     h.step = a->step;
     h.state = (Phalanx__MemberState)a->state;
     h.quorum_id = a->quorum_id_held;
+    h.has_comm_share = a->comm_share >= 0;
+    h.comm_share = a->comm_share;
     pthread_mutex_unlock(&a->mu);
     env.body_case = PHALANX__ENVELOPE__BODY_HB;
     env.hb = &h;
@@ -231,6 +234,13 @@ static int learn_qid_locked(px_agent_t *a, int64_t qid) {
     return 1;
 }
 
+/* The mode a quorum announces, for the trainer (--mode auto): "sync" or
+ * "diloco"; anything else (absent: an older coordinator) is unknown, "". */
+static void quorum_mode(char *out, size_t len, const char *mode) {
+    int known = mode && (!strcmp(mode, "sync") || !strcmp(mode, "diloco"));
+    snprintf(out, len, "%s", known ? mode : "");
+}
+
 static void store_quorum(px_agent_t *a, const Phalanx__Quorum *q) {
     pthread_mutex_lock(&a->mu);
     if (q->id >= a->latest.id) {
@@ -241,6 +251,7 @@ static void store_quorum(px_agent_t *a, const Phalanx__Quorum *q) {
             nq.cap = (int)q->n_groups + 1;
             nq.id = q->id;
             nq.max_step = q->max_step;
+            quorum_mode(nq.mode, sizeof nq.mode, q->mode);
             nq.n = (int)q->n_groups;
             for (size_t i = 0; i < q->n_groups; i++) {
                 const Phalanx__QuorumGroup *g = q->groups[i];
@@ -500,6 +511,7 @@ px_agent_t *px_agent_new(const px_agent_config_t *cfg, char *err, size_t errlen)
     snprintf(a->token, sizeof a->token, "%s", cfg->token ? cfg->token : "");
     snprintf(a->endpoint, sizeof a->endpoint, "%s", cfg->coordinator);
     a->hb_interval_ms = 100;
+    a->comm_share = -1; /* not measured until the trainer says */
     a->next_id = 1;
     a->started_ms = px_now_ms();
     a->next_notice_ms = a->started_ms + WAIT_FIRST_NOTICE_MS;
@@ -579,6 +591,14 @@ void px_agent_set_progress(px_agent_t *a, int64_t step, int state, int64_t quoru
     a->step = step;
     a->state = state;
     a->quorum_id_held = quorum_id;
+    pthread_mutex_unlock(&a->mu);
+}
+
+void px_agent_set_comm_share(px_agent_t *a, float share) {
+    if (!(share >= 0)) share = -1; /* NaN too: not measured */
+    else if (share > 1) share = 1;
+    pthread_mutex_lock(&a->mu);
+    a->comm_share = share;
     pthread_mutex_unlock(&a->mu);
 }
 

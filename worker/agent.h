@@ -35,6 +35,11 @@ void px_agent_destroy(px_agent_t **self);
 
 /* What the heartbeats carry: committed step, member state, quorum id held. */
 void px_agent_set_progress(px_agent_t *a, int64_t step, int state, int64_t quorum_id);
+/* The share (0..1) of step time this rank spent in cross-group
+ * communication, sent with every heartbeat from now on (the coordinator's
+ * --mode auto weighs rank 0's). Above 1 counts as 1; below 0 or NaN: not
+ * measured, and heartbeats carry none (the default). */
+void px_agent_set_comm_share(px_agent_t *a, float share);
 int px_agent_registered(px_agent_t *a);
 /* Highest quorum id the coordinator has mentioned (pushes and heartbeat acks). */
 int64_t px_agent_known_quorum_id(px_agent_t *a);
