@@ -26,6 +26,7 @@
 #include "events.h"
 #include "http.h"
 #include "membership.h"
+#include "mode_policy.h"
 #include "px_buf.h"
 #include "px_keys.h"
 #include "px_log.h"
@@ -61,6 +62,21 @@ struct px_coordinator {
     int64_t finished_step;     /* the job's last step, once a quorum member committed it */
     int64_t first_store_ms;    /* first rendezvous store use under the current quorum (0: none yet) */
     char mode_now[32];         /* the mode the groups train in, for /status (status_view) */
+    /* Mode switching (--mode auto, mode_policy.h). The loss ring and the
+     * measured figures are kept under every mode, for /status. */
+    int auto_mode;             /* cfg.mode is "auto": the policy switches mode */
+    px_job_mode_t mode;        /* the mode quorums announce */
+    px_mode_policy_t policy;
+    px_loss_ring_t losses;     /* when groups were lost (not planned leaves) */
+    int loss_noted;            /* a loss since the last evaluation: evaluate now */
+    int64_t mode_eval_ms, last_switch_ms;
+    int mode_pending;          /* the policy switched: the next quorum carries it */
+    char mode_why[400];        /* ... and why (the measured figures) */
+    char mode_reason[448];     /* the last switch's quorum reason, for /status */
+    uint64_t mode_switches;
+    double failures_per_hour;  /* at the last evaluation */
+    int has_comm_share;
+    double comm_share;
     int rendezvous_checked;    /* detect_stalled has judged the current quorum */
     char wait_reason[256];
     px_coord_stats_t stats;
@@ -249,7 +265,7 @@ static void *encode_quorum(px_coordinator_t *c, const char *reason, size_t *len)
         q.n_groups = (size_t)c->quorum.n;
         q.groups = gp;
         q.reason = (char *)reason;
-        q.mode = (char *)c->cfg.mode;
+        q.mode = (char *)px_job_mode_name(c->mode);
         q.has_finished_step = c->finished_step > 0;
         q.finished_step = c->finished_step;
         env.body_case = PHALANX__ENVELOPE__BODY_QUORUM;
@@ -297,7 +313,7 @@ static void emit_quorum_formed(px_coordinator_t *c, const char *reason) {
             px_buf_printf(&heals, "%s{\"group\":\"%s\",\"step\":%lld,\"source\":\"%s\"}", heals.len ? "," : "",
                           m->name, (long long)m->step, m->heal_source);
     }
-    char esc[512];
+    char esc[2048];
     px_json_escape(reason, esc, sizeof esc);
     char *g = px_buf_take(&groups, NULL), *h = px_buf_take(&heals, NULL);
     emit(c, "quorum_formed", "\"quorum_id\":%lld,\"step\":%lld,\"groups\":[%s],\"heal\":[%s],\"reason\":\"%s\"",
@@ -317,6 +333,50 @@ static void emit_quorum_formed(px_coordinator_t *c, const char *reason) {
     }
 }
 
+/* Makes `next` the quorum in force (taking its groups array) and pushes it
+ * to every live member. */
+static void install_quorum(px_coordinator_t *c, px_quorum_t *next, const char *reason, int64_t now) {
+    c->rebuild_requested_ms = 0;
+    c->first_store_ms = 0;
+    c->rendezvous_checked = 0;
+    px_quorum_free(&c->quorum);
+    c->quorum = *next;
+    px_quorum_init(next);
+    c->stats.quorums_formed++;
+    c->stats.last_quorum_ms = now;
+    px_members_clear_requests(&c->members, &c->quorum);
+    emit_quorum_formed(c, reason);
+    for (int i = 0; i < c->members.n; i++)
+        if (px_quorum_find(&c->quorum, c->members.members[i].group) >= 0)
+            c->members.members[i].group_dropped_logged = 0;
+    px_kv_drop_before(c->kv, c->quorum.id - 1, answer_waiter, c);
+    push_quorum_to_all(c, reason);
+}
+
+/* The policy decided to switch (evaluate_mode): quorum `next`, about to be
+ * installed, announces the other mode. Its reason says so: the whole reason
+ * when only the mode changes (reason ""), appended to a membership change. */
+static void switch_mode(px_coordinator_t *c, const px_quorum_t *next, char *reason, size_t reason_len, int64_t now) {
+    px_job_mode_t from = c->mode;
+    c->mode = from == PX_JOB_SYNC ? PX_JOB_DILOCO : PX_JOB_SYNC;
+    c->mode_pending = 0;
+    c->last_switch_ms = now;
+    c->mode_switches++;
+    size_t used = strlen(reason);
+    snprintf(reason + used, reason_len - used, "%smode switched to %s: %s", used ? "; " : "", px_job_mode_name(c->mode),
+             c->mode_why);
+    snprintf(c->mode_reason, sizeof c->mode_reason, "%s", c->mode_why);
+    char esc[900], share[32] = "null";
+    px_json_escape(c->mode_why, esc, sizeof esc);
+    if (c->has_comm_share) snprintf(share, sizeof share, "%.3f", c->comm_share);
+    emit(c, "mode_switched", "\"from\":\"%s\",\"to\":\"%s\",\"reason\":\"%s\",\"failures_per_hour\":%.2f,\"comm_share\":%s,\"quorum_id\":%lld,\"step\":%lld",
+         px_job_mode_name(from), px_job_mode_name(c->mode), esc, c->failures_per_hour, share, (long long)next->id,
+         (long long)next->max_step);
+    px_log_info("mode_switched from=%s to=%s quorum_id=%lld step=%lld failures_per_hour=%.2f comm_share=%s reason=\"%s\"",
+                px_job_mode_name(from), px_job_mode_name(c->mode), (long long)next->id, (long long)next->max_step,
+                c->failures_per_hour, share, c->mode_why);
+}
+
 /* Re-forms the quorum when membership or requests changed. */
 static void recompute_quorum(px_coordinator_t *c, int64_t now) {
     /* Recovery window: for one heartbeat timeout after start, workers of a
@@ -330,7 +390,7 @@ static void recompute_quorum(px_coordinator_t *c, int64_t now) {
     px_quorum_config_t qcfg = {c->cfg.min_replicas, c->cfg.join_timeout_ms};
     px_quorum_t next;
     px_quorum_init(&next);
-    char reason[256];
+    char reason[1024]; /* the rule's line, and a mode switch's (switch_mode) */
     int formed = px_quorum_compute(cands, n, &c->quorum, &qcfg, now, &next, reason, sizeof reason);
     free(cands);
     if (formed != 1) {
@@ -347,7 +407,11 @@ static void recompute_quorum(px_coordinator_t *c, int64_t now) {
      * quorum while membership stayed the same: after a settle time (a dead
      * peer would have been dropped by then), re-form with a fresh id so they
      * rendezvous under a new store prefix. */
-    if (!changed && c->rebuild_requested_ms) {
+    if (!changed && c->mode_pending) {
+        next.id = c->quorum.id + 1; /* the same groups, told the new mode (switch_mode) */
+        changed = 1;
+        reason[0] = '\0';
+    } else if (!changed && c->rebuild_requested_ms) {
         if (now - c->rebuild_requested_ms < c->cfg.rebuild_settle_ms) {
             px_quorum_free(&next);
             return;
@@ -358,20 +422,8 @@ static void recompute_quorum(px_coordinator_t *c, int64_t now) {
     }
     c->quorum_dirty = 0;
     if (changed) {
-        c->rebuild_requested_ms = 0;
-        c->first_store_ms = 0;
-        c->rendezvous_checked = 0;
-        px_quorum_free(&c->quorum);
-        c->quorum = next;
-        c->stats.quorums_formed++;
-        c->stats.last_quorum_ms = now;
-        px_members_clear_requests(&c->members, &c->quorum);
-        emit_quorum_formed(c, reason);
-        for (int i = 0; i < c->members.n; i++)
-            if (px_quorum_find(&c->quorum, c->members.members[i].group) >= 0)
-                c->members.members[i].group_dropped_logged = 0;
-        px_kv_drop_before(c->kv, c->quorum.id - 1, answer_waiter, c);
-        push_quorum_to_all(c, reason);
+        if (c->mode_pending) switch_mode(c, &next, reason, sizeof reason, now);
+        install_quorum(c, &next, reason, now);
         return;
     }
     /* Same membership: answer requesters that are already in it (a worker
@@ -406,6 +458,10 @@ static void member_lost(px_coordinator_t *c, px_member_t *m, const char *why) {
         for (int i = 0; i < c->members.n; i++)
             if (strcmp(c->members.members[i].group, m->group) == 0) c->members.members[i].group_dropped_logged = 1;
         c->stats.last_loss_ms = px_now_ms();
+        if (strcmp(why, "self_reported") != 0) { /* a failure, not a planned leave: --mode auto counts it */
+            px_loss_ring_add(&c->losses, c->stats.last_loss_ms);
+            c->loss_noted = 1;
+        }
     }
     c->quorum_dirty = 1;
 }
@@ -572,6 +628,7 @@ static void on_register(px_coordinator_t *c, const void *ident, size_t ident_len
     m->quorum_id = r->has_quorum_id ? r->quorum_id : 0;
     m->job_steps = r->has_job_steps ? r->job_steps : 0;
     snprintf(m->layout, sizeof m->layout, "%s", r->layout ? r->layout : "");
+    m->has_comm_share = 0;
     m->state = PX_STATE_JOINING;
     m->fd = fd;
     m->registered_ms = m->last_hb_ms = now;
@@ -602,6 +659,20 @@ static void on_register(px_coordinator_t *c, const void *ident, size_t ident_len
     c->quorum_dirty = 1;
 }
 
+/* The latest comm share a member measured (--mode auto): absent means not
+ * measured (any more); NaN or outside 0..1 is a broken or hostile sender,
+ * ignored (the value before stays) rather than trusted. */
+static void note_comm_share(px_coordinator_t *c, px_member_t *m, const Phalanx__Heartbeat *h) {
+    if (!h->has_comm_share) {
+        m->has_comm_share = 0;
+    } else if (h->comm_share >= 0.0f && h->comm_share <= 1.0f) {
+        m->has_comm_share = 1;
+        m->comm_share = h->comm_share;
+    } else if (c->stats.bad_comm_shares++ < 10) {
+        px_log_warn("comm_share_ignored group=%s rank=%d value=%g: not in 0..1", m->group, m->rank, (double)h->comm_share);
+    }
+}
+
 static void on_heartbeat(px_coordinator_t *c, const void *ident, size_t ident_len, int fd, const px_msg_t *msg) {
     px_member_t *m = require_member(c, ident, ident_len, msg->request_id);
     if (!m) return;
@@ -610,6 +681,7 @@ static void on_heartbeat(px_coordinator_t *c, const void *ident, size_t ident_le
     m->step = h->step;
     if (h->has_state) m->state = (int)h->state;
     if (h->has_quorum_id) m->quorum_id = h->quorum_id;
+    note_comm_share(c, m, h);
     if (!(m->conn_closed && fd == m->closed_fd)) {
         m->fd = fd;
         m->conn_closed = 0;
@@ -872,21 +944,37 @@ static void on_store_get(px_coordinator_t *c, const void *ident, size_t ident_le
     }
 }
 
+/* The mode the groups train in, for /status. It is part of their layout
+ * (".diloco<H>", ".auto<H>": groups started with --mode auto train in the
+ * mode quorums announce), that of the quorum's members when they train;
+ * before, the coordinator's --mode (auto: with the mode it announces). */
+static const char *train_mode(px_coordinator_t *c) {
+    const char *announced = px_job_mode_name(c->mode);
+    for (int i = 0; i < c->members.n; i++) {
+        const px_member_t *m = &c->members.members[i];
+        if (m->state == PX_STATE_LOST || px_quorum_find(&c->quorum, m->group) < 0 || !m->layout[0]) continue;
+        const char *d = strstr(m->layout, ".diloco"), *a = strstr(m->layout, ".auto");
+        if (d) snprintf(c->mode_now, sizeof c->mode_now, "diloco H=%d", atoi(d + 7));
+        else if (a && c->mode == PX_JOB_DILOCO) snprintf(c->mode_now, sizeof c->mode_now, "auto: diloco H=%d", atoi(a + 5));
+        else if (a) snprintf(c->mode_now, sizeof c->mode_now, "auto: sync");
+        else snprintf(c->mode_now, sizeof c->mode_now, "sync");
+        return c->mode_now;
+    }
+    if (!c->auto_mode) return c->cfg.mode;
+    snprintf(c->mode_now, sizeof c->mode_now, "auto: %s", announced);
+    return c->mode_now;
+}
+
 static px_status_view_t status_view(px_coordinator_t *c) {
     px_status_view_t v = {0};
     v.job = c->cfg.job;
-    v.mode = c->cfg.mode;
-    /* The mode the groups train in is part of their layout (".diloco<H>"):
-     * that of the quorum's members, when they train. */
-    for (int i = 0; i < c->members.n; i++) {
-        const px_member_t *m = &c->members.members[i];
-        const char *d = strstr(m->layout, ".diloco");
-        if (m->state == PX_STATE_LOST || px_quorum_find(&c->quorum, m->group) < 0 || !m->layout[0]) continue;
-        if (d) snprintf(c->mode_now, sizeof c->mode_now, "diloco H=%d", atoi(d + 7));
-        else snprintf(c->mode_now, sizeof c->mode_now, "sync");
-        v.mode = c->mode_now;
-        break;
-    }
+    v.mode = train_mode(c);
+    v.mode_reason = c->mode_reason;
+    v.mode_switches = c->mode_switches;
+    v.mode_diloco = c->mode == PX_JOB_DILOCO;
+    v.failures_per_hour = c->failures_per_hour;
+    v.has_comm_share = c->has_comm_share;
+    v.comm_share = c->comm_share;
     v.quorum = &c->quorum;
     v.members = &c->members;
     v.stats = &c->stats;
@@ -1070,6 +1158,45 @@ static void check_token_file(px_coordinator_t *c, int64_t now) {
     memset(&next, 0, sizeof next); /* no copy of a secret left on the stack */
 }
 
+/* ---- mode switching (--mode auto) -------------------------------------- */
+
+#define MODE_EVAL_MS 1000 /* the figures move over seconds; a loss is weighed at once */
+
+/* The job's comm share: the mean of what the quorum's groups' rank 0 last
+ * reported; 0 when none does. */
+static int job_comm_share(const px_coordinator_t *c, double *share) {
+    double sum = 0;
+    int n = 0;
+    for (int i = 0; i < c->members.n; i++) {
+        const px_member_t *m = &c->members.members[i];
+        if (m->state == PX_STATE_LOST || m->rank != 0 || !m->has_comm_share) continue;
+        if (px_quorum_find(&c->quorum, m->group) < 0) continue;
+        sum += m->comm_share;
+        n++;
+    }
+    *share = n ? sum / n : 0.0;
+    return n > 0;
+}
+
+/* Measures (for /status under every mode) and, under --mode auto, asks the
+ * policy; a switch is carried by the next quorum (recompute_quorum, this
+ * tick). Not before a quorum exists, nor while a restarted coordinator may
+ * still adopt its workers' quorum. */
+static void evaluate_mode(px_coordinator_t *c, int64_t now) {
+    if (now - c->mode_eval_ms < MODE_EVAL_MS && !c->loss_noted) return;
+    c->mode_eval_ms = now;
+    c->loss_noted = 0;
+    int failures = px_loss_ring_count_since(&c->losses, now - c->policy.window_ms);
+    c->failures_per_hour = px_mode_failures_per_hour(failures, c->policy.window_ms);
+    c->has_comm_share = job_comm_share(c, &c->comm_share);
+    if (!c->auto_mode || c->mode_pending || c->quorum.id <= 0 || in_recovery_window(c, now)) return;
+    px_mode_inputs_t in = {c->mode, failures, c->has_comm_share, c->comm_share, now - c->last_switch_ms};
+    px_job_mode_t next;
+    if (!px_mode_decide(&c->policy, &in, &next, c->mode_why, sizeof c->mode_why)) return;
+    c->mode_pending = 1;
+    c->quorum_dirty = 1;
+}
+
 static void tick(px_coordinator_t *c, int64_t now) {
     if (c->cfg.token_file) check_token_file(c, now);
     flush_rate_summaries(c, now, 0);
@@ -1077,6 +1204,7 @@ static void tick(px_coordinator_t *c, int64_t now) {
     detect_losses(c, now);
     detect_stalled(c, now);
     px_members_expire(&c->members, now, &c->live);
+    evaluate_mode(c, now);
     if (c->quorum_dirty || c->rebuild_requested_ms) recompute_quorum(c, now);
     px_kv_expire(c->kv, now, answer_waiter, c);
     if (c->events) px_events_poll(c->events);
@@ -1188,6 +1316,11 @@ px_coordinator_t *px_coordinator_new(const px_coordinator_config_t *cfg, char *e
     c->live.heartbeat_interval_ms = cfg->heartbeat_interval_ms;
     c->live.heartbeat_timeout_ms = cfg->heartbeat_timeout_ms;
     c->started_ms = c->hb_window_start_ms = px_now_ms();
+    c->auto_mode = cfg->mode && !strcmp(cfg->mode, "auto");
+    c->mode = cfg->mode && !strcmp(cfg->mode, "diloco") ? PX_JOB_DILOCO : PX_JOB_SYNC;
+    c->policy = (px_mode_policy_t){cfg->auto_failures_per_hour, cfg->auto_comm_share, cfg->auto_window_ms,
+                                   cfg->auto_hold_ms};
+    c->last_switch_ms = c->started_ms; /* the hold runs from the start too */
     c->rl_bad = (px_rate_t){.name = "bad_message", .per_s = PX_PEER_EVENTS_PER_S};
     c->rl_auth = (px_rate_t){.name = "auth_rejected", .per_s = PX_PEER_EVENTS_PER_S};
     c->rl_conflict = (px_rate_t){.name = "identity_conflict", .per_s = PX_PEER_EVENTS_PER_S};

@@ -23,7 +23,10 @@ typedef struct {
     const char *curve_secret_key; /* Z85 secret key: CURVE on the ROUTER socket; NULL: plaintext */
     const char *authorized_keys;  /* with CURVE: file of client public keys admitted (auth.h) */
     atomic_int *reload_keys;   /* set non-zero (SIGHUP) to re-read authorized_keys; may be NULL */
-    const char *mode;          /* "sync" or "diloco" */
+    const char *mode;          /* "sync", "diloco" or "auto" (switched by mode_policy.h) */
+    /* --mode auto: the thresholds, window and hold of mode_policy.h */
+    double auto_failures_per_hour, auto_comm_share;
+    int64_t auto_window_ms, auto_hold_ms;
     int64_t heartbeat_interval_ms;
     int64_t heartbeat_timeout_ms;
     int min_replicas;

@@ -6,6 +6,7 @@
 
 #include "auth.h"
 #include "coordinator.h"
+#include "mode_policy.h"
 #include "px_flags.h"
 #include "px_keys.h"
 #include "px_log.h"
@@ -27,6 +28,12 @@ static void on_sighup(int sig) {
     atomic_store(&g_reload, 1);
     atomic_store(&g_reload_token, 1);
 }
+
+/* --mode auto defaults (mode_policy.h) */
+#define AUTO_FAILURES_PER_HOUR 6.0
+#define AUTO_COMM_SHARE 0.5
+#define AUTO_WINDOW_S 600
+#define AUTO_HOLD_S 60
 
 static void usage(FILE *f) {
     fprintf(f, "usage: %s [flags]\n\n"
@@ -53,9 +60,19 @@ static void usage(FILE *f) {
            "  --stall-timeout-ms N        drop a quorum member that has not joined the quorum's\n"
            "                              rendezvous this long after others did; keep above two\n"
            "                              step times, 100..3600000 [60000]\n"
-           "  --mode sync|diloco          announced in quorums and shown by /status until groups train; the\n"
-           "                              groups' own --mode decides how they train, and /status then shows it\n"
-           "                              [sync]\n"
+           "  --mode sync|diloco|auto     announced in quorums and shown by /status until groups train; the\n"
+           "                              groups' own --mode decides how they train, and /status then shows it;\n"
+           "                              auto: announce sync, and switch to diloco (workers started with\n"
+           "                              --mode auto follow at a step boundary) when either figure below\n"
+           "                              reaches its threshold, back to sync when both are below half of\n"
+           "                              theirs; each switch is a new quorum and a mode_switched event [sync]\n"
+           "  --auto-failures-per-hour F  auto: group losses per hour (over --auto-window) that switch to\n"
+           "                              diloco, 0.01..100000 [%g]\n"
+           "  --auto-comm-share S         auto: share of step time in cross-group communication (the mean of\n"
+           "                              what the groups' rank 0 report) that switches to diloco, 0.01..1 [%g]\n"
+           "  --auto-window SECONDS       auto: the window losses are counted over, 1..86400 [%d]\n"
+           "  --auto-hold SECONDS         auto: the least time between two switches, and from the start to\n"
+           "                              the first, 0..86400 [%d]\n"
            "  --max-members N             members (live and recently lost), 1..1000000 [%d]\n"
            "  --max-store-keys N          rendezvous keys per quorum, 1..10000000 [%d]\n"
            "  --max-store-bytes N         rendezvous key+value bytes per quorum, 65536..17179869184 [%lld]\n"
@@ -69,8 +86,26 @@ static void usage(FILE *f) {
            "SIGHUP: re-read --authorized-keys (with CURVE) and --token-file; a file that does not parse\n"
            "keeps the old keys or tokens.\n"
            "See docs/security.md.\n",
-           PROG, PX_DEFAULT_MAX_MEMBERS, PX_DEFAULT_MAX_STORE_KEYS, (long long)PX_DEFAULT_MAX_STORE_BYTES,
+           PROG, AUTO_FAILURES_PER_HOUR, AUTO_COMM_SHARE, AUTO_WINDOW_S, AUTO_HOLD_S, PX_DEFAULT_MAX_MEMBERS,
+           PX_DEFAULT_MAX_STORE_KEYS, (long long)PX_DEFAULT_MAX_STORE_BYTES,
            PX_DEFAULT_MAX_STORE_WAITERS);
+}
+
+/* The --auto-* flags go with --mode auto, and the loss ring must hold the
+ * losses a window needs to reach the threshold. */
+static int check_auto(const px_coordinator_config_t *cfg, const char *auto_flag) {
+    if (auto_flag && strcmp(cfg->mode, "auto") != 0) {
+        fprintf(stderr, "%s: %s needs --mode auto (the coordinator runs --mode %s)\n", PROG, auto_flag, cfg->mode);
+        return -1;
+    }
+    double needed = cfg->auto_failures_per_hour * (double)cfg->auto_window_ms / 3600000.0;
+    if (needed > PX_LOSS_RING_MAX) {
+        fprintf(stderr, "%s: --auto-failures-per-hour %g over --auto-window %lld s means %.0f group losses in a window; "
+                "at most %d are counted: lower one of them\n", PROG, cfg->auto_failures_per_hour,
+                (long long)(cfg->auto_window_ms / 1000), needed, PX_LOSS_RING_MAX);
+        return -1;
+    }
+    return 0;
 }
 
 /* CURVE flags, and the safe default: a control endpoint reachable from the
@@ -134,6 +169,10 @@ int main(int argc, char **argv) {
         .job = "phalanx",
         .spill_dir = ".",
         .mode = "sync",
+        .auto_failures_per_hour = AUTO_FAILURES_PER_HOUR,
+        .auto_comm_share = AUTO_COMM_SHARE,
+        .auto_window_ms = AUTO_WINDOW_S * 1000LL,
+        .auto_hold_ms = AUTO_HOLD_S * 1000LL,
         .heartbeat_interval_ms = 100,
         .heartbeat_timeout_ms = 1000,
         .min_replicas = 1,
@@ -149,6 +188,7 @@ int main(int argc, char **argv) {
     static px_keypair_t curve;
     const char *secret_path = NULL;
     int insecure = 0;
+    const char *auto_flag = NULL; /* the last --auto-* flag given */
     static const char *const booleans[] = {"quiet", "insecure", NULL};
     px_flags_from_env(PROG, usage, booleans, &argc, &argv);
     for (int i = 1; i < argc; i++) {
@@ -188,11 +228,16 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--max-store-waiters")) cfg.max_store_waiters = px_flag_int(PROG, a, v, 1, 10000000);
         else if (!strcmp(a, "--mode")) {
             cfg.mode = px_flag_str(PROG, a, v, 16);
-            if (strcmp(cfg.mode, "sync") && strcmp(cfg.mode, "diloco")) {
-                fprintf(stderr, "%s: --mode: bad value '%s': expected sync or diloco\n", PROG, cfg.mode);
+            if (strcmp(cfg.mode, "sync") && strcmp(cfg.mode, "diloco") && strcmp(cfg.mode, "auto")) {
+                fprintf(stderr, "%s: --mode: bad value '%s': expected sync, diloco or auto\n", PROG, cfg.mode);
                 return 2;
             }
-        } else px_flag_unknown(PROG, a);
+        } else if (!strcmp(a, "--auto-failures-per-hour"))
+            cfg.auto_failures_per_hour = px_flag_double(PROG, a, v, 0.01, 100000), auto_flag = a;
+        else if (!strcmp(a, "--auto-comm-share")) cfg.auto_comm_share = px_flag_double(PROG, a, v, 0.01, 1), auto_flag = a;
+        else if (!strcmp(a, "--auto-window")) cfg.auto_window_ms = px_flag_int(PROG, a, v, 1, 86400) * 1000, auto_flag = a;
+        else if (!strcmp(a, "--auto-hold")) cfg.auto_hold_ms = px_flag_int(PROG, a, v, 0, 86400) * 1000, auto_flag = a;
+        else px_flag_unknown(PROG, a);
         i++;
     }
     if (cfg.heartbeat_timeout_ms <= cfg.heartbeat_interval_ms) {
@@ -200,6 +245,7 @@ int main(int argc, char **argv) {
                 (long long)cfg.heartbeat_timeout_ms, (long long)cfg.heartbeat_interval_ms);
         return 2;
     }
+    if (check_auto(&cfg, auto_flag) != 0) return 2;
     if (cfg.events && strcmp(cfg.events, "none") == 0) cfg.events = NULL;
     if (check_security(&cfg, secret_path, &curve, insecure) != 0) return 2;
 

@@ -63,6 +63,8 @@ typedef struct {
     int64_t job_steps;  /* the job's length as the worker was told it (0: not training) */
     char layout[64];    /* the group layout it registered with ("" when it sent none) */
     int64_t store_qid;  /* last quorum whose rendezvous store it used (stall detection) */
+    int has_comm_share; /* its latest heartbeat carried a comm share (--mode auto) */
+    float comm_share;   /* 0..1: its share of step time in cross-group communication */
     char lost_reason[48];
     int64_t lost_ms;    /* when it was declared lost (monotonic) */
 } px_member_t;

@@ -33,6 +33,12 @@ char *px_status_json(const px_status_view_t *v, size_t *len) {
     px_buf_json_str(&b, v->job);
     px_buf_printf(&b, ",\"mode\":");
     px_buf_json_str(&b, v->mode);
+    px_buf_printf(&b, ",\"mode_reason\":");
+    px_buf_json_str(&b, v->mode_reason ? v->mode_reason : "");
+    px_buf_printf(&b, ",\"mode_switches\":%llu,\"failures_per_hour\":%.2f,\"comm_share\":",
+                  (unsigned long long)v->mode_switches, v->failures_per_hour);
+    if (v->has_comm_share) px_buf_printf(&b, "%.3f", v->comm_share);
+    else px_buf_printf(&b, "null");
     px_buf_printf(&b, ",\"uptime_ms\":%lld,\"quorum\":{\"id\":%lld,\"step\":%lld,\"groups\":[",
                   (long long)v->uptime_ms, (long long)v->quorum->id, (long long)v->quorum->max_step);
     for (int i = 0; i < v->quorum->n; i++) {
@@ -137,6 +143,19 @@ char *px_status_metrics(const px_status_view_t *v, size_t *len) {
                   "steps (the reporter's count; every rank of a cross-group ring sends about as much).\n"
                   "# TYPE phalanx_outer_wire_bytes_total counter\nphalanx_outer_wire_bytes_total %llu\n",
                   (unsigned long long)v->stats->outer_steps, (unsigned long long)v->stats->outer_wire_bytes);
+    px_buf_printf(&b,
+                  "# HELP phalanx_mode_switches_total Switches between sync and DiLoCo (--mode auto).\n"
+                  "# TYPE phalanx_mode_switches_total counter\nphalanx_mode_switches_total %llu\n"
+                  "# HELP phalanx_mode_diloco The mode quorums announce: 1 DiLoCo, 0 sync.\n"
+                  "# TYPE phalanx_mode_diloco gauge\nphalanx_mode_diloco %d\n"
+                  "# HELP phalanx_failures_per_hour Group losses (not planned leaves) over the --auto-window, per hour.\n"
+                  "# TYPE phalanx_failures_per_hour gauge\nphalanx_failures_per_hour %.2f\n",
+                  (unsigned long long)v->mode_switches, v->mode_diloco, v->failures_per_hour);
+    if (v->has_comm_share)
+        px_buf_printf(&b,
+                      "# HELP phalanx_comm_share Share of step time in cross-group communication (mean over the "
+                      "quorum's groups' rank 0).\n# TYPE phalanx_comm_share gauge\nphalanx_comm_share %.3f\n",
+                      v->comm_share);
     return px_buf_take(&b, len);
 }
 
@@ -161,8 +180,14 @@ char *px_status_html(const px_status_view_t *v, size_t *len) {
                   "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 8px}"
                   ".lost{color:#b00}.healthy{color:#070}.joining{color:#a60}.healing{color:#06a}</style></head><body>",
                   v->job);
-    px_buf_printf(&b, "<h1>phalanx job %s</h1><p>mode <b>%s</b> &middot; quorum <b>%lld</b> &middot; step <b>%lld</b> &middot; groups <b>%d</b>",
-                  v->job, v->mode, (long long)v->quorum->id, (long long)v->quorum->max_step, v->quorum->n);
+    px_buf_printf(&b, "<h1>phalanx job %s</h1><p>mode <b>%s</b>", v->job, v->mode);
+    if (v->mode_reason && v->mode_reason[0]) {
+        px_buf_printf(&b, " (last switch: ");
+        html_text(&b, v->mode_reason);
+        px_buf_printf(&b, ")");
+    }
+    px_buf_printf(&b, " &middot; quorum <b>%lld</b> &middot; step <b>%lld</b> &middot; groups <b>%d</b>",
+                  (long long)v->quorum->id, (long long)v->quorum->max_step, v->quorum->n);
     px_buf_printf(&b, " &middot; events %llu (pending %llu, failures %llu) &middot; bad messages %llu &middot; heartbeats/s %.0f</p>",
                   (unsigned long long)v->events.produced, (unsigned long long)v->events.pending,
                   (unsigned long long)v->events.delivery_failures, (unsigned long long)v->stats->bad_messages,
@@ -187,6 +212,9 @@ char *px_status_text(const px_status_view_t *v, size_t *len) {
     px_buf_t b;
     px_buf_init(&b);
     px_buf_printf(&b, "job %s  mode %s  uptime %.1fs\n", v->job, v->mode, (double)v->uptime_ms / 1000.0);
+    if (v->mode_reason && v->mode_reason[0])
+        px_buf_printf(&b, "mode switched %llu time%s, last: %s\n", (unsigned long long)v->mode_switches,
+                      v->mode_switches == 1 ? "" : "s", v->mode_reason);
     px_buf_printf(&b, "quorum %lld  step %lld  groups [", (long long)v->quorum->id, (long long)v->quorum->max_step);
     for (int i = 0; i < v->quorum->n; i++) px_buf_printf(&b, "%s%s", i ? " " : "", v->quorum->groups[i].name);
     px_buf_printf(&b, "]\nevents produced %llu  pending %llu  spilled %llu  delivery failures %llu  bad messages %llu  heartbeats/s %.0f\n\n",

@@ -20,6 +20,7 @@ extern const char *const PX_LIMIT_NAMES[PX_LIMIT_KINDS];
 typedef struct {
     uint64_t bad_messages, heartbeats, quorums_formed, auth_rejected, messages;
     uint64_t identity_conflicts, reports_refused, members_stalled, loop_stalls;
+    uint64_t bad_comm_shares; /* heartbeat comm shares ignored (NaN, outside 0..1) */
     uint64_t limit_refusals[PX_LIMIT_KINDS]; /* requests refused RESOURCE_LIMIT */
     uint64_t outer_steps, outer_wire_bytes;  /* DiLoCo: outer_step events, and the bytes their reporter sent */
     double heartbeats_per_s;
@@ -32,6 +33,13 @@ typedef struct {
 
 typedef struct {
     const char *job, *mode;
+    /* Mode switching (--mode auto; measured under every mode) */
+    const char *mode_reason;     /* the last switch's reason ("" before any) */
+    uint64_t mode_switches;
+    int mode_diloco;             /* the mode quorums announce is diloco */
+    double failures_per_hour;    /* group losses over the window, per hour */
+    int has_comm_share;          /* 0: no group of the quorum reports one */
+    double comm_share;
     const px_quorum_t *quorum;
     const px_members_t *members;
     const px_coord_stats_t *stats;

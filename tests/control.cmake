@@ -10,6 +10,11 @@ foreach(t integration coordinator_restart cli auth connect_timeout env_flags)
   set_tests_properties(control_${t} PROPERTIES TIMEOUT 120)
 endforeach()
 
+# --mode auto: a real coordinator switches to DiLoCo on a group loss (and
+# back once the window passed) and on a high comm share from fake workers.
+px_add_py_scenarios(control_mode_auto ${CMAKE_CURRENT_LIST_DIR}/control/test_mode_auto.py
+                    $<TARGET_FILE_DIR:phalanx-coordinator> 120 failures comm)
+
 # Protocol robustness: a raw ZeroMQ DEALER (fuzz_client) throws malformed and
 # seeded random frames at a live coordinator; test_fuzz.py adds HTTP and raw
 # TCP abuse and checks the coordinator still serves /status, counts every bad

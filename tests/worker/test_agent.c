@@ -12,6 +12,10 @@
  *   fatal       a coordinator of another job refuses the agent for good:
  *               px_agent_request_quorum returns -1 and px_agent_fatal_error
  *               names the refusal.
+ *   mode        under a coordinator's --mode auto, a comm share the agent
+ *               heartbeats (px_agent_set_comm_share) switches the job to
+ *               DiLoCo: the next quorum the agent stores says mode
+ *               "diloco" (the first one said "sync").
  *
  * Every wait is bounded; the coordinator is stopped on every path. */
 #include <arpa/inet.h>
@@ -54,8 +58,9 @@ static int free_port(void) {
     return ntohs(sa.sin_port);
 }
 
-/* Starts the coordinator for `job` and waits for its "http=" line. */
-static int start_coordinator(const char *job) {
+/* Starts the coordinator for `job` (with extra flags, NULL-terminated, or
+ * NULL) and waits for its "http=" line. */
+static int start_coordinator(const char *job, const char *const *extra) {
     snprintf(endpoint, sizeof endpoint, "tcp://127.0.0.1:%d", free_port());
     snprintf(events_path, sizeof events_path, "%s/events-%s.jsonl", dir, job);
     char events[320], log[320];
@@ -70,8 +75,9 @@ static int start_coordinator(const char *job) {
         close(pfd[1]);
         FILE *f = freopen(log, "a", stderr);
         (void)f;
-        execl(coord_bin, coord_bin, "--bind", endpoint, "--http", "127.0.0.1:0", "--job", job, "--events", events,
-              (char *)NULL);
+        const char *args[32] = {coord_bin, "--bind", endpoint, "--http", "127.0.0.1:0", "--job", job, "--events", events};
+        for (int i = 0, n = 9; extra && extra[i] && n < 31; i++) args[n++] = extra[i];
+        execv(coord_bin, (char *const *)args);
         _exit(127);
     }
     close(pfd[1]);
@@ -269,6 +275,36 @@ static int test_fatal(void) {
     return 0;
 }
 
+/* ---- mode ------------------------------------------------------------- */
+
+static int test_mode(void) {
+    static const char *const AUTO[] = {"--mode", "auto", "--auto-comm-share", "0.5", "--auto-hold", "0", NULL};
+    if (start_coordinator("autotest", AUTO) != 0) FAIL("coordinator --mode auto did not start");
+    px_agent_t *a = new_agent("auto", "autotest");
+    if (!a) FAIL("agent 'auto' not created");
+    px_quorum_t q;
+    px_quorum_init(&q);
+    int r = px_agent_request_quorum(a, 0, 0, 0, 0, 0, 10000, &q);
+    int64_t first = q.id;
+    char mode[16];
+    snprintf(mode, sizeof mode, "%s", q.mode);
+    px_agent_set_comm_share(a, 0.9f);
+    int64_t deadline = px_now_ms() + 10000;
+    while (px_now_ms() < deadline && (px_agent_latest_quorum(a, &q) != 0 || q.id <= first)) px_sleep_ms(10);
+    px_agent_destroy(&a);
+    int64_t second = q.id;
+    char second_mode[16];
+    snprintf(second_mode, sizeof second_mode, "%s", q.mode);
+    px_quorum_free(&q);
+    stop_coordinator();
+    if (r != 0 || strcmp(mode, "sync") != 0) FAIL("first quorum: rc %d, mode '%s' (want 0, sync)", r, mode);
+    if (second <= first || strcmp(second_mode, "diloco") != 0)
+        FAIL("after comm share 0.9: quorum %lld mode '%s' (want > %lld, diloco)", (long long)second, second_mode,
+             (long long)first);
+    printf("mode: ok (quorum %lld sync, %lld diloco)\n", (long long)first, (long long)second);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: %s PATH/phalanx-coordinator\n", argv[0]);
@@ -280,7 +316,7 @@ int main(int argc, char **argv) {
         perror("mkdtemp");
         return 1;
     }
-    if (start_coordinator("agenttest") != 0) {
+    if (start_coordinator("agenttest", NULL) != 0) {
         stop_coordinator();
         return 1;
     }
@@ -295,6 +331,7 @@ int main(int argc, char **argv) {
     fails += test_flush_unreachable();
     fails += test_fatal();
     stop_coordinator();
+    fails += test_mode();
     if (fails) {
         printf("%d failures (logs in %s)\n", fails, dir);
         return 1;
