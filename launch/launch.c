@@ -77,6 +77,9 @@ typedef struct {
     int groups, ranks, steps, max_restarts, restart_backoff_ms, connect_timeout_s;
     const char *model, *data, *http, *events, *coordinator, *bind, *log_dir, *job, *ledger;
     const char *ckpt_dir, *ckpt_every, *ckpt_keep; /* passed to the workers as given */
+    const char *mode;                      /* sync, diloco or auto: to the coordinator and the workers */
+    const char *auto_flags[8];             /* --auto-* NAME VALUE pairs for the coordinator, as given */
+    int n_auto;
     uint64_t seed, chaos_seed;
     double chaos_every_s;
     int chaos_every_steps;
@@ -116,9 +119,22 @@ typedef struct {
     int64_t t_start;
     int64_t finished_ms; /* when the first group reported its final line */
     int checkpoints;     /* checkpoints saved */
+    int mode_switches;   /* mode_switched events (--mode auto) */
 } launch_t;
 
 static void on_signal(int sig) { g_signal = sig; }
+
+/* An --auto-* flag for the coordinator: checked against the range it takes
+ * there, kept as given (a repeated flag replaces its value). */
+static void auto_flag(launch_cfg_t *c, const char *a, const char *v) {
+    if (!strcmp(a, "--auto-failures-per-hour")) px_flag_double(PROG, a, v, 0.01, 100000);
+    else if (!strcmp(a, "--auto-comm-share")) px_flag_double(PROG, a, v, 0.01, 1);
+    else px_flag_int(PROG, a, v, !strcmp(a, "--auto-window") ? 1 : 0, 86400);
+    int i = 0;
+    while (i < c->n_auto && strcmp(c->auto_flags[i], a)) i += 2;
+    c->auto_flags[i] = a, c->auto_flags[i + 1] = v;
+    if (i == c->n_auto) c->n_auto += 2;
+}
 
 static void usage(void) {
     printf("usage: %s [flags] [-- extra worker flags]\n\n"
@@ -137,6 +153,12 @@ static void usage(void) {
            "  --bind ENDPOINT          endpoint of the coordinator started here [tcp://127.0.0.1:7777]\n"
            "  --coordinator ENDPOINT   join a running coordinator instead of starting one [start one]\n"
            "  --job NAME               job name [phalanx]\n"
+           "  --mode sync|diloco|auto  how the groups train, given to the coordinator and every worker (a\n"
+           "                           worker --mode after -- wins); auto: the coordinator switches the job\n"
+           "                           between sync and diloco on failures or communication [sync]\n"
+           "  --auto-failures-per-hour F, --auto-comm-share S, --auto-window SECONDS, --auto-hold SECONDS\n"
+           "                           with --mode auto: the coordinator's thresholds, window and hold\n"
+           "                           (phalanx-coordinator --help) [6, 0.5, 600, 60]\n"
            "  --curve                  encrypt and authenticate the control plane with throwaway CURVE keys\n"
            "                           made in LOG_DIR/curve for this job [off: the default bind is loopback]\n"
            "  --curve-secret-key-file PATH  with --coordinator: the workers' CURVE secret key [none]\n"
@@ -252,7 +274,7 @@ static void start_worker(launch_t *L, worker_t *w) {
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)c->seed);
     snprintf(wait_s, sizeof wait_s, "%d", c->connect_timeout_s);
     const char *coord = c->coordinator ? c->coordinator : c->bind;
-    const char *argv[32 + MAX_PASS];
+    const char *argv[40 + MAX_PASS]; /* 37 at most, then the flags after -- */
     int n = 0;
     argv[n++] = path;
     argv[n++] = "--coordinator", argv[n++] = coord;
@@ -269,6 +291,7 @@ static void start_worker(launch_t *L, worker_t *w) {
     if (c->ckpt_dir) argv[n++] = "--checkpoint-dir", argv[n++] = c->ckpt_dir;
     if (c->ckpt_every) argv[n++] = "--checkpoint-every", argv[n++] = c->ckpt_every;
     if (c->ckpt_keep) argv[n++] = "--checkpoint-keep", argv[n++] = c->ckpt_keep;
+    if (c->mode) argv[n++] = "--mode", argv[n++] = c->mode; /* before the flags after --, which win */
     if (c->curve_secret)
         argv[n++] = "--curve-secret-key-file", argv[n++] = c->curve_secret,
         argv[n++] = "--coordinator-public-key-file", argv[n++] = c->curve_server;
@@ -289,11 +312,13 @@ static int start_coordinator(launch_t *L) {
     char key[4300], authorized[4300];
     snprintf(key, sizeof key, "%s/coordinator.key", c->curve_dir);
     snprintf(authorized, sizeof authorized, "%s/authorized_keys", c->curve_dir);
-    const char *argv[20] = {path, "--bind", c->bind, "--http", c->http, "--job", c->job, "--events", c->events,
+    const char *argv[32] = {path, "--bind", c->bind, "--http", c->http, "--job", c->job, "--events", c->events,
                             "--spill-dir", c->log_dir};
     int n = 11;
     if (c->curve) argv[n++] = "--curve-secret-key-file", argv[n++] = key, argv[n++] = "--authorized-keys", argv[n++] = authorized;
     if (c->insecure) argv[n++] = "--insecure";
+    if (c->mode) argv[n++] = "--mode", argv[n++] = c->mode;
+    for (int i = 0; i < c->n_auto; i++) argv[n++] = c->auto_flags[i];
     argv[n] = NULL;
     L->coord_pid = spawn(path, (char *const *)argv, log, NULL);
     if (L->coord_pid < 0) return -1;
@@ -425,6 +450,13 @@ static void read_events(launch_t *L) {
             char *gs = strstr(line, "\"groups\":[");
             say(L, "  = quorum %lld: [%.*s]", q ? atoll(q + 12) : -1LL, gs ? (int)strcspn(gs + 10, "]") : 0,
                 gs ? gs + 10 : "");
+        } else if (strstr(line, "\"type\":\"mode_switched\"")) {
+            char *to = strstr(line, "\"to\":\"");
+            char *st = strstr(line, "\"step\":");
+            char *r = strstr(line, "\"reason\":\"");
+            L->mode_switches++;
+            say(L, "  * mode switched to %.*s at step %lld: %.*s", to ? (int)strcspn(to + 6, "\"") : 1, to ? to + 6 : "?",
+                st ? atoll(st + 7) : -1LL, r ? (int)strcspn(r + 10, "\"") : 1, r ? r + 10 : "?");
         }
     }
     clearerr(L->events_in);
@@ -703,6 +735,15 @@ static void parse(launch_cfg_t *c, int argc, char **argv) {
         else if (!strcmp(a, "--bind")) c->bind = px_flag_str(PROG, a, v, 512);
         else if (!strcmp(a, "--coordinator")) c->coordinator = px_flag_str(PROG, a, v, 512);
         else if (!strcmp(a, "--job")) c->job = px_flag_str(PROG, a, v, 63);
+        else if (!strcmp(a, "--mode")) {
+            c->mode = px_flag_str(PROG, a, v, 16);
+            if (strcmp(c->mode, "sync") && strcmp(c->mode, "diloco") && strcmp(c->mode, "auto")) {
+                fprintf(stderr, "%s: --mode: bad value '%s': expected sync, diloco or auto\n", PROG, c->mode);
+                exit(2);
+            }
+        } else if (!strcmp(a, "--auto-failures-per-hour") || !strcmp(a, "--auto-comm-share") ||
+                   !strcmp(a, "--auto-window") || !strcmp(a, "--auto-hold"))
+            auto_flag(c, a, v);
         else if (!strcmp(a, "--curve-secret-key-file")) c->curve_secret = px_flag_str(PROG, a, v, 4096);
         else if (!strcmp(a, "--coordinator-public-key-file")) c->curve_server = px_flag_str(PROG, a, v, 4096);
         else if (!strcmp(a, "--chaos-kill-every-steps")) c->chaos_every_steps = (int)px_flag_int(PROG, a, v, 0, 100000000);
@@ -733,6 +774,11 @@ static void parse(launch_cfg_t *c, int argc, char **argv) {
                                                       : NULL;
     if (bad) {
         fprintf(stderr, "%s: %s\n", PROG, bad);
+        exit(2);
+    }
+    if (c->n_auto && (c->coordinator || !c->mode || strcmp(c->mode, "auto"))) {
+        fprintf(stderr, "%s: %s %s\n", PROG, c->auto_flags[0],
+                c->coordinator ? "applies to the coordinator started here, not to --coordinator" : "needs --mode auto");
         exit(2);
     }
     if (c->groups * c->ranks > MAX_WORKERS) {
@@ -864,9 +910,10 @@ int main(int argc, char **argv) {
     json_num(el, sizeof el, L.eval_loss);
     printf("{\"steps\":%lld,\"failures\":%d,\"heals\":%d,\"final_loss\":%s,\"eval_loss\":%s,"
            "\"time_lost_s\":%.3f,\"elapsed_s\":%.1f,\"completed\":%s,\"chaos_kills\":%d,\"chaos_seed\":%llu,"
-           "\"checkpoints\":%d}\n",
+           "\"checkpoints\":%d,\"mode_switches\":%d}\n",
            (long long)L.last_step, L.failures, L.heals, fl, el, time_lost_s(&L), elapsed,
-           completed ? "true" : "false", L.kills, (unsigned long long)c->chaos_seed, L.checkpoints);
+           completed ? "true" : "false", L.kills, (unsigned long long)c->chaos_seed, L.checkpoints,
+           L.mode_switches);
     fflush(stdout);
     if (L.events_in) fclose(L.events_in);
     free(L.commit_ms);

@@ -9,11 +9,13 @@ from phalanx_test import check, main  # noqa: E402
 
 HELP = {
     "phalanx-coordinator": ["--bind", "--http", "--events", "--heartbeat-timeout-ms", "--min-replicas", "--job",
-                            "--curve-secret-key-file", "--authorized-keys", "--insecure", "SIGHUP"],
+                            "--curve-secret-key-file", "--authorized-keys", "--insecure", "SIGHUP", "--mode sync|diloco|auto",
+                            "--auto-failures-per-hour", "--auto-comm-share", "--auto-window", "--auto-hold"],
     "phalanx-worker": ["--coordinator", "--group", "--rank", "--steps", "--global-batch", "--curve-secret-key-file",
                        "--coordinator-public-key-file", "--coordinator-key"],
     "phalanx-launch": ["--groups", "--ranks-per-group", "--steps", "--chaos-kill-every", "--coordinator", "--curve",
-                       "--insecure", "--curve-secret-key-file", "--coordinator-public-key-file"],
+                       "--insecure", "--curve-secret-key-file", "--coordinator-public-key-file", "--mode sync|diloco|auto",
+                       "--auto-failures-per-hour", "--auto-window"],
     "phalanx-data": ["--out", "--demo"],
     "phalanxctl": ["status", "kill", "keygen", "--http", "--coordinator", "--curve-secret-key-file",
                    "--coordinator-public-key-file", "--coordinator-key", "--token-file", "--timeout-ms", "--out"],
@@ -26,12 +28,22 @@ BAD = [
     ("phalanx-coordinator", ["--http", "127.0.0.1:99999"], "--http"),
     ("phalanx-coordinator", ["--job", "bad name"], "--job"),
     ("phalanx-coordinator", ["--mode", "fast"], "--mode"),
+    ("phalanx-coordinator", ["--mode", "auto", "--auto-failures-per-hour", "0"], "--auto-failures-per-hour"),
+    ("phalanx-coordinator", ["--mode", "auto", "--auto-comm-share", "1.5"], "--auto-comm-share"),
+    ("phalanx-coordinator", ["--mode", "auto", "--auto-window", "0"], "--auto-window"),
+    ("phalanx-coordinator", ["--mode", "auto", "--auto-hold", "-1"], "--auto-hold"),
+    ("phalanx-coordinator", ["--auto-hold", "5"], "--auto-hold"),  # needs --mode auto
+    ("phalanx-coordinator", ["--mode", "auto", "--auto-failures-per-hour", "100000", "--auto-window", "86400"],
+     "--auto-failures-per-hour"),  # more losses in a window than the ring counts
     ("phalanx-coordinator", ["--bind"], "--bind"),
     ("phalanx-worker", ["--group", "g", "--rank", "-1"], "--rank"),
     ("phalanx-worker", ["--group", "g", "--steps", "1", "--lr", "2"], "--lr"),
     ("phalanx-worker", ["--group", "g", "--rank", "2", "--ranks-per-group", "2"], "--rank"),
     ("phalanx-launch", ["--groups", "0"], "--groups"),
     ("phalanx-launch", ["--chaos-kill-every", "-1"], "--chaos-kill-every"),
+    ("phalanx-launch", ["--mode", "fast"], "--mode"),
+    ("phalanx-launch", ["--auto-window", "30"], "--auto-window"),  # needs --mode auto
+    ("phalanx-launch", ["--mode", "auto", "--auto-comm-share", "0"], "--auto-comm-share"),
     ("phalanxctl", ["status", "--http", "nohost"], "--http"),
     # CURVE and the bind policy
     ("phalanx-coordinator", ["--curve-secret-key-file", "/nonexistent"], "--authorized-keys"),
