@@ -406,9 +406,10 @@ static void recompute_quorum(px_coordinator_t *c, int64_t now) {
     /* Participants that found their communicators broken asked for a new
      * quorum while membership stayed the same: after a settle time (a dead
      * peer would have been dropped by then), re-form with a fresh id so they
-     * rendezvous under a new store prefix. */
+     * rendezvous under a new store prefix. A mode switch (evaluate_mode)
+     * re-forms at once: the same groups under a new id, told the new mode. */
     if (!changed && c->mode_pending) {
-        next.id = c->quorum.id + 1; /* the same groups, told the new mode (switch_mode) */
+        next.id = c->quorum.id + 1;
         changed = 1;
         reason[0] = '\0';
     } else if (!changed && c->rebuild_requested_ms) {
