@@ -67,9 +67,10 @@ static void usage(FILE *f) {
            "                              reaches its threshold, back to sync when both are below half of\n"
            "                              theirs; each switch is a new quorum and a mode_switched event [sync]\n"
            "  --auto-failures-per-hour F  auto: group losses per hour (over --auto-window) that switch to\n"
-           "                              diloco, 0.01..100000 [%g]\n"
+           "                              diloco, 0 = not a signal, 0..100000 [%g]\n"
            "  --auto-comm-share S         auto: share of step time in cross-group communication (the mean of\n"
-           "                              what the groups' rank 0 report) that switches to diloco, 0.01..1 [%g]\n"
+           "                              what the groups' rank 0 report) that switches to diloco, 0 = not a\n"
+           "                              signal, 0..1 [%g]\n"
            "  --auto-window SECONDS       auto: the window losses are counted over, 1..86400 [%d]\n"
            "  --auto-hold SECONDS         auto: the least time between two switches, and from the start to\n"
            "                              the first, 0..86400 [%d]\n"
@@ -96,6 +97,11 @@ static void usage(FILE *f) {
 static int check_auto(const px_coordinator_config_t *cfg, const char *auto_flag) {
     if (auto_flag && strcmp(cfg->mode, "auto") != 0) {
         fprintf(stderr, "%s: %s needs --mode auto (the coordinator runs --mode %s)\n", PROG, auto_flag, cfg->mode);
+        return -1;
+    }
+    if (!strcmp(cfg->mode, "auto") && cfg->auto_failures_per_hour <= 0 && cfg->auto_comm_share <= 0) {
+        fprintf(stderr, "%s: --mode auto with --auto-failures-per-hour 0 and --auto-comm-share 0: no signal could "
+                "ever switch the mode (use --mode sync)\n", PROG);
         return -1;
     }
     double needed = cfg->auto_failures_per_hour * (double)cfg->auto_window_ms / 3600000.0;
@@ -233,8 +239,8 @@ int main(int argc, char **argv) {
                 return 2;
             }
         } else if (!strcmp(a, "--auto-failures-per-hour"))
-            cfg.auto_failures_per_hour = px_flag_double(PROG, a, v, 0.01, 100000), auto_flag = a;
-        else if (!strcmp(a, "--auto-comm-share")) cfg.auto_comm_share = px_flag_double(PROG, a, v, 0.01, 1), auto_flag = a;
+            cfg.auto_failures_per_hour = px_flag_double(PROG, a, v, 0, 100000), auto_flag = a;
+        else if (!strcmp(a, "--auto-comm-share")) cfg.auto_comm_share = px_flag_double(PROG, a, v, 0, 1), auto_flag = a;
         else if (!strcmp(a, "--auto-window")) cfg.auto_window_ms = px_flag_int(PROG, a, v, 1, 86400) * 1000, auto_flag = a;
         else if (!strcmp(a, "--auto-hold")) cfg.auto_hold_ms = px_flag_int(PROG, a, v, 0, 86400) * 1000, auto_flag = a;
         else px_flag_unknown(PROG, a);

@@ -21,6 +21,7 @@ static int say_failures(char *out, size_t len, const px_mode_policy_t *p, const 
 
 /* "cross-group communication 62% of step time >= 50%", or "... not measured". */
 static int say_comm(char *out, size_t len, const px_mode_inputs_t *in, double limit, int half) {
+    if (limit <= 0) return snprintf(out, len, "cross-group communication not a signal (--auto-comm-share 0)");
     if (!in->has_comm_share) return snprintf(out, len, "cross-group communication not measured");
     return snprintf(out, len, "cross-group communication %.0f%% of step time %s %g%%%s", in->comm_share * 100.0,
                     in->comm_share >= limit ? ">=" : "<", limit * 100.0, half ? ", half the threshold" : "");
@@ -32,8 +33,8 @@ static px_job_mode_t wanted(const px_mode_policy_t *p, const px_mode_inputs_t *i
     double rate = px_mode_failures_per_hour(in->failures, p->window_ms);
     char f[160], c[160];
     if (in->mode == PX_JOB_SYNC) {
-        int fail_high = p->window_ms > 0 && rate >= p->failures_per_hour;
-        int comm_high = in->has_comm_share && in->comm_share >= p->comm_share;
+        int fail_high = p->failures_per_hour > 0 && p->window_ms > 0 && rate >= p->failures_per_hour;
+        int comm_high = p->comm_share > 0 && in->has_comm_share && in->comm_share >= p->comm_share;
         say_failures(f, sizeof f, p, in, p->failures_per_hour, 0);
         say_comm(c, sizeof c, in, p->comm_share, 0);
         if (fail_high && comm_high) snprintf(reason, len, "%s; %s", f, c);
@@ -42,7 +43,8 @@ static px_job_mode_t wanted(const px_mode_policy_t *p, const px_mode_inputs_t *i
         return fail_high || comm_high ? PX_JOB_DILOCO : PX_JOB_SYNC;
     }
     double fail_low = p->failures_per_hour / 2, comm_low = p->comm_share / 2;
-    int calm = rate < fail_low && (!in->has_comm_share || in->comm_share < comm_low);
+    int calm = (p->failures_per_hour <= 0 || rate < fail_low) &&
+               (p->comm_share <= 0 || !in->has_comm_share || in->comm_share < comm_low);
     say_failures(f, sizeof f, p, in, fail_low, 1);
     say_comm(c, sizeof c, in, comm_low, in->has_comm_share);
     snprintf(reason, len, "%s%s%s", f, calm ? " and " : "; ", c);

@@ -16,6 +16,8 @@
  *     communication) reaches comm_share. Unmeasured (no group reports one):
  *     this signal never switches to DiLoCo.
  *
+ * A threshold of 0 turns its signal off (never high, always calm).
+ *
  * and back to sync when BOTH are below half their thresholds (hysteresis: a
  * job near a threshold does not flip at every measurement; unmeasured counts
  * as below). No switch happens within hold_ms of the last one (or of the
@@ -43,8 +45,8 @@ typedef enum { PX_JOB_SYNC = 0, PX_JOB_DILOCO = 1 } px_job_mode_t;
 const char *px_job_mode_name(px_job_mode_t m);
 
 typedef struct {
-    double failures_per_hour; /* > 0: to DiLoCo at or above this loss rate */
-    double comm_share;        /* (0, 1]: to DiLoCo at or above this comm share */
+    double failures_per_hour; /* > 0: to DiLoCo at or above this loss rate; 0: not a signal */
+    double comm_share;        /* (0, 1]: to DiLoCo at or above this comm share; 0: not a signal */
     int64_t window_ms;        /* losses are counted over this window */
     int64_t hold_ms;          /* least time between two switches */
 } px_mode_policy_t;

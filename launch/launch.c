@@ -127,8 +127,8 @@ static void on_signal(int sig) { g_signal = sig; }
 /* An --auto-* flag for the coordinator: checked against the range it takes
  * there, kept as given (a repeated flag replaces its value). */
 static void auto_flag(launch_cfg_t *c, const char *a, const char *v) {
-    if (!strcmp(a, "--auto-failures-per-hour")) px_flag_double(PROG, a, v, 0.01, 100000);
-    else if (!strcmp(a, "--auto-comm-share")) px_flag_double(PROG, a, v, 0.01, 1);
+    if (!strcmp(a, "--auto-failures-per-hour")) px_flag_double(PROG, a, v, 0, 100000);
+    else if (!strcmp(a, "--auto-comm-share")) px_flag_double(PROG, a, v, 0, 1);
     else px_flag_int(PROG, a, v, !strcmp(a, "--auto-window") ? 1 : 0, 86400);
     int i = 0;
     while (i < c->n_auto && strcmp(c->auto_flags[i], a)) i += 2;

@@ -45,6 +45,7 @@ void px_state_free(px_train_state_t *s) {
 void px_state_copy(px_train_state_t *dst, const px_train_state_t *src) {
     for (int b = 0; b < src->nbuf; b++) memcpy(dst->buf[b], src->buf[b], src->n * sizeof(float));
     dst->step = src->step;
+    dst->local = src->local;
 }
 
 size_t px_state_chunks(size_t n) { return (n + PX_STATE_CHUNK_FLOATS - 1) / PX_STATE_CHUNK_FLOATS; }

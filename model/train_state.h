@@ -13,6 +13,10 @@
  *                 m and v are the group's own inner moments: `local` marks
  *                 them, and the state checksum leaves them out, so that
  *                 groups holding the same global state agree on it.
+ *                 Under --mode auto the mask is also the mode the state is
+ *                 in (none local: sync): it travels with a heal, and since
+ *                 it decides which entries the checksum covers, states in
+ *                 different modes never agree.
  *   step          optimizer steps committed. It is also the data cursor:
  *                 step s reads the samples px_dataset_fill(seed, s, i), so
  *                 nothing else about the data position needs keeping.
@@ -60,7 +64,7 @@ px_train_state_t px_state_of_model(px_gpt_t *model, int64_t step, uint64_t seed)
 int px_state_alloc_like(px_train_state_t *dst, const px_train_state_t *like);
 /* Frees the buffers of an owned state; a view is left alone. */
 void px_state_free(px_train_state_t *s);
-/* dst's buffers and step become src's (same n). */
+/* dst's buffers, step and local mask become src's (same n). */
 void px_state_copy(px_train_state_t *dst, const px_train_state_t *src);
 
 /* Chunks per buffer, and digest entries (s->nbuf buffers of chunks). */

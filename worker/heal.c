@@ -14,7 +14,7 @@
 #define HEAL_MAGIC 0x7068616c6865616cull
 
 typedef struct {
-    uint64_t magic, step, n_floats, checksum, nbuf;
+    uint64_t magic, step, n_floats, checksum, nbuf, local;
 } heal_header_t;
 
 int px_heal_init(px_heal_t *h, px_train_state_t *state, px_agent_t *agent, const char *group, int rank) {
@@ -84,7 +84,7 @@ static int heal_chunk_delay_ms(void) {
 /* Header, every chunk of every buffer, then the digest in one message. */
 static int send_state(px_heal_t *h, px_comm_t *c, int peer) {
     const px_train_state_t *s = h->state;
-    heal_header_t hdr = {HEAL_MAGIC, (uint64_t)s->step, s->n, px_heal_checksum(h), (uint64_t)s->nbuf};
+    heal_header_t hdr = {HEAL_MAGIC, (uint64_t)s->step, s->n, px_heal_checksum(h), (uint64_t)s->nbuf, s->local};
     size_t len = px_state_digest_len(s);
     int delay = heal_chunk_delay_ms(), tag = 1;
     px_comm_status_t st = px_comm_send(c, &hdr, sizeof hdr, peer, tag++);
@@ -105,9 +105,11 @@ static int recv_into(px_comm_t *c, int peer, px_train_state_t *stage, uint64_t *
     heal_header_t hdr;
     int tag = 1;
     px_comm_status_t st = px_comm_recv(c, &hdr, sizeof hdr, peer, tag++);
-    if (st == PX_COMM_OK && (hdr.magic != HEAL_MAGIC || hdr.n_floats != stage->n || hdr.nbuf != (uint64_t)stage->nbuf)) {
-        snprintf(why, wlen, "bad heal header: %llu buffers of %llu floats for a state of %d of %zu (model or mode "
-                 "mismatch?)", (unsigned long long)hdr.nbuf, (unsigned long long)hdr.n_floats, stage->nbuf, stage->n);
+    if (st == PX_COMM_OK && (hdr.magic != HEAL_MAGIC || hdr.n_floats != stage->n || hdr.nbuf != (uint64_t)stage->nbuf ||
+                             hdr.local >> stage->nbuf)) {
+        snprintf(why, wlen, "bad heal header: %llu buffers of %llu floats (local mask %#llx) for a state of %d of %zu "
+                 "(model or mode mismatch?)", (unsigned long long)hdr.nbuf, (unsigned long long)hdr.n_floats,
+                 (unsigned long long)hdr.local, stage->nbuf, stage->n);
         px_comm_abort(c); /* the sender would otherwise wait out its timeout */
         return -1;
     }
@@ -124,6 +126,7 @@ static int recv_into(px_comm_t *c, int peer, px_train_state_t *stage, uint64_t *
         return -1;
     }
     stage->step = (int64_t)hdr.step;
+    stage->local = (unsigned)hdr.local; /* the sender's mode (--mode auto) */
     *checksum = hdr.checksum;
     return 0;
 }
@@ -260,7 +263,13 @@ int px_heal_group_state(px_heal_t *h, int64_t *step, uint64_t *checksum) {
     return 0;
 }
 
-/* The root broadcasts its step and buffers; the others receive into a
+/* The checksum of every buffer of s (digest), the local ones too (DiLoCo's
+ * moments: a group's ranks hold them alike), and of its mode (local mask). */
+static uint64_t full_hash(const px_train_state_t *s, const uint64_t *digest) {
+    return px_state_hash(digest, px_state_digest_len(s), s->step) ^ s->local;
+}
+
+/* The root broadcasts its step, mode and buffers; the others receive into a
  * staging copy and take it once its checksum of every buffer equals the
  * root's (root_ck, full_checksum). */
 static int broadcast_state(px_heal_t *h, px_comm_t *intra, int root, uint64_t root_ck) {
@@ -279,8 +288,9 @@ static int broadcast_state(px_heal_t *h, px_comm_t *intra, int root, uint64_t ro
             return -1;
         }
     }
-    int64_t step = live->step;
-    px_comm_status_t st = px_comm_broadcast(intra, &step, sizeof step, root);
+    int64_t head[2] = {live->step, live->local}; /* the step and the mode (local mask) */
+    px_comm_status_t st = px_comm_broadcast(intra, head, sizeof head, root);
+    int64_t step = head[0];
     for (int b = 0; b < live->nbuf && st == PX_COMM_OK; b++) st = px_comm_broadcast(intra, into->buf[b], bytes, root);
     int rc = st == PX_COMM_OK ? 0 : -1;
     if (me != root) {
@@ -288,8 +298,9 @@ static int broadcast_state(px_heal_t *h, px_comm_t *intra, int root, uint64_t ro
         uint64_t ck = 0; /* the state checksum (shared buffers), cached on success */
         if (rc == 0) {
             into->step = step;
+            into->local = (unsigned)head[1] & ((1u << live->nbuf) - 1);
             px_state_digest(into, got);
-            ok = px_state_hash(got, len, step) == root_ck;
+            ok = full_hash(into, got) == root_ck;
             ck = px_state_checksum(into, got);
             if (!ok) px_log_warn("group_sync_failed: state checksum differs from rank %d's after the broadcast", root);
         }
@@ -301,12 +312,11 @@ static int broadcast_state(px_heal_t *h, px_comm_t *intra, int root, uint64_t ro
     return rc;
 }
 
-/* The checksum of every buffer, the local ones too (DiLoCo's moments): the
- * ranks of one group must hold all of it alike. Equals px_heal_checksum
- * when no buffer is local. */
+/* full_hash of the live state. Equals px_heal_checksum when no buffer is
+ * local. */
 static uint64_t full_checksum(px_heal_t *h) {
     px_heal_checksum(h); /* the digest up to date */
-    return px_state_hash(h->digest, px_state_digest_len(h->state), h->state->step);
+    return full_hash(h->state, h->digest);
 }
 
 int px_heal_sync_group(px_heal_t *h, px_comm_t *intra) {

@@ -215,7 +215,7 @@ int px_persist_due(const px_persist_t *p, const px_train_state_t *st, const px_q
     if (!p->dir[0] || !is_writer(p, q)) return 0;
     int64_t every = p->cfg->checkpoint_every;
     /* DiLoCo commits a round of steps at once: due when it passes a multiple */
-    int passed = every > 0 && p->cfg->mode == PX_MODE_DILOCO && p->last_commit >= 0 &&
+    int passed = every > 0 && p->cfg->mode != PX_MODE_SYNC && p->last_commit >= 0 &&
                  st->step / every > p->last_commit / every;
     return (every > 0 && (st->step % every == 0 || passed)) || p->catch_up;
 }

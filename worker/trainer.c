@@ -55,7 +55,14 @@
  * and an outer step every H steps averages the pseudo-gradients across
  * groups; the state is then the global
  * parameters, the outer momentum and the group's own moments. A group
- * moves to a newer quorum at its next inner step, keeping its round. */
+ * moves to a newer quorum at its next inner step, keeping its round.
+ *
+ * --mode auto (section "automatic mode") trains in the mode each quorum
+ * announces: the state keeps DiLoCo's four buffers throughout, and its mask
+ * of group-own buffers says which mode it is in (it travels with heals).
+ * Sync to DiLoCo right after joining a quorum that says diloco; back at the
+ * next point where every group's parameters equal the global ones (an
+ * outer step, or a round's start), averaging the groups' moments. */
 #include "trainer.h"
 
 #include <inttypes.h>
@@ -125,6 +132,15 @@ typedef struct {
     int64_t round_samples; /* samples the group's inner steps of this round took (none: nothing learned to give) */
     int64_t outer_steps;
     double round_loss; /* sum of the round's inner losses */
+    int64_t round_inner_us; /* wall time of the round's inner steps */
+    /* --mode auto: the mode the state is in (1: DiLoCo), set with st.local
+     * (set_state_mode; read by the agent's hook under comm_mu), and the
+     * share of step time spent in cross-group communication, reported to
+     * the coordinator on the heartbeat (note_comm_share). */
+    int running_diloco;
+    double comm_share;
+    int comm_share_n;
+    int64_t step_cross_us; /* this step's time in the cross-group reduction */
     px_train_state_t st; /* views into the model; st.step: steps committed (DiLoCo: the round's start) */
     px_heal_t heal;
     px_persist_t persist;
@@ -146,7 +162,9 @@ typedef struct {
     FILE *ledger;
 } trainer_t;
 
-static int diloco(const trainer_t *t) { return t->cfg->mode == PX_MODE_DILOCO; }
+/* The state is in DiLoCo's mode: always with --mode diloco, as the quorums
+ * say with --mode auto (section "Automatic mode"). */
+static int diloco(const trainer_t *t) { return t->running_diloco; }
 
 /* The step being computed: its samples and learning rate. */
 static int64_t cur_step(const trainer_t *t) { return t->st.step + t->inner; }
@@ -403,12 +421,15 @@ static int heal_all(trainer_t *t) {
     return px_heal_sync_quorum(&t->heal, state_cross(t), &t->q, t->my_index);
 }
 
+static void follow_healed_mode(trainer_t *t);
+
 /* heal_all on the host state; a GPU takes the result, whatever happened
  * (a failed heal at step 0 rebuilt the initial state on the host). */
 static int sync_state(trainer_t *t) {
     px_persist_fence(&t->persist); /* a heal may overwrite the state a save is copying */
     host_state(t);
     int rc = heal_all(t);
+    follow_healed_mode(t);
     px_compute_host_written(t->dev);
     return rc;
 }
@@ -527,6 +548,24 @@ static void count_bytes(trainer_t *t, size_t group, size_t cross) {
     t->bytes_cross += 2.0 * (t->q.n - 1) / t->q.n * (double)cross * sizeof(float);
 }
 
+/* The share of step time spent in cross-group communication, averaged over
+ * recent steps and put on the heartbeat: what the coordinator's --mode
+ * auto compares with its --auto-comm-share. */
+static void note_comm_share(trainer_t *t, double comm_us, double step_us) {
+    double s = step_us > 0 ? comm_us / step_us : 0;
+    s = s < 0 ? 0 : s > 1 ? 1 : s;
+    t->comm_share = t->comm_share_n++ ? 0.8 * t->comm_share + 0.2 * s : s;
+    px_agent_set_comm_share(t->agent, (float)t->comm_share);
+}
+
+/* A step's cross-group sum, timed for the comm share (note_comm_share). */
+static px_comm_status_t cross_reduce(trainer_t *t, float *buf, size_t n) {
+    int64_t t0 = px_now_us();
+    px_comm_status_t st = px_comm_allreduce_sum_f32(t->cross, buf, n);
+    t->step_cross_us += px_now_us() - t0;
+    return st;
+}
+
 /* The grads and the vote's tail, which sits in the grads' spare room right
  * after them (PX_GPT_GRADS_SPARE), reduced in place: summed inside the group,
  * the group's vote checked and relayed as one contribution (vote.h), then
@@ -539,7 +578,7 @@ static px_comm_status_t reduce(trainer_t *t, size_t n) {
         px_comm_status_t st = px_comm_allreduce_sum_f32(t->intra, buf + n, PX_VOTE_N);
         if (st != PX_COMM_OK) return st;
         px_vote_relay(buf + n, t->cfg->ranks_per_group, t->st.step);
-        return px_comm_allreduce_sum_f32(t->cross, buf, n + PX_VOTE_N);
+        return cross_reduce(t, buf, n + PX_VOTE_N);
     }
     /* On a GPU buf is device memory and the tail moves between the host and
      * buf + n around each reduction (compute.h); on the CPU it is there. */
@@ -553,7 +592,7 @@ static px_comm_status_t reduce(trainer_t *t, size_t n) {
         px_vote_relay(tail, t->cfg->ranks_per_group, t->st.step);
         px_compute_tail_put(t->dev);
     }
-    px_comm_status_t st = px_comm_allreduce_sum_f32(t->cross, buf, n + PX_VOTE_N);
+    px_comm_status_t st = cross_reduce(t, buf, n + PX_VOTE_N);
     if (st == PX_COMM_OK) px_compute_tail_get(t->dev);
     return st;
 }
@@ -735,6 +774,7 @@ static int train_step(trainer_t *t, int *adopt, float *loss_out, float *norm_out
     float local_loss = 0;
     float *tail = t->shard ? px_shard_bufs(t->shard)->grads + n : px_compute_tail(t->dev);
     px_comm_status_t st = PX_COMM_ERROR;
+    t->step_cross_us = 0;
     if (compute_grads(t, lo, hi, &local_loss) == 0) {
         if (t->reducer) { /* reduced during the backward */
             st = PX_COMM_OK;
@@ -810,6 +850,7 @@ static void start_round(trainer_t *t) {
     t->round_full = 1;
     t->round_samples = 0;
     t->round_loss = 0;
+    t->round_inner_us = 0;
 }
 
 /* After joining a quorum: where the groups are in the round. Groups that
@@ -819,7 +860,8 @@ static void start_round(trainer_t *t) {
  * skips to step k with nothing to give, so that all reach the outer step
  * together rather than the others waiting a round in its collective. Its
  * steps up to there still train (on its shares), and are dropped at the
- * outer step. 0, or -1 when the cross-group all-gather failed. */
+ * outer step. The furthest group's inner steps (0: every group is at the
+ * round's start), or -1 when the cross-group all-gather failed. */
 static int align_round(trainer_t *t) {
     int P = t->q.n;
     float mine = (float)t->inner, *all = malloc((size_t)P * sizeof *all);
@@ -836,7 +878,7 @@ static int align_round(trainer_t *t) {
         px_log_info("round_joined step=%lld inner=%d: the others are that far into the round; this group gives "
                     "nothing at its outer step", (long long)t->st.step, t->inner);
     }
-    return rc;
+    return rc == 0 ? k : -1;
 }
 
 /* One inner step: the group's share of step cur_step's samples, reduced
@@ -945,9 +987,12 @@ static int outer_step(trainer_t *t, int *adopt, float *loss_out) {
     t->bytes_cross += 2.0 * (t->q.n - 1) / t->q.n * OUTER_TAIL * sizeof(float);
     uint64_t wire = 0;
     float scale = 1.0f; /* what turns the reduced vector into the sum over groups */
+    int64_t reduce_us = 0;
     if (passed && weight > 0) {
         for (size_t i = 0; i < n; i++) g[i] = w > 0 ? t->global[i] - lp[i] : 0.0f;
+        reduce_us = px_now_us();
         st = outer_reduce(t, g, n, &wire, &scale);
+        reduce_us = px_now_us() - reduce_us;
         t->bytes_cross += (double)wire;
         t->outer_wire += (double)wire;
     }
@@ -976,6 +1021,11 @@ static int outer_step(trainer_t *t, int *adopt, float *loss_out) {
     t->st.step += H;
     t->outer_steps++;
     *loss_out = loss;
+    /* What sync would spend: the fp32 reduction of a vector this size (the
+     * time scaled from the bytes sent), against itself plus an inner step. */
+    double fp32 = 2.0 * (t->q.n - 1) / t->q.n * (double)n * sizeof(float);
+    double sync_us = wire > 0 ? (double)reduce_us * fp32 / (double)wire : 0;
+    note_comm_share(t, sync_us, sync_us + (t->inner > 0 ? (double)t->round_inner_us / t->inner : 0));
     px_log_info("outer_step step=%lld from=%lld outer=%lld quorum_id=%lld groups=%d contributors=%.0f loss=%.6f",
                 (long long)t->st.step, (long long)from, (long long)t->outer_steps, (long long)t->qid, t->q.n, weight,
                 loss);
@@ -993,6 +1043,92 @@ static int outer_step(trainer_t *t, int *adopt, float *loss_out) {
     }
     start_round(t);
     return 1;
+}
+
+/* ---- automatic mode (--mode auto) --------------------------------------- */
+
+/* The state in DiLoCo's mode (dl) or sync's: the mask says which buffers
+ * are the group's own (train_state.h), and params is the global parameters
+ * or the local ones. Moves no data. */
+static void set_state_mode(trainer_t *t, int dl) {
+    pthread_mutex_lock(&t->comm_mu);
+    t->running_diloco = dl;
+    pthread_mutex_unlock(&t->comm_mu);
+    t->st.local = dl ? 1u << PX_STATE_M | 1u << PX_STATE_V : 0;
+    t->st.buf[PX_STATE_PARAMS] = dl ? t->global : local_params(t);
+    t->heal.ck_valid = 0; /* the checksum covers other buffers now */
+}
+
+static int quorum_says_diloco(const trainer_t *t) { return !strcmp(t->q.mode, "diloco"); }
+
+/* DiLoCo in a quorum that says sync: the state goes back at the next point
+ * where every group's local parameters equal the global ones. */
+static int leaving(const trainer_t *t) {
+    return t->cfg->mode == PX_MODE_AUTO && diloco(t) && !quorum_says_diloco(t);
+}
+
+static void mode_changed(trainer_t *t, const char *why) {
+    px_log_info("mode_changed mode=%s step=%lld quorum_id=%lld: %s", diloco(t) ? "diloco" : "sync",
+                (long long)t->st.step, (long long)t->qid, why);
+    if (t->cfg->rank == 0) {
+        printf("event kind=mode_changed group=%s mode=%s step=%lld\n", t->cfg->group, diloco(t) ? "diloco" : "sync",
+               (long long)t->st.step);
+        fflush(stdout);
+    }
+}
+
+/* A heal may bring a state of the other mode (its mask travels with it)
+ * into the buffers of ours: the parameters it put where ours are move to
+ * where its mode keeps them. */
+static void follow_healed_mode(trainer_t *t) {
+    int dl = t->st.local != 0;
+    if (t->cfg->mode != PX_MODE_AUTO || dl == diloco(t)) return;
+    memcpy(dl ? t->global : local_params(t), t->st.buf[PX_STATE_PARAMS], t->st.n * sizeof(float));
+    set_state_mode(t, dl);
+    if (dl) start_round(t);
+    mode_changed(t, "the state healed from another group is in that mode");
+}
+
+/* Sync to DiLoCo, right after joining a quorum that says so (every
+ * participant joined it at the same step): the parameters become the
+ * global ones and a round starts from them; the moments go on as each
+ * group's own; the outer momentum is what the state holds (zero, unless a
+ * DiLoCo checkpoint was restored). */
+static void enter_diloco(trainer_t *t) {
+    memcpy(t->global, local_params(t), t->st.n * sizeof(float));
+    set_state_mode(t, 1);
+    start_round(t);
+    mode_changed(t, "the quorum says diloco");
+}
+
+/* DiLoCo to sync (leaving), where every group's local parameters equal the
+ * global ones: after an outer step, or before a round's first inner step.
+ * The groups' moments are averaged (two reductions of n floats across
+ * groups, through the grads) so that all go on with the same; the outer
+ * momentum restarts at zero. 0, or -1 (reported) when a reduction failed:
+ * still DiLoCo, with moments that are each a group's own still (averaged or
+ * not), and the next outer step tries again. */
+static int leave_diloco(trainer_t *t) {
+    size_t n = t->st.n;
+    float *g = grads_buf(t), inv = 1.0f / (float)t->q.n;
+    for (int b = PX_STATE_M; b <= PX_STATE_V; b++) {
+        memcpy(g, t->st.buf[b], n * sizeof(float));
+        t->bytes_cross += 2.0 * (t->q.n - 1) / t->q.n * (double)n * sizeof(float);
+        if (px_comm_allreduce_sum_f32(t->cross, g, n) != PX_COMM_OK) {
+            px_log_warn("mode_change_failed step=%lld quorum_id=%lld reason=\"%s\": still diloco, retried at the next "
+                        "outer step", (long long)t->st.step, (long long)t->qid, failure_reason(t));
+            px_agent_report_failure(t->agent, NULL, -1, t->qid, t->st.step, failure_reason(t));
+            return -1;
+        }
+        px_persist_fence(&t->persist);
+        float *dst = t->st.buf[b];
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < n; i++) dst[i] = g[i] * inv;
+    }
+    memset(t->outer_m, 0, n * sizeof(float));
+    set_state_mode(t, 0);
+    mode_changed(t, "the quorum says sync; the groups' moments averaged");
+    return 0;
 }
 
 /* A step's (or an outer step's) collectives failed: a part save waiting for
@@ -1073,6 +1209,7 @@ static void diloco_initial(trainer_t *t) {
 static int rebuild_initial_state(void *ctx, px_train_state_t *s) {
     trainer_t *t = ctx;
     px_gpt_config_t preset;
+    if (t->cfg->mode == PX_MODE_AUTO) set_state_mode(t, 0); /* a heal in place may have brought another mode */
     if (t->shard && px_gpt_config_preset(t->cfg->model, &preset) == 0) { /* drawn shard by shard */
         s->step = 0;
         t->pending_step = -1;
@@ -1250,7 +1387,7 @@ static int setup(trainer_t *t) {
     } else {
         t->st = px_state_of_model(t->model, 0, cfg->seed);
     }
-    if (diloco(t)) { /* the state holds the global parameters and the outer momentum; the moments are the group's */
+    if (cfg->mode != PX_MODE_SYNC) { /* the global parameters and the outer momentum (auto: for its DiLoCo phases) */
         size_t n = t->st.n;
         t->global = malloc(n * sizeof(float));
         t->outer_m = calloc(n, sizeof(float));
@@ -1259,10 +1396,9 @@ static int setup(trainer_t *t) {
             return -1;
         }
         memcpy(t->global, t->st.buf[PX_STATE_PARAMS], n * sizeof(float));
-        t->st.buf[PX_STATE_PARAMS] = t->global;
         t->st.buf[PX_STATE_OUTER_M] = t->outer_m;
         t->st.nbuf = PX_STATE_OUTER_M + 1;
-        t->st.local = 1u << PX_STATE_M | 1u << PX_STATE_V;
+        set_state_mode(t, cfg->mode == PX_MODE_DILOCO); /* auto starts in sync: the quorums say when not */
     }
     if (!t->inputs || !t->targets || px_heal_init(&t->heal, &t->st, t->agent, cfg->group, cfg->rank) != 0) {
         px_log_error("out of memory");
@@ -1331,9 +1467,9 @@ static int check_stages(const px_trainer_config_t *cfg, char *err, size_t errlen
 
 int px_trainer_check(const px_trainer_config_t *cfg, char *err, size_t errlen) {
     if (check_stages(cfg, err, errlen) != 0) return -1;
-    if (cfg->mode == PX_MODE_DILOCO && (cfg->device == PX_DEVICE_CUDA || cfg->bucket_mb > 0)) {
-        snprintf(err, errlen, "--mode diloco with %s: DiLoCo runs on --device cpu without --bucket-mb for now",
-                 cfg->device == PX_DEVICE_CUDA ? "--device cuda" : "--bucket-mb");
+    if (cfg->mode != PX_MODE_SYNC && (cfg->device == PX_DEVICE_CUDA || cfg->bucket_mb > 0)) {
+        snprintf(err, errlen, "--mode %s with %s: DiLoCo runs on --device cpu without --bucket-mb for now",
+                 cfg->mode == PX_MODE_AUTO ? "auto" : "diloco", cfg->device == PX_DEVICE_CUDA ? "--device cuda" : "--bucket-mb");
         return -1;
     }
     if (cfg->device != PX_DEVICE_CUDA) return 0;
@@ -1398,10 +1534,13 @@ int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile s
                 break;
             }
             need = failed = 0;
+            if (cfg->mode == PX_MODE_AUTO && !diloco(&t) && quorum_says_diloco(&t)) enter_diloco(&t);
             if (diloco(&t)) {
                 if (inner_failed || t.st.step != step0 || px_heal_checksum(&t.heal) != ck0) start_round(&t);
                 inner_failed = 0;
-                if (align_round(&t) != 0) { /* the quorum's communicator failed: join again */
+                int k = align_round(&t);
+                /* the quorum's communicator failed: join again; every group at the round's start: sync now */
+                if (k < 0 || (k == 0 && leaving(&t) && leave_diloco(&t) != 0)) {
                     step_failed(&t);
                     need = failed = 1;
                     continue;
@@ -1428,18 +1567,27 @@ int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile s
                 inner_failed = !outer; /* the group's ranks may be an inner step apart: the round starts again */
                 continue;
             }
+            if (!outer) t.round_inner_us += px_now_us() - t0;
             if (outer) {
-                if (t.st.step == from) continue; /* nobody had a round to give */
-                px_agent_set_progress(agent, t.st.step, PHALANX__MEMBER_STATE__HEALTHY, t.qid);
-                if (cfg->eval_every > 0 && t.st.step / cfg->eval_every > from / cfg->eval_every && t.my_index == 0 &&
-                    (cfg->rank == 0 || t.shard)) { /* a sharded group evaluates together */
-                    ev = eval_loss(&t);
-                    if (cfg->rank == 0) printf("eval step=%lld eval_loss=%.4f group=%s\n", (long long)t.st.step, ev, cfg->group);
-                    fflush(stdout);
+                int moved = t.st.step != from; /* 0: nobody had a round to give */
+                if (moved) {
+                    px_agent_set_progress(agent, t.st.step, PHALANX__MEMBER_STATE__HEALTHY, t.qid);
+                    if (cfg->eval_every > 0 && t.st.step / cfg->eval_every > from / cfg->eval_every && t.my_index == 0 &&
+                        (cfg->rank == 0 || t.shard)) { /* a sharded group evaluates together */
+                        ev = eval_loss(&t);
+                        if (cfg->rank == 0) printf("eval step=%lld eval_loss=%.4f group=%s\n", (long long)t.st.step, ev, cfg->group);
+                        fflush(stdout);
+                    }
+                    if (px_persist_due(&t.persist, &t.st, &t.q)) host_state(&t);
+                    px_persist_committed(&t.persist, &t.st, &t.q);
                 }
-                if (px_persist_due(&t.persist, &t.st, &t.q)) host_state(&t);
-                px_persist_committed(&t.persist, &t.st, &t.q);
-                if (adopt) need = 1;
+                /* every group's local parameters are the global ones now: where auto goes back to sync */
+                if (leaving(&t) && leave_diloco(&t) != 0) {
+                    step_failed(&t);
+                    need = failed = 1;
+                    continue;
+                }
+                if (moved && adopt) need = 1;
             } else if (cfg->progress && cfg->rank == 0) {
                 double ms = (double)(px_now_us() - t0) / 1000.0;
                 printf("progress step=%lld loss=%.6f norm=%.6f ms=%.1f tok_s=%.0f groups=%d quorum=%lld group=%s "
@@ -1457,13 +1605,15 @@ int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile s
         }
         px_agent_set_progress(agent, t.st.step, PHALANX__MEMBER_STATE__HEALTHY, t.qid);
         double ms = (double)(px_now_us() - t0) / 1000.0;
+        note_comm_share(&t, (double)t.step_cross_us, ms * 1000.0);
         /* a sharded group evaluates together (its forward is collective) */
         if (cfg->eval_every > 0 && t.st.step % cfg->eval_every == 0 && t.my_index == 0 && (cfg->rank == 0 || t.shard))
             ev = eval_loss(&t);
         if (cfg->progress && cfg->rank == 0) {
             double tok_s = ms > 0 ? (double)cfg->global_batch * t.T * 1000.0 / ms : 0;
-            printf("progress step=%lld loss=%.6f norm=%.6f ms=%.1f tok_s=%.0f groups=%d quorum=%lld group=%s",
-                   (long long)t.st.step, loss, norm, ms, tok_s, t.q.n, (long long)t.qid, cfg->group);
+            printf("progress step=%lld loss=%.6f norm=%.6f ms=%.1f tok_s=%.0f groups=%d quorum=%lld group=%s%s",
+                   (long long)t.st.step, loss, norm, ms, tok_s, t.q.n, (long long)t.qid, cfg->group,
+                   cfg->mode == PX_MODE_AUTO ? " mode=sync" : "");
             if (cfg->eval_every > 0 && t.st.step % cfg->eval_every == 0 && t.my_index == 0) printf(" eval_loss=%.4f", ev);
             printf("\n");
             fflush(stdout);

@@ -15,6 +15,7 @@
 typedef enum {
     PX_MODE_SYNC,   /* every step's gradients reduced across groups */
     PX_MODE_DILOCO, /* inner steps inside each group, an outer step across groups every inner_steps */
+    PX_MODE_AUTO,   /* the mode each quorum announces (px_quorum_t.mode), switched at a step boundary */
 } px_train_mode_t;
 
 typedef struct {

@@ -101,11 +101,14 @@ static void usage(FILE *f) {
            "                           core copies the state (best where training fills the cores); overlap =\n"
            "                           the saver copies it during the next forward and backward (best with\n"
            "                           spare cores, e.g. GPU workers) [held]\n"
-           "  --mode sync|diloco       sync: every step's gradients are averaged over the groups; diloco: each\n"
+           "  --mode sync|diloco|auto  sync: every step's gradients are averaged over the groups; diloco: each\n"
            "                           group trains alone for --inner-steps (AdamW on its share of each\n"
            "                           step's batch), then an outer step averages the groups' pseudo-gradients\n"
            "                           (global minus local parameters) and applies SGD with Nesterov momentum;\n"
-           "                           any layout; --device cpu without --bucket-mb, for now [sync]\n"
+           "                           auto: the mode each quorum announces (the coordinator's --mode auto\n"
+           "                           switches it on failures or communication share), changed at a step\n"
+           "                           boundary (to sync: after an outer step); every group of a job must use\n"
+           "                           the same mode; any layout; --device cpu without --bucket-mb, for now [sync]\n"
            "  --inner-steps H          diloco: inner steps per outer step, 1..1000000 [50]\n"
            "  --outer-lr X             diloco: the outer SGD's learning rate, 0..10 [0.7]\n"
            "  --outer-momentum X       diloco: the outer SGD's Nesterov momentum, 0..0.999 [0.9]\n"
@@ -259,11 +262,11 @@ int px_worker_main(int argc, char **argv) {
             tc.checkpoint_overlap = !strcmp(v, "overlap");
         }
         else if (!strcmp(a, "--mode")) {
-            if (!v || (strcmp(v, "sync") && strcmp(v, "diloco"))) {
-                fprintf(stderr, "%s: --mode: bad value '%s': expected sync or diloco\n", PROG, v ? v : "");
+            if (!v || (strcmp(v, "sync") && strcmp(v, "diloco") && strcmp(v, "auto"))) {
+                fprintf(stderr, "%s: --mode: bad value '%s': expected sync, diloco or auto\n", PROG, v ? v : "");
                 return 2;
             }
-            tc.mode = !strcmp(v, "diloco") ? PX_MODE_DILOCO : PX_MODE_SYNC;
+            tc.mode = !strcmp(v, "diloco") ? PX_MODE_DILOCO : !strcmp(v, "auto") ? PX_MODE_AUTO : PX_MODE_SYNC;
         }
         else if (!strcmp(a, "--outer-dtype")) {
             if (!v || px_outer_dtype_parse(v) < 0) {
@@ -301,8 +304,9 @@ int px_worker_main(int argc, char **argv) {
         snprintf(layout, sizeof layout, "pp%d.fsdp%d.tp%d", tc.pp ? tc.pp : 1, tc.fsdp ? tc.fsdp : 1, tc.tp ? tc.tp : 1);
     else
         snprintf(layout, sizeof layout, "replicated%d", cfg.group_size);
-    if (tc.mode == PX_MODE_DILOCO) /* groups meet only at outer steps: every H inner steps, in step */
-        snprintf(layout + strlen(layout), sizeof layout - strlen(layout), ".diloco%d%s%s", tc.inner_steps,
+    if (tc.mode != PX_MODE_SYNC) /* groups meet only at outer steps: every H inner steps, in step */
+        snprintf(layout + strlen(layout), sizeof layout - strlen(layout), ".%s%d%s%s",
+                 tc.mode == PX_MODE_AUTO ? "auto" : "diloco", tc.inner_steps,
                  tc.outer_dtype != PX_OUTER_FP32 ? "." : "",
                  tc.outer_dtype != PX_OUTER_FP32 ? px_outer_dtype_name((px_outer_dtype_t)tc.outer_dtype) : "");
     if (tc.steps > 0) cfg.layout = layout;

@@ -3,7 +3,8 @@
  * the window, the comm share (or none) and the time since the last switch,
  * and the decision the policy must take, with a substring of its reason.
  * The rows cover both triggers, the hysteresis on the way back, the hold,
- * an unmeasured comm share and an empty window; then the loss ring. */
+ * an unmeasured comm share, an empty window and a threshold of 0 (its
+ * signal off); then the loss ring. */
 #include <stdio.h>
 #include <string.h>
 
@@ -62,6 +63,14 @@ static const row_t ROWS[] = {
     {"diloco: empty window, calm share goes back", 6, 0.5, 0, 60000, D, 9, 1, 0.1, 120000, 1, S, "(0.0/h < 3/h"},
     {"short window scales the rate", 100, 0.5, 20000, 1000, S, 1, 0, 0, 5000, 1, D,
      "1 group loss in the last 20 s (180.0/h >= 100/h)"},
+    /* A threshold of 0 turns its signal off. */
+    {"comm off: a full share does not switch", 6, 0, 600000, 60000, S, 0, 1, 1.0, 120000, 0, S,
+     "not a signal (--auto-comm-share 0)"},
+    {"comm off: failures still switch", 6, 0, 600000, 60000, S, 1, 1, 1.0, 120000, 1, D, "(6.0/h >= 6/h)"},
+    {"comm off: a high share does not hold diloco", 6, 0, 600000, 60000, D, 0, 1, 0.9, 120000, 1, S,
+     "(0.0/h < 3/h, half the threshold) and cross-group communication not a signal"},
+    {"failures off: many losses do not switch", 0, 0.5, 600000, 60000, S, 50, 1, 0.1, 120000, 0, S, "stay sync"},
+    {"failures off: losses do not hold diloco", 0, 0.5, 600000, 60000, D, 50, 1, 0.1, 120000, 1, S, "10% of step time < 25%"},
 };
 
 static int test_rows(void) {

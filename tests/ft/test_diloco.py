@@ -1,7 +1,9 @@
 """DiLoCo (--mode diloco): real coordinator, launcher and workers, real SIGKILLs.
 
   identity    one group, H=1, outer lr 1, momentum 0: the same losses and
-              final model as plain synchronous training (float tolerance).
+              final model as plain synchronous training (float tolerance);
+              --mode auto workers end bit for bit like sync's in a sync
+              job and like diloco's in a diloco job.
   kill        3 groups, H=20: a group SIGKILLed during its inner steps is
               left out of the next outer step (2 contributors), its restart
               heals at an outer boundary (a step that is a multiple of H) from
@@ -31,6 +33,15 @@
               the new quorum within an inner step, keeping their rounds, so
               none is dropped as stalled), gives nothing at that outer step
               and trains the next; every group ends with one state.
+  auto        3 groups with --mode auto (coordinator and workers; failures
+              the only signal: loopback's comm share is high): the job
+              trains in sync (no outer step) until a group is SIGKILLed;
+              the coordinator then switches it to DiLoCo (mode_switched,
+              its reason naming failures per hour), every group changes
+              mode at one step and outer steps follow; once the failure
+              has left the window it switches back to sync, the groups
+              average their moments at an outer step and train on in sync
+              steps; the job completes with one state in every group.
   refused     a worker in diloco mode is refused by a sync job (WRONG_LAYOUT,
               naming both), and --mode diloco with --device cuda or
               --bucket-mb is a configuration error naming the flags."""
@@ -119,6 +130,13 @@ def test_identity(bindir):
           (worst, diff, scale))
     check(worst <= 1e-5, "per-step losses within 1e-5 relative")
     check(len(x) == len(y) and diff <= 1e-5 * scale, "final models within 1e-5 of the largest parameter")
+    # --mode auto workers train as the quorums say: bit for bit the fixed modes
+    c, d = os.path.join(work, "auto-sync.bin"), os.path.join(work, "auto-diloco.bin")
+    run(bindir, data, 1, 30, ["--save", c, "--mode", "auto"], "auto-sync")
+    run(bindir, data, 1, 30, ["--save", d, "--mode", "auto", "--inner-steps", "1", "--outer-lr", "1",
+                              "--outer-momentum", "0"], "auto-diloco", ["--mode", "diloco"])
+    check(model_floats(c) == x, "auto workers in a sync job end with sync's model, bit for bit")
+    check(model_floats(d) == y, "auto workers in a diloco job end with diloco's model, bit for bit")
 
 
 def test_kill(bindir):
@@ -338,12 +356,81 @@ def test_long_round(bindir):
         job.stop()
 
 
+def mode_changes(launch, group):
+    """(mode, step) of each mode_changed line in a group's rank-0 log."""
+    out = []
+    with open(os.path.join(launch.dir, "worker-%s-0.log" % group)) as f:
+        for line in f:
+            m = re.search(r"mode_changed mode=(\w+) step=(\d+)", line)
+            if m:
+                out.append((m.group(1), int(m.group(2))))
+    return out
+
+
+def test_auto(bindir):
+    data = corpus(bindir)
+    H, steps = 10, 2000  # long enough in time for the window to pass, and sync steps after
+    launch = Launch(bindir, ["--groups", "3", "--model", "tiny", "--steps", str(steps), "--data", data,
+                             "--mode", "auto", "--auto-failures-per-hour", "100", "--auto-window", "4",
+                             "--auto-hold", "1", "--auto-comm-share", "0", "--"] + WORKER + ["--inner-steps", str(H)], name="diloco-auto")
+
+    def switches(to):
+        return [e for e in launch.read_events() if e["type"] == "mode_switched" and e["to"] == to]
+    try:
+        wait_until(lambda: launch.last_step() >= 30, 120, "30 steps")
+        st = launch.status()
+        check(st["mode"] == "auto: sync", "/status shows auto in sync: %r" % st.get("mode"))
+        check(not outer_lines(launch) and not switches("diloco"), "no outer step and no switch before a failure")
+        pid = launch.pid_of("g1")
+        check(pid, "g1 is a live member")
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: switches("diloco"), 60, "a switch to diloco after the kill")
+        to_dl = switches("diloco")[0]
+        check("/h" in to_dl["reason"] and to_dl["from"] == "sync", "the switch names the failure rate: %s" % to_dl)
+        drops = [e for e in launch.read_events() if e["type"] == "group_dropped"]
+        check(drops and drops[0]["ts"] <= to_dl["ts"], "the group was dropped before the switch")
+        wait_until(lambda: switches("sync"), 120, "the switch back to sync once the failure left the window")
+        back = switches("sync")[0]
+        check("/h" in back["reason"], "the switch back names the figures: %s" % back)
+        rc = launch.wait(300)
+        check(rc == 0, "phalanx-launch exited %s" % rc)
+        s = launch.summary()
+        check(s and s["completed"] and s["steps"] == steps, "completed: %s" % s)
+        check(len(switches("diloco")) == 1 and len(switches("sync")) == 1, "one switch each way: %s" %
+              [(e["from"], e["to"]) for e in switches("diloco") + switches("sync")])
+        outers = outer_lines(launch)
+        check(outers, "outer steps while in diloco")
+        last_outer = outers[-1][1]
+        check(launch.last_step() == steps and steps - last_outer >= 3 * H,
+              "sync steps after the last outer step (at %d): training went on to %d" % (last_outer, steps))
+        for g in ("g0", "g1", "g2"):
+            ch = mode_changes(launch, g)
+            check(ch and ch[-1][0] == "sync" and any(m == "diloco" for m, _ in ch),
+                  "%s changed to diloco and back to sync: %s" % (g, ch))
+        ends = {mode_changes(launch, g)[-1][1] for g in ("g0", "g1", "g2")}
+        check(len(ends) == 1, "every group went back to sync at the same step: %s" % ends)
+        enter = {[c for c in mode_changes(launch, g) if c[0] == "diloco"][0][1] for g in ("g0", "g2")}
+        check(len(enter) == 1, "the survivors changed to diloco at the same step: %s" % enter)
+        f = same_state(launch, 3, "auto")
+        print("auto: diloco at step %s (%s), sync again at step %s (%s); %d outer steps; final checksum %s" %
+              (sorted(enter)[0], to_dl["reason"], sorted(ends)[0], back["reason"], len(outers), f["checksum"]))
+    except Fail as e:
+        raise Fail("%s\nlauncher:\n%s" % (e, launch.tail(40)))
+    finally:
+        launch.terminate()
+
+
 def test_refused(bindir):
     r = subprocess.run([os.path.join(bindir, "phalanx-worker"), "--group", "g0", "--steps", "10", "--mode", "diloco",
                         "--bucket-mb", "1", "--coordinator", "tcp://127.0.0.1:1", "--connect-timeout", "1"],
                        capture_output=True, text=True, timeout=60)
     check(r.returncode == 2 and "--mode diloco" in r.stderr + r.stdout and "--bucket-mb" in r.stderr + r.stdout,
           "--mode diloco --bucket-mb 1 is a configuration error naming both: rc %s %s" % (r.returncode, r.stderr[-300:]))
+    r = subprocess.run([os.path.join(bindir, "phalanx-worker"), "--group", "g0", "--steps", "10", "--mode", "auto",
+                        "--bucket-mb", "1", "--coordinator", "tcp://127.0.0.1:1", "--connect-timeout", "1"],
+                       capture_output=True, text=True, timeout=60)
+    check(r.returncode == 2 and "--mode auto" in r.stderr + r.stdout and "--bucket-mb" in r.stderr + r.stdout,
+          "--mode auto --bucket-mb 1 is a configuration error naming both: rc %s %s" % (r.returncode, r.stderr[-300:]))
     r = subprocess.run([os.path.join(bindir, "phalanx-worker"), "--group", "g0", "--steps", "10", "--mode", "async"],
                        capture_output=True, text=True, timeout=60)
     check(r.returncode == 2 and "async" in r.stderr, "--mode async is refused naming it: %s" % r.stderr[-200:])
@@ -367,4 +454,4 @@ def test_refused(bindir):
 if __name__ == "__main__":
     main_scenarios({"identity": test_identity, "kill": test_kill, "chaos": test_chaos, "checkpoint": test_checkpoint,
                     "dtype": test_dtype, "layouts": test_layouts, "long-round": test_long_round,
-                    "refused": test_refused})
+                    "auto": test_auto, "refused": test_refused})
