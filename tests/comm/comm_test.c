@@ -603,83 +603,6 @@ static int test_abort(void) {
     return bad ? 1 : 0;
 }
 
-/* ----------------------------------------------------------------- pace */
-
-#define PACE_FLOATS 250000 /* 2 ranks: 2(R-1)/R * n * 4 = 1e6 bytes per allreduce */
-#define PACE_RATE 2e6      /* bytes/s: 0.5 s per allreduce or 1 MB message */
-
-typedef struct {
-    px_dir_store_t store;
-} pace_shared_t;
-
-static double ms_since(int64_t t0_us) { return (double)(px_now_us() - t0_us) / 1000.0; }
-
-static int pace_rank(int rank, int size, void *argp) {
-    pace_shared_t *sh = argp;
-    g_rank = rank;
-    px_store_t st = px_dir_store(&sh->store);
-    char err[512];
-    px_comm_t *c = px_comm_new_gloo(&st, "pace/q1", rank, size, ABORT_TIMEOUT_MS, err, sizeof(err));
-    CHECK(c, "new: %s", err);
-    CHECK_OK(c, px_comm_barrier(c));
-    px_comm_set_rate_limit(c, PACE_RATE);
-    CHECK(px_comm_rate_limit(c) == PACE_RATE, "rate limit not kept");
-    const double want_ms = 1e6 / PACE_RATE * 1000.0;
-    float *buf = malloc(PACE_FLOATS * sizeof(float));
-    for (int i = 0; i < PACE_FLOATS; i++) buf[i] = (float)(rank + 1);
-
-    int64_t t0 = px_now_us();
-    CHECK_OK(c, px_comm_allreduce_sum_f32(c, buf, PACE_FLOATS));
-    double took = ms_since(t0);
-    printf("pace: rank%d allreduce of 1e6 ring bytes at %.0f bytes/s took %.1f ms (>= %.0f)\n", rank,
-           PACE_RATE, took, want_ms);
-    CHECK(took >= want_ms, "paced allreduce took %.1f ms, below %.0f ms", took, want_ms);
-    CHECK(buf[0] == 3.0f && buf[PACE_FLOATS - 1] == 3.0f, "paced allreduce sum %g", buf[0]);
-
-    t0 = px_now_us();
-    if (rank == 0) CHECK_OK(c, px_comm_send(c, buf, PACE_FLOATS * sizeof(float), 1, 7));
-    else CHECK_OK(c, px_comm_recv(c, buf, PACE_FLOATS * sizeof(float), 0, 7));
-    took = ms_since(t0);
-    printf("pace: rank%d %s of 1e6 bytes took %.1f ms (>= %.0f)\n", rank, rank ? "recv" : "send", took,
-           want_ms);
-    CHECK(took >= want_ms, "paced message took %.1f ms, below %.0f ms", took, want_ms);
-
-    /* At 1e6/30 bytes/s the next allreduce would sleep 30 s: each rank
-     * aborts itself 300 ms in, during the sleep. */
-    CHECK_OK(c, px_comm_barrier(c));
-    px_comm_set_rate_limit(c, 1e6 / 30.0);
-    volatile int64_t abort_us = 0;
-    aborter_t a = {c, &abort_us};
-    pthread_t th;
-    pthread_create(&th, NULL, aborter, &a);
-    t0 = px_now_us();
-    px_comm_status_t s = px_comm_allreduce_sum_f32(c, buf, PACE_FLOATS);
-    int64_t returned = px_now_us();
-    pthread_join(th, NULL);
-    double lag = (double)(returned - abort_us) / 1000.0;
-    printf("pace: rank%d %s after %.1f ms, %.1f ms after px_comm_abort: %s\n", rank,
-           px_comm_status_str(s), ms_since(t0), lag, px_comm_last_error(c));
-    CHECK(s == PX_COMM_ABORTED, "status %s: %s", px_comm_status_str(s), px_comm_last_error(c));
-    CHECK(lag < 2000 * g_slow, "paced sleep ended %.1f ms after the abort", lag);
-    CHECK(px_comm_health(c) == PX_COMM_ABORTED, "health after an abort in the pacing");
-    CHECK(px_comm_barrier(c) == PX_COMM_ABORTED, "later operation not aborted");
-    free(buf);
-    px_comm_destroy(&c);
-    return 0;
-}
-
-static int test_pace(void) {
-    pace_shared_t *sh = px_procs_shared(sizeof(*sh));
-    store_dir(&sh->store, "pace");
-    pid_t pids[2];
-    int codes[2];
-    if (px_procs_spawn(2, pace_rank, sh, pids) != 0) return 1;
-    int bad = px_procs_wait(2, pids, px_now_ms() + 60000, codes, -1);
-    px_dir_store_remove(&sh->store);
-    printf("pace: %s\n", bad ? "FAIL" : "ok");
-    return bad ? 1 : 0;
-}
-
 /* ----------------------------------------------------------- rendezvous */
 
 #define RV_TIMEOUT_MS 800
@@ -743,6 +666,68 @@ static int run_with_store(const char *name, const char *dir, int size, px_rank_f
 }
 
 static int test_rendezvous(void) { return run_with_store("rendezvous", "rv", 2, rv_rank, 20000); }
+
+/* ----------------------------------------------------------------- pace */
+
+#define PACE_FLOATS 250000 /* 2 ranks: 2(R-1)/R * n * 4 = 1e6 bytes per allreduce */
+#define PACE_RATE 2e6      /* bytes/s: 0.5 s per allreduce or 1 MB message */
+
+static double ms_since(int64_t t0_us) { return (double)(px_now_us() - t0_us) / 1000.0; }
+
+static int pace_rank(int rank, int size, void *store) {
+    g_rank = rank;
+    px_store_t st = px_dir_store(store);
+    char err[512];
+    px_comm_t *c = px_comm_new_gloo(&st, "pace/q1", rank, size, ABORT_TIMEOUT_MS, err, sizeof(err));
+    CHECK(c, "new: %s", err);
+    CHECK_OK(c, px_comm_barrier(c));
+    px_comm_set_rate_limit(c, PACE_RATE);
+    CHECK(px_comm_rate_limit(c) == PACE_RATE, "rate limit not kept");
+    const double want_ms = 1e6 / PACE_RATE * 1000.0;
+    float *buf = malloc(PACE_FLOATS * sizeof(float));
+    for (int i = 0; i < PACE_FLOATS; i++) buf[i] = (float)(rank + 1);
+
+    int64_t t0 = px_now_us();
+    CHECK_OK(c, px_comm_allreduce_sum_f32(c, buf, PACE_FLOATS));
+    double took = ms_since(t0);
+    printf("pace: rank%d allreduce of 1e6 ring bytes at %.0f bytes/s took %.1f ms (>= %.0f)\n", rank,
+           PACE_RATE, took, want_ms);
+    CHECK(took >= want_ms, "paced allreduce took %.1f ms, below %.0f ms", took, want_ms);
+    CHECK(buf[0] == 3.0f && buf[PACE_FLOATS - 1] == 3.0f, "paced allreduce sum %g", buf[0]);
+
+    t0 = px_now_us();
+    if (rank == 0) CHECK_OK(c, px_comm_send(c, buf, PACE_FLOATS * sizeof(float), 1, 7));
+    else CHECK_OK(c, px_comm_recv(c, buf, PACE_FLOATS * sizeof(float), 0, 7));
+    took = ms_since(t0);
+    printf("pace: rank%d %s of 1e6 bytes took %.1f ms (>= %.0f)\n", rank, rank ? "recv" : "send", took,
+           want_ms);
+    CHECK(took >= want_ms, "paced message took %.1f ms, below %.0f ms", took, want_ms);
+
+    /* At 1e6/30 bytes/s the next allreduce would sleep 30 s: each rank
+     * aborts itself 300 ms in, during the sleep. */
+    CHECK_OK(c, px_comm_barrier(c));
+    px_comm_set_rate_limit(c, 1e6 / 30.0);
+    volatile int64_t abort_us = 0;
+    aborter_t a = {c, &abort_us};
+    pthread_t th;
+    pthread_create(&th, NULL, aborter, &a);
+    t0 = px_now_us();
+    px_comm_status_t s = px_comm_allreduce_sum_f32(c, buf, PACE_FLOATS);
+    int64_t returned = px_now_us();
+    pthread_join(th, NULL);
+    double lag = (double)(returned - abort_us) / 1000.0;
+    printf("pace: rank%d %s after %.1f ms, %.1f ms after px_comm_abort: %s\n", rank,
+           px_comm_status_str(s), ms_since(t0), lag, px_comm_last_error(c));
+    CHECK(s == PX_COMM_ABORTED, "status %s: %s", px_comm_status_str(s), px_comm_last_error(c));
+    CHECK(lag < 2000 * g_slow, "paced sleep ended %.1f ms after the abort", lag);
+    CHECK(px_comm_health(c) == PX_COMM_ABORTED, "health after an abort in the pacing");
+    CHECK(px_comm_barrier(c) == PX_COMM_ABORTED, "later operation not aborted");
+    free(buf);
+    px_comm_destroy(&c);
+    return 0;
+}
+
+static int test_pace(void) { return run_with_store("pace", "pace", 2, pace_rank, 60000); }
 
 /* ----------------------------------------------------------------- mesh */
 
