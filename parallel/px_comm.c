@@ -9,8 +9,8 @@
  * arguments are not sticky: they are caught here before anything is sent.
  *
  * The rate limit (benchmarks) lives here too, above the backends, so that
- * Gloo and NCCL are paced alike: pace() sleeps after a successful backend
- * call until the call has taken its bytes / rate. */
+ * Gloo and NCCL are paced alike: pace() sleeps bytes / rate after a
+ * successful backend call. */
 #include "px_comm.h"
 
 #include <stdarg.h>
@@ -150,12 +150,15 @@ static px_comm_status_t bad_arg(px_comm_t *c, const char *what) {
     return PX_COMM_ERROR;
 }
 
-/* Paces a backend call that began at t0_us and returned st: sleeps until it
- * has taken bytes / rate, in short slices so that an abort ends it. */
-static px_comm_status_t pace(px_comm_t *c, px_comm_status_t st, int64_t t0_us, double bytes,
-                             const char *what) {
+/* Paces a backend call that just returned st: sleeps bytes / rate, in short
+ * slices so that an abort ends it. From the call's end, not its start: a
+ * rank that waited in the call for a later peer must not count that wait
+ * as link time, or it would leave the call before that peer, the ranks
+ * would drift apart by up to a pacing per call, and the first group to
+ * finish a job would leave while the last still sleeps in the final step. */
+static px_comm_status_t pace(px_comm_t *c, px_comm_status_t st, double bytes, const char *what) {
     if (st != PX_COMM_OK || c->rate <= 0 || bytes <= 0) return st;
-    const int64_t until = t0_us + (int64_t)(bytes / c->rate * 1e6);
+    const int64_t until = px_now_us() + (int64_t)(bytes / c->rate * 1e6);
     for (int64_t now = px_now_us(); now < until; now = px_now_us()) {
         if (__atomic_load_n(&c->aborted, __ATOMIC_SEQ_CST)) {
             snprintf(c->err, sizeof(c->err), "%s %s: aborted (px_comm_abort) while paced to %.0f bytes/s",
@@ -194,9 +197,8 @@ px_comm_status_t px_comm_allreduce_f32(px_comm_t *c, float *buf, size_t n, px_co
     if (op != PX_COMM_SUM && op != PX_COMM_MAX && op != PX_COMM_MIN)
         return bad_arg(c, "allreduce: unknown reduction op");
     if (c->size == 1) return PX_COMM_OK;
-    const int64_t t0 = px_now_us();
     st = c->be->allreduce_f32(c->impl, buf, n, op, c->timeout_ms, c->err, sizeof(c->err));
-    return done(c, pace(c, st, t0, ring_allreduce_bytes(c, n), "allreduce"));
+    return done(c, pace(c, st, ring_allreduce_bytes(c, n), "allreduce"));
 }
 
 px_comm_status_t px_comm_allreduce_sum_f32(px_comm_t *c, float *buf, size_t n) {
@@ -213,10 +215,9 @@ px_comm_status_t px_comm_reduce_scatter_sum_f32(px_comm_t *c, const float *in, f
         memmove(out, in, n_per_rank * sizeof(float));
         return PX_COMM_OK;
     }
-    const int64_t t0 = px_now_us();
     st = c->be->reduce_scatter_sum_f32(c->impl, in, out, n_per_rank, c->timeout_ms, c->err,
                                        sizeof(c->err));
-    return done(c, pace(c, st, t0, ring_gather_bytes(c, n_per_rank), "reduce_scatter"));
+    return done(c, pace(c, st, ring_gather_bytes(c, n_per_rank), "reduce_scatter"));
 }
 
 px_comm_status_t px_comm_allgather_f32(px_comm_t *c, const float *in, float *out,
@@ -229,9 +230,8 @@ px_comm_status_t px_comm_allgather_f32(px_comm_t *c, const float *in, float *out
         memmove(out, in, n_per_rank * sizeof(float));
         return PX_COMM_OK;
     }
-    const int64_t t0 = px_now_us();
     st = c->be->allgather_f32(c->impl, in, out, n_per_rank, c->timeout_ms, c->err, sizeof(c->err));
-    return done(c, pace(c, st, t0, ring_gather_bytes(c, n_per_rank), "allgather"));
+    return done(c, pace(c, st, ring_gather_bytes(c, n_per_rank), "allgather"));
 }
 
 px_comm_status_t px_comm_broadcast(px_comm_t *c, void *buf, size_t bytes, int root) {
@@ -241,9 +241,8 @@ px_comm_status_t px_comm_broadcast(px_comm_t *c, void *buf, size_t bytes, int ro
     if (bytes == 0) return PX_COMM_OK;
     if (!buf) return bad_arg(c, "broadcast: NULL buffer");
     if (c->size == 1) return PX_COMM_OK;
-    const int64_t t0 = px_now_us();
     st = c->be->broadcast(c->impl, buf, bytes, root, c->timeout_ms, c->err, sizeof(c->err));
-    return done(c, pace(c, st, t0, (double)bytes, "broadcast"));
+    return done(c, pace(c, st, (double)bytes, "broadcast"));
 }
 
 static px_comm_status_t check_p2p(px_comm_t *c, const void *buf, size_t bytes, int peer, int tag,
@@ -270,9 +269,8 @@ px_comm_status_t px_comm_send(px_comm_t *c, const void *buf, size_t bytes, int p
     if (refuse(c, &st)) return st;
     if ((st = check_p2p(c, buf, bytes, peer, tag, "send")) != PX_COMM_OK) return st;
     if (bytes == 0) return PX_COMM_OK;
-    const int64_t t0 = px_now_us();
     st = c->be->send(c->impl, buf, bytes, peer, tag, c->timeout_ms, c->err, sizeof(c->err));
-    return done(c, pace(c, st, t0, (double)bytes, "send"));
+    return done(c, pace(c, st, (double)bytes, "send"));
 }
 
 px_comm_status_t px_comm_recv(px_comm_t *c, void *buf, size_t bytes, int peer, int tag) {
@@ -280,9 +278,8 @@ px_comm_status_t px_comm_recv(px_comm_t *c, void *buf, size_t bytes, int peer, i
     if (refuse(c, &st)) return st;
     if ((st = check_p2p(c, buf, bytes, peer, tag, "recv")) != PX_COMM_OK) return st;
     if (bytes == 0) return PX_COMM_OK;
-    const int64_t t0 = px_now_us();
     st = c->be->recv(c->impl, buf, bytes, peer, tag, c->timeout_ms, c->err, sizeof(c->err));
-    return done(c, pace(c, st, t0, (double)bytes, "recv"));
+    return done(c, pace(c, st, (double)bytes, "recv"));
 }
 
 px_comm_status_t px_comm_barrier(px_comm_t *c) {

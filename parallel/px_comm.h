@@ -107,10 +107,12 @@ void px_comm_abort(px_comm_t *c);
 /* Emulates a slow link (benchmarks): every later operation on this
  * communicator takes at least (bytes this rank moves in it) / bytes_per_s
  * seconds. Per-call pacing, not a token bucket: the operation runs at full
- * speed, its own wall time is measured, and the remainder is slept after it
- * returns OK, so a small call cannot borrow time a large one left unused and
- * the peers of a ring, paced alike, stay in step. bytes_per_s <= 0 (the
- * default) turns it off. The bytes, ring estimates over R ranks:
+ * speed and, once it returns OK, bytes / rate is slept, so the link's time
+ * adds to the loopback's (an overestimate by the loopback transfer time,
+ * small against a slow link's) and a rank that waited in the call for a later peer does
+ * not count its wait as link time: the ranks leave the call together, as
+ * from an unpaced one. bytes_per_s <= 0 (the default) turns it off. The
+ * bytes, ring estimates over R ranks:
  *   allreduce of n floats           2(R-1)/R * n * 4
  *   reduce_scatter, n_per_rank out  (R-1) * n_per_rank * 4
  *   allgather, n_per_rank in        (R-1) * n_per_rank * 4
