@@ -2,44 +2,69 @@
 """DiLoCo against synchronous data parallel on the same token budget.
 
 Runs, in this one script and on this machine, a job of G groups of the
-`small` model on the demo corpus in sync mode, then the same job (same
-steps, global batch, seed, learning-rate schedule) with --mode diloco for
-each H given, and prints for each: the final eval loss, its ratio to sync's,
-and the cross-group bytes every worker counted (comm_sent cross_bytes=, ring
-estimates) with the reduction factor against sync.
+`small` model (--model) on the demo corpus in sync mode, then the same job
+(same steps, global batch, seed, learning-rate schedule) with --mode diloco
+for each H given, and prints for each: the final eval loss, its ratio to
+sync's, and the cross-group bytes every worker counted (comm_sent
+cross_bytes=, ring estimates, summed over the workers) with the reduction
+factor against sync.
 
     python3 bench/diloco.py --build build --steps 400 --inner 20,50
 
-OPENBLAS_CORETYPE is left as the environment has it, the same for every
-run. The loss figures are deterministic for given flags; times are not.
+With --link-mbps LIST it does all that once per link speed, the workers'
+cross-group communicators paced to that many megabits/s per rank
+(phalanx-worker --cross-link-mbps; 0: loopback, unpaced), and adds per
+run: cross-group bytes per token, wall time per 1k tokens and, for DiLoCo,
+its wall time over sync's at the same link speed in this same script run
+(the machine is noisy: only ratios within one run are compared). Tokens =
+steps x global batch x seq. Wall time is training time: from the first
+worker's quorum_joined to the last worker's comm_sent log line (process
+start-up and the first rendezvous left out, the final eval in).
+
+    python3 bench/diloco.py --build build --model tiny --groups 2 --steps 200 \
+        --inner 20,50 --link-mbps 0,100,20
+
+Streaming DiLoCo (fragments synced at staggered steps) is not built, so it
+has no row. OPENBLAS_CORETYPE is left as the environment has it, the same
+for every run (sync and DiLoCo alike). The loss figures are deterministic
+for given flags, pacing or not; times are not.
 """
 import argparse
+import datetime
 import glob
 import os
 import re
 import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "lib"))
 from phalanx_test import Launch  # noqa: E402
 
 
-def cross_bytes(launch):
-    total = 0
+def log_ts(line):
+    m = re.match(r"ts=(\S+)Z ", line)
+    return datetime.datetime.fromisoformat(m.group(1)).timestamp() if m else None
+
+
+def worker_logs(launch):
+    """Cross-group bytes summed over the workers, and the training time:
+    first quorum_joined to last comm_sent, over every worker's log."""
+    total, start, end = 0, None, None
     for path in glob.glob(os.path.join(launch.dir, "worker-*.log")):
         with open(path) as f:
             for line in f:
                 m = re.search(r"comm_sent .*cross_bytes=(\d+)", line)
                 if m:
                     total += int(m.group(1))
-    return total
+                    end = max(end or 0, log_ts(line))
+                elif " quorum_joined " in line and log_ts(line):
+                    start = min(start or float("inf"), log_ts(line))
+    return total, (end - start if start and end else float("nan"))
 
 
 def run(bindir, data, a, extra, name):
-    t0 = time.time()
-    launch = Launch(bindir, ["--groups", str(a.groups), "--model", "small", "--steps", str(a.steps), "--data", data,
+    launch = Launch(bindir, ["--groups", str(a.groups), "--model", a.model, "--steps", str(a.steps), "--data", data,
                              "--quiet", "--", "--global-batch", str(a.global_batch), "--micro-batch", "4", "--seq",
                              str(a.seq), "--lr", str(a.lr), "--warmup", "20", "--eval-batches", "8", "--seed", "1"]
                     + extra, name=name)
@@ -47,12 +72,30 @@ def run(bindir, data, a, extra, name):
     s = launch.summary()
     if rc != 0 or not s or not s["completed"]:
         sys.exit("%s: the job did not complete (rc %s): %s" % (name, rc, launch.tail(10)))
-    return s["eval_loss"], cross_bytes(launch), time.time() - t0
+    cb, secs = worker_logs(launch)
+    return s["eval_loss"], cb, secs
+
+
+def link_rows(bindir, data, a, mbps, outer):
+    """Sync, then DiLoCo at each H, through a link of mbps (0: unpaced)."""
+    link = ["--cross-link-mbps", str(mbps)] if mbps else []
+    tokens = a.steps * a.global_batch * a.seq
+    per_1k = 1e6 / tokens  # seconds of the run -> ms per 1k tokens
+    ev, cb, secs = run(bindir, data, a, link, "sync-%gmbps" % mbps)
+    print("sync          eval_loss=%.4f cross_bytes=%d bytes_per_token=%.0f ms_per_1k_tokens=%.1f" %
+          (ev, cb, cb / tokens, secs * per_1k), flush=True)
+    for h in [int(x) for x in a.inner.split(",")]:
+        e, c, s = run(bindir, data, a, link + ["--mode", "diloco", "--inner-steps", str(h)] + outer,
+                      "diloco%d-%gmbps" % (h, mbps))
+        print("diloco H=%-4d eval_loss=%.4f (%.3fx sync) cross_bytes=%d (%.1fx fewer) bytes_per_token=%.0f "
+              "ms_per_1k_tokens=%.1f wall=%.3fx sync" % (h, e, e / ev, c, cb / c if c else float("inf"), c / tokens,
+                                                         s * per_1k, s / secs), flush=True)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default="build")
+    ap.add_argument("--model", default="small")
     ap.add_argument("--groups", type=int, default=4)
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--global-batch", type=int, default=16)
@@ -61,20 +104,20 @@ def main():
     ap.add_argument("--inner", default="20,50", help="comma-separated H values")
     ap.add_argument("--outer-lr", default="0.7")
     ap.add_argument("--outer-momentum", default="0.9")
+    ap.add_argument("--link-mbps", default="0",
+                    help="comma-separated link speeds between groups, megabits/s per rank (0: loopback, unpaced)")
     a = ap.parse_args()
     bindir = os.path.join(a.build, "bin")
     data = os.path.join(tempfile.mkdtemp(prefix="phalanx-bench-diloco-"), "demo")
     subprocess.run([os.path.join(bindir, "phalanx-data"), "--demo", "--out", data], check=True,
                    stdout=subprocess.DEVNULL)
-    print("groups=%d steps=%d global_batch=%d seq=%d lr=%g outer_lr=%s outer_momentum=%s" %
-          (a.groups, a.steps, a.global_batch, a.seq, a.lr, a.outer_lr, a.outer_momentum))
-    ev, cb, secs = run(bindir, data, a, [], "sync")
-    print("sync          eval_loss=%.4f cross_bytes=%d wall_s=%.0f" % (ev, cb, secs))
-    for h in [int(x) for x in a.inner.split(",")]:
-        e, c, s = run(bindir, data, a, ["--mode", "diloco", "--inner-steps", str(h), "--outer-lr", a.outer_lr,
-                                        "--outer-momentum", a.outer_momentum], "diloco%d" % h)
-        print("diloco H=%-4d eval_loss=%.4f (%.3fx sync) cross_bytes=%d (%.1fx fewer) wall_s=%.0f" %
-              (h, e, e / ev, c, cb / c if c else float("inf"), s))
+    print("model=%s groups=%d steps=%d global_batch=%d seq=%d lr=%g outer_lr=%s outer_momentum=%s tokens=%d" %
+          (a.model, a.groups, a.steps, a.global_batch, a.seq, a.lr, a.outer_lr, a.outer_momentum,
+           a.steps * a.global_batch * a.seq))
+    outer = ["--outer-lr", a.outer_lr, "--outer-momentum", a.outer_momentum]
+    for mbps in [float(x) for x in a.link_mbps.split(",")]:
+        print("link %s" % ("%g Mbit/s per rank" % mbps if mbps else "loopback (unpaced)"), flush=True)
+        link_rows(bindir, data, a, mbps, outer)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,11 @@
  * close their connections on failure. Nothing useful can run on the
  * communicator afterwards, so every later operation returns the first failure
  * at once and the caller re-forms a new communicator (fresh prefix). Bad
- * arguments are not sticky: they are caught here before anything is sent. */
+ * arguments are not sticky: they are caught here before anything is sent.
+ *
+ * The rate limit (benchmarks) lives here too, above the backends, so that
+ * Gloo and NCCL are paced alike: pace() sleeps bytes / rate after a
+ * successful backend call. */
 #include "px_comm.h"
 
 #include <stdarg.h>
@@ -15,6 +19,7 @@
 #include <string.h>
 
 #include "px_comm_backend.h"
+#include "px_time.h"
 
 struct px_comm {
     const px_comm_backend_t *be;
@@ -22,7 +27,8 @@ struct px_comm {
     int rank, size;
     int timeout_ms;
     px_comm_status_t broken; /* first failure, PX_COMM_OK while healthy */
-    int aborted;             /* single-rank communicators: no backend to tell */
+    int aborted;             /* px_comm_abort was called (any thread) */
+    double rate;             /* bytes/s each operation is paced to; 0: off */
     char err[512];
 };
 
@@ -128,7 +134,8 @@ static int refuse(px_comm_t *c, px_comm_status_t *st) {
         *st = c->broken;
         return 1;
     }
-    if (__atomic_load_n(&c->aborted, __ATOMIC_SEQ_CST)) {
+    /* Larger communicators: the backend answers, with its own teardown. */
+    if (c->size == 1 && __atomic_load_n(&c->aborted, __ATOMIC_SEQ_CST)) {
         c->broken = PX_COMM_ABORTED;
         snprintf(c->err, sizeof(c->err), "px_comm: aborted");
         *st = c->broken;
@@ -141,6 +148,36 @@ static int refuse(px_comm_t *c, px_comm_status_t *st) {
 static px_comm_status_t bad_arg(px_comm_t *c, const char *what) {
     snprintf(c->err, sizeof(c->err), "px_comm: %s", what);
     return PX_COMM_ERROR;
+}
+
+/* Paces a backend call that just returned st: sleeps bytes / rate, in short
+ * slices so that an abort ends it. From the call's end, not its start: a
+ * rank that waited in the call for a later peer must not count that wait
+ * as link time, or it would leave the call before that peer, the ranks
+ * would drift apart by up to a pacing per call, and the first group to
+ * finish a job would leave while the last still sleeps in the final step. */
+static px_comm_status_t pace(px_comm_t *c, px_comm_status_t st, double bytes, const char *what) {
+    if (st != PX_COMM_OK || c->rate <= 0 || bytes <= 0) return st;
+    const int64_t until = px_now_us() + (int64_t)(bytes / c->rate * 1e6);
+    for (int64_t now = px_now_us(); now < until; now = px_now_us()) {
+        if (__atomic_load_n(&c->aborted, __ATOMIC_SEQ_CST)) {
+            snprintf(c->err, sizeof(c->err), "%s %s: aborted (px_comm_abort) while paced to %.0f bytes/s",
+                     c->be->name, what, c->rate);
+            return PX_COMM_ABORTED;
+        }
+        int64_t us = until - now < 5000 ? until - now : 5000;
+        struct timespec ts = {0, (long)us * 1000L};
+        nanosleep(&ts, NULL);
+    }
+    return st;
+}
+
+/* Ring estimates of the bytes this rank sends (px_comm.h). */
+static double ring_allreduce_bytes(const px_comm_t *c, size_t n) {
+    return 2.0 * (c->size - 1) / c->size * (double)n * sizeof(float);
+}
+static double ring_gather_bytes(const px_comm_t *c, size_t n_per_rank) {
+    return (double)(c->size - 1) * (double)n_per_rank * sizeof(float);
 }
 
 /* Records a backend result: failures become sticky. */
@@ -160,8 +197,8 @@ px_comm_status_t px_comm_allreduce_f32(px_comm_t *c, float *buf, size_t n, px_co
     if (op != PX_COMM_SUM && op != PX_COMM_MAX && op != PX_COMM_MIN)
         return bad_arg(c, "allreduce: unknown reduction op");
     if (c->size == 1) return PX_COMM_OK;
-    return done(c, c->be->allreduce_f32(c->impl, buf, n, op, c->timeout_ms, c->err,
-                                        sizeof(c->err)));
+    st = c->be->allreduce_f32(c->impl, buf, n, op, c->timeout_ms, c->err, sizeof(c->err));
+    return done(c, pace(c, st, ring_allreduce_bytes(c, n), "allreduce"));
 }
 
 px_comm_status_t px_comm_allreduce_sum_f32(px_comm_t *c, float *buf, size_t n) {
@@ -178,8 +215,9 @@ px_comm_status_t px_comm_reduce_scatter_sum_f32(px_comm_t *c, const float *in, f
         memmove(out, in, n_per_rank * sizeof(float));
         return PX_COMM_OK;
     }
-    return done(c, c->be->reduce_scatter_sum_f32(c->impl, in, out, n_per_rank, c->timeout_ms,
-                                                 c->err, sizeof(c->err)));
+    st = c->be->reduce_scatter_sum_f32(c->impl, in, out, n_per_rank, c->timeout_ms, c->err,
+                                       sizeof(c->err));
+    return done(c, pace(c, st, ring_gather_bytes(c, n_per_rank), "reduce_scatter"));
 }
 
 px_comm_status_t px_comm_allgather_f32(px_comm_t *c, const float *in, float *out,
@@ -192,8 +230,8 @@ px_comm_status_t px_comm_allgather_f32(px_comm_t *c, const float *in, float *out
         memmove(out, in, n_per_rank * sizeof(float));
         return PX_COMM_OK;
     }
-    return done(c, c->be->allgather_f32(c->impl, in, out, n_per_rank, c->timeout_ms, c->err,
-                                        sizeof(c->err)));
+    st = c->be->allgather_f32(c->impl, in, out, n_per_rank, c->timeout_ms, c->err, sizeof(c->err));
+    return done(c, pace(c, st, ring_gather_bytes(c, n_per_rank), "allgather"));
 }
 
 px_comm_status_t px_comm_broadcast(px_comm_t *c, void *buf, size_t bytes, int root) {
@@ -203,8 +241,8 @@ px_comm_status_t px_comm_broadcast(px_comm_t *c, void *buf, size_t bytes, int ro
     if (bytes == 0) return PX_COMM_OK;
     if (!buf) return bad_arg(c, "broadcast: NULL buffer");
     if (c->size == 1) return PX_COMM_OK;
-    return done(c, c->be->broadcast(c->impl, buf, bytes, root, c->timeout_ms, c->err,
-                                    sizeof(c->err)));
+    st = c->be->broadcast(c->impl, buf, bytes, root, c->timeout_ms, c->err, sizeof(c->err));
+    return done(c, pace(c, st, (double)bytes, "broadcast"));
 }
 
 static px_comm_status_t check_p2p(px_comm_t *c, const void *buf, size_t bytes, int peer, int tag,
@@ -231,8 +269,8 @@ px_comm_status_t px_comm_send(px_comm_t *c, const void *buf, size_t bytes, int p
     if (refuse(c, &st)) return st;
     if ((st = check_p2p(c, buf, bytes, peer, tag, "send")) != PX_COMM_OK) return st;
     if (bytes == 0) return PX_COMM_OK;
-    return done(c, c->be->send(c->impl, buf, bytes, peer, tag, c->timeout_ms, c->err,
-                               sizeof(c->err)));
+    st = c->be->send(c->impl, buf, bytes, peer, tag, c->timeout_ms, c->err, sizeof(c->err));
+    return done(c, pace(c, st, (double)bytes, "send"));
 }
 
 px_comm_status_t px_comm_recv(px_comm_t *c, void *buf, size_t bytes, int peer, int tag) {
@@ -240,8 +278,8 @@ px_comm_status_t px_comm_recv(px_comm_t *c, void *buf, size_t bytes, int peer, i
     if (refuse(c, &st)) return st;
     if ((st = check_p2p(c, buf, bytes, peer, tag, "recv")) != PX_COMM_OK) return st;
     if (bytes == 0) return PX_COMM_OK;
-    return done(c, c->be->recv(c->impl, buf, bytes, peer, tag, c->timeout_ms, c->err,
-                               sizeof(c->err)));
+    st = c->be->recv(c->impl, buf, bytes, peer, tag, c->timeout_ms, c->err, sizeof(c->err));
+    return done(c, pace(c, st, (double)bytes, "recv"));
 }
 
 px_comm_status_t px_comm_barrier(px_comm_t *c) {
@@ -253,9 +291,9 @@ px_comm_status_t px_comm_barrier(px_comm_t *c) {
 
 void px_comm_abort(px_comm_t *c) {
     if (!c) return;
-    /* A plain int store: a single-rank communicator has no in-flight work to
-     * interrupt, and the owner thread reads it at its next call. */
-    if (c->size == 1) __atomic_store_n(&c->aborted, 1, __ATOMIC_SEQ_CST);
+    /* Read by the owner thread at its next call (a single-rank communicator
+     * has no backend work to interrupt) and by a paced sleep. */
+    __atomic_store_n(&c->aborted, 1, __ATOMIC_SEQ_CST);
     c->be->abort(c->impl);
 }
 
@@ -263,6 +301,11 @@ void px_comm_set_timeout(px_comm_t *c, int timeout_ms) {
     if (c && timeout_ms > 0) c->timeout_ms = timeout_ms;
 }
 
+void px_comm_set_rate_limit(px_comm_t *c, double bytes_per_s) {
+    if (c) c->rate = bytes_per_s > 0 ? bytes_per_s : 0; /* NaN too: off */
+}
+
+double px_comm_rate_limit(const px_comm_t *c) { return c ? c->rate : 0; }
 int px_comm_timeout(const px_comm_t *c) { return c ? c->timeout_ms : 0; }
 const char *px_comm_last_error(const px_comm_t *c) { return c ? c->err : "px_comm: NULL"; }
 px_comm_status_t px_comm_health(const px_comm_t *c) { return c ? c->broken : PX_COMM_ERROR; }

@@ -104,6 +104,29 @@ px_comm_status_t px_comm_barrier(px_comm_t *c);
  * (Gloo: at once; NCCL: when the aborted rank's operation or destroy runs). */
 void px_comm_abort(px_comm_t *c);
 
+/* Emulates a slow link (benchmarks): every later operation on this
+ * communicator takes at least (bytes this rank moves in it) / bytes_per_s
+ * seconds. Per-call pacing, not a token bucket: the operation runs at full
+ * speed and, once it returns OK, bytes / rate is slept, so the link's time
+ * adds to the loopback's (an overestimate by the loopback transfer time,
+ * small against a slow link's) and a rank that waited in the call for a later peer does
+ * not count its wait as link time: the ranks leave the call together, as
+ * from an unpaced one. bytes_per_s <= 0 (the default) turns it off. The
+ * bytes, ring estimates over R ranks:
+ *   allreduce of n floats           2(R-1)/R * n * 4
+ *   reduce_scatter, n_per_rank out  (R-1) * n_per_rank * 4
+ *   allgather, n_per_rank in        (R-1) * n_per_rank * 4
+ *   broadcast, send, recv           the bytes (on every rank of a broadcast,
+ *                                   and on both ends of a message: a link of
+ *                                   that rate delivers them no faster)
+ *   barrier                         none
+ * The sleep is in slices of at most 5 ms: a px_comm_abort during it ends it
+ * then, with PX_COMM_ABORTED as an aborted operation's (sticky; the peers
+ * learn of it as of any px_comm_abort). Not thread-safe against
+ * a running operation: set it before use (the worker does, at rendezvous). */
+void px_comm_set_rate_limit(px_comm_t *c, double bytes_per_s);
+double px_comm_rate_limit(const px_comm_t *c); /* bytes/s, 0 when off */
+
 /* Changes the timeout of later operations (milliseconds, > 0). */
 void px_comm_set_timeout(px_comm_t *c, int timeout_ms);
 int px_comm_timeout(const px_comm_t *c);

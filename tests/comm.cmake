@@ -26,7 +26,7 @@ target_link_libraries(test_outer_allreduce PRIVATE px_outer_codec px_comm_testut
 add_test(NAME comm_outer_allreduce COMMAND test_outer_allreduce)
 set_tests_properties(comm_outer_allreduce PROPERTIES TIMEOUT 240 LABELS comm)
 
-foreach(t basic kill stop abort rendezvous mismatch shutdown mesh)
+foreach(t basic kill stop abort pace rendezvous mismatch shutdown mesh)
   add_test(NAME comm_${t} COMMAND comm_test ${t})
   set_tests_properties(comm_${t} PROPERTIES TIMEOUT 90 LABELS comm)
 endforeach()

@@ -331,6 +331,8 @@ static int rendezvous(trainer_t *t, const px_quorum_t *nq, int idx, char *err, s
         }
         state_ok = s_cross && (cfg->ranks_per_group == 1 || s_intra);
     }
+    px_comm_set_rate_limit(cross, cfg->cross_link_mbps * 1e6 / 8); /* the slow link between groups, heals too */
+    px_comm_set_rate_limit(s_cross, cfg->cross_link_mbps * 1e6 / 8);
     pthread_mutex_lock(&t->comm_mu);
     t->cross = cross;
     t->intra = intra;

@@ -33,6 +33,8 @@ typedef struct {
     int threads;
     int eval_every, eval_batches;
     int comm_timeout_ms;
+    double cross_link_mbps;   /* benchmarks: the cross-group communicators (heals' too) paced to this many
+                                 megabits/s per rank (px_comm_set_rate_limit); 0: not paced */
     const char *ledger;       /* sample ledger file (NULL: none) */
     const char *save;         /* llm.c model file written at the end (NULL: none) */
     int progress;             /* print a progress line per committed step on stdout */

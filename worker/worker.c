@@ -86,6 +86,9 @@ static void usage(FILE *f) {
            "  --eval-every N           eval loss every N steps on group replica 0, 0 = only at the end [0]\n"
            "  --eval-batches N         micro-batches of validation data per eval, 0..10000 [4]\n"
            "  --comm-timeout-ms N      bound on every collective and rendezvous, 100..3600000 [30000]\n"
+           "  --cross-link-mbps X      emulate a slow link between groups: each rank's cross-group traffic\n"
+           "                           paced to X megabits/s, heals from another group included (benchmarks;\n"
+           "                           0 = off), 0..1000000 [0]\n"
            "  --bucket-mb X            whole replicas: reduce the gradients in buckets of X MiB while the\n"
            "                           backward runs (overlap, as PyTorch DDP); 0 = once after it, 0..4096 [0]\n"
            "  --sample-ledger PATH     append one line per committed step: which samples this group took [off]\n"
@@ -223,6 +226,7 @@ int px_worker_main(int argc, char **argv) {
         else if (!strcmp(a, "--eval-every")) tc.eval_every = (int)px_flag_int(PROG, a, v, 0, 100000000);
         else if (!strcmp(a, "--eval-batches")) tc.eval_batches = (int)px_flag_int(PROG, a, v, 0, 10000);
         else if (!strcmp(a, "--comm-timeout-ms")) tc.comm_timeout_ms = (int)px_flag_int(PROG, a, v, 100, 3600000);
+        else if (!strcmp(a, "--cross-link-mbps")) tc.cross_link_mbps = px_flag_double(PROG, a, v, 0, 1e6);
         else if (!strcmp(a, "--sample-ledger")) tc.ledger = px_flag_str(PROG, a, v, 4096);
         else if (!strcmp(a, "--save")) tc.save = px_flag_str(PROG, a, v, 4096);
         else if (!strcmp(a, "--checkpoint-dir")) tc.checkpoint_dir = px_flag_str(PROG, a, v, 3800);

@@ -18,6 +18,11 @@
  *   comm_test shutdown         ranks that finish an operation and destroy the
  *                              communicator at once never fail a slower rank's
  *                              same operation (40 rounds, seeded jitter)
+ *   comm_test pace             with a rate limit, an allreduce and a message
+ *                              of known size take at least bytes / rate on
+ *                              both ranks (a lower bound only); an abort
+ *                              during the paced sleep ends it promptly with
+ *                              PX_COMM_ABORTED
  *   comm_test nccl             without a GPU px_comm_new_nccl returns NULL with
  *                              a clear message (with one: a 1-rank smoke test)
  *
@@ -527,13 +532,13 @@ typedef struct {
 
 typedef struct {
     px_comm_t *c;
-    abort_shared_t *sh;
+    volatile int64_t *abort_us; /* set when it aborts */
 } aborter_t;
 
 static void *aborter(void *p) {
     aborter_t *a = p;
     px_sleep_ms(ABORT_AFTER_MS);
-    a->sh->abort_us = px_now_us();
+    *a->abort_us = px_now_us();
     px_comm_abort(a->c);
     return NULL;
 }
@@ -550,7 +555,7 @@ static int abort_rank(int rank, int size, void *argp) {
     for (int i = 0; i < 1000; i++) buf[i] = 1.0f;
     if (rank == 0) {
         /* Rank 1 never joins this allreduce: only the abort can end it early. */
-        aborter_t a = {c, sh};
+        aborter_t a = {c, &sh->abort_us};
         pthread_t th;
         pthread_create(&th, NULL, aborter, &a);
         int64_t t0 = px_now_us();
@@ -661,6 +666,68 @@ static int run_with_store(const char *name, const char *dir, int size, px_rank_f
 }
 
 static int test_rendezvous(void) { return run_with_store("rendezvous", "rv", 2, rv_rank, 20000); }
+
+/* ----------------------------------------------------------------- pace */
+
+#define PACE_FLOATS 250000 /* 2 ranks: 2(R-1)/R * n * 4 = 1e6 bytes per allreduce */
+#define PACE_RATE 2e6      /* bytes/s: 0.5 s per allreduce or 1 MB message */
+
+static double ms_since(int64_t t0_us) { return (double)(px_now_us() - t0_us) / 1000.0; }
+
+static int pace_rank(int rank, int size, void *store) {
+    g_rank = rank;
+    px_store_t st = px_dir_store(store);
+    char err[512];
+    px_comm_t *c = px_comm_new_gloo(&st, "pace/q1", rank, size, ABORT_TIMEOUT_MS, err, sizeof(err));
+    CHECK(c, "new: %s", err);
+    CHECK_OK(c, px_comm_barrier(c));
+    px_comm_set_rate_limit(c, PACE_RATE);
+    CHECK(px_comm_rate_limit(c) == PACE_RATE, "rate limit not kept");
+    const double want_ms = 1e6 / PACE_RATE * 1000.0;
+    float *buf = malloc(PACE_FLOATS * sizeof(float));
+    for (int i = 0; i < PACE_FLOATS; i++) buf[i] = (float)(rank + 1);
+
+    int64_t t0 = px_now_us();
+    CHECK_OK(c, px_comm_allreduce_sum_f32(c, buf, PACE_FLOATS));
+    double took = ms_since(t0);
+    printf("pace: rank%d allreduce of 1e6 ring bytes at %.0f bytes/s took %.1f ms (>= %.0f)\n", rank,
+           PACE_RATE, took, want_ms);
+    CHECK(took >= want_ms, "paced allreduce took %.1f ms, below %.0f ms", took, want_ms);
+    CHECK(buf[0] == 3.0f && buf[PACE_FLOATS - 1] == 3.0f, "paced allreduce sum %g", buf[0]);
+
+    t0 = px_now_us();
+    if (rank == 0) CHECK_OK(c, px_comm_send(c, buf, PACE_FLOATS * sizeof(float), 1, 7));
+    else CHECK_OK(c, px_comm_recv(c, buf, PACE_FLOATS * sizeof(float), 0, 7));
+    took = ms_since(t0);
+    printf("pace: rank%d %s of 1e6 bytes took %.1f ms (>= %.0f)\n", rank, rank ? "recv" : "send", took,
+           want_ms);
+    CHECK(took >= want_ms, "paced message took %.1f ms, below %.0f ms", took, want_ms);
+
+    /* At 1e6/30 bytes/s the next allreduce would sleep 30 s: each rank
+     * aborts itself 300 ms in, during the sleep. */
+    CHECK_OK(c, px_comm_barrier(c));
+    px_comm_set_rate_limit(c, 1e6 / 30.0);
+    volatile int64_t abort_us = 0;
+    aborter_t a = {c, &abort_us};
+    pthread_t th;
+    pthread_create(&th, NULL, aborter, &a);
+    t0 = px_now_us();
+    px_comm_status_t s = px_comm_allreduce_sum_f32(c, buf, PACE_FLOATS);
+    int64_t returned = px_now_us();
+    pthread_join(th, NULL);
+    double lag = (double)(returned - abort_us) / 1000.0;
+    printf("pace: rank%d %s after %.1f ms, %.1f ms after px_comm_abort: %s\n", rank,
+           px_comm_status_str(s), ms_since(t0), lag, px_comm_last_error(c));
+    CHECK(s == PX_COMM_ABORTED, "status %s: %s", px_comm_status_str(s), px_comm_last_error(c));
+    CHECK(lag < 2000 * g_slow, "paced sleep ended %.1f ms after the abort", lag);
+    CHECK(px_comm_health(c) == PX_COMM_ABORTED, "health after an abort in the pacing");
+    CHECK(px_comm_barrier(c) == PX_COMM_ABORTED, "later operation not aborted");
+    free(buf);
+    px_comm_destroy(&c);
+    return 0;
+}
+
+static int test_pace(void) { return run_with_store("pace", "pace", 2, pace_rank, 60000); }
 
 /* ----------------------------------------------------------------- mesh */
 
@@ -844,7 +911,7 @@ int main(int argc, char **argv) {
     if (slow && atoi(slow) > 1) g_slow = atoi(slow);
     if (!g_seed) g_seed = 1;
     if (argc < 2) {
-        fprintf(stderr, "usage: %s basic [--small] | kill | stop | abort | rendezvous | mismatch | shutdown | mesh | nccl\n",
+        fprintf(stderr, "usage: %s basic [--small] | kill | stop | abort | pace | rendezvous | mismatch | shutdown | mesh | nccl\n",
                 argv[0]);
         return 2;
     }
@@ -853,6 +920,7 @@ int main(int argc, char **argv) {
     if (!strcmp(t, "kill")) return test_kill();
     if (!strcmp(t, "stop")) return test_stop();
     if (!strcmp(t, "abort")) return test_abort();
+    if (!strcmp(t, "pace")) return test_pace();
     if (!strcmp(t, "rendezvous")) return test_rendezvous();
     if (!strcmp(t, "nccl")) return test_nccl();
     if (!strcmp(t, "mismatch")) return test_mismatch();
