@@ -13,7 +13,8 @@
  *     from an up-to-date group, chosen round robin.
  *
  * Wire format of one heal, sender to receiver, on tags 1, 2, ...: a header
- * (magic, step, n, checksum, buffers), the params, m and v (and outer_m) buffers in
+ * (magic, step, n, checksum, buffers, local mask: the mode under --mode
+ * auto, which the receiver takes), the params, m and v (and outer_m) buffers in
  * PX_STATE_CHUNK_FLOATS chunks, then the digest (every chunk's hash) in one
  * message. The receiver hashes what it got, compares chunk by chunk and
  * checks the checksum: one pass over the data proves the whole state.
