@@ -845,8 +845,8 @@ int main(int argc, char **argv) {
             w->fd = -1;
             start_worker(&L, w);
         }
-    say(&L, "started %d groups x %d ranks: model %s, %d steps%s", c->groups, c->ranks, c->model, c->steps,
-        c->chaos_every_s > 0 || c->chaos_every_steps > 0 ? ", chaos on" : "");
+    say(&L, "started %d groups x %d ranks: model %s, %d steps%s%s%s", c->groups, c->ranks, c->model, c->steps,
+        c->mode ? ", mode " : "", c->mode ? c->mode : "", c->chaos_every_s > 0 || c->chaos_every_steps > 0 ? ", chaos on" : "");
     if (c->chaos_every_steps > 0) {
         L.next_kill_step = 1 + (int64_t)((double)c->chaos_every_steps * (0.5 + rng_unit(&L.rng)));
         say(&L, "chaos: killing a random worker about every %d steps (seed %llu)", c->chaos_every_steps,
