@@ -364,10 +364,13 @@ static void on_line(launch_t *L, worker_t *w, const char *line) {
                     field(line, "eval_loss", e, sizeof e) ? " | eval " : "", field(line, "eval_loss", e, sizeof e) ? e : "");
         }
     } else if (!strncmp(line, "event kind=outer_step", 21)) {
-        say(L, "  * outer step %s at step %s: groups %s, %s with a round to give | loss %s | %s bytes sent",
+        char f[32]; /* Streaming DiLoCo: which fragment ("0/1" without) */
+        int streaming = field(line, "fragment", f, sizeof f) && strlen(f) > 2 && strcmp(f + strlen(f) - 2, "/1") != 0;
+        say(L, "  * outer step %s at step %s: groups %s, %s with a round to give | loss %s | %s bytes sent%s%s",
             field(line, "outer", a, sizeof a) ? a : "?", field(line, "step", b, sizeof b) ? b : "?",
             field(line, "groups", ep, sizeof ep) ? ep : "?", field(line, "contributors", c, sizeof c) ? c : "?",
-            field(line, "loss", d, sizeof d) ? d : "?", field(line, "wire_bytes", e, sizeof e) ? e : "?");
+            field(line, "loss", d, sizeof d) ? d : "?", field(line, "wire_bytes", e, sizeof e) ? e : "?",
+            streaming ? " | fragment " : "", streaming ? f : "");
     } else if (!strncmp(line, "event kind=step_failed", 22)) {
         say(L, "  ! group %s: step %s failed (%s), retrying without the lost group", w->group,
             field(line, "step", a, sizeof a) ? a : "?", field(line, "status", b, sizeof b) ? b : "?");

@@ -9,10 +9,10 @@ foreach(t chaos_kills chaos_ranks buckets sigstop coordinator_outage coordinator
 endforeach()
 
 # DiLoCo: identity with synchronous training, a group killed during inner
-# steps, seeded chaos, checkpoints, automatic mode switching, refusals (one
-# ctest per scenario).
+# steps, seeded chaos, checkpoints, automatic mode switching, Streaming
+# DiLoCo, refusals (one ctest per scenario).
 px_add_py_scenarios(ft_diloco ${CMAKE_CURRENT_LIST_DIR}/ft/test_diloco.py $<TARGET_FILE_DIR:phalanx-launch> 600
-                    identity kill chaos checkpoint dtype layouts long-round auto refused)
-foreach(s identity kill chaos checkpoint dtype layouts long_round auto refused)
+                    identity kill chaos checkpoint dtype layouts long-round auto fragments refused)
+foreach(s identity kill chaos checkpoint dtype layouts long_round auto fragments refused)
   set_tests_properties(ft_diloco_${s} PROPERTIES RUN_SERIAL TRUE)
 endforeach()

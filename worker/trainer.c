@@ -99,6 +99,11 @@
 typedef enum { PHASE_JOINING, PHASE_TRAINING } phase_t;
 
 typedef struct {
+    size_t off, len; /* floats of the state's buffers */
+    int frag;
+} frag_run_t;
+
+typedef struct {
     const px_trainer_config_t *cfg;
     px_agent_t *agent;
     volatile sig_atomic_t *stop;
@@ -133,6 +138,13 @@ typedef struct {
     int64_t outer_steps;
     double round_loss; /* sum of the round's inner losses */
     int64_t round_inner_us; /* wall time of the round's inner steps */
+    /* Streaming DiLoCo (cfg->fragments F > 1): this rank's state cut into
+     * runs of one fragment each (build_fragments), and which fragments the
+     * group trained from their global values since each one's last outer
+     * step (frag_full). With F = 1, one run of everything. */
+    frag_run_t *runs;
+    int nruns;
+    unsigned char frag_full[PX_MAX_FRAGMENTS];
     /* --mode auto: the mode the state is in (1: DiLoCo), set with st.local
      * (set_state_mode; read by the agent's hook under comm_mu), and the
      * share of step time spent in cross-group communication, reported to
@@ -260,10 +272,14 @@ static void abort_comms_locked(trainer_t *t, int64_t known, const char *why) {
 /* Agent thread: a newer quorum was pushed or heard of. With DiLoCo a
  * quorum that drops other groups but keeps ours aborts only the cross-group
  * communicators: this group's inner steps go on, and its next outer step
- * fails at once and moves to the newer quorum. */
+ * fails at once and moves to the newer quorum. Once a group has finished the
+ * job nothing is aborted: the quorum that drops it (it left) would cut the
+ * others' last collective, which it finished, so the part it sent is there
+ * (a peer that died instead fails the collective on its closed connection). */
 static void on_quorum_news(void *ctx, const px_quorum_t *latest, int64_t known) {
     trainer_t *t = ctx;
     char buf[200];
+    if (px_agent_finished_step(t->agent) == t->cfg->steps) return;
     pthread_mutex_lock(&t->comm_mu);
     const char *why = (t->cross || t->intra) && !t->finishing ? stale_reason(t, latest, known, buf, sizeof buf) : NULL;
     int others_only = diloco(t) && t->phase == PHASE_TRAINING && latest->id == known &&
@@ -835,8 +851,60 @@ static int train_step(trainer_t *t, int *adopt, float *loss_out, float *norm_out
 /* Inner steps of the round starting at st.step: H, or fewer in the job's
  * last round. */
 static int round_len(const trainer_t *t) {
-    int64_t left = t->cfg->steps - t->st.step;
-    return left < t->cfg->inner_steps ? (int)left : t->cfg->inner_steps;
+    int64_t left = t->cfg->steps - t->st.step, L = t->cfg->inner_steps / t->cfg->fragments;
+    return left < L ? (int)left : (int)L;
+}
+
+/* Streaming DiLoCo: a round is H/F inner steps, and its outer step syncs
+ * one fragment, in turn: the one of the round starting at `start`. Every
+ * fragment so comes every H steps, the fragments' outer steps staggered by
+ * H/F. (F = 1: fragment 0, every parameter, every round.) */
+static int fragment_of_round(const trainer_t *t, int64_t start) {
+    return (int)(start / (t->cfg->inner_steps / t->cfg->fragments) % t->cfg->fragments);
+}
+
+/* The fragments as runs of this rank's state: layer l in fragment l mod F
+ * (strided, so that every fragment holds layers from the whole depth), the
+ * embeddings and the final norm in fragment 0. A whole replica's layers are
+ * strided through llm.c's tensor-major layout (one run per tensor and
+ * layer); a sharded rank's units lie one after another (sharded.h: unit 0
+ * the embeddings, unit 1 + l layer l's piece). 0, or -1 when out of memory. */
+static int build_fragments(trainer_t *t) {
+    int F = t->cfg->fragments, L = t->model->config.num_layers;
+    int cap = t->shard ? L + 1 : PX_GPT_NUM_TENSORS * L + 4;
+    if (!(t->runs = calloc((size_t)cap, sizeof *t->runs))) return -1;
+    if (F == 1) {
+        t->runs[t->nruns++] = (frag_run_t){0, t->st.n, 0};
+        return 0;
+    }
+    if (t->shard) {
+        for (int u = 0; u <= L; u++) {
+            size_t a = px_shard_unit_offset(t->shard, u), e = u < L ? px_shard_unit_offset(t->shard, u + 1) : t->st.n;
+            if (e > a) t->runs[t->nruns++] = (frag_run_t){a, e - a, u == 0 ? 0 : (u - 1) % F};
+        }
+        return 0;
+    }
+    size_t sizes[PX_GPT_NUM_TENSORS], off = 0;
+    px_gpt_tensor_sizes(&t->model->config, sizes);
+    for (int k = 0; k < PX_GPT_NUM_TENSORS; off += sizes[k], k++) {
+        if (k == PX_WTE || k == PX_WPE || k == PX_LNFW || k == PX_LNFB) {
+            t->runs[t->nruns++] = (frag_run_t){off, sizes[k], 0};
+            continue;
+        }
+        for (int l = 0; l < L; l++)
+            t->runs[t->nruns++] = (frag_run_t){off + (size_t)l * (sizes[k] / (size_t)L), sizes[k] / (size_t)L, l % F};
+    }
+    return 0;
+}
+
+/* After the local parameters were set to the global ones at st.step (a
+ * round's start) other than at an outer step: a fragment's inner progress
+ * is whole only if its last outer step was right there (or at the job's
+ * start); the others give nothing until theirs. */
+static void reset_fragments(trainer_t *t) {
+    int F = t->cfg->fragments, L = t->cfg->inner_steps / F;
+    int last = t->st.step >= L ? fragment_of_round(t, t->st.step - L) : -1;
+    for (int p = 0; p < F; p++) t->frag_full[p] = F == 1 || t->st.step == 0 || p == last;
 }
 
 /* The group's local parameters and the gradients (this rank's shard of
@@ -845,14 +913,44 @@ static int round_len(const trainer_t *t) {
 static float *local_params(trainer_t *t) { return t->shard ? px_shard_bufs(t->shard)->params : t->model->params; }
 static float *grads_buf(trainer_t *t) { return t->shard ? px_shard_bufs(t->shard)->grads : px_compute_grads(t->dev); }
 
-/* A new round (or the current one again) from the global parameters. */
-static void start_round(trainer_t *t) {
-    memcpy(local_params(t), t->global, t->st.n * sizeof(float));
+/* The round's bookkeeping from its start. */
+static void new_round(trainer_t *t) {
     t->inner = 0;
     t->round_full = 1;
     t->round_samples = 0;
     t->round_loss = 0;
     t->round_inner_us = 0;
+}
+
+/* A new round (or the current one again) from the global parameters. */
+static void start_round(trainer_t *t) {
+    memcpy(local_params(t), t->global, t->st.n * sizeof(float));
+    reset_fragments(t);
+    new_round(t);
+}
+
+/* An outer step syncs fragment p, or every fragment (SYNC_ALL). */
+enum { SYNC_ALL = -1 };
+static int synced(const frag_run_t *run, int p) { return p == SYNC_ALL || run->frag == p; }
+
+/* The group trained fragment p (every one: SYNC_ALL) from its global
+ * values since its last outer step. */
+static int whole_fragment(const trainer_t *t, int p) {
+    for (int q = 0; q < t->cfg->fragments; q++)
+        if ((p == SYNC_ALL || q == p) && !t->frag_full[q]) return 0;
+    return 1;
+}
+
+/* The next round after an outer step that synced fragment p: its local
+ * parameters from its new global ones (F = 1: all of them). */
+static void next_round(trainer_t *t, int p) {
+    float *lp = local_params(t);
+    for (int r = 0; r < t->nruns; r++)
+        if (synced(&t->runs[r], p))
+            memcpy(lp + t->runs[r].off, t->global + t->runs[r].off, t->runs[r].len * sizeof(float));
+    for (int q = 0; q < t->cfg->fragments; q++)
+        if (p == SYNC_ALL || q == p) t->frag_full[q] = 1;
+    new_round(t);
 }
 
 /* After joining a quorum: where the groups are in the round. Groups that
@@ -877,6 +975,7 @@ static int align_round(trainer_t *t) {
         t->inner = k < round_len(t) ? k : round_len(t);
         t->round_full = 0;
         memcpy(local_params(t), t->global, t->st.n * sizeof(float));
+        reset_fragments(t);
         px_log_info("round_joined step=%lld inner=%d: the others are that far into the round; this group gives "
                     "nothing at its outer step", (long long)t->st.step, t->inner);
     }
@@ -973,9 +1072,10 @@ _Static_assert(OUTER_TAIL <= PX_GPT_GRADS_SPARE, "the outer step's tail must fit
 static int outer_step(trainer_t *t, int *adopt, float *loss_out) {
     const px_trainer_config_t *cfg = t->cfg;
     size_t n = t->st.n;
-    int W = cfg->ranks_per_group, H = round_len(t);
+    int W = cfg->ranks_per_group, H = round_len(t), F = cfg->fragments, p = fragment_of_round(t, t->st.step);
+    if (F > 1 && t->st.step + H >= cfg->steps) p = SYNC_ALL; /* the job's last outer step: every group ends with the global model */
     float *g = grads_buf(t), *tail = g + n, *lp = local_params(t);
-    float w = t->inner == H && H > 0 && t->round_full && t->round_samples > 0 ? 1.0f : 0.0f;
+    float w = t->inner == H && H > 0 && t->round_full && whole_fragment(t, p) && t->round_samples > 0 ? 1.0f : 0.0f;
     px_vote_fill(tail, t->st.step, px_agent_known_quorum_id(t->agent) > t->qid,
                  cfg->rank == 0 && w > 0 ? (float)(t->round_loss / H) : 0.0f);
     tail[OUTER_WEIGHT] = w;
@@ -990,10 +1090,19 @@ static int outer_step(trainer_t *t, int *adopt, float *loss_out) {
     uint64_t wire = 0;
     float scale = 1.0f; /* what turns the reduced vector into the sum over groups */
     int64_t reduce_us = 0;
+    size_t m = 0; /* the fragment's floats, packed at the start of g */
     if (passed && weight > 0) {
-        for (size_t i = 0; i < n; i++) g[i] = w > 0 ? t->global[i] - lp[i] : 0.0f;
+        for (int r = 0; r < t->nruns; r++) {
+            const frag_run_t *run = &t->runs[r];
+            if (!synced(run, p)) continue;
+            const float *gl = t->global + run->off, *lo = lp + run->off;
+            float *out = g + m;
+#pragma omp parallel for schedule(static)
+            for (size_t i = 0; i < run->len; i++) out[i] = w > 0 ? gl[i] - lo[i] : 0.0f;
+            m += run->len;
+        }
         reduce_us = px_now_us();
-        st = outer_reduce(t, g, n, &wire, &scale);
+        if (m > 0) st = outer_reduce(t, g, m, &wire, &scale); /* (a pipeline stage may hold none of the fragment) */
         reduce_us = px_now_us() - reduce_us;
         t->bytes_cross += (double)wire;
         t->outer_wire += (double)wire;
@@ -1007,43 +1116,59 @@ static int outer_step(trainer_t *t, int *adopt, float *loss_out) {
     }
     px_persist_fence(&t->persist); /* the first write to the state since the last commit */
     *adopt = newer;
-    if (weight <= 0) { /* nobody had a round to give (every group joined it late, or had no samples) */
+    if (weight <= 0 && F == 1) { /* nobody had a round to give (every group joined it late, or had no samples) */
         start_round(t);
         return 1;
     }
-    float lr = cfg->outer_lr, mu = cfg->outer_momentum, inv = scale / weight;
-    float *u = t->outer_m, *gl = t->global;
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        float d = g[i] * inv;
-        u[i] = mu * u[i] + d;
-        gl[i] -= lr * (d + mu * u[i]);
-    }
+    /* Streaming: nobody had the fragment whole; the round still trained the others: on to the next */
     int64_t from = t->st.step;
     t->st.step += H;
+    if (weight <= 0) {
+        next_round(t, p);
+        return 1;
+    }
+    float lr = cfg->outer_lr, mu = cfg->outer_momentum, inv = scale / weight;
+    size_t k = 0;
+    for (int r = 0; r < t->nruns; r++) {
+        const frag_run_t *run = &t->runs[r];
+        if (!synced(run, p)) continue;
+        float *u = t->outer_m + run->off, *gl = t->global + run->off, *d = g + k;
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < run->len; i++) {
+            float di = d[i] * inv;
+            u[i] = mu * u[i] + di;
+            gl[i] -= lr * (di + mu * u[i]);
+        }
+        k += run->len;
+    }
     t->outer_steps++;
     *loss_out = loss;
     /* What sync would spend: the fp32 reduction of a vector this size (the
      * time scaled from the bytes sent), against itself plus an inner step. */
-    double fp32 = 2.0 * (t->q.n - 1) / t->q.n * (double)n * sizeof(float);
+    double fp32 = 2.0 * (t->q.n - 1) / t->q.n * (double)m * sizeof(float);
     double sync_us = wire > 0 ? (double)reduce_us * fp32 / (double)wire : 0;
     note_comm_share(t, sync_us, sync_us + (t->inner > 0 ? (double)t->round_inner_us / t->inner : 0));
-    px_log_info("outer_step step=%lld from=%lld outer=%lld quorum_id=%lld groups=%d contributors=%.0f loss=%.6f",
-                (long long)t->st.step, (long long)from, (long long)t->outer_steps, (long long)t->qid, t->q.n, weight,
-                loss);
+    char frag[32];
+    if (p == SYNC_ALL) snprintf(frag, sizeof frag, "all/%d", F);
+    else snprintf(frag, sizeof frag, "%d/%d", p, F);
+    px_log_info("outer_step step=%lld from=%lld outer=%lld fragment=%s quorum_id=%lld groups=%d contributors=%.0f "
+                "loss=%.6f", (long long)t->st.step, (long long)from, (long long)t->outer_steps, frag, (long long)t->qid,
+                t->q.n, weight, loss);
     if (t->my_index == 0 && cfg->rank == 0) { /* one line and one event per outer step */
         char groups[PX_REASON_MAX / 2] = "";
         for (int i = 0, used = 0; i < t->q.n && used < (int)sizeof groups - 1; i++)
             used += snprintf(groups + used, sizeof groups - (size_t)used, "%s%s", i ? "," : "", t->q.groups[i].name);
         char detail[PX_REASON_MAX];
-        snprintf(detail, sizeof detail, "outer=%lld contributors=%.0f dtype=%s groups=%s", (long long)t->outer_steps,
-                 weight, px_outer_dtype_name((px_outer_dtype_t)cfg->outer_dtype), groups);
+        snprintf(detail, sizeof detail, "outer=%lld contributors=%.0f dtype=%s fragment=%s groups=%s",
+                 (long long)t->outer_steps, weight, px_outer_dtype_name((px_outer_dtype_t)cfg->outer_dtype), frag,
+                 groups);
         px_agent_notify(t->agent, "outer_step", t->qid, t->st.step, "", wire, 0, detail);
-        printf("event kind=outer_step step=%lld outer=%lld contributors=%.0f groups=%s loss=%.6f wire_bytes=%llu\n",
-               (long long)t->st.step, (long long)t->outer_steps, weight, groups, loss, (unsigned long long)wire);
+        printf("event kind=outer_step step=%lld outer=%lld contributors=%.0f groups=%s loss=%.6f wire_bytes=%llu "
+               "fragment=%s\n", (long long)t->st.step, (long long)t->outer_steps, weight, groups, loss,
+               (unsigned long long)wire, frag);
         fflush(stdout);
     }
-    start_round(t);
+    next_round(t, p);
     return 1;
 }
 
@@ -1401,6 +1526,15 @@ static int setup(trainer_t *t) {
         t->st.buf[PX_STATE_OUTER_M] = t->outer_m;
         t->st.nbuf = PX_STATE_OUTER_M + 1;
         set_state_mode(t, cfg->mode == PX_MODE_DILOCO); /* auto starts in sync: the quorums say when not */
+        if (cfg->fragments > t->model->config.num_layers) {
+            px_log_error("--fragments %d: the model has %d layers, and every fragment holds at least one",
+                         cfg->fragments, t->model->config.num_layers);
+            return -1;
+        }
+        if (build_fragments(t) != 0) {
+            px_log_error("out of memory for the fragments' runs");
+            return -1;
+        }
     }
     if (!t->inputs || !t->targets || px_heal_init(&t->heal, &t->st, t->agent, cfg->group, cfg->rank) != 0) {
         px_log_error("out of memory");
@@ -1451,6 +1585,7 @@ static void teardown(trainer_t *t) {
     free(t->global);
     free(t->outer_m);
     free(t->outer_scratch);
+    free(t->runs);
     px_heal_free(&t->heal);
     px_quorum_free(&t->q);
     if (t->ledger) fclose(t->ledger);
@@ -1467,8 +1602,33 @@ static int check_stages(const px_trainer_config_t *cfg, char *err, size_t errlen
     return -1;
 }
 
+/* --fragments: DiLoCo only, a whole number of inner steps per fragment,
+ * at most one fragment per layer (known before start for a preset; a model
+ * file's layers are checked once loaded, setup). */
+static int check_fragments(const px_trainer_config_t *cfg, char *err, size_t errlen) {
+    px_gpt_config_t mc;
+    if (cfg->fragments == 1) return 0;
+    if (cfg->fragments < 1 || cfg->fragments > PX_MAX_FRAGMENTS) {
+        snprintf(err, errlen, "--fragments %d: 1..%d", cfg->fragments, PX_MAX_FRAGMENTS);
+        return -1;
+    }
+    if (cfg->mode != PX_MODE_DILOCO)
+        snprintf(err, errlen, "--fragments %d: Streaming DiLoCo needs --mode diloco (not %s%s)", cfg->fragments,
+                 cfg->mode == PX_MODE_AUTO ? "auto" : "sync", cfg->mode == PX_MODE_AUTO ? ", for now" : "");
+    else if (cfg->inner_steps % cfg->fragments != 0)
+        snprintf(err, errlen, "--fragments %d: --inner-steps %d is not a multiple of it (every fragment is synced "
+                 "every H steps, one every H/F)", cfg->fragments, cfg->inner_steps);
+    else if (px_gpt_config_preset(cfg->model, &mc) == 0 && cfg->fragments > mc.num_layers)
+        snprintf(err, errlen, "--fragments %d: the model has %d layers, and every fragment holds at least one",
+                 cfg->fragments, mc.num_layers);
+    else
+        return 0;
+    return -1;
+}
+
 int px_trainer_check(const px_trainer_config_t *cfg, char *err, size_t errlen) {
     if (check_stages(cfg, err, errlen) != 0) return -1;
+    if (check_fragments(cfg, err, errlen) != 0) return -1;
     if (cfg->mode != PX_MODE_SYNC && (cfg->device == PX_DEVICE_CUDA || cfg->bucket_mb > 0)) {
         snprintf(err, errlen, "--mode %s with %s: DiLoCo runs on --device cpu without --bucket-mb for now",
                  cfg->mode == PX_MODE_AUTO ? "auto" : "diloco", cfg->device == PX_DEVICE_CUDA ? "--device cuda" : "--bucket-mb");

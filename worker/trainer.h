@@ -11,6 +11,8 @@
 #include "agent.h"
 #include "device.h" /* px_device_t */
 
+#define PX_MAX_FRAGMENTS 64 /* --fragments */
+
 /* How groups combine their work (DESIGN.md "DiLoCo"). */
 typedef enum {
     PX_MODE_SYNC,   /* every step's gradients reduced across groups */
@@ -59,6 +61,7 @@ typedef struct {
                                  (worker/compute.h); whole replicas only */
     px_train_mode_t mode;
     int inner_steps;          /* DiLoCo: inner steps per outer step (H) */
+    int fragments;            /* Streaming DiLoCo: fragments F (1: every parameter at every outer step) */
     float outer_lr, outer_momentum; /* DiLoCo: the outer SGD's learning rate and Nesterov momentum */
     int outer_dtype;          /* DiLoCo: how pseudo-gradients travel, a px_outer_dtype_t (parallel/outer_codec.h) */
 } px_trainer_config_t;

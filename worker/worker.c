@@ -113,6 +113,10 @@ static void usage(FILE *f) {
            "                           boundary (to sync: after an outer step); every group of a job must use\n"
            "                           the same mode; any layout; --device cpu without --bucket-mb, for now [sync]\n"
            "  --inner-steps H          diloco: inner steps per outer step, 1..1000000 [50]\n"
+           "  --fragments F            diloco: Streaming DiLoCo: layer l in fragment l mod F (the embeddings\n"
+           "                           and final norm in 0); an outer step every H/F steps syncs one fragment,\n"
+           "                           in turn, so each is synced every H steps with 1/F of the bytes at a time\n"
+           "                           (not overlapped with compute yet); F divides H, F <= layers, 1..64 [1]\n"
            "  --outer-lr X             diloco: the outer SGD's learning rate, 0..10 [0.7]\n"
            "  --outer-momentum X       diloco: the outer SGD's Nesterov momentum, 0..0.999 [0.9]\n"
            "  --outer-dtype fp32|bf16|int8  diloco: how pseudo-gradients travel between groups: fp32 (a ring\n"
@@ -175,7 +179,7 @@ int px_worker_main(int argc, char **argv) {
         .model = "tiny", .data = "data/demo", .global_batch = 16, .micro_batch = 4, .lr = 1e-3f, .min_lr = 1e-4f,
         .warmup = 10, .weight_decay = 0.1f, .grad_clip = 1.0f, .seed = 1337, .threads = 1, .eval_batches = 4,
         .comm_timeout_ms = 30000, .progress = 1, .checkpoint_every = 100, .checkpoint_keep = 3,
-        .schedule = PX_SCHED_1F1B, .mode = PX_MODE_SYNC, .inner_steps = 50, .outer_lr = 0.7f, .outer_momentum = 0.9f,
+        .schedule = PX_SCHED_1F1B, .mode = PX_MODE_SYNC, .inner_steps = 50, .fragments = 1, .outer_lr = 0.7f, .outer_momentum = 0.9f,
     };
     char *token = NULL;
     const char *curve_secret = NULL, *curve_server_file = NULL, *curve_server_key = NULL;
@@ -280,6 +284,7 @@ int px_worker_main(int argc, char **argv) {
             tc.outer_dtype = px_outer_dtype_parse(v);
         }
         else if (!strcmp(a, "--inner-steps")) tc.inner_steps = (int)px_flag_int(PROG, a, v, 1, 1000000);
+        else if (!strcmp(a, "--fragments")) tc.fragments = (int)px_flag_int(PROG, a, v, 1, PX_MAX_FRAGMENTS);
         else if (!strcmp(a, "--outer-lr")) tc.outer_lr = (float)px_flag_double(PROG, a, v, 0, 10);
         else if (!strcmp(a, "--outer-momentum")) tc.outer_momentum = (float)px_flag_double(PROG, a, v, 0, 0.999);
         else if (!strcmp(a, "--checkpoint-keep")) tc.checkpoint_keep = (int)px_flag_int(PROG, a, v, 0, 1000000);
@@ -313,6 +318,8 @@ int px_worker_main(int argc, char **argv) {
                  tc.mode == PX_MODE_AUTO ? "auto" : "diloco", tc.inner_steps,
                  tc.outer_dtype != PX_OUTER_FP32 ? "." : "",
                  tc.outer_dtype != PX_OUTER_FP32 ? px_outer_dtype_name((px_outer_dtype_t)tc.outer_dtype) : "");
+    if (tc.fragments > 1) /* the rounds (H/F steps) and which fragment each syncs */
+        snprintf(layout + strlen(layout), sizeof layout - strlen(layout), ".f%d", tc.fragments);
     if (tc.steps > 0) cfg.layout = layout;
     if (cfg.rank >= cfg.group_size) {
         fprintf(stderr, "%s: --rank %d must be below --ranks-per-group %d\n", PROG, cfg.rank, cfg.group_size);
