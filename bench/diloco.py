@@ -24,8 +24,10 @@ start-up and the first rendezvous left out, the final eval in).
     python3 bench/diloco.py --build build --model tiny --groups 2 --steps 200 \
         --inner 20,50 --link-mbps 0,100,20
 
-Streaming DiLoCo (fragments synced at staggered steps) is not built, so it
-has no row. OPENBLAS_CORETYPE is left as the environment has it, the same
+With --fragments LIST it also runs Streaming DiLoCo (--fragments F) at each
+H that F divides: the same bytes per H steps in F smaller outer steps; the
+transfer is not overlapped with compute yet, so its wall time through a
+paced link is DiLoCo's. OPENBLAS_CORETYPE is left as the environment has it, the same
 for every run (sync and DiLoCo alike). The loss figures are deterministic
 for given flags, pacing or not; times are not.
 """
@@ -90,6 +92,12 @@ def link_rows(bindir, data, a, mbps, outer):
         print("diloco H=%-4d eval_loss=%.4f (%.3fx sync) cross_bytes=%d (%.1fx fewer) bytes_per_token=%.0f "
               "ms_per_1k_tokens=%.1f wall=%.3fx sync" % (h, e, e / ev, c, cb / c if c else float("inf"), c / tokens,
                                                          s * per_1k, s / secs), flush=True)
+        for f in [int(x) for x in a.fragments.split(",") if x and int(x) > 1 and h % int(x) == 0]:
+            e, c, s = run(bindir, data, a, link + ["--mode", "diloco", "--inner-steps", str(h), "--fragments", str(f)]
+                          + outer, "stream%d-%d-%gmbps" % (h, f, mbps))
+            print("streaming H=%-4d F=%d eval_loss=%.4f (%.3fx sync) cross_bytes=%d (%.1fx fewer) bytes_per_token=%.0f "
+                  "ms_per_1k_tokens=%.1f wall=%.3fx sync" % (h, f, e, e / ev, c, cb / c if c else float("inf"),
+                                                             c / tokens, s * per_1k, s / secs), flush=True)
 
 
 def main():
@@ -104,6 +112,8 @@ def main():
     ap.add_argument("--inner", default="20,50", help="comma-separated H values")
     ap.add_argument("--outer-lr", default="0.7")
     ap.add_argument("--outer-momentum", default="0.9")
+    ap.add_argument("--fragments", default="",
+                    help="comma-separated F values: Streaming DiLoCo (--fragments F) at each H that F divides")
     ap.add_argument("--link-mbps", default="0",
                     help="comma-separated link speeds between groups, megabits/s per rank (0: loopback, unpaced)")
     a = ap.parse_args()
