@@ -5,7 +5,8 @@ add_library(px_coordlogic STATIC
   ${CMAKE_CURRENT_LIST_DIR}/membership.c
   ${CMAKE_CURRENT_LIST_DIR}/mode_policy.c
   ${CMAKE_CURRENT_LIST_DIR}/store.c
-  ${CMAKE_CURRENT_LIST_DIR}/status.c)
+  ${CMAKE_CURRENT_LIST_DIR}/status.c
+  ${CMAKE_CURRENT_LIST_DIR}/history.c)
 target_include_directories(px_coordlogic PUBLIC ${CMAKE_CURRENT_LIST_DIR})
 target_link_libraries(px_coordlogic PUBLIC px_quorum px_common)
 
