@@ -14,6 +14,7 @@
 #include "coordinator.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +25,7 @@
 
 #include "auth.h"
 #include "events.h"
+#include "history.h"
 #include "http.h"
 #include "membership.h"
 #include "mode_policy.h"
@@ -85,7 +87,20 @@ struct px_coordinator {
     uint64_t hb_window_count;
     px_rate_t limit_rate[PX_LIMIT_KINDS]; /* limit_reached event rate limits */
     char limit_fields[PX_LIMIT_KINDS][96]; /* "limit":NAME,"max":N of each */
+    /* Training telemetry (rank 0 heartbeats' TrainStats): the dashboard's
+     * history and /metrics' training figures. */
+    px_history_t *history;
+    char run_id[17];           /* this run's id: a page seeing another knows we restarted */
+    px_train_metrics_t train;
+    int64_t job_step;          /* highest step a quorum member heartbeated (-1: none yet) */
+    int64_t last_eval_step;    /* the newest eval loss put in a point (-1: none) */
+    int64_t recovery_from_ms;  /* the first group drop not yet followed by a committed step (0: none) */
 };
+
+static const double STEP_BOUNDS[] = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+static const double RECOVERY_BOUNDS[] = {0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300};
+static const double HEAL_BOUNDS[] = {0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+#define NBOUNDS(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 static void answer_waiter(void *ctx, const px_kv_answer_t *a);
 
@@ -184,6 +199,18 @@ static int emit_limited_with(px_coordinator_t *c, px_rate_t *r, const char *summ
     return 1;
 }
 #define emit_limited(c, r, ...) emit_limited_with(c, r, NULL, __VA_ARGS__)
+
+/* An event the dashboard marks (history.h); detail is a line for people. */
+static void history_event(px_coordinator_t *c, const char *type, const char *group, int64_t step, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static void history_event(px_coordinator_t *c, const char *type, const char *group, int64_t step, const char *fmt, ...) {
+    char detail[PX_HISTORY_DETAIL_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof detail, fmt, ap);
+    va_end(ap);
+    px_history_add_event(c->history, px_wall_ms(), step, type, group, detail);
+}
 
 /* ---- limits ----------------------------------------------------------- */
 
@@ -322,6 +349,8 @@ static void emit_quorum_formed(px_coordinator_t *c, const char *reason) {
     free(h);
     px_log_info("quorum_formed quorum_id=%lld step=%lld groups=%d reason=\"%s\"", (long long)c->quorum.id,
                 (long long)c->quorum.max_step, c->quorum.n, reason);
+    history_event(c, "quorum_formed", NULL, c->quorum.max_step, "quorum %lld: %d group%s (%s)", (long long)c->quorum.id,
+                  c->quorum.n, c->quorum.n == 1 ? "" : "s", reason);
     for (int i = 0; i < c->quorum.n; i++) {
         px_quorum_member_t *m = &c->quorum.groups[i];
         if (m->divergent) {
@@ -375,6 +404,8 @@ static void switch_mode(px_coordinator_t *c, const px_quorum_t *next, char *reas
     px_log_info("mode_switched from=%s to=%s quorum_id=%lld step=%lld failures_per_hour=%.2f comm_share=%s reason=\"%s\"",
                 px_job_mode_name(from), px_job_mode_name(c->mode), (long long)next->id, (long long)next->max_step,
                 c->failures_per_hour, share, c->mode_why);
+    history_event(c, "mode_switched", NULL, next->max_step, "%s to %s: %s", px_job_mode_name(from),
+                  px_job_mode_name(c->mode), c->mode_why);
 }
 
 /* Re-forms the quorum when membership or requests changed. */
@@ -450,6 +481,7 @@ static void member_lost(px_coordinator_t *c, px_member_t *m, const char *why) {
     px_log_info("member_lost group=%s rank=%d pid=%d reason=%s silent_ms=%lld conn_closed=%d reported_ms_ago=%lld", m->group,
                 m->rank, m->pid, why, (long long)silent_ms, m->conn_closed,
                 (long long)(m->reported_ms ? px_now_ms() - m->reported_ms : -1));
+    history_event(c, "member_lost", m->group, m->step, "%s rank %d lost: %s", m->group, m->rank, why);
     if (px_quorum_find(&c->quorum, m->group) >= 0 && !m->group_dropped_logged) {
         /* The whole group leaves: the next compute (this tick) forms a quorum
          * without it, and the survivors finish the step without it. */
@@ -459,9 +491,12 @@ static void member_lost(px_coordinator_t *c, px_member_t *m, const char *why) {
         for (int i = 0; i < c->members.n; i++)
             if (strcmp(c->members.members[i].group, m->group) == 0) c->members.members[i].group_dropped_logged = 1;
         c->stats.last_loss_ms = px_now_ms();
+        history_event(c, "group_dropped", m->group, m->step, "%s dropped from quorum %lld: rank %d %s", m->group,
+                      (long long)c->quorum.id, m->rank, why);
         if (strcmp(why, "self_reported") != 0) { /* a failure, not a planned leave: --mode auto counts it */
             px_loss_ring_add(&c->losses, c->stats.last_loss_ms);
             c->loss_noted = 1;
+            if (!c->recovery_from_ms) c->recovery_from_ms = c->stats.last_loss_ms; /* timed to the next commit */
         }
     }
     c->quorum_dirty = 1;
@@ -630,6 +665,9 @@ static void on_register(px_coordinator_t *c, const void *ident, size_t ident_len
     m->job_steps = r->has_job_steps ? r->job_steps : 0;
     snprintf(m->layout, sizeof m->layout, "%s", r->layout ? r->layout : "");
     m->has_comm_share = 0;
+    m->has_train = 0;
+    m->heals = 0;
+    m->heal_bytes = 0;
     m->state = PX_STATE_JOINING;
     m->fd = fd;
     m->registered_ms = m->last_hb_ms = now;
@@ -674,6 +712,62 @@ static void note_comm_share(px_coordinator_t *c, px_member_t *m, const Phalanx__
     }
 }
 
+/* The job's step moves when a quorum member heartbeats a step beyond it:
+ * committed steps are counted, and a pending recovery ends. */
+static void note_job_step(px_coordinator_t *c, const px_member_t *m, int64_t step) {
+    if (m->state == PX_STATE_LOST || px_quorum_find(&c->quorum, m->group) < 0) return;
+    if (c->job_step < 0) { /* the baseline: steps before this run are not ours to count */
+        c->job_step = step;
+        return;
+    }
+    if (step <= c->job_step) return;
+    c->train.committed_steps += (uint64_t)(step - c->job_step);
+    c->job_step = step;
+    if (c->recovery_from_ms) {
+        px_histo_observe(&c->train.recovery_seconds, (double)(px_now_ms() - c->recovery_from_ms) / 1000.0);
+        c->train.recoveries++;
+        c->recovery_from_ms = 0;
+    }
+}
+
+/* A worker's figure: NaN when absent, non-finite or negative (a broken or
+ * hostile sender is ignored, not trusted). */
+static float train_figure(int has, float v) { return has && isfinite(v) && v >= 0 ? v : NAN; }
+
+/* A rank 0's TrainStats: kept for its group, and a history point when it is
+ * about a step beyond the last point (the first group to report a step). */
+static void note_train_stats(px_coordinator_t *c, px_member_t *m, const Phalanx__TrainStats *t) {
+    if (!t || m->rank != 0 || !t->has_step || t->step < 0 || t->step > PX_STEP_MAX) return;
+    m->has_train = 1;
+    m->train_loss = train_figure(t->has_loss, t->loss);
+    m->heals = t->heals;
+    m->heal_bytes = t->heal_bytes;
+    if (px_quorum_find(&c->quorum, m->group) < 0) return; /* a healing or joining group's figures are not the job's */
+    px_history_point_t p = {0};
+    p.time_ms = px_wall_ms();
+    p.step = t->step;
+    p.loss = m->train_loss;
+    p.tokens_per_s = train_figure(t->has_tokens_per_s, t->tokens_per_s);
+    p.step_seconds = train_figure(t->has_step_seconds, t->step_seconds);
+    p.eval_loss = NAN;
+    if (t->has_eval_step && t->eval_step > c->last_eval_step && t->eval_step <= t->step) {
+        p.eval_loss = train_figure(t->has_eval_loss, t->eval_loss);
+        p.eval_step = t->eval_step;
+    }
+    p.groups = c->quorum.n;
+    p.diloco = t->has_diloco && t->diloco;
+    if (!px_history_add_point(c->history, &p)) return;
+    px_train_metrics_t *tm = &c->train;
+    if (!isnan(p.loss)) tm->has_loss = 1, tm->loss = p.loss;
+    if (!isnan(p.tokens_per_s)) tm->has_tokens_per_s = 1, tm->tokens_per_s = p.tokens_per_s;
+    if (!isnan(p.eval_loss)) {
+        tm->has_eval_loss = 1;
+        tm->eval_loss = p.eval_loss;
+        c->last_eval_step = p.eval_step;
+    }
+    if (!isnan(p.step_seconds)) px_histo_observe(&tm->step_seconds, p.step_seconds);
+}
+
 static void on_heartbeat(px_coordinator_t *c, const void *ident, size_t ident_len, int fd, const px_msg_t *msg) {
     px_member_t *m = require_member(c, ident, ident_len, msg->request_id);
     if (!m) return;
@@ -683,6 +777,8 @@ static void on_heartbeat(px_coordinator_t *c, const void *ident, size_t ident_le
     if (h->has_state) m->state = (int)h->state;
     if (h->has_quorum_id) m->quorum_id = h->quorum_id;
     note_comm_share(c, m, h);
+    note_job_step(c, m, h->step);
+    note_train_stats(c, m, h->train);
     if (!(m->conn_closed && fd == m->closed_fd)) {
         m->fd = fd;
         m->conn_closed = 0;
@@ -828,6 +924,20 @@ static void emit_checkpoint_event(px_coordinator_t *c, const px_member_t *m, con
              m->group, m->rank, (long long)w->quorum_id, (long long)w->step, parts[0], w->ms);
 }
 
+/* The worker events the dashboard marks, as a line for people. */
+static void note_history_event(px_coordinator_t *c, const px_member_t *m, const Phalanx__WorkerEvent *w) {
+    const char *k = w->kind, *peer = w->peer_group ? w->peer_group : "";
+    if (!strcmp(k, "heal_started"))
+        history_event(c, k, m->group, w->step, "%s heals from %s", m->group, peer);
+    else if (!strcmp(k, "heal_finished"))
+        history_event(c, k, m->group, w->step, "%s healed from %s: %.1f MB in %.2f s", m->group, peer,
+                      (double)w->bytes / 1e6, w->ms / 1000.0);
+    else if (!strcmp(k, "outer_step"))
+        history_event(c, k, NULL, w->step, "outer step to %lld", (long long)w->step);
+    else if (!strcmp(k, "checkpoint_saved"))
+        history_event(c, k, m->group, w->step, "%s saved a checkpoint at step %lld", m->group, (long long)w->step);
+}
+
 static void on_worker_event(px_coordinator_t *c, const void *ident, size_t ident_len, const px_msg_t *msg) {
     px_member_t *m = require_member(c, ident, ident_len, msg->request_id);
     if (!m) return;
@@ -847,7 +957,12 @@ static void on_worker_event(px_coordinator_t *c, const void *ident, size_t ident
                 (long long)w->quorum_id, (long long)w->step, w->peer_group ? w->peer_group : "-",
                 (unsigned long long)w->bytes, w->ms, w->detail ? w->detail : "");
     if (!strcmp(w->kind, "heal_started")) m->state = PX_STATE_HEALING;
-    if (!strcmp(w->kind, "heal_finished")) m->state = PX_STATE_HEALTHY;
+    if (!strcmp(w->kind, "heal_finished")) {
+        m->state = PX_STATE_HEALTHY;
+        c->train.heal_bytes += w->bytes;
+        px_histo_observe(&c->train.heal_seconds, w->ms / 1000.0);
+    }
+    note_history_event(c, m, w);
     if (!strcmp(w->kind, "outer_step")) {
         c->stats.outer_steps++;
         c->stats.outer_wire_bytes += w->bytes;
@@ -979,6 +1094,7 @@ static px_status_view_t status_view(px_coordinator_t *c) {
     v.quorum = &c->quorum;
     v.members = &c->members;
     v.stats = &c->stats;
+    v.train = &c->train;
     if (c->events) {
         px_events_stats_t es;
         px_events_stats(c->events, &es);
@@ -1216,7 +1332,44 @@ static void tick(px_coordinator_t *c, int64_t now) {
     }
 }
 
-static int http_handler(void *ctx, const char *path, char **body, size_t *len, const char **type) {
+/* GET /api/history (docs/protocol.md): what is new since the page's last
+ * poll, with this run's id and the current quorum, mode and step. */
+static char *history_json(px_coordinator_t *c, const px_status_view_t *v, uint64_t since, size_t *len) {
+    px_buf_t b;
+    px_buf_init(&b);
+    px_buf_printf(&b, "{\"run_id\":\"%s\",\"job\":", c->run_id);
+    px_buf_json_str(&b, c->cfg.job);
+    px_buf_printf(&b, ",\"seq\":%llu,\"now_ms\":%lld,\"step\":%lld,\"mode\":",
+                  (unsigned long long)px_history_seq(c->history), (long long)px_wall_ms(),
+                  (long long)(c->job_step > c->quorum.max_step ? c->job_step : c->quorum.max_step));
+    px_buf_json_str(&b, v->mode);
+    px_buf_printf(&b, ",\"mode_reason\":");
+    px_buf_json_str(&b, c->mode_reason);
+    px_buf_printf(&b, ",\"quorum\":{\"id\":%lld,\"groups\":[", (long long)c->quorum.id);
+    for (int i = 0; i < c->quorum.n; i++) {
+        if (i) px_buf_append(&b, ",", 1);
+        px_buf_json_str(&b, c->quorum.groups[i].name);
+    }
+    px_buf_printf(&b, "]},\"groups\":[");
+    for (int i = 0, k = 0; i < c->members.n; i++) { /* a group is its rank 0 */
+        const px_member_t *m = &c->members.members[i];
+        if (m->rank != 0) continue;
+        px_buf_printf(&b, "%s{\"name\":", k++ ? "," : "");
+        px_buf_json_str(&b, m->group);
+        px_buf_printf(&b, ",\"state\":\"%s\",\"step\":%lld,\"heals\":%u,\"heal_bytes\":%llu,\"loss\":",
+                      px_status_member_state(m, &c->quorum), (long long)m->step, m->heals,
+                      (unsigned long long)m->heal_bytes);
+        if (m->has_train && isfinite(m->train_loss)) px_buf_printf(&b, "%.6g}", (double)m->train_loss);
+        else px_buf_printf(&b, "null}");
+    }
+    px_buf_printf(&b, "],");
+    px_history_json(c->history, since, &b);
+    px_buf_printf(&b, "}\n");
+    return px_buf_take(&b, len);
+}
+
+static int http_handler(void *ctx, const char *path, const char *query, char **body, size_t *len,
+                        const char **type) {
     px_coordinator_t *c = ctx;
     if (strcmp(path, "/healthz") == 0) {
         /* Answered by the event loop itself: a reply means the loop runs
@@ -1239,6 +1392,19 @@ static int http_handler(void *ctx, const char *path, char **body, size_t *len, c
     } else if (strcmp(path, "/") == 0) {
         *body = px_status_html(&v, len);
         *type = "text/html; charset=utf-8";
+    } else if (strcmp(path, "/api/history") == 0) {
+        uint64_t since;
+        char why[160];
+        if (px_history_parse_query(query, &since, why, sizeof why) != 0) {
+            size_t n = strlen(why);
+            *body = malloc(n + 2);
+            if (*body) snprintf(*body, n + 2, "%s\n", why);
+            *len = n + 1;
+            *type = "text/plain; charset=utf-8";
+            return *body ? 400 : 500;
+        }
+        *body = history_json(c, &v, since, len);
+        *type = "application/json";
     } else {
         return 404;
     }
@@ -1328,7 +1494,12 @@ px_coordinator_t *px_coordinator_new(const px_coordinator_config_t *cfg, char *e
     c->rl_refused = (px_rate_t){.name = "report_refused", .per_s = PX_PEER_EVENTS_PER_S};
     px_quorum_init(&c->quorum);
     c->kv = px_kv_new();
-    if (!c->kv || px_members_init(&c->members) != 0) {
+    c->history = px_history_new(PX_HISTORY_POINTS, PX_HISTORY_EVENTS);
+    c->job_step = c->last_eval_step = -1;
+    px_histo_init(&c->train.step_seconds, STEP_BOUNDS, NBOUNDS(STEP_BOUNDS));
+    px_histo_init(&c->train.recovery_seconds, RECOVERY_BOUNDS, NBOUNDS(RECOVERY_BOUNDS));
+    px_histo_init(&c->train.heal_seconds, HEAL_BOUNDS, NBOUNDS(HEAL_BOUNDS));
+    if (!c->kv || !c->history || px_members_init(&c->members) != 0) {
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
@@ -1381,6 +1552,8 @@ px_coordinator_t *px_coordinator_new(const px_coordinator_config_t *cfg, char *e
     }
     c->events = px_events_new(cfg->events, cfg->job, cfg->spill_dir, err, errlen);
     if (cfg->events && strcmp(cfg->events, "none") != 0 && !c->events) goto fail;
+    if (c->events) snprintf(c->run_id, sizeof c->run_id, "%s", px_events_run_id(c->events));
+    else snprintf(c->run_id, sizeof c->run_id, "%016llx", (unsigned long long)px_now_us() ^ ((unsigned long long)getpid() << 40));
     px_log_info("coordinator_started job=%s bind=%s http=%s:%d events=%s heartbeat_interval_ms=%lld heartbeat_timeout_ms=%lld min_replicas=%d",
                 cfg->job, cfg->bind, cfg->http_host ? cfg->http_host : "off", c->http ? px_http_port(c->http) : 0,
                 cfg->events ? cfg->events : "none", (long long)cfg->heartbeat_interval_ms,
@@ -1413,6 +1586,7 @@ void px_coordinator_destroy(px_coordinator_t **self, int flush_ms) {
     }
     if (c->zctx) zmq_ctx_term(c->zctx);
     px_kv_destroy(&c->kv);
+    px_history_destroy(&c->history);
     px_members_free(&c->members);
     px_quorum_free(&c->quorum);
     free(c);

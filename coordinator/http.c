@@ -175,7 +175,8 @@ int px_http_pollitems(px_http_t *h, zmq_pollitem_t *items) {
 
 /* ---- building the answer ---- */
 
-/* Calls the handler for path (or uses status when it is not 0) and wraps
+/* Calls the handler for path, split at '?' into path and query (or uses
+ * status when it is not 0) and wraps
  * the result in a page with one reference. NULL when out of memory. */
 static page_t *build_page(px_http_t *h, const char *path, int status, long long now_ms) {
     page_t *p = calloc(1, sizeof *p);
@@ -183,8 +184,12 @@ static page_t *build_page(px_http_t *h, const char *path, int status, long long 
     p->refs = 1;
     const char *type = "text/plain";
     if (!status) {
+        char target[512];
+        snprintf(target, sizeof target, "%s", path);
+        char *query = strchr(target, '?');
+        if (query) *query++ = '\0';
         int64_t t0 = px_now_us();
-        status = h->fn(h->ctx, path, &p->body, &p->body_len, &type);
+        status = h->fn(h->ctx, target, query, &p->body, &p->body_len, &type);
         if (status < 100 || status > 599) status = 500;
         int64_t took_us = px_now_us() - t0;
         if (status == 200 && p->body && strlen(path) < sizeof p->path) {
@@ -282,9 +287,7 @@ static void respond(px_http_t *h, conn_t *c, long long now_ms) {
     } else if (strcmp(method, "GET") != 0) {
         p = build_page(h, NULL, 405, now_ms);
     } else {
-        char *q = strchr(path, '?');
-        if (q) *q = '\0';
-        p = page_for(h, path, now_ms);
+        p = page_for(h, path, now_ms); /* the query is part of the cache key */
     }
     if (!p) { /* out of memory: nothing to say it with */
         conn_close(c);

@@ -33,9 +33,12 @@
 
 typedef struct px_http px_http_t;
 
-/* Fills *body (malloc'd; the server frees it) and *type for `path`; returns
- * the HTTP status. With no body, the server sends the status's reason phrase. */
-typedef int (*px_http_handler_fn)(void *ctx, const char *path, char **body, size_t *len, const char **type);
+/* Fills *body (malloc'd; the server frees it) and *type for `path` and its
+ * `query` (what followed '?', NULL when none; as the client sent it, not
+ * decoded); returns the HTTP status. With no body, the server sends the
+ * status's reason phrase. */
+typedef int (*px_http_handler_fn)(void *ctx, const char *path, const char *query, char **body, size_t *len,
+                                  const char **type);
 
 px_http_t *px_http_new(const char *host, int port, px_http_handler_fn fn, void *ctx, char *err, size_t errlen);
 void px_http_destroy(px_http_t **self);

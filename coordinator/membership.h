@@ -65,6 +65,10 @@ typedef struct {
     int64_t store_qid;  /* last quorum whose rendezvous store it used (stall detection) */
     int has_comm_share; /* its latest heartbeat carried a comm share (--mode auto) */
     float comm_share;   /* 0..1: its share of step time in cross-group communication */
+    int has_train;      /* rank 0: its heartbeats carry TrainStats */
+    float train_loss;   /* ... its latest train loss (NaN: unknown) */
+    uint32_t heals;     /* ... heals it received, and their bytes */
+    uint64_t heal_bytes;
     char lost_reason[48];
     int64_t lost_ms;    /* when it was declared lost (monotonic) */
 } px_member_t;

@@ -1,6 +1,8 @@
 /* Implementation of status.h. */
 #include "status.h"
 
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #if defined(__GLIBC__)
 #include <malloc.h>
@@ -9,6 +11,59 @@
 #include "px_buf.h"
 
 const char *const PX_LIMIT_NAMES[PX_LIMIT_KINDS] = {"members", "store_keys", "store_bytes", "store_waiters"};
+
+void px_histo_init(px_histo_t *h, const double *bounds, int n) {
+    memset(h, 0, sizeof *h);
+    h->bounds = bounds;
+    h->n = n < PX_HISTO_MAX_BOUNDS ? n : PX_HISTO_MAX_BOUNDS;
+}
+
+void px_histo_observe(px_histo_t *h, double v) {
+    if (!(v >= 0) || !isfinite(v)) return; /* durations only: NaN and negatives are not observations */
+    int i = 0;
+    while (i < h->n && v > h->bounds[i]) i++;
+    h->counts[i]++;
+    h->count++;
+    h->sum += v;
+}
+
+static void histo_metric(px_buf_t *b, const char *name, const char *help, const px_histo_t *h) {
+    px_buf_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    uint64_t cum = 0;
+    for (int i = 0; i < h->n; i++) {
+        cum += h->counts[i];
+        px_buf_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, h->bounds[i], (unsigned long long)cum);
+    }
+    px_buf_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name,
+                  (unsigned long long)h->count, name, h->sum, name, (unsigned long long)h->count);
+}
+
+static void gauge_metric(px_buf_t *b, const char *name, const char *help, int known, double v) {
+    if (known && isfinite(v)) px_buf_printf(b, "# HELP %s %s\n# TYPE %s gauge\n%s %.6g\n", name, help, name, name, v);
+}
+
+static void counter_metric(px_buf_t *b, const char *name, const char *help, uint64_t v) {
+    px_buf_printf(b, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name, name, (unsigned long long)v);
+}
+
+/* The training figures: gauges from the latest rank-0 telemetry (absent
+ * until one is known), counters and histograms of this coordinator run. */
+static void train_metrics(px_buf_t *b, const px_train_metrics_t *t) {
+    gauge_metric(b, "phalanx_train_loss", "Train loss of the latest committed step (a group's rank 0).", t->has_loss,
+                 t->loss);
+    gauge_metric(b, "phalanx_eval_loss", "Latest eval loss.", t->has_eval_loss, t->eval_loss);
+    gauge_metric(b, "phalanx_tokens_per_second", "Tokens the job trained per second (latest step).",
+                 t->has_tokens_per_s, t->tokens_per_s);
+    histo_metric(b, "phalanx_step_seconds", "Wall time of committed steps (one observation per step heard of).",
+                 &t->step_seconds);
+    counter_metric(b, "phalanx_committed_steps_total", "Steps the job committed while this coordinator ran.",
+                   t->committed_steps);
+    counter_metric(b, "phalanx_recoveries_total", "Group drops the job recovered from (a step committed after).",
+                   t->recoveries);
+    histo_metric(b, "phalanx_recovery_seconds", "From a group drop to the next committed step.", &t->recovery_seconds);
+    counter_metric(b, "phalanx_heal_bytes_total", "Bytes of training state sent to healing groups.", t->heal_bytes);
+    histo_metric(b, "phalanx_heal_seconds", "Wall time of finished heals.", &t->heal_seconds);
+}
 
 size_t px_status_heap_bytes(void) {
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
@@ -156,56 +211,20 @@ char *px_status_metrics(const px_status_view_t *v, size_t *len) {
                       "# HELP phalanx_comm_share Share of step time in cross-group communication (mean over the "
                       "quorum's groups' rank 0).\n# TYPE phalanx_comm_share gauge\nphalanx_comm_share %.3f\n",
                       v->comm_share);
+    if (v->train) train_metrics(&b, v->train);
     return px_buf_take(&b, len);
 }
 
-static void html_text(px_buf_t *b, const char *s) {
-    for (; *s; s++) {
-        switch (*s) {
-        case '<': px_buf_append(b, "&lt;", 4); break;
-        case '>': px_buf_append(b, "&gt;", 4); break;
-        case '&': px_buf_append(b, "&amp;", 5); break;
-        case '"': px_buf_append(b, "&quot;", 6); break;
-        default: px_buf_append(b, s, 1);
-        }
-    }
-}
+extern const char PX_DASHBOARD_HTML[]; /* coordinator/dashboard.html, embedded by coordinator.cmake */
+extern const size_t PX_DASHBOARD_HTML_LEN;
 
 char *px_status_html(const px_status_view_t *v, size_t *len) {
-    px_buf_t b;
-    px_buf_init(&b);
-    px_buf_printf(&b,
-                  "<!doctype html><html><head><meta charset=\"utf-8\"><meta http-equiv=\"refresh\" content=\"1\">"
-                  "<title>phalanx %s</title><style>body{font-family:sans-serif;margin:2em}"
-                  "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 8px}"
-                  ".lost{color:#b00}.healthy{color:#070}.joining{color:#a60}.healing{color:#06a}</style></head><body>",
-                  v->job);
-    px_buf_printf(&b, "<h1>phalanx job %s</h1><p>mode <b>%s</b>", v->job, v->mode);
-    if (v->mode_reason && v->mode_reason[0]) {
-        px_buf_printf(&b, " (last switch: ");
-        html_text(&b, v->mode_reason);
-        px_buf_printf(&b, ")");
-    }
-    px_buf_printf(&b, " &middot; quorum <b>%lld</b> &middot; step <b>%lld</b> &middot; groups <b>%d</b>",
-                  (long long)v->quorum->id, (long long)v->quorum->max_step, v->quorum->n);
-    px_buf_printf(&b, " &middot; events %llu (pending %llu, failures %llu) &middot; bad messages %llu &middot; heartbeats/s %.0f</p>",
-                  (unsigned long long)v->events.produced, (unsigned long long)v->events.pending,
-                  (unsigned long long)v->events.delivery_failures, (unsigned long long)v->stats->bad_messages,
-                  v->stats->heartbeats_per_s);
-    px_buf_printf(&b, "<table><tr><th>group</th><th>rank</th><th>pid</th><th>host</th><th>step</th><th>state</th><th>last heartbeat</th></tr>");
-    for (int i = 0; i < v->members->n && i < 2000; i++) {
-        const px_member_t *m = &v->members->members[i];
-        const char *st = px_status_member_state(m, v->quorum);
-        /* Hosts come from workers: escape them, it is HTML. */
-        px_buf_printf(&b, "<tr class=\"%s\"><td>", st);
-        html_text(&b, m->group);
-        px_buf_printf(&b, "</td><td>%d</td><td>%d</td><td>", m->rank, m->pid);
-        html_text(&b, m->host);
-        px_buf_printf(&b, "</td><td>%lld</td><td>%s</td><td>%lld ms ago</td></tr>", (long long)m->step, st,
-                      (long long)(v->now_ms - m->last_hb_ms));
-    }
-    px_buf_printf(&b, "</table><p><a href=\"/status\">/status</a> &middot; <a href=\"/metrics\">/metrics</a></p></body></html>\n");
-    return px_buf_take(&b, len);
+    (void)v; /* the page asks /api/history for everything it shows */
+    char *page = malloc(PX_DASHBOARD_HTML_LEN + 1);
+    if (!page) return NULL;
+    memcpy(page, PX_DASHBOARD_HTML, PX_DASHBOARD_HTML_LEN + 1);
+    if (len) *len = PX_DASHBOARD_HTML_LEN;
+    return page;
 }
 
 char *px_status_text(const px_status_view_t *v, size_t *len) {

@@ -1,6 +1,7 @@
 /* Renders what the coordinator knows for people and tools: the /status JSON
  * document (its contract is in docs/protocol.md; tests and phalanxctl rely on
- * it), Prometheus /metrics text and the small self-refreshing HTML dashboard.
+ * it), Prometheus /metrics text, and the dashboard page (coordinator/dashboard.html,
+ * which draws from GET /api/history).
  * Pure functions of a read-only view, so the formats are testable. */
 #ifndef PX_STATUS_H
 #define PX_STATUS_H
@@ -16,6 +17,30 @@
 enum { PX_LIMIT_MEMBERS, PX_LIMIT_STORE_KEYS, PX_LIMIT_STORE_BYTES, PX_LIMIT_STORE_WAITERS, PX_LIMIT_KINDS };
 /* "members", "store_keys", "store_bytes", "store_waiters": metric label and event field. */
 extern const char *const PX_LIMIT_NAMES[PX_LIMIT_KINDS];
+
+/* A Prometheus histogram: counts per upper bound (not cumulative here;
+ * /metrics adds them up), plus the +Inf bucket, the sum and the count. */
+#define PX_HISTO_MAX_BOUNDS 15
+typedef struct {
+    const double *bounds; /* ascending, n of them */
+    int n;
+    uint64_t counts[PX_HISTO_MAX_BOUNDS + 1];
+    uint64_t count;
+    double sum;
+} px_histo_t;
+
+void px_histo_init(px_histo_t *h, const double *bounds, int n);
+void px_histo_observe(px_histo_t *h, double v);
+
+/* Training figures for /metrics (coordinator.c keeps them). */
+typedef struct {
+    uint64_t committed_steps;   /* steps the job's step advanced by while this coordinator ran */
+    uint64_t recoveries;        /* group drops followed by a committed step */
+    uint64_t heal_bytes;        /* bytes of heal_finished events */
+    px_histo_t step_seconds, recovery_seconds, heal_seconds;
+    int has_loss, has_eval_loss, has_tokens_per_s;
+    double loss, eval_loss, tokens_per_s; /* the latest rank-0 telemetry */
+} px_train_metrics_t;
 
 typedef struct {
     uint64_t bad_messages, heartbeats, quorums_formed, auth_rejected, messages;
@@ -43,6 +68,7 @@ typedef struct {
     const px_quorum_t *quorum;
     const px_members_t *members;
     const px_coord_stats_t *stats;
+    const px_train_metrics_t *train;
     px_status_events_t events;
     size_t store_keys, store_bytes, store_waiters;
     size_t heap_bytes; /* malloc'd and in use, all threads (px_status_heap_bytes) */
@@ -59,6 +85,7 @@ char *px_status_json(const px_status_view_t *v, size_t *len);
 char *px_status_metrics(const px_status_view_t *v, size_t *len);
 /* A plain-text table for terminals (phalanxctl status). */
 char *px_status_text(const px_status_view_t *v, size_t *len);
+/* The dashboard: a self-contained page that polls /api/history. */
 char *px_status_html(const px_status_view_t *v, size_t *len);
 
 #endif

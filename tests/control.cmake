@@ -1,5 +1,5 @@
 # Control-plane tests: pure logic as tables, then real processes on loopback.
-foreach(t quorum membership store wire ratelimit map mode_policy)
+foreach(t quorum membership store wire ratelimit map mode_policy history)
   add_executable(test_${t} ${CMAKE_CURRENT_LIST_DIR}/control/test_${t}.c)
   target_link_libraries(test_${t} PRIVATE px_coordlogic px_proto)
   add_test(NAME control_${t} COMMAND test_${t})

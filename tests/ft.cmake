@@ -16,3 +16,11 @@ px_add_py_scenarios(ft_diloco ${CMAKE_CURRENT_LIST_DIR}/ft/test_diloco.py $<TARG
 foreach(s identity kill chaos checkpoint dtype layouts long_round auto fragments refused)
   set_tests_properties(ft_diloco_${s} PROPERTIES RUN_SERIAL TRUE)
 endforeach()
+
+# What an operator watches, during a real 3-group job with a kill: /metrics
+# through Prometheus' own parser (prometheus_client) and the dashboard
+# rendered by headless Chromium (DOM checks, a screenshot). Each skips (77)
+# with the reason when its tool is missing; scripts/install-deps.sh installs both.
+px_add_py_scenarios(ft_dashboard ${CMAKE_CURRENT_LIST_DIR}/ft/test_dashboard.py $<TARGET_FILE_DIR:phalanx-launch> 300
+                    metrics browser)
+set_tests_properties(ft_dashboard_metrics ft_dashboard_browser PROPERTIES RUN_SERIAL TRUE SKIP_RETURN_CODE 77)

@@ -16,6 +16,7 @@
 #include "agent.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -61,6 +62,7 @@ struct px_agent {
     int64_t step, quorum_id_held;
     int state;
     float comm_share; /* < 0: not measured */
+    Phalanx__TrainStats train; /* rank 0's summary; sent once train.has_step */
     int64_t known_qid;
     int64_t finished_step;
     px_quorum_t latest;
@@ -180,6 +182,8 @@ static void send_heartbeat(px_agent_t *a) {
     h.quorum_id = a->quorum_id_held;
     h.has_comm_share = a->comm_share >= 0;
     h.comm_share = a->comm_share;
+    Phalanx__TrainStats train = a->train; /* a copy: sent after the lock is released */
+    if (train.has_step) h.train = &train;
     pthread_mutex_unlock(&a->mu);
     env.body_case = PHALANX__ENVELOPE__BODY_HB;
     env.hb = &h;
@@ -512,6 +516,7 @@ px_agent_t *px_agent_new(const px_agent_config_t *cfg, char *err, size_t errlen)
     snprintf(a->endpoint, sizeof a->endpoint, "%s", cfg->coordinator);
     a->hb_interval_ms = 100;
     a->comm_share = -1; /* not measured until the trainer says */
+    phalanx__train_stats__init(&a->train);
     a->next_id = 1;
     a->started_ms = px_now_ms();
     a->next_notice_ms = a->started_ms + WAIT_FIRST_NOTICE_MS;
@@ -599,6 +604,41 @@ void px_agent_set_comm_share(px_agent_t *a, float share) {
     else if (share > 1) share = 1;
     pthread_mutex_lock(&a->mu);
     a->comm_share = share;
+    pthread_mutex_unlock(&a->mu);
+}
+
+void px_agent_set_train_stats(px_agent_t *a, int64_t step, float loss, double tokens, double seconds, int diloco) {
+    if (a->cfg.rank != 0) return;
+    pthread_mutex_lock(&a->mu);
+    Phalanx__TrainStats *t = &a->train;
+    t->has_step = t->has_loss = t->has_diloco = 1;
+    t->step = step;
+    t->loss = loss;
+    t->diloco = diloco != 0;
+    if (seconds > 0) {
+        t->has_tokens_per_s = t->has_step_seconds = 1;
+        t->tokens_per_s = (float)(tokens / seconds);
+        t->step_seconds = (float)seconds;
+    }
+    pthread_mutex_unlock(&a->mu);
+}
+
+void px_agent_set_eval_loss(px_agent_t *a, int64_t step, float loss) {
+    if (a->cfg.rank != 0 || isnan(loss)) return;
+    pthread_mutex_lock(&a->mu);
+    a->train.has_eval_loss = a->train.has_eval_step = 1;
+    a->train.eval_loss = loss;
+    a->train.eval_step = step;
+    pthread_mutex_unlock(&a->mu);
+}
+
+void px_agent_note_heal(px_agent_t *a, uint64_t bytes, int64_t ms) {
+    pthread_mutex_lock(&a->mu);
+    Phalanx__TrainStats *t = &a->train;
+    t->has_heals = t->has_heal_bytes = t->has_heal_seconds = 1;
+    t->heals++;
+    t->heal_bytes += bytes;
+    t->heal_seconds += (float)ms / 1000.0f;
     pthread_mutex_unlock(&a->mu);
 }
 

@@ -40,6 +40,16 @@ void px_agent_set_progress(px_agent_t *a, int64_t step, int state, int64_t quoru
  * --mode auto weighs rank 0's). Above 1 counts as 1; below 0 or NaN: not
  * measured, and heartbeats carry none (the default). */
 void px_agent_set_comm_share(px_agent_t *a, float share);
+/* The training figures rank 0 sends with every heartbeat from now on
+ * (TrainStats in proto/phalanx.proto): after each committed step, its number,
+ * train loss, the tokens the job trained in it and its wall time (seconds <= 0:
+ * throughput unknown, the last one stays), and whether the group trains in
+ * DiLoCo rounds. Other ranks' calls are ignored: one summary per group. */
+void px_agent_set_train_stats(px_agent_t *a, int64_t step, float loss, double tokens, double seconds, int diloco);
+/* The latest eval loss (NaN: ignored) and the step it was measured at. */
+void px_agent_set_eval_loss(px_agent_t *a, int64_t step, float loss);
+/* A heal this process received (worker/heal.c): counted for the summary. */
+void px_agent_note_heal(px_agent_t *a, uint64_t bytes, int64_t ms);
 int px_agent_registered(px_agent_t *a);
 /* Highest quorum id the coordinator has mentioned (pushes and heartbeat acks). */
 int64_t px_agent_known_quorum_id(px_agent_t *a);

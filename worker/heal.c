@@ -135,6 +135,7 @@ static void heal_finished(px_heal_t *h, const char *source, int64_t qid, int64_t
     size_t bytes = px_state_bytes(h->state);
     double mb = (double)bytes / 1e6;
     h->heals++;
+    px_agent_note_heal(h->agent, bytes, ms);
     px_log_info("heal_finished source=%s quorum_id=%lld step=%lld bytes=%.1fMB ms=%lld rate=%.0fMB/s", source,
                 (long long)qid, (long long)h->state->step, mb, (long long)ms, ms > 0 ? mb * 1000.0 / (double)ms : 0.0);
     if (h->rank == 0) {

@@ -1734,9 +1734,11 @@ int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile s
                 int moved = t.st.step != from; /* 0: nobody had a round to give */
                 if (moved) {
                     px_agent_set_progress(agent, t.st.step, PHALANX__MEMBER_STATE__HEALTHY, t.qid);
+                    px_agent_set_train_stats(agent, t.st.step, loss, 0, 0, 1); /* the round's loss */
                     if (cfg->eval_every > 0 && t.st.step / cfg->eval_every > from / cfg->eval_every && t.my_index == 0 &&
                         (cfg->rank == 0 || t.shard)) { /* a sharded group evaluates together */
                         ev = eval_loss(&t);
+                        px_agent_set_eval_loss(agent, t.st.step, ev);
                         if (cfg->rank == 0) printf("eval step=%lld eval_loss=%.4f group=%s\n", (long long)t.st.step, ev, cfg->group);
                         fflush(stdout);
                     }
@@ -1752,6 +1754,7 @@ int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile s
                 if (moved && adopt) need = 1;
             } else if (cfg->progress && cfg->rank == 0) {
                 double ms = (double)(px_now_us() - t0) / 1000.0;
+                px_agent_set_train_stats(agent, t.st.step, loss, (double)batch_of(&t) * t.T * t.q.n, ms / 1000.0, 1);
                 printf("progress step=%lld loss=%.6f norm=%.6f ms=%.1f tok_s=%.0f groups=%d quorum=%lld group=%s "
                        "mode=diloco inner=%d/%d\n", (long long)cur_step(&t), loss, norm, ms,
                        ms > 0 ? (double)batch_of(&t) * t.T * 1000.0 / ms : 0, t.q.n, (long long)t.qid, cfg->group,
@@ -1769,8 +1772,11 @@ int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile s
         double ms = (double)(px_now_us() - t0) / 1000.0;
         note_comm_share(&t, (double)t.step_cross_us, ms * 1000.0);
         /* a sharded group evaluates together (its forward is collective) */
-        if (cfg->eval_every > 0 && t.st.step % cfg->eval_every == 0 && t.my_index == 0 && (cfg->rank == 0 || t.shard))
+        if (cfg->eval_every > 0 && t.st.step % cfg->eval_every == 0 && t.my_index == 0 && (cfg->rank == 0 || t.shard)) {
             ev = eval_loss(&t);
+            px_agent_set_eval_loss(agent, t.st.step, ev);
+        }
+        px_agent_set_train_stats(agent, t.st.step, loss, (double)cfg->global_batch * t.T, ms / 1000.0, 0);
         if (cfg->progress && cfg->rank == 0) {
             double tok_s = ms > 0 ? (double)cfg->global_batch * t.T * 1000.0 / ms : 0;
             printf("progress step=%lld loss=%.6f norm=%.6f ms=%.1f tok_s=%.0f groups=%d quorum=%lld group=%s%s",

@@ -407,8 +407,15 @@ def test_hostile(bindir):
         if not (e.get("group") == "fzhostile" and e.get("rank") == 0 and "host" in e):
             problems.append("the member_joined event lost its fields: %s" % json.dumps(e)[:400])
         status, html = get_raw(job, "/")
-        if b"<script>" in html:
-            problems.append("the dashboard shows the host unescaped")
+        if b"evil" in html:
+            problems.append("the dashboard page holds a peer's string (it must only draw from /api/history)")
+        status, hist = get_raw(job, "/api/history")
+        try:
+            h = json.loads(hist.decode("utf-8"))
+            if not any(g["name"] == "fzhostile" for g in h["groups"]):
+                problems.append("group not listed in /api/history")
+        except (UnicodeDecodeError, ValueError, KeyError) as e:
+            problems.append("/api/history is not valid UTF-8 JSON (%s): %r" % (e, hist[:200]))
         alive(job, "at the end")
         check(not problems, "a register whose host holds JSON metacharacters and invalid UTF-8:\n  "
               + "\n  ".join(problems))

@@ -49,8 +49,9 @@ static int g_failures;
 
 static int g_slow_builds, g_ok_builds;
 
-static int handler(void *ctx, const char *path, char **body, size_t *len, const char **type) {
+static int handler(void *ctx, const char *path, const char *query, char **body, size_t *len, const char **type) {
     (void)ctx;
+    (void)query;
     *type = "text/plain";
     if (!strcmp(path, "/slow")) { /* an expensive page, like /status of a big job */
         px_sleep_ms(5);

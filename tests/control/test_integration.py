@@ -4,6 +4,7 @@ new quorum_formed without its group must follow within the heartbeat timeout
 plus one tick (in practice far sooner: the closed TCP connection plus missed
 heartbeats are two signals). Restart it: it rejoins and a new quorum holds
 both groups again."""
+import json
 import os
 import signal
 import sys
@@ -74,7 +75,12 @@ def test(bindir):
         check(m["phalanx_members{state=\"healthy\"}"] == 4, "metrics: 4 healthy members: %s" % m)
         check(m["phalanx_quorum_groups"] == 2, "metrics: 2 quorum groups")
         html = job.get("/")
-        check("<table>" in html and "g1" in html, "dashboard lists the members")
+        check('id="loss-curve"' in html and "/api/history" in html, "the dashboard page draws from /api/history")
+        hist = json.loads(job.get("/api/history"))
+        groups = sorted(set(m["group"] for m in job.status()["members"]))
+        check(sorted(g["name"] for g in hist["groups"]) == groups, "/api/history lists the groups %s: %s" % (groups, hist))
+        check(any(e["type"] == "group_dropped" and e["group"] == "g1" for e in hist["events"]),
+              "/api/history marks g1's drop: %s" % hist["events"])
     finally:
         job.stop()
     # SIGTERM: the coordinator flushed and logged its stop.

@@ -10,6 +10,7 @@ failures: a group's process is killed (a failure, not a planned leave); with
 comm: rank 0 of every group heartbeats comm_share 0.9 under --auto-comm-share
   0.5: a switch to diloco whose reason names the communication share. A group
   sending NaN and one sending 7 are ignored (no crash; the mean stays 0.9)."""
+import json
 import os
 import subprocess
 import sys
@@ -104,7 +105,10 @@ def test_failures(bindir):
         m = job.metrics()
         check(m["phalanx_mode_diloco"] == 1 and m["phalanx_mode_switches_total"] == 1, "metrics: %s" % m)
         check(m["phalanx_failures_per_hour"] == 180 and "phalanx_comm_share" not in m, "metrics: %s" % m)
-        check("last switch: 1 group loss" in job.get("/"), "the page shows the reason")
+        hist = json.loads(job.get("/api/history"))
+        check(hist["mode_reason"] == ev["reason"], "/api/history mode_reason (the page shows it): %r" % hist["mode_reason"])
+        check(any(e["type"] == "mode_switched" and "1 group loss" in e["detail"] for e in hist["events"]),
+              "/api/history marks the switch: %s" % hist["events"])
         check("mode auto: diloco H=5" in job.get("/status.txt"), "the text view shows the mode")
 
         # The loss leaves the 20 s window: back to sync (0/h < 50/h, share unmeasured).

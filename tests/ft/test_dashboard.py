@@ -1,0 +1,216 @@
+"""What an operator watches, during a real job (phalanx-launch, 3 groups of
+`tiny`, one worker SIGKILLed):
+
+  metrics: /metrics parsed by Prometheus' own text-format parser
+           (prometheus_client.parser, PyPI prometheus-client): every family
+           has HELP and TYPE; the training figures are there and sane (loss
+           finite and > 0, committed steps increasing, step/recovery/heal
+           histograms consistent); the kill is counted as a recovery once the
+           job commits again, and the heal's bytes and seconds.
+  browser: the dashboard (/) rendered by headless Chromium: the loss curve
+           has points, a failure mark exists after the kill, the lanes match
+           /status's groups; a screenshot is saved and its path printed.
+
+Exits 77 (ctest SKIP_RETURN_CODE) with the reason when prometheus_client or
+chromium is missing: scripts/install-deps.sh installs both."""
+import math
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
+from phalanx_test import Fail, Launch, check, main_scenarios, make_corpus, wait_until  # noqa: E402
+
+SKIP = 77
+ARGS = ["--groups", "3", "--model", "tiny", "--steps", "100000"]
+WORKER = ["--", "--global-batch", "12", "--micro-batch", "4", "--eval-every", "10", "--eval-batches", "1"]
+
+
+def skip(why):
+    print("SKIP: %s" % why)
+    sys.exit(SKIP)
+
+
+def start_job(bindir, name):
+    data = make_corpus(bindir, tempfile.mkdtemp(prefix="phalanx-%s-data-" % name))
+    return Launch(bindir, ARGS + ["--data", data] + WORKER, name=name)
+
+
+def kill_and_recover(launch, group="g1"):
+    """SIGKILLs group's rank 0 and waits until its restarted process healed
+    and all three groups train again."""
+    pid = launch.pid_of(group)
+    check(pid, "%s is a live member" % group)
+    healed = len([e for e in launch.read_events() if e["type"] == "heal_finished" and e.get("group") == group])
+    os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: len([e for e in launch.read_events()
+                            if e["type"] == "heal_finished" and e.get("group") == group]) > healed,
+               60, "%s restarted and healed" % group, 0.2)
+    wait_until(lambda: sorted(launch.status()["quorum"]["groups"]) == ["g0", "g1", "g2"], 60,
+               "all three groups back in the quorum", 0.2)
+    s0 = launch.last_step()
+    wait_until(lambda: launch.last_step() >= s0 + 3, 60, "steps after the recovery", 0.2)
+
+
+def get(launch, path):
+    import urllib.request
+    with urllib.request.urlopen("http://%s%s" % (launch.http, path), timeout=5) as r:
+        return r.read().decode()
+
+
+def parse_metrics(launch):
+    from prometheus_client.parser import text_string_to_metric_families
+    text = get(launch, "/metrics")
+    fams = {}
+    for f in text_string_to_metric_families(text):
+        check(f.name not in fams, "metric family %s appears twice" % f.name)
+        fams[f.name] = f
+    # The parser accepts a family without HELP/TYPE: check them in the text.
+    for name, f in fams.items():
+        if f.type == "unknown":
+            raise Fail("metric %s has no TYPE line" % name)
+        check(re.search(r"^# HELP %s(_total)? \S" % re.escape(name), text, re.M), "metric %s has no HELP line" % name)
+    return fams
+
+
+def value(fams, name, suffix="", labels=None):
+    f = fams.get(name)
+    check(f is not None, "/metrics has no %s (families: %s)" % (name, sorted(fams)))
+    for s in f.samples:
+        if s.name == name + suffix and (labels is None or all(s.labels.get(k) == v for k, v in labels.items())):
+            return s.value
+    raise Fail("%s has no sample %s%s %s" % (name, name, suffix, labels or ""))
+
+
+def check_histogram(fams, name):
+    f = fams[name]
+    check(f.type == "histogram", "%s is a histogram, not %s" % (name, f.type))
+    buckets = [(float(s.labels["le"]), s.value) for s in f.samples if s.name == name + "_bucket"]
+    check(buckets and buckets[-1][0] == math.inf, "%s ends with le=+Inf" % name)
+    check(all(b[1] <= c[1] for b, c in zip(buckets, buckets[1:])), "%s buckets are cumulative: %s" % (name, buckets))
+    count = value(fams, name, "_count")
+    check(buckets[-1][1] == count, "%s: +Inf bucket %s == count %s" % (name, buckets[-1][1], count))
+    return count, value(fams, name, "_sum")
+
+
+def test_metrics(bindir):
+    try:
+        import prometheus_client.parser  # noqa: F401
+    except ImportError:
+        skip("prometheus_client is not installed (pip install prometheus-client; scripts/install-deps.sh does)")
+    launch = start_job(bindir, "metrics")
+    try:
+        wait_until(lambda: launch.last_step() >= 15, 90, "15 committed steps", 0.2)
+        # Telemetry reaches the coordinator with the next heartbeats.
+        wait_until(lambda: "phalanx_train_loss" in parse_metrics(launch), 10, "phalanx_train_loss", 0.2)
+        fams = parse_metrics(launch)
+        for name, typ in (("phalanx_train_loss", "gauge"), ("phalanx_tokens_per_second", "gauge"),
+                          ("phalanx_committed_steps", "counter"), ("phalanx_recoveries", "counter"),
+                          ("phalanx_heal_bytes", "counter"), ("phalanx_step_seconds", "histogram"),
+                          ("phalanx_recovery_seconds", "histogram"), ("phalanx_heal_seconds", "histogram")):
+            check(name in fams and fams[name].type == typ, "%s is a %s: %s" % (name, typ, fams.get(name)))
+        loss = value(fams, "phalanx_train_loss")
+        check(math.isfinite(loss) and loss > 0, "train loss finite and > 0: %s" % loss)
+        check(value(fams, "phalanx_tokens_per_second") > 0, "tokens/s > 0")
+        wait_until(lambda: "phalanx_eval_loss" in parse_metrics(launch), 30, "an eval loss (--eval-every 10)", 0.2)
+        ev = value(parse_metrics(launch), "phalanx_eval_loss")
+        check(math.isfinite(ev) and ev > 0, "eval loss finite and > 0: %s" % ev)
+        steps0 = value(fams, "phalanx_committed_steps", "_total")
+        check(steps0 >= 10, "committed steps counted: %s" % steps0)
+        n, total = check_histogram(fams, "phalanx_step_seconds")
+        check(n >= 1 and total > 0, "step seconds observed: count %s sum %s" % (n, total))
+        check(value(fams, "phalanx_recoveries", "_total") == 0, "no recovery before a failure")
+
+        kill_and_recover(launch)
+        fams = parse_metrics(launch)
+        steps1 = value(fams, "phalanx_committed_steps", "_total")
+        check(steps1 > steps0, "committed steps increase: %s -> %s" % (steps0, steps1))
+        check(value(fams, "phalanx_recoveries", "_total") >= 1, "the kill is counted as a recovery")
+        n, total = check_histogram(fams, "phalanx_recovery_seconds")
+        check(n >= 1 and 0 < total < 60, "recovery seconds observed: count %s sum %s" % (n, total))
+        check(value(fams, "phalanx_heal_bytes", "_total") > 0, "heal bytes counted")
+        n, total = check_histogram(fams, "phalanx_heal_seconds")
+        check(n >= 1 and total >= 0, "heal seconds observed: count %s" % n)
+        loss = value(fams, "phalanx_train_loss")
+        check(math.isfinite(loss) and loss > 0, "train loss after the recovery: %s" % loss)
+        print("metrics: loss %.4f, %d steps committed, recoveries %d (%.2f s), heal bytes %d" % (
+            loss, steps1, value(fams, "phalanx_recoveries", "_total"), value(fams, "phalanx_recovery_seconds", "_sum"),
+            value(fams, "phalanx_heal_bytes", "_total")))
+        # A bad query is refused with a reason, and the coordinator lives on.
+        import urllib.error
+        import urllib.request
+        try:
+            urllib.request.urlopen("http://%s/api/history?since=-1" % launch.http, timeout=5)
+            raise Fail("since=-1 was accepted")
+        except urllib.error.HTTPError as e:
+            check(e.code == 400 and b"since" in e.read(), "since=-1: 400 naming the parameter")
+        check(launch.status()["quorum"]["id"] > 0, "the coordinator still answers")
+    except Fail as e:
+        raise Fail("%s\nlauncher:\n%s" % (e, launch.tail(20)))
+    finally:
+        launch.terminate()
+
+
+def chromium():
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+def render(browser, url, args, timeout_s=60):
+    cmd = [browser, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+           "--virtual-time-budget=5000", "--window-size=1200,1400"] + args + [url]
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout_s)
+    check(r.returncode == 0, "%s failed (%d): %s" % (" ".join(cmd), r.returncode, r.stderr[-800:]))
+    return r.stdout
+
+
+def test_browser(bindir):
+    browser = chromium()
+    if not browser:
+        skip("chromium is not installed (apt-get install chromium; scripts/install-deps.sh does)")
+    launch = start_job(bindir, "dashboard")
+    try:
+        wait_until(lambda: launch.last_step() >= 10, 90, "10 committed steps", 0.2)
+        kill_and_recover(launch)
+        url = "http://%s/" % launch.http
+        dom = render(browser, url, ["--dump-dom"])
+        groups = sorted(set(m["group"] for m in launch.status()["members"]))
+        m = re.search(r'<svg id="loss-curve".*?</svg>', dom, re.S)
+        check(m, "the page has a loss curve; DOM:\n%s" % dom[:2000])
+        curve = m.group(0)
+        pts = [int(x) for x in re.findall(r'<path class="train"[^>]*data-points="(\d+)"', curve)]
+        check(pts and pts[0] >= 5, "the train loss path has points: %s" % pts)
+        check(re.search(r'<path class="train" d="M[\d.]+ [\d.]+L', curve), "the train path is drawn")
+        marks = re.findall(r'<line class="failure-mark"[^>]*data-group="([^"]*)"', curve)
+        check("g1" in marks, "a failure mark for the killed group g1: %s" % marks)
+        check(re.search(r'class="failure-mark".*?<title>[^<]*(group_dropped|member_lost)', curve, re.S),
+              "the failure mark's hover text names the event")
+        check(re.search(r'class="heal-mark"', curve), "a heal mark after the recovery")
+        lanes = sorted(re.findall(r'<g class="lane" data-group="([^"]*)"', dom))
+        check(lanes == groups, "the lanes %s match /status's groups %s" % (lanes, groups))
+        lane_g1 = re.search(r'<g class="lane" data-group="g1">.*?</g>', dom, re.S).group(0)
+        states = re.findall(r'data-state="(\w+)"', lane_g1)
+        check("lost" in states and states[-1] == "healthy", "g1's lane shows it lost, then healthy: %s" % states)
+        check(re.search(r'<svg id="throughput".*?<path class="tput"', dom, re.S), "throughput is drawn")
+        check(re.search(r'<li class="event group_dropped">', dom), "the events list shows the drop")
+        shot = os.path.join(launch.dir, "dashboard.png")
+        render(browser, url, ["--screenshot=%s" % shot])
+        check(os.path.getsize(shot) > 10000, "a screenshot was written")
+        print("dashboard screenshot: %s" % shot)
+        print("dashboard: %d loss points, failure marks for %s, lanes %s" % (pts[0], sorted(set(marks)), lanes))
+    except Fail as e:
+        raise Fail("%s\nlauncher:\n%s" % (e, launch.tail(20)))
+    finally:
+        launch.terminate()
+
+
+if __name__ == "__main__":
+    main_scenarios({"metrics": test_metrics, "browser": test_browser})
