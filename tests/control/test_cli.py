@@ -28,7 +28,9 @@ BAD = [
     ("phalanx-coordinator", ["--http", "127.0.0.1:99999"], "--http"),
     ("phalanx-coordinator", ["--job", "bad name"], "--job"),
     ("phalanx-coordinator", ["--mode", "fast"], "--mode"),
-    ("phalanx-coordinator", ["--mode", "auto", "--auto-failures-per-hour", "0"], "--auto-failures-per-hour"),
+    ("phalanx-coordinator", ["--mode", "auto", "--auto-failures-per-hour", "-1"], "--auto-failures-per-hour"),
+    ("phalanx-coordinator", ["--mode", "auto", "--auto-failures-per-hour", "0", "--auto-comm-share", "0"],
+     "--auto-comm-share 0"),  # both signals off: nothing could switch
     ("phalanx-coordinator", ["--mode", "auto", "--auto-comm-share", "1.5"], "--auto-comm-share"),
     ("phalanx-coordinator", ["--mode", "auto", "--auto-window", "0"], "--auto-window"),
     ("phalanx-coordinator", ["--mode", "auto", "--auto-hold", "-1"], "--auto-hold"),
