@@ -18,7 +18,8 @@ HELP = {
                        "--insecure", "--curve-secret-key-file", "--coordinator-public-key-file", "--mode sync|diloco|auto",
                        "--auto-failures-per-hour", "--auto-window"],
     "phalanx-data": ["--out", "--demo"],
-    "phalanxctl": ["status", "kill", "keygen", "--http", "--coordinator", "--curve-secret-key-file",
+    "phalanxctl": ["status", "events", "kill", "drain", "plot", "keygen", "--follow", "--type", "--group",
+                   "--wait-s", "--log-dir", "exit status", "--http", "--coordinator", "--curve-secret-key-file",
                    "--coordinator-public-key-file", "--coordinator-key", "--token-file", "--timeout-ms", "--out"],
 }
 
@@ -67,6 +68,9 @@ BAD = [
     ("phalanx-launch", ["--curve-secret-key-file", "k", "--coordinator", "tcp://127.0.0.1:1"],
      "--coordinator-public-key-file"),
     ("phalanxctl", ["keygen"], "--out"),
+    ("phalanxctl", ["plot"], "--out"),
+    ("phalanxctl", ["drain", "g1", "--wait-s", "-1"], "--wait-s"),
+    ("phalanxctl", ["events", "--events", "kafka:b:9092/t"], "--events"),
     ("phalanxctl", ["status", "--coordinator", "tcp://127.0.0.1:1", "--timeout-ms", "5"], "--timeout-ms"),
     ("phalanxctl", ["status", "--curve-secret-key-file", "k"], "--coordinator"),
 ]
