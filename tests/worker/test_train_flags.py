@@ -7,6 +7,8 @@ through phalanx-launch (which reads rank 0's lines in either format):
   3. the JSON lines (kept in LOG_DIR/worker-GROUP-0.out) parse with json,
      carry "kind" and the keys of the text line, and full precision: each
      loss and norm is a float32 written with 9 significant digits.
+  4. DiLoCo: JSON progress objects per inner step (inner, round) and an
+     outer_step object per outer step.
 The launcher shows steps from the JSON lines as it does from the text ones."""
 import glob
 import json
@@ -86,6 +88,18 @@ def test(bindir):
     check(a[1]["loss"] == b[1]["loss"], "step 1's loss comes before any update: equal (%r, %r)" %
           (a[1]["loss"], b[1]["loss"]))
     check(any(a[s]["loss"] != b[s]["loss"] for s in range(2, STEPS + 1)), "--beta2 changes the losses after step 1")
+
+    # DiLoCo: inner steps are progress objects with inner/round, each outer step an outer_step object
+    diloco, _ = run(bindir, data, ["--mode", "diloco", "--inner-steps", "3", "--progress-format", "json"],
+                    "flags-diloco")
+    objs = [json.loads(ln) for ln in lines_of(diloco) if ln.startswith("{")]
+    outer = [o for o in objs if o["kind"] == "outer_step"]
+    inner = [o for o in objs if o["kind"] == "progress"]
+    check(len(outer) == STEPS // 3 and all(o["mode"] == "diloco" and "wire_bytes" in o for o in outer),
+          "an outer_step object per outer step: %s" % outer)
+    check(inner and all(o["mode"] == "diloco" and 1 <= o["inner"] <= o["round"] == 3 for o in inner),
+          "inner steps carry inner/round: %s" % inner[:2])
+    check(any("outer step" in ln for ln in diloco.output()), "the launcher shows the JSON outer steps")
 
 
 if __name__ == "__main__":
