@@ -183,7 +183,8 @@ int px_worker_main(int argc, char **argv) {
     };
     px_trainer_config_t tc = {
         .model = "tiny", .data = "data/demo", .global_batch = 16, .micro_batch = 4, .lr = 1e-3f, .min_lr = 1e-4f,
-        .warmup = 10, .weight_decay = 0.1f, .grad_clip = 1.0f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .seed = 1337, .threads = 1, .eval_batches = 4,
+        .warmup = 10, .weight_decay = 0.1f, .grad_clip = 1.0f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+        .seed = 1337, .threads = 1, .eval_batches = 4,
         .comm_timeout_ms = 30000, .progress = 1, .checkpoint_every = 100, .checkpoint_keep = 3,
         .schedule = PX_SCHED_1F1B, .mode = PX_MODE_SYNC, .inner_steps = 50, .fragments = 1, .outer_lr = 0.7f, .outer_momentum = 0.9f,
     };
