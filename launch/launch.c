@@ -9,8 +9,10 @@
  * (deploy/).
  *
  * Workers' rank 0 print machine-readable lines on stdout ("progress ...",
- * "event ...", "final ..."), read here through pipes; everything else they
- * log goes to files under --log-dir.
+ * "event ...", "final ...", or with --progress-format json JSON objects
+ * {"kind":"progress",...} with the same keys), read here through pipes and
+ * kept as they came in LOG_DIR/worker-GROUP-0.out (what `phalanxctl plot`
+ * draws); everything else they log goes to files under --log-dir.
  *
  * Every child dies with the launcher, even one killed with SIGKILL (a
  * parent-death signal, px_child.h): a job never outlives its supervisor.
@@ -64,6 +66,7 @@ typedef struct {
     int rank;
     pid_t pid;
     int fd;                 /* stdout pipe (rank 0) or -1 */
+    FILE *out;              /* LOG_DIR/worker-GROUP-0.out: the pipe's lines, kept; NULL until the first */
     char buf[LINE_MAX_LEN];
     size_t used;
     int done;               /* exited 0 after "final" */
@@ -334,22 +337,36 @@ static int start_coordinator(launch_t *L) {
 
 /* ---- what the workers say ---------------------------------------------- */
 
+/* The value of `key` in a worker's line: " key=VALUE" in a text line, or
+ * "key":VALUE in a JSON one (a string's quotes dropped; the workers' strings
+ * hold no escapes or commas other than a group list's). */
 static const char *field(const char *line, const char *key, char *out, size_t len) {
     char pat[64];
-    snprintf(pat, sizeof pat, " %s=", key);
+    int json = line[0] == '{';
+    snprintf(pat, sizeof pat, json ? "\"%s\":" : " %s=", key);
     const char *p = strstr(line, pat);
     if (!p) return NULL;
     p += strlen(pat);
-    size_t n = strcspn(p, " \n");
+    size_t n;
+    if (json && *p == '"') n = strcspn(++p, "\"");
+    else n = strcspn(p, json ? ",}" : " \n");
     if (n >= len) n = len - 1;
     memcpy(out, p, n);
     out[n] = '\0';
     return out;
 }
 
+/* Whether a worker's line is of this kind: "KIND ..." or "event kind=KIND"
+ * in text, {"kind":"KIND",...} in JSON. */
+static int is_kind(const char *line, const char *text_prefix, const char *kind) {
+    char pat[64];
+    snprintf(pat, sizeof pat, "{\"kind\":\"%s\"", kind);
+    return !strncmp(line, text_prefix, strlen(text_prefix)) || !strncmp(line, pat, strlen(pat));
+}
+
 static void on_line(launch_t *L, worker_t *w, const char *line) {
     char a[64], b[64], c[64], d[64], e[64], ep[512];
-    if (!strncmp(line, "progress ", 9)) {
+    if (is_kind(line, "progress ", "progress")) {
         long long step = field(line, "step", a, sizeof a) ? atoll(a) : -1;
         if (step > L->last_step) {
             L->last_step = step;
@@ -363,7 +380,7 @@ static void on_line(launch_t *L, worker_t *w, const char *line) {
                     field(line, "tok_s", d, sizeof d) ? d : "?", field(line, "quorum", a, sizeof a) ? a : "?",
                     field(line, "eval_loss", e, sizeof e) ? " | eval " : "", field(line, "eval_loss", e, sizeof e) ? e : "");
         }
-    } else if (!strncmp(line, "event kind=outer_step", 21)) {
+    } else if (is_kind(line, "event kind=outer_step", "outer_step")) {
         char f[32]; /* Streaming DiLoCo: which fragment ("0/1" without) */
         int streaming = field(line, "fragment", f, sizeof f) && strlen(f) > 2 && strcmp(f + strlen(f) - 2, "/1") != 0;
         say(L, "  * outer step %s at step %s: groups %s, %s with a round to give | loss %s | %s bytes sent%s%s",
@@ -408,6 +425,18 @@ static void on_line(launch_t *L, worker_t *w, const char *line) {
     }
 }
 
+/* Appends a line of rank 0's stdout to LOG_DIR/worker-GROUP-0.out. */
+static void keep_line(launch_t *L, worker_t *w, const char *line) {
+    if (!w->out) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/worker-%s-%d.out", L->cfg.log_dir, w->group, w->rank);
+        w->out = fopen(path, "a");
+        if (!w->out) return;
+    }
+    fprintf(w->out, "%s\n", line);
+    fflush(w->out); /* readable while the job runs */
+}
+
 static void read_worker(launch_t *L, worker_t *w) {
     for (;;) {
         ssize_t r = read(w->fd, w->buf + w->used, sizeof w->buf - 1 - w->used);
@@ -423,6 +452,7 @@ static void read_worker(launch_t *L, worker_t *w) {
         char *start = w->buf, *nl;
         while ((nl = strchr(start, '\n'))) {
             *nl = '\0';
+            keep_line(L, w, start);
             on_line(L, w, start);
             start = nl + 1;
         }
@@ -919,6 +949,8 @@ int main(int argc, char **argv) {
            L.mode_switches);
     fflush(stdout);
     if (L.events_in) fclose(L.events_in);
+    for (int i = 0; i < L.n; i++)
+        if (L.w[i].out) fclose(L.w[i].out);
     free(L.commit_ms);
     free(L.fail_ms);
     return rc;

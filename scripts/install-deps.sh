@@ -10,13 +10,15 @@ BUILD_PKGS="build-essential cmake pkg-config libzmq3-dev libprotobuf-c-dev proto
 librdkafka-dev libxxhash-dev libjansson-dev libopenblas-dev libgloo-dev fortunes"
 # What the tests and the demo use besides: kcat reads Kafka, valgrind checks
 # memory, podman/runc/debootstrap build and run the image (deploy/), chromium
-# renders the dashboard headless (tests/control/test_dashboard.py).
-TEST_PKGS="kcat curl python3 python3-pip valgrind podman runc debootstrap chromium"
+# renders the dashboard headless (tests/ft/test_dashboard.py),
+# python3-matplotlib draws `phalanxctl plot` (and `make demo`'s loss.png).
+TEST_PKGS="kcat curl python3 python3-pip python3-matplotlib valgrind podman runc debootstrap chromium"
 # Each entry is DIST:MODULE (the name pip installs, the name python imports).
 # safetensors: the checkpoint tool's export is read back with Hugging Face's own reader.
 # kubernetes-validate: the rendered manifests are checked against Kubernetes' schemas.
 # prometheus-client: /metrics is parsed by Prometheus' own text-format parser.
-PYPKGS="safetensors:safetensors numpy:numpy kubernetes-validate:kubernetes_validate prometheus-client:prometheus_client"
+# matplotlib: for a python3 on PATH other than Debian's (which has python3-matplotlib).
+PYPKGS="safetensors:safetensors numpy:numpy kubernetes-validate:kubernetes_validate prometheus-client:prometheus_client matplotlib:matplotlib"
 
 PKGS="$BUILD_PKGS $TEST_PKGS"
 BUILD_ONLY=0

@@ -79,3 +79,9 @@ set_tests_properties(control_http PROPERTIES TIMEOUT 60)
 # PHALANX_CHURN_S shortens the churn for a quick run.
 px_add_py_test(control_limits ${CMAKE_CURRENT_LIST_DIR}/control/test_limits.py $<TARGET_FILE_DIR:phalanx-coordinator>)
 set_tests_properties(control_limits PROPERTIES TIMEOUT 180)
+# phalanxctl's operator commands against real processes: kill's host and
+# process checks, events with filters and --follow, drain as a planned leave,
+# plot from a short real run (skips without matplotlib).
+px_add_py_scenarios(control_phalanxctl ${CMAKE_CURRENT_LIST_DIR}/control/test_phalanxctl.py
+                    $<TARGET_FILE_DIR:phalanx-coordinator> 300 kill_events drain plot)
+set_tests_properties(control_phalanxctl_plot PROPERTIES SKIP_RETURN_CODE 77) # no matplotlib

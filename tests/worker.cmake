@@ -14,3 +14,9 @@ set_tests_properties(worker_agent PROPERTIES TIMEOUT 60)
 px_add_py_test(worker_device_flag ${CMAKE_CURRENT_LIST_DIR}/worker/test_device_flag.py
                $<TARGET_FILE_DIR:phalanx-worker>)
 set_tests_properties(worker_device_flag PROPERTIES TIMEOUT 120)
+
+# --beta1/--beta2/--eps (defaults bit for bit the old constants) and
+# --progress-format json through phalanx-launch: lines parse, full precision.
+px_add_py_test(worker_train_flags ${CMAKE_CURRENT_LIST_DIR}/worker/test_train_flags.py
+               $<TARGET_FILE_DIR:phalanx-worker>)
+set_tests_properties(worker_train_flags PROPERTIES TIMEOUT 300)

@@ -1,14 +1,31 @@
 /* phalanxctl: the operator's command line for a running job.
  *   phalanxctl status [--json]          what the coordinator knows
+ *   phalanxctl events [--follow] [--type T]... [--group G]
+ *                                       the coordinator's event log (file sink)
  *   phalanxctl kill GROUP/RANK [--signal N]
  *                                       signal a worker on this host (chaos drills)
+ *   phalanxctl drain GROUP              SIGTERM a group's workers on this host: they
+ *                                       leave at a step boundary, a planned leave
+ *   phalanxctl plot [--log-dir DIR] --out FILE.png
+ *                                       the loss with drops and heals, after a run
  *   phalanxctl keygen --out PREFIX      a CURVE key pair: PREFIX.key, PREFIX.pub
- * status and kill read the coordinator's /status document, over HTTP by
- * default (no credentials: the status server is read-only), or over the
+ * status, kill and drain read the coordinator's /status document, over HTTP
+ * by default (no credentials: the status server is read-only), or over the
  * ZeroMQ control plane with --coordinator, presenting this tool's own CURVE
- * keys and the job token when the coordinator requires them. */
+ * keys and the job token when the coordinator requires them.
+ *
+ * kill and drain act on processes by pid, which means something only on the
+ * pid's own host and only while the process lives: both refuse a member whose
+ * host in /status is not this machine, or whose pid is not a phalanx-worker
+ * of that group now (/proc/PID/cmdline), so a stale or foreign pid is never
+ * signalled. drain needs nothing new from the protocol: a worker that gets
+ * SIGTERM finishes its step, reports its own departure and exits 0, which
+ * the coordinator records as a planned leave (member_lost reason
+ * self_reported, not counted as a failure). */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <ifaddrs.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -26,20 +43,36 @@
 
 static const char *PROG = "phalanxctl";
 
+#define MAX_TYPES 16
+
 typedef struct {
     const char *cmd, *target, *out;
     char host[256];
     int port, json, sig, timeout_ms;
+    int follow, wait_s;
+    const char *events, *group, *log_dir;
+    const char *types[MAX_TYPES];
+    int n_types;
     const char *coordinator;           /* ZeroMQ endpoint: status over the control plane */
     const char *secret, *server_file, *server_key;
     char *token;
 } opts_t;
 
 static void usage(void) {
-    printf("usage: %s COMMAND [flags]\n\n"
+    printf("usage: %s COMMAND [flags]   (%s COMMAND --help: the same text)\n\n"
            "commands:\n"
            "  status                 print the job's quorum and members\n"
-           "  kill GROUP/RANK        send a signal to that worker (it must run on this host)\n"
+           "  events                 print the coordinator's event log (JSON lines), optionally filtered;\n"
+           "                         reads the file sink (--events file:PATH) only: for a Kafka sink use\n"
+           "                         kcat -b BROKER -t TOPIC -C -e -o beginning\n"
+           "  kill GROUP/RANK        send a signal to that worker (chaos drills); refused unless /status\n"
+           "                         places it on this host and its pid is that group's phalanx-worker\n"
+           "  drain GROUP            planned maintenance: SIGTERM every worker of GROUP (all must run on this\n"
+           "                         host, checked as kill); each finishes its step, reports its departure and\n"
+           "                         exits 0; the coordinator drops the group as a planned leave (not a\n"
+           "                         failure) and the other groups go on; waits until it has left\n"
+           "  plot --out FILE.png    draw train and eval loss over steps, with a mark at each group drop and\n"
+           "                         heal, from a phalanx-launch log folder (python3 with matplotlib)\n"
            "  keygen --out PREFIX    write a CURVE key pair: PREFIX.key (secret, mode 0600) and PREFIX.pub\n\n"
            "flags (default in brackets):\n"
            "  --http HOST:PORT       the coordinator's status server [127.0.0.1:8080]\n"
@@ -50,10 +83,22 @@ static void usage(void) {
            "  --token-file PATH      with --coordinator: the job token to present [none]\n"
            "  --timeout-ms N         with --coordinator: wait for the answer, 100..600000 [5000]\n"
            "  --json                 status: print the raw /status JSON (always so with --coordinator)\n"
+           "  --events SPEC          events: the coordinator's --events, file:PATH or PATH\n"
+           "                         [file:LOG_DIR/events.jsonl]\n"
+           "  --log-dir DIR          events, plot: phalanx-launch's --log-dir [phalanx-run]\n"
+           "  --follow               events: keep printing new events as they come (until SIGINT)\n"
+           "  --type T               events: only events of type T (repeatable, up to %d)\n"
+           "  --group G              events: only events whose \"group\" is G\n"
            "  --signal N             kill: signal number [9]\n"
-           "  --out PREFIX           keygen: where to write the key pair (refuses to overwrite) [none]\n"
-           "  --help                 this text\n",
-           PROG);
+           "  --wait-s N             drain: wait up to N s for the group to leave, 0 = do not wait,\n"
+           "                         0..86400 [120]\n"
+           "  --out PATH             keygen: where to write the key pair (refuses to overwrite); plot: the PNG\n"
+           "  --help                 this text\n\n"
+           "exit status: 0 done; 1 it could not be done (coordinator unreachable or refusing, no such live\n"
+           "member, a member not on this host or not a phalanx-worker, signal refused, event log unreadable,\n"
+           "drain: the group still there after --wait-s, plot: no data or no matplotlib); 2 bad usage (unknown\n"
+           "command or flag, bad value)\n",
+           PROG, PROG, MAX_TYPES);
 }
 
 /* ---- fetching /status --------------------------------------------------- */
@@ -232,6 +277,78 @@ static int find_member(const char *json, const char *group, int rank, char *host
     return (int)pid;
 }
 
+/* Whether `host` (a member's host in /status: its gethostname) names this
+ * machine: the same name, "localhost", or an address of one of this
+ * machine's interfaces. */
+static int host_is_here(const char *host) {
+    char here[HOST_NAME_MAX + 1] = "";
+    gethostname(here, sizeof here - 1);
+    if (!host[0]) return 0;
+    if (!strcmp(host, here) || !strcmp(host, "localhost")) return 1;
+    struct ifaddrs *ifs, *i;
+    if (getifaddrs(&ifs) != 0) return 0;
+    int found = 0;
+    for (i = ifs; i && !found; i = i->ifa_next) {
+        if (!i->ifa_addr || (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6)) continue;
+        char a[INET6_ADDRSTRLEN];
+        const void *src = i->ifa_addr->sa_family == AF_INET ? (const void *)&((struct sockaddr_in *)i->ifa_addr)->sin_addr
+                                                            : (const void *)&((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr;
+        found = inet_ntop(i->ifa_addr->sa_family, src, a, sizeof a) && !strcmp(a, host);
+    }
+    freeifaddrs(ifs);
+    return found;
+}
+
+/* Whether pid is, now, a phalanx-worker of `group` (its argv read from
+ * /proc/PID/cmdline: the program's name, and --group when given there). */
+static int is_worker_of(int pid, const char *group, char *why, size_t cap) {
+    char path[64], argv[8192];
+    snprintf(path, sizeof path, "/proc/%d/cmdline", pid);
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(argv, 1, sizeof argv - 1, f) : 0;
+    if (f) fclose(f);
+    if (n == 0) {
+        snprintf(why, cap, "no process %d on this host (it exited?)", pid);
+        return 0;
+    }
+    argv[n] = '\0';
+    const char *prog = strrchr(argv, '/') ? strrchr(argv, '/') + 1 : argv;
+    if (strcmp(prog, "phalanx-worker") != 0) {
+        snprintf(why, cap, "pid %d is '%.100s', not a phalanx-worker (a stale pid?)", pid, argv);
+        return 0;
+    }
+    for (const char *a = argv; a < argv + n; a += strlen(a) + 1) {
+        if (strcmp(a, "--group") != 0 || a + strlen(a) + 1 >= argv + n) continue;
+        const char *g = a + strlen(a) + 1;
+        if (strcmp(g, group) != 0) {
+            snprintf(why, cap, "pid %d is a phalanx-worker of group '%s', not of '%s' (a stale pid?)", pid, g, group);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* The pid of live member group/rank in `json` when it runs here as a
+ * phalanx-worker of that group; -1 when it is not a live member (quiet),
+ * -2 when it is one we must not signal (said why on stderr). */
+static int local_worker(const char *json, const char *group, int rank) {
+    char host[256], why[300];
+    int pid = find_member(json, group, rank, host, sizeof host);
+    if (pid <= 0) return -1;
+    if (!host_is_here(host)) { /* a pid means something only on its own host */
+        char here[HOST_NAME_MAX + 1] = "";
+        gethostname(here, sizeof here - 1);
+        fprintf(stderr, "%s: %s/%d runs on host '%s', not on this host '%s': only local processes are signalled "
+                "(run phalanxctl on that host)\n", PROG, group, rank, host[0] ? host : "(unknown)", here);
+        return -2;
+    }
+    if (!is_worker_of(pid, group, why, sizeof why)) {
+        fprintf(stderr, "%s: %s/%d: %s: refusing to signal it\n", PROG, group, rank, why);
+        return -2;
+    }
+    return pid;
+}
+
 static int cmd_kill(const opts_t *o) {
     char group[64];
     int rank;
@@ -241,26 +358,175 @@ static int cmd_kill(const opts_t *o) {
     }
     char *body = fetch_status(o, 1);
     if (!body) return 1;
-    char host[256], here[256] = "";
-    int pid = find_member(body, group, rank, host, sizeof host);
+    int pid = local_worker(body, group, rank);
     free(body);
-    if (pid <= 0) {
-        fprintf(stderr, "%s: no live member %s/%d in the coordinator's status\n", PROG, group, rank);
-        return 1;
-    }
-    gethostname(here, sizeof here - 1);
-    /* A pid means something only on its own host: here it could be anyone's process. */
-    if (!host[0] || strcmp(host, here) != 0) {
-        fprintf(stderr, "%s: %s/%d runs on host '%s', not on this host '%s': kill signals local processes only "
-                "(run phalanxctl on that host)\n", PROG, group, rank, host[0] ? host : "(unknown)", here);
-        return 1;
-    }
+    if (pid == -1) fprintf(stderr, "%s: no live member %s/%d in the coordinator's status\n", PROG, group, rank);
+    if (pid < 0) return 1;
     if (kill(pid, o->sig) != 0) {
         fprintf(stderr, "%s: kill(%d, %d): %s\n", PROG, pid, o->sig, strerror(errno));
         return 1;
     }
     printf("sent signal %d to %s/%d (pid %d)\n", o->sig, group, rank, pid);
     return 0;
+}
+
+/* ---- drain -------------------------------------------------------------- */
+
+#define MAX_RANKS 1024 /* the worker's --ranks-per-group limit */
+
+/* Whether group has a live member in the coordinator's status: 1, 0, or -1
+ * when the status cannot be read. */
+static int group_present(const opts_t *o, const char *group) {
+    char *body = fetch_status(o, 1);
+    if (!body) return -1;
+    char host[256];
+    int present = 0;
+    for (int r = 0; r < MAX_RANKS && !present; r++) present = find_member(body, group, r, host, sizeof host) > 0;
+    free(body);
+    return present;
+}
+
+static int cmd_drain(const opts_t *o) {
+    const char *group = o->target;
+    if (!group || strchr(group, '/')) {
+        fprintf(stderr, "%s: drain needs a GROUP (all its ranks leave), e.g. 'phalanxctl drain g1'\n", PROG);
+        return 2;
+    }
+    char *body = fetch_status(o, 1);
+    if (!body) return 1;
+    int pids[MAX_RANKS], ranks[MAX_RANKS], n = 0, refused = 0;
+    for (int r = 0; r < MAX_RANKS; r++) { /* every rank checked before any is signalled: all or none */
+        int pid = local_worker(body, group, r);
+        if (pid == -2) refused = 1;
+        if (pid > 0) pids[n] = pid, ranks[n++] = r;
+    }
+    free(body);
+    if (refused) return 1;
+    if (n == 0) {
+        fprintf(stderr, "%s: no live member of group '%s' in the coordinator's status\n", PROG, group);
+        return 1;
+    }
+    for (int i = 0; i < n; i++) {
+        if (kill(pids[i], SIGTERM) != 0) {
+            fprintf(stderr, "%s: kill(%d, SIGTERM) for %s/%d: %s\n", PROG, pids[i], group, ranks[i], strerror(errno));
+            return 1;
+        }
+        printf("draining %s/%d: SIGTERM to pid %d\n", group, ranks[i], pids[i]);
+    }
+    fflush(stdout);
+    if (o->wait_s == 0) return 0;
+    int64_t deadline = px_now_ms() + (int64_t)o->wait_s * 1000;
+    for (;;) {
+        int present = group_present(o, group);
+        if (present == 0) {
+            printf("group %s left the job\n", group);
+            return 0;
+        }
+        if (px_now_ms() > deadline) {
+            fprintf(stderr, "%s: group %s still in the coordinator's status after %d s\n", PROG, group, o->wait_s);
+            return 1;
+        }
+        px_sleep_ms(200);
+    }
+}
+
+/* ---- events ------------------------------------------------------------- */
+
+static volatile sig_atomic_t g_interrupted;
+static void on_interrupt(int sig) { (void)sig, g_interrupted = 1; }
+
+/* The event log's path from --events (file:PATH or PATH) or --log-dir; NULL
+ * with a message for a sink this tool cannot read. */
+static const char *events_path(const opts_t *o, char *buf, size_t cap) {
+    if (!o->events) {
+        snprintf(buf, cap, "%s/events.jsonl", o->log_dir);
+        return buf;
+    }
+    if (!strncmp(o->events, "file:", 5)) return o->events + 5;
+    if (!strncmp(o->events, "kafka:", 6) || !strcmp(o->events, "none")) {
+        fprintf(stderr, "%s: --events '%s': only the file sink can be read here; for Kafka: "
+                "kcat -b BROKER -t TOPIC -C -e -o beginning\n", PROG, o->events);
+        return NULL;
+    }
+    return o->events;
+}
+
+/* Whether an event line passes --type and --group. The coordinator writes
+ * "type":"T" and "group":"G" with no space (events.md); "peer_group" and
+ * "groups" do not match "group". */
+static int event_wanted(const opts_t *o, const char *line) {
+    char pat[160];
+    int ok = o->n_types == 0;
+    for (int i = 0; i < o->n_types && !ok; i++) {
+        snprintf(pat, sizeof pat, "\"type\":\"%s\"", o->types[i]);
+        ok = strstr(line, pat) != NULL;
+    }
+    if (ok && o->group) {
+        snprintf(pat, sizeof pat, "\"group\":\"%s\"", o->group);
+        ok = strstr(line, pat) != NULL;
+    }
+    return ok;
+}
+
+static int cmd_events(const opts_t *o) {
+    char buf[4200];
+    const char *path = events_path(o, buf, sizeof buf);
+    if (!path) return 2;
+    signal(SIGINT, on_interrupt);
+    signal(SIGPIPE, SIG_DFL); /* `phalanxctl events --follow | head` ends quietly */
+    FILE *f = fopen(path, "r");
+    while (!f && o->follow && errno == ENOENT && !g_interrupted) { /* the coordinator has not written it yet */
+        px_sleep_ms(200);
+        f = fopen(path, "r");
+    }
+    if (!f) {
+        if (g_interrupted) return 0;
+        fprintf(stderr, "%s: cannot read the event log '%s': %s (the coordinator's --events file:PATH; "
+                "--events or --log-dir say where)\n", PROG, path, strerror(errno));
+        return 1;
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    while (!g_interrupted) {
+        long at = ftell(f);
+        ssize_t n = getline(&line, &cap, f);
+        if (n > 0 && line[n - 1] == '\n') {
+            if (event_wanted(o, line)) fputs(line, stdout);
+            continue;
+        }
+        if (!o->follow) break; /* the end (a line being written is left out) */
+        fflush(stdout);
+        fseek(f, at, SEEK_SET); /* a line still being written: read it whole later */
+        clearerr(f);
+        px_sleep_ms(200);
+    }
+    free(line);
+    fclose(f);
+    return 0;
+}
+
+/* ---- plot --------------------------------------------------------------- */
+
+/* tools/phalanx_plot.py, copied next to this binary by the build. */
+static int cmd_plot(const opts_t *o, const char *argv0) {
+    if (!o->out) {
+        fprintf(stderr, "%s: plot needs --out FILE.png\n", PROG);
+        return 2;
+    }
+    char exe[PATH_MAX] = "", script[PATH_MAX + 32];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) exe[n] = '\0';
+    else snprintf(exe, sizeof exe, "%s", argv0);
+    char *slash = strrchr(exe, '/');
+    snprintf(script, sizeof script, "%.*s/phalanx_plot.py", slash ? (int)(slash - exe) : 1, slash ? exe : ".");
+    if (access(script, R_OK) != 0) {
+        fprintf(stderr, "%s: plot: cannot find %s (it is copied next to phalanxctl by the build)\n", PROG, script);
+        return 1;
+    }
+    fflush(stdout);
+    execlp("python3", "python3", script, "--log-dir", o->log_dir, "--out", o->out, (char *)NULL);
+    fprintf(stderr, "%s: plot: cannot run python3: %s (install it: scripts/install-deps.sh)\n", PROG, strerror(errno));
+    return 1;
 }
 
 /* ---- keygen ------------------------------------------------------------- */
@@ -291,6 +557,9 @@ static void parse(opts_t *o, int argc, char **argv) {
         } else if (!strcmp(a, "--json")) {
             o->json = 1;
             continue;
+        } else if (!strcmp(a, "--follow")) {
+            o->follow = 1;
+            continue;
         } else if (a[0] != '-' && !o->target) {
             o->target = a;
             continue;
@@ -304,6 +573,17 @@ static void parse(opts_t *o, int argc, char **argv) {
         else if (!strcmp(a, "--token-file")) o->token = px_flag_token_file(PROG, a, v);
         else if (!strcmp(a, "--timeout-ms")) o->timeout_ms = (int)px_flag_int(PROG, a, v, 100, 600000);
         else if (!strcmp(a, "--out")) o->out = px_flag_str(PROG, a, v, 4000);
+        else if (!strcmp(a, "--events")) o->events = px_flag_str(PROG, a, v, 4000);
+        else if (!strcmp(a, "--log-dir")) o->log_dir = px_flag_str(PROG, a, v, 4000);
+        else if (!strcmp(a, "--group")) o->group = px_flag_str(PROG, a, v, 63);
+        else if (!strcmp(a, "--wait-s")) o->wait_s = (int)px_flag_int(PROG, a, v, 0, 86400);
+        else if (!strcmp(a, "--type")) {
+            if (o->n_types == MAX_TYPES) {
+                fprintf(stderr, "%s: --type: at most %d types\n", PROG, MAX_TYPES);
+                exit(2);
+            }
+            o->types[o->n_types++] = px_flag_str(PROG, a, v, 63);
+        }
         else px_flag_unknown(PROG, a);
         i++;
     }
@@ -319,7 +599,8 @@ int main(int argc, char **argv) {
         usage();
         return argc < 2 ? 2 : 0;
     }
-    opts_t o = {.cmd = argv[1], .host = "127.0.0.1", .port = 8080, .sig = SIGKILL, .timeout_ms = 5000};
+    opts_t o = {.cmd = argv[1], .host = "127.0.0.1", .port = 8080, .sig = SIGKILL, .timeout_ms = 5000,
+                .wait_s = 120, .log_dir = "phalanx-run"};
     parse(&o, argc, argv);
     int rc = 2;
     if (!strcmp(o.cmd, "status")) {
@@ -330,6 +611,12 @@ int main(int argc, char **argv) {
         free(body);
     } else if (!strcmp(o.cmd, "kill")) {
         rc = cmd_kill(&o);
+    } else if (!strcmp(o.cmd, "events")) {
+        rc = cmd_events(&o);
+    } else if (!strcmp(o.cmd, "drain")) {
+        rc = cmd_drain(&o);
+    } else if (!strcmp(o.cmd, "plot")) {
+        rc = cmd_plot(&o, argv[0]);
     } else if (!strcmp(o.cmd, "keygen")) {
         rc = cmd_keygen(&o);
     } else {

@@ -74,13 +74,14 @@ int px_compute_backward(px_compute_t *c, float loss_scale) {
     return px_gpt_backward(c->host, loss_scale);
 }
 
-float px_compute_clip_adamw(px_compute_t *c, float grad_clip, float lr, float weight_decay, int t) {
+float px_compute_clip_adamw(px_compute_t *c, float grad_clip, float lr, float beta1, float beta2, float eps,
+                            float weight_decay, int t) {
     if (c->gpu) {
         c->mirror_valid = 0;
-        return px_compute_gpu_clip_adamw(c->gpu, grad_clip, lr, weight_decay, t);
+        return px_compute_gpu_clip_adamw(c->gpu, grad_clip, lr, beta1, beta2, eps, weight_decay, t);
     }
     float norm = px_gpt_clip_grads(c->host, grad_clip);
-    px_gpt_adamw_step(c->host, lr, 0.9f, 0.95f, 1e-8f, weight_decay, t);
+    px_gpt_adamw_step(c->host, lr, beta1, beta2, eps, weight_decay, t);
     return norm;
 }
 

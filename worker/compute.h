@@ -55,8 +55,10 @@ float px_compute_forward(px_compute_t *c, const int *inputs, const int *targets,
 /* Accumulates loss_scale * gradients of the last forward. 0, or -1. */
 int px_compute_backward(px_compute_t *c, float loss_scale);
 /* Clips the (reduced) gradients by their global norm and takes one AdamW
- * step (t: 1-based). Returns the norm before clipping. */
-float px_compute_clip_adamw(px_compute_t *c, float grad_clip, float lr, float weight_decay, int t);
+ * step (t: 1-based; beta1, beta2, eps as px_gpt_adamw_step). Returns the
+ * norm before clipping. */
+float px_compute_clip_adamw(px_compute_t *c, float grad_clip, float lr, float beta1, float beta2, float eps,
+                            float weight_decay, int t);
 
 /* The buffer the reduction sums in place: num_params gradients, then
  * PX_GPT_GRADS_SPARE floats of room whose first PX_VOTE_N hold the vote's

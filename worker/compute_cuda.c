@@ -79,9 +79,10 @@ float px_compute_gpu_forward(px_compute_gpu_t *g, const int *inputs, const int *
 
 int px_compute_gpu_backward(px_compute_gpu_t *g, float loss_scale) { return px_gpt_cuda_backward(g->m, loss_scale); }
 
-float px_compute_gpu_clip_adamw(px_compute_gpu_t *g, float grad_clip, float lr, float weight_decay, int t) {
+float px_compute_gpu_clip_adamw(px_compute_gpu_t *g, float grad_clip, float lr, float beta1, float beta2, float eps,
+                                float weight_decay, int t) {
     float norm = px_gpt_cuda_clip_grads(g->m, grad_clip);
-    px_gpt_cuda_adamw_step(g->m, lr, 0.9f, 0.95f, 1e-8f, weight_decay, t);
+    px_gpt_cuda_adamw_step(g->m, lr, beta1, beta2, eps, weight_decay, t);
     return norm;
 }
 

@@ -20,7 +20,8 @@ int px_compute_gpu_device(const px_compute_gpu_t *g);
 void px_compute_gpu_zero_grad(px_compute_gpu_t *g);
 float px_compute_gpu_forward(px_compute_gpu_t *g, const int *inputs, const int *targets, int B, int T);
 int px_compute_gpu_backward(px_compute_gpu_t *g, float loss_scale);
-float px_compute_gpu_clip_adamw(px_compute_gpu_t *g, float grad_clip, float lr, float weight_decay, int t);
+float px_compute_gpu_clip_adamw(px_compute_gpu_t *g, float grad_clip, float lr, float beta1, float beta2, float eps,
+                                float weight_decay, int t);
 float *px_compute_gpu_grads(px_compute_gpu_t *g); /* device: (num_params + PX_GPT_GRADS_SPARE) */
 /* n floats between the host and the grads' spare room (grads + num_params).
  * put first waits for the gradient work queued on the model's stream. */

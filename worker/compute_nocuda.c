@@ -37,8 +37,8 @@ float px_compute_gpu_forward(px_compute_gpu_t *g, const int *x, const int *y, in
     return 0;
 }
 int px_compute_gpu_backward(px_compute_gpu_t *g, float s) { (void)g, (void)s; unreachable(__func__); return -1; }
-float px_compute_gpu_clip_adamw(px_compute_gpu_t *g, float c, float lr, float wd, int t) {
-    (void)g, (void)c, (void)lr, (void)wd, (void)t;
+float px_compute_gpu_clip_adamw(px_compute_gpu_t *g, float c, float lr, float b1, float b2, float eps, float wd, int t) {
+    (void)g, (void)c, (void)lr, (void)b1, (void)b2, (void)eps, (void)wd, (void)t;
     unreachable(__func__);
     return 0;
 }

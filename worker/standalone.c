@@ -31,6 +31,7 @@
 #include "gpt.h"
 #include "llmc.h"
 #include "px_err.h"
+#include "progress.h"
 #include "px_flags.h"
 #include "px_log.h"
 #include "px_time.h"
@@ -42,8 +43,9 @@ typedef struct {
     const char *model, *data, *save;
     int data_given;
     int steps, batch, seq, warmup, eval_every, eval_batches, threads, quiet, eval_only;
-    double lr, min_lr, weight_decay, grad_clip;
+    double lr, min_lr, weight_decay, grad_clip, beta1, beta2, eps;
     uint64_t seed;
+    px_progress_format_t progress_format;
     px_device_t device;
 } opts_t;
 
@@ -64,6 +66,9 @@ static void usage(void) {
            "  --min-lr X          learning rate at the last step (default lr/10)\n"
            "  --weight-decay X    AdamW decoupled decay on 2-D weights (default 0.1)\n"
            "  --grad-clip X       clip the global gradient norm to X; 0 disables (default 1.0)\n"
+           "  --beta1 X           AdamW's first-moment decay, 0..0.999999 (default 0.9)\n"
+           "  --beta2 X           AdamW's second-moment decay, 0..0.999999 (default 0.95)\n"
+           "  --eps X             AdamW's denominator epsilon, 1e-30..1 (default 1e-8)\n"
            "  --eval-every N      val loss every N steps; 0 disables (default 50)\n"
            "  --eval-batches N    batches per val loss (default 8)\n"
            "  --eval-only         train nothing: print the model's val loss over --eval-batches\n"
@@ -73,6 +78,8 @@ static void usage(void) {
            "  --device cpu|cuda   compute device (default cpu)\n"
            "  --save PATH         write the trained model as an llm.c model file at the end\n"
            "  --quiet             no per-step lines (config, eval and summary remain)\n"
+           "  --progress-format text|json  per-step and eval lines as key=value text or as JSON\n"
+           "                      objects with \"kind\" and full-precision numbers (default text)\n"
            "  --help              this text\n"
            "Output: key=value lines on stdout; exit 0 when done or stopped by SIGINT/SIGTERM,\n"
            "1 on a runtime error, 2 on a bad flag.\n",
@@ -82,7 +89,7 @@ static void usage(void) {
 static void parse(int argc, char **argv, opts_t *o) {
     *o = (opts_t){.model = "small", .data = DEFAULT_DATA, .steps = 200, .batch = 8, .seq = 0,
                   .warmup = 20, .eval_every = 50, .eval_batches = 8, .lr = 1e-3, .min_lr = -1,
-                  .weight_decay = 0.1, .grad_clip = 1.0, .seed = 1337,
+                  .weight_decay = 0.1, .grad_clip = 1.0, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .seed = 1337,
                   .device = PX_DEVICE_CPU};
     for (int i = 1; i < argc; i++) {
         char flag[64];
@@ -119,6 +126,18 @@ static void parse(int argc, char **argv, opts_t *o) {
             o->weight_decay = px_flag_double(PROG, a, NEXT(), 0.0, 1.0);
         } else if (strcmp(a, "--grad-clip") == 0) {
             o->grad_clip = px_flag_double(PROG, a, NEXT(), 0.0, 1e6);
+        } else if (strcmp(a, "--beta1") == 0) {
+            o->beta1 = px_flag_double(PROG, a, NEXT(), 0.0, 0.999999);
+        } else if (strcmp(a, "--beta2") == 0) {
+            o->beta2 = px_flag_double(PROG, a, NEXT(), 0.0, 0.999999);
+        } else if (strcmp(a, "--eps") == 0) {
+            o->eps = px_flag_double(PROG, a, NEXT(), 1e-30, 1.0);
+        } else if (strcmp(a, "--progress-format") == 0) {
+            const char *f = NEXT();
+            if (px_progress_format_parse(f, &o->progress_format) != 0) {
+                fprintf(stderr, "%s: --progress-format: bad value '%s': expected text or json\n", PROG, f ? f : "");
+                exit(2);
+            }
         } else if (strcmp(a, "--eval-every") == 0) {
             o->eval_every = (int)px_flag_int(PROG, a, NEXT(), 0, 1000000000);
         } else if (strcmp(a, "--eval-batches") == 0) {
@@ -235,17 +254,40 @@ static int dev_train_grads(dev_model_t *d, const int *x, const int *y, int B, in
     return isfinite(*loss) && px_gpt_backward(d->cpu, 1.0f) == 0 ? 0 : -1;
 }
 
-static float dev_update(dev_model_t *d, float grad_clip, float lr, float wd, int t) {
+static float dev_update(dev_model_t *d, const opts_t *o, float lr, int t) {
+    float clip = (float)o->grad_clip, b1 = (float)o->beta1, b2 = (float)o->beta2, eps = (float)o->eps;
+    float wd = (float)o->weight_decay;
 #ifdef PX_HAVE_GPT_CUDA
     if (d->gpu) {
-        float norm = px_gpt_cuda_clip_grads(d->gpu, grad_clip);
-        px_gpt_cuda_adamw_step(d->gpu, lr, 0.9f, 0.95f, 1e-8f, wd, t);
+        float norm = px_gpt_cuda_clip_grads(d->gpu, clip);
+        px_gpt_cuda_adamw_step(d->gpu, lr, b1, b2, eps, wd, t);
         return norm;
     }
 #endif
-    float norm = px_gpt_clip_grads(d->cpu, grad_clip);
-    px_gpt_adamw_step(d->cpu, lr, 0.9f, 0.95f, 1e-8f, wd, t);
+    float norm = px_gpt_clip_grads(d->cpu, clip);
+    px_gpt_adamw_step(d->cpu, lr, b1, b2, eps, wd, t);
     return norm;
+}
+
+/* The per-step line in JSON (--progress-format json). */
+static void json_step(int step, int steps, float loss, float lr, float norm, double ms, double tok_s) {
+    printf("{\"kind\":\"progress\",\"step\":%d,\"steps\":%d", step, steps);
+    px_progress_json_num("loss", loss);
+    px_progress_json_num("norm", norm);
+    px_progress_json_num("lr", lr);
+    px_progress_json_num("ms", ms);
+    px_progress_json_num("tok_s", tok_s);
+    printf(",\"mode\":\"standalone\"}\n");
+}
+
+static void print_eval(const opts_t *o, int step, float val_loss) {
+    if (o->progress_format == PX_PROGRESS_JSON) {
+        printf("{\"kind\":\"eval\",\"step\":%d", step);
+        px_progress_json_num("eval_loss", val_loss);
+        printf(",\"batches\":%d}\n", o->eval_batches);
+    } else {
+        printf("eval step=%d val_loss=%.4f batches=%d\n", step, val_loss, o->eval_batches);
+    }
 }
 
 /* Brings the host copy up to date (before --save). 0 on success. */
@@ -370,7 +412,7 @@ int px_standalone_main(int argc, char **argv) {
     int loss_n = 0;
     if (val) {
         first_val = val_loss = eval_loss(&dev, val, o.eval_batches, B, T, x, y);
-        printf("eval step=0 val_loss=%.4f batches=%d\n", val_loss, o.eval_batches);
+        print_eval(&o, 0, val_loss);
     }
     if (o.eval_only) {
         if (val) printf("eval_only model=%s eval_loss=%.6f batches=%d B=%d T=%d\n", o.model, val_loss,
@@ -390,7 +432,7 @@ int px_standalone_main(int argc, char **argv) {
             break;
         }
         float lr = px_lr_at(step, o.warmup, o.steps, (float)o.lr, (float)o.min_lr);
-        float norm = dev_update(&dev, (float)o.grad_clip, lr, (float)o.weight_decay, step + 1);
+        float norm = dev_update(&dev, &o, lr, step + 1);
         double ms = (double)(px_now_us() - t0) / 1000.0;
         train_ms += ms;
         done = step + 1;
@@ -399,12 +441,14 @@ int px_standalone_main(int argc, char **argv) {
             loss_sum += loss;
             loss_n++;
         }
-        if (!o.quiet)
+        if (!o.quiet && o.progress_format == PX_PROGRESS_JSON)
+            json_step(done, o.steps, loss, lr, norm, ms, (double)bt / (ms / 1000.0));
+        else if (!o.quiet)
             printf("step=%d/%d loss=%.4f lr=%.3e grad_norm=%.4f ms=%.1f tok_s=%.0f\n", done,
                    o.steps, loss, lr, norm, ms, (double)bt / (ms / 1000.0));
         if (val && (done % o.eval_every == 0 || done == o.steps)) {
             val_loss = eval_loss(&dev, val, o.eval_batches, B, T, x, y);
-            printf("eval step=%d val_loss=%.4f batches=%d\n", done, val_loss, o.eval_batches);
+            print_eval(&o, done, val_loss);
         }
     }
     double wall_s = (double)(px_now_us() - t_start) / 1e6;

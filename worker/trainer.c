@@ -375,7 +375,7 @@ static int rendezvous(trainer_t *t, const px_quorum_t *nq, int idx, char *err, s
 static void shard_apply(trainer_t *t, int64_t step, float norm) {
     const px_trainer_config_t *cfg = t->cfg;
     float lr = px_lr_at((int)step, cfg->warmup, (int)cfg->steps, cfg->lr, cfg->min_lr);
-    px_shard_step(t->shard, norm, cfg->grad_clip, lr, 0.9f, 0.95f, 1e-8f, cfg->weight_decay, (int)step + 1);
+    px_shard_step(t->shard, norm, cfg->grad_clip, lr, cfg->beta1, cfg->beta2, cfg->eps, cfg->weight_decay, (int)step + 1);
     t->last_norm = norm;
     t->pending_step = -1;
 }
@@ -830,7 +830,8 @@ static int train_step(trainer_t *t, int *adopt, float *loss_out, float *norm_out
         }
     } else {
         float lr = px_lr_at((int)t->st.step, cfg->warmup, (int)cfg->steps, cfg->lr, cfg->min_lr);
-        *norm_out = px_compute_clip_adamw(t->dev, cfg->grad_clip, lr, cfg->weight_decay, (int)t->st.step + 1);
+        *norm_out = px_compute_clip_adamw(t->dev, cfg->grad_clip, lr, cfg->beta1, cfg->beta2, cfg->eps,
+                                          cfg->weight_decay, (int)t->st.step + 1);
     }
     *loss_out = tail[PX_VOTE_LOSS];
     *adopt = tail[PX_VOTE_NEWER] > 0.5f;
@@ -1015,7 +1016,8 @@ static int inner_step(trainer_t *t, float *loss_out, float *norm_out) {
         *norm_out = t->last_norm;
     } else {
         float lr = px_lr_at((int)s, cfg->warmup, (int)cfg->steps, cfg->lr, cfg->min_lr);
-        *norm_out = px_compute_clip_adamw(t->dev, cfg->grad_clip, lr, cfg->weight_decay, (int)s + 1);
+        *norm_out = px_compute_clip_adamw(t->dev, cfg->grad_clip, lr, cfg->beta1, cfg->beta2, cfg->eps,
+                                          cfg->weight_decay, (int)s + 1);
     }
     *loss_out = tail[PX_VOTE_LOSS];
     t->round_loss += tail[PX_VOTE_LOSS];
@@ -1163,10 +1165,8 @@ static int outer_step(trainer_t *t, int *adopt, float *loss_out) {
                  (long long)t->outer_steps, weight, px_outer_dtype_name((px_outer_dtype_t)cfg->outer_dtype), frag,
                  groups);
         px_agent_notify(t->agent, "outer_step", t->qid, t->st.step, "", wire, 0, detail);
-        printf("event kind=outer_step step=%lld outer=%lld contributors=%.0f groups=%s loss=%.6f wire_bytes=%llu "
-               "fragment=%s\n", (long long)t->st.step, (long long)t->outer_steps, weight, groups, loss,
-               (unsigned long long)wire, frag);
-        fflush(stdout);
+        px_progress_outer(cfg->progress_format, cfg->group, t->st.step, t->outer_steps, weight, groups, loss,
+                          (unsigned long long)wire, frag);
     }
     next_round(t, p);
     return 1;
@@ -1739,8 +1739,7 @@ int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile s
                         (cfg->rank == 0 || t.shard)) { /* a sharded group evaluates together */
                         ev = eval_loss(&t);
                         px_agent_set_eval_loss(agent, t.st.step, ev);
-                        if (cfg->rank == 0) printf("eval step=%lld eval_loss=%.4f group=%s\n", (long long)t.st.step, ev, cfg->group);
-                        fflush(stdout);
+                        if (cfg->rank == 0) px_progress_eval(cfg->progress_format, t.st.step, ev, cfg->group);
                     }
                     if (px_persist_due(&t.persist, &t.st, &t.q)) host_state(&t);
                     px_persist_committed(&t.persist, &t.st, &t.q);
@@ -1755,11 +1754,10 @@ int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile s
             } else if (cfg->progress && cfg->rank == 0) {
                 double ms = (double)(px_now_us() - t0) / 1000.0;
                 px_agent_set_train_stats(agent, t.st.step, loss, (double)batch_of(&t) * t.T * t.q.n, ms / 1000.0, 1);
-                printf("progress step=%lld loss=%.6f norm=%.6f ms=%.1f tok_s=%.0f groups=%d quorum=%lld group=%s "
-                       "mode=diloco inner=%d/%d\n", (long long)cur_step(&t), loss, norm, ms,
-                       ms > 0 ? (double)batch_of(&t) * t.T * 1000.0 / ms : 0, t.q.n, (long long)t.qid, cfg->group,
-                       t.inner, round_len(&t));
-                fflush(stdout);
+                px_progress_step(cfg->progress_format, &(px_progress_step_t){
+                    .step = cur_step(&t), .loss = loss, .norm = norm, .ms = ms,
+                    .tok_s = ms > 0 ? (double)batch_of(&t) * t.T * 1000.0 / ms : 0, .groups = t.q.n, .quorum = t.qid,
+                    .group = cfg->group, .mode = "diloco", .show_mode = 1, .inner = t.inner, .round = round_len(&t)});
             }
             continue;
         }
@@ -1778,13 +1776,11 @@ int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile s
         }
         px_agent_set_train_stats(agent, t.st.step, loss, (double)cfg->global_batch * t.T, ms / 1000.0, 0);
         if (cfg->progress && cfg->rank == 0) {
-            double tok_s = ms > 0 ? (double)cfg->global_batch * t.T * 1000.0 / ms : 0;
-            printf("progress step=%lld loss=%.6f norm=%.6f ms=%.1f tok_s=%.0f groups=%d quorum=%lld group=%s%s",
-                   (long long)t.st.step, loss, norm, ms, tok_s, t.q.n, (long long)t.qid, cfg->group,
-                   cfg->mode == PX_MODE_AUTO ? " mode=sync" : "");
-            if (cfg->eval_every > 0 && t.st.step % cfg->eval_every == 0 && t.my_index == 0) printf(" eval_loss=%.4f", ev);
-            printf("\n");
-            fflush(stdout);
+            px_progress_step(cfg->progress_format, &(px_progress_step_t){
+                .step = t.st.step, .loss = loss, .norm = norm, .ms = ms,
+                .tok_s = ms > 0 ? (double)cfg->global_batch * t.T * 1000.0 / ms : 0, .groups = t.q.n, .quorum = t.qid,
+                .group = cfg->group, .mode = "sync", .show_mode = cfg->mode == PX_MODE_AUTO, .eval_loss = ev,
+                .has_eval = cfg->eval_every > 0 && t.st.step % cfg->eval_every == 0 && t.my_index == 0});
         }
         if (px_persist_due(&t.persist, &t.st, &t.q)) host_state(&t);
         px_persist_committed(&t.persist, &t.st, &t.q);

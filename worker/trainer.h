@@ -9,7 +9,8 @@
 #include <stdint.h>
 
 #include "agent.h"
-#include "device.h" /* px_device_t */
+#include "device.h"   /* px_device_t */
+#include "progress.h" /* px_progress_format_t */
 
 #define PX_MAX_FRAGMENTS 64 /* --fragments */
 
@@ -30,6 +31,7 @@ typedef struct {
     int micro_batch;          /* samples per forward/backward */
     int seq_len;              /* T */
     float lr, min_lr, weight_decay, grad_clip;
+    float beta1, beta2, eps;  /* AdamW's moment decays and denominator epsilon */
     int warmup;
     uint64_t seed;
     int threads;
@@ -40,6 +42,7 @@ typedef struct {
     const char *ledger;       /* sample ledger file (NULL: none) */
     const char *save;         /* llm.c model file written at the end (NULL: none) */
     int progress;             /* print a progress line per committed step on stdout */
+    px_progress_format_t progress_format; /* those lines (and eval, outer step): text or JSON (progress.h) */
     const char *job;          /* the job's name, recorded in checkpoints ("" or NULL: unnamed) */
     const char *checkpoint_dir; /* NULL: no checkpoints; "%g" in it stands for the group's name */
     int checkpoint_every;     /* save every N committed steps; 0: only at the end and on SIGTERM */

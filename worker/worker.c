@@ -75,6 +75,9 @@ static void usage(FILE *f) {
            "  --warmup N               linear warmup steps, 0..1000000 [10]\n"
            "  --weight-decay X         AdamW decoupled weight decay (2-D weights), 0..1 [0.1]\n"
            "  --grad-clip X            global gradient-norm clip, 0 = off, 0..1000 [1.0]\n"
+           "  --beta1 X                AdamW's first-moment decay, 0..0.999999 [0.9]\n"
+           "  --beta2 X                AdamW's second-moment decay, 0..0.999999 [0.95]\n"
+           "  --eps X                  AdamW's denominator epsilon, 1e-30..1 [1e-8]\n"
            "  --seed N                 seed of initialisation and data order [1337]\n"
            "  --device cpu|cuda        where the replica computes [cpu]. cuda: one GPU per rank (GPU rank %% the\n"
            "                           GPUs visible), gradients reduced with NCCL; whole replicas only (no\n"
@@ -85,6 +88,9 @@ static void usage(FILE *f) {
            "                           forward per step, the same results bit for bit); --device cpu only [none]\n"
            "  --eval-every N           eval loss every N steps on group replica 0, 0 = only at the end [0]\n"
            "  --eval-batches N         micro-batches of validation data per eval, 0..10000 [4]\n"
+           "  --progress-format text|json  rank 0's line per committed step (and eval, DiLoCo outer step) on\n"
+           "                           stdout: text key=value lines, or one JSON object a line with \"kind\" and\n"
+           "                           full-precision loss and gradient norm (%%.9g); see docs/operations.md [text]\n"
            "  --comm-timeout-ms N      bound on every collective and rendezvous, 100..3600000 [30000]\n"
            "  --cross-link-mbps X      emulate a slow link between groups: each rank's cross-group traffic\n"
            "                           paced to X megabits/s, heals from another group included (benchmarks;\n"
@@ -177,7 +183,8 @@ int px_worker_main(int argc, char **argv) {
     };
     px_trainer_config_t tc = {
         .model = "tiny", .data = "data/demo", .global_batch = 16, .micro_batch = 4, .lr = 1e-3f, .min_lr = 1e-4f,
-        .warmup = 10, .weight_decay = 0.1f, .grad_clip = 1.0f, .seed = 1337, .threads = 1, .eval_batches = 4,
+        .warmup = 10, .weight_decay = 0.1f, .grad_clip = 1.0f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+        .seed = 1337, .threads = 1, .eval_batches = 4,
         .comm_timeout_ms = 30000, .progress = 1, .checkpoint_every = 100, .checkpoint_keep = 3,
         .schedule = PX_SCHED_1F1B, .mode = PX_MODE_SYNC, .inner_steps = 50, .fragments = 1, .outer_lr = 0.7f, .outer_momentum = 0.9f,
     };
@@ -225,6 +232,15 @@ int px_worker_main(int argc, char **argv) {
         else if (!strcmp(a, "--warmup")) tc.warmup = (int)px_flag_int(PROG, a, v, 0, 1000000);
         else if (!strcmp(a, "--weight-decay")) tc.weight_decay = (float)px_flag_double(PROG, a, v, 0, 1);
         else if (!strcmp(a, "--grad-clip")) tc.grad_clip = (float)px_flag_double(PROG, a, v, 0, 1000);
+        else if (!strcmp(a, "--beta1")) tc.beta1 = (float)px_flag_double(PROG, a, v, 0, 0.999999);
+        else if (!strcmp(a, "--beta2")) tc.beta2 = (float)px_flag_double(PROG, a, v, 0, 0.999999);
+        else if (!strcmp(a, "--eps")) tc.eps = (float)px_flag_double(PROG, a, v, 1e-30, 1);
+        else if (!strcmp(a, "--progress-format")) {
+            if (px_progress_format_parse(v, &tc.progress_format) != 0) {
+                fprintf(stderr, "%s: --progress-format: bad value '%s': expected text or json\n", PROG, v ? v : "");
+                return 2;
+            }
+        }
         else if (!strcmp(a, "--seed")) tc.seed = (uint64_t)px_flag_int(PROG, a, v, 0, INT64_MAX);
         else if (!strcmp(a, "--threads")) tc.threads = (int)px_flag_int(PROG, a, v, 1, 256);
         else if (!strcmp(a, "--eval-every")) tc.eval_every = (int)px_flag_int(PROG, a, v, 0, 100000000);

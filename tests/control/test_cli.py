@@ -12,12 +12,14 @@ HELP = {
                             "--curve-secret-key-file", "--authorized-keys", "--insecure", "SIGHUP", "--mode sync|diloco|auto",
                             "--auto-failures-per-hour", "--auto-comm-share", "--auto-window", "--auto-hold"],
     "phalanx-worker": ["--coordinator", "--group", "--rank", "--steps", "--global-batch", "--curve-secret-key-file",
-                       "--coordinator-public-key-file", "--coordinator-key"],
+                       "--coordinator-public-key-file", "--coordinator-key", "--beta1", "--beta2", "--eps",
+                       "--progress-format text|json"],
     "phalanx-launch": ["--groups", "--ranks-per-group", "--steps", "--chaos-kill-every", "--coordinator", "--curve",
                        "--insecure", "--curve-secret-key-file", "--coordinator-public-key-file", "--mode sync|diloco|auto",
                        "--auto-failures-per-hour", "--auto-window"],
     "phalanx-data": ["--out", "--demo"],
-    "phalanxctl": ["status", "kill", "keygen", "--http", "--coordinator", "--curve-secret-key-file",
+    "phalanxctl": ["status", "events", "kill", "drain", "plot", "keygen", "--follow", "--type", "--group",
+                   "--wait-s", "--log-dir", "exit status", "--http", "--coordinator", "--curve-secret-key-file",
                    "--coordinator-public-key-file", "--coordinator-key", "--token-file", "--timeout-ms", "--out"],
 }
 
@@ -28,7 +30,7 @@ BAD = [
     ("phalanx-coordinator", ["--http", "127.0.0.1:99999"], "--http"),
     ("phalanx-coordinator", ["--job", "bad name"], "--job"),
     ("phalanx-coordinator", ["--mode", "fast"], "--mode"),
-    ("phalanx-coordinator", ["--mode", "auto", "--auto-failures-per-hour", "-1"], "--auto-failures-per-hour"),
+    ("phalanx-coordinator", ["--mode", "auto", "--auto-failures-per-hour", "-1"], "--auto-failures-per-hour"),  # 0: off
     ("phalanx-coordinator", ["--mode", "auto", "--auto-failures-per-hour", "0", "--auto-comm-share", "0"],
      "--auto-comm-share 0"),  # both signals off: nothing could switch
     ("phalanx-coordinator", ["--mode", "auto", "--auto-comm-share", "1.5"], "--auto-comm-share"),
@@ -41,11 +43,17 @@ BAD = [
     ("phalanx-worker", ["--group", "g", "--rank", "-1"], "--rank"),
     ("phalanx-worker", ["--group", "g", "--steps", "1", "--lr", "2"], "--lr"),
     ("phalanx-worker", ["--group", "g", "--rank", "2", "--ranks-per-group", "2"], "--rank"),
+    ("phalanx-worker", ["--group", "g", "--steps", "1", "--beta1", "1"], "--beta1"),
+    ("phalanx-worker", ["--group", "g", "--steps", "1", "--beta2", "-0.1"], "--beta2"),
+    ("phalanx-worker", ["--group", "g", "--steps", "1", "--eps", "0"], "--eps"),
+    ("phalanx-worker", ["--group", "g", "--steps", "1", "--progress-format", "xml"], "--progress-format"),
+    ("phalanx-worker", ["--standalone", "--beta2", "1.5"], "--beta2"),
+    ("phalanx-worker", ["--standalone", "--progress-format", "csv"], "--progress-format"),
     ("phalanx-launch", ["--groups", "0"], "--groups"),
     ("phalanx-launch", ["--chaos-kill-every", "-1"], "--chaos-kill-every"),
     ("phalanx-launch", ["--mode", "fast"], "--mode"),
     ("phalanx-launch", ["--auto-window", "30"], "--auto-window"),  # needs --mode auto
-    ("phalanx-launch", ["--mode", "auto", "--auto-comm-share", "0"], "--auto-comm-share"),
+    ("phalanx-launch", ["--mode", "auto", "--auto-comm-share", "1.5"], "--auto-comm-share"),  # 0: off
     ("phalanxctl", ["status", "--http", "nohost"], "--http"),
     # CURVE and the bind policy
     ("phalanx-coordinator", ["--curve-secret-key-file", "/nonexistent"], "--authorized-keys"),
@@ -62,6 +70,9 @@ BAD = [
     ("phalanx-launch", ["--curve-secret-key-file", "k", "--coordinator", "tcp://127.0.0.1:1"],
      "--coordinator-public-key-file"),
     ("phalanxctl", ["keygen"], "--out"),
+    ("phalanxctl", ["plot"], "--out"),
+    ("phalanxctl", ["drain", "g1", "--wait-s", "-1"], "--wait-s"),
+    ("phalanxctl", ["events", "--events", "kafka:b:9092/t"], "--events"),
     ("phalanxctl", ["status", "--coordinator", "tcp://127.0.0.1:1", "--timeout-ms", "5"], "--timeout-ms"),
     ("phalanxctl", ["status", "--curve-secret-key-file", "k"], "--coordinator"),
 ]
