@@ -1345,6 +1345,8 @@ static char *history_json(px_coordinator_t *c, const px_status_view_t *v, uint64
     px_buf_json_str(&b, v->mode);
     px_buf_printf(&b, ",\"mode_reason\":");
     px_buf_json_str(&b, c->mode_reason);
+    px_buf_printf(&b, ",\"outer_steps\":%llu,\"outer_wire_bytes\":%llu", (unsigned long long)c->stats.outer_steps,
+                  (unsigned long long)c->stats.outer_wire_bytes);
     px_buf_printf(&b, ",\"quorum\":{\"id\":%lld,\"groups\":[", (long long)c->quorum.id);
     for (int i = 0; i < c->quorum.n; i++) {
         if (i) px_buf_append(&b, ",", 1);

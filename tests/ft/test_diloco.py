@@ -52,6 +52,7 @@
   refused     a worker in diloco mode is refused by a sync job (WRONG_LAYOUT,
               naming both), and --mode diloco with --device cuda or
               --bucket-mb is a configuration error naming the flags."""
+import json
 import os
 import re
 import shutil
@@ -170,6 +171,11 @@ def test_kill(bindir):
         st = launch.status()
         check(st["mode"] == "diloco H=%d" % H and st["outer_steps"] >= 3, "/status shows the mode and outer steps: "
               "%s, %s" % (st.get("mode"), st.get("outer_steps")))
+        with urllib.request.urlopen("http://%s/api/history" % launch.http, timeout=5) as r:
+            hist = json.loads(r.read().decode())
+        check(hist["mode"] == st["mode"] and hist["outer_steps"] >= 3 and hist["outer_wire_bytes"] > 0,
+              "the dashboard's feed has the mode, outer steps and bytes: %s %s %s" %
+              (hist.get("mode"), hist.get("outer_steps"), hist.get("outer_wire_bytes")))
         pid = launch.pid_of("g1")
         check(pid, "g1 is a live member")
         mark = len(launch.output())
