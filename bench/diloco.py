@@ -112,6 +112,7 @@ def main():
     ap.add_argument("--inner", default="20,50", help="comma-separated H values")
     ap.add_argument("--outer-lr", default="0.7")
     ap.add_argument("--outer-momentum", default="0.9")
+    ap.add_argument("--diloco-flags", default="", help="more worker flags for the DiLoCo runs, e.g. '--sync-warmup 100'")
     ap.add_argument("--fragments", default="",
                     help="comma-separated F values: Streaming DiLoCo (--fragments F) at each H that F divides")
     ap.add_argument("--link-mbps", default="0",
@@ -121,10 +122,10 @@ def main():
     data = os.path.join(tempfile.mkdtemp(prefix="phalanx-bench-diloco-"), "demo")
     subprocess.run([os.path.join(bindir, "phalanx-data"), "--demo", "--out", data], check=True,
                    stdout=subprocess.DEVNULL)
-    print("model=%s groups=%d steps=%d global_batch=%d seq=%d lr=%g outer_lr=%s outer_momentum=%s tokens=%d" %
+    print("model=%s groups=%d steps=%d global_batch=%d seq=%d lr=%g outer_lr=%s outer_momentum=%s tokens=%d%s" %
           (a.model, a.groups, a.steps, a.global_batch, a.seq, a.lr, a.outer_lr, a.outer_momentum,
-           a.steps * a.global_batch * a.seq))
-    outer = ["--outer-lr", a.outer_lr, "--outer-momentum", a.outer_momentum]
+           a.steps * a.global_batch * a.seq, " diloco_flags='%s'" % a.diloco_flags if a.diloco_flags else ""))
+    outer = ["--outer-lr", a.outer_lr, "--outer-momentum", a.outer_momentum] + a.diloco_flags.split()
     for mbps in [float(x) for x in a.link_mbps.split(",")]:
         print("link %s" % ("%g Mbit/s per rank" % mbps if mbps else "loopback (unpaced)"), flush=True)
         link_rows(bindir, data, a, mbps, outer)

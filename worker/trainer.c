@@ -1188,6 +1188,13 @@ static void set_state_mode(trainer_t *t, int dl) {
 
 static int quorum_says_diloco(const trainer_t *t) { return !strcmp(t->q.mode, "diloco"); }
 
+/* The state should be in DiLoCo's mode now: as the quorum says (auto), or
+ * from --sync-warmup's step on (diloco). */
+static int wants_diloco(const trainer_t *t) {
+    if (t->cfg->mode == PX_MODE_AUTO) return quorum_says_diloco(t);
+    return t->cfg->mode == PX_MODE_DILOCO && t->st.step >= t->cfg->sync_warmup;
+}
+
 /* DiLoCo in a quorum that says sync: the state goes back at the next point
  * where every group's local parameters equal the global ones. */
 static int leaving(const trainer_t *t) {
@@ -1209,23 +1216,25 @@ static void mode_changed(trainer_t *t, const char *why) {
  * where its mode keeps them. */
 static void follow_healed_mode(trainer_t *t) {
     int dl = t->st.local != 0;
-    if (t->cfg->mode != PX_MODE_AUTO || dl == diloco(t)) return;
+    if (t->cfg->mode == PX_MODE_SYNC || dl == diloco(t)) return;
     memcpy(dl ? t->global : local_params(t), t->st.buf[PX_STATE_PARAMS], t->st.n * sizeof(float));
     set_state_mode(t, dl);
     if (dl) start_round(t);
     mode_changed(t, "the state healed from another group is in that mode");
 }
 
-/* Sync to DiLoCo, right after joining a quorum that says so (every
- * participant joined it at the same step): the parameters become the
- * global ones and a round starts from them; the moments go on as each
- * group's own; the outer momentum is what the state holds (zero, unless a
- * DiLoCo checkpoint was restored). */
+/* Sync to DiLoCo, at a committed step that every participant shares
+ * (right after joining a quorum that says so, or at --sync-warmup's step):
+ * the parameters become the global ones and a round starts from them,
+ * every fragment's whole; the moments go on as each group's own; the outer
+ * momentum is what the state holds (zero, unless a DiLoCo checkpoint was
+ * restored). */
 static void enter_diloco(trainer_t *t) {
     memcpy(t->global, local_params(t), t->st.n * sizeof(float));
     set_state_mode(t, 1);
     start_round(t);
-    mode_changed(t, "the quorum says diloco");
+    memset(t->frag_full, 1, sizeof t->frag_full);
+    mode_changed(t, t->cfg->mode == PX_MODE_AUTO ? "the quorum says diloco" : "--sync-warmup's steps are done");
 }
 
 /* DiLoCo to sync (leaving), where every group's local parameters equal the
@@ -1336,7 +1345,8 @@ static void diloco_initial(trainer_t *t) {
 static int rebuild_initial_state(void *ctx, px_train_state_t *s) {
     trainer_t *t = ctx;
     px_gpt_config_t preset;
-    if (t->cfg->mode == PX_MODE_AUTO) set_state_mode(t, 0); /* a heal in place may have brought another mode */
+    if (t->cfg->mode == PX_MODE_AUTO || t->cfg->sync_warmup > 0) /* the job starts in sync; a heal in place */
+        set_state_mode(t, 0);                                       /* may have brought another mode */
     if (t->shard && px_gpt_config_preset(t->cfg->model, &preset) == 0) { /* drawn shard by shard */
         s->step = 0;
         t->pending_step = -1;
@@ -1525,7 +1535,8 @@ static int setup(trainer_t *t) {
         memcpy(t->global, t->st.buf[PX_STATE_PARAMS], n * sizeof(float));
         t->st.buf[PX_STATE_OUTER_M] = t->outer_m;
         t->st.nbuf = PX_STATE_OUTER_M + 1;
-        set_state_mode(t, cfg->mode == PX_MODE_DILOCO); /* auto starts in sync: the quorums say when not */
+        /* auto, and diloco with --sync-warmup, start in sync (the loop enters DiLoCo when it should) */
+        set_state_mode(t, cfg->mode == PX_MODE_DILOCO && cfg->sync_warmup == 0);
         if (cfg->fragments > t->model->config.num_layers) {
             px_log_error("--fragments %d: the model has %d layers, and every fragment holds at least one",
                          cfg->fragments, t->model->config.num_layers);
@@ -1629,6 +1640,11 @@ static int check_fragments(const px_trainer_config_t *cfg, char *err, size_t err
 int px_trainer_check(const px_trainer_config_t *cfg, char *err, size_t errlen) {
     if (check_stages(cfg, err, errlen) != 0) return -1;
     if (check_fragments(cfg, err, errlen) != 0) return -1;
+    if (cfg->sync_warmup > 0 && cfg->mode != PX_MODE_DILOCO) {
+        snprintf(err, errlen, "--sync-warmup %lld needs --mode diloco (the mode it switches to)",
+                 (long long)cfg->sync_warmup);
+        return -1;
+    }
     if (cfg->mode != PX_MODE_SYNC && (cfg->device == PX_DEVICE_CUDA || cfg->bucket_mb > 0)) {
         snprintf(err, errlen, "--mode %s with %s: DiLoCo runs on --device cpu without --bucket-mb for now",
                  cfg->mode == PX_MODE_AUTO ? "auto" : "diloco", cfg->device == PX_DEVICE_CUDA ? "--device cuda" : "--bucket-mb");
@@ -1696,7 +1712,7 @@ int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile s
                 break;
             }
             need = failed = 0;
-            if (cfg->mode == PX_MODE_AUTO && !diloco(&t) && quorum_says_diloco(&t)) enter_diloco(&t);
+            if (!diloco(&t) && wants_diloco(&t)) enter_diloco(&t);
             if (diloco(&t)) {
                 if (inner_failed || t.st.step != step0 || px_heal_checksum(&t.heal) != ck0) start_round(&t);
                 inner_failed = 0;
@@ -1716,6 +1732,7 @@ int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile s
         }
         int64_t t0 = px_now_us();
         int adopt = 0;
+        if (cfg->mode == PX_MODE_DILOCO && !diloco(&t) && wants_diloco(&t)) enter_diloco(&t); /* --sync-warmup done */
         if (diloco(&t)) {
             if (t.inner < round_len(&t) && px_agent_known_quorum_id(agent) > t.qid) {
                 need = 1; /* a newer quorum: joined at once, the round's progress kept (no group waits for us) */

@@ -65,6 +65,7 @@ typedef struct {
     px_train_mode_t mode;
     int inner_steps;          /* DiLoCo: inner steps per outer step (H) */
     int fragments;            /* Streaming DiLoCo: fragments F (1: every parameter at every outer step) */
+    int64_t sync_warmup;      /* DiLoCo: the first steps train in sync, DiLoCo from this step on */
     float outer_lr, outer_momentum; /* DiLoCo: the outer SGD's learning rate and Nesterov momentum */
     int outer_dtype;          /* DiLoCo: how pseudo-gradients travel, a px_outer_dtype_t (parallel/outer_codec.h) */
 } px_trainer_config_t;

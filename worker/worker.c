@@ -123,6 +123,8 @@ static void usage(FILE *f) {
            "                           and final norm in 0); an outer step every H/F steps syncs one fragment,\n"
            "                           in turn, so each is synced every H steps with 1/F of the bytes at a time\n"
            "                           (not overlapped with compute yet); F divides H, F <= layers, 1..64 [1]\n"
+           "  --sync-warmup N          diloco: train the first N steps in sync, DiLoCo from step N on (as the\n"
+           "                           DiLoCo paper starts from a model trained in sync), 0..100000000 [0]\n"
            "  --outer-lr X             diloco: the outer SGD's learning rate, 0..10 [0.7]\n"
            "  --outer-momentum X       diloco: the outer SGD's Nesterov momentum, 0..0.999 [0.9]\n"
            "  --outer-dtype fp32|bf16|int8  diloco: how pseudo-gradients travel between groups: fp32 (a ring\n"
@@ -301,6 +303,7 @@ int px_worker_main(int argc, char **argv) {
         }
         else if (!strcmp(a, "--inner-steps")) tc.inner_steps = (int)px_flag_int(PROG, a, v, 1, 1000000);
         else if (!strcmp(a, "--fragments")) tc.fragments = (int)px_flag_int(PROG, a, v, 1, PX_MAX_FRAGMENTS);
+        else if (!strcmp(a, "--sync-warmup")) tc.sync_warmup = px_flag_int(PROG, a, v, 0, 100000000);
         else if (!strcmp(a, "--outer-lr")) tc.outer_lr = (float)px_flag_double(PROG, a, v, 0, 10);
         else if (!strcmp(a, "--outer-momentum")) tc.outer_momentum = (float)px_flag_double(PROG, a, v, 0, 0.999);
         else if (!strcmp(a, "--checkpoint-keep")) tc.checkpoint_keep = (int)px_flag_int(PROG, a, v, 0, 1000000);
@@ -334,6 +337,8 @@ int px_worker_main(int argc, char **argv) {
                  tc.mode == PX_MODE_AUTO ? "auto" : "diloco", tc.inner_steps,
                  tc.outer_dtype != PX_OUTER_FP32 ? "." : "",
                  tc.outer_dtype != PX_OUTER_FP32 ? px_outer_dtype_name((px_outer_dtype_t)tc.outer_dtype) : "");
+    if (tc.sync_warmup > 0) /* where the groups change mode */
+        snprintf(layout + strlen(layout), sizeof layout - strlen(layout), ".w%lld", (long long)tc.sync_warmup);
     if (tc.fragments > 1) /* the rounds (H/F steps) and which fragment each syncs */
         snprintf(layout + strlen(layout), sizeof layout - strlen(layout), ".f%d", tc.fragments);
     if (tc.steps > 0) cfg.layout = layout;

@@ -4,7 +4,8 @@
               final model as plain synchronous training (float tolerance);
               --mode auto workers end bit for bit like sync's in a sync
               job and like diloco's in a diloco job; --fragments 2 ends
-              like plain training too.
+              like plain training too, and --sync-warmup as long as the
+              job like sync, bit for bit.
   kill        3 groups, H=20: a group SIGKILLed during its inner steps is
               left out of the next outer step (2 contributors), its restart
               heals at an outer boundary (a step that is a multiple of H) from
@@ -49,9 +50,20 @@
               group killed mid-run heals and contributes again; every group
               ends with one state and one model. Whole replicas, fsdp2 and
               pp2 groups (a stage holding none of a fragment) end alike.
+  warmup      3 groups, H=10, --sync-warmup 20: sync steps to 20 (no outer
+              step), every group changes to DiLoCo at step 20, outer steps
+              every 10 from there; a group killed during the sync steps
+              heals; one state at the end.
+  quality     4 groups of `tiny` on the demo corpus and one token budget
+              (400 steps of 16 x 64 tokens): sync, then DiLoCo at
+              H=20 and H=50 (outer lr 1, momentum 0: plain averaging, which
+              does best at budgets this small): DiLoCo's eval loss within
+              5% of sync's while its cross-group bytes fall by H (to within
+              the outer step's vote tail; both printed).
   refused     a worker in diloco mode is refused by a sync job (WRONG_LAYOUT,
               naming both), and --mode diloco with --device cuda or
               --bucket-mb is a configuration error naming the flags."""
+import glob
 import json
 import os
 import re
@@ -147,6 +159,9 @@ def test_identity(bindir):
                               "--outer-momentum", "0"], "auto-diloco", ["--mode", "diloco"])
     check(model_floats(c) == x, "auto workers in a sync job end with sync's model, bit for bit")
     check(model_floats(d) == y, "auto workers in a diloco job end with diloco's model, bit for bit")
+    w = os.path.join(work, "warm.bin")  # DiLoCo after a sync warmup as long as the job: sync, bit for bit
+    run(bindir, data, 1, 30, ["--save", w, "--mode", "diloco", "--inner-steps", "5", "--sync-warmup", "30"], "warm-all")
+    check(model_floats(w) == x, "--sync-warmup as long as the job ends with sync's model, bit for bit")
     e = os.path.join(work, "stream.bin")  # Streaming DiLoCo, one group, outer lr 1, momentum 0: plain training too
     run(bindir, data, 1, 30, ["--save", e, "--mode", "diloco", "--inner-steps", "4", "--fragments", "2",
                               "--outer-lr", "1", "--outer-momentum", "0"], "stream-identity")
@@ -517,6 +532,75 @@ def test_fragments(bindir):
               (name, rel, rel_ev))
 
 
+def cross_bytes(launch):
+    total = 0
+    for path in glob.glob(os.path.join(launch.dir, "worker-*.log")):
+        with open(path) as f:
+            for line in f:
+                m = re.search(r"comm_sent .*cross_bytes=(\d+)", line)
+                if m:
+                    total += int(m.group(1))
+    return total
+
+
+def test_warmup(bindir):
+    data = corpus(bindir)
+    H, W, steps = 10, 20, 80
+    launch = Launch(bindir, ["--groups", "3", "--model", "tiny", "--steps", str(steps), "--data", data, "--"] +
+                    WORKER + ["--mode", "diloco", "--inner-steps", str(H), "--sync-warmup", str(W)],
+                    name="diloco-warmup")
+    try:
+        wait_until(lambda: launch.last_step() >= 5, 120, "5 steps")
+        pid = launch.pid_of("g2")
+        check(pid, "g2 is a live member")
+        os.kill(pid, signal.SIGKILL)
+        rc = launch.wait(300)
+        check(rc == 0, "phalanx-launch exited %s" % rc)
+        outers = outer_lines(launch)
+        check([o[1] for o in outers] == list(range(W + H, steps + 1, H)),
+              "outer steps every %d steps from %d: %s" % (H, W + H, [o[1] for o in outers]))
+        for g in ("g0", "g1"):
+            ch = mode_changes(launch, g)
+            check(ch and ch[0] == ("diloco", W), "%s changed to diloco at step %d: %s" % (g, W, ch))
+        ch = mode_changes(launch, "g2")  # restarted: in sync, or healed into DiLoCo (its state's mode)
+        check(ch and ch[-1][0] == "diloco", "the restarted g2 ends in diloco: %s" % ch)
+        check(any(e["type"] == "heal_finished" and e["group"] == "g2" for e in launch.read_events()), "g2 healed")
+        f = same_state(launch, 3, "warmup")
+        print("warmup: sync to step %d, %d outer steps after, final %s" % (W, len(outers), f["checksum"]))
+    except Fail as e:
+        raise Fail("%s\nlauncher:\n%s" % (e, launch.tail(30)))
+    finally:
+        launch.terminate()
+
+
+def test_quality(bindir):
+    data = os.path.join(tempfile.mkdtemp(prefix="phalanx-diloco-q-"), "demo")  # the demo corpus (fortunes)
+    r = subprocess.run([os.path.join(bindir, "phalanx-data"), "--demo", "--out", data], capture_output=True, text=True)
+    check(r.returncode == 0, "phalanx-data --demo: %s" % (r.stdout + r.stderr)[-300:])
+    steps, common = 400, ["--global-batch", "16", "--micro-batch", "4", "--lr", "0.002", "--warmup", "20",
+                          "--eval-batches", "8", "--seed", "1"]
+
+    def job(name, flags):
+        launch = Launch(bindir, ["--groups", "4", "--model", "tiny", "--steps", str(steps), "--data", data, "--quiet",
+                                 "--"] + common + flags, name=name)
+        rc = launch.wait(600)
+        s = launch.summary()
+        check(rc == 0 and s and s["completed"], "%s completed: rc %s %s" % (name, rc, s))
+        return s["eval_loss"], cross_bytes(launch)
+    ev, cb = job("quality-sync", [])
+    print("sync: eval loss %.4f, cross-group bytes %d" % (ev, cb))
+    for H in (20, 50):
+        e, c = job("quality-h%d" % H, ["--mode", "diloco", "--inner-steps", str(H), "--outer-lr", "1",
+                                       "--outer-momentum", "0"])
+        print("diloco H=%d: eval loss %.4f (%.3fx sync), cross-group bytes %d (%.1fx fewer)" % (H, e, e / ev, c,
+                                                                                              cb / c))
+        check(e <= 1.05 * ev, "H=%d: eval loss %.4f within 5%% of sync's %.4f" % (H, e, ev))
+        # the pseudo-gradients are exactly a step's gradients once per H steps; the outer step's vote tail is
+        # one float more than a sync step's (24 bytes against a vector of 80k floats here)
+        check(cb / c >= 0.9999 * H, "H=%d: cross-group bytes fall by %dx: %d against %d (%.5fx)" %
+              (H, H, c, cb, cb / c))
+
+
 def test_refused(bindir):
     r = subprocess.run([os.path.join(bindir, "phalanx-worker"), "--group", "g0", "--steps", "10", "--mode", "diloco",
                         "--bucket-mb", "1", "--coordinator", "tcp://127.0.0.1:1", "--connect-timeout", "1"],
@@ -531,10 +615,12 @@ def test_refused(bindir):
     for flags, says in ((["--mode", "diloco", "--inner-steps", "10", "--fragments", "3"], "not a multiple"),
                         (["--mode", "auto", "--inner-steps", "10", "--fragments", "2"], "needs --mode diloco"),
                         (["--mode", "diloco", "--inner-steps", "12", "--fragments", "3", "--model", "tiny"],
-                         "the model has 2 layers")):
+                         "the model has 2 layers"),
+                        (["--sync-warmup", "10"], "needs --mode diloco")):
         r = subprocess.run([os.path.join(bindir, "phalanx-worker"), "--group", "g0", "--steps", "10"] + flags,
                            capture_output=True, text=True, timeout=60)
-        check(r.returncode == 2 and "--fragments" in r.stderr and says in r.stderr,
+        named = "--sync-warmup" if "--sync-warmup" in flags else "--fragments"
+        check(r.returncode == 2 and named in r.stderr and says in r.stderr,
               "%s is refused (%s): rc %s %s" % (" ".join(flags), says, r.returncode, r.stderr[-300:]))
     r = subprocess.run([os.path.join(bindir, "phalanx-worker"), "--group", "g0", "--steps", "10", "--mode", "async"],
                        capture_output=True, text=True, timeout=60)
@@ -559,4 +645,5 @@ def test_refused(bindir):
 if __name__ == "__main__":
     main_scenarios({"identity": test_identity, "kill": test_kill, "chaos": test_chaos, "checkpoint": test_checkpoint,
                     "dtype": test_dtype, "layouts": test_layouts, "long-round": test_long_round,
-                    "auto": test_auto, "fragments": test_fragments, "refused": test_refused})
+                    "auto": test_auto, "fragments": test_fragments, "warmup": test_warmup, "quality": test_quality,
+                    "refused": test_refused})
