@@ -73,6 +73,7 @@ struct px_coordinator {
     int loss_noted;            /* a loss since the last evaluation: evaluate now */
     int64_t mode_eval_ms, last_switch_ms;
     int mode_pending;          /* the policy switched: the next quorum carries it */
+    int recovered_diloco;      /* groups that said they train in DiLoCo during the recovery window */
     char mode_why[400];        /* ... and why (the measured figures) */
     char mode_reason[448];     /* the last switch's quorum reason, for /status */
     uint64_t mode_switches;
@@ -408,6 +409,23 @@ static void switch_mode(px_coordinator_t *c, const px_quorum_t *next, char *reas
                   px_job_mode_name(c->mode), c->mode_why);
 }
 
+/* --mode auto, a restarted coordinator: the running job's groups said in
+ * their heartbeats whether they train in DiLoCo. If one did, the job was
+ * switched by the coordinator before the restart: its first quorum goes on
+ * announcing DiLoCo (a mode_adopted event, not a switch; the hold runs from
+ * now), rather than sending the job back to sync with an empty loss window. */
+static void recover_mode(px_coordinator_t *c, int64_t now) {
+    if (!c->auto_mode || !c->recovered_diloco || c->mode == PX_JOB_DILOCO) return;
+    c->mode = PX_JOB_DILOCO;
+    c->last_switch_ms = now;
+    snprintf(c->mode_reason, sizeof c->mode_reason, "adopted after a coordinator restart: %d group%s trained in DiLoCo",
+             c->recovered_diloco, c->recovered_diloco == 1 ? "" : "s");
+    emit(c, "mode_adopted", "\"mode\":\"diloco\",\"groups\":%d", c->recovered_diloco);
+    px_log_info("mode_adopted mode=diloco groups=%d: the running job trains in DiLoCo", c->recovered_diloco);
+    history_event(c, "mode_switched", NULL, c->quorum.max_step, "diloco adopted after a coordinator restart");
+    c->recovered_diloco = 0;
+}
+
 /* Re-forms the quorum when membership or requests changed. */
 static void recompute_quorum(px_coordinator_t *c, int64_t now) {
     /* Recovery window: for one heartbeat timeout after start, workers of a
@@ -415,6 +433,7 @@ static void recompute_quorum(px_coordinator_t *c, int64_t now) {
      * before they are all back would needlessly drop groups. */
     if (now - c->started_ms < c->live.heartbeat_timeout_ms) return;
     c->adopted = 0; /* the recovery window is over: from now on quorums are formed here */
+    recover_mode(c, now);
     px_quorum_candidate_t *cands = NULL;
     int n = px_members_candidates(&c->members, now, &c->live, &cands);
     if (n < 0) return;
@@ -738,6 +757,10 @@ static float train_figure(int has, float v) { return has && isfinite(v) && v >= 
  * about a step beyond the last point (the first group to report a step). */
 static void note_train_stats(px_coordinator_t *c, px_member_t *m, const Phalanx__TrainStats *t) {
     if (!t || m->rank != 0 || !t->has_step || t->step < 0 || t->step > PX_STEP_MAX) return;
+    if (!m->said_diloco && t->has_diloco && t->diloco && c->auto_mode && in_recovery_window(c, px_now_ms())) {
+        m->said_diloco = 1; /* once per group (its rank 0), for recover_mode */
+        c->recovered_diloco++;
+    }
     m->has_train = 1;
     m->train_loss = train_figure(t->has_loss, t->loss);
     m->heals = t->heals;

@@ -66,6 +66,7 @@ typedef struct {
     int has_comm_share; /* its latest heartbeat carried a comm share (--mode auto) */
     float comm_share;   /* 0..1: its share of step time in cross-group communication */
     int has_train;      /* rank 0: its heartbeats carry TrainStats */
+    int said_diloco;    /* rank 0 said it trains in DiLoCo while a restarted coordinator recovered (--mode auto) */
     float train_loss;   /* ... its latest train loss (NaN: unknown) */
     uint32_t heals;     /* ... heals it received, and their bytes */
     uint64_t heal_bytes;

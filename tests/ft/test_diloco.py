@@ -44,6 +44,10 @@
               has left the window it switches back to sync, the groups
               average their moments at an outer step and train on in sync
               steps; the job completes with one state in every group.
+  auto-restart  --mode auto, switched to DiLoCo by a kill; the coordinator
+              SIGKILLed and restarted: it adopts DiLoCo from the groups'
+              heartbeats (mode_adopted, /status "auto: diloco H=10") instead
+              of sending the job back to sync, and outer steps go on.
   fragments   Streaming DiLoCo, 3 groups, H=10, --fragments 2: an outer step
               every 5 steps syncs fragment 0 and 1 in turn (their bytes add
               up to one whole outer step's), the job's last one syncs all; a
@@ -468,6 +472,47 @@ def test_auto(bindir):
         launch.terminate()
 
 
+def test_auto_restart(bindir):
+    from phalanx_test import Job  # noqa: E402
+    data = corpus(bindir)
+    job = Job(bindir, "auto-restart", extra_coord_args=["--mode", "auto", "--auto-failures-per-hour", "1",
+                                                        "--auto-window", "600", "--auto-hold", "1",
+                                                        "--auto-comm-share", "0"])
+    job.start_coordinator()
+    launch = Launch(bindir, ["--coordinator", job.endpoint, "--job", job.job, "--groups", "3", "--model", "tiny",
+                             "--steps", "100000", "--data", data, "--"] + WORKER +
+                    ["--mode", "auto", "--inner-steps", "10"], name="auto-restart")
+    try:
+        wait_until(lambda: len(job.status()["quorum"]["groups"]) == 3 and launch.last_step() >= 20, 60,
+                   "3 groups training")
+        check(job.status()["mode"] == "auto: sync", "sync first: %s" % job.status()["mode"])
+        pid = [m["pid"] for m in job.live_members() if m["group"] == "g1" and m["rank"] == 0]
+        check(pid, "g1 is a live member")
+        os.kill(pid[0], signal.SIGKILL)
+        wait_until(lambda: job.status()["mode"] == "auto: diloco H=10" and len(outer_lines(launch)) >= 2, 60,
+                   "the switch to diloco and 2 outer steps")
+        job.coord.send_signal(signal.SIGKILL)
+        job.coord.wait()
+        time.sleep(1)
+        job.start_coordinator(["--auto-hold", "30"])  # no switch back within the check below
+        mark = len(launch.output())
+        wait_until(lambda: any(e["type"] == "mode_adopted" for e in job.read_events()), 30,
+                   "the restarted coordinator adopts the groups' mode")
+        wait_until(lambda: len(outer_lines(launch, mark)) >= 3, 60, "3 outer steps after the restart")
+        st = job.status()
+        check(st["mode"] == "auto: diloco H=10", "/status after the restart: %s" % st["mode"])
+        check("adopted after a coordinator restart" in st["mode_reason"], "the reason says so: %s" % st["mode_reason"])
+        later = [e for e in job.read_events() if e["type"] == "mode_switched"]
+        check(len(later) == 1 and later[0]["to"] == "diloco", "one switch in all (the first coordinator's): %s" %
+              [(e["from"], e["to"]) for e in later])
+        print("auto-restart: %s; %d outer steps after the restart" % (st["mode_reason"], len(outer_lines(launch, mark))))
+    except Fail as e:
+        raise Fail("%s\nlauncher:\n%s" % (e, launch.tail(30)))
+    finally:
+        launch.terminate()
+        job.stop()
+
+
 def frag_lines(launch, start=0):
     """(step, contributors, bytes, fragment or None) of each outer step line."""
     out = []
@@ -645,5 +690,5 @@ def test_refused(bindir):
 if __name__ == "__main__":
     main_scenarios({"identity": test_identity, "kill": test_kill, "chaos": test_chaos, "checkpoint": test_checkpoint,
                     "dtype": test_dtype, "layouts": test_layouts, "long-round": test_long_round,
-                    "auto": test_auto, "fragments": test_fragments, "warmup": test_warmup, "quality": test_quality,
+                    "auto": test_auto, "auto-restart": test_auto_restart, "fragments": test_fragments, "warmup": test_warmup, "quality": test_quality,
                     "refused": test_refused})
