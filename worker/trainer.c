@@ -1057,6 +1057,8 @@ static px_comm_status_t outer_reduce(trainer_t *t, float *g, size_t n, uint64_t 
     return st;
 }
 
+static int leaving(const trainer_t *t);
+
 enum { OUTER_WEIGHT = PX_VOTE_N, OUTER_TAIL };
 _Static_assert(OUTER_TAIL <= PX_GPT_GRADS_SPARE, "the outer step's tail must fit in the grads' spare room");
 
@@ -1075,7 +1077,9 @@ static int outer_step(trainer_t *t, int *adopt, float *loss_out) {
     const px_trainer_config_t *cfg = t->cfg;
     size_t n = t->st.n;
     int W = cfg->ranks_per_group, H = round_len(t), F = cfg->fragments, p = fragment_of_round(t, t->st.step);
-    if (F > 1 && t->st.step + H >= cfg->steps) p = SYNC_ALL; /* the job's last outer step: every group ends with the global model */
+    /* the job's last outer step (every group ends with the global model), and the one where --mode auto goes
+     * back to sync (which needs every local parameter at its global value): every fragment */
+    if (F > 1 && (t->st.step + H >= cfg->steps || leaving(t))) p = SYNC_ALL;
     float *g = grads_buf(t), *tail = g + n, *lp = local_params(t);
     float w = t->inner == H && H > 0 && t->round_full && whole_fragment(t, p) && t->round_samples > 0 ? 1.0f : 0.0f;
     px_vote_fill(tail, t->st.step, px_agent_known_quorum_id(t->agent) > t->qid,
@@ -1623,9 +1627,8 @@ static int check_fragments(const px_trainer_config_t *cfg, char *err, size_t err
         snprintf(err, errlen, "--fragments %d: 1..%d", cfg->fragments, PX_MAX_FRAGMENTS);
         return -1;
     }
-    if (cfg->mode != PX_MODE_DILOCO)
-        snprintf(err, errlen, "--fragments %d: Streaming DiLoCo needs --mode diloco (not %s%s)", cfg->fragments,
-                 cfg->mode == PX_MODE_AUTO ? "auto" : "sync", cfg->mode == PX_MODE_AUTO ? ", for now" : "");
+    if (cfg->mode == PX_MODE_SYNC)
+        snprintf(err, errlen, "--fragments %d: Streaming DiLoCo needs --mode diloco or auto", cfg->fragments);
     else if (cfg->inner_steps % cfg->fragments != 0)
         snprintf(err, errlen, "--fragments %d: --inner-steps %d is not a multiple of it (every fragment is synced "
                  "every H steps, one every H/F)", cfg->fragments, cfg->inner_steps);
@@ -1718,7 +1721,7 @@ int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile s
                 inner_failed = 0;
                 int k = align_round(&t);
                 /* the quorum's communicator failed: join again; every group at the round's start: sync now */
-                if (k < 0 || (k == 0 && leaving(&t) && leave_diloco(&t) != 0)) {
+                if (k < 0 || (k == 0 && cfg->fragments == 1 && leaving(&t) && leave_diloco(&t) != 0)) {
                     step_failed(&t);
                     need = failed = 1;
                     continue;

@@ -44,6 +44,8 @@
               has left the window it switches back to sync, the groups
               average their moments at an outer step and train on in sync
               steps; the job completes with one state in every group.
+  auto-fragments  the same with --fragments 2: the outer step that goes back
+              to sync syncs every fragment.
   auto-restart  --mode auto, switched to DiLoCo by a kill; the coordinator
               SIGKILLed and restarted: it adopts DiLoCo from the groups'
               heartbeats (mode_adopted, /status "auto: diloco H=10") instead
@@ -419,12 +421,13 @@ def mode_changes(launch, group):
     return out
 
 
-def test_auto(bindir):
+def test_auto(bindir, fragments=1):
     data = corpus(bindir)
     H, steps = 10, 2000  # long enough in time for the window to pass, and sync steps after
     launch = Launch(bindir, ["--groups", "3", "--model", "tiny", "--steps", str(steps), "--data", data,
                              "--mode", "auto", "--auto-failures-per-hour", "100", "--auto-window", "4",
-                             "--auto-hold", "1", "--auto-comm-share", "0", "--"] + WORKER + ["--inner-steps", str(H)], name="diloco-auto")
+                             "--auto-hold", "1", "--auto-comm-share", "0", "--"] + WORKER +
+                    ["--inner-steps", str(H), "--fragments", str(fragments)], name="diloco-auto")
 
     def switches(to):
         return [e for e in launch.read_events() if e["type"] == "mode_switched" and e["to"] == to]
@@ -464,8 +467,12 @@ def test_auto(bindir):
         enter = {[c for c in mode_changes(launch, g) if c[0] == "diloco"][0][1] for g in ("g0", "g2")}
         check(len(enter) == 1, "the survivors changed to diloco at the same step: %s" % enter)
         f = same_state(launch, 3, "auto")
-        print("auto: diloco at step %s (%s), sync again at step %s (%s); %d outer steps; final checksum %s" %
-              (sorted(enter)[0], to_dl["reason"], sorted(ends)[0], back["reason"], len(outers), f["checksum"]))
+        if fragments > 1:  # the way back to sync syncs every fragment first
+            check(frag_lines(launch)[-1][3] == "all/%d" % fragments, "the last outer step synced every fragment: %s" %
+                  (frag_lines(launch)[-1],))
+        print("auto%s: diloco at step %s (%s), sync again at step %s (%s); %d outer steps; final checksum %s" %
+              (" --fragments %d" % fragments if fragments > 1 else "", sorted(enter)[0], to_dl["reason"],
+               sorted(ends)[0], back["reason"], len(outers), f["checksum"]))
     except Fail as e:
         raise Fail("%s\nlauncher:\n%s" % (e, launch.tail(40)))
     finally:
@@ -658,7 +665,7 @@ def test_refused(bindir):
     check(r.returncode == 2 and "--mode auto" in r.stderr + r.stdout and "--bucket-mb" in r.stderr + r.stdout,
           "--mode auto --bucket-mb 1 is a configuration error naming both: rc %s %s" % (r.returncode, r.stderr[-300:]))
     for flags, says in ((["--mode", "diloco", "--inner-steps", "10", "--fragments", "3"], "not a multiple"),
-                        (["--mode", "auto", "--inner-steps", "10", "--fragments", "2"], "needs --mode diloco"),
+                        (["--inner-steps", "10", "--fragments", "2"], "needs --mode diloco or auto"),
                         (["--mode", "diloco", "--inner-steps", "12", "--fragments", "3", "--model", "tiny"],
                          "the model has 2 layers"),
                         (["--sync-warmup", "10"], "needs --mode diloco")):
@@ -690,5 +697,5 @@ def test_refused(bindir):
 if __name__ == "__main__":
     main_scenarios({"identity": test_identity, "kill": test_kill, "chaos": test_chaos, "checkpoint": test_checkpoint,
                     "dtype": test_dtype, "layouts": test_layouts, "long-round": test_long_round,
-                    "auto": test_auto, "auto-restart": test_auto_restart, "fragments": test_fragments, "warmup": test_warmup, "quality": test_quality,
+                    "auto": test_auto, "auto-fragments": lambda b: test_auto(b, 2), "auto-restart": test_auto_restart, "fragments": test_fragments, "warmup": test_warmup, "quality": test_quality,
                     "refused": test_refused})
