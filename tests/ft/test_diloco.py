@@ -46,6 +46,11 @@
               steps; the job completes with one state in every group.
   auto-fragments  the same with --fragments 2: the outer step that goes back
               to sync syncs every fragment.
+  auto-chaos  --mode auto with --fragments 2 and checkpoints, a seeded kill
+              about every 2 s and a 1 s failure window: the job flips
+              between sync and DiLoCo at every kill and back (kills land in
+              either mode and at the switches); it completes with one state
+              in every group. The seed is printed on failure.
   auto-restart  --mode auto, switched to DiLoCo by a kill; the coordinator
               SIGKILLed and restarted: it adopts DiLoCo from the groups'
               heartbeats (mode_adopted, /status "auto: diloco H=10") instead
@@ -479,6 +484,28 @@ def test_auto(bindir, fragments=1):
         launch.terminate()
 
 
+def test_auto_chaos(bindir):
+    data = corpus(bindir)
+    ck = os.path.join(tempfile.mkdtemp(prefix="phalanx-auto-chaos-"), "ck")
+    try:
+        launch = run(bindir, data, 3, 3000, ["--inner-steps", "10", "--fragments", "2"], "auto-chaos",
+                     ["--mode", "auto", "--auto-failures-per-hour", "1000", "--auto-window", "1", "--auto-hold", "0",
+                      "--auto-comm-share", "0", "--chaos-kill-every", "2", "--chaos-max-kills", "10",
+                      "--chaos-seed", str(SEED), "--checkpoint-dir", ck, "--checkpoint-every", "100"], timeout=500)
+        s = launch.summary()
+        check(s["chaos_kills"] >= 5, "at least 5 kills happened: %s" % s)
+        ev = launch.read_events()
+        to = [e["to"] for e in ev if e["type"] == "mode_switched"]
+        check(to.count("diloco") >= 3 and to.count("sync") >= 3, "the job flipped both ways several times: %s" % to)
+        f = same_state(launch, 3, "auto-chaos")
+        first = min(progress_losses(launch).items())[1]
+        check(s["final_loss"] < first - 1.0, "the loss falls: first %s, final %s" % (first, s["final_loss"]))
+        print("auto-chaos: %d kills, %d switches, final checksum %s loss %s" % (s["chaos_kills"], len(to),
+                                                                             f["checksum"], s["final_loss"]))
+    except Fail as e:
+        raise Fail("%s (chaos seed %d; rerun with PX_CHAOS_SEED=%d)" % (e, SEED, SEED))
+
+
 def test_auto_restart(bindir):
     from phalanx_test import Job  # noqa: E402
     data = corpus(bindir)
@@ -697,5 +724,6 @@ def test_refused(bindir):
 if __name__ == "__main__":
     main_scenarios({"identity": test_identity, "kill": test_kill, "chaos": test_chaos, "checkpoint": test_checkpoint,
                     "dtype": test_dtype, "layouts": test_layouts, "long-round": test_long_round,
-                    "auto": test_auto, "auto-fragments": lambda b: test_auto(b, 2), "auto-restart": test_auto_restart, "fragments": test_fragments, "warmup": test_warmup, "quality": test_quality,
+                    "auto": test_auto, "auto-fragments": lambda b: test_auto(b, 2), "auto-chaos": test_auto_chaos,
+                    "auto-restart": test_auto_restart, "fragments": test_fragments, "warmup": test_warmup, "quality": test_quality,
                     "refused": test_refused})
