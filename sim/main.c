@@ -35,8 +35,8 @@ static void usage(void) {
            "  phalanx-diloco       ours, DiLoCo: a failure costs the lost group's inner steps\n"
            "\n"
            "the job:\n"
-           "  --accelerators N             accelerators (a multiple of --gpus-per-group and of 8) [%" PRId64 "]\n"
-           "  --policy NAME                one of the above [phalanx-sync]\n"
+           "  --accelerators N             accelerators, a multiple of --gpus-per-group and of 8 (required)\n"
+           "  --policy NAME                one of the above (required)\n"
            "  --gpus-per-group N           accelerators per replica group [%" PRId64 "]\n"
            "  --wall-days D                simulated wall time [%.0f]\n"
            "  --step-s S                   one optimizer step with every group present [%.0f]\n"
@@ -69,8 +69,23 @@ static void usage(void) {
            "output:\n"
            "  --csv FILE                   write a header and one row\n"
            "  --help\n",
-           d.accelerators, d.gpus_per_group, d.wall_s / 86400, d.step_s, d.inner_steps, d.state_bytes,
+           d.gpus_per_group, d.wall_s / 86400, d.step_s, d.inner_steps, d.state_bytes,
            d.min_replicas, d.accel_mtbf_s / 3600, d.repair_s, d.restart_s, d.timeout_s, d.timeout_heal_bytes_per_s);
+}
+
+/* Every flag that takes a value: an unknown one is named as such before its
+ * value is looked for. */
+static const char *const VALUE_FLAGS[] = {
+    "--accelerators", "--policy", "--gpus-per-group", "--wall-days", "--step-s", "--inner-steps", "--state-bytes",
+    "--min-replicas", "--checkpoint-interval-s", "--accel-mtbf-h", "--node-failure-share", "--repair-s", "--restart-s",
+    "--seed", "--figures", "--detect-s", "--requorum-s", "--heal-bytes-per-s", "--checkpoint-write-bytes-per-s",
+    "--checkpoint-hold-bytes-per-s", "--timeout-s", "--timeout-heal-bytes-per-s", "--csv", NULL};
+
+static int known(const char *flag) {
+    for (int i = 0; VALUE_FLAGS[i]; i++) {
+        if (!strcmp(flag, VALUE_FLAGS[i])) return 1;
+    }
+    return 0;
 }
 
 /* The figures a flag gave, applied over the figures file whatever the order. */
@@ -131,7 +146,7 @@ int main(int argc, char **argv) {
             usage();
             return 0;
         }
-        if (strncmp(a, "--", 2)) px_flag_unknown(PROG, a);
+        if (!known(a)) px_flag_unknown(PROG, a);
         const char *v = px_flag_need(PROG, a, i + 1 < argc ? argv[i + 1] : NULL);
         size_t f = 0;
         while (f < nfigs && strcmp(a, figs[f].flag)) f++;

@@ -31,6 +31,7 @@ expect() {
 }
 expect 0 "drop-group-timeout" --help
 expect 2 "unknown flag '--bogus'" --accelerators 8 --policy restart-all --bogus 1
+expect 2 "unknown flag '--bogus'" --accelerators 8 --policy restart-all --bogus
 expect 2 "policy 'torchrun'" --accelerators 8 --policy torchrun
 expect 2 "accelerators" --accelerators 0 --policy phalanx-sync
 expect 2 "node-failure-share" --accelerators 8 --policy phalanx-sync --node-failure-share 2
