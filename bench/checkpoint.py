@@ -37,7 +37,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ft_lib import BenchError, Job, blas_env, environment, kv, mem_available_gb, prepare_data, run_bench  # noqa: E402
+from ft_lib import (BenchError, Job, blas_env, environment, kv, mem_available_gb, prepare_data,  # noqa: E402
+                    run_bench, write_figures)
 
 SAVE_TARGET, OVERHEAD_TARGET = 0.80, 0.03
 EVERY = 10
@@ -174,6 +175,8 @@ def main():
     ap.add_argument("--skip-save", action="store_true", help="leave out parts 1 and 2")
     ap.add_argument("--coretype", default="", help="OPENBLAS_CORETYPE for every process of part 3")
     ap.add_argument("--data", default="", help="token shards [the demo corpus, prepared once]")
+    ap.add_argument("--json", default="", metavar="OUT",
+                    help="write checkpoint_write_bytes_per_s (median save rate of part 1) for phalanx-sim")
     a = ap.parse_args()
     models = a.models.split(",") if a.models else []
     for m in models:
@@ -223,6 +226,9 @@ def main():
                  1e3 * statistics.median(firsts), len(firsts)))
     print("  " + environment(blas_note))
     print("elapsed %.0f s" % (time.monotonic() - t_start))
+    if a.json and res:
+        write_figures(a.json, "checkpoint", {"checkpoint_write_bytes_per_s": statistics.median(res[0]) * 1e6,
+                                             "reps": a.reps, "model": model}, blas_note)
 
 
 if __name__ == "__main__":

@@ -44,7 +44,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ft_lib import (BenchError, Job, blas_env, environment, kv,  # noqa: E402
-                    mem_available_gb, prepare_data, run_bench, wait_for)
+                    mem_available_gb, prepare_data, run_bench, wait_for, write_figures)
 
 TARGET = 0.5
 HEAL_RE = re.compile(r"heal_finished source=(\S+) quorum_id=(\d+) step=(\d+) bytes=([\d.]+)MB ms=(\d+) rate=(\d+)MB/s")
@@ -103,6 +103,8 @@ def main():
     ap.add_argument("--coretype", default="", help="OPENBLAS_CORETYPE for every process")
     ap.add_argument("--data", default="")
     ap.add_argument("--keep", action="store_true", help="keep the scratch directory (logs)")
+    ap.add_argument("--json", default="", metavar="OUT",
+                    help="write heal_bytes_per_s (the median heal rate) for phalanx-sim (bench/sim_figures.py)")
     a = ap.parse_args()
     if a.groups < 2:
         ap.error("--groups must be at least 2 (a heal needs a source)")
@@ -169,6 +171,9 @@ def main():
           % (100 * p2p / link, 100 * p2p_ck / link, 100 * med / link))
     print("  " + environment(blas_note))
     print("elapsed %.0f s" % (time.monotonic() - t_start))
+    if a.json:
+        write_figures(a.json, "ft_heal", {"heal_bytes_per_s": med * 1e6, "heals": len(rates), "model": a.model,
+                                          "loopback_tcp_bytes_per_s": link * 1e6}, blas_note)
 
 
 if __name__ == "__main__":

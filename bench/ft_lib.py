@@ -11,6 +11,7 @@ Nothing here decides a result: the benchmark scripts compute and print
 their numbers, and say under what conditions (load, cores, OpenBLAS kernel)
 they were taken."""
 import glob
+import json
 import os
 import shutil
 import signal
@@ -60,6 +61,17 @@ def mem_available_gb():
             if line.startswith("MemAvailable:"):
                 return int(line.split()[1]) / 1e6
     return 0.0
+
+
+def write_figures(path, bench, figures, coretype_note):
+    """--json OUT of a benchmark: the figures phalanx-sim reads (see
+    bench/sim_figures.py, which merges them), with what produced them."""
+    doc = {"bench": bench, "figures": figures, "argv": sys.argv,
+           "date": time.strftime("%Y-%m-%d %H:%M"), "environment": environment(coretype_note)}
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+    print("figures for phalanx-sim written to %s" % path)
 
 
 def run_bench(main, prog):

@@ -47,7 +47,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ft_lib import Job, blas_env, environment, kv, percentile, prepare_data, run_bench, wait_for  # noqa: E402
+from ft_lib import Job, blas_env, environment, kv, percentile, prepare_data, run_bench, wait_for, write_figures  # noqa: E402
 
 TORCHFT_HEARTBEAT_TIMEOUT_MS = 5000.0
 TARGET_P50_MS = 300.0
@@ -158,6 +158,8 @@ def main():
     ap.add_argument("--coretype", default="", help="OPENBLAS_CORETYPE for every process")
     ap.add_argument("--data", default="")
     ap.add_argument("--keep", action="store_true", help="keep the scratch directory (logs)")
+    ap.add_argument("--json", default="", metavar="OUT",
+                    help="write detect_s and requorum_s (p50s) for phalanx-sim (bench/sim_figures.py)")
     a = ap.parse_args()
     if a.groups < 2:
         ap.error("--groups must be at least 2 (a kill needs survivors)")
@@ -270,6 +272,12 @@ def main():
           % statistics.median(r["rejoin"] for r in rows))
     print("  " + environment(blas_note))
     print("elapsed %.0f s" % (time.monotonic() - t_start))
+    joined = [r["joined"] for r in rows if r["joined"] == r["joined"]]
+    if a.json and det and joined:
+        d50, j50 = percentile(det, 50), percentile(joined, 50)
+        write_figures(a.json, "ft_recovery", {"detect_s": d50 / 1e3, "requorum_s": max(j50 - d50, 0.0) / 1e3,
+                                              "recovery_p50_s": percentile(rec, 50) / 1e3, "kills": len(rec),
+                                              "model": a.model}, blas_note)
 
 
 if __name__ == "__main__":
