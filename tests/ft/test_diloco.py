@@ -74,7 +74,6 @@
   refused     a worker in diloco mode is refused by a sync job (WRONG_LAYOUT,
               naming both), and --mode diloco with --device cuda or
               --bucket-mb is a configuration error naming the flags."""
-import glob
 import json
 import os
 import re
@@ -143,6 +142,11 @@ def progress_losses(launch):
         if m:
             out[int(m.group(1))] = float(m.group(2))
     return out
+
+
+def loss_falls(launch, final):
+    first = min(progress_losses(launch).items())[1]
+    check(final < first - 1.0, "the loss falls: first %s, final %s" % (first, final))
 
 
 def test_identity(bindir):
@@ -242,8 +246,7 @@ def test_chaos(bindir):
         f = same_state(launch, 3, "chaos")
         outers = outer_lines(launch)
         check(all(o[3] <= len(o[2]) for o in outers), "contributors never exceed the quorum's groups")
-        first = min(progress_losses(launch).items())[1]
-        check(s["final_loss"] < first - 1.0, "the loss falls: first %s, final %s" % (first, s["final_loss"]))
+        loss_falls(launch, s["final_loss"])
         print("chaos: %d kills, %d outer steps, final checksum %s loss %s" % (s["chaos_kills"], len(outers),
                                                                              f["checksum"], s["final_loss"]))
     except Fail as e:
@@ -498,8 +501,7 @@ def test_auto_chaos(bindir):
         to = [e["to"] for e in ev if e["type"] == "mode_switched"]
         check(to.count("diloco") >= 3 and to.count("sync") >= 3, "the job flipped both ways several times: %s" % to)
         f = same_state(launch, 3, "auto-chaos")
-        first = min(progress_losses(launch).items())[1]
-        check(s["final_loss"] < first - 1.0, "the loss falls: first %s, final %s" % (first, s["final_loss"]))
+        loss_falls(launch, s["final_loss"])
         print("auto-chaos: %d kills, %d switches, final checksum %s loss %s" % (s["chaos_kills"], len(to),
                                                                              f["checksum"], s["final_loss"]))
     except Fail as e:
@@ -591,8 +593,7 @@ def test_fragments(bindir):
         check(heals and any(c == 3 and s > heals[-1]["step"] for s, c, _, _ in after),
               "g1 healed and contributes again: %s" % after[-4:])
         f = same_state(launch, 3, "fragments")
-        first = min(progress_losses(launch).items())[1]
-        check(float(f["loss"]) < first - 1.0, "the loss falls: first %s, final %s" % (first, f["loss"]))
+        loss_falls(launch, float(f["loss"]))
         print("fragments: %d outer steps, bytes per fragment pair %s of %d; g1 healed at %s; final %s" %
               (len(lines), pairs[0], full, [e["step"] for e in heals], f["checksum"]))
     except Fail as e:
@@ -612,14 +613,10 @@ def test_fragments(bindir):
 
 
 def cross_bytes(launch):
-    total = 0
-    for path in glob.glob(os.path.join(launch.dir, "worker-*.log")):
-        with open(path) as f:
-            for line in f:
-                m = re.search(r"comm_sent .*cross_bytes=(\d+)", line)
-                if m:
-                    total += int(m.group(1))
-    return total
+    """Cross-group bytes summed over the workers' comm_sent lines (the benchmark's own reading)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
+    from diloco import worker_logs  # noqa: E402
+    return worker_logs(launch)[0]
 
 
 def test_warmup(bindir):
