@@ -1063,16 +1063,20 @@ enum { OUTER_WEIGHT = PX_VOTE_N, OUTER_TAIL };
 _Static_assert(OUTER_TAIL <= PX_GPT_GRADS_SPARE, "the outer step's tail must fit in the grads' spare room");
 
 /* The outer step, when a group's round is done (with weight 0 for a group
- * that joined the round late, see align_round). First a small reduction of the tail: the commit vote on the
- * round's start, the newer-quorum flag, each group's weight (1 with a full
- * round) and loss. Then, when some group has a round to give, the
- * pseudo-gradients (global minus local parameters) summed across groups
- * into the grads; their mean updates the global parameters by SGD with
- * Nesterov momentum, the same arithmetic on every group:
+ * that joined the round late, see align_round, or has not trained the
+ * fragment whole). First a small reduction of the tail: the commit vote on
+ * the round's start, the newer-quorum flag, each group's weight (1 with a
+ * full round) and loss. Then, when some group has a round to give, the
+ * pseudo-gradients (global minus local parameters) of the round's fragment
+ * (every parameter without --fragments; every fragment at the job's last
+ * outer step and where auto goes back to sync), packed and summed across
+ * groups in the grads; their mean updates those global parameters by SGD
+ * with Nesterov momentum, the same arithmetic on every group:
  *   u = mu u + d;  global -= lr (d + mu u)
- * and every group starts the next round from them. 1: done (*adopt: every
- * group saw a newer quorum); 0: a collective failed (reported): the round's
- * inner progress is kept, and the outer step is retried in the next quorum. */
+ * and every group starts the next round with those local parameters set to
+ * them. 1: done (*adopt: every group saw a newer quorum); 0: a collective
+ * failed (reported): the round's inner progress is kept, and the outer step
+ * is retried in the next quorum. */
 static int outer_step(trainer_t *t, int *adopt, float *loss_out) {
     const px_trainer_config_t *cfg = t->cfg;
     size_t n = t->st.n;
