@@ -22,5 +22,5 @@ endforeach()
 # rendered by headless Chromium (DOM checks, a screenshot). Each skips (77)
 # with the reason when its tool is missing; scripts/install-deps.sh installs both.
 px_add_py_scenarios(ft_dashboard ${CMAKE_CURRENT_LIST_DIR}/ft/test_dashboard.py $<TARGET_FILE_DIR:phalanx-launch> 300
-                    metrics browser)
-set_tests_properties(ft_dashboard_metrics ft_dashboard_browser PROPERTIES RUN_SERIAL TRUE SKIP_RETURN_CODE 77)
+                    metrics browser scale)
+set_tests_properties(ft_dashboard_metrics ft_dashboard_browser ft_dashboard_scale PROPERTIES RUN_SERIAL TRUE SKIP_RETURN_CODE 77)

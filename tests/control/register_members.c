@@ -15,6 +15,10 @@
  *   --join            ask to join the next quorum once registered
  *   --comm-share X    heartbeats carry comm_share X (any float, nan too: the
  *                     coordinator must cope) [absent]
+ *   --sockets         a DEALER (a ZeroMQ identity, as a worker's agent has) per
+ *                     member: the coordinator knows a member by its identity,
+ *                     so only then does every member's heartbeat count
+ *                     (tests/ft/test_dashboard.py, 1,000 live groups)
  * Each quorum pushed is printed as "quorum=ID mode=MODE" (for the first member).
  *
  * Prints "registered=N" once every RegisterAck arrived; exit 0 after stdin
@@ -37,9 +41,13 @@ static void fail(const char *what) {
 
 typedef struct {
     const char *endpoint, *job, *prefix, *layout;
-    int count, heartbeat_ms, join, has_comm_share;
+    int count, heartbeat_ms, join, has_comm_share, per_member;
     float comm_share;
+    void **socks; /* one, or one per member (per_member) */
 } opts_t;
+
+static void *sock_of(const opts_t *o, int i) { return o->socks[o->per_member ? i : 0]; }
+static int nsocks(const opts_t *o) { return o->per_member ? o->count : 1; }
 
 static void send_env(void *sock, Phalanx__Envelope *env, const char *what) {
     size_t len;
@@ -124,33 +132,39 @@ static void drain(void *sock) {
 }
 
 /* Heartbeats every heartbeat_ms (when set) until stdin closes. */
-static void hold(void *sock, const opts_t *o) {
+static void hold(const opts_t *o) {
     int64_t next_hb = px_now_ms();
-    int in_open = 1;
+    int in_open = 1, n = nsocks(o);
+    zmq_pollitem_t *it = calloc((size_t)n + 1, sizeof *it);
+    if (!it) fail("out of memory");
+    for (int k = 0; k < n; k++) it[k] = (zmq_pollitem_t){o->socks[k], 0, ZMQ_POLLIN, 0};
+    it[n] = (zmq_pollitem_t){NULL, 0, ZMQ_POLLIN, 0}; /* stdin */
     while (in_open) {
         int64_t now = px_now_ms();
         if (o->heartbeat_ms && now >= next_hb) {
-            for (int i = 0; i < o->count; i++) send_heartbeat(sock, o, i);
+            for (int i = 0; i < o->count; i++) send_heartbeat(sock_of(o, i), o, i);
             next_hb = now + o->heartbeat_ms;
         }
-        zmq_pollitem_t it[2] = {{sock, 0, ZMQ_POLLIN, 0}, {NULL, 0, ZMQ_POLLIN, 0}};
         long wait = o->heartbeat_ms ? (long)(next_hb - now > 0 ? next_hb - now : 0) : -1;
-        if (zmq_poll(it, 2, wait) < 0 && errno != EINTR) fail("zmq_poll");
-        if (it[0].revents & ZMQ_POLLIN) drain(sock);
-        if (it[1].revents & (ZMQ_POLLIN | ZMQ_POLLERR)) {
+        if (zmq_poll(it, n + 1, wait) < 0 && errno != EINTR) fail("zmq_poll");
+        for (int k = 0; k < n; k++)
+            if (it[k].revents & ZMQ_POLLIN) drain(o->socks[k]);
+        if (it[n].revents & (ZMQ_POLLIN | ZMQ_POLLERR)) {
             char b[64];
             in_open = read(0, b, sizeof b) > 0;
         }
     }
+    free(it);
 }
 
 /* Counts RegisterAcks until `want` arrived or 30 s passed. */
-static int await_acks(void *sock, int want) {
+static int await_acks(const opts_t *o, int want) {
     int acks = 0;
     int64_t deadline = px_now_ms() + 30000;
-    while (acks < want && px_now_ms() < deadline) {
+    for (int k = 0; acks < want && px_now_ms() < deadline; k = (k + 1) % nsocks(o)) {
+        void *sock = o->socks[k];
         zmq_pollitem_t it = {sock, 0, ZMQ_POLLIN, 0};
-        if (zmq_poll(&it, 1, 100) <= 0) continue;
+        if (zmq_poll(&it, 1, nsocks(o) > 1 ? 0 : 100) <= 0) continue;
         zmq_msg_t m;
         zmq_msg_init(&m);
         if (zmq_msg_recv(&m, sock, ZMQ_DONTWAIT) >= 0) {
@@ -179,34 +193,41 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--layout")) o.layout = v, i++;
         else if (!strcmp(argv[i], "--heartbeat-ms")) o.heartbeat_ms = atoi(v), i++;
         else if (!strcmp(argv[i], "--comm-share")) o.has_comm_share = 1, o.comm_share = strtof(v, NULL), i++;
+        else if (!strcmp(argv[i], "--sockets")) o.per_member = 1;
         else o.count = 0; /* unknown flag: usage */
     }
     if (!o.endpoint || o.count < 1 || o.count > 99999 || o.heartbeat_ms < 0) {
         fprintf(stderr, "usage: register_members --endpoint EP [--job J] [--count 1..99999 (1000)] [--prefix NAME]\n"
-                        "       [--layout L] [--heartbeat-ms N] [--join] [--comm-share X]\n");
+                        "       [--layout L] [--heartbeat-ms N] [--join] [--comm-share X] [--sockets]\n");
         return 2;
     }
     char host[PX_HOST_MAX + 1];
     memset(host, 0x01, PX_HOST_MAX);
     host[PX_HOST_MAX] = '\0';
     void *ctx = zmq_ctx_new();
-    void *sock = zmq_socket(ctx, ZMQ_DEALER);
-    int zero = 0, hwm = 1000000;
-    zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero);
-    zmq_setsockopt(sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
-    zmq_setsockopt(sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
-    if (zmq_connect(sock, o.endpoint) != 0) fail("cannot connect");
-    for (int i = 0; i < o.count; i++) send_register(sock, &o, i, host);
-    int acks = await_acks(sock, o.count);
+    zmq_ctx_set(ctx, ZMQ_MAX_SOCKETS, o.count + 16);
+    if (!(o.socks = calloc((size_t)nsocks(&o), sizeof *o.socks))) fail("out of memory");
+    for (int k = 0; k < nsocks(&o); k++) {
+        void *sock = o.socks[k] = zmq_socket(ctx, ZMQ_DEALER);
+        int zero = 0, hwm = 1000000;
+        if (!sock) fail("cannot make a socket");
+        zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero);
+        zmq_setsockopt(sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
+        zmq_setsockopt(sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
+        if (zmq_connect(sock, o.endpoint) != 0) fail("cannot connect");
+    }
+    for (int i = 0; i < o.count; i++) send_register(sock_of(&o, i), &o, i, host);
+    int acks = await_acks(&o, o.count);
     if (acks != o.count) {
         printf("FAIL: %d of %d registers answered within 30 s\n", acks, o.count);
         return 1;
     }
     printf("registered=%d\n", o.count);
     fflush(stdout);
-    for (int i = 0; o.join && i < o.count; i++) send_join(sock, &o, i);
-    hold(sock, &o);
-    zmq_close(sock);
+    for (int i = 0; o.join && i < o.count; i++) send_join(sock_of(&o, i), &o, i);
+    hold(&o);
+    for (int k = 0; k < nsocks(&o); k++) zmq_close(o.socks[k]);
+    free(o.socks);
     zmq_ctx_term(ctx);
     return 0;
 }

@@ -10,6 +10,10 @@
   browser: the dashboard (/) rendered by headless Chromium: the loss curve
            has points, a failure mark exists after the kill, the lanes match
            /status's groups; a screenshot is saved and its path printed.
+  scale:   1,000 single-rank groups (register_members --sockets: real registrations,
+           heartbeats and join requests over ZeroMQ) in one quorum: the page
+           renders them in at most 50 aggregate lanes ("1000 groups, 20 a
+           lane"), none per group, and shows the quorum's 1,000 groups.
 
 Exits 77 (ctest SKIP_RETURN_CODE) with the reason when prometheus_client or
 chromium is missing: scripts/install-deps.sh installs both."""
@@ -212,5 +216,38 @@ def test_browser(bindir):
         launch.terminate()
 
 
+def test_scale(bindir):
+    browser = chromium()
+    if not browser:
+        skip("chromium is not installed (apt-get install chromium; scripts/install-deps.sh does)")
+    from phalanx_test import Job, die_with_test  # noqa: E402
+    job = Job(bindir, "dash-scale", extra_coord_args=["--heartbeat-timeout-ms", "5000"])  # (the recovery window)
+    fake = None
+    try:
+        job.start_coordinator()
+        fake = subprocess.Popen([os.path.join(bindir, "register_members"), "--endpoint", job.endpoint, "--job",
+                                 job.job, "--count", "1000", "--prefix", "g", "--heartbeat-ms", "500", "--join", "--sockets"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, preexec_fn=die_with_test)
+        line = fake.stdout.readline().strip()
+        check(line == "registered=1000", "register_members: %r" % line)
+        wait_until(lambda: len(job.status()["quorum"]["groups"]) == 1000, 60, "a quorum of 1000 groups", 0.5)
+        url = "http://%s/" % job.http
+        dom = render(browser, url, ["--dump-dom"])
+        lanes = re.findall(r'<g class="lane aggregate" data-groups="([^"]*)"', dom)
+        check(0 < len(lanes) <= 50, "1000 groups in at most 50 aggregate lanes: %d" % len(lanes))
+        check(not re.search(r'<g class="lane" data-group=', dom), "no lane per group at this size")
+        check(re.search(r'1000 groups, 20 a lane', dom), "the page says how the lanes aggregate")
+        check(re.search(r'<b id="groups">1000</b>', dom), "the bar shows the quorum's 1000 groups")
+        shot = os.path.join(job.dir, "dashboard-1000.png")
+        render(browser, url, ["--screenshot=%s" % shot])
+        check(os.path.getsize(shot) > 10000, "a screenshot was written")
+        print("scale: 1000 groups in %d lanes (%s .. %s); screenshot %s" % (len(lanes), lanes[0], lanes[-1], shot))
+    finally:
+        if fake:
+            fake.stdin.close()
+            fake.wait(timeout=10)
+        job.stop()
+
+
 if __name__ == "__main__":
-    main_scenarios({"metrics": test_metrics, "browser": test_browser})
+    main_scenarios({"metrics": test_metrics, "browser": test_browser, "scale": test_scale})
