@@ -1393,6 +1393,16 @@ static char *history_json(px_coordinator_t *c, const px_status_view_t *v, uint64
     return px_buf_take(&b, len);
 }
 
+/* A one-line text answer with an HTTP status (500 when out of memory). */
+static int text_reply(const char *text, char **body, size_t *len, const char **type, int code) {
+    size_t n = strlen(text);
+    *body = malloc(n + 2);
+    if (*body) snprintf(*body, n + 2, "%s\n", text);
+    *len = n + 1;
+    *type = "text/plain; charset=utf-8";
+    return *body ? code : 500;
+}
+
 static int http_handler(void *ctx, const char *path, const char *query, char **body, size_t *len,
                         const char **type) {
     px_coordinator_t *c = ctx;
@@ -1406,6 +1416,10 @@ static int http_handler(void *ctx, const char *path, const char *query, char **b
     }
     px_status_view_t v = status_view(c);
     if (strcmp(path, "/status") == 0) {
+        if (query && *query && strcmp(query, "members=0") && strcmp(query, "members=1"))
+            return text_reply("/status: the only query is members=0 (leave the member array out) or members=1",
+                              body, len, type, 400);
+        v.omit_members = query && !strcmp(query, "members=0");
         *body = px_status_json(&v, len);
         *type = "application/json";
     } else if (strcmp(path, "/metrics") == 0) {
@@ -1420,14 +1434,7 @@ static int http_handler(void *ctx, const char *path, const char *query, char **b
     } else if (strcmp(path, "/api/history") == 0) {
         uint64_t since;
         char why[160];
-        if (px_history_parse_query(query, &since, why, sizeof why) != 0) {
-            size_t n = strlen(why);
-            *body = malloc(n + 2);
-            if (*body) snprintf(*body, n + 2, "%s\n", why);
-            *len = n + 1;
-            *type = "text/plain; charset=utf-8";
-            return *body ? 400 : 500;
-        }
+        if (px_history_parse_query(query, &since, why, sizeof why) != 0) return text_reply(why, body, len, type, 400);
         *body = history_json(c, &v, since, len);
         *type = "application/json";
     } else {

@@ -111,9 +111,9 @@ char *px_status_json(const px_status_view_t *v, size_t *len) {
         px_buf_json_str(&b, g->heal_source);
         px_buf_printf(&b, "}");
     }
-    px_buf_printf(&b, "]},\"members\":[");
+    px_buf_printf(&b, "]},\"members_total\":%d,\"members\":[", v->members->n);
     k = 0;
-    for (int i = 0; i < v->members->n; i++) {
+    for (int i = 0; !v->omit_members && i < v->members->n; i++) {
         const px_member_t *m = &v->members->members[i];
         px_buf_printf(&b, "%s{\"group\":", k++ ? "," : "");
         px_buf_json_str(&b, m->group);

@@ -67,6 +67,7 @@ typedef struct {
     double comm_share;
     const px_quorum_t *quorum;
     const px_members_t *members;
+    int omit_members;            /* /status?members=0: no member array (a large job's summary) */
     const px_coord_stats_t *stats;
     const px_train_metrics_t *train;
     px_status_events_t events;

@@ -13,7 +13,8 @@
   scale:   1,000 single-rank groups (register_members --sockets: real registrations,
            heartbeats and join requests over ZeroMQ) in one quorum: the page
            renders them in at most 50 aggregate lanes ("1000 groups, 20 a
-           lane"), none per group, and shows the quorum's 1,000 groups.
+           lane"), none per group, and shows the quorum's 1,000 groups;
+           /status?members=0 summarises without the member array.
 
 Exits 77 (ctest SKIP_RETURN_CODE) with the reason when prometheus_client or
 chromium is missing: scripts/install-deps.sh installs both."""
@@ -238,6 +239,20 @@ def test_scale(bindir):
         check(not re.search(r'<g class="lane" data-group=', dom), "no lane per group at this size")
         check(re.search(r'1000 groups, 20 a lane', dom), "the page says how the lanes aggregate")
         check(re.search(r'<b id="groups">1000</b>', dom), "the bar shows the quorum's 1000 groups")
+        import json
+        import urllib.error
+        import urllib.request
+        full = job.get("/status")
+        brief = json.loads(job.get("/status?members=0"))
+        check(brief["members"] == [] and brief["members_total"] == 1000 and len(brief["quorum"]["groups"]) == 1000,
+              "/status?members=0: no member array, members_total 1000, the quorum kept")
+        check(len(json.dumps(brief)) * 5 < len(full), "the summary is much smaller: %d against %d bytes" %
+              (len(json.dumps(brief)), len(full)))
+        try:
+            urllib.request.urlopen("http://%s/status?members=2" % job.http, timeout=5)
+            raise Fail("/status?members=2 was accepted")
+        except urllib.error.HTTPError as e:
+            check(e.code == 400 and b"members=0" in e.read(), "/status?members=2: 400 naming the query it takes")
         shot = os.path.join(job.dir, "dashboard-1000.png")
         render(browser, url, ["--screenshot=%s" % shot])
         check(os.path.getsize(shot) > 10000, "a screenshot was written")
