@@ -1393,6 +1393,21 @@ static char *history_json(px_coordinator_t *c, const px_status_view_t *v, uint64
     return px_buf_take(&b, len);
 }
 
+/* /status's query: the value of `members` (1 when absent), or -1 when it
+ * is not 0 or 1. Other parameters are ignored, as any other page's are. */
+static int status_members_query(const char *query) {
+    int members = 1;
+    for (const char *p = query; p && *p;) {
+        size_t n = strcspn(p, "&");
+        if (n >= 8 && !strncmp(p, "members=", 8)) {
+            if (n == 9 && (p[8] == '0' || p[8] == '1')) members = p[8] - '0';
+            else return -1;
+        }
+        p += n + (p[n] == '&');
+    }
+    return members;
+}
+
 /* A one-line text answer with an HTTP status (500 when out of memory). */
 static int text_reply(const char *text, char **body, size_t *len, const char **type, int code) {
     size_t n = strlen(text);
@@ -1416,10 +1431,10 @@ static int http_handler(void *ctx, const char *path, const char *query, char **b
     }
     px_status_view_t v = status_view(c);
     if (strcmp(path, "/status") == 0) {
-        if (query && *query && strcmp(query, "members=0") && strcmp(query, "members=1"))
-            return text_reply("/status: the only query is members=0 (leave the member array out) or members=1",
-                              body, len, type, 400);
-        v.omit_members = query && !strcmp(query, "members=0");
+        int members = status_members_query(query);
+        if (members < 0)
+            return text_reply("/status: members takes 0 (leave the member array out) or 1", body, len, type, 400);
+        v.omit_members = !members;
         *body = px_status_json(&v, len);
         *type = "application/json";
     } else if (strcmp(path, "/metrics") == 0) {

@@ -252,7 +252,8 @@ def test_scale(bindir):
             urllib.request.urlopen("http://%s/status?members=2" % job.http, timeout=5)
             raise Fail("/status?members=2 was accepted")
         except urllib.error.HTTPError as e:
-            check(e.code == 400 and b"members=0" in e.read(), "/status?members=2: 400 naming the query it takes")
+            check(e.code == 400 and b"members takes 0" in e.read(), "/status?members=2: 400 naming what it takes")
+        check(json.loads(job.get("/status?x=1&members=0"))["members"] == [], "other parameters are ignored")
         shot = os.path.join(job.dir, "dashboard-1000.png")
         render(browser, url, ["--screenshot=%s" % shot])
         check(os.path.getsize(shot) > 10000, "a screenshot was written")
