@@ -973,10 +973,9 @@ static int align_round(trainer_t *t) {
         if ((int)all[i] > k) k = (int)all[i];
     free(all);
     if (rc == 0 && t->inner == 0 && k > 0) {
+        start_round(t);
         t->inner = k < round_len(t) ? k : round_len(t);
         t->round_full = 0;
-        memcpy(local_params(t), t->global, t->st.n * sizeof(float));
-        reset_fragments(t);
         px_log_info("round_joined step=%lld inner=%d: the others are that far into the round; this group gives "
                     "nothing at its outer step", (long long)t->st.step, t->inner);
     }
