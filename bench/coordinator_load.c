@@ -74,6 +74,7 @@
 typedef struct {
     int members, group_size, rate_hz, procs, losses, warmup_s, measure_s, report_delay_ms;
     int hb_interval_ms, hb_timeout_ms, quiet, zmtp, ramp_ms;
+    int group_liveness; /* --liveness group: rank 0 of each group heartbeats with a digest for its ranks */
     const char *coordinator, *endpoint, *http, *events_path, *work_dir;
     int pid;
 } cfg_t;
@@ -266,6 +267,7 @@ typedef struct {
     size_t rlen, rcap, wlen, wcap, plen, pcap;
     int64_t qid, last_send, next_register;
     uint64_t last_req;
+    int led; /* --liveness group, rank > 0: the coordinator named its leader; its leader reports for it */
 } member_t;
 
 enum { ZMTP_CONNECTING = 0, ZMTP_GREETING, ZMTP_OPEN };
@@ -581,6 +583,9 @@ static void send_register(client_t *c, int j) {
     r.host = "bench";
     r.step = 0;
     r.job = "bench";
+    /* The rank -> leader hop stays inside a group and never reaches the
+     * coordinator: not simulated, so the endpoint is only published. */
+    if (C.group_liveness && r.rank == 0) r.liveness_endpoint = "tcp://127.0.0.1:9";
     env.body_case = PHALANX__ENVELOPE__BODY_REG;
     env.reg = &r;
     client_send(c, j, &env);
@@ -598,10 +603,38 @@ static void send_heartbeat(client_t *c, int j) {
     h.step = 0;
     h.state = c->m[j].qid > 0 ? PHALANX__MEMBER_STATE__HEALTHY : PHALANX__MEMBER_STATE__JOINING;
     h.quorum_id = c->m[j].qid;
+    /* A leader's digest: the ranks of its group that are alive (a killed
+     * one drops out, as its leader stops hearing it). Groups never span two
+     * clients (main aligns the slices). */
+    uint8_t alive[PX_GROUP_SIZE_MAX / 8] = {0};
+    Phalanx__GroupDigest d = PHALANX__GROUP_DIGEST__INIT;
+    if (C.group_liveness && h.rank == 0) {
+        for (int r = 1; r < C.group_size && j + r < c->n; r++)
+            if (c->m[j + r].alive && c->m[j + r].registered) {
+                alive[r / 8] |= (uint8_t)(1u << (r % 8));
+                d.alive.len = (size_t)(r / 8 + 1);
+            }
+        d.has_alive = d.has_min_step = d.has_max_step = 1;
+        d.alive.data = alive;
+        h.digest = &d;
+    }
     env.body_case = PHALANX__ENVELOPE__BODY_HB;
     env.hb = &h;
     client_send(c, j, &env);
     c->st.hb_sent++;
+}
+
+/* --liveness group: a rank > 0 stops heartbeating once an ack names its leader. */
+static void note_leader(client_t *c, int j, const uint8_t *buf, size_t len) {
+    member_t *m = &c->m[j];
+    if (!C.group_liveness || (c->lo + j) % C.group_size == 0 || m->led) return;
+    Phalanx__Envelope *e = phalanx__envelope__unpack(NULL, len, buf);
+    if (!e) return;
+    const char *ep = e->body_case == PHALANX__ENVELOPE__BODY_REG_ACK ? e->reg_ack->leader_endpoint
+                     : e->body_case == PHALANX__ENVELOPE__BODY_HB_ACK ? e->hb_ack->leader_endpoint
+                                                                      : NULL;
+    m->led = ep && ep[0];
+    phalanx__envelope__free_unpacked(e, NULL);
 }
 
 static void send_quorum_request(client_t *c, int j) {
@@ -659,6 +692,11 @@ static void check_qdone(client_t *c, qtrack_t *t) {
 }
 
 static void on_quorum(client_t *c, int j, const uint8_t *frame, size_t len, const uint8_t *body, size_t blen) {
+    /* --liveness group: the coordinator pushes to leaders, and a leader
+     * forwards the frame to its ranks (simulated here, in process). */
+    if (C.group_liveness && (c->lo + j) % C.group_size == 0)
+        for (int r = 1; r < C.group_size && j + r < c->n; r++)
+            if (c->m[j + r].alive && c->m[j + r].led) on_quorum(c, j + r, frame, len, body, blen);
     int64_t t = now_ns();
     int64_t qid = pb_field_varint(body, blen, 1);
     c->st.quorum_msgs++;
@@ -692,9 +730,11 @@ static void on_frame(client_t *c, int j, const uint8_t *buf, size_t len) {
     switch (f) {
     case 13: /* HeartbeatAck */
         c->st.acks++;
+        note_leader(c, j, buf, len);
         if (rid == m->last_req) c->hist[hist_bucket((uint64_t)(now_ns() - m->last_send) / 1000)]++;
         break;
     case 11: /* RegisterAck */
+        note_leader(c, j, buf, len);
         if (!m->registered) {
             m->registered = 1;
             if (m->ever_registered) break;
@@ -751,6 +791,8 @@ static void client_kill(client_t *c, const cmd_t *k) {
     int j = k->victim - c->lo;
     c->t_kill = now_ns();
     member_close(c, j);
+    if (C.group_liveness && k->victim % C.group_size == 0) /* its ranks fall back to heartbeating the coordinator */
+        for (int r = 1; r < C.group_size && j + r < c->n; r++) c->m[j + r].led = 0;
     if (k->mode == KILL_REPORT) {
         c->report_pending = 1;
         c->reporter = k->reporter;
@@ -831,7 +873,7 @@ static void client_main(int id, int lo, int hi, int cmd_fd, int rep_fd) {
                 member_t *m = &c->m[j];
                 if (!m->alive) continue;
                 if (m->registered) {
-                    send_heartbeat(c, j);
+                    if (!m->led) send_heartbeat(c, j); /* a led rank's leader reports for it */
                 } else if (m->ever_registered && now >= m->next_register) {
                     send_register(c, j); /* at most every 500 ms, like the agent */
                     m->next_register = now + 500000000;
@@ -1207,8 +1249,11 @@ static void usage(void) {
            "sockets from separate processes; prints heartbeats/s, the coordinator's CPU use and\n"
            "quorum latency after member losses (p50/p99).\n\n"
            "flags (default in brackets):\n"
-           "  --members N            simulated members, 1..10000 [1000]\n"
+           "  --members N            simulated members (ranks), 1..100000 [1000]\n"
            "  --group-size G         ranks per replica group, 1..1024 [2]\n"
+           "  --liveness rank|group  rank: every member heartbeats; group: rank 0 of each group\n"
+           "                         heartbeats with a digest for its ranks, the others only\n"
+           "                         register (the worker's --liveness group) [rank]\n"
            "  --rate-hz R            heartbeats per member per second, 1..100 [10]\n"
            "  --procs P              client processes (0: one per 3000 members; zmtp: 1) [0]\n"
            "  --transport zmq|zmtp   clients use libzmq DEALERs, or speak ZMTP 3.0 over plain\n"
@@ -1239,6 +1284,10 @@ int main(int argc, char **argv) {
         } else if (!strcmp(a, "--quiet")) {
             C.quiet = 1;
             continue;
+        } else if (!strcmp(a, "--liveness") && v && (!strcmp(v, "rank") || !strcmp(v, "group"))) {
+            C.group_liveness = !strcmp(v, "group");
+            i++;
+            continue;
         }
         if (!strcmp(a, "--transport") && v && (!strcmp(v, "zmq") || !strcmp(v, "zmtp"))) {
             C.zmtp = !strcmp(v, "zmtp");
@@ -1255,7 +1304,7 @@ int main(int argc, char **argv) {
     }
         if (0) {
         }
-        INTFLAG("--members", members, 1, 10000)
+        INTFLAG("--members", members, 1, 100000)
         INTFLAG("--group-size", group_size, 1, 1024)
         INTFLAG("--rate-hz", rate_hz, 1, 100)
         INTFLAG("--procs", procs, 0, MAX_PROCS)
@@ -1291,6 +1340,8 @@ int main(int argc, char **argv) {
     rl.rlim_cur = rl.rlim_max;
     setrlimit(RLIMIT_NOFILE, &rl);
     int per_proc = (C.members + NK - 1) / NK;
+    per_proc = (per_proc + C.group_size - 1) / C.group_size * C.group_size; /* a group never spans two clients */
+    NK = (C.members + per_proc - 1) / per_proc;
     int fds = (C.zmtp ? 1 : 2) * per_proc + 256;
     if ((rlim_t)fds > rl.rlim_cur)
         die("%d members per client need ~%d descriptors, the limit is %llu: raise --procs", per_proc, fds,
@@ -1311,8 +1362,9 @@ int main(int argc, char **argv) {
         die("--endpoint needs --http and --pid as well");
     }
     signal(SIGPIPE, SIG_IGN);
-    printf("coordinator_load: members=%d group_size=%d groups=%d rate=%d Hz (target %d heartbeats/s) procs=%d transport=%s\n",
-           C.members, C.group_size, n_groups, C.rate_hz, C.members * C.rate_hz, NK, C.zmtp ? "zmtp" : "zmq");
+    printf("coordinator_load: members=%d group_size=%d groups=%d rate=%d Hz liveness=%s (target %d heartbeats/s) procs=%d transport=%s\n",
+           C.members, C.group_size, n_groups, C.rate_hz, C.group_liveness ? "group" : "rank",
+           (C.group_liveness ? n_groups : C.members) * C.rate_hz, NK, C.zmtp ? "zmtp" : "zmq");
     printf("coordinator: pid=%d endpoint=%s http=%s events=%s%s\n", C.pid, C.endpoint, C.http,
            C.events_path ? C.events_path : "(none)", C.work_dir ? "" : "");
     if (C.work_dir) printf("work dir: %s\n", C.work_dir);
@@ -1366,7 +1418,8 @@ int main(int argc, char **argv) {
      * would count as extra throughput: wait until the clients' ack rate has
      * matched the target for two consecutive seconds (at most 60 s). */
     sleep_ms((int64_t)C.warmup_s * 1000);
-    double target = (double)C.members * C.rate_hz;
+    /* Under --liveness group only the leaders heartbeat the coordinator. */
+    double target = (double)(C.group_liveness ? n_groups : C.members) * C.rate_hz;
     collect_stats(1);
     int settled = 0, waited_s = 0;
     for (int64_t t = now_ns(); settled < 2 && waited_s < 60; waited_s++) {
@@ -1539,10 +1592,11 @@ int main(int argc, char **argv) {
            cpu_pct <= 100.0 && coord_rate >= 0.95 * target ? "MET" : "NOT MET");
     printf("  new quorum < 50 ms after loss detection: p99 %.2f ms (report->first member) -> %s\n", det_p99,
            det_p99 < 50.0 ? "MET" : "NOT MET");
-    printf("RESULT members=%d group_size=%d hb_per_s=%.0f hb_target=%.0f cpu_pct=%.1f client_cpu_pct=%.1f "
+    printf("RESULT liveness=%s members=%d group_size=%d hb_per_s=%.0f hb_target=%.0f cpu_pct=%.1f client_cpu_pct=%.1f "
            "rtt_p50_ms=%.2f rtt_p99_ms=%.2f det_to_quorum_p50_ms=%.2f det_to_quorum_p99_ms=%.2f "
            "det_to_all_p99_ms=%.2f kill_to_quorum_p50_ms=%.2f kill_to_quorum_p99_ms=%.2f quorum_frame_bytes=%u\n",
-           C.members, C.group_size, coord_rate, target, cpu_pct, client_cpu_pct, hist_quantile(s.hist, 0.5) / 1000.0,
+           C.group_liveness ? "group" : "rank", C.members, C.group_size, coord_rate, target, cpu_pct, client_cpu_pct,
+           hist_quantile(s.hist, 0.5) / 1000.0,
            hist_quantile(s.hist, 0.99) / 1000.0, n_rep ? pct(rep_first, n_rep, 0.5) : NAN, det_p99,
            n_rep ? pct(rep_all, n_rep, 0.99) : NAN, n_kill ? pct(kill_first, n_kill, 0.5) : NAN,
            n_kill ? pct(kill_first, n_kill, 0.99) : NAN, max_qbytes);

@@ -94,6 +94,7 @@ struct px_coordinator {
     char run_id[17];           /* this run's id: a page seeing another knows we restarted */
     px_train_metrics_t train;
     int64_t job_step;          /* highest step a quorum member heartbeated (-1: none yet) */
+    int64_t expired_ms;        /* last px_members_expire */
     int64_t last_eval_step;    /* the newest eval loss put in a point (-1: none) */
     int64_t recovery_from_ms;  /* the first group drop not yet followed by a committed step (0: none) */
 };
@@ -325,7 +326,9 @@ static void push_quorum_to_all(px_coordinator_t *c, const char *reason) {
     if (!buf) return;
     for (int i = 0; i < c->members.n; i++) {
         px_member_t *m = &c->members.members[i];
-        if (m->state != PX_STATE_LOST) send_frame(c, m->ident, m->ident_len, buf, len);
+        /* A rank its leader reports for gets the quorum from its leader
+         * (--liveness group): the push costs groups, not ranks. */
+        if (m->state != PX_STATE_LOST && !m->via_leader) send_frame(c, m->ident, m->ident_len, buf, len);
     }
     free(buf);
 }
@@ -518,6 +521,10 @@ static void member_lost(px_coordinator_t *c, px_member_t *m, const char *why) {
             if (!c->recovery_from_ms) c->recovery_from_ms = c->stats.last_loss_ms; /* timed to the next commit */
         }
     }
+    if (m->rank == 0 && m->liveness_ep[0]) { /* its ranks fall back to heartbeating us: push to them directly */
+        for (int i = 0; i < c->members.n; i++)
+            if (strcmp(c->members.members[i].group, m->group) == 0) c->members.members[i].via_leader = 0;
+    }
     c->quorum_dirty = 1;
 }
 
@@ -549,15 +556,14 @@ static void detect_losses(px_coordinator_t *c, int64_t now) {
     for (int i = 0; i < c->members.n; i++) {
         px_member_t *m = &c->members.members[i];
         if (m->state == PX_STATE_LOST) continue;
-        px_member_t probe = *m;
-        probe.reported = px_member_report_fresh(m, now, &c->live, c->quorum.id);
+        m->reported = px_member_report_fresh(m, now, &c->live, c->quorum.id);
         /* A report that named nobody counts against members whose connection
          * closed: that pairing is the signature of a dead process. Against a
          * member that is merely slow to heartbeat it does not count: on an
          * overloaded machine that would drop healthy groups in a cascade (a
          * hung member is caught by the heartbeat timeout instead). */
-        if (anon && m->conn_closed) probe.reported = 1;
-        const char *why = px_member_loss_reason(&probe, now, &c->live);
+        if (anon && m->conn_closed) m->reported = 1;
+        const char *why = px_member_loss_reason(m, now, &c->live);
         if (why) member_lost(c, m, why);
     }
 }
@@ -648,6 +654,38 @@ static int refuse_wrong_layout(px_coordinator_t *c, const void *ident, size_t id
     return 0;
 }
 
+/* Group-level liveness (--liveness group, docs/protocol.md): where rank m
+ * should heartbeat instead of here, NULL when it should heartbeat here (it is
+ * a leader, or its leader is not registered, lost, or takes no heartbeats). */
+static char *leader_endpoint(px_coordinator_t *c, const px_member_t *m) {
+    if (m->rank == 0) return NULL;
+    px_member_t *l = px_members_by_name(&c->members, m->group, 0);
+    return l && l->state != PX_STATE_LOST && l->liveness_ep[0] && l->group_size == m->group_size ? l->liveness_ep : NULL;
+}
+
+/* A leader's digest: the ranks it heard count as heard now, at its lowest
+ * step (their own step is as fresh as the leader's report: docs/protocol.md).
+ * A rank it reports that we do not know (we restarted, or declared it lost)
+ * is named in `unknown`, and the leader tells it to register again. */
+static void note_digest(px_coordinator_t *c, const px_member_t *leader, const Phalanx__GroupDigest *d, int64_t now,
+                        uint8_t *unknown, size_t *unknown_len) {
+    *unknown_len = 0;
+    if (!d || !leader->liveness_ep[0]) return;
+    for (int r = 1; r < leader->group_size && (size_t)(r / 8) < d->alive.len; r++) {
+        if (!(d->alive.data[r / 8] & (1u << (r % 8)))) continue;
+        px_member_t *x = px_members_by_name(&c->members, leader->group, r);
+        if (!x || x->state == PX_STATE_LOST || x->group_size != leader->group_size) {
+            unknown[r / 8] |= (uint8_t)(1u << (r % 8));
+            *unknown_len = (size_t)(r / 8 + 1);
+            continue;
+        }
+        x->last_hb_ms = now;
+        x->step = d->min_step;
+        x->via_leader = 1;
+        c->stats.relayed_ranks++;
+    }
+}
+
 static void on_register(px_coordinator_t *c, const void *ident, size_t ident_len, int fd, const px_msg_t *msg) {
     const Phalanx__Register *r = msg->reg;
     if (r->job && r->job[0] && strcmp(r->job, c->cfg.job) != 0) {
@@ -683,6 +721,8 @@ static void on_register(px_coordinator_t *c, const void *ident, size_t ident_len
     m->quorum_id = r->has_quorum_id ? r->quorum_id : 0;
     m->job_steps = r->has_job_steps ? r->job_steps : 0;
     snprintf(m->layout, sizeof m->layout, "%s", r->layout ? r->layout : "");
+    snprintf(m->liveness_ep, sizeof m->liveness_ep, "%s", r->liveness_endpoint ? r->liveness_endpoint : "");
+    m->via_leader = 0;
     m->has_comm_share = 0;
     m->has_train = 0;
     m->heals = 0;
@@ -709,6 +749,7 @@ static void on_register(px_coordinator_t *c, const void *ident, size_t ident_len
     ack.job = (char *)c->cfg.job;
     ack.has_finished_step = c->finished_step > 0;
     ack.finished_step = c->finished_step;
+    ack.leader_endpoint = leader_endpoint(c, m);
     env.has_request_id = 1;
     env.request_id = msg->request_id;
     env.body_case = PHALANX__ENVELOPE__BODY_REG_ACK;
@@ -795,13 +836,21 @@ static void on_heartbeat(px_coordinator_t *c, const void *ident, size_t ident_le
     px_member_t *m = require_member(c, ident, ident_len, msg->request_id);
     if (!m) return;
     const Phalanx__Heartbeat *h = msg->hb;
-    m->last_hb_ms = px_now_ms();
+    int64_t now = px_now_ms();
+    m->last_hb_ms = now;
+    if (m->via_leader) { /* it heartbeats us again (its leader went quiet): it may have missed a push */
+        m->via_leader = 0;
+        if (c->quorum.id > 0) push_quorum(c, ident, ident_len, "direct again");
+    }
     m->step = h->step;
     if (h->has_state) m->state = (int)h->state;
     if (h->has_quorum_id) m->quorum_id = h->quorum_id;
     note_comm_share(c, m, h);
     note_job_step(c, m, h->step);
     note_train_stats(c, m, h->train);
+    uint8_t unknown[PX_GROUP_SIZE_MAX / 8] = {0};
+    size_t unknown_len = 0;
+    if (h->digest && m->rank == 0) note_digest(c, m, h->digest, now, unknown, &unknown_len);
     if (!(m->conn_closed && fd == m->closed_fd)) {
         m->fd = fd;
         m->conn_closed = 0;
@@ -814,6 +863,10 @@ static void on_heartbeat(px_coordinator_t *c, const void *ident, size_t ident_le
     ack.quorum_id = c->quorum.id;
     ack.has_finished_step = c->finished_step > 0;
     ack.finished_step = c->finished_step;
+    ack.leader_endpoint = leader_endpoint(c, m);
+    ack.has_unknown_ranks = unknown_len > 0;
+    ack.unknown_ranks.data = unknown;
+    ack.unknown_ranks.len = unknown_len;
     env.has_request_id = 1;
     env.request_id = msg->request_id;
     env.body_case = PHALANX__ENVELOPE__BODY_HB_ACK;
@@ -1343,7 +1396,10 @@ static void tick(px_coordinator_t *c, int64_t now) {
     px_auth_drain(c->auth, auth_event, c);
     detect_losses(c, now);
     detect_stalled(c, now);
-    px_members_expire(&c->members, now, &c->live);
+    if (now - c->expired_ms >= 1000) { /* lost members leave after minutes: once a second is plenty */
+        px_members_expire(&c->members, now, &c->live);
+        c->expired_ms = now;
+    }
     evaluate_mode(c, now);
     if (c->quorum_dirty || c->rebuild_requested_ms) recompute_quorum(c, now);
     px_kv_expire(c->kv, now, answer_waiter, c);

@@ -122,6 +122,7 @@ char *px_status_json(const px_status_view_t *v, size_t *len) {
         px_buf_printf(&b, ",\"step\":%lld,\"state\":\"%s\",\"last_heartbeat_ms\":%lld,\"quorum_id\":%lld",
                       (long long)m->step, px_status_member_state(m, v->quorum),
                       (long long)(v->now_ms - m->last_hb_ms), (long long)m->quorum_id);
+        if (m->via_leader) px_buf_printf(&b, ",\"via_leader\":true"); /* step, last heartbeat: its leader's report */
         if (m->state == PX_STATE_LOST) {
             px_buf_printf(&b, ",\"lost_reason\":");
             px_buf_json_str(&b, m->lost_reason);
@@ -165,13 +166,15 @@ char *px_status_metrics(const px_status_view_t *v, size_t *len) {
                   "# HELP phalanx_auth_rejected_total Frames rejected for a missing or wrong job token.\n# TYPE phalanx_auth_rejected_total counter\nphalanx_auth_rejected_total %llu\n"
                   "# HELP phalanx_heartbeats_total Heartbeats handled.\n# TYPE phalanx_heartbeats_total counter\nphalanx_heartbeats_total %llu\n"
                   "# HELP phalanx_heartbeats_per_second Heartbeats handled per second (last second).\n# TYPE phalanx_heartbeats_per_second gauge\nphalanx_heartbeats_per_second %.1f\n"
+                  "# HELP phalanx_relayed_rank_reports_total Ranks reported alive by their group leader's digest (--liveness group).\n# TYPE phalanx_relayed_rank_reports_total counter\nphalanx_relayed_rank_reports_total %llu\n"
                   "# HELP phalanx_store_keys Keys in the rendezvous store.\n# TYPE phalanx_store_keys gauge\nphalanx_store_keys %zu\n",
                   (long long)v->quorum->id, v->quorum->n, (long long)v->quorum->max_step,
                   (unsigned long long)v->stats->quorums_formed, (unsigned long long)v->events.produced,
                   (unsigned long long)v->events.delivered, (unsigned long long)v->events.pending,
                   (unsigned long long)v->events.spilled, (unsigned long long)v->events.delivery_failures,
                   (unsigned long long)v->stats->bad_messages, (unsigned long long)v->stats->auth_rejected,
-                  (unsigned long long)v->stats->heartbeats, v->stats->heartbeats_per_s, v->store_keys);
+                  (unsigned long long)v->stats->heartbeats, v->stats->heartbeats_per_s,
+                  (unsigned long long)v->stats->relayed_ranks, v->store_keys);
     px_buf_printf(&b,
                   "# HELP phalanx_identity_conflicts_total Registrations refused: the (group, rank) is held by a live process.\n# TYPE phalanx_identity_conflicts_total counter\nphalanx_identity_conflicts_total %llu\n"
                   "# HELP phalanx_reports_refused_total Failure reports and run_finished refused (not from the current quorum, or a wrong step).\n# TYPE phalanx_reports_refused_total counter\nphalanx_reports_refused_total %llu\n"
@@ -243,9 +246,10 @@ char *px_status_text(const px_status_view_t *v, size_t *len) {
     px_buf_printf(&b, "%-16s %5s %8s %-16s %10s %-8s %s\n", "GROUP", "RANK", "PID", "HOST", "STEP", "STATE", "LAST HEARTBEAT");
     for (int i = 0; i < v->members->n; i++) {
         const px_member_t *m = &v->members->members[i];
-        px_buf_printf(&b, "%-16s %5d %8d %-16.16s %10lld %-8s %lld ms ago%s%s\n", m->group, m->rank, m->pid, m->host,
+        px_buf_printf(&b, "%-16s %5d %8d %-16.16s %10lld %-8s %lld ms ago%s%s%s\n", m->group, m->rank, m->pid, m->host,
                       (long long)m->step, px_status_member_state(m, v->quorum), (long long)(v->now_ms - m->last_hb_ms),
-                      m->state == PX_STATE_LOST ? "  " : "", m->state == PX_STATE_LOST ? m->lost_reason : "");
+                      m->via_leader ? " (via leader)" : "", m->state == PX_STATE_LOST ? "  " : "",
+                      m->state == PX_STATE_LOST ? m->lost_reason : "");
     }
     return px_buf_take(&b, len);
 }

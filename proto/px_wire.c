@@ -49,6 +49,17 @@ int px_wire_worker_event_kind_ok(const char *kind) {
 
 static int str_ok(const char *s, size_t max) { return s && strlen(s) <= max; }
 
+int px_wire_endpoint_ok(const char *ep) {
+    if (!ep || strncmp(ep, "tcp://", 6) != 0 || strlen(ep) > PX_ENDPOINT_MAX) return 0;
+    const char *colon = strrchr(ep + 6, ':');
+    if (!colon || colon == ep + 6 || !colon[1]) return 0;
+    for (const char *p = ep + 6; *p; p++)
+        if (*p <= ' ' || *p == 0x7f) return 0;
+    char *end;
+    long port = strtol(colon + 1, &end, 10);
+    return *end == '\0' && port > 0 && port < 65536;
+}
+
 int px_wire_validate(const px_msg_t *m, Phalanx__ErrorCode *code, char *why, size_t why_len) {
     if (!m->has_version)
         return fail(code, why, why_len, PHALANX__ERROR_CODE__VERSION_MISMATCH,
@@ -73,6 +84,9 @@ int px_wire_validate(const px_msg_t *m, Phalanx__ErrorCode *code, char *why, siz
                 "register.job_steps not in [0, %lld]", PX_STEP_MAX);
         REQUIRE(!r->job || strlen(r->job) <= PX_GROUP_NAME_MAX, "register.job too long");
         REQUIRE(!r->layout || strlen(r->layout) <= PX_GROUP_NAME_MAX, "register.layout too long");
+        REQUIRE(!r->liveness_endpoint || (r->rank == 0 && px_wire_endpoint_ok(r->liveness_endpoint)),
+                "register.liveness_endpoint: only rank 0 sends one, as tcp://HOST:PORT of at most %d bytes",
+                PX_ENDPOINT_MAX);
         return 0;
     }
     case PHALANX__ENVELOPE__BODY_HB: {
@@ -84,6 +98,15 @@ int px_wire_validate(const px_msg_t *m, Phalanx__ErrorCode *code, char *why, siz
         REQUIRE(!h->has_quorum_id || (h->quorum_id >= 0 && h->quorum_id <= PX_QUORUM_ID_MAX),
                 "heartbeat.quorum_id not in [0, %lld]", PX_QUORUM_ID_MAX);
         REQUIRE(!h->has_state || (h->state >= 0 && h->state <= 2), "heartbeat.state out of range");
+        if (h->digest) {
+            const Phalanx__GroupDigest *d = h->digest;
+            REQUIRE(h->rank == 0, "heartbeat.digest: only a group's rank 0 reports for its ranks");
+            REQUIRE(d->has_alive && d->alive.len <= PX_GROUP_SIZE_MAX / 8, "heartbeat.digest.alive missing or over %d bytes",
+                    PX_GROUP_SIZE_MAX / 8);
+            REQUIRE(d->has_min_step && d->has_max_step && d->min_step >= 0 && d->min_step <= d->max_step &&
+                        d->max_step <= PX_STEP_MAX,
+                    "heartbeat.digest steps missing or not 0 <= min_step <= max_step <= %lld", PX_STEP_MAX);
+        }
         return 0;
     }
     case PHALANX__ENVELOPE__BODY_QUORUM_REQ: {
@@ -139,9 +162,13 @@ int px_wire_validate(const px_msg_t *m, Phalanx__ErrorCode *code, char *why, siz
     /* Replies: sent by the coordinator; validated when a worker receives them. */
     case PHALANX__ENVELOPE__BODY_REG_ACK:
         REQUIRE(m->reg_ack->has_quorum_id && m->reg_ack->quorum_id >= 0, "register_ack.quorum_id missing");
+        REQUIRE(!m->reg_ack->leader_endpoint || px_wire_endpoint_ok(m->reg_ack->leader_endpoint),
+                "register_ack.leader_endpoint not tcp://HOST:PORT");
         return 0;
     case PHALANX__ENVELOPE__BODY_HB_ACK:
         REQUIRE(m->hb_ack->has_quorum_id && m->hb_ack->quorum_id >= 0, "heartbeat_ack.quorum_id missing");
+        REQUIRE(!m->hb_ack->leader_endpoint || px_wire_endpoint_ok(m->hb_ack->leader_endpoint),
+                "heartbeat_ack.leader_endpoint not tcp://HOST:PORT");
         return 0;
     case PHALANX__ENVELOPE__BODY_QUORUM: {
         const Phalanx__Quorum *q = m->quorum;
@@ -149,6 +176,8 @@ int px_wire_validate(const px_msg_t *m, Phalanx__ErrorCode *code, char *why, siz
         REQUIRE(q->has_max_step && q->max_step >= 0, "quorum.max_step missing or negative");
         for (size_t i = 0; i < q->n_groups; i++) {
             REQUIRE(px_wire_group_name_ok(q->groups[i]->name), "quorum.groups[%zu].name invalid", i);
+            REQUIRE(i == 0 || strcmp(q->groups[i - 1]->name, q->groups[i]->name) < 0,
+                    "quorum.groups not sorted by name (at %zu)", i);
             REQUIRE(!q->groups[i]->heal || px_wire_group_name_ok(q->groups[i]->heal_source),
                     "quorum.groups[%zu].heal_source invalid", i);
         }

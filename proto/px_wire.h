@@ -22,6 +22,7 @@
 #define PX_GROUP_NAME_MAX 63
 #define PX_GROUP_SIZE_MAX 1024
 #define PX_HOST_MAX 255
+#define PX_ENDPOINT_MAX 255
 #define PX_REASON_MAX 512
 #define PX_WAIT_MAX_MS 600000u
 /* Steps and quorum ids from peers are bounded so that sums and comparisons on
@@ -48,6 +49,10 @@ void *px_wire_encode(px_msg_t *msg, size_t *len);
 
 /* A valid group name: 1..63 bytes of [A-Za-z0-9_.-]. */
 int px_wire_group_name_ok(const char *name);
+
+/* A liveness endpoint a leader may publish: tcp://HOST:PORT, printable, at
+ * most PX_ENDPOINT_MAX bytes, port 1..65535. */
+int px_wire_endpoint_ok(const char *ep);
 
 /* A WorkerEvent kind the coordinator records. */
 int px_wire_worker_event_kind_ok(const char *kind);

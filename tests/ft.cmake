@@ -24,3 +24,9 @@ endforeach()
 px_add_py_scenarios(ft_dashboard ${CMAKE_CURRENT_LIST_DIR}/ft/test_dashboard.py $<TARGET_FILE_DIR:phalanx-launch> 300
                     metrics browser scale)
 set_tests_properties(ft_dashboard_metrics ft_dashboard_browser ft_dashboard_scale PROPERTIES RUN_SERIAL TRUE SKIP_RETURN_CODE 77)
+
+# Group-level liveness: ranks heartbeat their group's rank 0, which reports
+# for them; a killed rank, a frozen leader, a restarted coordinator.
+px_add_py_scenarios(ft_liveness ${CMAKE_CURRENT_LIST_DIR}/ft/test_liveness_group.py $<TARGET_FILE_DIR:phalanx-launch> 300
+                    train restart)
+set_tests_properties(ft_liveness_train ft_liveness_restart PROPERTIES RUN_SERIAL TRUE)

@@ -20,3 +20,7 @@ set_tests_properties(worker_device_flag PROPERTIES TIMEOUT 120)
 px_add_py_test(worker_train_flags ${CMAKE_CURRENT_LIST_DIR}/worker/test_train_flags.py
                $<TARGET_FILE_DIR:phalanx-worker>)
 set_tests_properties(worker_train_flags PROPERTIES TIMEOUT 300)
+
+add_executable(test_liveness ${CMAKE_CURRENT_LIST_DIR}/worker/test_liveness.c)
+target_link_libraries(test_liveness PRIVATE px_agent)
+add_test(NAME worker_liveness COMMAND test_liveness)

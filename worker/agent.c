@@ -26,6 +26,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "liveness.h"
 #include "px_log.h"
 #include "px_time.h"
 #include "px_wire.h"
@@ -87,6 +88,11 @@ struct px_agent {
     int64_t conflict_logged_ms; /* last IDENTITY_CONFLICT warning */
     void *monitor;              /* PAIR: handshake events of sock (read_monitor) */
     int handshake_fails;        /* in a row, since the last successful handshake */
+    /* --liveness group (agent thread only): the leader's socket (rank 0) or
+     * a rank's link to it */
+    px_liveness_leader_t *leader;
+    px_liveness_link_t *link;
+    char liveness_ep[PX_ENDPOINT_MAX + 1];
 };
 
 /* ---- helpers used by both sides --------------------------------------- */
@@ -164,6 +170,7 @@ static void send_register(px_agent_t *a) {
     r.layout = (char *)a->cfg.layout;
     r.has_job_steps = a->cfg.job_steps > 0;
     r.job_steps = a->cfg.job_steps;
+    r.liveness_endpoint = a->leader ? a->liveness_ep : NULL;
     pthread_mutex_unlock(&a->mu);
     env.body_case = PHALANX__ENVELOPE__BODY_REG;
     env.reg = &r;
@@ -184,10 +191,28 @@ static void send_heartbeat(px_agent_t *a) {
     h.comm_share = a->comm_share;
     Phalanx__TrainStats train = a->train; /* a copy: sent after the lock is released */
     if (train.has_step) h.train = &train;
+    int64_t interval = a->hb_interval_ms;
     pthread_mutex_unlock(&a->mu);
+    int64_t now = px_now_ms();
+    Phalanx__GroupDigest digest;
+    if (a->leader) {
+        px_liveness_leader_digest(a->leader, now, interval, &digest);
+        h.digest = &digest;
+    }
     env.body_case = PHALANX__ENVELOPE__BODY_HB;
     env.hb = &h;
-    send_now(a, &env);
+    if (!a->link) {
+        send_now(a, &env);
+        return;
+    }
+    /* A rank under --liveness group heartbeats its leader while the leader
+     * answers, and the coordinator (too) while it does not. */
+    size_t len;
+    void *buf = encode(a, &env, &len);
+    if (!buf) return;
+    px_liveness_link_send(a->link, buf, len);
+    if (!px_liveness_link_up(a->link, now, interval)) zmq_send(a->sock, buf, len, ZMQ_DONTWAIT);
+    free(buf);
 }
 
 static void send_quorum_request(px_agent_t *a) {
@@ -325,6 +350,7 @@ static void handle_reply(px_agent_t *a, px_msg_t *msg, int64_t *next_register) {
         note_finished_locked(a, msg->reg_ack->finished_step);
         int want = a->quorum_wanted;
         pthread_mutex_unlock(&a->mu);
+        if (a->link) px_liveness_link_set_leader(a->link, msg->reg_ack->leader_endpoint, px_now_ms());
         a->ever_registered = 1;
         if (first)
             px_log_info("registered group=%s rank=%d coordinator=%s", a->group, a->cfg.rank, a->endpoint);
@@ -337,6 +363,9 @@ static void handle_reply(px_agent_t *a, px_msg_t *msg, int64_t *next_register) {
         int newer = learn_qid_locked(a, msg->hb_ack->quorum_id);
         note_finished_locked(a, msg->hb_ack->finished_step);
         pthread_mutex_unlock(&a->mu);
+        if (a->link) px_liveness_link_set_leader(a->link, msg->hb_ack->leader_endpoint, px_now_ms());
+        if (a->leader && msg->hb_ack->has_unknown_ranks)
+            px_liveness_leader_unknown(a->leader, msg->hb_ack->unknown_ranks.data, msg->hb_ack->unknown_ranks.len);
         if (newer) call_hook(a);
         break;
     }
@@ -424,6 +453,33 @@ static void watch_first_contact(px_agent_t *a, int64_t now) {
     }
 }
 
+/* --liveness group: the leader answers its ranks' heartbeats; a rank takes
+ * its leader's answers as it takes the coordinator's (acks, forwarded
+ * quorums, "register again"). */
+static void read_group_socket(px_agent_t *a, int64_t *next_register) {
+    int64_t now = px_now_ms();
+    if (a->leader) {
+        pthread_mutex_lock(&a->mu);
+        int64_t known = a->known_qid, finished = a->finished_step;
+        pthread_mutex_unlock(&a->mu);
+        px_liveness_leader_read(a->leader, now, known, finished);
+        return;
+    }
+    px_msg_t *msg;
+    while ((msg = px_liveness_link_recv(a->link, now))) {
+        switch (msg->body_case) {
+        case PHALANX__ENVELOPE__BODY_HB_ACK:
+        case PHALANX__ENVELOPE__BODY_QUORUM:
+        case PHALANX__ENVELOPE__BODY_ERROR:
+            handle_reply(a, msg, next_register);
+            break;
+        default:
+            break;
+        }
+        px_wire_free(msg);
+    }
+}
+
 static void *agent_main(void *arg) {
     px_agent_t *a = arg;
     int64_t next_hb = 0, next_register = 0, next_resend = 0;
@@ -462,13 +518,16 @@ static void *agent_main(void *arg) {
         }
         if (!want) next_resend = 0;
 
-        zmq_pollitem_t items[3] = {{a->sock, 0, ZMQ_POLLIN, 0}, {NULL, a->wake_fd, ZMQ_POLLIN, 0},
-                                   {a->monitor, 0, ZMQ_POLLIN, 0}};
+        void *group_sock = a->leader ? px_liveness_leader_socket(a->leader)
+                           : a->link ? px_liveness_link_socket(a->link) : NULL;
+        zmq_pollitem_t items[4] = {{a->sock, 0, ZMQ_POLLIN, 0}, {NULL, a->wake_fd, ZMQ_POLLIN, 0},
+                                   {a->monitor, 0, ZMQ_POLLIN, 0}, {group_sock, 0, ZMQ_POLLIN, 0}};
         int64_t due = registered ? next_hb : next_register;
         long wait = due > now ? (long)(due - now) : 0;
         if (wait > 50) wait = 50;
-        zmq_poll(items, 3, wait);
+        zmq_poll(items, group_sock ? 4 : 3, wait);
         if (items[2].revents & ZMQ_POLLIN) read_monitor(a);
+        if (group_sock && (items[3].revents & ZMQ_POLLIN)) read_group_socket(a, &next_register);
         if (items[1].revents & ZMQ_POLLIN) {
             uint64_t v;
             ssize_t r = read(a->wake_fd, &v, sizeof v);
@@ -485,6 +544,9 @@ static void *agent_main(void *arg) {
             char why[256];
             px_msg_t *msg = px_wire_decode_max(zmq_msg_data(&m), zmq_msg_size(&m), PX_WIRE_MAX_REPLY, &code, why,
                                                sizeof why);
+            if (msg && a->leader && msg->body_case == PHALANX__ENVELOPE__BODY_QUORUM)
+                px_liveness_leader_forward(a->leader, zmq_msg_data(&m), zmq_msg_size(&m), msg->quorum->id,
+                                           px_now_ms(), interval); /* the ranks get it from us */
             zmq_msg_close(&m);
             if (!msg) {
                 px_log_warn("bad message from coordinator: %s", why);
@@ -555,6 +617,20 @@ px_agent_t *px_agent_new(const px_agent_config_t *cfg, char *err, size_t errlen)
         px_agent_destroy(&a);
         return NULL;
     }
+    if (cfg->liveness_group && cfg->group_size > 1) {
+        if (cfg->rank == 0) {
+            a->leader = px_liveness_leader_new(a->zctx, cfg->liveness_host ? cfg->liveness_host : "127.0.0.1", a->group,
+                                               cfg->group_size, a->token, a->liveness_ep, sizeof a->liveness_ep, err,
+                                               errlen);
+        } else {
+            a->link = px_liveness_link_new(a->zctx, ident, (size_t)n);
+            if (!a->link) snprintf(err, errlen, "out of memory");
+        }
+        if (!a->leader && !a->link) {
+            px_agent_destroy(&a);
+            return NULL;
+        }
+    }
     if (pthread_create(&a->thread, NULL, agent_main, a) != 0) {
         snprintf(err, errlen, "cannot start the agent thread");
         a->thread = 0;
@@ -577,6 +653,8 @@ void px_agent_destroy(px_agent_t **self) {
     }
     for (int i = 0; i < a->n_out; i++) free(a->outbox[i].buf);
     for (int i = 0; i < MAX_CALLS; i++) px_wire_free(a->calls[i].reply);
+    px_liveness_leader_destroy(&a->leader);
+    px_liveness_link_destroy(&a->link);
     if (a->monitor) zmq_close(a->monitor);
     if (a->sock) {
         zmq_socket_monitor(a->sock, NULL, 0);

@@ -26,6 +26,9 @@ typedef struct {
     int connect_timeout_s;   /* give up if the first registration takes longer; 0: wait forever */
     int print_waiting;       /* also print waiting notices on stdout as "event kind=waiting_coordinator" */
     const px_curve_client_t *curve; /* NULL or not on: plaintext control plane */
+    int liveness_group;      /* --liveness group: rank 0 takes its ranks' heartbeats and reports
+                                for them; the others heartbeat it (worker/liveness.h) */
+    const char *liveness_host; /* the address rank 0 binds for that (NULL: 127.0.0.1) */
 } px_agent_config_t;
 
 typedef struct px_agent px_agent_t;

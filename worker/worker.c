@@ -57,6 +57,10 @@ static void usage(FILE *f) {
            "  --coordinator-key Z85    CURVE: the coordinator's public key, inline [none]\n"
            "  --data-host HOST         address this rank's data plane (Gloo) listens on and gives its\n"
            "                           group peers; on Kubernetes the pod IP [127.0.0.1]\n"
+           "  --liveness rank|group    rank: every rank heartbeats the coordinator; group: ranks heartbeat\n"
+           "                           their group's rank 0 (on --data-host), which reports for them, so\n"
+           "                           the coordinator's load grows with groups; every rank of a group\n"
+           "                           must say the same; not with CURVE [rank]\n"
            "  --stop-exit-code N       exit status when SIGTERM or SIGINT stops the worker before the\n"
            "                           job's --steps are done, 0..255 [0]; on Kubernetes non-zero, so\n"
            "                           that the group's Job replaces the pod instead of counting its\n"
@@ -218,6 +222,14 @@ int px_worker_main(int argc, char **argv) {
         else if (!strcmp(a, "--job")) cfg.job = px_flag_str(PROG, a, v, 63);
         else if (!strcmp(a, "--token-file")) token = px_flag_token_file(PROG, a, v);
         else if (!strcmp(a, "--data-host")) data_host = px_flag_str(PROG, a, v, 255);
+        else if (!strcmp(a, "--liveness")) {
+            const char *l = px_flag_str(PROG, a, v, 16);
+            if (strcmp(l, "rank") != 0 && strcmp(l, "group") != 0) {
+                fprintf(stderr, "%s: --liveness: '%s' is not rank or group\n", PROG, l);
+                return 2;
+            }
+            cfg.liveness_group = !strcmp(l, "group");
+        }
         else if (!strcmp(a, "--stop-exit-code")) stop_exit_code = (int)px_flag_int(PROG, a, v, 0, 255);
         else if (!strcmp(a, "--connect-timeout")) cfg.connect_timeout_s = (int)px_flag_int(PROG, a, v, 0, 86400);
         else if (!strcmp(a, "--curve-secret-key-file")) curve_secret = px_flag_str(PROG, a, v, 4096);
@@ -367,6 +379,12 @@ int px_worker_main(int argc, char **argv) {
         return 2;
     }
     cfg.curve = &curve;
+    if (cfg.liveness_group && curve.on) {
+        fprintf(stderr, "%s: --liveness group is not available with CURVE (a leader's socket is not encrypted); "
+                        "use --liveness rank\n", PROG);
+        return 2;
+    }
+    cfg.liveness_host = data_host;
     struct sigaction sa = {0};
     sa.sa_handler = on_signal;
     sigaction(SIGTERM, &sa, NULL);

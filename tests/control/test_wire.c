@@ -49,6 +49,110 @@ static void check_register(const char *what, const char *group, int rank, int si
     free(buf);
 }
 
+static void expect_env(const char *what, px_msg_t *env, int want_ok) {
+    size_t len;
+    void *buf = pack(env, &len, 1);
+    Phalanx__ErrorCode code = 0;
+    char why[256] = "";
+    /* replies come with a larger limit; requests with the default one */
+    px_msg_t *m = px_wire_decode_max(buf, len, PX_WIRE_MAX_REPLY, &code, why, sizeof why);
+    if ((m != NULL) != want_ok || (!want_ok && code != PHALANX__ERROR_CODE__BAD_MESSAGE)) {
+        fprintf(stderr, "FAIL: %s: want %s, got %s (%s)\n", what, want_ok ? "valid" : "BAD_MESSAGE",
+                m ? "valid" : px_wire_error_name(code), why);
+        failed++;
+    }
+    px_wire_free(m);
+    free(buf);
+}
+
+/* --liveness group: the leader's endpoint, its digest, the acks that carry
+ * them, and the order of a pushed quorum (workers binary-search it). */
+static void check_group_liveness(void) {
+    static const struct {
+        const char *ep;
+        int ok;
+    } eps[] = {{"tcp://10.0.0.1:4000", 1}, {"tcp://node-3.svc:65535", 1}, {"tcp://[::1]:80", 1},
+               {"ipc:///tmp/x", 0},       {"tcp://:4000", 0},           {"tcp://h:0", 0},
+               {"tcp://h:65536", 0},      {"tcp://h:", 0},              {"tcp://h:12x", 0},
+               {"tcp://h h:1", 0},        {"tcp://h", 0},               {"", 0}};
+    for (size_t i = 0; i < sizeof eps / sizeof eps[0]; i++)
+        if (px_wire_endpoint_ok(eps[i].ep) != eps[i].ok) {
+            fprintf(stderr, "FAIL: endpoint '%s': want %d\n", eps[i].ep, eps[i].ok);
+            failed++;
+        }
+
+    Phalanx__Envelope env = PHALANX__ENVELOPE__INIT;
+    Phalanx__Register r = PHALANX__REGISTER__INIT;
+    r.group = "g0";
+    r.has_rank = r.has_group_size = r.has_pid = 1;
+    r.group_size = 8;
+    r.host = "h";
+    r.liveness_endpoint = "tcp://127.0.0.1:4000";
+    env.body_case = PHALANX__ENVELOPE__BODY_REG;
+    env.reg = &r;
+    expect_env("leader registers an endpoint", &env, 1);
+    r.rank = 1;
+    expect_env("rank 1 registers an endpoint", &env, 0);
+    r.rank = 0;
+    r.liveness_endpoint = "tcp://127.0.0.1:0";
+    expect_env("leader endpoint with port 0", &env, 0);
+
+    Phalanx__Heartbeat hb = PHALANX__HEARTBEAT__INIT;
+    Phalanx__GroupDigest d = PHALANX__GROUP_DIGEST__INIT;
+    static uint8_t bits[PX_GROUP_SIZE_MAX / 8 + 1] = {0xfe};
+    hb.group = "g0";
+    hb.has_rank = hb.has_step = 1;
+    hb.step = 7;
+    d.has_alive = d.has_min_step = d.has_max_step = 1;
+    d.alive.data = bits;
+    d.alive.len = 1;
+    d.min_step = 6;
+    d.max_step = 7;
+    hb.digest = &d;
+    env.body_case = PHALANX__ENVELOPE__BODY_HB;
+    env.hb = &hb;
+    expect_env("leader digest", &env, 1);
+    d.alive.len = PX_GROUP_SIZE_MAX / 8 + 1;
+    expect_env("digest bitmap over 1024 ranks", &env, 0);
+    d.alive.len = 1;
+    d.min_step = 8;
+    expect_env("digest min_step above max_step", &env, 0);
+    d.min_step = -1;
+    expect_env("digest negative step", &env, 0);
+    d.min_step = 6;
+    d.has_max_step = 0;
+    expect_env("digest without max_step", &env, 0);
+    d.has_max_step = 1;
+    hb.rank = 3;
+    expect_env("digest from rank 3", &env, 0);
+
+    Phalanx__HeartbeatAck ack = PHALANX__HEARTBEAT_ACK__INIT;
+    ack.has_quorum_id = 1;
+    ack.leader_endpoint = "tcp://h:9";
+    env.body_case = PHALANX__ENVELOPE__BODY_HB_ACK;
+    env.hb_ack = &ack;
+    expect_env("ack with a leader endpoint", &env, 1);
+    ack.leader_endpoint = "tcp://h:x";
+    expect_env("ack with a bad leader endpoint", &env, 0);
+
+    Phalanx__Quorum q = PHALANX__QUORUM__INIT;
+    Phalanx__QuorumGroup ga = PHALANX__QUORUM_GROUP__INIT, gb = PHALANX__QUORUM_GROUP__INIT;
+    Phalanx__QuorumGroup *gs[2] = {&ga, &gb};
+    ga.name = "a";
+    gb.name = "b";
+    q.has_id = q.has_max_step = 1;
+    q.id = 3;
+    q.n_groups = 2;
+    q.groups = gs;
+    env.body_case = PHALANX__ENVELOPE__BODY_QUORUM;
+    env.quorum = &q;
+    expect_env("sorted quorum", &env, 1);
+    gs[0] = &gb, gs[1] = &ga;
+    expect_env("quorum not sorted by name", &env, 0);
+    gs[0] = &ga, gs[1] = &ga;
+    expect_env("quorum naming a group twice", &env, 0);
+}
+
 int main(void) {
     check_register("valid register", "g0", 1, 2, 1, 1);
     check_register("rank not below group_size", "g0", 2, 2, 1, 0);
@@ -130,6 +234,7 @@ int main(void) {
     buf = pack(&env3, &len, 1);
     expect("empty store key", buf, len, 0, PHALANX__ERROR_CODE__BAD_MESSAGE);
     free(buf);
+    check_group_liveness();
     printf("test_wire: %d failed\n", failed);
     return failed ? 1 : 0;
 }
