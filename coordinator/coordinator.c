@@ -40,6 +40,7 @@
 #include "store.h"
 
 #define TICK_MS 10
+#define ACK_KEEPALIVE_MS 1000 /* a worker with nothing to learn gets a heartbeat ack this often */
 #define ROUTER_MAX_MSG (1 << 20) /* larger frames make ZeroMQ drop the peer */
 
 struct px_coordinator {
@@ -95,6 +96,7 @@ struct px_coordinator {
     px_train_metrics_t train;
     int64_t job_step;          /* highest step a quorum member heartbeated (-1: none yet) */
     int64_t expired_ms;        /* last px_members_expire */
+    int64_t next_recompute_ms; /* a quorum compute waits until then (tick) */
     int64_t last_eval_step;    /* the newest eval loss put in a point (-1: none) */
     int64_t recovery_from_ms;  /* the first group drop not yet followed by a committed step (0: none) */
 };
@@ -320,17 +322,37 @@ static void push_quorum(px_coordinator_t *c, const void *ident, size_t ident_len
     free(buf);
 }
 
+static void free_frame(void *data, void *hint) {
+    (void)hint;
+    free(data);
+}
+
+/* One encoded frame for every member: each send is a reference to it
+ * (zmq_msg_copy shares the buffer), so a 160 KB quorum of 10,000 groups is
+ * not copied 10,000 times in this thread. */
 static void push_quorum_to_all(px_coordinator_t *c, const char *reason) {
     size_t len;
     void *buf = encode_quorum(c, reason, &len);
     if (!buf) return;
+    zmq_msg_t frame;
+    if (zmq_msg_init_data(&frame, buf, len, free_frame, NULL) != 0) {
+        free(buf);
+        return;
+    }
     for (int i = 0; i < c->members.n; i++) {
         px_member_t *m = &c->members.members[i];
         /* A rank its leader reports for gets the quorum from its leader
          * (--liveness group): the push costs groups, not ranks. */
-        if (m->state != PX_STATE_LOST && !m->via_leader) send_frame(c, m->ident, m->ident_len, buf, len);
+        if (m->state == PX_STATE_LOST || m->via_leader) continue;
+        zmq_msg_t copy;
+        zmq_msg_init(&copy);
+        if (zmq_msg_copy(&copy, &frame) == 0 &&
+            zmq_send(c->router, m->ident, m->ident_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0 &&
+            zmq_msg_send(&copy, c->router, ZMQ_DONTWAIT) >= 0)
+            continue; /* sent: the message now belongs to the socket */
+        zmq_msg_close(&copy);
     }
-    free(buf);
+    zmq_msg_close(&frame);
 }
 
 static void emit_quorum_formed(px_coordinator_t *c, const char *reason) {
@@ -730,6 +752,7 @@ static void on_register(px_coordinator_t *c, const void *ident, size_t ident_len
     m->state = PX_STATE_JOINING;
     m->fd = fd;
     m->registered_ms = m->last_hb_ms = now;
+    m->acked_ms = 0; /* its first heartbeat is answered */
     char host_esc[PX_HOST_MAX * 6 + 8];
     px_json_escape(m->host, host_esc, sizeof host_esc);
     emit(c, "member_joined", "\"group\":\"%s\",\"rank\":%d,\"group_size\":%d,\"pid\":%d,\"host\":\"%s\",\"step\":%lld",
@@ -838,8 +861,10 @@ static void on_heartbeat(px_coordinator_t *c, const void *ident, size_t ident_le
     const Phalanx__Heartbeat *h = msg->hb;
     int64_t now = px_now_ms();
     m->last_hb_ms = now;
+    int news = 0; /* this heartbeat's answer tells the worker something */
     if (m->via_leader) { /* it heartbeats us again (its leader went quiet): it may have missed a push */
         m->via_leader = 0;
+        news = 1;
         if (c->quorum.id > 0) push_quorum(c, ident, ident_len, "direct again");
     }
     m->step = h->step;
@@ -857,13 +882,25 @@ static void on_heartbeat(px_coordinator_t *c, const void *ident, size_t ident_le
     }
     c->stats.heartbeats++;
     c->hb_window_count++;
+    /* An ack costs a send, and at 10,000 groups sends are most of the
+     * coordinator's work: a worker holding the current quorum, with nothing
+     * else to learn, is answered once per ACK_KEEPALIVE_MS only (pushes
+     * carry every new quorum; the ack is the fallback). A heartbeat with a
+     * request id (the agent's carry none) asks for its answer and gets it. */
+    char *leader_ep = leader_endpoint(c, m);
+    news |= msg->request_id != 0 || !h->has_quorum_id || h->quorum_id != c->quorum.id || c->finished_step > 0 || leader_ep || unknown_len;
+    if (!news && now - m->acked_ms < ACK_KEEPALIVE_MS) {
+        c->stats.acks_skipped++;
+        return;
+    }
+    m->acked_ms = now;
     Phalanx__Envelope env = PHALANX__ENVELOPE__INIT;
     Phalanx__HeartbeatAck ack = PHALANX__HEARTBEAT_ACK__INIT;
     ack.has_quorum_id = 1;
     ack.quorum_id = c->quorum.id;
     ack.has_finished_step = c->finished_step > 0;
     ack.finished_step = c->finished_step;
-    ack.leader_endpoint = leader_endpoint(c, m);
+    ack.leader_endpoint = leader_ep;
     ack.has_unknown_ranks = unknown_len > 0;
     ack.unknown_ranks.data = unknown;
     ack.unknown_ranks.len = unknown_len;
@@ -1401,7 +1438,14 @@ static void tick(px_coordinator_t *c, int64_t now) {
         c->expired_ms = now;
     }
     evaluate_mode(c, now);
-    if (c->quorum_dirty || c->rebuild_requested_ms) recompute_quorum(c, now);
+    /* A compute costs members (about 20 ms at 100,000): after one, the
+     * next waits four times its cost, so that registrations arriving every
+     * tick (a large job starting) cannot take the loop from heartbeats. */
+    if ((c->quorum_dirty || c->rebuild_requested_ms) && now >= c->next_recompute_ms) {
+        int64_t t0 = px_now_us();
+        recompute_quorum(c, now);
+        c->next_recompute_ms = now + 4 * (px_now_us() - t0) / 1000;
+    }
     px_kv_expire(c->kv, now, answer_waiter, c);
     if (c->events) px_events_poll(c->events);
     if (now - c->hb_window_start_ms >= 1000) {

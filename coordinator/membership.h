@@ -59,6 +59,7 @@ typedef struct {
     unsigned char ident[PX_IDENT_MAX];
     size_t ident_len;
     int64_t registered_ms;
+    int64_t acked_ms;   /* its last heartbeat ack (acks with nothing new are sent once a second) */
     int requested;      /* asked to join the next quorum */
     int64_t requested_ms;
     int shrink_only;
