@@ -742,9 +742,15 @@ static void on_quorum(client_t *c, int j, const uint8_t *frame, size_t len, cons
         q->bytes = (uint32_t)len;
         Phalanx__Envelope *env = phalanx__envelope__unpack(NULL, len, frame);
         if (!env || env->body_case != PHALANX__ENVELOPE__BODY_QUORUM) client_fatal(c, "undecodable Quorum of %zu bytes", len);
-        q->n_groups = (int)env->quorum->n_groups;
-        for (size_t i = 0; i < env->quorum->n_groups; i++)
-            if (c->victim_group[0] && strcmp(env->quorum->groups[i]->name, c->victim_group) == 0) q->victim_present = 1;
+        const Phalanx__Quorum *qm = env->quorum;
+        q->n_groups = qm->has_base_id ? (int)qm->n_groups_total : (int)qm->n_groups;
+        for (size_t i = 0; i < qm->n_groups; i++)
+            if (c->victim_group[0] && strcmp(qm->groups[i]->name, c->victim_group) == 0) q->victim_present = 1;
+        if (qm->has_base_id && c->victim_group[0]) { /* a delta: unless removed, the victim is still there */
+            q->victim_present = 1;
+            for (size_t i = 0; i < qm->n_removed; i++)
+                if (strcmp(qm->removed[i], c->victim_group) == 0) q->victim_present = 0;
+        }
         phalanx__envelope__free_unpacked(env, NULL);
     }
     q->count++;

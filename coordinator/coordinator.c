@@ -269,42 +269,76 @@ static void limit_refused(px_coordinator_t *c, const void *ident, size_t ident_l
 
 /* Encodes the current quorum once (with thousands of groups a frame is large:
  * encoding it per member would dominate a quorum change). */
-static void *encode_quorum(px_coordinator_t *c, const char *reason, size_t *len) {
+/* Encodes the current quorum: whole (idx NULL), or as a delta against base
+ * (docs/protocol.md "Quorum deltas"): the groups at idx[0..n_idx) of the
+ * current quorum, and the names of base at removed[0..n_removed). */
+static void *encode_quorum_part(px_coordinator_t *c, const char *reason, const int *idx, int n_idx,
+                                const px_quorum_t *base, const int *removed, int n_removed, size_t *len) {
+    int n = idx ? n_idx : c->quorum.n;
     Phalanx__Envelope env = PHALANX__ENVELOPE__INIT;
     Phalanx__Quorum q = PHALANX__QUORUM__INIT;
-    Phalanx__QuorumGroup *gs = calloc((size_t)c->quorum.n + 1, sizeof *gs);
-    Phalanx__QuorumGroup **gp = calloc((size_t)c->quorum.n + 1, sizeof *gp);
+    Phalanx__QuorumGroup *gs = calloc((size_t)n + 1, sizeof *gs);
+    Phalanx__QuorumGroup **gp = calloc((size_t)n + 1, sizeof *gp);
+    char **rm = calloc((size_t)n_removed + 1, sizeof *rm);
     void *buf = NULL;
-    if (gs && gp) {
-        for (int i = 0; i < c->quorum.n; i++) {
+    if (gs && gp && rm) {
+        for (int k = 0; k < n; k++) {
+            int i = idx ? idx[k] : k;
             px_quorum_member_t *m = &c->quorum.groups[i];
-            phalanx__quorum_group__init(&gs[i]);
-            gs[i].name = m->name;
-            gs[i].has_step = 1;
-            gs[i].step = m->step;
-            gs[i].has_heal = 1;
-            gs[i].heal = m->heal;
-            gs[i].heal_source = m->heal ? m->heal_source : NULL;
-            gs[i].has_replica_index = 1;
-            gs[i].replica_index = (uint32_t)i;
-            gp[i] = &gs[i];
+            phalanx__quorum_group__init(&gs[k]);
+            gs[k].name = m->name;
+            gs[k].has_step = 1;
+            gs[k].step = m->step;
+            gs[k].has_heal = 1;
+            gs[k].heal = m->heal;
+            gs[k].heal_source = m->heal ? m->heal_source : NULL;
+            gs[k].has_replica_index = 1;
+            gs[k].replica_index = (uint32_t)i;
+            gp[k] = &gs[k];
         }
         q.has_id = 1;
         q.id = c->quorum.id;
         q.has_max_step = 1;
         q.max_step = c->quorum.max_step;
-        q.n_groups = (size_t)c->quorum.n;
+        q.n_groups = (size_t)n;
         q.groups = gp;
         q.reason = (char *)reason;
         q.mode = (char *)px_job_mode_name(c->mode);
         q.has_finished_step = c->finished_step > 0;
         q.finished_step = c->finished_step;
+        if (idx) {
+            for (int k = 0; k < n_removed; k++) rm[k] = base->groups[removed[k]].name;
+            q.has_base_id = q.has_n_groups_total = q.has_groups_hash = 1;
+            q.base_id = base->id;
+            q.n_removed = (size_t)n_removed;
+            q.removed = rm;
+            q.n_groups_total = (uint32_t)c->quorum.n;
+            q.groups_hash = px_quorum_hash(&c->quorum);
+        }
         env.body_case = PHALANX__ENVELOPE__BODY_QUORUM;
         env.quorum = &q;
         buf = px_wire_encode(&env, len);
     }
     free(gs);
     free(gp);
+    free(rm);
+    return buf;
+}
+
+static void *encode_quorum(px_coordinator_t *c, const char *reason, size_t *len) {
+    return encode_quorum_part(c, reason, NULL, 0, NULL, NULL, 0, len);
+}
+
+/* The current quorum as a delta against base, or NULL when a delta would
+ * not list fewer groups than the whole (or memory ran out). */
+static void *encode_quorum_delta(px_coordinator_t *c, const px_quorum_t *base, const char *reason, size_t *len) {
+    int *rm = NULL, *ch = NULL, nrm = 0, nch = 0;
+    if (!base || base->id <= 0 || base->id >= c->quorum.id ||
+        px_quorum_delta(base, &c->quorum, &rm, &nrm, &ch, &nch) != 0)
+        return NULL;
+    void *buf = nrm + nch < c->quorum.n ? encode_quorum_part(c, reason, ch, nch, base, rm, nrm, len) : NULL;
+    free(rm);
+    free(ch);
     return buf;
 }
 
@@ -327,32 +361,52 @@ static void free_frame(void *data, void *hint) {
     free(data);
 }
 
-/* One encoded frame for every member: each send is a reference to it
- * (zmq_msg_copy shares the buffer), so a 160 KB quorum of 10,000 groups is
- * not copied 10,000 times in this thread. */
-static void push_quorum_to_all(px_coordinator_t *c, const char *reason) {
-    size_t len;
-    void *buf = encode_quorum(c, reason, &len);
-    if (!buf) return;
-    zmq_msg_t frame;
-    if (zmq_msg_init_data(&frame, buf, len, free_frame, NULL) != 0) {
-        free(buf);
-        return;
-    }
+/* A frame for many members: each send is a reference to it (zmq_msg_copy
+ * shares the buffer), so a 160 KB quorum of 10,000 groups is not copied
+ * once per member in this thread. NULL buf: nothing (the call is a no-op). */
+static int shared_frame(zmq_msg_t *frame, void *buf, size_t len) {
+    if (!buf) return 0;
+    if (zmq_msg_init_data(frame, buf, len, free_frame, NULL) == 0) return 1;
+    free(buf);
+    return 0;
+}
+
+static void send_shared(px_coordinator_t *c, const px_member_t *m, zmq_msg_t *frame) {
+    zmq_msg_t copy;
+    zmq_msg_init(&copy);
+    if (zmq_msg_copy(&copy, frame) == 0 && zmq_send(c->router, m->ident, m->ident_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0 &&
+        zmq_msg_send(&copy, c->router, ZMQ_DONTWAIT) >= 0)
+        return; /* sent: the message now belongs to the socket */
+    zmq_msg_close(&copy);
+}
+
+/* Pushes the newly installed quorum to every live member: a member that
+ * holds base (the quorum before, per its heartbeats) gets the delta against
+ * it, everyone else the whole quorum. A worker that cannot apply a delta
+ * asks for the whole one (its next heartbeat's ack names the new id). */
+static void push_quorum_to_all(px_coordinator_t *c, const char *reason, const px_quorum_t *base) {
+    size_t full_len = 0, delta_len = 0;
+    zmq_msg_t full, delta;
+    void *delta_buf = encode_quorum_delta(c, base, reason, &delta_len); /* before delta_len is read */
+    int have_full = 0, have_delta = shared_frame(&delta, delta_buf, delta_len);
     for (int i = 0; i < c->members.n; i++) {
         px_member_t *m = &c->members.members[i];
         /* A rank its leader reports for gets the quorum from its leader
          * (--liveness group): the push costs groups, not ranks. */
         if (m->state == PX_STATE_LOST || m->via_leader) continue;
-        zmq_msg_t copy;
-        zmq_msg_init(&copy);
-        if (zmq_msg_copy(&copy, &frame) == 0 &&
-            zmq_send(c->router, m->ident, m->ident_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0 &&
-            zmq_msg_send(&copy, c->router, ZMQ_DONTWAIT) >= 0)
-            continue; /* sent: the message now belongs to the socket */
-        zmq_msg_close(&copy);
+        if (have_delta && m->quorum_id == base->id) {
+            send_shared(c, m, &delta);
+            c->stats.delta_pushes++;
+            continue;
+        }
+        if (!have_full) {
+            void *full_buf = encode_quorum(c, reason, &full_len);
+            have_full = shared_frame(&full, full_buf, full_len);
+        }
+        if (have_full) send_shared(c, m, &full);
     }
-    zmq_msg_close(&frame);
+    if (have_full) zmq_msg_close(&full);
+    if (have_delta) zmq_msg_close(&delta);
 }
 
 static void emit_quorum_formed(px_coordinator_t *c, const char *reason) {
@@ -394,7 +448,7 @@ static void install_quorum(px_coordinator_t *c, px_quorum_t *next, const char *r
     c->rebuild_requested_ms = 0;
     c->first_store_ms = 0;
     c->rendezvous_checked = 0;
-    px_quorum_free(&c->quorum);
+    px_quorum_t before = c->quorum; /* what members hold: the base of the delta pushed */
     c->quorum = *next;
     px_quorum_init(next);
     c->stats.quorums_formed++;
@@ -405,7 +459,8 @@ static void install_quorum(px_coordinator_t *c, px_quorum_t *next, const char *r
         if (px_quorum_find(&c->quorum, c->members.members[i].group) >= 0)
             c->members.members[i].group_dropped_logged = 0;
     px_kv_drop_before(c->kv, c->quorum.id - 1, answer_waiter, c);
-    push_quorum_to_all(c, reason);
+    push_quorum_to_all(c, reason, &before);
+    px_quorum_free(&before);
 }
 
 /* The policy decided to switch (evaluate_mode): quorum `next`, about to be
@@ -1293,6 +1348,8 @@ static void handle_frame(px_coordinator_t *c, const void *ident, size_t ident_le
 /* Handles at most ROUTER_BATCH frames, so that a flood of (bad) frames
  * cannot starve the tick, the socket monitor or the HTTP server. */
 #define ROUTER_BATCH 256
+static void read_monitor(px_coordinator_t *c);
+
 static void read_router(px_coordinator_t *c) {
     for (int k = 0; k < ROUTER_BATCH; k++) {
         zmq_msg_t id, body;
@@ -1317,6 +1374,11 @@ static void read_router(px_coordinator_t *c) {
             zmq_msg_close(&junk);
             extra = 1;
         }
+        /* A DISCONNECTED event for an older connection on this fd number
+         * was queued before this frame's connection existed: take it first,
+         * or it would be charged to this connection's member (descriptor
+         * numbers are reused at once). */
+        read_monitor(c);
         if (!have_body || extra)
             bad_message(c, zmq_msg_data(&id), zmq_msg_size(&id), 0, PHALANX__ERROR_CODE__BAD_MESSAGE,
                         extra ? "multipart message: one frame per message" : "empty message");

@@ -48,6 +48,7 @@ typedef struct {
     uint64_t bad_comm_shares; /* heartbeat comm shares ignored (NaN, outside 0..1) */
     uint64_t relayed_ranks;   /* ranks refreshed by a leader's digest (--liveness group) */
     uint64_t acks_skipped;    /* heartbeats not answered: nothing new, acked within the second */
+    uint64_t delta_pushes;    /* quorum pushes sent as a delta against the quorum before */
     uint64_t limit_refusals[PX_LIMIT_KINDS]; /* requests refused RESOURCE_LIMIT */
     uint64_t outer_steps, outer_wire_bytes;  /* DiLoCo: outer_step events, and the bytes their reporter sent */
     double heartbeats_per_s;

@@ -181,6 +181,15 @@ int px_wire_validate(const px_msg_t *m, Phalanx__ErrorCode *code, char *why, siz
             REQUIRE(!q->groups[i]->heal || px_wire_group_name_ok(q->groups[i]->heal_source),
                     "quorum.groups[%zu].heal_source invalid", i);
         }
+        REQUIRE(q->n_removed == 0 || q->has_base_id, "quorum.removed without base_id");
+        if (q->has_base_id) {
+            REQUIRE(q->base_id > 0 && q->base_id < q->id, "quorum.base_id not in [1, id)");
+            REQUIRE(q->has_n_groups_total && q->has_groups_hash, "quorum delta without n_groups_total and groups_hash");
+            for (size_t i = 0; i < q->n_removed; i++) {
+                REQUIRE(px_wire_group_name_ok(q->removed[i]), "quorum.removed[%zu] invalid", i);
+                REQUIRE(i == 0 || strcmp(q->removed[i - 1], q->removed[i]) < 0, "quorum.removed not sorted (at %zu)", i);
+            }
+        }
         return 0;
     }
     case PHALANX__ENVELOPE__BODY_STORE_VALUE:

@@ -222,3 +222,87 @@ int px_quorum_compute(const px_quorum_candidate_t *cands, int n, const px_quorum
     free(parts);
     return rc;
 }
+
+/* ---- delta pushes ------------------------------------------------------ */
+
+static uint64_t fnv_str(uint64_t h, const char *s) {
+    for (const unsigned char *p = (const unsigned char *)s;; p++) {
+        h = (h ^ *p) * 1099511628211ULL;
+        if (!*p) return h; /* the NUL is hashed too: "ab","c" differs from "a","bc" */
+    }
+}
+
+uint64_t px_quorum_hash(const px_quorum_t *q) {
+    uint64_t h = 1469598103934665603ULL;
+    for (int i = 0; i < q->n; i++) {
+        h = fnv_str(h, q->groups[i].name);
+        h = fnv_str(h, q->groups[i].heal ? q->groups[i].heal_source : "");
+        h = (h ^ (uint64_t)(q->groups[i].heal != 0)) * 1099511628211ULL;
+    }
+    return h;
+}
+
+static int same_entry(const px_quorum_member_t *a, const px_quorum_member_t *b) {
+    if (a->heal != b->heal) return 0;
+    return !a->heal || strcmp(a->heal_source, b->heal_source) == 0;
+}
+
+int px_quorum_delta(const px_quorum_t *base, const px_quorum_t *next, int **removed, int *n_removed, int **changed,
+                    int *n_changed) {
+    *removed = malloc(((size_t)base->n + 1) * sizeof **removed);
+    *changed = malloc(((size_t)next->n + 1) * sizeof **changed);
+    if (!*removed || !*changed) {
+        free(*removed), free(*changed);
+        *removed = *changed = NULL;
+        return -1;
+    }
+    *n_removed = *n_changed = 0;
+    int i = 0, j = 0; /* a merge walk: both are sorted by name */
+    while (i < base->n || j < next->n) {
+        int c = i == base->n ? 1 : j == next->n ? -1 : strcmp(base->groups[i].name, next->groups[j].name);
+        if (c < 0) {
+            (*removed)[(*n_removed)++] = i++;
+        } else if (c > 0) {
+            (*changed)[(*n_changed)++] = j++;
+        } else {
+            if (!same_entry(&base->groups[i], &next->groups[j])) (*changed)[(*n_changed)++] = j;
+            i++, j++;
+        }
+    }
+    return 0;
+}
+
+static int cmp_member(const void *x, const void *y) {
+    return strcmp(((const px_quorum_member_t *)x)->name, ((const px_quorum_member_t *)y)->name);
+}
+
+int px_quorum_apply_delta(const px_quorum_t *base, const char *const *removed, int n_removed,
+                          const px_quorum_member_t *changed, int n_changed, int n_total, uint64_t groups_hash,
+                          px_quorum_t *out) {
+    if (n_total < 0 || n_removed < 0 || n_changed < 0 || n_total > base->n + n_changed) return -1;
+    if (reserve(out, n_total + 1) != 0) return -1;
+    int n = 0, r = 0;
+    for (int i = 0; i < base->n; i++) { /* base minus the removed names (both sorted) */
+        while (r < n_removed && strcmp(removed[r], base->groups[i].name) < 0) r++;
+        if (r < n_removed && strcmp(removed[r], base->groups[i].name) == 0) continue;
+        if (n == n_total) return -1; /* more groups than the delta says: not its base */
+        out->groups[n++] = base->groups[i];
+    }
+    int kept = n;
+    for (int k = 0; k < n_changed; k++) {
+        px_quorum_member_t tmp = changed[k];
+        px_quorum_t view = {.n = kept, .groups = out->groups};
+        int at = px_quorum_find(&view, tmp.name);
+        if (at >= 0) {
+            out->groups[at] = tmp;
+        } else {
+            if (n == n_total) return -1;
+            out->groups[n++] = tmp;
+        }
+    }
+    if (n != kept) qsort(out->groups, (size_t)n, sizeof *out->groups, cmp_member);
+    out->n = n;
+    for (int i = 1; i < n; i++) /* a name twice: malformed */
+        if (strcmp(out->groups[i - 1].name, out->groups[i].name) == 0) return -1;
+    return n == n_total && px_quorum_hash(out) == groups_hash ? 0 : -1;
+}

@@ -87,4 +87,28 @@ int px_quorum_insert_sorted(px_quorum_t *q, const char *name, int64_t step);
 /* 1 when both quorums hold the same set of group names. */
 int px_quorum_same_members(const px_quorum_t *a, const px_quorum_t *b);
 
+/* Delta pushes (docs/protocol.md "Quorum deltas"): a new quorum described
+ * against the one before it, so that a loss in a job of 10,000 groups pushes
+ * one name instead of all of them. Pure. */
+/* A delta's check: FNV-1a 64 over the groups in order, each as its name,
+ * its heal source ("" when not healing), each followed by a NUL, and its
+ * heal flag (one byte). Two quorums with the same id from two coordinator
+ * runs may differ in heal flags: the hash tells them apart. */
+uint64_t px_quorum_hash(const px_quorum_t *q);
+/* What changed from base to next: indexes into base->groups of the groups
+ * gone (*removed, ascending), and into next->groups of the groups new or
+ * whose heal or heal source differ (*changed, ascending). Steps of groups
+ * that are not healing are not compared (workers do not use them). Both
+ * arrays are malloc'd (free them). -1 when out of memory. */
+int px_quorum_delta(const px_quorum_t *base, const px_quorum_t *next, int **removed, int *n_removed, int **changed,
+                    int *n_changed);
+/* Builds *out (px_quorum_init'd) from base, the names removed (sorted, each
+ * in base), and the entries new or changed (sorted by name); the id,
+ * max_step and mode are the caller's. 0 when the result has n_total groups
+ * and the given hash (px_quorum_hash); -1 otherwise (a base that is not the one the
+ * delta was made against, or a malformed delta) or when out of memory. */
+int px_quorum_apply_delta(const px_quorum_t *base, const char *const *removed, int n_removed,
+                          const px_quorum_member_t *changed, int n_changed, int n_total, uint64_t groups_hash,
+                          px_quorum_t *out);
+
 #endif

@@ -93,6 +93,7 @@ struct px_agent {
     px_liveness_leader_t *leader;
     px_liveness_link_t *link;
     char liveness_ep[PX_ENDPOINT_MAX + 1];
+    int direct_hb_due; /* a rank > 0: the next heartbeat goes to the coordinator too (a new connection) */
 };
 
 /* ---- helpers used by both sides --------------------------------------- */
@@ -211,7 +212,8 @@ static void send_heartbeat(px_agent_t *a) {
     void *buf = encode(a, &env, &len);
     if (!buf) return;
     px_liveness_link_send(a->link, buf, len);
-    if (!px_liveness_link_up(a->link, now, interval)) zmq_send(a->sock, buf, len, ZMQ_DONTWAIT);
+    if (!px_liveness_link_up(a->link, now, interval) || a->direct_hb_due) zmq_send(a->sock, buf, len, ZMQ_DONTWAIT);
+    a->direct_hb_due = 0;
     free(buf);
 }
 
@@ -270,27 +272,56 @@ static void quorum_mode(char *out, size_t len, const char *mode) {
     snprintf(out, len, "%s", known ? mode : "");
 }
 
+/* The groups a Quorum message lists, as quorum members (NULL: out of memory). */
+static px_quorum_member_t *listed_groups(const Phalanx__Quorum *q) {
+    px_quorum_member_t *g = calloc(q->n_groups + 1, sizeof *g);
+    for (size_t i = 0; g && i < q->n_groups; i++) {
+        snprintf(g[i].name, PX_QUORUM_NAME_MAX, "%s", q->groups[i]->name);
+        g[i].step = q->groups[i]->step;
+        g[i].heal = q->groups[i]->heal;
+        snprintf(g[i].heal_source, PX_QUORUM_NAME_MAX, "%s", q->groups[i]->heal_source ? q->groups[i]->heal_source : "");
+    }
+    return g;
+}
+
+/* Builds the pushed quorum into *nq (caller holds mu): the whole list, or a
+ * delta applied to the latest quorum we hold. 0 on success; -1 when it is a
+ * delta against a quorum we do not hold (or does not check out), or memory
+ * ran out: the caller then only learns the id, and the trainer asks. */
+static int build_pushed_quorum(px_agent_t *a, const Phalanx__Quorum *q, px_quorum_t *nq) {
+    px_quorum_member_t *g = listed_groups(q);
+    if (!g) return -1;
+    int rc = 0;
+    if (q->has_base_id) {
+        rc = q->base_id == a->latest.id ? px_quorum_apply_delta(&a->latest, (const char *const *)q->removed,
+                                                                 (int)q->n_removed, g, (int)q->n_groups,
+                                                                 (int)q->n_groups_total, q->groups_hash, nq)
+                                        : -1;
+        free(g);
+        if (rc != 0) px_log_info("quorum %lld: a delta against quorum %lld, we hold %lld: asking for it whole",
+                                 (long long)q->id, (long long)q->base_id, (long long)a->latest.id);
+    } else {
+        nq->groups = g;
+        nq->cap = (int)q->n_groups + 1;
+        nq->n = (int)q->n_groups;
+    }
+    if (rc != 0) return -1;
+    nq->id = q->id;
+    nq->max_step = q->max_step;
+    quorum_mode(nq->mode, sizeof nq->mode, q->mode);
+    return 0;
+}
+
 static void store_quorum(px_agent_t *a, const Phalanx__Quorum *q) {
     pthread_mutex_lock(&a->mu);
     if (q->id >= a->latest.id) {
         px_quorum_t nq;
         px_quorum_init(&nq);
-        nq.groups = calloc(q->n_groups + 1, sizeof *nq.groups);
-        if (nq.groups) {
-            nq.cap = (int)q->n_groups + 1;
-            nq.id = q->id;
-            nq.max_step = q->max_step;
-            quorum_mode(nq.mode, sizeof nq.mode, q->mode);
-            nq.n = (int)q->n_groups;
-            for (size_t i = 0; i < q->n_groups; i++) {
-                const Phalanx__QuorumGroup *g = q->groups[i];
-                snprintf(nq.groups[i].name, PX_QUORUM_NAME_MAX, "%s", g->name);
-                nq.groups[i].step = g->step;
-                nq.groups[i].heal = g->heal;
-                snprintf(nq.groups[i].heal_source, PX_QUORUM_NAME_MAX, "%s", g->heal_source ? g->heal_source : "");
-            }
+        if (build_pushed_quorum(a, q, &nq) == 0) {
             px_quorum_free(&a->latest);
             a->latest = nq;
+        } else {
+            px_quorum_free(&nq);
         }
     }
     learn_qid_locked(a, q->id);
@@ -364,8 +395,9 @@ static void handle_reply(px_agent_t *a, px_msg_t *msg, int64_t *next_register) {
         note_finished_locked(a, msg->hb_ack->finished_step);
         pthread_mutex_unlock(&a->mu);
         if (a->link) px_liveness_link_set_leader(a->link, msg->hb_ack->leader_endpoint, px_now_ms());
-        if (a->leader && msg->hb_ack->has_unknown_ranks)
-            px_liveness_leader_unknown(a->leader, msg->hb_ack->unknown_ranks.data, msg->hb_ack->unknown_ranks.len);
+        if (a->leader)
+            px_liveness_leader_unknown(a->leader, msg->hb_ack->unknown_ranks.data,
+                                       msg->hb_ack->has_unknown_ranks ? msg->hb_ack->unknown_ranks.len : 0);
         if (newer) call_hook(a);
         break;
     }
@@ -418,6 +450,10 @@ static void read_monitor(px_agent_t *a) {
     while (px_zmq_monitor_next(a->monitor, &event, &value)) {
         if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
             a->handshake_fails = 0;
+            /* A new connection: the coordinator saw the old one close. A rank
+             * its leader reports for says it is back on this one itself
+             * (a direct heartbeat), or it would stay "disconnected". */
+            a->direct_hb_due = 1;
         } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH || event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
                    ++a->handshake_fails >= HANDSHAKE_FAILS_FATAL) {
             char why[200];
@@ -461,20 +497,26 @@ static void read_group_socket(px_agent_t *a, int64_t *next_register) {
     if (a->leader) {
         pthread_mutex_lock(&a->mu);
         int64_t known = a->known_qid, finished = a->finished_step;
+        int answer = a->registered && !a->fatal_set && !a->leaving;
         pthread_mutex_unlock(&a->mu);
-        px_liveness_leader_read(a->leader, now, known, finished);
+        px_liveness_leader_read(a->leader, now, answer, known, finished);
         return;
     }
+    /* The leader's socket is less trusted than the coordinator: from it a
+     * rank takes a quorum id, a forwarded quorum and "register again", never
+     * a fatal error or another leader's address. */
     px_msg_t *msg;
-    while ((msg = px_liveness_link_recv(a->link, now))) {
-        switch (msg->body_case) {
-        case PHALANX__ENVELOPE__BODY_HB_ACK:
-        case PHALANX__ENVELOPE__BODY_QUORUM:
-        case PHALANX__ENVELOPE__BODY_ERROR:
+    for (int k = 0; k < 64 && (msg = px_liveness_link_recv(a->link, now)); k++) {
+        if (msg->body_case == PHALANX__ENVELOPE__BODY_HB_ACK) {
+            pthread_mutex_lock(&a->mu);
+            int newer = learn_qid_locked(a, msg->hb_ack->quorum_id);
+            note_finished_locked(a, msg->hb_ack->finished_step);
+            pthread_mutex_unlock(&a->mu);
+            if (newer) call_hook(a);
+        } else if (msg->body_case == PHALANX__ENVELOPE__BODY_QUORUM ||
+                   (msg->body_case == PHALANX__ENVELOPE__BODY_ERROR &&
+                    msg->error->code == PHALANX__ERROR_CODE__UNKNOWN_MEMBER)) {
             handle_reply(a, msg, next_register);
-            break;
-        default:
-            break;
         }
         px_wire_free(msg);
     }
@@ -564,6 +606,11 @@ static void *agent_main(void *arg) {
 px_agent_t *px_agent_new(const px_agent_config_t *cfg, char *err, size_t errlen) {
     if (!px_wire_group_name_ok(cfg->group)) {
         snprintf(err, errlen, "--group: '%s' is not [A-Za-z0-9_.-]{1,63}", cfg->group ? cfg->group : "");
+        return NULL;
+    }
+    if (cfg->group_size < 1 || cfg->group_size > PX_GROUP_SIZE_MAX || cfg->rank < 0 || cfg->rank >= cfg->group_size) {
+        snprintf(err, errlen, "--rank %d / --ranks-per-group %d: want 0 <= rank < ranks-per-group <= %d", cfg->rank,
+                 cfg->group_size, PX_GROUP_SIZE_MAX);
         return NULL;
     }
     px_agent_t *a = calloc(1, sizeof *a);

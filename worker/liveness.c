@@ -17,6 +17,8 @@
 
 #define LEADER_IDENT_MAX 255
 #define BAD_LOG_EVERY_MS 5000
+#define LEADER_MAX_FRAME 4096 /* a rank's heartbeat is ~100 bytes: larger frames are a peer's abuse */
+#define LEADER_RCVHWM 1024
 
 void px_liveness_digest(const px_rank_seen_t *ranks, int n, int64_t now_ms, int64_t window_ms, uint8_t *bits,
                         size_t *len, int64_t *min_step, int64_t *max_step) {
@@ -74,11 +76,14 @@ px_liveness_leader_t *px_liveness_leader_new(void *zctx, const char *host, const
     snprintf(l->token, sizeof l->token, "%s", token ? token : "");
     l->size = group_size;
     l->sock = zmq_socket(zctx, ZMQ_ROUTER);
-    int zero = 0;
+    int zero = 0, hwm = LEADER_RCVHWM;
+    int64_t max_frame = LEADER_MAX_FRAME; /* libzmq drops a connection that sends more */
     char bind[300];
     snprintf(bind, sizeof bind, "tcp://%s:*", host);
     size_t n = endpoint_len;
-    if (!l->sock || zmq_setsockopt(l->sock, ZMQ_LINGER, &zero, sizeof zero) != 0 || zmq_bind(l->sock, bind) != 0 ||
+    if (!l->sock || zmq_setsockopt(l->sock, ZMQ_LINGER, &zero, sizeof zero) != 0 ||
+        zmq_setsockopt(l->sock, ZMQ_MAXMSGSIZE, &max_frame, sizeof max_frame) != 0 ||
+        zmq_setsockopt(l->sock, ZMQ_RCVHWM, &hwm, sizeof hwm) != 0 || zmq_bind(l->sock, bind) != 0 ||
         zmq_getsockopt(l->sock, ZMQ_LAST_ENDPOINT, endpoint, &n) != 0 || !px_wire_endpoint_ok(endpoint)) {
         snprintf(err, errlen, "--liveness group: cannot bind the leader's socket on %s: %s", bind, zmq_strerror(zmq_errno()));
         px_liveness_leader_destroy(&l);
@@ -158,8 +163,11 @@ static void on_rank_heartbeat(px_liveness_leader_t *l, const void *ident, size_t
     send_msg_to_rank(l, route, &env);
 }
 
-void px_liveness_leader_read(px_liveness_leader_t *l, int64_t now_ms, int64_t known_qid, int64_t finished_step) {
-    for (;;) {
+void px_liveness_leader_read(px_liveness_leader_t *l, int64_t now_ms, int answer, int64_t known_qid,
+                             int64_t finished_step) {
+    /* Bounded: a flood must not keep the agent thread from its own
+     * heartbeat (the next poll comes back for the rest). */
+    for (int k = 0; k < 4 * l->size + 64; k++) {
         zmq_msg_t id, body;
         zmq_msg_init(&id);
         if (zmq_msg_recv(&id, l->sock, ZMQ_DONTWAIT) < 0) {
@@ -191,9 +199,9 @@ void px_liveness_leader_read(px_liveness_leader_t *l, int64_t now_ms, int64_t kn
             bad_frame(l, now_ms, "missing or wrong job token");
         } else if (zmq_msg_size(&id) > LEADER_IDENT_MAX) {
             bad_frame(l, now_ms, "routing identity too long");
-        } else {
+        } else if (answer) {
             on_rank_heartbeat(l, zmq_msg_data(&id), zmq_msg_size(&id), msg, now_ms, known_qid, finished_step);
-        }
+        } /* else: not registered with the coordinator: silence sends our ranks to it */
         px_wire_free(msg);
         zmq_msg_close(&id);
         zmq_msg_close(&body);
@@ -234,7 +242,8 @@ void px_liveness_leader_forward(px_liveness_leader_t *l, const void *frame, size
 }
 
 void px_liveness_leader_unknown(px_liveness_leader_t *l, const uint8_t *bits, size_t len) {
-    for (size_t i = 0; i < len && i < sizeof l->unknown; i++) l->unknown[i] |= bits[i];
+    memset(l->unknown, 0, sizeof l->unknown); /* each ack says it anew: a stale mark would re-register a known rank */
+    for (size_t i = 0; i < len && i < sizeof l->unknown; i++) l->unknown[i] = bits[i];
 }
 
 /* ---- rank > 0 ---------------------------------------------------------- */
@@ -274,18 +283,24 @@ void px_liveness_link_set_leader(px_liveness_link_t *k, const char *endpoint, in
     /* Heartbeats are worth nothing late: queue them only on a live
      * connection, a few at most, and drop them on close. */
     int zero = 0, one = 1, hwm = 4, ivl = 100, ivl_max = 500;
-    if (!k->sock) return;
+    if (!k->sock) {
+        k->endpoint[0] = '\0';
+        return;
+    }
     zmq_setsockopt(k->sock, ZMQ_ROUTING_ID, k->ident, k->ident_len);
     zmq_setsockopt(k->sock, ZMQ_LINGER, &zero, sizeof zero);
     zmq_setsockopt(k->sock, ZMQ_IMMEDIATE, &one, sizeof one);
     zmq_setsockopt(k->sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
     zmq_setsockopt(k->sock, ZMQ_RECONNECT_IVL, &ivl, sizeof ivl);
     zmq_setsockopt(k->sock, ZMQ_RECONNECT_IVL_MAX, &ivl_max, sizeof ivl_max);
+    int64_t max_frame = PX_WIRE_MAX_REPLY;
+    zmq_setsockopt(k->sock, ZMQ_MAXMSGSIZE, &max_frame, sizeof max_frame);
     if (zmq_connect(k->sock, endpoint) != 0) {
         px_log_warn("liveness: cannot connect to the group leader at %s: %s; heartbeating the coordinator", endpoint,
                     zmq_strerror(zmq_errno()));
         zmq_close(k->sock);
         k->sock = NULL;
+        k->endpoint[0] = '\0'; /* the next ack naming it tries again */
         return;
     }
     px_log_info("liveness: heartbeating the group leader at %s", endpoint);

@@ -23,7 +23,7 @@
 #define PX_LIVENESS_FALLBACK_INTERVALS 3 /* a rank heartbeats the coordinator when its leader is this quiet */
 
 typedef struct {
-    int64_t heard_ms; /* 0: never, or its connection to the leader closed */
+    int64_t heard_ms; /* 0: never, or told to register again */
     int64_t step;
 } px_rank_seen_t;
 
@@ -45,17 +45,21 @@ px_liveness_leader_t *px_liveness_leader_new(void *zctx, const char *host, const
                                              size_t errlen);
 void px_liveness_leader_destroy(px_liveness_leader_t **self);
 void *px_liveness_leader_socket(px_liveness_leader_t *l);
-/* Reads what the ranks sent and answers each heartbeat: a quorum frame it has
- * not had yet, then a HeartbeatAck with known_qid and finished_step (or, for a
- * rank the coordinator does not know, UNKNOWN_MEMBER). */
-void px_liveness_leader_read(px_liveness_leader_t *l, int64_t now_ms, int64_t known_qid, int64_t finished_step);
+/* Reads what the ranks sent (a bounded batch) and, when answer is set,
+ * answers each heartbeat: a quorum frame it has not had yet, then a
+ * HeartbeatAck with known_qid and finished_step (or, for a rank the
+ * coordinator does not know, UNKNOWN_MEMBER). A leader the coordinator does
+ * not accept now (not registered) does not answer: its ranks fall back. */
+void px_liveness_leader_read(px_liveness_leader_t *l, int64_t now_ms, int answer, int64_t known_qid,
+                             int64_t finished_step);
 /* Fills d (and its alive bytes, in l) for the leader's next heartbeat. */
 void px_liveness_leader_digest(px_liveness_leader_t *l, int64_t now_ms, int64_t interval_ms, Phalanx__GroupDigest *d);
 /* A quorum frame from the coordinator: kept, and sent now to every rank heard
  * recently (the others get it with their next heartbeat's answer). */
 void px_liveness_leader_forward(px_liveness_leader_t *l, const void *frame, size_t len, int64_t qid, int64_t now_ms,
                                 int64_t interval_ms);
-/* The coordinator's HeartbeatAck named these ranks as unknown to it. */
+/* The coordinator's latest HeartbeatAck named these ranks as unknown to it
+ * (len 0: none); replaces what an earlier ack said. */
 void px_liveness_leader_unknown(px_liveness_leader_t *l, const uint8_t *bits, size_t len);
 
 /* ---- rank > 0 ---- */

@@ -193,11 +193,128 @@ static int check_insert_sorted(void) {
     return ok;
 }
 
+/* A random quorum over names g000..g199 (each present with probability
+ * `p` percent), some healing; sorted, as every quorum is. */
+static void random_quorum(px_quorum_t *q, unsigned *seed, int p, int64_t id) {
+    px_quorum_init(q);
+    for (int i = 0; i < 200; i++) {
+        if ((int)(rand_r(seed) % 100) >= p) continue;
+        char name[8];
+        snprintf(name, sizeof name, "g%03d", i);
+        px_quorum_insert_sorted(q, name, rand_r(seed) % 50);
+    }
+    for (int i = 0; i < q->n; i++)
+        if (rand_r(seed) % 4 == 0 && q->n > 1) {
+            q->groups[i].heal = 1;
+            snprintf(q->groups[i].heal_source, PX_QUORUM_NAME_MAX, "%s", q->groups[(i + 1) % q->n].name);
+        }
+    q->id = id;
+}
+
+static int same_quorum(const px_quorum_t *a, const px_quorum_t *b) {
+    if (a->n != b->n) return 0;
+    for (int i = 0; i < a->n; i++)
+        if (strcmp(a->groups[i].name, b->groups[i].name) != 0 || a->groups[i].heal != b->groups[i].heal ||
+            (a->groups[i].heal && strcmp(a->groups[i].heal_source, b->groups[i].heal_source) != 0))
+            return 0;
+    return 1;
+}
+
+/* Delta pushes: for random pairs (base, next), the delta applied to base
+ * gives next (names, heal, heal source, in order); applied to another
+ * quorum, or with a wrong count, it is refused. Seeded: the seed is printed
+ * on failure. */
+static int check_deltas(void) {
+    int failed = 0;
+    for (unsigned trial = 0; trial < 500; trial++) {
+        unsigned seed = 1000 + trial;
+        px_quorum_t base, next, other, out;
+        random_quorum(&base, &seed, 60, 5);
+        /* next: most of base (a loss or two, a join, a heal done) or unrelated */
+        if (trial % 5 == 4) {
+            random_quorum(&next, &seed, 50, 6);
+        } else {
+            px_quorum_init(&next);
+            px_quorum_copy(&next, &base);
+            next.id = 6;
+            for (int k = 0; k < 1 + (int)(trial % 3); k++) {
+                if (next.n == 0) break;
+                int at = (int)(rand_r(&seed) % (unsigned)next.n);
+                memmove(&next.groups[at], &next.groups[at + 1], (size_t)(next.n - at - 1) * sizeof *next.groups);
+                next.n--;
+            }
+            char name[8];
+            snprintf(name, sizeof name, "g%03d", (int)(rand_r(&seed) % 200));
+            px_quorum_insert_sorted(&next, name, 3);
+            if (next.n && rand_r(&seed) % 2) next.groups[0].heal = !next.groups[0].heal;
+            if (next.n && next.groups[0].heal) snprintf(next.groups[0].heal_source, PX_QUORUM_NAME_MAX, "g199");
+        }
+        random_quorum(&other, &seed, 60, 5);
+        int *rm, *ch, nrm, nch;
+        if (px_quorum_delta(&base, &next, &rm, &nrm, &ch, &nch) != 0) return 0;
+        const char **names = calloc((size_t)nrm + 1, sizeof *names);
+        px_quorum_member_t *changed = calloc((size_t)nch + 1, sizeof *changed);
+        for (int k = 0; k < nrm; k++) names[k] = base.groups[rm[k]].name;
+        for (int k = 0; k < nch; k++) changed[k] = next.groups[ch[k]];
+        uint64_t h = px_quorum_hash(&next);
+        px_quorum_init(&out);
+        int rc = px_quorum_apply_delta(&base, names, nrm, changed, nch, next.n, h, &out);
+        if (rc != 0 || !same_quorum(&out, &next)) {
+            fprintf(stderr, "FAIL: delta (seed %u): rc %d, %d groups, want %d\n", 1000 + trial, rc, out.n, next.n);
+            failed++;
+        }
+        px_quorum_free(&out);
+        px_quorum_init(&out);
+        if (px_quorum_apply_delta(&other, names, nrm, changed, nch, next.n, h, &out) == 0 && !same_quorum(&out, &next)) {
+            fprintf(stderr, "FAIL: delta (seed %u) applied to another base gave a wrong quorum\n", 1000 + trial);
+            failed++;
+        }
+        px_quorum_free(&out);
+        px_quorum_init(&out);
+        if (px_quorum_apply_delta(&base, names, nrm, changed, nch, next.n + 1, h, &out) == 0) {
+            fprintf(stderr, "FAIL: delta (seed %u) accepted a wrong group count\n", 1000 + trial);
+            failed++;
+        }
+        px_quorum_free(&out);
+        free(names), free(changed), free(rm), free(ch);
+        px_quorum_free(&base), px_quorum_free(&next), px_quorum_free(&other);
+    }
+    /* a base with the same names but another heal flag is not the base */
+    {
+        px_quorum_t b0, b1, nx, o;
+        px_quorum_init(&b0), px_quorum_init(&nx), px_quorum_init(&o), px_quorum_init(&b1);
+        px_quorum_insert_sorted(&b0, "a", 0), px_quorum_insert_sorted(&b0, "b", 0), px_quorum_insert_sorted(&b0, "c", 0);
+        px_quorum_copy(&b1, &b0);
+        b1.groups[0].heal = 1;
+        snprintf(b1.groups[0].heal_source, PX_QUORUM_NAME_MAX, "b");
+        px_quorum_copy(&nx, &b0);
+        nx.n = 2; /* "c" lost */
+        const char *gone[] = {"c"};
+        if (px_quorum_apply_delta(&b1, gone, 1, NULL, 0, 2, px_quorum_hash(&nx), &o) == 0) {
+            fprintf(stderr, "FAIL: delta applied to a base that differs in a heal flag\n");
+            failed++;
+        }
+        px_quorum_free(&b0), px_quorum_free(&b1), px_quorum_free(&nx), px_quorum_free(&o);
+    }
+    /* the hash separates names, not just their concatenation */
+    px_quorum_t a, b;
+    px_quorum_init(&a), px_quorum_init(&b);
+    px_quorum_insert_sorted(&a, "ab", 0), px_quorum_insert_sorted(&a, "c", 0);
+    px_quorum_insert_sorted(&b, "a", 0), px_quorum_insert_sorted(&b, "bc", 0);
+    if (px_quorum_hash(&a) == px_quorum_hash(&b)) {
+        fprintf(stderr, "FAIL: names hash: ab,c == a,bc\n");
+        failed++;
+    }
+    px_quorum_free(&a), px_quorum_free(&b);
+    return failed == 0;
+}
+
 int main(void) {
     int n = (int)(sizeof ROWS / sizeof ROWS[0]), failed = 0;
     for (int i = 0; i < n; i++) failed += !check_row(&ROWS[i]);
     failed += !check_insert_sorted();
-    n++;
+    failed += !check_deltas();
+    n += 2;
     printf("test_quorum: %d cases, %d failed\n", n, failed);
     return failed ? 1 : 0;
 }

@@ -151,6 +151,31 @@ static void check_group_liveness(void) {
     expect_env("quorum not sorted by name", &env, 0);
     gs[0] = &ga, gs[1] = &ga;
     expect_env("quorum naming a group twice", &env, 0);
+
+    /* deltas */
+    gs[0] = &ga, gs[1] = &gb;
+    char *gone[2] = {"c", "d"};
+    q.has_base_id = q.has_n_groups_total = q.has_groups_hash = 1;
+    q.base_id = 2;
+    q.n_groups_total = 2;
+    q.n_removed = 2;
+    q.removed = gone;
+    expect_env("delta", &env, 1);
+    q.base_id = 3;
+    expect_env("delta against itself", &env, 0);
+    q.base_id = 0;
+    expect_env("delta against quorum 0", &env, 0);
+    q.base_id = 2;
+    q.has_groups_hash = 0;
+    expect_env("delta without its hash", &env, 0);
+    q.has_groups_hash = 1;
+    gone[0] = "d", gone[1] = "c";
+    expect_env("delta with removed names unsorted", &env, 0);
+    gone[0] = "c d";
+    expect_env("delta removing an invalid name", &env, 0);
+    gone[0] = "c", gone[1] = "d";
+    q.has_base_id = 0;
+    expect_env("removed names without a base", &env, 0);
 }
 
 int main(void) {

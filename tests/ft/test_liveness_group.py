@@ -9,7 +9,8 @@ Scenarios (one ctest each):
            its restarted process heals back; a SIGSTOPped leader drops its
            group by the heartbeat timeout while its ranks fall back to
            heartbeating the coordinator (not lost), and after SIGCONT the
-           group comes back and training goes on.
+           group comes back and training goes on. The quorum changes reach
+           the leaders as deltas (docs/protocol.md "Quorum deltas").
   restart  the coordinator SIGKILLed and restarted: the leaders register
            again, the leaders' digests name ranks the new coordinator does
            not know, those ranks are told (by their leader) to register
@@ -85,7 +86,11 @@ def train(bindir):
         lost = [e for e in job.read_events()[n:] if e["type"] == "member_lost" and e["group"] == "g1"]
         check(lost and lost[0]["rank"] == 2, "the lost member is g1 rank 2: %s" % lost)
         back_and_training(job, launch, "g1 restarted, healed and back")
-        check(any(e["type"] == "heal_finished" and e["group"] == "g1" for e in job.read_events()[n:]), "g1 healed")
+        wait_until(lambda: any(e["type"] == "heal_finished" and e["group"] == "g1" for e in job.read_events()[n:]), 10,
+                   "g1 healed (heal_finished)")
+        # The quorum changes reached the survivors as deltas (the leaders held the quorum before).
+        deltas = job.metrics()["phalanx_quorum_delta_pushes_total"]
+        check(deltas >= 1, "quorum changes pushed as deltas: %s" % deltas)
 
         # A frozen leader: its group drops; its ranks heartbeat the coordinator meanwhile.
         st = job.status()
