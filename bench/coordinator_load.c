@@ -1243,7 +1243,10 @@ static void start_coordinator(void) {
         char join[32];
         long join_ms = 20000L + 2L * C.ramp_ms; /* large jobs take longer to register */
         snprintf(join, sizeof join, "%ld", join_ms < 600000 ? join_ms : 600000);
-        execl(C.coordinator, C.coordinator, "--bind", g_endpoint, "--http", "127.0.0.1:0", "--job", "bench", "--events",
+        char max_members[32]; /* room for every member and the ones lost meanwhile */
+        snprintf(max_members, sizeof max_members, "%d", C.members * 2 > 65536 ? C.members * 2 : 65536);
+        execl(C.coordinator, C.coordinator, "--bind", g_endpoint, "--http", "127.0.0.1:0", "--job", "bench",
+              "--max-members", max_members, "--events",
               ev_arg, "--join-timeout-ms", join, "--heartbeat-interval-ms", hbi, "--heartbeat-timeout-ms", hbt,
               C.quiet ? "--quiet" : NULL, (char *)NULL);
         fprintf(stderr, "exec %s: %s\n", C.coordinator, strerror(errno));

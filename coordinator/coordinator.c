@@ -40,6 +40,7 @@
 #include "store.h"
 
 #define TICK_MS 10
+#define QUORUM_EVENT_LIST_MAX 24000 /* bytes of group names (and of heal plans) in a quorum_formed event */
 #define ACK_KEEPALIVE_MS 1000 /* a worker with nothing to learn gets a heartbeat ack this often */
 #define ROUTER_MAX_MSG (1 << 20) /* larger frames make ZeroMQ drop the peer */
 
@@ -410,21 +411,33 @@ static void push_quorum_to_all(px_coordinator_t *c, const char *reason, const px
 }
 
 static void emit_quorum_formed(px_coordinator_t *c, const char *reason) {
+    /* An event is at most 64 KiB: past ~2,500 groups the lists are cut
+     * (groups_total and heal_total say how many there are). */
     px_buf_t groups, heals;
     px_buf_init(&groups);
     px_buf_init(&heals);
+    int listed = 0, heal_total = 0, heal_listed = 0;
     for (int i = 0; i < c->quorum.n; i++) {
         px_quorum_member_t *m = &c->quorum.groups[i];
-        px_buf_printf(&groups, "%s\"%s\"", i ? "," : "", m->name);
-        if (m->heal)
-            px_buf_printf(&heals, "%s{\"group\":\"%s\",\"step\":%lld,\"source\":\"%s\"}", heals.len ? "," : "",
-                          m->name, (long long)m->step, m->heal_source);
+        if (groups.len < QUORUM_EVENT_LIST_MAX) {
+            px_buf_printf(&groups, "%s\"%s\"", i ? "," : "", m->name);
+            listed++;
+        }
+        if (!m->heal) continue;
+        heal_total++;
+        if (heals.len >= QUORUM_EVENT_LIST_MAX) continue;
+        px_buf_printf(&heals, "%s{\"group\":\"%s\",\"step\":%lld,\"source\":\"%s\"}", heals.len ? "," : "",
+                      m->name, (long long)m->step, m->heal_source);
+        heal_listed++;
     }
     char esc[2048];
     px_json_escape(reason, esc, sizeof esc);
     char *g = px_buf_take(&groups, NULL), *h = px_buf_take(&heals, NULL);
-    emit(c, "quorum_formed", "\"quorum_id\":%lld,\"step\":%lld,\"groups\":[%s],\"heal\":[%s],\"reason\":\"%s\"",
-         (long long)c->quorum.id, (long long)c->quorum.max_step, g ? g : "", h ? h : "", esc);
+    emit(c, "quorum_formed",
+         "\"quorum_id\":%lld,\"step\":%lld,\"groups\":[%s],\"heal\":[%s],\"groups_total\":%d,\"heal_total\":%d%s,"
+         "\"reason\":\"%s\"",
+         (long long)c->quorum.id, (long long)c->quorum.max_step, g ? g : "", h ? h : "", c->quorum.n, heal_total,
+         listed < c->quorum.n || heal_listed < heal_total ? ",\"truncated\":true" : "", esc);
     free(g);
     free(h);
     px_log_info("quorum_formed quorum_id=%lld step=%lld groups=%d reason=\"%s\"", (long long)c->quorum.id,
@@ -1377,8 +1390,10 @@ static void read_router(px_coordinator_t *c) {
         /* A DISCONNECTED event for an older connection on this fd number
          * was queued before this frame's connection existed: take it first,
          * or it would be charged to this connection's member (descriptor
-         * numbers are reused at once). */
-        read_monitor(c);
+         * numbers are reused at once). Only a frame on a connection its
+         * sender was not known on can meet one (draining costs a syscall). */
+        const px_member_t *known = have_body ? px_members_by_ident(&c->members, zmq_msg_data(&id), zmq_msg_size(&id)) : NULL;
+        if (!known || known->fd != fd) read_monitor(c);
         if (!have_body || extra)
             bad_message(c, zmq_msg_data(&id), zmq_msg_size(&id), 0, PHALANX__ERROR_CODE__BAD_MESSAGE,
                         extra ? "multipart message: one frame per message" : "empty message");

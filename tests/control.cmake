@@ -85,3 +85,7 @@ set_tests_properties(control_limits PROPERTIES TIMEOUT 180)
 px_add_py_scenarios(control_phalanxctl ${CMAKE_CURRENT_LIST_DIR}/control/test_phalanxctl.py
                     $<TARGET_FILE_DIR:phalanx-coordinator> 300 kill_events drain plot)
 set_tests_properties(control_phalanxctl_plot PROPERTIES SKIP_RETURN_CODE 77) # no matplotlib
+
+# A quorum of 3,000 groups: its quorum_formed event is cut to fit, not dropped.
+px_add_py_test(control_large_quorum ${CMAKE_CURRENT_LIST_DIR}/control/test_large_quorum.py $<TARGET_FILE_DIR:phalanx-coordinator>)
+set_tests_properties(control_large_quorum PROPERTIES TIMEOUT 180 RUN_SERIAL TRUE)

@@ -1,0 +1,48 @@
+"""A quorum of 3,000 groups (register_members --sockets: one ZeroMQ identity
+per member, real registrations and heartbeats). Its quorum_formed event
+would exceed the 64 KiB an event may hold if it listed every group: it must
+still be written, with the lists cut, groups_total 3000 and truncated set
+(before, the event was dropped: events_fields_too_long)."""
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
+from phalanx_test import Job, check, die_with_test, main, wait_until  # noqa: E402
+
+N = 3000
+
+
+def test(bindir):
+    job = Job(bindir, "large-quorum", extra_coord_args=["--heartbeat-timeout-ms", "5000"])
+    fake = None
+    try:
+        job.start_coordinator()
+        fake = subprocess.Popen([os.path.join(bindir, "register_members"), "--endpoint", job.endpoint, "--job",
+                                 job.job, "--count", str(N), "--prefix", "g", "--heartbeat-ms", "500", "--join",
+                                 "--sockets"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, preexec_fn=die_with_test)
+        line = fake.stdout.readline().strip()
+        check(line == "registered=%d" % N, "register_members: %r" % line)
+        wait_until(lambda: len(job.status()["quorum"]["groups"]) == N, 90, "a quorum of %d groups" % N, 0.5)
+        ev = wait_until(lambda: [e for e in job.read_events() if e["type"] == "quorum_formed"], 10,
+                        "a quorum_formed event")
+        e = ev[-1]
+        print("quorum_formed: %d groups listed of %d, truncated=%s" % (len(e["groups"]), e["groups_total"],
+                                                                      e.get("truncated")))
+        check(e["groups_total"] == N and e.get("truncated") is True, "groups_total %d and truncated: %s" %
+              (N, {k: v for k, v in e.items() if k != "groups"}))
+        check(0 < len(e["groups"]) < N and e["groups"] == sorted(e["groups"]),
+              "a sorted prefix of the groups is listed: %d" % len(e["groups"]))
+        with open(os.path.join(job.dir, "coordinator.log")) as f:
+            log = f.read()
+        check("events_fields_too_long" not in log, "no event dropped for its size")
+    finally:
+        if fake:
+            fake.stdin.close()
+            fake.wait(timeout=30)
+        job.stop()
+
+
+if __name__ == "__main__":
+    main(test)
