@@ -11,8 +11,9 @@ section it comes from), and its "source" says so. checkpoint_hold_bytes_per_s
 (the snapshot copy that holds training) has no --json yet: it is always the
 documented `held_ms` of the worker's checkpoint_started line.
 
-The checked-in bench/sim_figures.json was written with no inputs: every
-figure is the documented one (no benchmark was re-run for it)."""
+The checked-in bench/sim_figures.json was written from the runs kept in
+bench/results/sim-{recovery,heal,checkpoint}.json (docs/benchmarks.md,
+"Projected goodput at scale", has the commands)."""
 import argparse
 import json
 import sys
