@@ -129,6 +129,7 @@ def step_intervals(a, env, model, with_ckpt):
             raise BenchError("the %s job failed; see %s" % (model, w.log_path))
         at = {int(kv(l)["step"]): t for t, l in w.snapshot() if l.startswith("progress ")}
         cpu = {k: own for k, (own, _) in w.cpu_by_step().items()}
+        holds = hold_rates(w.log_path) if with_ckpt else []
     finally:
         job.stop()
         shutil.rmtree(job.dir, ignore_errors=True)
@@ -136,7 +137,22 @@ def step_intervals(a, env, model, with_ckpt):
     if sorted(at) != list(range(1, steps + 1)):
         raise BenchError("the %s job printed progress for steps %s" % (model, sorted(at)))
     ks = range(2, steps + 1)
-    return {k: at[k] - at[k - 1] for k in ks}, {k: (cpu[k] - cpu[k - 1]) / 1e9 for k in ks}
+    return {k: at[k] - at[k - 1] for k in ks}, {k: (cpu[k] - cpu[k - 1]) / 1e9 for k in ks}, holds
+
+
+def hold_rates(log_path):
+    """Bytes per second of the copy a save holds training for: each save's
+    checkpoint_saved bytes over its checkpoint_started held_ms (the worker's log)."""
+    held, size = {}, {}
+    with open(log_path) as f:
+        for line in f:
+            if "checkpoint_started " in line or "checkpoint_saved " in line:
+                d = kv(line[line.index("checkpoint_"):])
+                if "held_ms" in d:
+                    held[d["step"]] = float(d["held_ms"])
+                elif "bytes" in d:
+                    size[d["step"]] = int(d["bytes"])
+    return [size[s] / (held[s] / 1e3) for s in held if s in size and held[s] > 0]
 
 
 def overhead(a, env, model):
@@ -147,11 +163,12 @@ def overhead(a, env, model):
           % (model, gb, seq, a.threads, first + measured, ", ".join(str(s) for s in
                                                                    range(EVERY, first + measured, EVERY)), a.pairs),
           flush=True)
-    none, withs, firsts, cpu_none, cpu_with = [], [], [], [], []
+    none, withs, firsts, cpu_none, cpu_with, holds = [], [], [], [], [], []
     keep = range(first + 1, first + measured + 1)
     for p in range(a.pairs):
-        base, base_cpu = step_intervals(a, env, model, False)
-        ck, ck_cpu = step_intervals(a, env, model, True)
+        base, base_cpu, _ = step_intervals(a, env, model, False)
+        ck, ck_cpu, h = step_intervals(a, env, model, True)
+        holds += h
         none.append(statistics.fmean(base[k] for k in keep))
         withs.append(statistics.fmean(ck[k] for k in keep))
         cpu_none.append(statistics.fmean(base_cpu[k] for k in keep))
@@ -161,7 +178,10 @@ def overhead(a, env, model):
               "the step after the first save %+.0f ms"
               % (p + 1, none[-1] * 1e3, withs[-1] * 1e3, 100 * (withs[-1] / none[-1] - 1), cpu_none[-1] * 1e3,
                  cpu_with[-1] * 1e3, firsts[-1] * 1e3), flush=True)
-    return none, withs, firsts, cpu_none, cpu_with
+    if holds:
+        print("  a save held training for its snapshot copy at a median %.0f MB/s (%d saves)"
+              % (statistics.median(holds) / 1e6, len(holds)), flush=True)
+    return none, withs, firsts, cpu_none, cpu_with, holds
 
 
 def main():
@@ -176,7 +196,8 @@ def main():
     ap.add_argument("--coretype", default="", help="OPENBLAS_CORETYPE for every process of part 3")
     ap.add_argument("--data", default="", help="token shards [the demo corpus, prepared once]")
     ap.add_argument("--json", default="", metavar="OUT",
-                    help="write checkpoint_write_bytes_per_s (median save rate of part 1) for phalanx-sim")
+                    help="write checkpoint_write_bytes_per_s (median save rate of part 1) and "
+                         "checkpoint_hold_bytes_per_s (median snapshot copy of part 3's saves) for phalanx-sim")
     a = ap.parse_args()
     models = a.models.split(",") if a.models else []
     for m in models:
@@ -216,7 +237,7 @@ def main():
         print("restore (%s), %s: best ours %.0f MB/s, best cat %.0f MB/s (medians %.0f, %.0f): ours/cat %.2f"
               % (model, cache, max(loads), max(cats), statistics.median(loads), statistics.median(cats),
                  max(loads) / max(cats)))
-    for m, (none, withs, firsts, cpu_none, cpu_with) in over.items():
+    for m, (none, withs, firsts, cpu_none, cpu_with, _) in over.items():
         o = statistics.fmean(withs) / statistics.fmean(none) - 1
         print("step-time overhead of saving every %d steps, %s: %+.1f%% (pairs: %s), target < %.0f%%: %s; "
               "worker CPU per step %+.1f%%; the step after the first save: %+.0f ms (median of %d)"
@@ -226,9 +247,12 @@ def main():
                  1e3 * statistics.median(firsts), len(firsts)))
     print("  " + environment(blas_note))
     print("elapsed %.0f s" % (time.monotonic() - t_start))
+    holds = [h for o in over.values() for h in o[5]]
     if a.json and res:
-        write_figures(a.json, "checkpoint", {"checkpoint_write_bytes_per_s": statistics.median(res[0]) * 1e6,
-                                             "reps": a.reps, "model": model}, blas_note)
+        figures = {"checkpoint_write_bytes_per_s": statistics.median(res[0]) * 1e6, "reps": a.reps, "model": model}
+        if holds:  # the snapshot copy of part 3's saves
+            figures["checkpoint_hold_bytes_per_s"] = statistics.median(holds)
+        write_figures(a.json, "checkpoint", figures, blas_note)
 
 
 if __name__ == "__main__":
