@@ -1175,7 +1175,7 @@ static int evlog_find_loss(evlog_t *e, const char *group, int rank, int64_t *los
     if (!e->f) return -1;
     *lost_ms = *formed_ms = -1;
     int64_t deadline = now_ns() + (int64_t)timeout_ms * 1000000;
-    char line[8192];
+    static char line[70000]; /* an event is at most 64 KiB (a large quorum_formed is) */
     while (now_ns() < deadline) {
         long pos = ftell(e->f);
         if (!fgets(line, sizeof line, e->f) || !strchr(line, '\n')) {
