@@ -307,6 +307,24 @@ int px_keys_make_local_set(const char *dir, char *err, size_t errlen) {
     return write_new(path, text, 0644, err, errlen);
 }
 
+int px_zmq_router_recv(void *sock, zmq_msg_t *id, zmq_msg_t *body, const char **why) {
+    zmq_msg_init(id);
+    zmq_msg_init(body);
+    if (zmq_msg_recv(id, sock, ZMQ_DONTWAIT) < 0) return -1;
+    if (!zmq_msg_more(id) || zmq_msg_recv(body, sock, ZMQ_DONTWAIT) < 0) {
+        *why = "empty message";
+        return 0;
+    }
+    if (!zmq_msg_more(body)) return 1;
+    zmq_msg_t junk; /* a multipart message: drain the rest */
+    zmq_msg_init(&junk);
+    while (zmq_msg_recv(&junk, sock, ZMQ_DONTWAIT) >= 0 && zmq_msg_more(&junk)) {
+    }
+    zmq_msg_close(&junk);
+    *why = "multipart message: one frame per message";
+    return 0;
+}
+
 int px_zmq_monitor_next(void *mon, uint16_t *event, uint32_t *value) {
     zmq_msg_t ev, addr;
     zmq_msg_init(&ev);

@@ -22,12 +22,14 @@
  * Handshake failures never arrive as messages: libzmq reports them only to a
  * socket monitor. px_zmq_monitor_next reads its events (the coordinator's
  * closed connections too) and px_curve_handshake_why says, for a person, why
- * a client's handshake failed. */
+ * a client's handshake failed. px_zmq_router_recv reads one routed message
+ * the way both ROUTER sockets (the coordinator's, a group leader's) need. */
 #ifndef PX_KEYS_H
 #define PX_KEYS_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <zmq.h>
 
 #define PX_KEY_LEN 40       /* a 32-byte CURVE key in Z85 */
 #define PX_KEY_LABEL_MAX 64
@@ -76,6 +78,11 @@ int px_curve_client_apply(void *sock, const px_curve_client_t *k);
  * endpoint given to zmq_socket_monitor): 1 with *event and *value filled,
  * 0 when none waits. */
 int px_zmq_monitor_next(void *mon, uint16_t *event, uint32_t *value);
+/* Receives one message from a ROUTER without waiting. *id and *body are
+ * initialised here and the caller closes both. 1: exactly [identity][body];
+ * 0: malformed (no body, or more parts, which are drained), *why says which;
+ * -1: nothing waits. (The coordinator's socket and a group leader's.) */
+int px_zmq_router_recv(void *sock, zmq_msg_t *id, zmq_msg_t *body, const char **why);
 /* Why a client's handshake failed (a monitor event and its value), one line
  * naming the fix; why is set to "" for an event that is not a failure. */
 void px_curve_handshake_why(uint16_t event, uint32_t value, const px_curve_client_t *k, char *why, size_t cap);

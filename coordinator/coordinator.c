@@ -268,11 +268,11 @@ static void limit_refused(px_coordinator_t *c, const void *ident, size_t ident_l
 
 /* ---- quorum ----------------------------------------------------------- */
 
-/* Encodes the current quorum once (with thousands of groups a frame is large:
- * encoding it per member would dominate a quorum change). */
-/* Encodes the current quorum: whole (idx NULL), or as a delta against base
- * (docs/protocol.md "Quorum deltas"): the groups at idx[0..n_idx) of the
- * current quorum, and the names of base at removed[0..n_removed). */
+/* Encodes the current quorum, once per change (with thousands of groups a
+ * frame is large: encoding it per member would dominate a quorum change):
+ * whole (idx NULL), or as a delta against base (docs/protocol.md "Quorum
+ * deltas"): the groups at idx[0..n_idx) of the current quorum, and the
+ * names of base at removed[0..n_removed). */
 static void *encode_quorum_part(px_coordinator_t *c, const char *reason, const int *idx, int n_idx,
                                 const px_quorum_t *base, const int *removed, int n_removed, size_t *len) {
     int n = idx ? n_idx : c->quorum.n;
@@ -1366,37 +1366,25 @@ static void read_monitor(px_coordinator_t *c);
 static void read_router(px_coordinator_t *c) {
     for (int k = 0; k < ROUTER_BATCH; k++) {
         zmq_msg_t id, body;
-        zmq_msg_init(&id);
-        if (zmq_msg_recv(&id, c->router, ZMQ_DONTWAIT) < 0) {
+        const char *why = "";
+        int got = px_zmq_router_recv(c->router, &id, &body, &why);
+        if (got < 0) {
             zmq_msg_close(&id);
+            zmq_msg_close(&body);
             return;
         }
-        int more = zmq_msg_more(&id);
-        zmq_msg_init(&body);
-        int have_body = more && zmq_msg_recv(&body, c->router, ZMQ_DONTWAIT) >= 0;
         /* The TCP connection a frame came on: matched against the socket
          * monitor's DISCONNECTED events (the identity frame carries none). */
-        int fd = have_body ? zmq_msg_get(&body, ZMQ_SRCFD) : -1;
-        int extra = 0;
-        while (have_body && zmq_msg_more(&body) && !extra) {
-            /* A multipart frame: drain it and count it as malformed. */
-            zmq_msg_t junk;
-            zmq_msg_init(&junk);
-            while (zmq_msg_recv(&junk, c->router, ZMQ_DONTWAIT) >= 0 && zmq_msg_more(&junk)) {
-            }
-            zmq_msg_close(&junk);
-            extra = 1;
-        }
+        int fd = got ? zmq_msg_get(&body, ZMQ_SRCFD) : -1;
         /* A DISCONNECTED event for an older connection on this fd number
          * was queued before this frame's connection existed: take it first,
          * or it would be charged to this connection's member (descriptor
          * numbers are reused at once). Only a frame on a connection its
          * sender was not known on can meet one (draining costs a syscall). */
-        const px_member_t *known = have_body ? px_members_by_ident(&c->members, zmq_msg_data(&id), zmq_msg_size(&id)) : NULL;
+        const px_member_t *known = got ? px_members_by_ident(&c->members, zmq_msg_data(&id), zmq_msg_size(&id)) : NULL;
         if (!known || known->fd != fd) read_monitor(c);
-        if (!have_body || extra)
-            bad_message(c, zmq_msg_data(&id), zmq_msg_size(&id), 0, PHALANX__ERROR_CODE__BAD_MESSAGE,
-                        extra ? "multipart message: one frame per message" : "empty message");
+        if (!got)
+            bad_message(c, zmq_msg_data(&id), zmq_msg_size(&id), 0, PHALANX__ERROR_CODE__BAD_MESSAGE, why);
         else
             handle_frame(c, zmq_msg_data(&id), zmq_msg_size(&id), fd, zmq_msg_data(&body), zmq_msg_size(&body));
         zmq_msg_close(&body);

@@ -33,31 +33,29 @@ int px_quorum_copy(px_quorum_t *dst, const px_quorum_t *src) {
     return 0;
 }
 
-/* Binary search: every quorum is sorted by name (px_quorum_compute builds it
- * so, px_quorum_insert_sorted keeps it so, and workers refuse a pushed
- * quorum that is not), so a lookup costs log(groups), not groups. */
-int px_quorum_find(const px_quorum_t *q, const char *name) {
-    int lo = 0, hi = q->n - 1;
-    while (lo <= hi) {
-        int mid = lo + (hi - lo) / 2;
-        int c = strcmp(q->groups[mid].name, name);
-        if (c == 0) return mid;
-        if (c < 0) lo = mid + 1;
-        else hi = mid - 1;
-    }
-    return -1;
-}
-
-int px_quorum_insert_sorted(px_quorum_t *q, const char *name, int64_t step) {
-    if (px_quorum_find(q, name) >= 0) return 0;
-    if (reserve(q, q->n + 1) != 0) return -1;
-    int lo = 0, hi = q->n; /* the first position whose name sorts after `name` */
+/* The first position whose name does not sort before `name`. A binary
+ * search: every quorum is sorted by name (px_quorum_compute builds it so,
+ * px_quorum_insert_sorted keeps it so, and workers refuse a pushed quorum
+ * that is not), so a lookup costs log(groups), not groups. */
+static int lower_bound(const px_quorum_t *q, const char *name) {
+    int lo = 0, hi = q->n;
     while (lo < hi) {
         int mid = lo + (hi - lo) / 2;
         if (strcmp(q->groups[mid].name, name) < 0) lo = mid + 1;
         else hi = mid;
     }
-    int at = lo;
+    return lo;
+}
+
+int px_quorum_find(const px_quorum_t *q, const char *name) {
+    int at = lower_bound(q, name);
+    return at < q->n && strcmp(q->groups[at].name, name) == 0 ? at : -1;
+}
+
+int px_quorum_insert_sorted(px_quorum_t *q, const char *name, int64_t step) {
+    int at = lower_bound(q, name);
+    if (at < q->n && strcmp(q->groups[at].name, name) == 0) return 0;
+    if (reserve(q, q->n + 1) != 0) return -1;
     memmove(&q->groups[at + 1], &q->groups[at], (size_t)(q->n - at) * sizeof *q->groups);
     memset(&q->groups[at], 0, sizeof *q->groups);
     snprintf(q->groups[at].name, sizeof q->groups[at].name, "%s", name);
@@ -67,10 +65,11 @@ int px_quorum_insert_sorted(px_quorum_t *q, const char *name, int64_t step) {
     return 0;
 }
 
+/* Both sorted by name: the same set is the same list. */
 int px_quorum_same_members(const px_quorum_t *a, const px_quorum_t *b) {
     if (a->n != b->n) return 0;
     for (int i = 0; i < a->n; i++)
-        if (px_quorum_find(b, a->groups[i].name) < 0) return 0;
+        if (strcmp(a->groups[i].name, b->groups[i].name) != 0) return 0;
     return 1;
 }
 

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <zmq.h>
 
+#include "px_keys.h"
 #include "px_log.h"
 
 #define LEADER_IDENT_MAX 255
@@ -169,26 +170,17 @@ void px_liveness_leader_read(px_liveness_leader_t *l, int64_t now_ms, int answer
      * heartbeat (the next poll comes back for the rest). */
     for (int k = 0; k < 4 * l->size + 64; k++) {
         zmq_msg_t id, body;
-        zmq_msg_init(&id);
-        if (zmq_msg_recv(&id, l->sock, ZMQ_DONTWAIT) < 0) {
+        const char *malformed = "";
+        int got = px_zmq_router_recv(l->sock, &id, &body, &malformed);
+        if (got < 0) {
             zmq_msg_close(&id);
+            zmq_msg_close(&body);
             return;
         }
-        int parts_ok = zmq_msg_more(&id);
-        zmq_msg_init(&body);
-        if (parts_ok && zmq_msg_recv(&body, l->sock, ZMQ_DONTWAIT) < 0) parts_ok = 0;
-        while (zmq_msg_more(parts_ok ? &body : &id)) { /* more parts than [identity][frame]: drain them */
-            zmq_msg_t extra;
-            zmq_msg_init(&extra);
-            int got = zmq_msg_recv(&extra, l->sock, ZMQ_DONTWAIT);
-            int more = got >= 0 && zmq_msg_more(&extra);
-            zmq_msg_close(&extra);
-            parts_ok = 0;
-            if (!more) break;
-        }
         Phalanx__ErrorCode code;
-        char why[256] = "multipart or empty message";
-        px_msg_t *msg = parts_ok ? px_wire_decode(zmq_msg_data(&body), zmq_msg_size(&body), &code, why, sizeof why) : NULL;
+        char why[256];
+        snprintf(why, sizeof why, "%s", malformed);
+        px_msg_t *msg = got ? px_wire_decode(zmq_msg_data(&body), zmq_msg_size(&body), &code, why, sizeof why) : NULL;
         if (!msg) {
             bad_frame(l, now_ms, why);
         } else if (msg->body_case != PHALANX__ENVELOPE__BODY_HB) {
