@@ -281,8 +281,9 @@ static void *encode_quorum_part(px_coordinator_t *c, const char *reason, const i
     Phalanx__QuorumGroup *gs = calloc((size_t)n + 1, sizeof *gs);
     Phalanx__QuorumGroup **gp = calloc((size_t)n + 1, sizeof *gp);
     char **rm = calloc((size_t)n_removed + 1, sizeof *rm);
+    char **dr = calloc((size_t)c->quorum.n_draining + 1, sizeof *dr);
     void *buf = NULL;
-    if (gs && gp && rm) {
+    if (gs && gp && rm && dr) {
         for (int k = 0; k < n; k++) {
             px_quorum_member_t *m = &c->quorum.groups[idx ? idx[k] : k];
             phalanx__quorum_group__init(&gs[k]);
@@ -307,6 +308,9 @@ static void *encode_quorum_part(px_coordinator_t *c, const char *reason, const i
         q.mode = (char *)px_job_mode_name(c->mode);
         q.has_finished_step = c->finished_step > 0;
         q.finished_step = c->finished_step;
+        for (int k = 0; k < c->quorum.n_draining; k++) dr[k] = c->quorum.draining[k];
+        q.n_draining = (size_t)c->quorum.n_draining;
+        q.draining = dr;
         if (idx) {
             for (int k = 0; k < n_removed; k++) rm[k] = base->groups[removed[k]].name;
             q.has_base_id = q.has_n_groups_total = q.has_groups_hash = 1;
@@ -323,6 +327,7 @@ static void *encode_quorum_part(px_coordinator_t *c, const char *reason, const i
     free(gs);
     free(gp);
     free(rm);
+    free(dr);
     return buf;
 }
 
@@ -468,6 +473,15 @@ static void install_quorum(px_coordinator_t *c, px_quorum_t *next, const char *r
     c->stats.last_quorum_ms = now;
     px_members_clear_requests(&c->members, &c->quorum);
     emit_quorum_formed(c, reason);
+    for (int i = 0; i < c->quorum.n_draining; i++) {
+        const char *g = c->quorum.draining[i];
+        emit(c, "group_drained", "\"group\":\"%s\",\"quorum_id\":%lld,\"step\":%lld", g, (long long)c->quorum.id,
+             (long long)c->quorum.max_step);
+        px_log_info("group_drained group=%s quorum_id=%lld: a planned leave, adopted at a step boundary", g,
+                    (long long)c->quorum.id);
+        history_event(c, "group_drained", g, c->quorum.max_step, "%s drained: quorum %lld goes on without it", g,
+                      (long long)c->quorum.id);
+    }
     for (int i = 0; i < c->members.n; i++)
         if (px_quorum_find(&c->quorum, c->members.members[i].group) >= 0)
             c->members.members[i].group_dropped_logged = 0;
@@ -519,6 +533,28 @@ static void recover_mode(px_coordinator_t *c, int64_t now) {
     c->recovered_diloco = 0;
 }
 
+/* Drained groups that the quorum `next` leaves out of the one in force:
+ * listed in next (Quorum.draining) so that the others adopt it at a step
+ * boundary instead of aborting the step in flight, and named in its reason.
+ * 0, or -1 when out of memory. */
+static int note_drained(px_coordinator_t *c, const px_quorum_candidate_t *cands, int n, px_quorum_t *next,
+                        char *reason, size_t reason_len) {
+    const char **names = calloc((size_t)n + 1, sizeof *names);
+    if (!names) return -1;
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (cands[i].draining && px_quorum_find(&c->quorum, cands[i].name) >= 0 &&
+            px_quorum_find(next, cands[i].name) < 0)
+            names[k++] = cands[i].name;
+    int rc = px_quorum_set_draining(next, names, k);
+    for (int i = 0; i < k; i++) {
+        size_t used = strlen(reason);
+        snprintf(reason + used, reason_len - used, "%s%s", i ? ", " : "; drained: ", next->draining[i]);
+    }
+    free(names);
+    return rc;
+}
+
 /* Re-forms the quorum when membership or requests changed. */
 static void recompute_quorum(px_coordinator_t *c, int64_t now) {
     /* Recovery window: for one heartbeat timeout after start, workers of a
@@ -535,6 +571,7 @@ static void recompute_quorum(px_coordinator_t *c, int64_t now) {
     px_quorum_init(&next);
     char reason[1024]; /* the rule's line, and a mode switch's (switch_mode) */
     int formed = px_quorum_compute(cands, n, &c->quorum, &qcfg, now, &next, reason, sizeof reason);
+    if (formed == 1 && note_drained(c, cands, n, &next, reason, sizeof reason) != 0) formed = -1;
     free(cands);
     if (formed != 1) {
         if (strcmp(reason, c->wait_reason) != 0) {
@@ -593,7 +630,10 @@ static void member_lost(px_coordinator_t *c, px_member_t *m, const char *why) {
     px_log_info("member_lost group=%s rank=%d pid=%d reason=%s silent_ms=%lld conn_closed=%d reported_ms_ago=%lld", m->group,
                 m->rank, m->pid, why, (long long)silent_ms, m->conn_closed,
                 (long long)(m->reported_ms ? px_now_ms() - m->reported_ms : -1));
-    history_event(c, "member_lost", m->group, m->step, "%s rank %d lost: %s", m->group, m->rank, why);
+    if (strcmp(why, "drained") == 0) /* planned: not a failure mark on the dashboard */
+        history_event(c, "member_left", m->group, m->step, "%s rank %d left: drained", m->group, m->rank);
+    else
+        history_event(c, "member_lost", m->group, m->step, "%s rank %d lost: %s", m->group, m->rank, why);
     if (px_quorum_find(&c->quorum, m->group) >= 0 && !m->group_dropped_logged) {
         /* The whole group leaves: the next compute (this tick) forms a quorum
          * without it, and the survivors finish the step without it. */
@@ -605,7 +645,7 @@ static void member_lost(px_coordinator_t *c, px_member_t *m, const char *why) {
         c->stats.last_loss_ms = px_now_ms();
         history_event(c, "group_dropped", m->group, m->step, "%s dropped from quorum %lld: rank %d %s", m->group,
                       (long long)c->quorum.id, m->rank, why);
-        if (strcmp(why, "self_reported") != 0) { /* a failure, not a planned leave: --mode auto counts it */
+        if (strcmp(why, "self_reported") != 0 && strcmp(why, "drained") != 0) { /* a failure, not a planned leave: --mode auto counts it */
             px_loss_ring_add(&c->losses, c->stats.last_loss_ms);
             c->loss_noted = 1;
             if (!c->recovery_from_ms) c->recovery_from_ms = c->stats.last_loss_ms; /* timed to the next commit */
@@ -935,6 +975,11 @@ static void on_heartbeat(px_coordinator_t *c, const void *ident, size_t ident_le
         news = 1;
         if (c->quorum.id > 0) push_quorum(c, ident, ident_len, "direct again");
     }
+    if (h->has_draining && h->draining && !m->draining) { /* told before a restart of ours: it still leaves */
+        m->draining = 1;
+        c->quorum_dirty = 1;
+        px_log_info("group_draining group=%s rank=%d: the worker says it is being drained", m->group, m->rank);
+    }
     m->step = h->step;
     if (h->has_state) m->state = (int)h->state;
     if (h->has_quorum_id) m->quorum_id = h->quorum_id;
@@ -972,6 +1017,7 @@ static void on_heartbeat(px_coordinator_t *c, const void *ident, size_t ident_le
     ack.has_unknown_ranks = unknown_len > 0;
     ack.unknown_ranks.data = unknown;
     ack.unknown_ranks.len = unknown_len;
+    ack.has_draining = ack.draining = m->draining != 0;
     env.has_request_id = 1;
     env.request_id = msg->request_id;
     env.body_case = PHALANX__ENVELOPE__BODY_HB_ACK;
@@ -1305,6 +1351,65 @@ static void on_status_request(px_coordinator_t *c, const void *ident, size_t ide
     free(json);
 }
 
+/* phalanxctl drain: the group leaves at a step boundary, the others lose no
+ * step (Quorum.draining). Refused when it has no live member, or when the
+ * quorum without it (and without the groups drained already) would fall
+ * below --min-replicas: the job would stop, which is not maintenance. */
+static void on_drain_request(px_coordinator_t *c, const void *ident, size_t ident_len, const px_msg_t *msg) {
+    const char *g = msg->drain_req->group;
+    int live = 0, already = 0;
+    for (int i = 0; i < c->members.n; i++) {
+        const px_member_t *m = &c->members.members[i];
+        if (m->state == PX_STATE_LOST || strcmp(m->group, g) != 0) continue;
+        live++;
+        already |= m->draining;
+    }
+    char why[300];
+    if (live == 0) {
+        snprintf(why, sizeof why, "no live member of group '%s'", g);
+        reply_error(c, ident, ident_len, msg->request_id, PHALANX__ERROR_CODE__NOT_FOUND, why);
+        return;
+    }
+    if (already) { /* asked twice: the first request stands */
+        reply_ack(c, ident, ident_len, msg->request_id);
+        return;
+    }
+    int in_quorum = px_quorum_find(&c->quorum, g) >= 0, left = 0;
+    for (int i = 0; in_quorum && i < c->quorum.n; i++) {
+        const char *q = c->quorum.groups[i].name;
+        int leaving = strcmp(q, g) == 0;
+        for (int k = 0; k < c->members.n && !leaving; k++) {
+            const px_member_t *m = &c->members.members[k];
+            leaving = m->draining && m->state != PX_STATE_LOST && strcmp(m->group, q) == 0;
+        }
+        left += !leaving;
+    }
+    int need = c->cfg.min_replicas > 1 ? c->cfg.min_replicas : 1;
+    if (in_quorum && left < need) {
+        snprintf(why, sizeof why, "draining group '%s' would leave %d group%s in the quorum, below --min-replicas %d: "
+                 "the job would stop", g, left, left == 1 ? "" : "s", need);
+        reply_error(c, ident, ident_len, msg->request_id, PHALANX__ERROR_CODE__RESOURCE_LIMIT, why);
+        emit(c, "drain_refused", "\"group\":\"%s\",\"quorum_id\":%lld,\"groups_left\":%d,\"min_replicas\":%d", g,
+             (long long)c->quorum.id, left, need);
+        return;
+    }
+    for (int i = 0; i < c->members.n; i++) {
+        px_member_t *m = &c->members.members[i];
+        if (m->state != PX_STATE_LOST && strcmp(m->group, g) == 0) {
+            m->draining = 1;
+            m->acked_ms = 0; /* its next heartbeat is answered: it learns at once */
+        }
+    }
+    emit(c, "group_draining", "\"group\":\"%s\",\"quorum_id\":%lld,\"in_quorum\":%s,\"ranks\":%d", g,
+         (long long)c->quorum.id, in_quorum ? "true" : "false", live);
+    px_log_info("group_draining group=%s quorum_id=%lld in_quorum=%d ranks=%d", g, (long long)c->quorum.id, in_quorum,
+                live);
+    history_event(c, "group_draining", g, c->quorum.max_step, "%s asked to leave (drain)", g);
+    c->quorum_dirty = 1;
+    c->next_recompute_ms = 0; /* form the quorum without it now */
+    reply_ack(c, ident, ident_len, msg->request_id);
+}
+
 static void bad_message(px_coordinator_t *c, const void *ident, size_t ident_len, uint64_t req_id,
                         Phalanx__ErrorCode code, const char *why) {
     c->stats.bad_messages++;
@@ -1347,6 +1452,7 @@ static void handle_frame(px_coordinator_t *c, const void *ident, size_t ident_le
     case PHALANX__ENVELOPE__BODY_STORE_GET: on_store_get(c, ident, ident_len, msg); break;
     case PHALANX__ENVELOPE__BODY_STATUS_REQ: on_status_request(c, ident, ident_len, msg); break;
     case PHALANX__ENVELOPE__BODY_WORKER_EVENT: on_worker_event(c, ident, ident_len, msg); break;
+    case PHALANX__ENVELOPE__BODY_DRAIN_REQ: on_drain_request(c, ident, ident_len, msg); break;
     default: {
         char w[96];
         snprintf(w, sizeof w, "'%s' is not a request the coordinator accepts", px_wire_body_name(msg));

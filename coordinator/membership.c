@@ -14,7 +14,7 @@ int px_member_report_fresh(const px_member_t *m, int64_t now_ms, const px_livene
 const char *px_member_loss_reason(const px_member_t *m, int64_t now_ms, const px_liveness_config_t *cfg) {
     if (m->state == PX_STATE_LOST) return NULL;
     int64_t silent_ms = now_ms - m->last_hb_ms;
-    if (m->self_reported) return "self_reported";
+    if (m->self_reported) return m->draining ? "drained" : "self_reported";
     if (silent_ms > cfg->heartbeat_timeout_ms) return "heartbeat_timeout";
     int silent = (double)silent_ms > PX_SILENT_INTERVALS * (double)cfg->heartbeat_interval_ms;
     int signals = m->reported + m->conn_closed + silent;
@@ -199,6 +199,7 @@ int px_members_candidates(const px_members_t *t, int64_t now_ms, const px_livene
         if (m->group_size > want[g]) want[g] = m->group_size;
         if (m->step < c[g].step) c[g].step = m->step;
         if (now_ms - m->last_hb_ms <= cfg->heartbeat_timeout_ms) live[g]++;
+        c[g].draining |= m->draining;
         if (m->requested) {
             if (reqs[g] == 0 || m->requested_ms < c[g].requested_ms) c[g].requested_ms = m->requested_ms;
             reqs[g]++;

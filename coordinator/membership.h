@@ -46,6 +46,7 @@ typedef struct {
     int64_t last_hb_ms;
     int reported;       /* evidence in force now: set from reported_ms by the caller (px_member_report_fresh) */
     int self_reported;  /* it reported its own failure */
+    int draining;       /* its group is being drained (phalanxctl drain): a planned leave */
     int64_t reported_ms, reported_qid; /* last failure report naming it, and the quorum it was about */
     int fd;             /* TCP connection it last spoke on (-1: unknown) */
     int closed_fd;

@@ -75,7 +75,7 @@ size_t px_status_heap_bytes(void) {
 }
 
 const char *px_status_member_state(const px_member_t *m, const px_quorum_t *q) {
-    if (m->state == PX_STATE_LOST) return "lost";
+    if (m->state == PX_STATE_LOST) return strcmp(m->lost_reason, "drained") == 0 ? "left" : "lost";
     if (m->state == PX_STATE_HEALING) return "healing";
     if (px_quorum_find(q, m->group) >= 0) return "healthy";
     return "joining";
@@ -123,6 +123,7 @@ char *px_status_json(const px_status_view_t *v, size_t *len) {
                       (long long)m->step, px_status_member_state(m, v->quorum),
                       (long long)(v->now_ms - m->last_hb_ms), (long long)m->quorum_id);
         if (m->via_leader) px_buf_printf(&b, ",\"via_leader\":true"); /* step, last heartbeat: its leader's report */
+        if (m->draining) px_buf_printf(&b, ",\"draining\":true"); /* phalanxctl drain: leaving at a step boundary */
         if (m->state == PX_STATE_LOST) {
             px_buf_printf(&b, ",\"lost_reason\":");
             px_buf_json_str(&b, m->lost_reason);
@@ -251,7 +252,8 @@ char *px_status_text(const px_status_view_t *v, size_t *len) {
         const px_member_t *m = &v->members->members[i];
         px_buf_printf(&b, "%-16s %5d %8d %-16.16s %10lld %-8s %lld ms ago%s%s%s\n", m->group, m->rank, m->pid, m->host,
                       (long long)m->step, px_status_member_state(m, v->quorum), (long long)(v->now_ms - m->last_hb_ms),
-                      m->via_leader ? " (via leader)" : "", m->state == PX_STATE_LOST ? "  " : "",
+                      m->via_leader ? " (via leader)" : m->draining && m->state != PX_STATE_LOST ? " (draining)" : "",
+                      m->state == PX_STATE_LOST ? "  " : "",
                       m->state == PX_STATE_LOST ? m->lost_reason : "");
     }
     return px_buf_take(&b, len);

@@ -156,6 +156,9 @@ int px_wire_validate(const px_msg_t *m, Phalanx__ErrorCode *code, char *why, siz
                 PX_STEP_MAX);
         return 0;
     }
+    case PHALANX__ENVELOPE__BODY_DRAIN_REQ:
+        REQUIRE(px_wire_group_name_ok(m->drain_req->group), "drain_request.group missing or invalid");
+        return 0;
     case PHALANX__ENVELOPE__BODY_STATUS_REQ:
     case PHALANX__ENVELOPE__BODY_ACK:
         return 0;
@@ -189,6 +192,10 @@ int px_wire_validate(const px_msg_t *m, Phalanx__ErrorCode *code, char *why, siz
                 REQUIRE(px_wire_group_name_ok(q->removed[i]), "quorum.removed[%zu] invalid", i);
                 REQUIRE(i == 0 || strcmp(q->removed[i - 1], q->removed[i]) < 0, "quorum.removed not sorted (at %zu)", i);
             }
+        }
+        for (size_t i = 0; i < q->n_draining; i++) {
+            REQUIRE(px_wire_group_name_ok(q->draining[i]), "quorum.draining[%zu] invalid", i);
+            REQUIRE(i == 0 || strcmp(q->draining[i - 1], q->draining[i]) < 0, "quorum.draining not sorted (at %zu)", i);
         }
         return 0;
     }
@@ -262,6 +269,7 @@ const char *px_wire_body_name(const px_msg_t *m) {
     case PHALANX__ENVELOPE__BODY_ERROR: return "error";
     case PHALANX__ENVELOPE__BODY_ACK: return "ack";
     case PHALANX__ENVELOPE__BODY_WORKER_EVENT: return "worker_event";
+    case PHALANX__ENVELOPE__BODY_DRAIN_REQ: return "drain_request";
     default: return "unknown";
     }
 }

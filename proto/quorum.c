@@ -11,7 +11,27 @@ void px_quorum_init(px_quorum_t *q) { memset(q, 0, sizeof *q); }
 
 void px_quorum_free(px_quorum_t *q) {
     free(q->groups);
+    free(q->draining);
     memset(q, 0, sizeof *q);
+}
+
+static int cmp_name(const void *x, const void *y) { return strcmp(x, y); }
+
+int px_quorum_set_draining(px_quorum_t *q, const char *const *names, int n) {
+    char(*d)[PX_QUORUM_NAME_MAX] = n > 0 ? malloc((size_t)n * sizeof *d) : NULL;
+    if (n > 0 && !d) return -1;
+    for (int i = 0; i < n; i++) snprintf(d[i], sizeof d[i], "%s", names[i]);
+    if (n > 1) qsort(d, (size_t)n, sizeof *d, cmp_name);
+    free(q->draining);
+    q->draining = d;
+    q->n_draining = n > 0 ? n : 0;
+    return 0;
+}
+
+int px_quorum_is_draining(const px_quorum_t *q, const char *name) {
+    for (int i = 0; i < q->n_draining; i++)
+        if (strcmp(q->draining[i], name) == 0) return 1;
+    return 0;
 }
 
 static int reserve(px_quorum_t *q, int n) {
@@ -30,6 +50,15 @@ int px_quorum_copy(px_quorum_t *dst, const px_quorum_t *src) {
     memcpy(dst->mode, src->mode, sizeof dst->mode);
     dst->n = src->n;
     if (src->n) memcpy(dst->groups, src->groups, (size_t)src->n * sizeof *src->groups);
+    if (dst->draining == src->draining) return 0;
+    free(dst->draining);
+    dst->draining = NULL;
+    dst->n_draining = 0;
+    if (src->n_draining <= 0) return 0;
+    dst->draining = malloc((size_t)src->n_draining * sizeof *dst->draining);
+    if (!dst->draining) return -1;
+    memcpy(dst->draining, src->draining, (size_t)src->n_draining * sizeof *dst->draining);
+    dst->n_draining = src->n_draining;
     return 0;
 }
 
@@ -170,7 +199,7 @@ int px_quorum_compute(const px_quorum_candidate_t *cands, int n, const px_quorum
     int64_t first_request = now_ms;
     for (int i = 0; i < n; i++) {
         const px_quorum_candidate_t *c = &cands[i];
-        if (!c->healthy) continue;
+        if (!c->healthy || c->draining) continue;
         n_healthy++;
         int was_member = px_quorum_find(prev, c->name) >= 0;
         if (!c->requested && !was_member) continue;

@@ -12,6 +12,8 @@
  *    failure need not ask again, so dropping a group forms the next quorum at
  *    once, without waiting for a round trip.
  *  - shrink_only (any participant asks for it): only previous members may take part.
+ *  - A group being drained (an operator asked it to leave) neither
+ *    participates nor counts as healthy: the quorum re-forms without it.
  *  - Fast path: every previous member still participates -> form now, with any
  *    newcomers included.
  *  - Otherwise: at least min_replicas participants; split-brain guard:
@@ -42,6 +44,7 @@ typedef struct {
     int shrink_only;
     int has_checksum;
     uint64_t checksum;    /* training-state checksum at `step` */
+    int draining;         /* asked to leave (a drain): never participates, not counted as healthy */
 } px_quorum_candidate_t;
 
 typedef struct {
@@ -59,6 +62,11 @@ typedef struct {
     int n;            /* participating groups, sorted by name */
     int cap;
     px_quorum_member_t *groups;
+    /* Groups of the quorum before this one that left it by a planned leave
+     * (a drain; Quorum.draining): the participants adopt this quorum at a
+     * step boundary, with the drained groups, instead of aborting. Sorted. */
+    int n_draining;
+    char (*draining)[PX_QUORUM_NAME_MAX];
 } px_quorum_t;
 
 typedef struct {
@@ -84,6 +92,10 @@ int px_quorum_find(const px_quorum_t *q, const char *name);
  * quorum is (workers use the position as ring rank and batch share); raises
  * max_step. 0 on success or when already present, -1 on allocation failure. */
 int px_quorum_insert_sorted(px_quorum_t *q, const char *name, int64_t step);
+/* Sets q's planned leavers (copied; sorted here). 0, or -1 when out of memory. */
+int px_quorum_set_draining(px_quorum_t *q, const char *const *names, int n);
+/* 1 when group `name` left q's predecessor by a planned leave (q->draining). */
+int px_quorum_is_draining(const px_quorum_t *q, const char *name);
 /* 1 when both quorums hold the same set of group names. */
 int px_quorum_same_members(const px_quorum_t *a, const px_quorum_t *b);
 

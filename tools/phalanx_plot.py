@@ -12,7 +12,8 @@ It reads
   LOG_DIR/events.jsonl        the coordinator's event log: group_dropped,
                               heal_finished, mode_switched (step of each); a
                               drop the group reported itself (self_reported:
-                              SIGTERM, phalanxctl drain) is a planned leave
+                              SIGTERM) and group_drained (phalanxctl drain)
+                              are planned leaves
 A step's train loss is the mean over the groups that printed it (in sync
 they print the same number; in DiLoCo each its own inner loss); a step
 printed twice by one group (a retry after a restart) keeps the last.
@@ -113,6 +114,8 @@ def read_events(log_dir):
             elif t == "group_dropped" and "self_reported" in e.get("reason", ""):  # SIGTERM, drain, the end
                 if not finished:
                     marks.append((step, "group_left", "%s left" % e.get("group", "?")))
+            elif t == "group_drained":  # phalanxctl drain: the quorum without it formed
+                marks.append((step, "group_left", "%s drained" % e.get("group", "?")))
             elif t == "group_dropped":
                 marks.append((step, t, "%s dropped" % e.get("group", "?")))
             elif t == "heal_finished":

@@ -4,8 +4,8 @@
  *                                       the coordinator's event log (file sink)
  *   phalanxctl kill GROUP/RANK [--signal N]
  *                                       signal a worker on this host (chaos drills)
- *   phalanxctl drain GROUP              SIGTERM a group's workers on this host: they
- *                                       leave at a step boundary, a planned leave
+ *   phalanxctl drain GROUP              ask the coordinator to drain a group: it
+ *                                       leaves at a step boundary, the others lose no step
  *   phalanxctl plot [--log-dir DIR] --out FILE.png
  *                                       the loss with drops and heals, after a run
  *   phalanxctl keygen --out PREFIX      a CURVE key pair: PREFIX.key, PREFIX.pub
@@ -14,14 +14,19 @@
  * ZeroMQ control plane with --coordinator, presenting this tool's own CURVE
  * keys and the job token when the coordinator requires them.
  *
- * kill and drain act on processes by pid, which means something only on the
- * pid's own host and only while the process lives: both refuse a member whose
- * host in /status is not this machine, or whose pid is not a phalanx-worker
- * of that group now (/proc/PID/cmdline), so a stale or foreign pid is never
- * signalled. drain needs nothing new from the protocol: a worker that gets
- * SIGTERM finishes its step, reports its own departure and exits 0, which
- * the coordinator records as a planned leave (member_lost reason
- * self_reported, not counted as a failure). */
+ * kill acts on a process by pid, which means something only on the pid's own
+ * host and only while the process lives: it refuses a member whose host in
+ * /status is not this machine, or whose pid is not a phalanx-worker of that
+ * group now (/proc/PID/cmdline), so a stale or foreign pid is never signalled.
+ *
+ * drain changes the job, so it goes over the authenticated control plane
+ * only (a DrainRequest; --coordinator, default the coordinator's default
+ * bind), never over the read-only HTTP server, and works from any host. The
+ * coordinator forms the quorum without the group and pushes it marked as a
+ * planned leave (Quorum.draining): every group, the drained one included,
+ * finishes steps until one commits with the newer-quorum flag raised; then
+ * the others move on without it and its workers exit 0 (member_lost reason
+ * drained, not counted as a failure). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <ifaddrs.h>
@@ -42,6 +47,7 @@
 #include "px_wire.h"
 
 static const char *PROG = "phalanxctl";
+static const char *DEFAULT_COORDINATOR = "tcp://127.0.0.1:7777"; /* the coordinator's default --bind */
 
 #define MAX_TYPES 16
 
@@ -67,21 +73,23 @@ static void usage(void) {
            "                         kcat -b BROKER -t TOPIC -C -e -o beginning\n"
            "  kill GROUP/RANK        send a signal to that worker (chaos drills); refused unless /status\n"
            "                         places it on this host and its pid is that group's phalanx-worker\n"
-           "  drain GROUP            planned maintenance: SIGTERM every worker of GROUP (all must run on this\n"
-           "                         host, checked as kill); each finishes its step, reports its departure and\n"
-           "                         exits 0; the coordinator drops the group as a planned leave (not a\n"
-           "                         failure) and the other groups go on; waits until it has left\n"
+           "  drain GROUP            planned maintenance: ask the coordinator (over the control plane, from any\n"
+           "                         host) to take GROUP out of the job: the others go on without losing a step,\n"
+           "                         GROUP's workers leave at a step boundary and exit 0 (a planned leave, not a\n"
+           "                         failure); refused when the quorum would fall below --min-replicas; waits\n"
+           "                         until it has left\n"
            "  plot --out FILE.png    draw train and eval loss over steps, with a mark at each group drop and\n"
            "                         heal, from a phalanx-launch log folder (python3 with matplotlib)\n"
            "  keygen --out PREFIX    write a CURVE key pair: PREFIX.key (secret, mode 0600) and PREFIX.pub\n\n"
            "flags (default in brackets):\n"
            "  --http HOST:PORT       the coordinator's status server [127.0.0.1:8080]\n"
-           "  --coordinator ENDPOINT read status over the ZeroMQ control plane instead of HTTP [off]\n"
-           "  --curve-secret-key-file PATH   with --coordinator: this tool's CURVE secret key [none]\n"
-           "  --coordinator-public-key-file PATH  with --coordinator: the coordinator's public key [none]\n"
+           "  --coordinator ENDPOINT read status over the ZeroMQ control plane instead of HTTP [off]; drain:\n"
+           "                         where its request goes [tcp://127.0.0.1:7777]\n"
+           "  --curve-secret-key-file PATH   with --coordinator (and drain): this tool's CURVE secret key [none]\n"
+           "  --coordinator-public-key-file PATH  with --coordinator (and drain): the coordinator's public key [none]\n"
            "  --coordinator-key Z85  the same, given inline [none]\n"
-           "  --token-file PATH      with --coordinator: the job token to present [none]\n"
-           "  --timeout-ms N         with --coordinator: wait for the answer, 100..600000 [5000]\n"
+           "  --token-file PATH      with --coordinator (and drain): the job token to present [none]\n"
+           "  --timeout-ms N         with --coordinator (and drain): wait for the answer, 100..600000 [5000]\n"
            "  --json                 status: print the raw /status JSON (always so with --coordinator)\n"
            "  --events SPEC          events: the coordinator's --events, file:PATH or PATH\n"
            "                         [file:LOG_DIR/events.jsonl]\n"
@@ -159,25 +167,15 @@ static void read_monitor(void *mon, char *why, size_t cap, const px_curve_client
         if (!why[0]) px_curve_handshake_why(event, value, k, why, cap);
 }
 
-static void *encode_status_request(const opts_t *o, size_t *len) {
-    Phalanx__Envelope env = PHALANX__ENVELOPE__INIT;
-    Phalanx__StatusRequest req = PHALANX__STATUS_REQUEST__INIT;
-    env.has_request_id = 1;
-    env.request_id = 1;
-    env.token = o->token;
-    env.body_case = PHALANX__ENVELOPE__BODY_STATUS_REQ;
-    env.status_req = &req;
-    return px_wire_encode(&env, len);
-}
-
-/* Waits for the StatusReply; the JSON (malloc'd) or NULL with a message. */
-static char *await_status(void *sock, void *mon, const opts_t *o, const px_curve_client_t *k) {
-    char why[300] = "";
+/* Waits for the answer to request 1: the reply (px_wire_free it), or NULL
+ * with why filled (a handshake refused, or nothing within --timeout-ms). */
+static px_msg_t *await_reply(void *sock, void *mon, const opts_t *o, const px_curve_client_t *k, char *why,
+                             size_t cap) {
     int64_t deadline = px_now_ms() + o->timeout_ms;
     while (px_now_ms() < deadline && !why[0]) {
         zmq_pollitem_t it[2] = {{sock, 0, ZMQ_POLLIN, 0}, {mon, 0, ZMQ_POLLIN, 0}};
         zmq_poll(it, 2, 50);
-        if (it[1].revents & ZMQ_POLLIN) read_monitor(mon, why, sizeof why, k);
+        if (it[1].revents & ZMQ_POLLIN) read_monitor(mon, why, cap, k);
         if (!(it[0].revents & ZMQ_POLLIN)) continue;
         zmq_msg_t m;
         zmq_msg_init(&m);
@@ -186,38 +184,37 @@ static char *await_status(void *sock, void *mon, const opts_t *o, const px_curve
             continue;
         }
         Phalanx__ErrorCode code;
-        px_msg_t *r = px_wire_decode_max(zmq_msg_data(&m), zmq_msg_size(&m), PX_WIRE_MAX_REPLY, &code, why, sizeof why);
+        char bad[200];
+        px_msg_t *r = px_wire_decode_max(zmq_msg_data(&m), zmq_msg_size(&m), PX_WIRE_MAX_REPLY, &code, bad, sizeof bad);
         zmq_msg_close(&m);
-        if (!r) continue;
-        char *json = NULL;
-        if (r->body_case == PHALANX__ENVELOPE__BODY_STATUS && r->status->json)
-            json = strdup(r->status->json);
-        else if (r->body_case == PHALANX__ENVELOPE__BODY_ERROR)
-            snprintf(why, sizeof why, "the coordinator refused: %s: %s", px_wire_error_name(r->error->code),
-                     r->error->message ? r->error->message : "");
-        px_wire_free(r);
-        if (json) return json;
+        if (r && r->has_request_id && r->request_id == 1) return r;
+        px_wire_free(r); /* not ours (or undecodable): keep waiting */
     }
-    fprintf(stderr, "%s: %s: %s\n", PROG, o->coordinator,
-            why[0] ? why : "no answer (is the coordinator running there? with CURVE: is the key its own?)");
+    if (!why[0]) snprintf(why, cap, "no answer (is the coordinator running there? with CURVE: is the key its own?)");
     return NULL;
 }
 
-/* /status over the control plane: a StatusRequest on a DEALER socket. */
-static char *zmq_status(const opts_t *o) {
+/* One request over the control plane (a DEALER socket with this tool's
+ * CURVE keys and the job token): env's body is the caller's. The reply, or
+ * NULL after printing why. */
+static px_msg_t *zmq_call(const opts_t *o, Phalanx__Envelope *env) {
     px_curve_client_t k;
     char err[600];
     if (px_curve_client_load(o->secret, o->server_file, o->server_key, &k, err, sizeof err) != 0) {
         fprintf(stderr, "%s: %s\n", PROG, err);
         exit(2);
     }
+    env->has_request_id = 1;
+    env->request_id = 1;
+    env->token = o->token;
     void *ctx = zmq_ctx_new(), *sock = zmq_socket(ctx, ZMQ_DEALER), *mon = zmq_socket(ctx, ZMQ_PAIR);
     int zero = 0;
     zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero);
     zmq_setsockopt(mon, ZMQ_LINGER, &zero, sizeof zero);
-    char *json = NULL;
+    px_msg_t *reply = NULL;
+    char why[300] = "";
     size_t len;
-    void *buf = encode_status_request(o, &len);
+    void *buf = px_wire_encode(env, &len);
     if (px_curve_client_apply(sock, &k) != 0 ||
         zmq_socket_monitor(sock, "inproc://phalanxctl-monitor",
                            ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
@@ -226,13 +223,40 @@ static char *zmq_status(const opts_t *o) {
         fprintf(stderr, "%s: --coordinator: cannot connect to '%s': %s\n", PROG, o->coordinator, zmq_strerror(errno));
     } else {
         zmq_send(sock, buf, len, ZMQ_DONTWAIT);
-        json = await_status(sock, mon, o, &k);
+        reply = await_reply(sock, mon, o, &k, why, sizeof why);
+        if (!reply) fprintf(stderr, "%s: %s: %s\n", PROG, o->coordinator, why);
     }
     free(buf);
     zmq_socket_monitor(sock, NULL, 0);
     zmq_close(mon);
     zmq_close(sock);
     zmq_ctx_term(ctx);
+    return reply;
+}
+
+/* Prints a refusal (an Error reply) and returns 1 when reply is one. */
+static int refused(const opts_t *o, const px_msg_t *r) {
+    if (r->body_case != PHALANX__ENVELOPE__BODY_ERROR) return 0;
+    fprintf(stderr, "%s: %s: the coordinator refused: %s: %s\n", PROG, o->coordinator,
+            px_wire_error_name(r->error->code), r->error->message ? r->error->message : "");
+    return 1;
+}
+
+/* /status over the control plane: a StatusRequest. */
+static char *zmq_status(const opts_t *o) {
+    Phalanx__Envelope env = PHALANX__ENVELOPE__INIT;
+    Phalanx__StatusRequest req = PHALANX__STATUS_REQUEST__INIT;
+    env.body_case = PHALANX__ENVELOPE__BODY_STATUS_REQ;
+    env.status_req = &req;
+    px_msg_t *r = zmq_call(o, &env);
+    if (!r) return NULL;
+    char *json = NULL;
+    if (r->body_case == PHALANX__ENVELOPE__BODY_STATUS && r->status->json) {
+        json = strdup(r->status->json);
+    } else if (!refused(o, r)) {
+        fprintf(stderr, "%s: %s: answered '%s', not a status\n", PROG, o->coordinator, px_wire_body_name(r));
+    }
+    px_wire_free(r);
     return json;
 }
 
@@ -254,8 +278,8 @@ static int find_member(const char *json, const char *group, int rank, char *host
     const char *p = strstr(json, pat);
     if (!p) return -1;
     const char *end = strchr(p, '}');
-    const char *lost = strstr(p, "\"state\":\"lost\"");
-    if (lost && end && lost < end) return -1;
+    const char *lost = strstr(p, "\"state\":\"lost\""), *left = strstr(p, "\"state\":\"left\"");
+    if ((lost && end && lost < end) || (left && end && left < end)) return -1; /* gone, or drained */
     char *after;
     long pid = strtol(p + strlen(pat), &after, 10);
     host[0] = '\0';
@@ -386,33 +410,30 @@ static int group_present(const opts_t *o, const char *group) {
     return present;
 }
 
+/* Asks the coordinator (over the control plane) to drain GROUP, then waits
+ * until no live member of it is left in /status. */
 static int cmd_drain(const opts_t *o) {
     const char *group = o->target;
-    if (!group || strchr(group, '/')) {
-        fprintf(stderr, "%s: drain needs a GROUP (all its ranks leave), e.g. 'phalanxctl drain g1'\n", PROG);
+    if (!group || !px_wire_group_name_ok(group)) {
+        fprintf(stderr, "%s: drain needs a GROUP name ([A-Za-z0-9_.-], 1..63 bytes; all its ranks leave), e.g. "
+                "'phalanxctl drain g1'; got '%s'\n", PROG, group ? group : "");
         return 2;
     }
-    char *body = fetch_status(o, 1);
-    if (!body) return 1;
-    int pids[MAX_RANKS], ranks[MAX_RANKS], n = 0, refused = 0;
-    for (int r = 0; r < MAX_RANKS; r++) { /* every rank checked before any is signalled: all or none */
-        int pid = local_worker(body, group, r);
-        if (pid == -2) refused = 1;
-        if (pid > 0) pids[n] = pid, ranks[n++] = r;
-    }
-    free(body);
-    if (refused) return 1;
-    if (n == 0) {
-        fprintf(stderr, "%s: no live member of group '%s' in the coordinator's status\n", PROG, group);
-        return 1;
-    }
-    for (int i = 0; i < n; i++) {
-        if (kill(pids[i], SIGTERM) != 0) {
-            fprintf(stderr, "%s: kill(%d, SIGTERM) for %s/%d: %s\n", PROG, pids[i], group, ranks[i], strerror(errno));
-            return 1;
-        }
-        printf("draining %s/%d: SIGTERM to pid %d\n", group, ranks[i], pids[i]);
-    }
+    opts_t zo = *o;
+    if (!zo.coordinator) zo.coordinator = DEFAULT_COORDINATOR;
+    Phalanx__Envelope env = PHALANX__ENVELOPE__INIT;
+    Phalanx__DrainRequest req = PHALANX__DRAIN_REQUEST__INIT;
+    req.group = (char *)group;
+    env.body_case = PHALANX__ENVELOPE__BODY_DRAIN_REQ;
+    env.drain_req = &req;
+    px_msg_t *r = zmq_call(&zo, &env);
+    if (!r) return 1;
+    int ok = r->body_case == PHALANX__ENVELOPE__BODY_ACK;
+    if (!ok && !refused(&zo, r))
+        fprintf(stderr, "%s: %s: answered '%s' to the drain request\n", PROG, zo.coordinator, px_wire_body_name(r));
+    px_wire_free(r);
+    if (!ok) return 1;
+    printf("draining %s: the coordinator forms the quorum without it; it leaves at the next step boundary\n", group);
     fflush(stdout);
     if (o->wait_s == 0) return 0;
     int64_t deadline = px_now_ms() + (int64_t)o->wait_s * 1000;
@@ -587,7 +608,8 @@ static void parse(opts_t *o, int argc, char **argv) {
         else px_flag_unknown(PROG, a);
         i++;
     }
-    if (!o->coordinator && (o->secret || o->server_file || o->server_key || o->token)) {
+    int drain = o->cmd && !strcmp(o->cmd, "drain"); /* its request is on the control plane whatever --coordinator */
+    if (!o->coordinator && !drain && (o->secret || o->server_file || o->server_key || o->token)) {
         fprintf(stderr, "%s: keys and --token-file are for the control plane: give --coordinator ENDPOINT "
                 "(HTTP /status needs no credentials)\n", PROG);
         exit(2);

@@ -74,6 +74,7 @@ struct px_agent {
     int quorum_wanted; /* a caller waits in px_agent_request_quorum */
     Phalanx__QuorumRequest pending_req;
     int leaving; /* reported its own departure: never register again */
+    int draining; /* the coordinator is draining our group (sticky): say so on every heartbeat */
     px_agent_quorum_hook_fn hook;
     void *hook_ctx;
     int hook_calls;        /* hook calls running on the agent thread */
@@ -190,6 +191,7 @@ static void send_heartbeat(px_agent_t *a) {
     h.quorum_id = a->quorum_id_held;
     h.has_comm_share = a->comm_share >= 0;
     h.comm_share = a->comm_share;
+    h.has_draining = h.draining = a->draining != 0;
     Phalanx__TrainStats train = a->train; /* a copy: sent after the lock is released */
     if (train.has_step) h.train = &train;
     int64_t interval = a->hb_interval_ms;
@@ -232,6 +234,15 @@ static void send_quorum_request(px_agent_t *a) {
  * another run's end (or a forged one) must not make this run stop early. */
 static void note_finished_locked(px_agent_t *a, int64_t step) {
     if (step > 0 && step == a->cfg.job_steps) a->finished_step = step;
+}
+
+/* The coordinator drains our group (a HeartbeatAck, or a pushed quorum that
+ * lists it as a planned leave): sticky, logged once. */
+static void note_draining_locked(px_agent_t *a, int draining, const char *how) {
+    if (!draining || a->draining) return;
+    a->draining = 1;
+    px_log_info("group_draining group=%s rank=%d learned_from=%s: leaving at the next step boundary", a->group,
+                a->cfg.rank, how);
 }
 
 /* Tells the hook what is known now: the latest pushed quorum and the highest
@@ -309,7 +320,7 @@ static int build_pushed_quorum(px_agent_t *a, const Phalanx__Quorum *q, px_quoru
     nq->id = q->id;
     nq->max_step = q->max_step;
     quorum_mode(nq->mode, sizeof nq->mode, q->mode);
-    return 0;
+    return px_quorum_set_draining(nq, (const char *const *)q->draining, (int)q->n_draining);
 }
 
 static void store_quorum(px_agent_t *a, const Phalanx__Quorum *q) {
@@ -318,6 +329,7 @@ static void store_quorum(px_agent_t *a, const Phalanx__Quorum *q) {
         px_quorum_t nq;
         px_quorum_init(&nq);
         if (build_pushed_quorum(a, q, &nq) == 0) {
+            note_draining_locked(a, px_quorum_is_draining(&nq, a->group), "quorum");
             px_quorum_free(&a->latest);
             a->latest = nq;
         } else {
@@ -393,6 +405,7 @@ static void handle_reply(px_agent_t *a, px_msg_t *msg, int64_t *next_register) {
         pthread_mutex_lock(&a->mu);
         int newer = learn_qid_locked(a, msg->hb_ack->quorum_id);
         note_finished_locked(a, msg->hb_ack->finished_step);
+        note_draining_locked(a, msg->hb_ack->has_draining && msg->hb_ack->draining, "heartbeat_ack");
         pthread_mutex_unlock(&a->mu);
         if (a->link) px_liveness_link_set_leader(a->link, msg->hb_ack->leader_endpoint, px_now_ms());
         if (a->leader)
@@ -765,6 +778,13 @@ void px_agent_note_heal(px_agent_t *a, uint64_t bytes, int64_t ms) {
     t->heal_bytes += bytes;
     t->heal_seconds += (float)ms / 1000.0f;
     pthread_mutex_unlock(&a->mu);
+}
+
+int px_agent_draining(px_agent_t *a) {
+    pthread_mutex_lock(&a->mu);
+    int d = a->draining;
+    pthread_mutex_unlock(&a->mu);
+    return d;
 }
 
 int64_t px_agent_finished_step(px_agent_t *a) {

@@ -59,6 +59,10 @@ int64_t px_agent_known_quorum_id(px_agent_t *a);
 /* > 0 once the coordinator says a group finished the job at that step (only
  * a step equal to this worker's job_steps counts). */
 int64_t px_agent_finished_step(px_agent_t *a);
+/* 1 once the coordinator drains this group (phalanxctl drain): the trainer
+ * leaves at the step boundary where the others move to the quorum without
+ * it (or at once when it is in none). Never cleared. */
+int px_agent_draining(px_agent_t *a);
 /* Copies the latest pushed quorum into *out (px_quorum_init'd by the caller).
  * 0, or -1 when out of memory (*out unchanged). */
 int px_agent_latest_quorum(px_agent_t *a, px_quorum_t *out);

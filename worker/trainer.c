@@ -251,12 +251,14 @@ static const char *stale_reason(const trainer_t *t, const px_quorum_t *latest, i
         return buf;
     }
     for (int i = 0; i < t->q.n; i++) {
-        if (px_quorum_find(latest, t->q.groups[i].name) < 0) {
-            snprintf(buf, len, "quorum %lld drops group %s", (long long)latest->id, t->q.groups[i].name);
+        const char *g = t->q.groups[i].name;
+        /* A group drained (a planned leave) takes part until the boundary. */
+        if (px_quorum_find(latest, g) < 0 && !(latest->id == t->qid + 1 && px_quorum_is_draining(latest, g))) {
+            snprintf(buf, len, "quorum %lld drops group %s", (long long)latest->id, g);
             return buf;
         }
     }
-    return NULL; /* it only adds groups: adopted at a step boundary */
+    return NULL; /* it only adds groups, or drops drained ones: adopted at a step boundary */
 }
 
 /* Aborts the communicators (caller holds comm_mu). */
@@ -306,6 +308,17 @@ static int job_finished_elsewhere(trainer_t *t) {
     if (f <= t->st.step) return 0;
     px_log_info("job_finished_elsewhere finished_step=%lld my_step=%lld: leaving", (long long)f,
                 (long long)t->st.step);
+    return 1;
+}
+
+/* The coordinator drains this group (phalanxctl drain): called where the
+ * group is needed by nobody, that is wherever it would join a quorum (the
+ * others adopted the one without it after a step we took part in, or we are
+ * in none). */
+static int drained(trainer_t *t) {
+    if (!px_agent_draining(t->agent)) return 0;
+    px_log_info("group_drained group=%s rank=%d step=%lld quorum_id=%lld: leaving the job (planned)", t->cfg->group,
+                t->cfg->rank, (long long)t->st.step, (long long)t->qid);
     return 1;
 }
 
@@ -492,7 +505,7 @@ static int reconfigure(trainer_t *t, int failed) {
     px_quorum_t nq;
     px_quorum_init(&nq);
     int64_t t0 = px_now_ms();
-    for (int attempt = 0; !*t->stop && !job_finished_elsewhere(t); attempt++) {
+    for (int attempt = 0; !*t->stop && !job_finished_elsewhere(t) && !px_agent_draining(t->agent); attempt++) {
         if (px_agent_latest_quorum(t->agent, &nq) != 0) { /* out of memory: ask the coordinator instead */
             px_quorum_free(&nq);
             px_quorum_init(&nq);
@@ -1711,10 +1724,14 @@ int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile s
             break;
         }
         if (need) {
+            if (drained(&t)) {
+                rc = 5;
+                break;
+            }
             int64_t step0 = t.st.step;
             uint64_t ck0 = diloco(&t) ? px_heal_checksum(&t.heal) : 0;
             if (reconfigure(&t, failed) != 0) {
-                rc = *stop ? 2 : job_finished_elsewhere(&t) ? 3 : 1;
+                rc = *stop ? 2 : job_finished_elsewhere(&t) ? 3 : drained(&t) ? 5 : 1;
                 break;
             }
             need = failed = 0;

@@ -80,7 +80,8 @@ int px_trainer_check(const px_trainer_config_t *cfg, char *err, size_t errlen);
  * when another group finished the job while this one was behind, 4 when the
  * configuration cannot work (model, data, sequence length or ledger refused
  * at setup: retrying cannot help, or the checkpoint folder holds only
- * another job's checkpoints). */
+ * another job's checkpoints), 5 when the coordinator drained the group and
+ * it left at a step boundary (a planned leave). */
 int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile sig_atomic_t *stop);
 
 #endif

@@ -154,8 +154,9 @@ static void usage(FILE *f) {
            "Every flag can be given as an environment variable instead: PHALANX_CHECKPOINT_DIR=DIR\n"
            "for --checkpoint-dir DIR, PHALANX_QUIET=1 for --quiet; the command line wins.\n"
            "SIGTERM or SIGINT: leave the quorum (the coordinator drops the group at once) and exit 0\n"
-           "(or --stop-exit-code).\n"
-           "Exit status: 0 done, 1 failed (worth a restart), 2 cannot work as configured (do not restart).\n",
+           "(or --stop-exit-code). A drain (phalanxctl drain GROUP, asked of the coordinator): leave at\n"
+           "the step boundary where the other groups move to the quorum without this one, and exit 0.\n"
+           "Exit status: 0 done (or drained), 1 failed (worth a restart), 2 cannot work as configured (do not restart).\n",
            PROG, PROG);
 }
 
@@ -404,12 +405,16 @@ int px_worker_main(int argc, char **argv) {
         tc.job = cfg.job;
         int rc = px_trainer_run(agent, &tc, &g_stop);
         /* Leaving: tell the coordinator at once so nobody waits for our heartbeats to stop. */
-        px_agent_report_failure(agent, cfg.group, cfg.rank, 0, 0, rc == 0 ? "finished" : rc == 3 ? "job finished by another group" : "worker stopping");
+        px_agent_report_failure(agent, cfg.group, cfg.rank, 0, 0,
+                                rc == 0   ? "finished"
+                                : rc == 3 ? "job finished by another group"
+                                : rc == 5 ? "drained"
+                                          : "worker stopping");
         px_agent_flush(agent, 500); /* bounded: wait until the coordinator has the departure notice */
         /* Refused for good (wrong job, token or key) or never answered: a
          * configuration error, which phalanx-launch does not retry. */
         int refused = px_agent_gave_up(agent) || px_agent_fatal_error(agent)[0];
-        int code = rc == 2 ? stop_exit_code : rc == 3 ? 0 : rc == 4 || refused ? EXIT_CONFIG : rc;
+        int code = rc == 2 ? stop_exit_code : rc == 3 || rc == 5 ? 0 : rc == 4 || refused ? EXIT_CONFIG : rc;
         px_agent_destroy(&agent);
         free(token);
         return code;

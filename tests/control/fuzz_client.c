@@ -765,6 +765,7 @@ static void random_frames(void) {
             case PHALANX__ENVELOPE__BODY_STORE_SET:
             case PHALANX__ENVELOPE__BODY_STORE_GET:
             case PHALANX__ENVELOPE__BODY_STATUS_REQ:
+            case PHALANX__ENVELOPE__BODY_DRAIN_REQ:
                 break;
             default: /* replies and Ack are not requests */
                 must_reject = 1;

@@ -16,20 +16,23 @@ typedef struct {
     int reported, conn_closed, self_reported;
     long silent_ms; /* now - last heartbeat */
     const char *want; /* NULL: not lost */
+    int draining;     /* its group is being drained (phalanxctl drain) */
 } row_t;
 
 static const row_t ROWS[] = {
-    {"healthy member", 0, 0, 0, 50, NULL},
-    {"one report alone never drops a heartbeating member", 1, 0, 0, 50, NULL},
-    {"closed connection alone is not enough", 0, 1, 0, 50, NULL},
-    {"silence alone below the timeout is not enough", 0, 0, 0, 400, NULL},
-    {"report plus closed connection", 1, 1, 0, 10, "reported_and_disconnected"},
-    {"report plus silence", 1, 0, 0, 260, "reported_and_silent"},
-    {"closed connection plus silence", 0, 1, 0, 260, "disconnected_and_silent"},
-    {"silence just under 2.5 intervals is not silence", 1, 0, 0, 250, NULL},
-    {"heartbeat timeout", 0, 0, 0, 1001, "heartbeat_timeout"},
-    {"exactly the timeout is still alive", 0, 0, 0, 1000, NULL},
-    {"self report drops at once", 0, 0, 1, 0, "self_reported"},
+    {"healthy member", 0, 0, 0, 50, NULL, 0},
+    {"one report alone never drops a heartbeating member", 1, 0, 0, 50, NULL, 0},
+    {"closed connection alone is not enough", 0, 1, 0, 50, NULL, 0},
+    {"silence alone below the timeout is not enough", 0, 0, 0, 400, NULL, 0},
+    {"report plus closed connection", 1, 1, 0, 10, "reported_and_disconnected", 0},
+    {"report plus silence", 1, 0, 0, 260, "reported_and_silent", 0},
+    {"closed connection plus silence", 0, 1, 0, 260, "disconnected_and_silent", 0},
+    {"silence just under 2.5 intervals is not silence", 1, 0, 0, 250, NULL, 0},
+    {"heartbeat timeout", 0, 0, 0, 1001, "heartbeat_timeout", 0},
+    {"exactly the timeout is still alive", 0, 0, 0, 1000, NULL, 0},
+    {"self report drops at once", 0, 0, 1, 0, "self_reported", 0},
+    {"a drained member's own report is a drain", 0, 0, 1, 0, "drained", 1},
+    {"being drained alone does not drop a member", 0, 0, 0, 50, NULL, 1},
 };
 
 static int test_loss_rule(void) {
@@ -43,6 +46,7 @@ static int test_loss_rule(void) {
         m.reported = r->reported;
         m.conn_closed = r->conn_closed;
         m.self_reported = r->self_reported;
+        m.draining = r->draining;
         m.last_hb_ms = 10000;
         const char *got = px_member_loss_reason(&m, 10000 + r->silent_ms, &cfg);
         int ok = (!got && !r->want) || (got && r->want && strcmp(got, r->want) == 0);

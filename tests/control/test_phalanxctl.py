@@ -6,16 +6,23 @@
                under another name) and a member that is not live; events
                prints the file sink, filtered by --type (repeatable) and
                --group, and --follow prints new events as they come.
-  drain        drain g2 during a 3-group training job: g2's worker exits 0 at
-               a step boundary and is not restarted, the coordinator records
-               a planned leave (member_lost self_reported), the others go on
-               to the job's last step, and no failure is counted (launcher
-               summary, /metrics phalanx_failures_per_hour). The survivors'
-               step in flight may be retried once (step_failed, peer_failed):
-               a drain by SIGTERM does not tell them beforehand.
+  drain        drain g2, then g1, of a 3-group training job over the control
+               plane: each drained worker exits 0 at a step boundary and is
+               not restarted; the coordinator records the request
+               (group_draining), the quorum without the group (group_drained,
+               its reason naming it) and a planned leave (member_lost
+               drained); no step is lost: no step_failed, no aborted
+               collective and no retried step on the survivors (g0 finishes
+               with failures=0), no failure counted (launcher summary,
+               phalanx_failures_per_hour). Draining the last group is refused
+               (below --min-replicas, exit 1), an unknown group exits 1, a bad
+               name exits 2.
+  drain_layouts  the same without a lost step for a group of 2 fsdp ranks
+               (both ranks leave) and for DiLoCo (--inner-steps 10).
   plot         plot draws a PNG (valid signature, non-trivial size) from a
                short real run with one chaos kill: drops and heals marked.
 """
+import json
 import os
 import signal
 import subprocess
@@ -98,41 +105,123 @@ def kill_events(bindir):
         job.stop()
 
 
+def worker_log(launch, group, rank=0):
+    with open(os.path.join(launch.dir, "worker-%s-%d.log" % (group, rank))) as f:
+        return f.read()
+
+
+def drain_one(bindir, name, ranks, args):
+    """Drains g2 of a 3-group job of `ranks` ranks a group; no step is lost."""
+    data = make_corpus(bindir, tempfile.mkdtemp(prefix="phalanx-%s-data-" % name))
+    steps = 300
+    launch = Launch(bindir, ["--groups", "3", "--ranks-per-group", str(ranks), "--model", "tiny", "--steps",
+                             str(steps), "--data", data, "--", "--global-batch", "12", "--micro-batch", "2",
+                             "--seq", "64"] + args, name=name)
+    try:
+        wait_until(lambda: launch.last_step() >= 20, 120, "%s: 20 steps" % name)
+        r = ctl(bindir, "drain", "g2", "--coordinator", "tcp://127.0.0.1:%d" % launch.zmq_port, "--http", launch.http,
+                "--wait-s", "60")
+        check(r.returncode == 0 and "left the job" in r.stdout, "%s: drain g2: %d %r %r" % (name, r.returncode, r.stdout,
+                                                                                           r.stderr))
+        rc = launch.wait(300)
+    finally:
+        launch.terminate()
+    check(rc == 0, "%s: the job completes: %d\n%s" % (name, rc, launch.tail()))
+    finals = launch.finals()
+    check(set(finals) == {"g0", "g1"}, "%s: g0 and g1 finish: %s" % (name, sorted(finals)))
+    for g in ("g0", "g1"):
+        check(finals[g].get("failures") == "0", "%s: %s never retried a step: %s" % (name, g, finals[g]))
+        for r in range(ranks):
+            log = worker_log(launch, g, r)
+            check("aborted" not in log and "vote_failed" not in log, "%s: %s/%d aborted nothing:\n%s" %
+                  (name, g, r, "\n".join(l for l in log.splitlines() if "abort" in l)))
+    evs = launch.read_events()
+    for r in range(ranks):
+        check("group_drained group=g2 rank=%d" % r in worker_log(launch, "g2", r), "%s: g2/%d left by the drain" % (name, r))
+        lost = [e for e in evs if e["type"] == "member_lost" and e.get("group") == "g2" and e.get("rank") == r]
+        check(lost and lost[0]["reason"] == "drained", "%s: g2/%d's leave is planned: %s" % (name, r, lost))
+    fails = [e for e in evs if e["type"] == "step_failed" and e.get("reason") not in ("drained", "finished")]
+    check(not fails, "%s: no step failed: %s" % (name, fails))
+    s = launch.summary()
+    check(s and s["completed"] and s["failures"] == 0, "%s: no failure counted: %s" % (name, s))
+
+
+def drain_layouts(bindir):
+    drain_one(bindir, "drain-fsdp", 2, ["--fsdp", "2"])
+    drain_one(bindir, "drain-diloco", 1, ["--mode", "diloco", "--inner-steps", "10"])
+
+
 def drain(bindir):
     data = make_corpus(bindir, tempfile.mkdtemp(prefix="phalanx-drain-data-"))
     steps = 400
     launch = Launch(bindir, ["--groups", "3", "--model", "tiny", "--steps", str(steps), "--data", data, "--",
                              "--global-batch", "12", "--micro-batch", "4", "--seq", "64"], name="drain")
+    coord = "tcp://127.0.0.1:%d" % launch.zmq_port
     try:
         wait_until(lambda: any("groups 3/3" in l for l in launch.output()), 120, "a step of all three groups")
-        r = ctl(bindir, "drain", "g2", "--http", launch.http, "--wait-s", "60")
+        r = ctl(bindir, "drain", "g2", "--coordinator", coord, "--http", launch.http, "--wait-s", "60")
         check(r.returncode == 0 and "left the job" in r.stdout, "drain g2: %d %r %r" % (r.returncode, r.stdout, r.stderr))
         drained_at = launch.last_step()
+        gone = [m for m in launch.status()["members"] if m["group"] == "g2"]
+        check(gone and all(m["state"] == "left" and m["lost_reason"] == "drained" for m in gone),
+              "/status shows g2 left (drained), not lost: %s" % gone)
+        hist = json.loads(urllib.request.urlopen("http://%s/api/history?since=0" % launch.http, timeout=5).read())
+        kinds = {(e["type"], e.get("group")) for e in hist["events"]}
+        check(("group_drained", "g2") in kinds and ("member_left", "g2") in kinds and ("member_lost", "g2") not in kinds,
+              "the dashboard's history marks a planned leave, not a loss: %s" % sorted(kinds))
         metrics = urllib.request.urlopen("http://%s/metrics" % launch.http, timeout=5).read().decode()
         check("phalanx_failures_per_hour 0.00" in metrics, "a planned leave is not a failure: %s" %
               [l for l in metrics.splitlines() if l.startswith("phalanx_failures_per_hour")])
+        # A second drain in a row: g1 leaves, g0 trains on alone.
+        wait_until(lambda: launch.last_step() >= drained_at + 5, 60, "steps of g0 and g1 after the drain")
+        r = ctl(bindir, "drain", "g1", "--coordinator", coord, "--http", launch.http, "--wait-s", "60")
+        check(r.returncode == 0, "drain g1: %d %r %r" % (r.returncode, r.stdout, r.stderr))
+        # The last group: refused, the job would stop (min_replicas 1).
+        r = ctl(bindir, "drain", "g0", "--coordinator", coord, "--http", launch.http, "--wait-s", "5")
+        check(r.returncode == 1 and "below --min-replicas 1" in r.stderr and "RESOURCE_LIMIT" in r.stderr,
+              "draining the last group is refused: %d %r" % (r.returncode, r.stderr))
+        r = ctl(bindir, "drain", "g7", "--coordinator", coord, "--wait-s", "0")
+        check(r.returncode == 1 and "no live member of group 'g7'" in r.stderr, "an unknown group: %r" % r.stderr)
+        r = ctl(bindir, "drain", "g/0", "--coordinator", coord)
+        check(r.returncode == 2 and "GROUP name" in r.stderr, "a bad group name is bad usage: %r" % r.stderr)
         rc = launch.wait(300)
     finally:
         launch.terminate()
-    check(rc == 0, "the job completes without g2: %d\n%s" % (rc, launch.tail()))
+    check(rc == 0, "the job completes with g0 alone: %d\n%s" % (rc, launch.tail()))
     out = "\n".join(launch.output())
-    check("worker g2/0 died" not in out, "g2 exited cleanly, no restart:\n%s" % launch.tail())
+    check("worker g2/0 died" not in out and "worker g1/0 died" not in out, "drained workers exited cleanly:\n%s" %
+          launch.tail())
     s = launch.summary()
     check(s and s["completed"] and s["failures"] == 0, "no failure counted: %s" % s)
-    check(launch.last_step() == steps > drained_at, "the others went on to step %d (drained at %d)" % (steps, drained_at))
+    check(launch.last_step() == steps > drained_at, "g0 went on to step %d (g2 drained at %d)" % (steps, drained_at))
     finals = launch.finals()
-    check(set(finals) == {"g0", "g1"}, "g0 and g1 finish, g2 does not: %s" % sorted(finals))
+    check(set(finals) == {"g0"}, "g0 finishes, the drained groups do not: %s" % sorted(finals))
+    # No step was lost: every step the survivors took part in committed.
+    check(finals["g0"].get("failures") == "0", "g0 never retried a step: %s" % finals["g0"])
+    for g in ("g0", "g1"):
+        log = worker_log(launch, g)
+        check("collectives_aborted" not in log and "vote_failed" not in log,
+              "%s aborted nothing for the drain:\n%s" % (g, "\n".join(l for l in log.splitlines() if "abort" in l)))
+    for g in ("g1", "g2"):
+        check("group_drained group=%s" % g in worker_log(launch, g), "%s says it left by a drain" % g)
     evs = launch.read_events()
-    lost = [e for e in evs if e["type"] == "member_lost" and e.get("group") == "g2"]
-    check(lost and lost[0]["reason"] == "self_reported", "g2's leave is planned (self_reported): %s" % lost)
-    check(not [e for e in evs if e["type"] == "member_lost" and e.get("reason") != "self_reported"],
+    fails = [e for e in evs if e["type"] == "step_failed" and e.get("reason") not in ("drained", "finished")]
+    check(not fails, "no step failed: %s" % fails)
+    for g in ("g1", "g2"):
+        asked = [e for e in evs if e["type"] == "group_draining" and e.get("group") == g]
+        check(asked and asked[0]["in_quorum"] is True, "%s's drain is recorded: %s" % (g, asked))
+        left = [e for e in evs if e["type"] == "group_drained" and e.get("group") == g]
+        check(len(left) == 1, "a quorum without %s formed once, marked drained: %s" % (g, left))
+        q = [e for e in evs if e["type"] == "quorum_formed" and e["quorum_id"] == left[0]["quorum_id"]]
+        check(q and g not in q[0]["groups"] and "drained: %s" % g in q[0]["reason"], "its quorum: %s" % q)
+        lost = [e for e in evs if e["type"] == "member_lost" and e.get("group") == g]
+        check(lost and lost[0]["reason"] == "drained", "%s's leave is planned (drained): %s" % (g, lost))
+    check(not [e for e in evs if e["type"] == "member_lost" and e.get("reason") not in ("drained", "self_reported")],
           "nobody was lost otherwise")
-    dropped = [e for e in evs if e["type"] == "group_dropped" and e.get("group") == "g2"]
-    check(dropped and "self_reported" in dropped[0]["reason"], "group_dropped says why: %s" % dropped)
-    # The survivors may have started the next step with g2 still in it: that step is retried once without it.
-    retried = [e for e in evs if e["type"] == "step_failed" and e.get("group") in ("g0", "g1")
-               and e.get("reason") not in ("finished",)]
-    check(len(retried) <= 2, "at most the step in flight retried per survivor: %s" % retried)
+    check(not [e for e in evs if e["type"] == "group_dropped" and "self_reported" not in e["reason"]],
+          "no group was dropped but g0 when it finished")
+    refused = [e for e in evs if e["type"] == "drain_refused"]
+    check(refused and refused[0]["group"] == "g0" and refused[0]["groups_left"] == 0, "the refusal: %s" % refused)
 
 
 def plot(bindir):
@@ -166,4 +255,4 @@ def plot(bindir):
 
 
 if __name__ == "__main__":
-    main_scenarios({"kill_events": kill_events, "drain": drain, "plot": plot})
+    main_scenarios({"kill_events": kill_events, "drain": drain, "drain_layouts": drain_layouts, "plot": plot})

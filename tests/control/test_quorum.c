@@ -3,7 +3,7 @@
  * configuration, and the decision the rule must take. The rows cover every
  * rule in quorum.h: min_replicas, implicit rejoin of previous members, the
  * fast path, the split-brain guard, the join window, shrink_only, id changes,
- * max_step, round-robin heal sources and checksum divergence. */
+ * max_step, round-robin heal sources, checksum divergence and drained groups. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +18,7 @@ typedef struct {
     int shrink_only;
     int has_checksum;
     unsigned long checksum;
+    int draining;
 } cand_t;
 
 typedef struct {
@@ -37,9 +38,10 @@ typedef struct {
     const char *reason_has;  /* substring of the reason */
 } row_t;
 
-#define C(n, h, r, rms, st) {n, h, r, rms, st, 0, 0, 0}
-#define CS(n, h, r, rms, st) {n, h, r, rms, st, 1, 0, 0}
-#define CK(n, h, r, rms, st, ck) {n, h, r, rms, st, 0, 1, ck}
+#define C(n, h, r, rms, st) {n, h, r, rms, st, 0, 0, 0, 0}
+#define CD(n, st) {n, 1, 0, 0, st, 0, 0, 0, 1} /* healthy, being drained */
+#define CS(n, h, r, rms, st) {n, h, r, rms, st, 1, 0, 0, 0}
+#define CK(n, h, r, rms, st, ck) {n, h, r, rms, st, 0, 1, ck, 0}
 
 static const row_t ROWS[] = {
     {"first quorum, all requested", {C("a", 1, 1, 0, 0), C("b", 1, 1, 0, 0)}, 0, "", 1, 500, 10,
@@ -102,6 +104,13 @@ static const row_t ROWS[] = {
      1, 1, "a,b", 6, "", "formed"},
     {"behind groups' checksums are ignored", {CK("a", 1, 1, 0, 6, 5), CK("b", 1, 1, 0, 2, 9)}, 0, "", 1, 0, 10,
      1, 1, "a,b", 6, "b<a", "formed"},
+    {"a drained group leaves a healthy quorum at once", {C("a", 1, 0, 0, 5), C("b", 1, 0, 0, 5), CD("c", 5)},
+     7, "a,b,c", 1, 500, 10, 1, 8, "a,b", 5, "", "formed: 2 of 2"},
+    {"a drained group does not count for the split-brain guard", {C("a", 1, 0, 0, 5), CD("b", 5), CD("c", 5)},
+     7, "a,b,c", 1, 500, 10, 1, 8, "a", 5, "", "formed: 1 of 1"},
+    {"a drained group that asks to join is not admitted", {C("a", 1, 0, 0, 5), {"c", 1, 1, 0, 5, 0, 0, 0, 1}},
+     7, "a", 1, 0, 10, 1, 7, "a", 5, "", "fast path"},
+    {"draining the last group leaves nothing to form", {CD("a", 5)}, 7, "a", 1, 0, 10, 0, 0, "", 0, "", "min_replicas"},
     {"re-added group after a drop gets a fresh id", {C("a", 1, 0, 0, 5), C("b", 1, 1, 0, 0)}, 8, "a", 1, 0, 10,
      1, 9, "a,b", 5, "b<a", "fast path"},
 };
@@ -132,6 +141,7 @@ static int check_row(const row_t *r) {
         cands[n].shrink_only = c->shrink_only;
         cands[n].has_checksum = c->has_checksum;
         cands[n].checksum = c->checksum;
+        cands[n].draining = c->draining;
         n++;
     }
     px_quorum_t prev, next;

@@ -176,6 +176,34 @@ static void check_group_liveness(void) {
     gone[0] = "c", gone[1] = "d";
     q.has_base_id = 0;
     expect_env("removed names without a base", &env, 0);
+
+    /* planned leaves (a drain) */
+    q.n_removed = 0;
+    char *drained[2] = {"c", "d"};
+    q.n_draining = 2;
+    q.draining = drained;
+    expect_env("quorum with drained groups", &env, 1);
+    drained[0] = "d", drained[1] = "c";
+    expect_env("drained groups unsorted", &env, 0);
+    drained[0] = "c", drained[1] = "../d";
+    expect_env("a drained group with an invalid name", &env, 0);
+    q.n_draining = 0;
+}
+
+/* phalanxctl drain's request: a valid group name or nothing. */
+static void check_drain_request(void) {
+    Phalanx__Envelope env = PHALANX__ENVELOPE__INIT;
+    Phalanx__DrainRequest d = PHALANX__DRAIN_REQUEST__INIT;
+    env.body_case = PHALANX__ENVELOPE__BODY_DRAIN_REQ;
+    env.drain_req = &d;
+    d.group = "g1";
+    expect_env("drain request", &env, 1);
+    d.group = NULL;
+    expect_env("drain request without a group", &env, 0);
+    d.group = "g 1";
+    expect_env("drain request with an invalid group", &env, 0);
+    d.group = "";
+    expect_env("drain request with an empty group", &env, 0);
 }
 
 int main(void) {
@@ -260,6 +288,7 @@ int main(void) {
     expect("empty store key", buf, len, 0, PHALANX__ERROR_CODE__BAD_MESSAGE);
     free(buf);
     check_group_liveness();
+    check_drain_request();
     printf("test_wire: %d failed\n", failed);
     return failed ? 1 : 0;
 }
