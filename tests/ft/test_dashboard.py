@@ -18,6 +18,7 @@
 
 Exits 77 (ctest SKIP_RETURN_CODE) with the reason when prometheus_client or
 chromium is missing: scripts/install-deps.sh installs both."""
+import json
 import math
 import os
 import re
@@ -29,7 +30,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
-from phalanx_test import Fail, Launch, check, main_scenarios, make_corpus, wait_until  # noqa: E402
+from phalanx_test import Fail, Job, Launch, check, die_with_test, main_scenarios, make_corpus, wait_until  # noqa: E402
 
 SKIP = 77
 ARGS = ["--groups", "3", "--model", "tiny", "--steps", "100000"]
@@ -170,12 +171,32 @@ def chromium():
     return None
 
 
+BROWSER_FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--window-size=1200,1400"]
+
+
 def render(browser, url, args, timeout_s=60):
-    cmd = [browser, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-           "--virtual-time-budget=5000", "--window-size=1200,1400"] + args + [url]
+    """One page load: what Chromium prints (--dump-dom) or writes (--screenshot=)."""
+    cmd = [browser] + BROWSER_FLAGS + ["--virtual-time-budget=5000"] + args + [url]
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout_s)
     check(r.returncode == 0, "%s failed (%d): %s" % (" ".join(cmd), r.returncode, r.stderr[-800:]))
     return r.stdout
+
+
+def loss_curve(dom):
+    m = re.search(r'<svg id="loss-curve".*?</svg>', dom, re.S)
+    check(m, "the page has a loss curve; DOM:\n%s" % dom[:2000])
+    return m.group(0)
+
+
+def train_points(curve):
+    """How many points the train loss path has (0: none drawn)."""
+    pts = [int(x) for x in re.findall(r'<path class="train"[^>]*data-points="(\d+)"', curve)]
+    return pts[0] if pts else 0
+
+
+def lane_groups(dom):
+    return sorted(re.findall(r'<g class="lane" data-group="([^"]*)"', dom))
 
 
 def test_browser(bindir):
@@ -189,18 +210,16 @@ def test_browser(bindir):
         url = "http://%s/" % launch.http
         dom = render(browser, url, ["--dump-dom"])
         groups = sorted(set(m["group"] for m in launch.status()["members"]))
-        m = re.search(r'<svg id="loss-curve".*?</svg>', dom, re.S)
-        check(m, "the page has a loss curve; DOM:\n%s" % dom[:2000])
-        curve = m.group(0)
-        pts = [int(x) for x in re.findall(r'<path class="train"[^>]*data-points="(\d+)"', curve)]
-        check(pts and pts[0] >= 5, "the train loss path has points: %s" % pts)
+        curve = loss_curve(dom)
+        pts = train_points(curve)
+        check(pts >= 5, "the train loss path has points: %d" % pts)
         check(re.search(r'<path class="train" d="M[\d.]+ [\d.]+L', curve), "the train path is drawn")
         marks = re.findall(r'<line class="failure-mark"[^>]*data-group="([^"]*)"', curve)
         check("g1" in marks, "a failure mark for the killed group g1: %s" % marks)
         check(re.search(r'class="failure-mark".*?<title>[^<]*(group_dropped|member_lost)', curve, re.S),
               "the failure mark's hover text names the event")
         check(re.search(r'class="heal-mark"', curve), "a heal mark after the recovery")
-        lanes = sorted(re.findall(r'<g class="lane" data-group="([^"]*)"', dom))
+        lanes = lane_groups(dom)
         check(lanes == groups, "the lanes %s match /status's groups %s" % (lanes, groups))
         lane_g1 = re.search(r'<g class="lane" data-group="g1">.*?</g>', dom, re.S).group(0)
         states = re.findall(r'data-state="(\w+)"', lane_g1)
@@ -211,7 +230,7 @@ def test_browser(bindir):
         render(browser, url, ["--screenshot=%s" % shot])
         check(os.path.getsize(shot) > 10000, "a screenshot was written")
         print("dashboard screenshot: %s" % shot)
-        print("dashboard: %d loss points, failure marks for %s, lanes %s" % (pts[0], sorted(set(marks)), lanes))
+        print("dashboard: %d loss points, failure marks for %s, lanes %s" % (pts, sorted(set(marks)), lanes))
     except Fail as e:
         raise Fail("%s\nlauncher:\n%s" % (e, launch.tail(20)))
     finally:
@@ -222,7 +241,6 @@ def test_scale(bindir):
     browser = chromium()
     if not browser:
         skip("chromium is not installed (apt-get install chromium; scripts/install-deps.sh does)")
-    from phalanx_test import Job, die_with_test  # noqa: E402
     job = Job(bindir, "dash-scale", extra_coord_args=["--heartbeat-timeout-ms", "5000"])  # (the recovery window)
     fake = None
     try:
@@ -240,7 +258,6 @@ def test_scale(bindir):
         check(not re.search(r'<g class="lane" data-group=', dom), "no lane per group at this size")
         check(re.search(r'1000 groups, 20 a lane', dom), "the page says how the lanes aggregate")
         check(re.search(r'<b id="groups">1000</b>', dom), "the bar shows the quorum's 1000 groups")
-        import json
         import urllib.error
         import urllib.request
         full = job.get("/status")
