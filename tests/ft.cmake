@@ -19,11 +19,12 @@ endforeach()
 
 # What an operator watches, during a real 3-group job with a kill: /metrics
 # through Prometheus' own parser (prometheus_client) and the dashboard
-# rendered by headless Chromium (DOM checks, a screenshot). Each skips (77)
+# rendered by headless Chromium (DOM checks, a screenshot), and the page kept
+# open across a coordinator restart. Each skips (77)
 # with the reason when its tool is missing; scripts/install-deps.sh installs both.
 px_add_py_scenarios(ft_dashboard ${CMAKE_CURRENT_LIST_DIR}/ft/test_dashboard.py $<TARGET_FILE_DIR:phalanx-launch> 300
-                    metrics browser scale)
-set_tests_properties(ft_dashboard_metrics ft_dashboard_browser ft_dashboard_scale PROPERTIES RUN_SERIAL TRUE SKIP_RETURN_CODE 77)
+                    metrics browser scale restart)
+set_tests_properties(ft_dashboard_metrics ft_dashboard_browser ft_dashboard_scale ft_dashboard_restart PROPERTIES RUN_SERIAL TRUE SKIP_RETURN_CODE 77)
 
 # Group-level liveness: ranks heartbeat their group's rank 0, which reports
 # for them; a killed rank, a frozen leader, a restarted coordinator.

@@ -15,12 +15,24 @@
            renders them in at most 50 aggregate lanes ("1000 groups, 20 a
            lane"), none per group, and shows the quorum's 1,000 groups;
            /status?members=0 summarises without the member array.
+  restart: the page kept open in headless Chromium (the DevTools protocol
+           over --remote-debugging-pipe) while the job's coordinator is
+           SIGKILLed and started again on the same control and HTTP ports
+           (phalanx-launch --coordinator trains on): the page says the
+           coordinator is unreachable, then shows #restart-note naming the
+           old and new run ids (those of /api/history before and after), its
+           loss curve starts again at the restart and fills with the new
+           run's points, and its lanes are the new /status's groups.
 
 Exits 77 (ctest SKIP_RETURN_CODE) with the reason when prometheus_client or
 chromium is missing: scripts/install-deps.sh installs both."""
+import base64
+import fcntl
+import json
 import math
 import os
 import re
+import select
 import shutil
 import signal
 import subprocess
@@ -29,7 +41,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
-from phalanx_test import Fail, Launch, check, main_scenarios, make_corpus, wait_until  # noqa: E402
+from phalanx_test import Fail, Job, Launch, check, die_with_test, main_scenarios, make_corpus, wait_until  # noqa: E402
 
 SKIP = 77
 ARGS = ["--groups", "3", "--model", "tiny", "--steps", "100000"]
@@ -41,9 +53,9 @@ def skip(why):
     sys.exit(SKIP)
 
 
-def start_job(bindir, name):
+def start_job(bindir, name, launch_args=()):
     data = make_corpus(bindir, tempfile.mkdtemp(prefix="phalanx-%s-data-" % name))
-    return Launch(bindir, ARGS + ["--data", data] + WORKER, name=name)
+    return Launch(bindir, list(launch_args) + ARGS + ["--data", data] + WORKER, name=name)
 
 
 def kill_and_recover(launch, group="g1"):
@@ -170,12 +182,128 @@ def chromium():
     return None
 
 
+BROWSER_FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--window-size=1200,1400"]
+
+
 def render(browser, url, args, timeout_s=60):
-    cmd = [browser, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-           "--virtual-time-budget=5000", "--window-size=1200,1400"] + args + [url]
+    """One page load: what Chromium prints (--dump-dom) or writes (--screenshot=)."""
+    cmd = [browser] + BROWSER_FLAGS + ["--virtual-time-budget=5000"] + args + [url]
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout_s)
     check(r.returncode == 0, "%s failed (%d): %s" % (" ".join(cmd), r.returncode, r.stderr[-800:]))
     return r.stdout
+
+
+class LivePage:
+    """A page kept open in headless Chromium, read while it runs its own
+    polling: the DevTools protocol over --remote-debugging-pipe (JSON
+    messages ending in NUL; Chromium reads fd 3 and writes fd 4), so no
+    debugging port and no websocket client. Chromium runs in its own process
+    group, all of which close() ends (and dies with the test)."""
+
+    def __init__(self, browser, url, log_dir):
+        to_chrome, self.out = os.pipe()
+        self.inp, from_chrome = os.pipe()
+        # above 4, so that placing them at 3 and 4 in the child overwrites neither
+        to_chrome, from_chrome = (fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10) for fd in (to_chrome, from_chrome))
+
+        def child():
+            os.dup2(to_chrome, 3)
+            os.dup2(from_chrome, 4)
+            die_with_test()
+        self.profile = tempfile.mkdtemp(prefix="phalanx-chromium-")
+        with open(os.path.join(log_dir, "chromium.log"), "a") as log:
+            self.proc = subprocess.Popen([browser] + BROWSER_FLAGS + ["--remote-debugging-pipe",
+                                         "--user-data-dir=" + self.profile, url], stdin=subprocess.DEVNULL,
+                                         stdout=log, stderr=log, close_fds=False, start_new_session=True,
+                                         preexec_fn=child)
+        os.close(to_chrome)
+        os.close(from_chrome)
+        self.buf, self.id, self.session = b"", 0, None
+        try:
+            page = [t for t in self.call("Target.getTargets")["targetInfos"] if t["type"] == "page"]
+            check(page, "Chromium opened a page")
+            self.session = self.call("Target.attachToTarget", {"targetId": page[0]["targetId"],
+                                                               "flatten": True})["sessionId"]
+            wait_until(lambda: self.eval("location.href == %r && document.readyState == 'complete'" % url), 30,
+                       "Chromium loading %s" % url, 0.1)
+        except BaseException:
+            self.close()
+            raise
+
+    def call(self, method, params=None, timeout_s=30):
+        """Sends one command (to the page once attached) and returns its result."""
+        self.id += 1
+        msg = {"id": self.id, "method": method, "params": params or {}}
+        if self.session and not method.startswith(("Target.", "Browser.")):
+            msg["sessionId"] = self.session
+        os.write(self.out, json.dumps(msg).encode() + b"\0")
+        deadline = time.monotonic() + timeout_s
+        while True:
+            while b"\0" in self.buf:
+                raw, self.buf = self.buf.split(b"\0", 1)
+                reply = json.loads(raw)
+                if reply.get("id") == self.id:  # anything else is an event
+                    check("error" not in reply, "DevTools %s: %s" % (method, reply.get("error")))
+                    return reply["result"]
+            left = deadline - time.monotonic()
+            check(left > 0, "DevTools %s: no answer within %d s" % (method, timeout_s))
+            if select.select([self.inp], [], [], left)[0]:
+                chunk = os.read(self.inp, 1 << 20)
+                check(chunk, "Chromium closed the DevTools pipe (exit %s)" % self.proc.poll())
+                self.buf += chunk
+
+    def eval(self, expr):
+        """The value of a JavaScript expression in the page."""
+        r = self.call("Runtime.evaluate", {"expression": expr, "returnByValue": True})
+        check("exceptionDetails" not in r, "%s threw: %s" % (expr, r.get("exceptionDetails")))
+        return r["result"].get("value")
+
+    def dom(self):
+        return self.eval("document.documentElement.outerHTML") or ""
+
+    def text(self, elem_id):
+        return self.eval("(document.getElementById(%r) || {}).textContent" % elem_id)
+
+    def shown(self, elem_id):
+        """Whether the element is laid out (not display:none, nor inside such)."""
+        return self.eval("(e => !!e && e.getClientRects().length > 0)(document.getElementById(%r))" % elem_id)
+
+    def screenshot(self, path):
+        with open(path, "wb") as f:
+            f.write(base64.b64decode(self.call("Page.captureScreenshot", {"format": "png"})["data"]))
+
+    def close(self):
+        try:
+            if self.proc.poll() is None:
+                self.call("Browser.close", timeout_s=10)
+            self.proc.wait(timeout=10)
+        except (Fail, OSError, subprocess.TimeoutExpired):
+            pass
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # its renderers, and Chromium itself if it hung
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+        os.close(self.out)
+        os.close(self.inp)
+        shutil.rmtree(self.profile, ignore_errors=True)
+
+
+def loss_curve(dom):
+    m = re.search(r'<svg id="loss-curve".*?</svg>', dom, re.S)
+    check(m, "the page has a loss curve; DOM:\n%s" % dom[:2000])
+    return m.group(0)
+
+
+def train_points(curve):
+    """How many points the train loss path has (0: none drawn)."""
+    pts = [int(x) for x in re.findall(r'<path class="train"[^>]*data-points="(\d+)"', curve)]
+    return pts[0] if pts else 0
+
+
+def lane_groups(dom):
+    return sorted(re.findall(r'<g class="lane" data-group="([^"]*)"', dom))
 
 
 def test_browser(bindir):
@@ -189,18 +317,16 @@ def test_browser(bindir):
         url = "http://%s/" % launch.http
         dom = render(browser, url, ["--dump-dom"])
         groups = sorted(set(m["group"] for m in launch.status()["members"]))
-        m = re.search(r'<svg id="loss-curve".*?</svg>', dom, re.S)
-        check(m, "the page has a loss curve; DOM:\n%s" % dom[:2000])
-        curve = m.group(0)
-        pts = [int(x) for x in re.findall(r'<path class="train"[^>]*data-points="(\d+)"', curve)]
-        check(pts and pts[0] >= 5, "the train loss path has points: %s" % pts)
+        curve = loss_curve(dom)
+        pts = train_points(curve)
+        check(pts >= 5, "the train loss path has points: %d" % pts)
         check(re.search(r'<path class="train" d="M[\d.]+ [\d.]+L', curve), "the train path is drawn")
         marks = re.findall(r'<line class="failure-mark"[^>]*data-group="([^"]*)"', curve)
         check("g1" in marks, "a failure mark for the killed group g1: %s" % marks)
         check(re.search(r'class="failure-mark".*?<title>[^<]*(group_dropped|member_lost)', curve, re.S),
               "the failure mark's hover text names the event")
         check(re.search(r'class="heal-mark"', curve), "a heal mark after the recovery")
-        lanes = sorted(re.findall(r'<g class="lane" data-group="([^"]*)"', dom))
+        lanes = lane_groups(dom)
         check(lanes == groups, "the lanes %s match /status's groups %s" % (lanes, groups))
         lane_g1 = re.search(r'<g class="lane" data-group="g1">.*?</g>', dom, re.S).group(0)
         states = re.findall(r'data-state="(\w+)"', lane_g1)
@@ -211,7 +337,7 @@ def test_browser(bindir):
         render(browser, url, ["--screenshot=%s" % shot])
         check(os.path.getsize(shot) > 10000, "a screenshot was written")
         print("dashboard screenshot: %s" % shot)
-        print("dashboard: %d loss points, failure marks for %s, lanes %s" % (pts[0], sorted(set(marks)), lanes))
+        print("dashboard: %d loss points, failure marks for %s, lanes %s" % (pts, sorted(set(marks)), lanes))
     except Fail as e:
         raise Fail("%s\nlauncher:\n%s" % (e, launch.tail(20)))
     finally:
@@ -222,7 +348,6 @@ def test_scale(bindir):
     browser = chromium()
     if not browser:
         skip("chromium is not installed (apt-get install chromium; scripts/install-deps.sh does)")
-    from phalanx_test import Job, die_with_test  # noqa: E402
     job = Job(bindir, "dash-scale", extra_coord_args=["--heartbeat-timeout-ms", "5000"])  # (the recovery window)
     fake = None
     try:
@@ -240,7 +365,6 @@ def test_scale(bindir):
         check(not re.search(r'<g class="lane" data-group=', dom), "no lane per group at this size")
         check(re.search(r'1000 groups, 20 a lane', dom), "the page says how the lanes aggregate")
         check(re.search(r'<b id="groups">1000</b>', dom), "the bar shows the quorum's 1000 groups")
-        import json
         import urllib.error
         import urllib.request
         full = job.get("/status")
@@ -266,5 +390,96 @@ def test_scale(bindir):
         job.stop()
 
 
+def first_step(curve):
+    """The loss curve's left axis label: the first step it draws."""
+    m = re.search(r'<text[^>]*>step (\d+)</text>', curve)
+    check(m, "the loss curve has a step axis: %s" % curve[:1000])
+    return int(m.group(1))
+
+
+def history_start(h):
+    """The first step the page should draw from /api/history h: that of a
+    train point, an eval (measured before the point that carries it) or a
+    marked event (dashboard.html's drawLoss)."""
+    steps = [p["step"] for p in h["points"] if p["loss"] is not None]
+    steps += [p["eval_step"] for p in h["points"] if p["eval_loss"] is not None]
+    steps += [e["step"] for e in h["events"] if e["type"] in ("group_dropped", "member_lost", "heal_finished",
+                                                               "mode_switched")]
+    return min(steps)
+
+
+def lane_states(dom):
+    """Each lane's group and its latest state."""
+    return {g: re.findall(r'data-state="(\w+)"', body)[-1]
+            for g, body in re.findall(r'<g class="lane" data-group="([^"]*)">(.*?)</g>', dom, re.S)}
+
+
+def test_restart(bindir):
+    browser = chromium()
+    if not browser:
+        skip("chromium is not installed (apt-get install chromium; scripts/install-deps.sh does)")
+    job = Job(bindir, "dash-restart")
+    job.start_coordinator()
+    launch = start_job(bindir, "dash-restart", ["--coordinator", job.endpoint, "--job", job.job])
+    page = None
+    try:
+        wait_until(lambda: len(job.status()["quorum"]["groups"]) == 3 and launch.last_step() >= 10, 90,
+                   "3 groups training", 0.2)
+        page = LivePage(browser, "http://%s/" % job.http, job.dir)
+        old = json.loads(job.get("/api/history"))["run_id"]
+        wait_until(lambda: train_points(loss_curve(page.dom())) >= 5, 30, "5 loss points on the page", 0.2)
+        check(not page.shown("restart-note"), "no restart note before a restart")
+        first_old = first_step(loss_curve(page.dom()))
+
+        killed_at = launch.last_step()
+        job.coord.send_signal(signal.SIGKILL)
+        job.coord.wait()
+        wait_until(lambda: "unreachable" in page.text("conn"), 10, "the page saying the coordinator is unreachable",
+                   0.2)
+        job.start_coordinator(http=job.http)
+        new = json.loads(job.get("/api/history"))["run_id"]
+        check(re.fullmatch("[0-9a-f]{16}", new) and new != old, "another run id after the restart: %s, %s" % (old, new))
+        wait_until(lambda: page.shown("restart-note"), 15, "the restart note", 0.2)
+        named = (page.text("old-run"), page.text("new-run"))
+        check(named == (old, new), "the note names run %s becoming %s: %s" % (old, new, named))
+        wait_until(lambda: not page.text("conn"), 5, "the unreachable notice gone", 0.2)
+
+        # The history starts again: the curve holds the new run's points only, and fills.
+        wait_until(lambda: train_points(loss_curve(page.dom())) >= 5, 30, "5 loss points of the new run", 0.2)
+        curve = loss_curve(page.dom())
+        n, first = train_points(curve), first_step(curve)
+        h = json.loads(job.get("/api/history"))
+        check(h["run_id"] == new, "one run since the restart")
+        check(all(p["step"] >= killed_at for p in h["points"]), "the new run's points are after the kill (step %d)"
+              % killed_at)
+        check(first == history_start(h) and first > first_old,
+              "the curve starts where the new run's history does (step %d), not at the old run's (%d): step %d" %
+              (history_start(h), first_old, first))
+        trained = len([p for p in h["points"] if p["loss"] is not None])
+        check(n <= trained, "the page has no train point the new run lacks: %d against %d" % (n, trained))
+        wait_until(lambda: train_points(loss_curve(page.dom())) > n, 30, "more points as the workers heartbeat", 0.2)
+
+        wait_until(lambda: len(job.status()["quorum"]["groups"]) == 3, 10, "the quorum adopted", 0.2)
+        members = {m["group"]: m["state"] for m in job.status()["members"] if m["rank"] == 0}
+        try:
+            wait_until(lambda: lane_states(page.dom()) == members, 10, "the lanes", 0.2)
+        except Fail:
+            raise Fail("the lanes %s are not /status's groups and states %s" % (lane_states(page.dom()), members))
+        check(page.shown("restart-note"), "the note stays")
+        shot = os.path.join(job.dir, "dashboard-restart.png")
+        page.screenshot(shot)
+        check(os.path.getsize(shot) > 10000, "a screenshot was written")
+        print("dashboard screenshot: %s" % shot)
+        print("restart: run %s -> %s; curve from step %d (old run's from %d, kill at %d), %d points; lanes %s" % (
+            old, new, first, first_old, killed_at, train_points(loss_curve(page.dom())), sorted(members)))
+    except Fail as e:
+        raise Fail("%s\nlauncher:\n%s" % (e, launch.tail(20)))
+    finally:
+        if page:
+            page.close()
+        launch.terminate()
+        job.stop()
+
+
 if __name__ == "__main__":
-    main_scenarios({"metrics": test_metrics, "browser": test_browser, "scale": test_scale})
+    main_scenarios({"metrics": test_metrics, "browser": test_browser, "scale": test_scale, "restart": test_restart})

@@ -71,9 +71,11 @@ class Job:
         self.workers = {}
         self.job = name
 
-    def start_coordinator(self, extra=()):
+    def start_coordinator(self, extra=(), http="127.0.0.1:0"):
+        """http: HOST:PORT for its status server (port 0: any free one; a
+        restart passes self.http to keep an open dashboard's address)."""
         args = [os.path.join(self.bindir, "phalanx-coordinator"), "--bind", self.endpoint,
-                "--http", "127.0.0.1:0", "--job", self.job] + self.extra + list(extra)
+                "--http", http, "--job", self.job] + self.extra + list(extra)
         if self.events:
             args += ["--events", "file:" + self.events_path]
         log = open(os.path.join(self.dir, "coordinator.log"), "a")
