@@ -1,6 +1,7 @@
-/* The event log's public face: parses the --events spec, builds each event's
- * envelope (v, type, seq, ts, job, run + the caller's fields) and hands the
- * finished line to the sink: none, a JSONL file, or Kafka (events_kafka.c).
+/* The event log's public face: opens the sink a --events spec names (parsed
+ * by events_spec.c), builds each event's envelope (v, type, seq, ts, job,
+ * run + the caller's fields) and hands the finished line to the sink: none,
+ * a JSONL file, or Kafka (events_kafka.c).
  *
  * The envelope is built here, once, so every sink writes byte-identical
  * events and seq is assigned under the same lock that orders the writes:
@@ -17,12 +18,11 @@
 #include "px_log.h"
 #include "px_time.h"
 
-enum { SINK_NONE, SINK_FILE, SINK_KAFKA };
-enum { MAX_JOB = 255, MAX_TYPE = 64, MAX_INFLIGHT_LIMIT = 1000000 };
+enum { MAX_JOB = 255, MAX_TYPE = 64 };
 
 struct px_events {
     pthread_mutex_t mu;
-    int kind;
+    px_events_sink_t kind;
     char job[MAX_JOB + 1];
     char job_esc[6 * MAX_JOB + 1];
     char run[17];
@@ -40,95 +40,6 @@ void px_events_opts_default(px_events_opts_t *o) {
     o->max_inflight = 10000;
     o->batch_events = 100;
     o->batch_ms = 100;
-}
-
-/* ---- spec parsing ---- */
-
-static int parse_port(const char *s, size_t n) {
-    if (n == 0 || n > 5) return -1;
-    int v = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] < '0' || s[i] > '9') return -1;
-        v = v * 10 + (s[i] - '0');
-    }
-    return (v >= 1 && v <= 65535) ? v : -1;
-}
-
-/* "HOST:PORT[,HOST:PORT...]" with HOST a name, an IPv4 address or [IPv6]. */
-static int check_brokers(const char *spec, const char *b, size_t n, char *err, size_t errlen) {
-    if (n == 0) {
-        snprintf(err, errlen, "events spec '%s': empty broker list (expected "
-                 "kafka:HOST:PORT[,HOST:PORT...]/TOPIC)", spec);
-        return -1;
-    }
-    const char *p = b, *end = b + n;
-    while (p <= end) {
-        const char *comma = memchr(p, ',', (size_t)(end - p));
-        const char *e = comma ? comma : end;
-        const char *colon = NULL;
-        for (const char *q = p; q < e; q++)
-            if (*q == ':') colon = q; /* last one: IPv6 hosts contain colons */
-        int bracketed = (p < e && *p == '[');
-        int host_ok = colon && colon > p &&
-                      (!bracketed || (colon[-1] == ']' && colon - p > 2)) &&
-                      (bracketed || memchr(p, ':', (size_t)(colon - p)) == NULL);
-        if (!host_ok || parse_port(colon + 1, (size_t)(e - colon - 1)) < 0) {
-            snprintf(err, errlen, "events spec '%s': bad broker '%.*s' (expected HOST:PORT with "
-                     "PORT in 1..65535)", spec, (int)(e - p), p);
-            return -1;
-        }
-        if (!comma) break;
-        p = comma + 1;
-    }
-    return 0;
-}
-
-static int check_topic(const char *spec, const char *t, size_t n, char *err, size_t errlen) {
-    int ok = n > 0 && n <= 249 && !(n == 1 && t[0] == '.') && !(n == 2 && !memcmp(t, "..", 2));
-    for (size_t i = 0; ok && i < n; i++) {
-        char c = t[i];
-        ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-             c == '.' || c == '_' || c == '-';
-    }
-    if (!ok) {
-        snprintf(err, errlen, "events spec '%s': bad topic '%.*s' (1 to 249 characters from "
-                 "[A-Za-z0-9._-], not '.' or '..')", spec, (int)n, t);
-        return -1;
-    }
-    return 0;
-}
-
-/* "key=value&key=value" after '?'. Only max_inflight exists today. */
-static int parse_options(const char *spec, const char *o, px_events_opts_t *opts, char *err,
-                         size_t errlen) {
-    while (*o) {
-        const char *amp = strchr(o, '&');
-        size_t n = amp ? (size_t)(amp - o) : strlen(o);
-        const char *eq = memchr(o, '=', n);
-        if (eq && (size_t)(eq - o) == strlen("max_inflight") &&
-            !strncmp(o, "max_inflight", (size_t)(eq - o))) {
-            char num[16] = {0};
-            size_t vn = n - (size_t)(eq - o) - 1;
-            char *end = NULL;
-            long v = -1;
-            if (vn > 0 && vn < sizeof num) {
-                memcpy(num, eq + 1, vn);
-                v = strtol(num, &end, 10);
-            }
-            if (!end || *end || v < 1 || v > MAX_INFLIGHT_LIMIT) {
-                snprintf(err, errlen, "events spec '%s': bad max_inflight '%.*s' (an integer in "
-                         "1..%d)", spec, (int)vn, eq + 1, MAX_INFLIGHT_LIMIT);
-                return -1;
-            }
-            opts->max_inflight = (int)v;
-        } else {
-            snprintf(err, errlen, "events spec '%s': unknown option '%.*s' (known: "
-                     "max_inflight=N)", spec, (int)n, o);
-            return -1;
-        }
-        o += n + (amp ? 1 : 0);
-    }
-    return 0;
 }
 
 static void random_run_id(char out[17]) {
@@ -163,63 +74,17 @@ px_events_t *px_events_new_opts(const char *spec, const char *job, const char *s
     } else {
         px_events_opts_default(&o);
     }
-    if (o.max_inflight < 1 || o.max_inflight > MAX_INFLIGHT_LIMIT || o.batch_events < 1 ||
+    if (o.max_inflight < 1 || o.max_inflight > PX_EVENTS_MAX_INFLIGHT || o.batch_events < 1 ||
         o.batch_ms < 1) {
         snprintf(err, errlen, "events: options out of range (max_inflight 1..%d, batch_events "
-                 ">= 1, batch_ms >= 1)", MAX_INFLIGHT_LIMIT);
+                 ">= 1, batch_ms >= 1)", PX_EVENTS_MAX_INFLIGHT);
         return NULL;
     }
 
-    int kind;
-    const char *arg = NULL;
-    if (!spec || !*spec || !strcmp(spec, "none")) {
-        kind = SINK_NONE;
-    } else if (!strncmp(spec, "file:", 5)) {
-        kind = SINK_FILE;
-        arg = spec + 5;
-        if (!*arg) {
-            snprintf(err, errlen, "events spec '%s': missing PATH after 'file:'", spec);
-            return NULL;
-        }
-    } else if (!strncmp(spec, "kafka:", 6)) {
-        kind = SINK_KAFKA;
-        arg = spec + 6;
-    } else {
-        const char *colon = strchr(spec, ':');
-        snprintf(err, errlen, "events spec '%s': unknown sink '%.*s' (expected file:PATH, "
-                 "kafka:HOST:PORT[,HOST:PORT...]/TOPIC or none)",
-                 spec, colon ? (int)(colon - spec) : (int)strlen(spec), spec);
-        return NULL;
-    }
-
-    char brokers[1024], topic[256];
-    if (kind == SINK_KAFKA) {
-        const char *slash = strchr(arg, '/');
-        if (!slash) {
-            snprintf(err, errlen, "events spec '%s': missing '/TOPIC' after the broker list "
-                     "(expected kafka:HOST:PORT[,HOST:PORT...]/TOPIC)", spec);
-            return NULL;
-        }
-        size_t bn = (size_t)(slash - arg);
-        if (check_brokers(spec, arg, bn, err, errlen) != 0) return NULL;
-        if (bn >= sizeof brokers) {
-            snprintf(err, errlen, "events spec '%s': broker list too long", spec);
-            return NULL;
-        }
-        memcpy(brokers, arg, bn);
-        brokers[bn] = '\0';
-        const char *t = slash + 1, *q = strchr(t, '?');
-        size_t tn = q ? (size_t)(q - t) : strlen(t);
-        if (tn == 0) {
-            snprintf(err, errlen, "events spec '%s': missing TOPIC after '/' (expected "
-                     "kafka:HOST:PORT[,HOST:PORT...]/TOPIC)", spec);
-            return NULL;
-        }
-        if (check_topic(spec, t, tn, err, errlen) != 0) return NULL;
-        memcpy(topic, t, tn);
-        topic[tn] = '\0';
-        if (q && parse_options(spec, q + 1, &o, err, errlen) != 0) return NULL;
-    }
+    px_events_spec_t sp;
+    if (px_events_spec_parse(spec, &sp, err, errlen) != 0) return NULL;
+    if (sp.max_inflight) o.max_inflight = sp.max_inflight;
+    px_events_sink_t kind = sp.sink;
 
     px_events_t *ev = calloc(1, sizeof *ev);
     if (!ev) {
@@ -239,17 +104,17 @@ px_events_t *px_events_new_opts(const char *spec, const char *job, const char *s
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
-    if (kind != SINK_NONE && !(ev->syncer = px_syncer_new(err, errlen))) goto fail;
-    if (kind == SINK_FILE) {
+    if (kind != PX_EVENTS_SINK_NONE && !(ev->syncer = px_syncer_new(err, errlen))) goto fail;
+    if (kind == PX_EVENTS_SINK_FILE) {
         char why[PATH_MAX + 128];
-        if (px_appender_open(&ev->file, arg, ev->syncer, why, sizeof why) != 0) {
+        if (px_appender_open(&ev->file, sp.path, ev->syncer, why, sizeof why) != 0) {
             snprintf(err, errlen, "events spec '%s': %s", spec, why);
             goto fail;
         }
-        px_log_info("events_file_started path=%s run=%s", arg, ev->run);
-    } else if (kind == SINK_KAFKA) {
+        px_log_info("events_file_started path=%s run=%s", sp.path, ev->run);
+    } else if (kind == PX_EVENTS_SINK_KAFKA) {
         char why[PATH_MAX + 256];
-        ev->kafka = px_kafka_new(brokers, topic, job, spill_dir, ev->syncer, &o, why, sizeof why);
+        ev->kafka = px_kafka_new(sp.brokers, sp.topic, job, spill_dir, ev->syncer, &o, why, sizeof why);
         if (!ev->kafka) {
             snprintf(err, errlen, "events spec '%s': %s", spec, why);
             goto fail;
@@ -317,13 +182,13 @@ uint64_t px_events_emit(px_events_t *ev, const char *type, const char *fields) {
     uint64_t seq = ++ev->seq;
     ev->produced++;
     size_t len = build_line(ev, seq, type, fields);
-    if (ev->kind == SINK_FILE) {
+    if (ev->kind == PX_EVENTS_SINK_FILE) {
         if (px_appender_append(&ev->file, ev->line, len) == 0) {
             int64_t d = px_appender_maybe_sync(&ev->file, (uint64_t)ev->opts.batch_events,
                                                ev->opts.batch_ms);
             if (d > 0) ev->file_delivered += (uint64_t)d;
         }
-    } else if (ev->kind == SINK_KAFKA) {
+    } else if (ev->kind == PX_EVENTS_SINK_KAFKA) {
         px_kafka_send(ev->kafka, ev->line, len);
         px_kafka_poll(ev->kafka);
     }
@@ -334,11 +199,11 @@ uint64_t px_events_emit(px_events_t *ev, const char *type, const char *fields) {
 /* ---- poll, stats, shutdown ---- */
 
 static void poll_locked(px_events_t *ev) {
-    if (ev->kind == SINK_FILE) {
+    if (ev->kind == PX_EVENTS_SINK_FILE) {
         int64_t d = px_appender_maybe_sync(&ev->file, (uint64_t)ev->opts.batch_events,
                                            ev->opts.batch_ms);
         if (d > 0) ev->file_delivered += (uint64_t)d;
-    } else if (ev->kind == SINK_KAFKA) {
+    } else if (ev->kind == PX_EVENTS_SINK_KAFKA) {
         px_kafka_poll(ev->kafka);
     }
 }
@@ -353,11 +218,11 @@ void px_events_poll(px_events_t *ev) {
 static void stats_locked(px_events_t *ev, px_events_stats_t *out) {
     memset(out, 0, sizeof *out);
     out->produced = ev->produced;
-    if (ev->kind == SINK_FILE) {
+    if (ev->kind == PX_EVENTS_SINK_FILE) {
         out->delivered = ev->file_delivered;
         out->pending = ev->file.unsynced;
         out->delivery_failures = ev->file.failures;
-    } else if (ev->kind == SINK_KAFKA) {
+    } else if (ev->kind == PX_EVENTS_SINK_KAFKA) {
         px_kafka_stats(ev->kafka, out);
     }
 }
@@ -378,14 +243,14 @@ int px_events_flush(px_events_t *ev, int timeout_ms) {
     for (;;) {
         px_events_stats_t st;
         pthread_mutex_lock(&ev->mu);
-        if (ev->kind == SINK_FILE) {
+        if (ev->kind == PX_EVENTS_SINK_FILE) {
             int64_t d = px_appender_sync(&ev->file);
             if (d > 0) ev->file_delivered += (uint64_t)d;
         } else {
             poll_locked(ev);
         }
         stats_locked(ev, &st);
-        if (st.pending == 0 && ev->kind == SINK_KAFKA) px_kafka_sync(ev->kafka);
+        if (st.pending == 0 && ev->kind == PX_EVENTS_SINK_KAFKA) px_kafka_sync(ev->kafka);
         pthread_mutex_unlock(&ev->mu);
         if (st.pending == 0) return 0;
         if (px_now_ms() >= deadline) return -1;
@@ -396,12 +261,12 @@ int px_events_flush(px_events_t *ev, int timeout_ms) {
 const char *px_events_run_id(px_events_t *ev) { return ev ? ev->run : ""; }
 
 void px_events_describe(px_events_t *ev, char *out, size_t outlen) {
-    if (!ev || ev->kind == SINK_NONE) {
+    if (!ev || ev->kind == PX_EVENTS_SINK_NONE) {
         snprintf(out, outlen, "none");
         return;
     }
     pthread_mutex_lock(&ev->mu);
-    if (ev->kind == SINK_FILE) {
+    if (ev->kind == PX_EVENTS_SINK_FILE) {
         snprintf(out, outlen, "file:%s", ev->file.path);
     } else {
         px_kafka_describe(ev->kafka, out, outlen);
@@ -414,7 +279,7 @@ void px_events_destroy(px_events_t **evp, int timeout_ms) {
     px_events_t *ev = *evp;
     *evp = NULL;
     pthread_mutex_lock(&ev->mu);
-    if (ev->kind == SINK_FILE) {
+    if (ev->kind == PX_EVENTS_SINK_FILE) {
         int64_t d = px_appender_sync(&ev->file);
         if (d > 0) ev->file_delivered += (uint64_t)d;
         px_log_info("events_file_closed path=%s events=%llu synced=%llu failures=%llu",
@@ -422,7 +287,7 @@ void px_events_destroy(px_events_t **evp, int timeout_ms) {
                     (unsigned long long)ev->file_delivered,
                     (unsigned long long)ev->file.failures);
         px_appender_close(&ev->file);
-    } else if (ev->kind == SINK_KAFKA) {
+    } else if (ev->kind == PX_EVENTS_SINK_KAFKA) {
         px_kafka_close(ev->kafka, timeout_ms);
     }
     pthread_mutex_unlock(&ev->mu);

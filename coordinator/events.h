@@ -23,6 +23,8 @@
 #define PX_EVENTS_SCHEMA_VERSION 1
 /* Largest event line in bytes; bigger `fields` are replaced by a marker. */
 #define PX_EVENTS_MAX_LINE 65536
+/* Upper bound of max_inflight (the tunable and the spec's ?max_inflight=). */
+#define PX_EVENTS_MAX_INFLIGHT 1000000
 
 typedef struct px_events px_events_t;
 
@@ -58,6 +60,22 @@ px_events_t *px_events_new(const char *spec, const char *job, const char *spill_
 /* Same, with tunables (NULL = defaults). A ?max_inflight= in spec wins. */
 px_events_t *px_events_new_opts(const char *spec, const char *job, const char *spill_dir,
                                 const px_events_opts_t *opts, char *err, size_t errlen);
+
+/* A spec taken apart (events_spec.c, pure parsing: readers of the log such as
+ * phalanxctl link it alone). */
+typedef enum { PX_EVENTS_SINK_NONE, PX_EVENTS_SINK_FILE, PX_EVENTS_SINK_KAFKA } px_events_sink_t;
+typedef struct {
+    px_events_sink_t sink;
+    const char *path;  /* file: points into the spec string */
+    char brokers[1024]; /* kafka: HOST:PORT[,HOST:PORT...] */
+    char topic[256];    /* kafka: */
+    int max_inflight;   /* kafka: ?max_inflight=N, 0 when not given */
+} px_events_spec_t;
+
+/* Parses a spec of the grammar above (NULL, "" and "none" give SINK_NONE).
+ * 0, or -1 with a message that quotes spec and names the bad part. Checks
+ * the syntax only: it opens no file and reaches no broker. */
+int px_events_spec_parse(const char *spec, px_events_spec_t *out, char *err, size_t errlen);
 
 /* Appends one event. fields: extra JSON members without braces, e.g.
  * "\"group\":\"g1\",\"rank\":0", or NULL. Adds "v" (schema version), "type",

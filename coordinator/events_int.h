@@ -1,5 +1,6 @@
 /* Internal interfaces of the event log, shared by its files and nobody else:
- *   events.c        the public API: spec parsing, the event envelope, locking
+ *   events.c        the public API: the event envelope, locking
+ *   events_spec.c   --events spec parsing (pure; also linked alone by phalanxctl)
  *   events_file.c   an append-only JSONL file written in fsynced batches
  *                   (the file sink, and the storage under the Kafka spill)
  *   events_sync.c   the thread that runs those fsyncs, off the caller's loop

@@ -28,6 +28,13 @@ px_add_py_test(events_kafka_coordinator ${PX_KAFKA_TESTS}/test_coordinator_kafka
                $<TARGET_FILE_DIR:phalanx-coordinator>)
 set_tests_properties(events_kafka_coordinator PROPERTIES TIMEOUT 120 LABELS "events;kafka")
 
+# phalanxctl events --events kafka:BOOT/TOPIC (tools/ctl_kafka.c) against the
+# real coordinator's topic: the same lines as kcat, filters, --follow and
+# SIGTERM, unreachable broker, unknown topic, malformed specs.
+px_add_py_test(events_kafka_phalanxctl ${PX_KAFKA_TESTS}/test_ctl_kafka.py
+               $<TARGET_FILE_DIR:phalanx-coordinator>)
+set_tests_properties(events_kafka_phalanxctl PROPERTIES TIMEOUT 120 LABELS "events;kafka")
+
 # A slow disk (every fsync takes 1 s, slow_fsync.so preloaded into the real
 # coordinator) must not stall the loop; SIGTERM still leaves every event synced.
 add_library(px_slow_fsync SHARED ${PX_KAFKA_TESTS}/slow_fsync.c)

@@ -1,7 +1,8 @@
 /* phalanxctl: the operator's command line for a running job.
  *   phalanxctl status [--json]          what the coordinator knows
  *   phalanxctl events [--follow] [--type T]... [--group G]
- *                                       the coordinator's event log (file sink)
+ *                                       the coordinator's event log (file or Kafka
+ *                                       sink; Kafka read by ctl_kafka.c)
  *   phalanxctl kill GROUP/RANK [--signal N]
  *                                       signal a worker on this host (chaos drills)
  *   phalanxctl drain GROUP              ask the coordinator to drain a group: it
@@ -41,6 +42,8 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "ctl_kafka.h"
+#include "events.h"
 #include "px_flags.h"
 #include "px_keys.h"
 #include "px_time.h"
@@ -68,9 +71,10 @@ static void usage(void) {
     printf("usage: %s COMMAND [flags]   (%s COMMAND --help: the same text)\n\n"
            "commands:\n"
            "  status                 print the job's quorum and members\n"
-           "  events                 print the coordinator's event log (JSON lines), optionally filtered;\n"
-           "                         reads the file sink (--events file:PATH) only: for a Kafka sink use\n"
-           "                         kcat -b BROKER -t TOPIC -C -e -o beginning\n"
+           "  events                 print the coordinator's event log (JSON lines), optionally filtered,\n"
+           "                         from its file sink (--events file:PATH) or its Kafka topic (--events\n"
+           "                         kafka:BROKERS/TOPIC: read from the beginning to the end of every\n"
+           "                         partition; in order within a partition, partitions interleaved)\n"
            "  kill GROUP/RANK        send a signal to that worker (chaos drills); refused unless /status\n"
            "                         places it on this host and its pid is that group's phalanx-worker\n"
            "  drain GROUP            planned maintenance: ask the coordinator (over the control plane, from any\n"
@@ -89,12 +93,15 @@ static void usage(void) {
            "  --coordinator-public-key-file PATH  with --coordinator (and drain): the coordinator's public key [none]\n"
            "  --coordinator-key Z85  the same, given inline [none]\n"
            "  --token-file PATH      with --coordinator (and drain): the job token to present [none]\n"
-           "  --timeout-ms N         with --coordinator (and drain): wait for the answer, 100..600000 [5000]\n"
+           "  --timeout-ms N         with --coordinator (and drain): wait for the answer; events from Kafka:\n"
+           "                         wait for the brokers and the topic (and, without --follow, for each next\n"
+           "                         message), 100..600000 [5000]\n"
            "  --json                 status: print the raw /status JSON (always so with --coordinator)\n"
-           "  --events SPEC          events: the coordinator's --events, file:PATH or PATH\n"
-           "                         [file:LOG_DIR/events.jsonl]\n"
+           "  --events SPEC          events: the coordinator's --events: file:PATH, PATH, or\n"
+           "                         kafka:HOST:PORT[,HOST:PORT...]/TOPIC[?...] [file:LOG_DIR/events.jsonl]\n"
            "  --log-dir DIR          events, plot: phalanx-launch's --log-dir [phalanx-run]\n"
-           "  --follow               events: keep printing new events as they come (until SIGINT)\n"
+           "  --follow               events: keep printing new events as they come (until SIGINT or\n"
+           "                         SIGTERM, then exit 0)\n"
            "  --type T               events: only events of type T (repeatable, up to %d)\n"
            "  --group G              events: only events whose \"group\" is G\n"
            "  --signal N             kill: signal number [9]\n"
@@ -104,8 +111,9 @@ static void usage(void) {
            "  --help                 this text\n\n"
            "exit status: 0 done; 1 it could not be done (coordinator unreachable or refusing, no such live\n"
            "member, a member not on this host or not a phalanx-worker, signal refused, event log unreadable,\n"
+           "Kafka brokers unreachable or no such topic within --timeout-ms,\n"
            "drain: the group still there after --wait-s, plot: no data or no matplotlib); 2 bad usage (unknown\n"
-           "command or flag, bad value)\n",
+           "command or flag, bad value, a malformed --events spec)\n",
            PROG, PROG, MAX_TYPES);
 }
 
@@ -457,16 +465,15 @@ static volatile sig_atomic_t g_interrupted;
 static void on_interrupt(int sig) { (void)sig, g_interrupted = 1; }
 
 /* The event log's path from --events (file:PATH or PATH) or --log-dir; NULL
- * with a message for a sink this tool cannot read. */
+ * with a message for "none", which keeps no log. */
 static const char *events_path(const opts_t *o, char *buf, size_t cap) {
     if (!o->events) {
         snprintf(buf, cap, "%s/events.jsonl", o->log_dir);
         return buf;
     }
     if (!strncmp(o->events, "file:", 5)) return o->events + 5;
-    if (!strncmp(o->events, "kafka:", 6) || !strcmp(o->events, "none")) {
-        fprintf(stderr, "%s: --events '%s': only the file sink can be read here; for Kafka: "
-                "kcat -b BROKER -t TOPIC -C -e -o beginning\n", PROG, o->events);
+    if (!strcmp(o->events, "none")) {
+        fprintf(stderr, "%s: --events none: that coordinator keeps no event log, there is nothing to read\n", PROG);
         return NULL;
     }
     return o->events;
@@ -489,12 +496,41 @@ static int event_wanted(const opts_t *o, const char *line) {
     return ok;
 }
 
+/* ctl_kafka's callback for each event: the file sink's filter and output. */
+static void print_event(void *ctx, const char *line) {
+    const opts_t *o = ctx;
+    if (!event_wanted(o, line)) return;
+    fputs(line, stdout);
+    if (o->follow) fflush(stdout); /* someone watches each event as it comes */
+}
+
+/* --events kafka:...: parsed by the coordinator's own parser, read by ctl_kafka.c. */
+static int events_kafka(const opts_t *o) {
+    px_events_spec_t sp;
+    char err[1024];
+    if (px_events_spec_parse(o->events, &sp, err, sizeof err) != 0) {
+        fprintf(stderr, "%s: --events: %s\n", PROG, err);
+        return 2;
+    }
+    px_ctl_kafka_opts_t k = {.brokers = sp.brokers, .topic = sp.topic, .follow = o->follow,
+                             .timeout_ms = o->timeout_ms, .stop = &g_interrupted, .on_line = print_event,
+                             .ctx = (void *)o};
+    if (px_ctl_kafka_events(&k, err, sizeof err) != 0) {
+        fflush(stdout);
+        fprintf(stderr, "%s: --events '%s': %s\n", PROG, o->events, err);
+        return 1;
+    }
+    return 0;
+}
+
 static int cmd_events(const opts_t *o) {
+    signal(SIGINT, on_interrupt);
+    signal(SIGTERM, on_interrupt);
+    signal(SIGPIPE, SIG_DFL); /* `phalanxctl events --follow | head` ends quietly */
+    if (o->events && !strncmp(o->events, "kafka:", 6)) return events_kafka(o);
     char buf[4200];
     const char *path = events_path(o, buf, sizeof buf);
     if (!path) return 2;
-    signal(SIGINT, on_interrupt);
-    signal(SIGPIPE, SIG_DFL); /* `phalanxctl events --follow | head` ends quietly */
     FILE *f = fopen(path, "r");
     while (!f && o->follow && errno == ENOENT && !g_interrupted) { /* the coordinator has not written it yet */
         px_sleep_ms(200);

@@ -20,7 +20,8 @@ HELP = {
     "phalanx-data": ["--out", "--demo"],
     "phalanxctl": ["status", "events", "kill", "drain", "plot", "keygen", "--follow", "--type", "--group",
                    "--wait-s", "--log-dir", "exit status", "--http", "--coordinator", "--curve-secret-key-file",
-                   "--coordinator-public-key-file", "--coordinator-key", "--token-file", "--timeout-ms", "--out"],
+                   "--coordinator-public-key-file", "--coordinator-key", "--token-file", "--timeout-ms", "--out",
+                   "--events", "kafka:HOST:PORT"],
 }
 
 BAD = [
@@ -72,7 +73,7 @@ BAD = [
     ("phalanxctl", ["keygen"], "--out"),
     ("phalanxctl", ["plot"], "--out"),
     ("phalanxctl", ["drain", "g1", "--wait-s", "-1"], "--wait-s"),
-    ("phalanxctl", ["events", "--events", "kafka:b:9092/t"], "--events"),
+    ("phalanxctl", ["events", "--events", "kafka:b/t"], "--events"),  # a Kafka spec without a port
     ("phalanxctl", ["status", "--coordinator", "tcp://127.0.0.1:1", "--timeout-ms", "5"], "--timeout-ms"),
     ("phalanxctl", ["status", "--curve-secret-key-file", "k"], "--coordinator"),
 ]

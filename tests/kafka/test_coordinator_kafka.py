@@ -64,6 +64,41 @@ def kcat(boot, topic):
     return evs
 
 
+# The events of join_join_kill, in order.
+FIRST = ["coordinator_started", "member_joined", "quorum_formed", "member_joined", "quorum_formed",
+         "member_lost", "group_dropped", "quorum_formed"]
+
+
+def quorum(job, groups):
+    """A predicate for wait_until: the quorum is exactly groups, each with its live member."""
+    def pred():
+        st = job.status()
+        return sorted(st["quorum"]["groups"]) == groups and len(job.live_members(st)) == len(groups) and st
+    return pred
+
+
+def join(job, group, groups, when=""):
+    """group's one worker starts; waits for the quorum to be groups."""
+    job.start_worker(group, 0, 1)
+    wait_until(quorum(job, groups), 10, "quorum %s%s" % (groups, when))
+
+
+def sigkill(job, group, survivors, when=""):
+    """SIGKILLs group's worker; waits for the quorum to be survivors."""
+    victim = job.workers[(group, 0)]
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    wait_until(quorum(job, survivors), 10, "quorum %s after killing %s%s" % (survivors, group, when))
+
+
+def join_join_kill(job):
+    """g0 joins, g1 joins, g1 is SIGKILLed: the coordinator emits FIRST. Each
+    change settles (/status) before the next, so the sequence is exact."""
+    join(job, "g0", ["g0"])
+    join(job, "g1", ["g0", "g1"])
+    sigkill(job, "g1", ["g0"])
+
+
 def check_exact(evs, job, run, types):
     got = [(e["_key"], e["job"], e["run"], e["seq"], e["type"]) for e in evs]
     want = [(job, job, run, i + 1, t) for i, t in enumerate(types)]
@@ -91,45 +126,25 @@ def run_scenario(bindir, mock):
     try:
         job.start_coordinator(["--events", spec, "--spill-dir", job.dir, "--min-replicas", "1"])
 
-        def quorum(groups):
-            def pred():
-                st = job.status()
-                return sorted(st["quorum"]["groups"]) == groups and len(job.live_members(st)) == len(groups) and st
-            return pred
-
         def produced():
             return job.metrics()["phalanx_events_produced_total"]
 
         # 1. brokers up
-        job.start_worker("g0", 0, 1)
-        wait_until(quorum(["g0"]), 10, "quorum [g0]")
-        job.start_worker("g1", 0, 1)
-        wait_until(quorum(["g0", "g1"]), 10, "quorum [g0, g1]")
-        victim = job.workers[("g1", 0)]
-        victim.send_signal(signal.SIGKILL)
-        victim.wait()
-        wait_until(quorum(["g0"]), 10, "quorum [g0] after the kill")
+        join_join_kill(job)
         wait_until(lambda: produced() == 8, 5, "8 events produced")
         wait_until(lambda: job.metrics()["phalanx_events_pending"] == 0, 20, "8 events delivered")
         evs = kcat(mock.boot, TOPIC)
         check(evs, "nothing on the topic")
         run = evs[0]["run"]
-        first = ["coordinator_started", "member_joined", "quorum_formed", "member_joined", "quorum_formed",
-                 "member_lost", "group_dropped", "quorum_formed"]
-        check_exact(evs, "kafkajob", run, first)
+        check_exact(evs, "kafkajob", run, FIRST)
         check(evs[5]["group"] == "g1" and evs[6]["group"] == "g1" and evs[7]["groups"] == ["g0"],
               "g1 lost and dropped, quorum [g0]: %s" % evs[5:])
 
         # 2. outage: membership keeps changing
         mock.cmd("down")
-        job.start_worker("g1", 0, 1)
-        wait_until(quorum(["g0", "g1"]), 10, "quorum [g0, g1] during the outage")
-        victim = job.workers[("g1", 0)]
-        victim.send_signal(signal.SIGKILL)
-        victim.wait()
-        wait_until(quorum(["g0"]), 10, "quorum [g0] after the second kill")
-        job.start_worker("g2", 0, 1)
-        wait_until(quorum(["g0", "g2"]), 10, "quorum [g0, g2] during the outage")
+        join(job, "g1", ["g0", "g1"], " during the outage")
+        sigkill(job, "g1", ["g0"], " during the outage")
+        join(job, "g2", ["g0", "g2"], " during the outage")
         during = ["member_joined", "quorum_formed", "member_lost", "group_dropped", "quorum_formed",
                   "member_joined", "quorum_formed"]
         wait_until(lambda: produced() == 8 + len(during), 5, "%d events produced" % (8 + len(during)))
@@ -144,7 +159,7 @@ def run_scenario(bindir, mock):
         wait_until(lambda: job.metrics()["phalanx_events_pending"] == 0, 30, "the backlog delivered")
         check(job.metrics()["phalanx_event_delivery_failures_total"] == 0, "no delivery failures")
         evs = kcat(mock.boot, TOPIC)
-        check_exact(evs, "kafkajob", run, first + during)
+        check_exact(evs, "kafkajob", run, FIRST + during)
         check(sorted(evs[-1]["groups"]) == ["g0", "g2"], "last quorum [g0, g2]: %s" % evs[-1])
     finally:
         job.stop()
@@ -154,7 +169,7 @@ def run_scenario(bindir, mock):
         # SIGTERM flushed coordinator_stopped (and maybe a worker-side event or two) before exiting.
         evs = kcat(mock.boot, TOPIC)
         check(evs and evs[-1]["type"] == "coordinator_stopped", "coordinator_stopped delivered last: %s" % evs[-1:])
-        check_exact(evs[:len(first + during)], "kafkajob", run, first + during)
+        check_exact(evs[:len(FIRST + during)], "kafkajob", run, FIRST + during)
         check(all(e["run"] == run for e in evs), "one run")
         check([e["seq"] for e in evs] == list(range(1, len(evs) + 1)), "seq 1..N after shutdown")
     mock.close()

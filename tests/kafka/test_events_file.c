@@ -2,7 +2,8 @@
  *
  *   test_events_file json   px_json_escape and px_json_members_valid, as tables
  *   test_events_file spec   every malformed --events spec is refused with a
- *                           message naming the bad part; good ones are accepted
+ *                           message naming the bad part; good ones are accepted;
+ *                           the parser alone (px_events_spec_parse) yields the parts
  *   test_events_file file   the JSONL sink: one valid JSON object per line, the
  *                           envelope, seq 1..N in order, bad or huge fields kept
  *                           without breaking the line, fsync in batches (on
@@ -176,6 +177,33 @@ static void test_spec(void) {
         /* Kafka here has no broker: destroy keeps both events in the spill file. */
         px_events_destroy(&ev, 100);
     }
+    /* The parser alone (what phalanxctl links): the parts, taken apart. */
+    struct {
+        const char *spec;
+        px_events_sink_t sink;
+        const char *path, *brokers, *topic;
+        int max_inflight;
+    } parts[] = {
+        {"none", PX_EVENTS_SINK_NONE, NULL, "", "", 0},
+        {NULL, PX_EVENTS_SINK_NONE, NULL, "", "", 0},
+        {"file:/x/e.jsonl", PX_EVENTS_SINK_FILE, "/x/e.jsonl", "", "", 0},
+        {"kafka:127.0.0.1:1/t", PX_EVENTS_SINK_KAFKA, NULL, "127.0.0.1:1", "t", 0},
+        {"kafka:[::1]:9092,h2:9093/t.x?max_inflight=7", PX_EVENTS_SINK_KAFKA, NULL, "[::1]:9092,h2:9093", "t.x", 7},
+    };
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+        px_events_spec_t sp;
+        const char *name = parts[i].spec ? parts[i].spec : "(null)";
+        CHECK(px_events_spec_parse(parts[i].spec, &sp, err, sizeof err) == 0, "parse '%s': %s", name, err);
+        CHECK(sp.sink == parts[i].sink, "'%s': sink %d", name, sp.sink);
+        CHECK(parts[i].path ? sp.path && !strcmp(sp.path, parts[i].path) : !sp.path, "'%s': path", name);
+        CHECK(!strcmp(sp.brokers, parts[i].brokers) && !strcmp(sp.topic, parts[i].topic),
+              "'%s': brokers '%s' topic '%s'", name, sp.brokers, sp.topic);
+        CHECK(sp.max_inflight == parts[i].max_inflight, "'%s': max_inflight %d", name, sp.max_inflight);
+    }
+    px_events_spec_t sp;
+    CHECK(px_events_spec_parse("kafka:h/t", &sp, err, sizeof err) == -1 && strstr(err, "bad broker 'h'"),
+          "the parser alone refuses what px_events_new refuses: %s", err);
+
     CHECK(px_events_emit(NULL, "x", NULL) == 0, "emit on NULL is a no-op");
     px_events_poll(NULL);
 }

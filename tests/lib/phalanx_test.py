@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 
@@ -184,12 +185,36 @@ def make_corpus(bindir, out_dir, seed=1, words=60000):
     return data
 
 
+class LineCollector:
+    """A process's output, collected line by line on a thread, so that a test
+    can wait for a line while the process runs (wait_until on lines())."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self._lines = []
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self):
+        for line in self._stream:
+            with self._lock:
+                self._lines.append(line.rstrip("\n"))
+
+    def lines(self):
+        with self._lock:
+            return list(self._lines)
+
+    def join(self, timeout_s=5):
+        """After the process exited: waits for its last lines."""
+        self._thread.join(timeout=timeout_s)
+
+
 class Launch:
     """phalanx-launch as a real process; its stdout is collected line by line
     on a thread so a test can wait for progress while the job runs."""
 
     def __init__(self, bindir, args, env=None, name="launch"):
-        import threading
         self.dir = tempfile.mkdtemp(prefix="phalanx-%s-" % name)
         self.http_port = free_port()
         self.zmq_port = free_port()
@@ -201,19 +226,10 @@ class Launch:
         e.update(env or {})
         self.proc = subprocess.Popen(full, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=e,
                                      preexec_fn=die_with_test)
-        self.lines = []
-        self.lock = threading.Lock()
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self):
-        for line in self.proc.stdout:
-            with self.lock:
-                self.lines.append(line.rstrip("\n"))
+        self.out = LineCollector(self.proc.stdout)
 
     def output(self):
-        with self.lock:
-            return list(self.lines)
+        return self.out.lines()
 
     def last_step(self):
         step = 0
@@ -269,7 +285,7 @@ class Launch:
             self.proc.wait(timeout=30)
             raise Fail("phalanx-launch did not finish within %d s; last lines:\n%s" %
                        (timeout_s, "\n".join(self.output()[-30:])))
-        self.reader.join(timeout=5)
+        self.out.join()
         return self.proc.returncode
 
     def terminate(self):
@@ -279,7 +295,7 @@ class Launch:
                 self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-        self.reader.join(timeout=5)
+        self.out.join()
 
     def tail(self, n=40):
         return "\n".join(self.output()[-n:])
