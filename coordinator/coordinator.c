@@ -75,6 +75,7 @@ struct px_coordinator {
     int loss_noted;            /* a loss since the last evaluation: evaluate now */
     int64_t mode_eval_ms, last_switch_ms;
     int mode_pending;          /* the policy switched: the next quorum carries it */
+    char drain_lost[PX_QUORUM_NAME_MAX]; /* a group the quorum in force drained died before it left ("": none) */
     int recovered_diloco;      /* groups that said they train in DiLoCo during the recovery window */
     char mode_why[400];        /* ... and why (the measured figures) */
     char mode_reason[448];     /* the last switch's quorum reason, for /status */
@@ -592,6 +593,15 @@ static void recompute_quorum(px_coordinator_t *c, int64_t now) {
         next.id = c->quorum.id + 1;
         changed = 1;
         reason[0] = '\0';
+    } else if (!changed && c->drain_lost[0]) {
+        /* Those still in the step before the boundary wait for it (their
+         * collectives are not aborted for a drained group): a fresh id
+         * without Quorum.draining aborts them; the others adopt it at a
+         * step boundary, as the same groups. */
+        next.id = c->quorum.id + 1;
+        changed = 1;
+        snprintf(reason, sizeof reason, "drained group %s was lost before it left, membership unchanged",
+                 c->drain_lost);
     } else if (!changed && c->rebuild_requested_ms) {
         if (now - c->rebuild_requested_ms < c->cfg.rebuild_settle_ms) {
             px_quorum_free(&next);
@@ -602,6 +612,7 @@ static void recompute_quorum(px_coordinator_t *c, int64_t now) {
         snprintf(reason, sizeof reason, "rebuild requested by participants, membership unchanged");
     }
     c->quorum_dirty = 0;
+    c->drain_lost[0] = '\0';
     if (changed) {
         if (c->mode_pending) switch_mode(c, &next, reason, sizeof reason, now);
         install_quorum(c, &next, reason, now);
@@ -651,6 +662,8 @@ static void member_lost(px_coordinator_t *c, px_member_t *m, const char *why) {
             if (!c->recovery_from_ms) c->recovery_from_ms = c->stats.last_loss_ms; /* timed to the next commit */
         }
     }
+    if (m->draining && strcmp(why, "drained") != 0 && px_quorum_is_draining(&c->quorum, m->group))
+        snprintf(c->drain_lost, sizeof c->drain_lost, "%s", m->group);
     if (m->rank == 0 && m->liveness_ep[0]) { /* its ranks fall back to heartbeating us: push to them directly */
         for (int i = 0; i < c->members.n; i++)
             if (strcmp(c->members.members[i].group, m->group) == 0) c->members.members[i].via_leader = 0;

@@ -83,7 +83,7 @@ set_tests_properties(control_limits PROPERTIES TIMEOUT 180)
 # process checks, events with filters and --follow, drain as a planned leave,
 # plot from a short real run (skips without matplotlib).
 px_add_py_scenarios(control_phalanxctl ${CMAKE_CURRENT_LIST_DIR}/control/test_phalanxctl.py
-                    $<TARGET_FILE_DIR:phalanx-coordinator> 300 kill_events drain drain_layouts plot)
+                    $<TARGET_FILE_DIR:phalanx-coordinator> 300 kill_events drain drain_layouts drain_frozen plot)
 set_tests_properties(control_phalanxctl_plot PROPERTIES SKIP_RETURN_CODE 77) # no matplotlib
 
 # A quorum of 3,000 groups: its quorum_formed event is cut to fit, not dropped.

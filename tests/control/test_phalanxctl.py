@@ -17,6 +17,8 @@
                phalanx_failures_per_hour). Draining the last group is refused
                (below --min-replicas, exit 1), an unknown group exits 1, a bad
                name exits 2.
+  drain_frozen g2 SIGSTOPped, then drained: once it is lost the others abort
+               the step they share with it (a fresh quorum id) and finish.
   drain_layouts  the same without a lost step for a group of 2 fsdp ranks
                (both ranks leave) and for DiLoCo (--inner-steps 10).
   plot         plot draws a PNG (valid signature, non-trivial size) from a
@@ -146,6 +148,47 @@ def drain_one(bindir, name, ranks, args):
     check(s and s["completed"] and s["failures"] == 0, "%s: no failure counted: %s" % (name, s))
 
 
+def drain_frozen(bindir):
+    """A drained group frozen (SIGSTOP) before the boundary: the others are in
+    a step with it and do not abort for a drained group. Once it is lost
+    (heartbeat timeout) the coordinator re-forms the same quorum under a fresh
+    id, which aborts them: they retry the step and go on. With a 10-minute
+    collective timeout the job could not otherwise finish in the test's time."""
+    data = make_corpus(bindir, tempfile.mkdtemp(prefix="phalanx-drain-frozen-data-"))
+    launch = Launch(bindir, ["--groups", "3", "--model", "tiny", "--steps", "600", "--data", data, "--",
+                             "--global-batch", "12", "--micro-batch", "4", "--seq", "64", "--comm-timeout-ms", "600000"],
+                    name="drain-frozen")
+    pid = None
+    try:
+        wait_until(lambda: any("groups 3/3" in l for l in launch.output()), 120, "a step of all three groups")
+        pid = launch.pid_of("g2")
+        os.kill(pid, signal.SIGSTOP)
+        stopped_at = launch.last_step()
+        r = ctl(bindir, "drain", "g2", "--coordinator", "tcp://127.0.0.1:%d" % launch.zmq_port, "--wait-s", "0")
+        check(r.returncode == 0, "drain g2 (frozen): %d %r" % (r.returncode, r.stderr))
+        wait_until(lambda: launch.last_step() >= stopped_at + 20, 120, "g0 and g1 going on without the frozen g2")
+        os.kill(pid, signal.SIGCONT)
+        rc = launch.wait(300)
+    finally:
+        if pid:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except OSError:
+                pass
+        launch.terminate()
+    check(rc == 0, "the job completes: %d\n%s" % (rc, launch.tail()))
+    check(set(launch.finals()) == {"g0", "g1"}, "g0 and g1 finish: %s" % sorted(launch.finals()))
+    evs = launch.read_events()
+    bump = [e for e in evs if e["type"] == "quorum_formed" and "drained group g2 was lost before it left" in e["reason"]]
+    check(len(bump) == 1 and bump[0]["groups"] == ["g0", "g1"], "the same groups under a fresh id: %s" % bump)
+    lost = [e for e in evs if e["type"] == "member_lost" and e.get("group") == "g2"]
+    check(lost and lost[0]["reason"] != "drained", "g2 was lost while frozen, not drained: %s" % lost)
+    aborted = [l for g in ("g0", "g1") for l in worker_log(launch, g).splitlines()
+               if "collectives_aborted" in l and "newer=%d" % bump[0]["quorum_id"] in l]
+    check(aborted, "the fresh id aborted the survivors' step with the frozen group")
+    check("group_drained group=g2" in worker_log(launch, "g2"), "g2, woken, still leaves as drained")
+
+
 def drain_layouts(bindir):
     drain_one(bindir, "drain-fsdp", 2, ["--fsdp", "2"])
     drain_one(bindir, "drain-diloco", 1, ["--mode", "diloco", "--inner-steps", "10"])
@@ -255,4 +298,5 @@ def plot(bindir):
 
 
 if __name__ == "__main__":
-    main_scenarios({"kill_events": kill_events, "drain": drain, "drain_layouts": drain_layouts, "plot": plot})
+    main_scenarios({"kill_events": kill_events, "drain": drain, "drain_layouts": drain_layouts,
+                    "drain_frozen": drain_frozen, "plot": plot})
