@@ -165,6 +165,8 @@ typedef struct {
     int my_index;
     phase_t phase;
     int64_t aborted_for; /* newest quorum id that aborted our collectives (logged once) */
+    int64_t drain_only;  /* a newer quorum that only drops drained groups (its id; 0: none): DiLoCo adopts it at
+                            the outer step, with them, instead of at once */
     int finishing;       /* past the last step: the group's own collectives (a sharded group's
                             final eval and report) must not be aborted because another group left */
     px_comm_t *cross, *intra; /* the gradient reduction's (Gloo on cpu, NCCL on cuda) */
@@ -286,6 +288,12 @@ static void on_quorum_news(void *ctx, const px_quorum_t *latest, int64_t known) 
     const char *why = (t->cross || t->intra) && !t->finishing ? stale_reason(t, latest, known, buf, sizeof buf) : NULL;
     int others_only = diloco(t) && t->phase == PHASE_TRAINING && latest->id == known &&
                       px_quorum_find(latest, t->cfg->group) >= 0;
+    t->drain_only = 0;
+    if (!why && t->phase == PHASE_TRAINING && latest->id == known && latest->id == t->qid + 1 && latest->n_draining > 0) {
+        int gone = 0; /* every group of ours that it lacks is a drained one (stale_reason): none new? */
+        for (int i = 0; i < t->q.n; i++) gone += px_quorum_find(latest, t->q.groups[i].name) < 0;
+        if (latest->n == t->q.n - gone) t->drain_only = known;
+    }
     if (why && others_only) {
         if (t->cross) px_comm_abort(t->cross);
         if (t->state_cross) px_comm_abort(t->state_cross);
@@ -298,6 +306,18 @@ static void on_quorum_news(void *ctx, const px_quorum_t *latest, int64_t known) 
         abort_comms_locked(t, known, why);
     }
     pthread_mutex_unlock(&t->comm_mu);
+}
+
+/* Quorum `known` only drops drained groups (on_quorum_news): every group,
+ * the drained ones included, finishes the round and its outer step in the
+ * quorum it is in, and moves after it (the vote's newer-quorum flag): a
+ * group that moved at an inner step would fail the outer step of one that
+ * had started it. */
+static int drain_only_newer(trainer_t *t, int64_t known) {
+    pthread_mutex_lock(&t->comm_mu);
+    int yes = t->drain_only == known;
+    pthread_mutex_unlock(&t->comm_mu);
+    return yes;
 }
 
 /* A group finished the job (committed its last step) while this one is
@@ -1757,7 +1777,8 @@ int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile s
         int adopt = 0;
         if (cfg->mode == PX_MODE_DILOCO && !diloco(&t) && wants_diloco(&t)) enter_diloco(&t); /* --sync-warmup done */
         if (diloco(&t)) {
-            if (t.inner < round_len(&t) && px_agent_known_quorum_id(agent) > t.qid) {
+            int64_t known = px_agent_known_quorum_id(agent);
+            if (t.inner < round_len(&t) && known > t.qid && !drain_only_newer(&t, known)) {
                 need = 1; /* a newer quorum: joined at once, the round's progress kept (no group waits for us) */
                 continue;
             }

@@ -20,7 +20,9 @@
   drain_frozen g2 SIGSTOPped, then drained: once it is lost the others abort
                the step they share with it (a fresh quorum id) and finish.
   drain_layouts  the same without a lost step for a group of 2 fsdp ranks
-               (both ranks leave) and for DiLoCo (--inner-steps 10).
+               (both ranks leave), for DiLoCo (--inner-steps 10) and for 2
+               ranks under --liveness group (rank 1 hears of it from its
+               leader's forwarded quorum).
   plot         plot draws a PNG (valid signature, non-trivial size) from a
                short real run with one chaos kill: drops and heals marked.
 """
@@ -192,6 +194,7 @@ def drain_frozen(bindir):
 def drain_layouts(bindir):
     drain_one(bindir, "drain-fsdp", 2, ["--fsdp", "2"])
     drain_one(bindir, "drain-diloco", 1, ["--mode", "diloco", "--inner-steps", "10"])
+    drain_one(bindir, "drain-liveness", 2, ["--liveness", "group"])
 
 
 def drain(bindir):
