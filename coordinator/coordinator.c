@@ -75,6 +75,12 @@ struct px_coordinator {
     int loss_noted;            /* a loss since the last evaluation: evaluate now */
     int64_t mode_eval_ms, last_switch_ms;
     int mode_pending;          /* the policy switched: the next quorum carries it */
+    /* Connections accepted per descriptor number (the monitor's ACCEPTED):
+     * a frame on a member's closed fd is its old connection's (read late)
+     * while the count has not moved, a new connection on a reused number
+     * once it has. */
+    uint32_t *fd_gen;
+    int fd_gen_cap;
     char drain_lost[PX_QUORUM_NAME_MAX]; /* a group the quorum in force drained died before it left ("": none) */
     int recovered_diloco;      /* groups that said they train in DiLoCo during the recovery window */
     char mode_why[400];        /* ... and why (the measured figures) */
@@ -109,6 +115,8 @@ static const double HEAL_BOUNDS[] = {0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 
 #define NBOUNDS(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 static void answer_waiter(void *ctx, const px_kv_answer_t *a);
+
+static uint32_t fd_gen(const px_coordinator_t *c, int fd) { return fd >= 0 && fd < c->fd_gen_cap ? c->fd_gen[fd] : 0; }
 
 static void send_frame(px_coordinator_t *c, const void *ident, size_t ident_len, const void *buf, size_t len);
 
@@ -748,6 +756,9 @@ static void adopt_quorum(px_coordinator_t *c, const char *group, int64_t qid, in
     }
     emit(c, "quorum_adopted", "\"quorum_id\":%lld,\"group\":\"%s\",\"step\":%lld", (long long)qid, group, (long long)step);
     px_log_info("quorum_adopted quorum_id=%lld group=%s step=%lld", (long long)qid, group, (long long)step);
+    /* the dashboard's events after a restart of ours start with the running job taken over */
+    history_event(c, "quorum_adopted", group, step, "%s's quorum %lld adopted after a coordinator restart", group,
+                  (long long)qid);
 }
 
 /* A (group, rank) belongs to the process holding it while that process is
@@ -1002,7 +1013,7 @@ static void on_heartbeat(px_coordinator_t *c, const void *ident, size_t ident_le
     uint8_t unknown[PX_GROUP_SIZE_MAX / 8] = {0};
     size_t unknown_len = 0;
     if (h->digest && m->rank == 0) note_digest(c, m, h->digest, now, unknown, &unknown_len);
-    if (!(m->conn_closed && fd == m->closed_fd)) {
+    if (!(m->conn_closed && fd == m->closed_fd && fd_gen(c, fd) == m->closed_gen)) {
         m->fd = fd;
         m->conn_closed = 0;
     }
@@ -1511,16 +1522,34 @@ static void read_router(px_coordinator_t *c) {
     }
 }
 
+/* A new connection on descriptor fd (the monitor's ACCEPTED). */
+static void note_accepted(px_coordinator_t *c, int fd) {
+    if (fd < 0) return;
+    if (fd >= c->fd_gen_cap) {
+        int cap = c->fd_gen_cap ? c->fd_gen_cap : 1024;
+        while (cap <= fd) cap *= 2;
+        uint32_t *g = realloc(c->fd_gen, (size_t)cap * sizeof *g);
+        if (!g) return; /* a reconnect on this number then stays "closed" until the member registers again */
+        memset(g + c->fd_gen_cap, 0, (size_t)(cap - c->fd_gen_cap) * sizeof *g);
+        c->fd_gen = g;
+        c->fd_gen_cap = cap;
+    }
+    c->fd_gen[fd]++;
+}
+
 static void read_monitor(px_coordinator_t *c) {
     uint16_t event;
     uint32_t value;
     while (px_zmq_monitor_next(c->monitor, &event, &value)) {
-        if (event == ZMQ_EVENT_DISCONNECTED) {
+        if (event == ZMQ_EVENT_ACCEPTED) {
+            note_accepted(c, (int)value);
+        } else if (event == ZMQ_EVENT_DISCONNECTED) {
             for (int i = 0; i < c->members.n; i++) {
                 px_member_t *m = &c->members.members[i];
                 if (m->state != PX_STATE_LOST && m->fd == (int)value) {
                     m->conn_closed = 1;
                     m->closed_fd = m->fd;
+                    m->closed_gen = fd_gen(c, m->fd);
                     m->fd = -1;
                 }
             }
@@ -1868,7 +1897,7 @@ px_coordinator_t *px_coordinator_new(const px_coordinator_config_t *cfg, char *e
     }
     char mon_ep[64];
     snprintf(mon_ep, sizeof mon_ep, "inproc://px-monitor-%p", (void *)c);
-    int mon_events = ZMQ_EVENT_DISCONNECTED;
+    int mon_events = ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_ACCEPTED;
     if (cfg->curve_secret_key) mon_events |= ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
     zmq_socket_monitor(c->router, mon_ep, mon_events);
     c->monitor = zmq_socket(c->zctx, ZMQ_PAIR);
@@ -1920,6 +1949,7 @@ void px_coordinator_destroy(px_coordinator_t **self, int flush_ms) {
     px_history_destroy(&c->history);
     px_members_free(&c->members);
     px_quorum_free(&c->quorum);
+    free(c->fd_gen);
     free(c);
     *self = NULL;
 }

@@ -50,6 +50,7 @@ typedef struct {
     int64_t reported_ms, reported_qid; /* last failure report naming it, and the quorum it was about */
     int fd;             /* TCP connection it last spoke on (-1: unknown) */
     int closed_fd;
+    uint32_t closed_gen; /* the connections accepted on closed_fd until it closed (see fd_gen in coordinator.c) */
     int via_leader;     /* last heard through its leader's digest, not directly: pushes go to the leader */
     int rank, group_size;
     char group[PX_QUORUM_NAME_MAX];

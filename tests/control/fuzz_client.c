@@ -996,6 +996,65 @@ static void disconnect_race(void) {
             "closed-connection signal, so report + disconnect did not drop it at once", failures, O.race_rounds);
 }
 
+/* A member that reconnects (the same ZeroMQ identity, a new TCP connection)
+ * usually gets its old descriptor number back at the coordinator. Its
+ * heartbeats on the new connection must clear the closed-connection signal,
+ * or one failure report alone (plus that stale signal) would drop a healthy,
+ * heartbeating member: after the reconnect and a heartbeat, a report names
+ * it, and the StatusRequest after it must show it alive. */
+static void reconnect_same_fd(void) {
+    int failures = 0;
+    for (int round = 0; round < O.race_rounds; round++) {
+        char ga[32], gb[32], ia[64], ib[64];
+        snprintf(ga, sizeof ga, "recon%da", round);
+        snprintf(gb, sizeof gb, "recon%db", round);
+        snprintf(ia, sizeof ia, "fuzz-recon-a-%d-%d", (int)getpid(), round);
+        snprintf(ib, sizeof ib, "fuzz-recon-b-%d-%d", (int)getpid(), round);
+        peer_t a, b;
+        peer_open(&a, ia);
+        peer_open(&b, ib);
+        race_register(&a, ga);
+        race_register(&b, gb);
+        int64_t qid = race_join(&a, ga, &b, gb);
+        race_heartbeat(&a, ga, 1);
+        peer_close(&a); /* the connection closes ... */
+        px_sleep_ms(50);
+        race_heartbeat(&b, gb, 1); /* ... and the coordinator has seen it (its loop answered since) */
+        peer_open(&a, ia);         /* the same member, a new connection: most likely the same fd number */
+        race_heartbeat(&a, ga, 1);
+        race_heartbeat(&b, gb, 1);
+        size_t len;
+        uint8_t *buf = build_failure(gb, 0, ga, 0, qid, "reconnect: one report about a live member", &len);
+        send_frame(&b, buf, len, 0);
+        free(buf);
+        phalanx__envelope__free_unpacked(await_body(&b, PHALANX__ENVELOPE__BODY_ACK, "reconnect: failure report"), NULL);
+        Phalanx__Envelope env = PHALANX__ENVELOPE__INIT;
+        Phalanx__StatusRequest sr = PHALANX__STATUS_REQUEST__INIT;
+        env.body_case = PHALANX__ENVELOPE__BODY_STATUS_REQ;
+        env.status_req = &sr;
+        buf = pack_v(&env, &len);
+        send_frame(&b, buf, len, 0);
+        free(buf);
+        Phalanx__Envelope *st = await_body(&b, PHALANX__ENVELOPE__BODY_STATUS, "reconnect: status");
+        char key[64];
+        snprintf(key, sizeof key, "{\"group\":\"%s\",", ga);
+        const char *e = strstr(st->status->json, key);
+        const char *state = e ? strstr(e, "\"state\":\"") : NULL, *end = e ? strchr(e, '}') : NULL;
+        if (!state || state > end || strncmp(state + 9, "lost", 4) == 0) {
+            failures++;
+            printf("reconnect round %d: after one report the reconnected member is %.*s (want alive)\n", round,
+                   e && end ? (int)(end - e + 1) : 4, e ? e : "gone");
+        }
+        phalanx__envelope__free_unpacked(st, NULL);
+        peer_close(&a);
+        peer_close(&b);
+    }
+    printf("reconnect_rounds=%d reconnect_failures=%d\n", O.race_rounds, failures);
+    if (failures)
+        die("%d of %d rounds: a member's heartbeats on a new connection that reused its old descriptor number left "
+            "the closed-connection signal set, so one report dropped it", failures, O.race_rounds);
+}
+
 /* ---- flood ------------------------------------------------------------- */
 
 /* Sends bad frames from --flood-sockets DEALERs as fast as ZeroMQ takes them
@@ -1339,7 +1398,7 @@ static void usage(void) {
            "flags (default in brackets):\n"
            "  --endpoint EP      coordinator ZeroMQ endpoint (required)\n"
            "  --job NAME         the coordinator's --job [phalanx]\n"
-           "  --mode M           all | targeted | random | valid; or hostile, flood, race, churn [all]\n"
+           "  --mode M           all | targeted | random | valid; or hostile, flood, race, reconnect, churn [all]\n"
            "  --seed N           PRNG seed for the random frames [time-based, printed]\n"
            "  --frames N         random frames to send [10000]\n"
            "  --timeout-ms N     how long to wait for each reply [3000]\n"
@@ -1347,7 +1406,7 @@ static void usage(void) {
            "  --flood-ms N       flood mode: how long to flood [5000]\n"
            "  --flood-sockets N  flood mode: DEALER sockets [4]\n"
            "  --coordinator-pid P  race mode: the coordinator to SIGSTOP/SIGCONT (required)\n"
-           "  --race-rounds N    race mode: rounds [5]\n"
+           "  --race-rounds N    race and reconnect modes: rounds [5]\n"
            "  --members N        churn mode: members kept registered [2000]\n"
            "  --probe-members N  churn mode: extra registers at once, to hit --max-members [0]\n"
            "  --churn-ms N       churn mode: how long to churn [60000]\n"
@@ -1412,6 +1471,7 @@ int main(int argc, char **argv) {
     if (!strcmp(O.mode, "hostile")) hostile();
     if (!strcmp(O.mode, "flood")) flood();
     if (!strcmp(O.mode, "race")) disconnect_race();
+    if (!strcmp(O.mode, "reconnect")) reconnect_same_fd();
     if (!strcmp(O.mode, "churn")) churn();
     printf("expected_bad_messages=%" PRIu64 " unsolicited=%" PRIu64 "\n", g_expected_bad, g_unsolicited);
     zmq_ctx_term(g_ctx);

@@ -5,6 +5,7 @@ plane": bad input gets an error reply and a bad_message event, never a crash).
   test_fuzz.py BINDIR hostile    hostile strings (ctest: control_fuzz_hostile_strings)
   test_fuzz.py BINDIR flood      service under a flood of bad frames (ctest: control_fuzz_flood)
   test_fuzz.py BINDIR race       a heartbeat in flight at disconnect (ctest: control_fuzz_disconnect_race)
+  test_fuzz.py BINDIR reconnect  a member reconnecting on its old descriptor number is not left "disconnected"
 
 Full run:
   1. fuzz_client (a raw ZeroMQ DEALER, tests/control/fuzz_client.c) sends the
@@ -511,5 +512,17 @@ def test_race(bindir):
         job.stop()
 
 
+def test_reconnect(bindir):
+    job = Job(bindir, "reconnect")
+    try:
+        job.start_coordinator()
+        out, text = run_fuzz_client(bindir, job, ["--mode", "reconnect", "--race-rounds", "5"], 60)
+        print(text.strip())
+        alive(job, "after the reconnect rounds")
+    finally:
+        job.stop()
+
+
 if __name__ == "__main__":
-    main_scenarios({"fuzz": test_fuzz, "hostile": test_hostile, "flood": test_flood, "race": test_race}, "fuzz")
+    main_scenarios({"fuzz": test_fuzz, "hostile": test_hostile, "flood": test_flood, "race": test_race,
+                    "reconnect": test_reconnect}, "fuzz")
