@@ -927,6 +927,49 @@ static int64_t race_join(peer_t *a, const char *ga, peer_t *b, const char *gb) {
     die("race: no quorum of %s and %s within %d ms", ga, gb, O.timeout_ms);
 }
 
+/* Two fresh members, groups TAGNa (peer a, identity ia) and TAGNb, in a
+ * quorum of their own (N: the round); returns its id. ga, gb: 32 bytes,
+ * ia: 64. */
+static int64_t pair_in_quorum(const char *tag, int round, peer_t *a, peer_t *b, char *ga, char *gb, char *ia) {
+    char ib[64];
+    snprintf(ga, 32, "%s%da", tag, round);
+    snprintf(gb, 32, "%s%db", tag, round);
+    snprintf(ia, 64, "fuzz-%s-a-%d-%d", tag, (int)getpid(), round);
+    snprintf(ib, sizeof ib, "fuzz-%s-b-%d-%d", tag, (int)getpid(), round);
+    peer_open(a, ia);
+    peer_open(b, ib);
+    race_register(a, ga);
+    race_register(b, gb);
+    race_heartbeat(a, ga, 1);
+    race_heartbeat(b, gb, 1);
+    return race_join(a, ga, b, gb);
+}
+
+/* A failure report from b (group gb) naming ga/0 about quorum qid, then the
+ * coordinator's status as b gets it: ga's entry in the member array
+ * ({"group":"...",...}, *end at its '}'), or NULL. *st must be freed. */
+static const char *report_then_status(peer_t *b, const char *gb, const char *ga, int64_t qid, const char *why,
+                                      Phalanx__Envelope **st, const char **end) {
+    size_t len;
+    uint8_t *buf = build_failure(gb, 0, ga, 0, qid, why, &len);
+    send_frame(b, buf, len, 0);
+    free(buf);
+    phalanx__envelope__free_unpacked(await_body(b, PHALANX__ENVELOPE__BODY_ACK, why), NULL);
+    Phalanx__Envelope env = PHALANX__ENVELOPE__INIT;
+    Phalanx__StatusRequest sr = PHALANX__STATUS_REQUEST__INIT;
+    env.body_case = PHALANX__ENVELOPE__BODY_STATUS_REQ;
+    env.status_req = &sr;
+    buf = pack_v(&env, &len);
+    send_frame(b, buf, len, 0);
+    free(buf);
+    *st = await_body(b, PHALANX__ENVELOPE__BODY_STATUS, "status after a report");
+    char key[64];
+    snprintf(key, sizeof key, "{\"group\":\"%s\",", ga);
+    const char *e = strstr((*st)->status->json, key);
+    *end = e ? strchr(e, '}') : NULL;
+    return *end ? e : NULL;
+}
+
 /* The loss rule's two signals: a peer's failure report plus the victim's
  * closed connection drop the victim at once. This checks they still do when
  * the victim's last heartbeat was in flight as it died: the coordinator is
@@ -938,19 +981,9 @@ static void disconnect_race(void) {
     if (O.coordinator_pid <= 0) die("--mode race needs --coordinator-pid");
     int failures = 0;
     for (int round = 0; round < O.race_rounds; round++) {
-        char ga[32], gb[32], ia[64], ib[64];
-        snprintf(ga, sizeof ga, "race%da", round);
-        snprintf(gb, sizeof gb, "race%db", round);
-        snprintf(ia, sizeof ia, "fuzz-race-a-%d-%d", (int)getpid(), round);
-        snprintf(ib, sizeof ib, "fuzz-race-b-%d-%d", (int)getpid(), round);
+        char ga[32], gb[32], ia[64];
         peer_t a, b;
-        peer_open(&a, ia);
-        peer_open(&b, ib);
-        race_register(&a, ga);
-        race_register(&b, gb);
-        race_heartbeat(&a, ga, 1);
-        race_heartbeat(&b, gb, 1);
-        int64_t qid = race_join(&a, ga, &b, gb);
+        int64_t qid = pair_in_quorum("race", round, &a, &b, ga, gb, ia);
         race_heartbeat(&a, ga, 1); /* joining took a while: both fresh again */
         race_heartbeat(&b, gb, 1);
         if (kill(O.coordinator_pid, SIGSTOP) != 0) die("SIGSTOP %d: %s", O.coordinator_pid, strerror(errno));
@@ -960,27 +993,11 @@ static void disconnect_race(void) {
         px_sleep_ms(30);
         kill(O.coordinator_pid, SIGCONT);
         px_sleep_ms(30);
-        size_t len;
-        uint8_t *buf = build_failure(gb, 0, ga, 0, qid, "race: collective with the victim failed", &len);
-        send_frame(&b, buf, len, 0);
-        free(buf);
-        phalanx__envelope__free_unpacked(await_body(&b, PHALANX__ENVELOPE__BODY_ACK, "race: failure report"), NULL);
-        Phalanx__Envelope env = PHALANX__ENVELOPE__INIT;
-        Phalanx__StatusRequest sr = PHALANX__STATUS_REQUEST__INIT;
-        env.body_case = PHALANX__ENVELOPE__BODY_STATUS_REQ;
-        env.status_req = &sr;
-        buf = pack_v(&env, &len);
-        send_frame(&b, buf, len, 0);
-        free(buf);
-        Phalanx__Envelope *st = await_body(&b, PHALANX__ENVELOPE__BODY_STATUS, "race: status");
-        /* Find the victim's entry: {"group":"raceNa","rank":0,...,"state":"...",...} */
-        char key[64];
-        snprintf(key, sizeof key, "{\"group\":\"%s\",", ga);
-        const char *e = strstr(st->status->json, key);
+        Phalanx__Envelope *st;
+        const char *end, *e = report_then_status(&b, gb, ga, qid, "race: collective with the victim failed", &st, &end);
         const char *state = e ? strstr(e, "\"state\":\"") : NULL;
         int lost = state && strncmp(state + 9, "lost", 4) == 0;
         const char *reason = e ? strstr(e, "\"lost_reason\":\"") : NULL;
-        const char *end = e ? strchr(e, '}') : NULL;
         int right = lost && reason && reason < end && strncmp(reason + 15, "reported_and_disconnected", 25) == 0;
         if (!right) {
             failures++;
@@ -1005,17 +1022,9 @@ static void disconnect_race(void) {
 static void reconnect_same_fd(void) {
     int failures = 0;
     for (int round = 0; round < O.race_rounds; round++) {
-        char ga[32], gb[32], ia[64], ib[64];
-        snprintf(ga, sizeof ga, "recon%da", round);
-        snprintf(gb, sizeof gb, "recon%db", round);
-        snprintf(ia, sizeof ia, "fuzz-recon-a-%d-%d", (int)getpid(), round);
-        snprintf(ib, sizeof ib, "fuzz-recon-b-%d-%d", (int)getpid(), round);
+        char ga[32], gb[32], ia[64];
         peer_t a, b;
-        peer_open(&a, ia);
-        peer_open(&b, ib);
-        race_register(&a, ga);
-        race_register(&b, gb);
-        int64_t qid = race_join(&a, ga, &b, gb);
+        int64_t qid = pair_in_quorum("recon", round, &a, &b, ga, gb, ia);
         race_heartbeat(&a, ga, 1);
         peer_close(&a); /* the connection closes ... */
         px_sleep_ms(50);
@@ -1023,23 +1032,9 @@ static void reconnect_same_fd(void) {
         peer_open(&a, ia);         /* the same member, a new connection: most likely the same fd number */
         race_heartbeat(&a, ga, 1);
         race_heartbeat(&b, gb, 1);
-        size_t len;
-        uint8_t *buf = build_failure(gb, 0, ga, 0, qid, "reconnect: one report about a live member", &len);
-        send_frame(&b, buf, len, 0);
-        free(buf);
-        phalanx__envelope__free_unpacked(await_body(&b, PHALANX__ENVELOPE__BODY_ACK, "reconnect: failure report"), NULL);
-        Phalanx__Envelope env = PHALANX__ENVELOPE__INIT;
-        Phalanx__StatusRequest sr = PHALANX__STATUS_REQUEST__INIT;
-        env.body_case = PHALANX__ENVELOPE__BODY_STATUS_REQ;
-        env.status_req = &sr;
-        buf = pack_v(&env, &len);
-        send_frame(&b, buf, len, 0);
-        free(buf);
-        Phalanx__Envelope *st = await_body(&b, PHALANX__ENVELOPE__BODY_STATUS, "reconnect: status");
-        char key[64];
-        snprintf(key, sizeof key, "{\"group\":\"%s\",", ga);
-        const char *e = strstr(st->status->json, key);
-        const char *state = e ? strstr(e, "\"state\":\"") : NULL, *end = e ? strchr(e, '}') : NULL;
+        Phalanx__Envelope *st;
+        const char *end, *e = report_then_status(&b, gb, ga, qid, "reconnect: one report about a live member", &st, &end);
+        const char *state = e ? strstr(e, "\"state\":\"") : NULL;
         if (!state || state > end || strncmp(state + 9, "lost", 4) == 0) {
             failures++;
             printf("reconnect round %d: after one report the reconnected member is %.*s (want alive)\n", round,
