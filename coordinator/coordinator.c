@@ -1399,14 +1399,17 @@ static void on_drain_request(px_coordinator_t *c, const void *ident, size_t iden
         return;
     }
     int in_quorum = px_quorum_find(&c->quorum, g) >= 0, left = 0;
-    for (int i = 0; in_quorum && i < c->quorum.n; i++) {
-        const char *q = c->quorum.groups[i].name;
-        int leaving = strcmp(q, g) == 0;
-        for (int k = 0; k < c->members.n && !leaving; k++) {
-            const px_member_t *m = &c->members.members[k];
-            leaving = m->draining && m->state != PX_STATE_LOST && strcmp(m->group, q) == 0;
+    if (in_quorum) { /* the quorum's groups less this one and those being drained already */
+        px_quorum_t gone;
+        px_quorum_init(&gone);
+        int oom = px_quorum_insert_sorted(&gone, g, 0) != 0;
+        for (int i = 0; i < c->members.n && !oom; i++) {
+            const px_member_t *m = &c->members.members[i];
+            if (m->draining && m->state != PX_STATE_LOST && px_quorum_find(&c->quorum, m->group) >= 0)
+                oom = px_quorum_insert_sorted(&gone, m->group, 0) != 0;
         }
-        left += !leaving;
+        left = oom ? 0 : c->quorum.n - gone.n;
+        px_quorum_free(&gone);
     }
     int need = c->cfg.min_replicas > 1 ? c->cfg.min_replicas : 1;
     if (in_quorum && left < need) {

@@ -404,16 +404,19 @@ static int cmd_kill(const opts_t *o) {
 
 /* ---- drain -------------------------------------------------------------- */
 
-#define MAX_RANKS 1024 /* the worker's --ranks-per-group limit */
-
 /* Whether group has a live member in the coordinator's status: 1, 0, or -1
- * when the status cannot be read. */
+ * when the status cannot be read. One pass over the member array (a large
+ * job's /status is megabytes): each of the group's entries, up to its '}'. */
 static int group_present(const opts_t *o, const char *group) {
     char *body = fetch_status(o, 1);
     if (!body) return -1;
-    char host[256];
+    char pat[160];
+    snprintf(pat, sizeof pat, "{\"group\":\"%s\",\"rank\":", group);
     int present = 0;
-    for (int r = 0; r < MAX_RANKS && !present; r++) present = find_member(body, group, r, host, sizeof host) > 0;
+    for (const char *p = strstr(body, pat); p && !present; p = strstr(p + 1, pat)) {
+        const char *end = strchr(p, '}'), *st = strstr(p, "\"state\":\"");
+        present = end && st && st < end && strncmp(st + 9, "lost\"", 5) != 0 && strncmp(st + 9, "left\"", 5) != 0;
+    }
     free(body);
     return present;
 }
