@@ -2,6 +2,7 @@
 """What checkpoints cost, each figure against a baseline measured in the same run.
 
   python3 bench/checkpoint.py [BINDIR] [--scratch DIR] [--reps 3] [--pairs 2] [--coretype NAME]
+                              [--models small,gpt2-124m] [--shape MODEL=BxTxN] [--skip-save]
 
   1. Save throughput. bench_ckpt_save writes a gpt2-124m training state
      (parameters and both AdamW moments: 1.49 GB) with px_ckpt_write: the data
@@ -192,6 +193,10 @@ def main():
     ap.add_argument("--pairs", type=int, default=2, help="(none, saving) job pairs per model in part 3 [2]")
     ap.add_argument("--threads", type=int, default=2, help="worker threads in part 3 [2]")
     ap.add_argument("--models", default="small,gpt2-124m", help="models of part 3 [small,gpt2-124m]")
+    ap.add_argument("--shape", action="append", default=[], metavar="MODEL=BxTxN",
+                    help="part 3: MODEL's global batch B, sequence length T and measured intervals N (a multiple "
+                         "of %d), instead of %s (repeatable)" % (EVERY, ", ".join(
+                             "%s=%dx%dx%d" % (m, *v) for m, v in JOBS.items())))
     ap.add_argument("--skip-save", action="store_true", help="leave out parts 1 and 2")
     ap.add_argument("--coretype", default="", help="OPENBLAS_CORETYPE for every process of part 3")
     ap.add_argument("--data", default="", help="token shards [the demo corpus, prepared once]")
@@ -199,6 +204,15 @@ def main():
                     help="write checkpoint_write_bytes_per_s (median save rate of part 1) and "
                          "checkpoint_hold_bytes_per_s (median snapshot copy of part 3's saves) for phalanx-sim")
     a = ap.parse_args()
+    for sh in a.shape:
+        try:
+            m, dims = sh.split("=", 1)
+            b, t, n = (int(x) for x in dims.split("x"))
+        except ValueError:
+            ap.error("--shape %r: expected MODEL=BxTxN, e.g. gpt2-124m=1x1024x20" % sh)
+        if m not in JOBS or b < 1 or t < 1 or n < EVERY or n % EVERY:
+            ap.error("--shape %r: MODEL one of %s, B and T >= 1, N a multiple of %d" % (sh, ", ".join(JOBS), EVERY))
+        JOBS[m] = (b, t, n)
     models = a.models.split(",") if a.models else []
     for m in models:
         if m not in JOBS:
