@@ -32,7 +32,8 @@ set_tests_properties(control_fuzz_hostile_strings PROPERTIES TIMEOUT 60)
 # A flood of bad frames must not starve /status, loss detection or SIGTERM;
 # a heartbeat in flight when a member dies must not hide its closed connection;
 # a member reconnecting on its old descriptor number must not stay "closed".
-foreach(t flood race reconnect)
+# A heartbeat that says "draining" drains its group (a restarted coordinator).
+foreach(t flood race reconnect drain)
   set(name control_fuzz_${t})
   if(t STREQUAL "race")
     set(name control_fuzz_disconnect_race)

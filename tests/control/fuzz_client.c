@@ -245,6 +245,7 @@ static const reg_spec_t REG_OK = {"fz", "fuzzhost", NULL, 0, 1, 4242, 0};
 typedef struct {
     const char *group;
     int64_t rank, step, quorum_id, state;
+    int draining; /* Heartbeat.draining: the worker says its group is being drained */
 } hb_spec_t;
 
 static uint8_t *build_heartbeat(const hb_spec_t *s, int version_mode, size_t *len) {
@@ -255,6 +256,7 @@ static uint8_t *build_heartbeat(const hb_spec_t *s, int version_mode, size_t *le
     if (s->step != UNSET) h.has_step = 1, h.step = s->step;
     if (s->quorum_id != UNSET) h.has_quorum_id = 1, h.quorum_id = s->quorum_id;
     if (s->state != UNSET) h.has_state = 1, h.state = (Phalanx__MemberState)s->state;
+    h.has_draining = h.draining = s->draining != 0;
     env.has_request_id = 1;
     env.request_id = ++g_next_req;
     env.body_case = PHALANX__ENVELOPE__BODY_HB;
@@ -264,7 +266,7 @@ static uint8_t *build_heartbeat(const hb_spec_t *s, int version_mode, size_t *le
     return pack_raw(&env, len);
 }
 
-static const hb_spec_t HB_OK = {"fz", 0, 0, 0, 1};
+static const hb_spec_t HB_OK = {"fz", 0, 0, 0, 1, 0};
 
 static uint8_t *build_store_set(int64_t qid, const char *key, size_t vlen, int has_value, size_t *len) {
     Phalanx__Envelope env = PHALANX__ENVELOPE__INIT;
@@ -633,7 +635,7 @@ static uint8_t *gen_message(size_t *len) {
     }
     case 1:
     case 2: {
-        hb_spec_t h = {rand_group(), rnd_below(3), rnd_below(100), rnd_below(4), rnd_below(3)};
+        hb_spec_t h = {rand_group(), rnd_below(3), rnd_below(100), rnd_below(4), rnd_below(3), 0};
         if (chance(10)) h.step = v;
         if (chance(10)) h.state = v;
         return build_heartbeat(&h, chance(95) ? 1 : (int)rnd_below(3), len);
@@ -945,16 +947,11 @@ static int64_t pair_in_quorum(const char *tag, int round, peer_t *a, peer_t *b, 
     return race_join(a, ga, b, gb);
 }
 
-/* A failure report from b (group gb) naming ga/0 about quorum qid, then the
- * coordinator's status as b gets it: ga's entry in the member array
- * ({"group":"...",...}, *end at its '}'), or NULL. *st must be freed. */
-static const char *report_then_status(peer_t *b, const char *gb, const char *ga, int64_t qid, const char *why,
-                                      Phalanx__Envelope **st, const char **end) {
+/* The coordinator's status as peer b gets it: ga's entry in the member
+ * array ({"group":"...",...}, *end at its '}'), or NULL. *st must be freed. */
+static const char *member_entry(peer_t *b, const char *ga, Phalanx__Envelope **st, const char **end) {
     size_t len;
-    uint8_t *buf = build_failure(gb, 0, ga, 0, qid, why, &len);
-    send_frame(b, buf, len, 0);
-    free(buf);
-    phalanx__envelope__free_unpacked(await_body(b, PHALANX__ENVELOPE__BODY_ACK, why), NULL);
+    uint8_t *buf;
     Phalanx__Envelope env = PHALANX__ENVELOPE__INIT;
     Phalanx__StatusRequest sr = PHALANX__STATUS_REQUEST__INIT;
     env.body_case = PHALANX__ENVELOPE__BODY_STATUS_REQ;
@@ -962,12 +959,24 @@ static const char *report_then_status(peer_t *b, const char *gb, const char *ga,
     buf = pack_v(&env, &len);
     send_frame(b, buf, len, 0);
     free(buf);
-    *st = await_body(b, PHALANX__ENVELOPE__BODY_STATUS, "status after a report");
+    *st = await_body(b, PHALANX__ENVELOPE__BODY_STATUS, "status");
     char key[64];
     snprintf(key, sizeof key, "{\"group\":\"%s\",", ga);
     const char *e = strstr((*st)->status->json, key);
     *end = e ? strchr(e, '}') : NULL;
     return *end ? e : NULL;
+}
+
+/* A failure report from b (group gb) naming ga/0 about quorum qid, then
+ * ga's entry in the status (member_entry). */
+static const char *report_then_status(peer_t *b, const char *gb, const char *ga, int64_t qid, const char *why,
+                                      Phalanx__Envelope **st, const char **end) {
+    size_t len;
+    uint8_t *buf = build_failure(gb, 0, ga, 0, qid, why, &len);
+    send_frame(b, buf, len, 0);
+    free(buf);
+    phalanx__envelope__free_unpacked(await_body(b, PHALANX__ENVELOPE__BODY_ACK, why), NULL);
+    return member_entry(b, ga, st, end);
 }
 
 /* The loss rule's two signals: a peer's failure report plus the victim's
@@ -1050,6 +1059,42 @@ static void reconnect_same_fd(void) {
             "the closed-connection signal set, so one report dropped it", failures, O.race_rounds);
 }
 
+/* A worker told of a drain says so on its heartbeats (Heartbeat.draining),
+ * so that a coordinator restarted before the group left drains it again:
+ * a heartbeat with the flag from a member of a two-group quorum makes the
+ * coordinator form the quorum without its group, marked drained (the event
+ * log, checked by test_fuzz.py), and /status shows the member draining. */
+static void drain_heartbeat(void) {
+    char ga[32], gb[32], ia[64];
+    peer_t a, b;
+    int64_t qid = pair_in_quorum("drainhb", 0, &a, &b, ga, gb, ia);
+    hb_spec_t h = HB_OK;
+    h.group = ga;
+    h.quorum_id = qid;
+    h.draining = 1;
+    size_t len;
+    uint8_t *buf = build_heartbeat(&h, 1, &len);
+    uint64_t id = g_next_req; /* its request id: acks of earlier heartbeats may come first */
+    send_frame(&a, buf, len, 0);
+    free(buf);
+    Phalanx__Envelope *ack;
+    while ((ack = await_body(&a, PHALANX__ENVELOPE__BODY_HB_ACK, "drain heartbeat"))->request_id != id)
+        phalanx__envelope__free_unpacked(ack, NULL);
+    int told = ack->hb_ack->has_draining && ack->hb_ack->draining;
+    phalanx__envelope__free_unpacked(ack, NULL);
+    if (!told) die("the ack of a heartbeat saying it is draining does not say draining");
+    race_heartbeat(&b, gb, 1);
+    Phalanx__Envelope *st;
+    const char *end, *e = member_entry(&b, ga, &st, &end), *d = e ? strstr(e, "\"draining\":true") : NULL;
+    int shown = d && d < end;
+    phalanx__envelope__free_unpacked(st, NULL);
+    if (!shown) die("/status does not show %s draining", ga);
+    printf("drain_heartbeat=ok group=%s quorum_id=%lld\n", ga, (long long)qid);
+    peer_close(&a);
+    peer_close(&b);
+}
+
+/* ---- flood ------------------------------------------------------------- */
 /* ---- flood ------------------------------------------------------------- */
 
 /* Sends bad frames from --flood-sockets DEALERs as fast as ZeroMQ takes them
@@ -1393,7 +1438,7 @@ static void usage(void) {
            "flags (default in brackets):\n"
            "  --endpoint EP      coordinator ZeroMQ endpoint (required)\n"
            "  --job NAME         the coordinator's --job [phalanx]\n"
-           "  --mode M           all | targeted | random | valid; or hostile, flood, race, reconnect, churn [all]\n"
+           "  --mode M           all | targeted | random | valid; or hostile, flood, race, reconnect, drain, churn [all]\n"
            "  --seed N           PRNG seed for the random frames [time-based, printed]\n"
            "  --frames N         random frames to send [10000]\n"
            "  --timeout-ms N     how long to wait for each reply [3000]\n"
@@ -1467,6 +1512,7 @@ int main(int argc, char **argv) {
     if (!strcmp(O.mode, "flood")) flood();
     if (!strcmp(O.mode, "race")) disconnect_race();
     if (!strcmp(O.mode, "reconnect")) reconnect_same_fd();
+    if (!strcmp(O.mode, "drain")) drain_heartbeat();
     if (!strcmp(O.mode, "churn")) churn();
     printf("expected_bad_messages=%" PRIu64 " unsolicited=%" PRIu64 "\n", g_expected_bad, g_unsolicited);
     zmq_ctx_term(g_ctx);

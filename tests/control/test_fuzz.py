@@ -6,6 +6,8 @@ plane": bad input gets an error reply and a bad_message event, never a crash).
   test_fuzz.py BINDIR flood      service under a flood of bad frames (ctest: control_fuzz_flood)
   test_fuzz.py BINDIR race       a heartbeat in flight at disconnect (ctest: control_fuzz_disconnect_race)
   test_fuzz.py BINDIR reconnect  a member reconnecting on its old descriptor number is not left "disconnected"
+  test_fuzz.py BINDIR drain      a heartbeat saying "draining" (a worker told before a coordinator restart)
+                                 drains its group again
 
 Full run:
   1. fuzz_client (a raw ZeroMQ DEALER, tests/control/fuzz_client.c) sends the
@@ -523,6 +525,24 @@ def test_reconnect(bindir):
         job.stop()
 
 
+def test_drain_heartbeat(bindir):
+    job = Job(bindir, "drainhb")
+    try:
+        job.start_coordinator()
+        out, text = run_fuzz_client(bindir, job, ["--mode", "drain"], 30)
+        print(text.strip())
+        drained = wait_until(lambda: [e for e in job.read_events() if e["type"] == "group_drained"], 10,
+                             "a group_drained event")
+        evs = job.read_events()
+        check(len(drained) == 1 and drained[0]["group"] == "drainhb0a", "the group drained: %s" % drained)
+        q = [e for e in evs if e["type"] == "quorum_formed" and e["quorum_id"] == drained[0]["quorum_id"]]
+        check(q and q[0]["groups"] == ["drainhb0b"] and "drained: drainhb0a" in q[0]["reason"],
+              "the quorum without it: %s" % q)
+        alive(job, "after the drain")
+    finally:
+        job.stop()
+
+
 if __name__ == "__main__":
     main_scenarios({"fuzz": test_fuzz, "hostile": test_hostile, "flood": test_flood, "race": test_race,
-                    "reconnect": test_reconnect}, "fuzz")
+                    "reconnect": test_reconnect, "drain": test_drain_heartbeat}, "fuzz")
