@@ -17,14 +17,19 @@ void px_quorum_free(px_quorum_t *q) {
 
 static int cmp_name(const void *x, const void *y) { return strcmp(x, y); }
 
+/* q's drained list becomes d (n names; NULL and 0 for none), the old one freed. */
+static void take_draining(px_quorum_t *q, char (*d)[PX_QUORUM_NAME_MAX], int n) {
+    free(q->draining);
+    q->draining = d;
+    q->n_draining = d ? n : 0;
+}
+
 int px_quorum_set_draining(px_quorum_t *q, const char *const *names, int n) {
     char(*d)[PX_QUORUM_NAME_MAX] = n > 0 ? malloc((size_t)n * sizeof *d) : NULL;
     if (n > 0 && !d) return -1;
     for (int i = 0; i < n; i++) snprintf(d[i], sizeof d[i], "%s", names[i]);
     if (n > 1) qsort(d, (size_t)n, sizeof *d, cmp_name);
-    free(q->draining);
-    q->draining = d;
-    q->n_draining = n > 0 ? n : 0;
+    take_draining(q, d, n);
     return 0;
 }
 
@@ -50,15 +55,11 @@ int px_quorum_copy(px_quorum_t *dst, const px_quorum_t *src) {
     memcpy(dst->mode, src->mode, sizeof dst->mode);
     dst->n = src->n;
     if (src->n) memcpy(dst->groups, src->groups, (size_t)src->n * sizeof *src->groups);
-    if (dst->draining == src->draining) return 0;
-    free(dst->draining);
-    dst->draining = NULL;
-    dst->n_draining = 0;
-    if (src->n_draining <= 0) return 0;
-    dst->draining = malloc((size_t)src->n_draining * sizeof *dst->draining);
-    if (!dst->draining) return -1;
-    memcpy(dst->draining, src->draining, (size_t)src->n_draining * sizeof *dst->draining);
-    dst->n_draining = src->n_draining;
+    int k = src->n_draining;
+    char(*d)[PX_QUORUM_NAME_MAX] = k > 0 ? malloc((size_t)k * sizeof *d) : NULL;
+    if (k > 0 && !d) return -1;
+    if (d) memcpy(d, src->draining, (size_t)k * sizeof *d);
+    take_draining(dst, d, k); /* allocated before the old list is freed: safe even if dst is src */
     return 0;
 }
 

@@ -275,6 +275,13 @@ static char *fetch_status(const opts_t *o, int want_json) {
 
 /* ---- kill --------------------------------------------------------------- */
 
+/* Whether the /status member object at entry (up to its '}') is neither
+ * lost nor left (drained). */
+static int member_live(const char *entry) {
+    const char *end = strchr(entry, '}'), *st = strstr(entry, "\"state\":\"");
+    return end && st && st < end && strncmp(st + 9, "lost\"", 5) != 0 && strncmp(st + 9, "left\"", 5) != 0;
+}
+
 /* Finds live member GROUP/RANK in the /status JSON, whose member objects
  * begin {"group":G,"rank":R,"pid":P,"host":H (a documented contract), and
  * copies its host (JSON string; an escape other than \" \\ \/ leaves it
@@ -284,10 +291,7 @@ static int find_member(const char *json, const char *group, int rank, char *host
     char pat[160];
     snprintf(pat, sizeof pat, "{\"group\":\"%s\",\"rank\":%d,\"pid\":", group, rank);
     const char *p = strstr(json, pat);
-    if (!p) return -1;
-    const char *end = strchr(p, '}');
-    const char *lost = strstr(p, "\"state\":\"lost\""), *left = strstr(p, "\"state\":\"left\"");
-    if ((lost && end && lost < end) || (left && end && left < end)) return -1; /* gone, or drained */
+    if (!p || !member_live(p)) return -1;
     char *after;
     long pid = strtol(p + strlen(pat), &after, 10);
     host[0] = '\0';
@@ -413,10 +417,7 @@ static int group_present(const opts_t *o, const char *group) {
     char pat[160];
     snprintf(pat, sizeof pat, "{\"group\":\"%s\",\"rank\":", group);
     int present = 0;
-    for (const char *p = strstr(body, pat); p && !present; p = strstr(p + 1, pat)) {
-        const char *end = strchr(p, '}'), *st = strstr(p, "\"state\":\"");
-        present = end && st && st < end && strncmp(st + 9, "lost\"", 5) != 0 && strncmp(st + 9, "left\"", 5) != 0;
-    }
+    for (const char *p = strstr(body, pat); p && !present; p = strstr(p + 1, pat)) present = member_live(p);
     free(body);
     return present;
 }

@@ -239,10 +239,12 @@ static void drop_comms(trainer_t *t) {
 }
 
 /* Why the collectives of quorum t->qid can never finish, now that `latest`
- * was pushed and quorum id `known` heard of; NULL when they can. Caller
- * holds comm_mu. */
+ * was pushed and quorum id `known` heard of; NULL when they can, with
+ * *drained the groups of ours it leaves out as drained ones. Caller holds
+ * comm_mu. */
 static const char *stale_reason(const trainer_t *t, const px_quorum_t *latest, int64_t known, char *buf,
-                                size_t len) {
+                                size_t len, int *drained) {
+    *drained = 0;
     if (known <= t->qid) return NULL;
     if (t->phase == PHASE_JOINING) {
         snprintf(buf, len, "quorum %lld replaced the one being joined", (long long)known);
@@ -254,11 +256,13 @@ static const char *stale_reason(const trainer_t *t, const px_quorum_t *latest, i
     }
     for (int i = 0; i < t->q.n; i++) {
         const char *g = t->q.groups[i].name;
+        if (px_quorum_find(latest, g) >= 0) continue;
         /* A group drained (a planned leave) takes part until the boundary. */
-        if (px_quorum_find(latest, g) < 0 && !(latest->id == t->qid + 1 && px_quorum_is_draining(latest, g))) {
+        if (!(latest->id == t->qid + 1 && px_quorum_is_draining(latest, g))) {
             snprintf(buf, len, "quorum %lld drops group %s", (long long)latest->id, g);
             return buf;
         }
+        (*drained)++;
     }
     return NULL; /* it only adds groups, or drops drained ones: adopted at a step boundary */
 }
@@ -285,15 +289,17 @@ static void on_quorum_news(void *ctx, const px_quorum_t *latest, int64_t known) 
     char buf[200];
     if (px_agent_finished_step(t->agent) == t->cfg->steps) return;
     pthread_mutex_lock(&t->comm_mu);
-    const char *why = (t->cross || t->intra) && !t->finishing ? stale_reason(t, latest, known, buf, sizeof buf) : NULL;
+    int drained = 0;
+    const char *why = (t->cross || t->intra) && !t->finishing
+                          ? stale_reason(t, latest, known, buf, sizeof buf, &drained)
+                          : NULL;
     int others_only = diloco(t) && t->phase == PHASE_TRAINING && latest->id == known &&
                       px_quorum_find(latest, t->cfg->group) >= 0;
-    t->drain_only = 0;
-    if (!why && t->phase == PHASE_TRAINING && latest->id == known && latest->id == t->qid + 1 && latest->n_draining > 0) {
-        int gone = 0; /* every group of ours that it lacks is a drained one (stale_reason): none new? */
-        for (int i = 0; i < t->q.n; i++) gone += px_quorum_find(latest, t->q.groups[i].name) < 0;
-        if (latest->n == t->q.n - gone) t->drain_only = known;
-    }
+    /* only drained groups gone, none new */
+    t->drain_only = !why && drained > 0 && t->phase == PHASE_TRAINING && latest->id == known &&
+                            latest->n == t->q.n - drained
+                        ? known
+                        : 0;
     if (why && others_only) {
         if (t->cross) px_comm_abort(t->cross);
         if (t->state_cross) px_comm_abort(t->state_cross);
