@@ -8,6 +8,11 @@ over Gloo, both processes on the same GPU when there is one.
   kill    a longer job; SIGKILL g1 once it trains: phalanx-launch restarts
           it, it heals from g0, the job completes, both groups end with the
           same checksum, and the final loss is within 1e-3 of the CPU run's.
+  checkpoint  a GPU job saves a checkpoint halfway (the state downloaded from
+          the GPU at that step) and at its end; a CPU job restores the
+          halfway one, says so, and ends at the GPU job's final loss within
+          1e-3: the checkpoint holds the whole state (parameters, AdamW
+          moments, step, data cursor), whichever device wrote it.
 
 Without a usable GPU (tests/gpu's test_cuda_available says why, or the build
 has no CUDA) the script prints "SKIP: <reason>" and exits 77.
@@ -20,6 +25,7 @@ of phalanx-launch in a scratch folder finds the wrapper as its
 phalanx-worker. Production runs need no such thing (one host per group, or
 CUDA_VISIBLE_DEVICES per process; docs/cuda.md)."""
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -139,5 +145,28 @@ def kill(bindir):
     print("killed g1 at step >= 10; healed from g0; final loss GPU %.6f, CPU %.6f" % (s["final_loss"], cpu))
 
 
+def checkpoint(bindir):
+    require_gpu(bindir)
+    data = make_corpus(bindir, tempfile.mkdtemp(prefix="phalanx-gpu-data-"))
+    steps, half = 40, 20
+    gpu_ckpt = tempfile.mkdtemp(prefix="phalanx-gpu-ckpt-")
+    ckpt = ["--checkpoint-every", str(half), "--checkpoint-keep", "0"]
+    launch = Launch(wrapped_bindir(bindir), job_args(data, steps, "cuda") + ["--checkpoint-dir", gpu_ckpt] + ckpt,
+                    env=NCCL_ENV, name="gpu-ckpt")
+    s, _ = finish(launch, "cuda-ckpt", steps)
+    saved = sorted(os.listdir(gpu_ckpt))
+    check("step_%08d" % half in saved and "step_%08d" % steps in saved,
+          "the GPU job saved steps %d and %d: %s" % (half, steps, saved))
+    cpu_ckpt = tempfile.mkdtemp(prefix="phalanx-gpu-ckpt-cpu-")
+    shutil.copytree(os.path.join(gpu_ckpt, "step_%08d" % half), os.path.join(cpu_ckpt, "step_%08d" % half))
+    again = Launch(bindir, job_args(data, steps, "cpu") + ["--checkpoint-dir", cpu_ckpt] + ckpt, name="gpu-ckpt-cpu")
+    s2, _ = finish(again, "cpu-restore", steps)
+    restored = [int(m.group(1)) for line in again.output() for m in [re.search(r"restored step (\d+) from", line)] if m]
+    check(restored and set(restored) == {half}, "the CPU job restored step %d: %s" % (half, restored))
+    close(s2["final_loss"], s["final_loss"], "checkpoint")
+    print("GPU job saved steps %d and %d; the CPU job restored step %d and ended at loss %.6f, the GPU job at %.6f"
+          % (half, steps, half, s2["final_loss"], s["final_loss"]))
+
+
 if __name__ == "__main__":
-    main_scenarios({"parity": parity, "kill": kill})
+    main_scenarios({"parity": parity, "kill": kill, "checkpoint": checkpoint})

@@ -1,0 +1,65 @@
+#!/bin/bash
+# The GPU tests on a lent GPU machine that has none of the project's
+# libraries: unpacks the bundle of scripts/gpu-bundle.sh, finds CUDA's own
+# libraries (cudart, cuBLAS, NCCL) on that machine, and runs every test of
+# tests/gpu.cmake directly (ctest's files name this machine's paths), each
+# bounded by a timeout, then bench/gpu_step.py.
+#
+#   tests/gpu/device_check.sh BUNDLE.tar.xz OUT_DIR [TEST...]
+#
+# Writes OUT_DIR/summary.txt (the machine: nvidia-smi, the libraries found;
+# then one line per test: name, exit status, seconds; 0 passed, 77 skipped,
+# 124 timed out), OUT_DIR/tests.log (the end of each test's output) and
+# OUT_DIR/logs.tgz (each test's whole output and the job folders of the
+# distributed tests). Few files: a lent machine sends back at most 8.
+# With TEST names, runs only those (names as in tests/gpu.cmake, or gpu_step).
+set -u
+tarball=$1
+out=$2
+shift 2
+mkdir -p "$out"
+work=$(mktemp -d /tmp/pxgpu.XXXXXX)
+tar -C "$work" -xJf "$tarball" || { echo "cannot unpack $tarball" >&2; exit 2; }
+bin=$(echo "$work"/*/bin)
+here=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$here"
+
+dirs=
+for lib in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libnccl.so.2; do
+  p=$(find /usr/local/cuda/ /usr/local /opt /usr/lib -name "$lib" 2>/dev/null | head -1)
+  if [ -z "$p" ]; then echo "missing $lib" | tee -a "$out/summary.txt"; continue; fi
+  d=$(dirname "$p")
+  case ":$dirs:" in *":$d:"*) ;; *) dirs=$dirs:$d ;; esac
+done
+export LD_LIBRARY_PATH=${dirs#:}
+{ nvidia-smi; echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"; ldd "$bin/phalanx-worker"; python3 --version; } >> "$out/summary.txt" 2>&1
+logs=$work/logs
+mkdir -p "$logs"
+
+wanted() { [ $# -eq 0 ] && return 0; local t; for t in "${selected[@]}"; do [ "$t" = "$1" ] && return 0; done; return 1; }
+selected=("$@")
+run() {  # run NAME SECONDS COMMAND...
+  local name=$1 limit=$2; shift 2
+  [ ${#selected[@]} -eq 0 ] || wanted "$name" || return 0
+  local t0=$(date +%s%N)
+  timeout -k 5 "$limit" "$@" > "$logs/$name.log" 2>&1
+  local rc=$?
+  printf '%-26s rc=%-3s %6ss\n' "$name" "$rc" $(( ($(date +%s%N) - t0) / 1000000000 )) | tee -a "$out/summary.txt"
+  { echo "=== $name (rc=$rc)"; tail -n 150 "$logs/$name.log"; } >> "$out/tests.log"
+  return $rc
+}
+
+run gpu_cuda_available 60 "$bin/test_cuda_available"
+run gpu_ops 120 "$bin/test_gpu_ops" ||
+  { [ $? -ne 77 ] && run gpu_ops_memcheck 120 compute-sanitizer --tool memcheck --print-limit 20 "$bin/test_gpu_ops"; }
+run gpu_model 120 "$bin/test_gpu_model"
+run gpu_reference 60 "$bin/test_gpu_reference" tests/reference
+export PYTHONUNBUFFERED=1 TMPDIR=$work
+run gpu_distributed_parity 150 python3 tests/gpu/test_distributed.py "$bin" parity
+run gpu_distributed_kill 200 python3 tests/gpu/test_distributed.py "$bin" kill
+run gpu_distributed_checkpoint 150 python3 tests/gpu/test_distributed.py "$bin" checkpoint
+if [ ${#selected[@]} -eq 0 ] || wanted gpu_step; then
+  data=$(python3 -c "import sys; sys.path.insert(0, 'tests/lib'); from phalanx_test import make_corpus; print(make_corpus('$bin', '$work/bench-data', words=200000))")
+  run gpu_step 180 python3 bench/gpu_step.py --bindir "$bin" --data "$data" --compile
+fi
+tar -C "$work" -czf "$out/logs.tgz" --exclude='*.bin' --exclude='build-gpu-bundle' . 2>/dev/null
