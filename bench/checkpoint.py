@@ -3,6 +3,7 @@
 
   python3 bench/checkpoint.py [BINDIR] [--scratch DIR] [--reps 3] [--pairs 2] [--coretype NAME]
                               [--models small,gpt2-124m] [--shape MODEL=BxTxN] [--skip-save]
+                              [--device cpu|cuda] [--copy held|overlap]
 
   1. Save throughput. bench_ckpt_save writes a gpt2-124m training state
      (parameters and both AdamW moments: 1.49 GB) with px_ckpt_write: the data
@@ -25,7 +26,9 @@
      The measured steps then hold one save per 10. Target: < 3%. The
      worker's CPU time per step (its threads' schedstat, the saver's
      included) is printed beside it: on a machine whose cores the training
-     threads fill, what the saver spends is taken from them.
+     threads fill, what the saver spends is taken from them. --device cuda
+     runs the worker on a GPU (its state is downloaded for each save);
+     --copy passes --checkpoint-copy (default: the worker's own).
 Both sides of every comparison run with the same OPENBLAS_CORETYPE (--coretype
 sets it; printed either way). MB are 1e6 bytes."""
 import argparse
@@ -119,10 +122,13 @@ def step_intervals(a, env, model, with_ckpt):
     gb, seq, measured = JOBS[model]
     steps = EVERY + 1 + measured
     flags = ["--model", model, "--data", a.data, "--steps", str(steps), "--global-batch", str(gb),
-             "--micro-batch", str(gb), "--seq", str(seq), "--threads", str(a.threads), "--eval-batches", "0"]
+             "--micro-batch", str(gb), "--seq", str(seq), "--threads", str(a.threads), "--eval-batches", "0",
+             "--device", a.device]
     ckpt = os.path.join(a.scratch, "ckpt-" + model)
     if with_ckpt:
         flags += ["--checkpoint-dir", ckpt, "--checkpoint-every", str(EVERY), "--checkpoint-keep", "2"]
+        if a.copy:
+            flags += ["--checkpoint-copy", a.copy]
     job = Job(a.bindir, "ckpt-bench", coord_args=["--min-replicas", "1"], env=env)
     try:
         w = job.start_worker("g0", flags)
@@ -131,6 +137,12 @@ def step_intervals(a, env, model, with_ckpt):
         at = {int(kv(l)["step"]): t for t, l in w.snapshot() if l.startswith("progress ")}
         cpu = {k: own for k, (own, _) in w.cpu_by_step().items()}
         holds = hold_rates(w.log_path) if with_ckpt else []
+        if with_ckpt:
+            writes = save_times(w.log_path)
+            if writes:
+                print("    saves: held training a median %.0f ms, wrote in a median %.2f s (%.0f MB/s), %d saves"
+                      % (statistics.median(w[0] for w in writes), statistics.median(w[1] for w in writes),
+                         statistics.median(w[2] for w in writes), len(writes)), flush=True)
     finally:
         job.stop()
         shutil.rmtree(job.dir, ignore_errors=True)
@@ -141,27 +153,33 @@ def step_intervals(a, env, model, with_ckpt):
     return {k: at[k] - at[k - 1] for k in ks}, {k: (cpu[k] - cpu[k - 1]) / 1e9 for k in ks}, holds
 
 
-def hold_rates(log_path):
-    """Bytes per second of the copy a save holds training for: each save's
-    checkpoint_saved bytes over its checkpoint_started held_ms (the worker's log)."""
-    held, size = {}, {}
+def save_times(log_path):
+    """(held ms, seconds writing, MB/s, bytes) of each save, from the
+    worker's checkpoint_started and checkpoint_saved lines."""
+    held, done = {}, {}
     with open(log_path) as f:
         for line in f:
             if "checkpoint_started " in line or "checkpoint_saved " in line:
                 d = kv(line[line.index("checkpoint_"):])
                 if "held_ms" in d:
                     held[d["step"]] = float(d["held_ms"])
-                elif "bytes" in d:
-                    size[d["step"]] = int(d["bytes"])
-    return [size[s] / (held[s] / 1e3) for s in held if s in size and held[s] > 0]
+                elif "seconds" in d:
+                    done[d["step"]] = (float(d["seconds"]), float(d.get("mb_s", 0)), int(d["bytes"]))
+    return [(held[s],) + done[s] for s in held if s in done]
+
+
+def hold_rates(log_path):
+    """Bytes per second of the copy a save holds training for: each save's
+    checkpoint_saved bytes over its checkpoint_started held_ms (the worker's log)."""
+    return [b / (h / 1e3) for h, _, _, b in save_times(log_path) if h > 0]
 
 
 def overhead(a, env, model):
     """Part 3 for one model: per pair, mean measured step without and with saving."""
     gb, seq, measured = JOBS[model]
     first = EVERY + 1  # the step after the first save
-    print("== 3. %s (global batch %d, seq %d, %d threads): %d steps, saves after steps %s; %d pairs"
-          % (model, gb, seq, a.threads, first + measured, ", ".join(str(s) for s in
+    print("== 3. %s (global batch %d, seq %d, %d threads, device %s, copy %s): %d steps, saves after steps %s; "
+          "%d pairs" % (model, gb, seq, a.threads, a.device, a.copy or "default", first + measured, ", ".join(str(s) for s in
                                                                    range(EVERY, first + measured, EVERY)), a.pairs),
           flush=True)
     none, withs, firsts, cpu_none, cpu_with, holds = [], [], [], [], [], []
@@ -198,6 +216,9 @@ def main():
                          "of %d), instead of %s (repeatable)" % (EVERY, ", ".join(
                              "%s=%dx%dx%d" % (m, *v) for m, v in JOBS.items())))
     ap.add_argument("--skip-save", action="store_true", help="leave out parts 1 and 2")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="the worker's --device in part 3 [cpu]")
+    ap.add_argument("--copy", default="", choices=["", "held", "overlap"],
+                    help="the worker's --checkpoint-copy in part 3 [its default]")
     ap.add_argument("--coretype", default="", help="OPENBLAS_CORETYPE for every process of part 3")
     ap.add_argument("--data", default="", help="token shards [the demo corpus, prepared once]")
     ap.add_argument("--json", default="", metavar="OUT",

@@ -49,7 +49,7 @@ def phalanx(args):
 
 def pytorch(args, cfg, compile_):
     import torch
-    from torch_gpt import GPT
+    from torch_gpt import GPT, train_step
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.manual_seed(1337)
@@ -63,11 +63,7 @@ def pytorch(args, cfg, compile_):
     for s in range(args.warmup + args.steps):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        _, loss = step_model(x, y)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        train_step(model, step_model, opt, x, y)
         torch.cuda.synchronize()
         if s >= args.warmup:
             times.append((time.perf_counter() - t0) * 1000.0)

@@ -144,3 +144,15 @@ class GPT(nn.Module):
         except (RuntimeError, TypeError, ValueError):
             pass
         return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, foreach=True), "foreach"
+
+
+def train_step(model, step_model, opt, x, y):
+    """One training step as the baselines time it: forward (through
+    step_model, the model or its torch.compile), backward, clipping of the
+    global gradient norm at 1.0 (phalanx's default), AdamW. Returns the loss."""
+    opt.zero_grad(set_to_none=True)
+    _, loss = step_model(x, y)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    return loss

@@ -29,7 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "reference"))
 from make_fixture import read_llmc  # noqa: E402
-from torch_gpt import GPT  # noqa: E402
+from torch_gpt import GPT, train_step  # noqa: E402
 
 LOSS_RTOL = 1e-4
 
@@ -89,11 +89,7 @@ def main():
     for s in range(args.warmup + args.steps):
         c0 = time.process_time()
         t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        _, loss = step_model(x, y)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        loss = train_step(model, step_model, opt, x, y)
         dt = (time.perf_counter() - t0) * 1000.0
         dc = (time.process_time() - c0) * 1000.0
         if s == 0:

@@ -17,6 +17,8 @@ struct px_ckpt_saver {
     px_train_state_t snap;           /* owned once allocated */
     const px_train_state_t *src;     /* the live state being copied into snap (NULL: none) */
     int copying;                     /* src is being read: the owner must not change it */
+    void (*source_wait)(void *);     /* called before src is first read (NULL: none) */
+    void *source_ctx;
     px_ckpt_meta_t meta;
     px_ckpt_part_t part;             /* with has_part: this rank writes a part (ckpt.h) */
     int has_part;
@@ -52,7 +54,9 @@ static void *saver_main(void *arg) {
         sv->pending = 0;
         pthread_mutex_unlock(&sv->mu);
         if (sv->src) { /* the snapshot, while the trainer computes the next step (it only reads the state) */
-            copy_state(&sv->snap, sv->src, 0);
+            /* a state with a wait is a copy of what trains elsewhere (a GPU's): the cores are free */
+            if (sv->source_wait) sv->source_wait(sv->source_ctx);
+            copy_state(&sv->snap, sv->src, sv->source_wait != NULL);
             pthread_mutex_lock(&sv->mu);
             sv->src = NULL;
             sv->copying = 0;
@@ -114,7 +118,10 @@ int px_ckpt_saver_submit(px_ckpt_saver_t *sv, const px_train_state_t *s, const p
      * and follows the state when that changes (a switch of mode). */
     if (sv->snap.owned && (sv->snap.nbuf != s->nbuf || sv->snap.n != s->n)) px_state_free(&sv->snap);
     if (!sv->snap.owned && px_state_alloc_like(&sv->snap, s) != 0) return -1;
-    if (!overlap) copy_state(&sv->snap, s, 1);
+    if (!overlap) {
+        if (sv->source_wait) sv->source_wait(sv->source_ctx);
+        copy_state(&sv->snap, s, 1);
+    }
     sv->meta = *meta;
     sv->meta.job = sv->job;
     snprintf(sv->writer_group, sizeof sv->writer_group, "%s", meta->writer_group ? meta->writer_group : "");
@@ -129,6 +136,14 @@ int px_ckpt_saver_submit(px_ckpt_saver_t *sv, const px_train_state_t *s, const p
     pthread_mutex_unlock(&sv->mu);
     if (held_ms) *held_ms = (double)(px_now_us() - t0) / 1000.0;
     return 0;
+}
+
+void px_ckpt_saver_set_source_wait(px_ckpt_saver_t *sv, void (*wait)(void *ctx), void *ctx) {
+    pthread_mutex_lock(&sv->mu);
+    wait_idle_locked(sv);
+    sv->source_wait = wait;
+    sv->source_ctx = ctx;
+    pthread_mutex_unlock(&sv->mu);
 }
 
 void px_ckpt_saver_set_part(px_ckpt_saver_t *sv, const px_ckpt_part_t *part) {

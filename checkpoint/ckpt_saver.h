@@ -34,6 +34,13 @@ px_ckpt_saver_t *px_ckpt_saver_new(const char *dir, int keep, const px_gpt_confi
  * the snapshot cannot be allocated (nothing is saved). */
 int px_ckpt_saver_submit(px_ckpt_saver_t *sv, const px_train_state_t *s, const px_ckpt_meta_t *meta, int overlap,
                          double *held_ms);
+/* Before it first reads a submitted state (on the caller's thread without
+ * overlap, on its own with), the saver calls wait(ctx): for a state whose
+ * host copy is still arriving, e.g. a download from a GPU that overlaps the
+ * next step. Such a state is a copy of one that trains elsewhere, so the
+ * saver's own copy of it (overlap) runs on every core, as a held one does.
+ * NULL: none. Set it while no save is in flight. */
+void px_ckpt_saver_set_source_wait(px_ckpt_saver_t *sv, void (*wait)(void *ctx), void *ctx);
 /* From now on this saver writes this rank's part of checkpoints written by
  * several ranks (ckpt.h, px_ckpt_write_part; the part's runs and plan must
  * outlive the saver), and only rank 0 applies retention; NULL: whole states

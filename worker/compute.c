@@ -13,7 +13,7 @@
 struct px_compute {
     px_gpt_t *host;       /* the model (cpu) or the host mirror of its state (cuda) */
     px_compute_gpu_t *gpu; /* NULL on the CPU */
-    int mirror_valid;     /* cuda: host params, m, v equal the device's */
+    int mirror_valid;     /* cuda: host params, m, v equal the device's (once a download begun lands) */
     float tail[PX_VOTE_N]; /* cuda: the vote's tail on the host */
     char name[32];
 };
@@ -108,11 +108,22 @@ int px_compute_comms_take_host(const px_compute_t *c) { return !c->gpu; }
 
 int px_compute_host_stale(const px_compute_t *c) { return c->gpu && !c->mirror_valid; }
 
-void px_compute_host_state(px_compute_t *c) {
+void px_compute_host_state_begin(px_compute_t *c) {
     if (!c->gpu || c->mirror_valid) return;
-    px_compute_gpu_download(c->gpu, c->host);
-    c->mirror_valid = 1;
+    px_compute_gpu_download_begin(c->gpu, c->host);
+    c->mirror_valid = 1; /* once it lands: readers wait (px_compute_host_wait) */
 }
+
+void px_compute_host_wait(px_compute_t *c) {
+    if (c->gpu) px_compute_gpu_download_wait(c->gpu);
+}
+
+void px_compute_host_state(px_compute_t *c) {
+    px_compute_host_state_begin(c);
+    px_compute_host_wait(c);
+}
+
+int px_compute_state_on_host(const px_compute_t *c) { return !c->gpu; }
 
 void px_compute_host_written(px_compute_t *c) {
     if (!c->gpu) return;

@@ -17,11 +17,13 @@
  *
  * Training state on the host. Healing, checkpoints, checksums and --save
  * work on host buffers (model/train_state.h): the host px_gpt_t's params, m
- * and v. On the CPU they are the live state. On the GPU they are a mirror:
- * px_compute_host_state downloads them when the mirror is stale (every
- * optimizer step makes it stale), and px_compute_host_written uploads them
- * after the host state was written (a heal, a restore, a rebuild of the
- * initial state). Both are no-ops on the CPU.
+ * and v. On the CPU they are the live state. On the GPU they are a mirror
+ * (pinned, where the driver allows): px_compute_host_state downloads them
+ * when the mirror is stale (every optimizer step makes it stale), and
+ * px_compute_host_written uploads them after the host state was written (a
+ * heal, a restore, a rebuild of the initial state). A checkpoint's download
+ * overlaps the next step: px_compute_host_state_begin, and the saver calls
+ * px_compute_host_wait before it reads. All are no-ops on the CPU.
  *
  * A build without CUDA links compute_nocuda.c instead of compute_cuda.c:
  * asking for cuda there fails with "built without CUDA". */
@@ -84,8 +86,21 @@ int px_compute_comms_take_host(const px_compute_t *c);
 /* 1 when the host copy is older than the device's state (cuda, after an
  * optimizer step); always 0 on the CPU. */
 int px_compute_host_stale(const px_compute_t *c);
-/* Makes the host model's params, m and v current (downloads when stale). */
+/* Makes the host model's params, m and v current (downloads when stale,
+ * and waits for a download begun before). */
 void px_compute_host_state(px_compute_t *c);
+/* Starts making them current and returns at once: on the GPU the download
+ * runs while the next step's forward and backward compute (its optimizer
+ * step waits for it on the device). Nothing may read the host copy before
+ * px_compute_host_wait (or px_compute_host_state) returns. */
+void px_compute_host_state_begin(px_compute_t *c);
+/* Blocks until the download begun last has landed; any thread (a
+ * checkpoint saver's) may call it. No-op on the CPU. */
+void px_compute_host_wait(px_compute_t *c);
+/* 1 when the host model's buffers are the training state itself (the CPU:
+ * every optimizer step writes them); 0 when they are a mirror that only a
+ * download writes (cuda). */
+int px_compute_state_on_host(const px_compute_t *c);
 /* The host params, m and v were written: the device takes them. */
 void px_compute_host_written(px_compute_t *c);
 

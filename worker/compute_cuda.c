@@ -3,6 +3,12 @@
  * share a GPU; NCCL, though, refuses two ranks of one communicator on one GPU
  * of one host (docs/cuda.md says how to place them).
  *
+ * The host mirror of the state (params, m, v) is pinned (page-locked) when
+ * the driver allows, so that downloads run at the link's rate, and a
+ * download runs on a stream of its own: queued behind the optimizer step it
+ * follows, overlapping the next step's forward and backward (which only read
+ * those buffers); the next optimizer step waits for it on the device.
+ *
  * A CUDA failure here logs file:line and exits the process with status 1,
  * as the model's own calls do: a GPU fault is not recoverable inside a rank;
  * the group is dropped, the rank restarted, and it heals. */
@@ -19,7 +25,19 @@ struct px_compute_gpu {
     px_gpt_cuda_t *m;
     int device;
     size_t n; /* num_params */
+    cudaStream_t copy;            /* downloads */
+    cudaEvent_t ready, landed;    /* the model's work a download follows; the download done */
+    void *pinned[3];              /* host buffers registered with cudaHostRegister (NULL: not) */
 };
+
+enum { NSTATE = 3 };
+static const px_gpt_cuda_buf_t state_bufs[NSTATE] = {PX_GPT_CUDA_PARAMS, PX_GPT_CUDA_M, PX_GPT_CUDA_V};
+
+static void host_bufs(const px_gpt_t *host, float *out[NSTATE]) {
+    out[0] = host->params;
+    out[1] = host->m;
+    out[2] = host->v;
+}
 
 #define CK(call)                                                                                               \
     do {                                                                                                       \
@@ -58,14 +76,36 @@ px_compute_gpu_t *px_compute_gpu_new(const px_gpt_t *host, int rank, char *err, 
         free(g);
         return NULL;
     }
+    CK(cudaStreamCreateWithFlags(&g->copy, cudaStreamNonBlocking));
+    CK(cudaEventCreateWithFlags(&g->ready, cudaEventDisableTiming));
+    CK(cudaEventCreateWithFlags(&g->landed, cudaEventDisableTiming));
+    float *hb[NSTATE];
+    host_bufs(host, hb);
+    for (int i = 0; i < NSTATE; i++) {
+        e = cudaHostRegister(hb[i], g->n * sizeof(float), cudaHostRegisterDefault);
+        if (e == cudaSuccess) {
+            g->pinned[i] = hb[i];
+        } else { /* correct either way; pageable copies are slower and hold the host */
+            px_log_warn("host_pin_failed bytes=%zu error=\"%s\": state downloads go through pageable memory",
+                        g->n * sizeof(float), cudaGetErrorString(e));
+            (void)cudaGetLastError();
+        }
+    }
     px_compute_gpu_upload(g, host);
     return g;
 }
 
 void px_compute_gpu_destroy(px_compute_gpu_t **pg) {
     if (!pg || !*pg) return;
-    px_gpt_cuda_destroy(&(*pg)->m);
-    free(*pg);
+    px_compute_gpu_t *g = *pg;
+    px_compute_gpu_download_wait(g);
+    for (int i = 0; i < NSTATE; i++)
+        if (g->pinned[i]) CK(cudaHostUnregister(g->pinned[i]));
+    CK(cudaEventDestroy(g->ready));
+    CK(cudaEventDestroy(g->landed));
+    CK(cudaStreamDestroy(g->copy));
+    px_gpt_cuda_destroy(&g->m);
+    free(g);
     *pg = NULL;
 }
 
@@ -82,6 +122,8 @@ int px_compute_gpu_backward(px_compute_gpu_t *g, float loss_scale) { return px_g
 float px_compute_gpu_clip_adamw(px_compute_gpu_t *g, float grad_clip, float lr, float beta1, float beta2, float eps,
                                 float weight_decay, int t) {
     float norm = px_gpt_cuda_clip_grads(g->m, grad_clip);
+    /* a download of the state may still be reading it (an event never recorded is no wait) */
+    CK(cudaStreamWaitEvent(px_gpt_cuda_stream(g->m), g->landed, 0));
     px_gpt_cuda_adamw_step(g->m, lr, beta1, beta2, eps, weight_decay, t);
     return norm;
 }
@@ -107,13 +149,24 @@ static void must(int rc, const char *what) {
     exit(1);
 }
 
-void px_compute_gpu_download(px_compute_gpu_t *g, px_gpt_t *host) {
-    must(px_gpt_cuda_download(g->m, PX_GPT_CUDA_PARAMS, host->params, g->n), "params");
-    must(px_gpt_cuda_download(g->m, PX_GPT_CUDA_M, host->m, g->n), "m");
-    must(px_gpt_cuda_download(g->m, PX_GPT_CUDA_V, host->v, g->n), "v");
+void px_compute_gpu_download_begin(px_compute_gpu_t *g, px_gpt_t *host) {
+    float *hb[NSTATE];
+    host_bufs(host, hb);
+    CK(cudaEventRecord(g->ready, px_gpt_cuda_stream(g->m)));
+    CK(cudaStreamWaitEvent(g->copy, g->ready, 0));
+    for (int i = 0; i < NSTATE; i++)
+        CK(cudaMemcpyAsync(hb[i], px_gpt_cuda_buffer(g->m, state_bufs[i]), g->n * sizeof(float),
+                           cudaMemcpyDeviceToHost, g->copy));
+    CK(cudaEventRecord(g->landed, g->copy));
+}
+
+void px_compute_gpu_download_wait(px_compute_gpu_t *g) {
+    CK(cudaSetDevice(g->device)); /* a saver's thread: this rank's GPU, not device 0 */
+    CK(cudaEventSynchronize(g->landed));
 }
 
 void px_compute_gpu_upload(px_compute_gpu_t *g, const px_gpt_t *host) {
+    px_compute_gpu_download_wait(g); /* the host buffers may still be receiving one */
     must(px_gpt_cuda_upload(g->m, PX_GPT_CUDA_PARAMS, host->params, g->n), "params");
     must(px_gpt_cuda_upload(g->m, PX_GPT_CUDA_M, host->m, g->n), "m");
     must(px_gpt_cuda_upload(g->m, PX_GPT_CUDA_V, host->v, g->n), "v");

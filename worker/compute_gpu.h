@@ -27,8 +27,13 @@ float *px_compute_gpu_grads(px_compute_gpu_t *g); /* device: (num_params + PX_GP
  * put first waits for the gradient work queued on the model's stream. */
 void px_compute_gpu_spare_put(px_compute_gpu_t *g, const float *host, size_t n);
 void px_compute_gpu_spare_get(px_compute_gpu_t *g, float *host, size_t n);
-/* params, m and v between the device and the host model. */
-void px_compute_gpu_download(px_compute_gpu_t *g, px_gpt_t *host);
+/* params, m and v from the device to the host model: begin queues the copy
+ * behind the work queued so far, on a stream of its own, and returns; the
+ * next optimizer step on the device waits for it (not the host). wait
+ * blocks until the last copy begun has landed; any thread may call it. */
+void px_compute_gpu_download_begin(px_compute_gpu_t *g, px_gpt_t *host);
+void px_compute_gpu_download_wait(px_compute_gpu_t *g);
+/* params, m and v from the host model to the device (after any download). */
 void px_compute_gpu_upload(px_compute_gpu_t *g, const px_gpt_t *host);
 
 #endif

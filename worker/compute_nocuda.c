@@ -45,5 +45,6 @@ float px_compute_gpu_clip_adamw(px_compute_gpu_t *g, float c, float lr, float b1
 float *px_compute_gpu_grads(px_compute_gpu_t *g) { (void)g; unreachable(__func__); return NULL; }
 void px_compute_gpu_spare_put(px_compute_gpu_t *g, const float *h, size_t n) { (void)g, (void)h, (void)n; unreachable(__func__); }
 void px_compute_gpu_spare_get(px_compute_gpu_t *g, float *h, size_t n) { (void)g, (void)h, (void)n; unreachable(__func__); }
-void px_compute_gpu_download(px_compute_gpu_t *g, px_gpt_t *h) { (void)g, (void)h; unreachable(__func__); }
+void px_compute_gpu_download_begin(px_compute_gpu_t *g, px_gpt_t *h) { (void)g, (void)h; unreachable(__func__); }
+void px_compute_gpu_download_wait(px_compute_gpu_t *g) { (void)g; unreachable(__func__); }
 void px_compute_gpu_upload(px_compute_gpu_t *g, const px_gpt_t *h) { (void)g, (void)h; unreachable(__func__); }

@@ -150,6 +150,11 @@ int px_persist_set_shard(px_persist_t *p, px_shard_t *sh, const px_shard_layout_
     return rc;
 }
 
+void px_persist_set_source_wait(px_persist_t *p, void (*wait)(void *ctx), void *ctx) {
+    p->source_wait = wait;
+    p->source_ctx = ctx;
+}
+
 void px_persist_joined(px_persist_t *p, const px_quorum_t *q) {
     if (!p->dir[0] || q->n == 0) return;
     if (p->prev_writer[0] && strcmp(p->prev_writer, q->groups[0].name) && is_writer(p, q)) p->catch_up = 1;
@@ -191,6 +196,7 @@ static void save(px_persist_t *p, const px_train_state_t *st, const px_quorum_t 
             return;
         }
         if (p->sharded) px_ckpt_saver_set_part(p->saver, &p->part);
+        if (p->source_wait) px_ckpt_saver_set_source_wait(p->saver, p->source_wait, p->source_ctx);
     }
     if (p->sharded) { /* the previous save done, a new one starts with the group whole */
         px_ckpt_saver_wait(p->saver);

@@ -43,6 +43,8 @@ typedef struct {
     px_ckpt_part_t part;
     int fsdp, tp, pp;
     int group_failed;                /* part.cancel: set when a step of the group failed */
+    void (*source_wait)(void *);     /* see px_persist_set_source_wait */
+    void *source_ctx;
 } px_persist_t;
 
 /* Off (0) when cfg has no checkpoint_dir. -1 when the folder name is too
@@ -67,6 +69,10 @@ int px_persist_set_shard(px_persist_t *p, px_shard_t *sh, const px_shard_layout_
  * overwrite them); -2: a checkpoint failed to load after being partly read,
  * and the state must be rebuilt by the caller. */
 int px_persist_restore(px_persist_t *p, px_train_state_t *st, const px_ckpt_sink_t *sink, int64_t *restored);
+/* A state whose host copy may still be arriving when a save is asked for
+ * (a GPU's, downloaded while the next step computes): the saver calls
+ * wait(ctx) before it reads the state (ckpt_saver.h). */
+void px_persist_set_source_wait(px_persist_t *p, void (*wait)(void *ctx), void *ctx);
 /* After joining quorum q: notes who writes. */
 void px_persist_joined(px_persist_t *p, const px_quorum_t *q);
 /* 1 when px_persist_committed(p, st, q) will save st: a trainer whose

@@ -462,9 +462,28 @@ static int shard_group_sync(trainer_t *t) {
 /* The host copy of the state up to date (a GPU's state is downloaded when
  * an optimizer step made the copy stale): before it is read on the host. */
 static void host_state(trainer_t *t) {
-    if (!px_compute_host_stale(t->dev)) return;
-    px_persist_fence(&t->persist); /* the download overwrites the state a save may be copying */
+    if (px_compute_host_stale(t->dev))
+        px_persist_fence(&t->persist); /* the download overwrites the state a save may be copying */
     px_compute_host_state(t->dev);
+}
+
+/* The same before a save, without holding training: a GPU's download runs
+ * while the next step computes, and the saver waits for it (wait_host). */
+static void host_state_for_save(trainer_t *t) {
+    if (px_compute_host_stale(t->dev)) px_persist_fence(&t->persist);
+    px_compute_host_state_begin(t->dev);
+}
+
+static void wait_host(void *ctx) {
+    trainer_t *t = ctx;
+    px_compute_host_wait(t->dev);
+}
+
+/* Before an optimizer step, the first write to the state since the last
+ * commit: a save's overlapped copy of it must be done. A GPU's step writes
+ * the device's state, not the host copy the saver reads: no wait. */
+static void state_write_fence(trainer_t *t) {
+    if (px_compute_state_on_host(t->dev)) px_persist_fence(&t->persist);
 }
 
 /* Every rank of the group, then every group, to one state. */
@@ -859,7 +878,7 @@ static int train_step(trainer_t *t, int *adopt, float *loss_out, float *norm_out
         px_agent_report_failure(t->agent, NULL, -1, t->qid, t->st.step, "commit vote disagreed");
         return 0;
     }
-    px_persist_fence(&t->persist); /* the first write to the state since the last commit */
+    state_write_fence(t);
     if (t->shard) {
         if (shard_commit(t, norm_out) != 0) {
             px_log_warn("step_unconfirmed step=%lld quorum_id=%lld reason=\"%s\": gradients kept pending",
@@ -1048,7 +1067,7 @@ static int inner_step(trainer_t *t, float *loss_out, float *norm_out) {
         px_agent_report_failure(t->agent, NULL, -1, t->qid, t->st.step, why);
         return 0;
     }
-    px_persist_fence(&t->persist);
+    state_write_fence(t);
     if (t->shard) {
         shard_apply(t, s, sqrtf(sumsq));
         *norm_out = t->last_norm;
@@ -1615,6 +1634,8 @@ static int setup(trainer_t *t) {
         px_log_error("--device %s: %s", cfg->device == PX_DEVICE_CUDA ? "cuda" : "cpu", err);
         return -1;
     }
+    /* a GPU's host copy: downloaded for a save while the next step computes; the saver waits for it */
+    if (!px_compute_state_on_host(t->dev)) px_persist_set_source_wait(&t->persist, wait_host, t);
     if (cfg->ledger) {
         t->ledger = fopen(cfg->ledger, "a");
         if (!t->ledger) {
@@ -1808,7 +1829,7 @@ int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile s
                         px_agent_set_eval_loss(agent, t.st.step, ev);
                         if (cfg->rank == 0) px_progress_eval(cfg->progress_format, t.st.step, ev, cfg->group);
                     }
-                    if (px_persist_due(&t.persist, &t.st, &t.q)) host_state(&t);
+                    if (px_persist_due(&t.persist, &t.st, &t.q)) host_state_for_save(&t);
                     px_persist_committed(&t.persist, &t.st, &t.q);
                 }
                 /* every group's local parameters are the global ones now: where auto goes back to sync */
@@ -1849,7 +1870,7 @@ int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile s
                 .group = cfg->group, .mode = "sync", .show_mode = cfg->mode == PX_MODE_AUTO, .eval_loss = ev,
                 .has_eval = cfg->eval_every > 0 && t.st.step % cfg->eval_every == 0 && t.my_index == 0});
         }
-        if (px_persist_due(&t.persist, &t.st, &t.q)) host_state(&t);
+        if (px_persist_due(&t.persist, &t.st, &t.q)) host_state_for_save(&t);
         px_persist_committed(&t.persist, &t.st, &t.q);
         if (adopt) need = 1; /* everyone saw the flag: all switch now */
     }

@@ -113,7 +113,8 @@ static void usage(FILE *f) {
            "  --checkpoint-copy held|overlap  how a save takes its snapshot: held = training waits while every\n"
            "                           core copies the state (best where training fills the cores); overlap =\n"
            "                           the saver copies it during the next forward and backward (best with\n"
-           "                           spare cores, e.g. GPU workers) [held]\n"
+           "                           spare cores); with --device cuda the state is downloaded while the next\n"
+           "                           step computes either way [held; overlap with --device cuda]\n"
            "  --mode sync|diloco|auto  sync: every step's gradients are averaged over the groups; diloco: each\n"
            "                           group trains alone for --inner-steps (AdamW on its share of each\n"
            "                           step's batch), then an outer step averages the groups' pseudo-gradients\n"
@@ -192,7 +193,7 @@ int px_worker_main(int argc, char **argv) {
         .model = "tiny", .data = "data/demo", .global_batch = 16, .micro_batch = 4, .lr = 1e-3f, .min_lr = 1e-4f,
         .warmup = 10, .weight_decay = 0.1f, .grad_clip = 1.0f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
         .seed = 1337, .threads = 1, .eval_batches = 4,
-        .comm_timeout_ms = 30000, .progress = 1, .checkpoint_every = 100, .checkpoint_keep = 3,
+        .comm_timeout_ms = 30000, .progress = 1, .checkpoint_every = 100, .checkpoint_keep = 3, .checkpoint_overlap = -1,
         .schedule = PX_SCHED_1F1B, .mode = PX_MODE_SYNC, .inner_steps = 50, .fragments = 1, .outer_lr = 0.7f, .outer_momentum = 0.9f,
     };
     char *token = NULL;
@@ -359,6 +360,7 @@ int px_worker_main(int argc, char **argv) {
         fprintf(stderr, "%s: --rank %d must be below --ranks-per-group %d\n", PROG, cfg.rank, cfg.group_size);
         return 2;
     }
+    if (tc.checkpoint_overlap < 0) tc.checkpoint_overlap = tc.device == PX_DEVICE_CUDA; /* GPU hosts have cores spare */
     char terr[640];
     if (px_trainer_check(&tc, terr, sizeof terr) != 0) { /* before anything starts: no GPU is a config error */
         fprintf(stderr, "%s: %s\n", PROG, terr);

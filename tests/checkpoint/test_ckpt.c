@@ -9,7 +9,8 @@
  * byte for byte equal to buffered ones (PX_CKPT_DIRECT=0), and DiLoCo's
  * outer momentum (a fourth buffer): round trip, written in parts and by the
  * saver, loaded into a state of three buffers and the other way (zeroed and
- * reported), a partial or misshapen one refused naming the tensor. */
+ * reported), a partial or misshapen one refused naming the tensor; and a
+ * state still arriving (a GPU's download) waited for before it is read. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -652,6 +653,54 @@ static void test_outer_saver(px_train_state_t *s3) {
     px_state_free(&d4);
 }
 
+/* A state whose host copy is still arriving (a GPU's download): the hook
+ * px_ckpt_saver_set_source_wait names lands it, and the saver must call it
+ * before it reads the state, held or overlapped. */
+typedef struct {
+    px_train_state_t *src;
+    const px_train_state_t *landed;
+    int calls;
+} arrival_t;
+
+static void land(void *ctx) {
+    arrival_t *a = ctx;
+    for (int b = 0; b < a->src->nbuf; b++) memcpy(a->src->buf[b], a->landed->buf[b], a->src->n * sizeof(float));
+    a->calls++;
+}
+
+static void test_source_wait(px_train_state_t *s, px_train_state_t *d) {
+    char dir[300], path[4200];
+    snprintf(dir, sizeof dir, "%s/source-wait", root);
+    px_train_state_t landed;
+    CHECK(px_state_alloc_like(&landed, s) == 0, "out of memory");
+    px_ckpt_saver_t *sv = px_ckpt_saver_new(dir, 0, &cfg, "job1");
+    CHECK(sv != NULL, "saver");
+    for (int overlap = 0; sv && overlap < 2; overlap++) {
+        int64_t step = 80 + overlap;
+        fill_state(&landed, step + 10); /* the device's values */
+        landed.step = step;
+        fill_state(s, step);            /* what the host copy held before they arrive */
+        arrival_t a = {s, &landed, 0};
+        px_ckpt_saver_set_source_wait(sv, land, &a);
+        CHECK(px_ckpt_saver_submit(sv, s, &meta, overlap, NULL) == 0, "submit (overlap %d)", overlap);
+        px_ckpt_saver_fence(sv);
+        px_ckpt_saver_wait(sv);
+        px_ckpt_done_t done;
+        memset(&done, 0, sizeof done);
+        CHECK(px_ckpt_saver_poll(sv, &done) && done.ok, "save (overlap %d): %s", overlap, done.err);
+        CHECK(a.calls == 1, "overlap %d: the wait was called %d times, not once", overlap, a.calls);
+        px_ckpt_path(dir, step, path, sizeof path);
+        px_ckpt_fault_t f;
+        garble(d);
+        CHECK(px_ckpt_load(path, &cfg, d, NULL, &f) == 0, "overlap %d: %s: %s", overlap, f.file, f.fault);
+        CHECK(same_buffers(&landed, d, PX_STATE_NBUF),
+              "overlap %d: the checkpoint holds the state from before the wait, not what arrived", overlap);
+        px_ckpt_saver_set_source_wait(sv, NULL, NULL);
+    }
+    px_ckpt_saver_destroy(&sv);
+    px_state_free(&landed);
+}
+
 int main(void) {
     snprintf(root, sizeof root, "/tmp/px-test-ckpt-%d", (int)getpid());
     sh("rm -rf %s && mkdir -p %s", root, root);
@@ -678,6 +727,7 @@ int main(void) {
     test_outer_refused(&s, &d);
     test_outer_part(&s);
     test_outer_saver(&s);
+    test_source_wait(&s, &d);
     px_state_free(&s);
     px_state_free(&d);
     if (!failed) sh("rm -rf %s", root);

@@ -3,9 +3,16 @@
 # libraries: unpacks the bundle of scripts/gpu-bundle.sh, finds CUDA's own
 # libraries (cudart, cuBLAS, NCCL) on that machine, and runs every test of
 # tests/gpu.cmake directly (ctest's files name this machine's paths), each
-# bounded by a timeout, then bench/gpu_step.py.
+# bounded by a timeout, then bench/gpu_step.py and bench/checkpoint.py's
+# step-time overhead of saving on the GPU (gpu_ckpt_overhead).
 #
-#   tests/gpu/device_check.sh BUNDLE.tar.xz OUT_DIR [TEST...]
+#   [BASELINE_BUNDLE=OLD.tar.xz] [CKPT_SHAPES="4x1024x30 ..."] [BASELINE_SHAPES=...]
+#     tests/gpu/device_check.sh BUNDLE.tar.xz OUT_DIR [TEST...]
+#
+# gpu_ckpt_overhead runs gpt2-124m at each of CKPT_SHAPES (B x T x measured
+# steps; default 4x1024x30) as gpu_ckpt_overhead_<B>x<T>. BASELINE_BUNDLE:
+# another build's bundle (an earlier commit's), whose overhead is measured
+# too, at BASELINE_SHAPES (default CKPT_SHAPES), on the same GPU.
 #
 # Writes OUT_DIR/summary.txt (the machine: nvidia-smi, the libraries found;
 # then one line per test: name, exit status, seconds; 0 passed, 77 skipped,
@@ -58,8 +65,29 @@ export PYTHONUNBUFFERED=1 TMPDIR=$work
 run gpu_distributed_parity 150 python3 tests/gpu/test_distributed.py "$bin" parity
 run gpu_distributed_kill 200 python3 tests/gpu/test_distributed.py "$bin" kill
 run gpu_distributed_checkpoint 150 python3 tests/gpu/test_distributed.py "$bin" checkpoint
-if [ ${#selected[@]} -eq 0 ] || wanted gpu_step; then
+if [ ${#selected[@]} -eq 0 ] || wanted gpu_step || wanted gpu_ckpt_overhead; then
   data=$(python3 -c "import sys; sys.path.insert(0, 'tests/lib'); from phalanx_test import make_corpus; print(make_corpus('$bin', '$work/bench-data', words=200000))")
-  run gpu_step 180 python3 bench/gpu_step.py --bindir "$bin" --data "$data" --compile
 fi
-tar -C "$work" -czf "$out/logs.tgz" --exclude='*.bin' --exclude='build-gpu-bundle' . 2>/dev/null
+run gpu_step 180 python3 bench/gpu_step.py --bindir "$bin" --data "$data" --compile
+if [ ${#selected[@]} -eq 0 ] || wanted gpu_ckpt_overhead; then
+  ckpt_bench() {  # ckpt_bench NAME BINDIR SHAPE
+    local name=$1_${3%x*}
+    selected+=("$name")
+    run "$name" 240 python3 bench/checkpoint.py "$2" --skip-save --models gpt2-124m --shape "gpt2-124m=$3" \
+      --device cuda --threads 4 --pairs 2 --data "$data" --scratch "$work/ckpt-$name"
+    rm -rf "$work/ckpt-$name"
+  }
+  # the disk the checkpoints go to: what a gpt2-124m state's 1.49 GB takes to write
+  [ ${#selected[@]} -eq 0 ] || selected+=(disk_dd)
+  run disk_dd 60 dd if=/dev/zero of="$work/dd.bin" bs=16M count=89 conv=fsync
+  rm -f "$work/dd.bin"
+  for shape in ${CKPT_SHAPES:-4x1024x30}; do ckpt_bench gpu_ckpt_overhead "$bin" "$shape"; done
+  if [ -n "${BASELINE_BUNDLE:-}" ]; then
+    mkdir -p "$work/baseline" && tar -C "$work/baseline" -xJf "$BASELINE_BUNDLE"
+    for shape in ${BASELINE_SHAPES:-${CKPT_SHAPES:-4x1024x30}}; do
+      ckpt_bench gpu_ckpt_overhead_baseline "$(echo "$work"/baseline/*/bin)" "$shape"
+    done
+  fi
+fi
+tar -C "$work" -czf "$out/logs.tgz" --exclude='*.bin' --exclude='build-gpu-*' --exclude='baseline' \
+  --exclude='ckpt-*' . 2>/dev/null
