@@ -403,11 +403,13 @@ def test_refs(k8s_dir):
         env = K.container_env(objs, c)
         check(any(k.startswith("NCCL_") for k in env), f + "env: no NCCL_* variables")
         check(env["PHALANX_RANKS_PER_GROUP"] == "8", f + "PHALANX_RANKS_PER_GROUP is %r" % env["PHALANX_RANKS_PER_GROUP"])
+        check(env.get("PHALANX_DEVICE") == "cuda", f + "PHALANX_DEVICE is %r: the GPUs would sit idle"
+              % env.get("PHALANX_DEVICE"))
     pvc = K.find(objs, "PersistentVolumeClaim", "phalanx-checkpoints")
     check(pvc and "ReadWriteMany" in pvc[0]["spec"]["accessModes"],
           "gpu: expected PersistentVolumeClaim/phalanx-checkpoints, ReadWriteMany")
-    print("gpu: 2 worker Jobs x 8 ranks, nvidia.com/gpu limits, GPU nodes, /dev/shm in memory, NCCL env, "
-          "checkpoints on a ReadWriteMany claim")
+    print("gpu: 2 worker Jobs x 8 ranks, --device cuda, nvidia.com/gpu limits, GPU nodes, /dev/shm in memory, "
+          "NCCL env, checkpoints on a ReadWriteMany claim")
 
 
 # --- groups -------------------------------------------------------------------
