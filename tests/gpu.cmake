@@ -13,12 +13,15 @@
 #                       equal checksums (tests/gpu/test_distributed.py)
 #   gpu_distributed_kill    the same with g1 SIGKILLed: restarted, healed, equal
 #                       checksums
+#   gpu_distributed_ranks2  2 groups x 2 ranks (NCCL inside groups too), g1's rank 1
+#                       SIGKILLed: restarted, given the state, equal checksums
 #   gpu_distributed_checkpoint  a checkpoint a GPU job saved halfway, restored by
 #                       a CPU job: the same final loss within 1e-3
 # A test binary exits 77 when no usable GPU is present (SKIP_RETURN_CODE).
 # That every .cu file compiles is proven by the build itself: px_kernels_cuda
 # and px_model_cuda are part of `all` wherever nvcc exists.
-set(PX_GPU_TESTS gpu_cuda_available gpu_ops gpu_model gpu_reference gpu_distributed_parity gpu_distributed_kill gpu_distributed_checkpoint)
+set(PX_GPU_TESTS gpu_cuda_available gpu_ops gpu_model gpu_reference gpu_distributed_parity gpu_distributed_kill gpu_distributed_ranks2
+                gpu_distributed_checkpoint)
 
 function(px_gpu_skipped_test name reason)
   add_test(NAME ${name} COMMAND sh -c "echo 'SKIP: ${reason}'; exit 77")
@@ -69,7 +72,7 @@ endif()
 
 # The distributed trainer on the GPU: Python scripts that skip (77, with the
 # reason) when test_cuda_available finds no usable GPU.
-foreach(scenario parity kill checkpoint)
+foreach(scenario parity kill ranks2 checkpoint)
   px_add_py_test(gpu_distributed_${scenario} ${CMAKE_CURRENT_LIST_DIR}/gpu/test_distributed.py
                  $<TARGET_FILE_DIR:phalanx-launch> ${scenario})
   set_tests_properties(gpu_distributed_${scenario} PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu TIMEOUT 900

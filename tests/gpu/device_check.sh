@@ -45,6 +45,7 @@ mkdir -p "$logs"
 
 wanted() { [ $# -eq 0 ] && return 0; local t; for t in "${selected[@]}"; do [ "$t" = "$1" ] && return 0; done; return 1; }
 selected=("$@")
+data=
 run() {  # run NAME SECONDS COMMAND...
   local name=$1 limit=$2; shift 2
   [ ${#selected[@]} -eq 0 ] || wanted "$name" || return 0
@@ -64,6 +65,7 @@ run gpu_reference 60 "$bin/test_gpu_reference" tests/reference
 export PYTHONUNBUFFERED=1 TMPDIR=$work
 run gpu_distributed_parity 150 python3 tests/gpu/test_distributed.py "$bin" parity
 run gpu_distributed_kill 200 python3 tests/gpu/test_distributed.py "$bin" kill
+run gpu_distributed_ranks2 200 python3 tests/gpu/test_distributed.py "$bin" ranks2
 run gpu_distributed_checkpoint 150 python3 tests/gpu/test_distributed.py "$bin" checkpoint
 if [ ${#selected[@]} -eq 0 ] || wanted gpu_step || wanted gpu_ckpt_overhead; then
   data=$(python3 -c "import sys; sys.path.insert(0, 'tests/lib'); from phalanx_test import make_corpus; print(make_corpus('$bin', '$work/bench-data', words=200000))")

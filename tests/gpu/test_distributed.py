@@ -8,6 +8,12 @@ over Gloo, both processes on the same GPU when there is one.
   kill    a longer job; SIGKILL g1 once it trains: phalanx-launch restarts
           it, it heals from g0, the job completes, both groups end with the
           same checksum, and the final loss is within 1e-3 of the CPU run's.
+  ranks2  2 groups x 2 ranks: the gradients reduced with NCCL inside each
+          group too, the state synced over the Gloo group communicator; g1's
+          rank 1 SIGKILLed: its group is dropped, the rank restarted takes the
+          state from its group's rank 0 (and g1 heals from g0 if g0 went on
+          alone meanwhile), both groups end with the same checksum and the
+          CPU run's final loss within 1e-3.
   checkpoint  a GPU job saves a checkpoint halfway (the state downloaded from
           the GPU at that step) and at its end; a CPU job restores the
           halfway one, says so, and ends at the GPU job's final loss within
@@ -19,8 +25,8 @@ has no CUDA) the script prints "SKIP: <reason>" and exits 77.
 
 NCCL refuses two ranks of one communicator on one GPU of one host, and on a
 one-GPU machine both groups' ranks are on GPU 0. The test therefore runs the
-workers through a wrapper that gives each group its own NCCL_HOSTID (NCCL
-then treats the groups as two hosts and connects them over sockets): a copy
+workers through a wrapper that gives each rank its own NCCL_HOSTID (NCCL
+then treats the ranks as separate hosts and connects them over sockets): a copy
 of phalanx-launch in a scratch folder finds the wrapper as its
 phalanx-worker. Production runs need no such thing (one host per group, or
 CUDA_VISIBLE_DEVICES per process; docs/cuda.md)."""
@@ -60,8 +66,8 @@ def require_gpu(bindir):
 def wrapped_bindir(bindir):
     """A scratch bin folder: a copy of phalanx-launch (it runs the
     phalanx-worker next to itself), the real coordinator and data tool, and
-    a phalanx-worker that sets NCCL_HOSTID from --group and execs the real
-    one (same pid, so the test's kill hits the worker)."""
+    a phalanx-worker that sets NCCL_HOSTID from --group and --rank and execs
+    the real one (same pid, so the test's kill hits the worker)."""
     d = tempfile.mkdtemp(prefix="phalanx-gpu-bin-")
     shutil.copy2(os.path.join(bindir, "phalanx-launch"), d)
     for name in ("phalanx-coordinator", "phalanx-data"):
@@ -69,17 +75,17 @@ def wrapped_bindir(bindir):
     w = os.path.join(d, "phalanx-worker")
     with open(w, "w") as f:
         f.write('#!/bin/sh\n'
-                'g=; prev=\n'
-                'for a in "$@"; do [ "$prev" = --group ] && g=$a; prev=$a; done\n'
-                'NCCL_HOSTID="phalanx-test-$g"; export NCCL_HOSTID\n'
+                'g=; r=0; prev=\n'
+                'for a in "$@"; do [ "$prev" = --group ] && g=$a; [ "$prev" = --rank ] && r=$a; prev=$a; done\n'
+                'NCCL_HOSTID="phalanx-test-$g-$r"; export NCCL_HOSTID\n'
                 'exec "%s" "$@"\n' % os.path.join(bindir, "phalanx-worker"))
     os.chmod(w, os.stat(w).st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return d
 
 
-def job_args(data, steps, device):
-    return ["--groups", "2", "--model", "tiny", "--steps", str(steps), "--data", data,
-            "--", "--global-batch", "8", "--micro-batch", "4", "--device", device]
+def job_args(data, steps, device, ranks=1):
+    return ["--groups", "2", "--ranks-per-group", str(ranks), "--model", "tiny", "--steps", str(steps),
+            "--data", data, "--", "--global-batch", "8", "--micro-batch", str(4 // ranks), "--device", device]
 
 
 def finish(launch, name, steps):
@@ -97,13 +103,13 @@ def finish(launch, name, steps):
     return s, finals
 
 
-def cpu_run(bindir, data, steps):
-    s, _ = finish(Launch(bindir, job_args(data, steps, "cpu"), name="gpu-cpu-ref"), "cpu", steps)
+def cpu_run(bindir, data, steps, ranks=1):
+    s, _ = finish(Launch(bindir, job_args(data, steps, "cpu", ranks), name="gpu-cpu-ref"), "cpu", steps)
     return s["final_loss"]
 
 
-def gpu_launch(bindir, data, steps, name):
-    return Launch(wrapped_bindir(bindir), job_args(data, steps, "cuda"), env=NCCL_ENV, name=name)
+def gpu_launch(bindir, data, steps, name, ranks=1):
+    return Launch(wrapped_bindir(bindir), job_args(data, steps, "cuda", ranks), env=NCCL_ENV, name=name)
 
 
 def close(gpu, cpu, what):
@@ -121,28 +127,38 @@ def parity(bindir):
     print("final loss: GPU %.6f, CPU %.6f; checksum %s" % (s["final_loss"], cpu, finals["g0"]["checksum"]))
 
 
-def kill(bindir):
+def kill(bindir, ranks=1, steps=300):
     require_gpu(bindir)
     data = make_corpus(bindir, tempfile.mkdtemp(prefix="phalanx-gpu-data-"))
-    steps = 300
-    cpu = cpu_run(bindir, data, steps)
-    launch = gpu_launch(bindir, data, steps, "gpu-kill")
+    cpu = cpu_run(bindir, data, steps, ranks)
+    launch = gpu_launch(bindir, data, steps, "gpu-kill", ranks)
+    victim = ranks - 1  # with 2 ranks, not the leader: the group's NCCL communicator loses a member
     try:
         wait_until(lambda: launch.last_step() >= 10, 120, "10 committed steps on the GPU")
-        pid = launch.pid_of("g1")
-        check(pid, "g1 is a live member")
+        pid = launch.pid_of("g1", victim)
+        check(pid, "g1 rank %d is a live member" % victim)
         os.kill(pid, 9)
-        wait_until(lambda: launch.pid_of("g1") not in (None, pid), 60, "g1 restarted")
-        healed = wait_until(lambda: [e for e in launch.read_events()
-                                     if e["type"] == "heal_finished" and e["group"] == "g1"], 60, "g1 healed")
-        check(healed[0]["peer_group"] == "g0", "g1 healed from g0: %s" % healed[0])
+        wait_until(lambda: launch.pid_of("g1", victim) not in (None, pid), 60, "g1 rank %d restarted" % victim)
+        if ranks == 1:  # a whole group restarted from nothing: it must heal from g0
+            healed = wait_until(lambda: [e for e in launch.read_events()
+                                         if e["type"] == "heal_finished" and e["group"] == "g1"], 60, "g1 healed")
+            check(healed[0]["peer_group"] == "g0", "g1 healed from g0: %s" % healed[0])
         s, finals = finish(launch, "cuda-kill", steps)
+        check(s["failures"] >= 1, "the kill cost the job a failed step: %s" % s)
+        # With 2 ranks, g1's rank 0 kept the state: the restarted rank 1 takes it from there (in-group sync), and
+        # g1 heals from g0 only if g0 went on alone meanwhile; either way the final loss and checksums must agree.
+        cross = [e for e in launch.read_events() if e["type"] == "heal_finished" and e["group"] == "g1"]
     except Fail as e:
         raise Fail("%s\n(logs in %s)\n%s" % (e, launch.dir, launch.tail(25)))
     finally:
         launch.terminate()
     close(s["final_loss"], cpu, "kill")
-    print("killed g1 at step >= 10; healed from g0; final loss GPU %.6f, CPU %.6f" % (s["final_loss"], cpu))
+    print("%d rank(s) per group: killed g1 rank %d at step >= 10; %d cross-group heal(s) of g1; final loss GPU "
+          "%.6f, CPU %.6f" % (ranks, victim, len(cross), s["final_loss"], cpu))
+
+
+def ranks2(bindir):
+    kill(bindir, ranks=2, steps=200)
 
 
 def checkpoint(bindir):
@@ -169,4 +185,4 @@ def checkpoint(bindir):
 
 
 if __name__ == "__main__":
-    main_scenarios({"parity": parity, "kill": kill, "checkpoint": checkpoint})
+    main_scenarios({"parity": parity, "kill": kill, "ranks2": ranks2, "checkpoint": checkpoint})
