@@ -21,17 +21,17 @@
 #include "ops_cuda.h"
 #include "px_log.h"
 
+enum { NSTATE = 3 }; /* params, m, v */
+static const px_gpt_cuda_buf_t state_bufs[NSTATE] = {PX_GPT_CUDA_PARAMS, PX_GPT_CUDA_M, PX_GPT_CUDA_V};
+
 struct px_compute_gpu {
     px_gpt_cuda_t *m;
     int device;
     size_t n; /* num_params */
     cudaStream_t copy;            /* downloads */
     cudaEvent_t ready, landed;    /* the model's work a download follows; the download done */
-    void *pinned[3];              /* host buffers registered with cudaHostRegister (NULL: not) */
+    void *pinned[NSTATE];         /* host buffers registered with cudaHostRegister (NULL: not) */
 };
-
-enum { NSTATE = 3 };
-static const px_gpt_cuda_buf_t state_bufs[NSTATE] = {PX_GPT_CUDA_PARAMS, PX_GPT_CUDA_M, PX_GPT_CUDA_V};
 
 static void host_bufs(const px_gpt_t *host, float *out[NSTATE]) {
     out[0] = host->params;
