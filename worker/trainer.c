@@ -512,18 +512,33 @@ static int sync_state(trainer_t *t) {
 
 enum { JOINED, JOIN_FAILED, JOIN_SUPERSEDED };
 
+/* Where a quorum change's time went (the quorum_joined line): the old
+ * communicators dropped and the state brought to the host, the last
+ * attempt's rendezvous (communicators made) and state sync (checksums,
+ * heals). On a GPU the first two include NCCL's abort and init. */
+typedef struct {
+    int64_t teardown_ms, rendezvous_ms, sync_ms;
+} join_times_t;
+
 /* One attempt at quorum nq: rendezvous, then state sync. */
-static int join(trainer_t *t, const px_quorum_t *nq, int attempt) {
+static int join(trainer_t *t, const px_quorum_t *nq, int attempt, join_times_t *jt) {
     int idx = px_quorum_find(nq, t->cfg->group);
     char err[256] = "";
-    if (rendezvous(t, nq, idx, err, sizeof err) != 0) {
+    int64_t t0 = px_now_ms();
+    int rv = rendezvous(t, nq, idx, err, sizeof err);
+    jt->rendezvous_ms = px_now_ms() - t0;
+    jt->sync_ms = 0;
+    if (rv != 0) {
         int sup = superseded(t, nq->id);
         px_log_warn("rendezvous_%s quorum_id=%lld attempt=%d newest=%lld reason=\"%s\"", sup ? "superseded" : "failed",
                     (long long)nq->id, attempt, (long long)px_agent_known_quorum_id(t->agent), err);
         drop_comms(t);
         return sup ? JOIN_SUPERSEDED : JOIN_FAILED;
     }
-    if (sync_state(t) != 0) {
+    t0 = px_now_ms();
+    int sv = sync_state(t);
+    jt->sync_ms = px_now_ms() - t0;
+    if (sv != 0) {
         int sup = superseded(t, nq->id);
         px_log_warn("state_sync_%s quorum_id=%lld attempt=%d newest=%lld reason=\"%s\"", sup ? "superseded" : "failed",
                     (long long)nq->id, attempt, (long long)px_agent_known_quorum_id(t->agent),
@@ -545,11 +560,13 @@ static int join(trainer_t *t, const px_quorum_t *nq, int attempt) {
  * without reporting a failure. */
 static int reconfigure(trainer_t *t, int failed) {
     const px_trainer_config_t *cfg = t->cfg;
+    join_times_t jt = {0, 0, 0};
+    int64_t t0 = px_now_ms();
     drop_comms(t);
     host_state(t); /* for the checksum the coordinator gets */
+    jt.teardown_ms = px_now_ms() - t0;
     px_quorum_t nq;
     px_quorum_init(&nq);
-    int64_t t0 = px_now_ms();
     for (int attempt = 0; !*t->stop && !job_finished_elsewhere(t) && !px_agent_draining(t->agent); attempt++) {
         if (px_agent_latest_quorum(t->agent, &nq) != 0) { /* out of memory: ask the coordinator instead */
             px_quorum_free(&nq);
@@ -571,12 +588,14 @@ static int reconfigure(trainer_t *t, int failed) {
             px_quorum_free(&nq);
             return -1;
         }
-        int rc = join(t, &nq, attempt);
+        int rc = join(t, &nq, attempt, &jt);
         if (rc == JOINED) {
             px_persist_joined(&t->persist, &t->q);
             px_agent_set_progress(t->agent, t->st.step, PHALANX__MEMBER_STATE__HEALTHY, t->qid);
-            px_log_info("quorum_joined quorum_id=%lld groups=%d replica=%d step=%lld ms=%lld", (long long)t->qid,
-                        t->q.n, t->my_index, (long long)t->st.step, (long long)(px_now_ms() - t0));
+            px_log_info("quorum_joined quorum_id=%lld groups=%d replica=%d step=%lld ms=%lld teardown_ms=%lld "
+                        "rendezvous_ms=%lld sync_ms=%lld", (long long)t->qid, t->q.n, t->my_index,
+                        (long long)t->st.step, (long long)(px_now_ms() - t0), (long long)jt.teardown_ms,
+                        (long long)jt.rendezvous_ms, (long long)jt.sync_ms);
             px_quorum_free(&nq);
             return 0;
         }
