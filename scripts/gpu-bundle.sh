@@ -14,6 +14,7 @@
 # GPU machine: tests/gpu/device_check.sh finds them there.
 # Also OUT_DIR.tar.xz, the same compressed. Built on Debian 12 (glibc 2.36), so it runs where glibc is 2.36 or newer.
 set -eu
+case "${1:-}" in -h|--help) sed -n '2,/^set -eu/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;; esac
 build=${1:-build}
 out=${2:-build-gpu-bundle}
 command -v patchelf >/dev/null || { echo "gpu-bundle: needs patchelf (apt-get install patchelf)" >&2; exit 2; }

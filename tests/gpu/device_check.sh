@@ -21,11 +21,16 @@
 # distributed tests). Few files: a lent machine sends back at most 8.
 # With TEST names, runs only those (names as in tests/gpu.cmake, or gpu_step).
 set -u
+usage() { sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+case "${1:-}" in -h|--help) usage; exit 0 ;; esac
+[ $# -ge 2 ] || { usage >&2; exit 2; }
+[ -f "$1" ] || { echo "device_check.sh: no bundle at '$1' (make it with scripts/gpu-bundle.sh)" >&2; exit 2; }
 tarball=$1
 out=$2
 shift 2
 mkdir -p "$out"
 work=$(mktemp -d /tmp/pxgpu.XXXXXX)
+trap 'rm -rf "$work"' EXIT # what is worth keeping is in OUT_DIR/logs.tgz
 tar -C "$work" -xJf "$tarball" || { echo "cannot unpack $tarball" >&2; exit 2; }
 bin=$(echo "$work"/*/bin)
 here=$(cd "$(dirname "$0")/../.." && pwd)
