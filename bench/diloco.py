@@ -25,9 +25,11 @@ start-up and the first rendezvous left out, the final eval in).
         --inner 20,50 --link-mbps 0,100,20
 
 With --fragments LIST it also runs Streaming DiLoCo (--fragments F) at each
-H that F divides: the same bytes per H steps in F smaller outer steps; the
-transfer is not overlapped with compute yet, so its wall time through a
-paced link is DiLoCo's. OPENBLAS_CORETYPE is left as the environment has it, the same
+H that F divides: the same bytes per H steps in F smaller outer steps, each
+synchronous, so its wall time through a paced link is about DiLoCo's. With
+--overlap it runs each of those again with --outer-overlap (each round's
+transfer while the next round trains) and prints its wall time over the
+synchronous streaming run's. OPENBLAS_CORETYPE is left as the environment has it, the same
 for every run (sync and DiLoCo alike). The loss figures are deterministic
 for given flags, pacing or not; times are not.
 """
@@ -98,6 +100,13 @@ def link_rows(bindir, data, a, mbps, outer):
             print("streaming H=%-4d F=%d eval_loss=%.4f (%.3fx sync) cross_bytes=%d (%.1fx fewer) bytes_per_token=%.0f "
                   "ms_per_1k_tokens=%.1f wall=%.3fx sync" % (h, f, e, e / ev, c, cb / c if c else float("inf"),
                                                              c / tokens, s * per_1k, s / secs), flush=True)
+            if a.overlap:
+                eo, co, so = run(bindir, data, a, link + ["--mode", "diloco", "--inner-steps", str(h), "--fragments",
+                                                          str(f), "--outer-overlap"] + outer,
+                                 "overlap%d-%d-%gmbps" % (h, f, mbps))
+                print("overlapped H=%-4d F=%d eval_loss=%.4f (%.3fx sync) cross_bytes=%d bytes_per_token=%.0f "
+                      "ms_per_1k_tokens=%.1f wall=%.3fx sync, %.3fx streaming" %
+                      (h, f, eo, eo / ev, co, co / tokens, so * per_1k, so / secs, so / s), flush=True)
 
 
 def main():
@@ -115,6 +124,8 @@ def main():
     ap.add_argument("--diloco-flags", default="", help="more worker flags for the DiLoCo runs, e.g. '--sync-warmup 100'")
     ap.add_argument("--fragments", default="",
                     help="comma-separated F values: Streaming DiLoCo (--fragments F) at each H that F divides")
+    ap.add_argument("--overlap", action="store_true",
+                    help="also run each Streaming DiLoCo job with --outer-overlap")
     ap.add_argument("--link-mbps", default="0",
                     help="comma-separated link speeds between groups, megabits/s per rank (0: loopback, unpaced)")
     a = ap.parse_args()

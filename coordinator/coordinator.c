@@ -799,7 +799,8 @@ static int refuse_wrong_layout(px_coordinator_t *c, const void *ident, size_t id
         if (!strcmp(m->group, r->group) && m->rank == (int)r->rank) continue; /* its own earlier incarnation */
         char why[512];
         snprintf(why, sizeof why, "layout %s of %s/%u differs from the job's %s (%s): groups must agree on "
-                 "--ranks-per-group --pp --fsdp --tp --microbatches --schedule --mode --inner-steps --outer-dtype",
+                 "--ranks-per-group --pp --fsdp --tp --microbatches --schedule --mode --inner-steps --outer-dtype "
+                 "--sync-warmup --fragments --outer-overlap",
                  r->layout, r->group, r->rank, m->layout, m->group);
         px_log_warn("layout_refused group=%s rank=%u layout=%s job_layout=%s", r->group, r->rank, r->layout, m->layout);
         reply_error(c, ident, ident_len, req_id, PHALANX__ERROR_CODE__WRONG_LAYOUT, why);

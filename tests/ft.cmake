@@ -12,8 +12,10 @@ endforeach()
 # steps, seeded chaos, checkpoints, automatic mode switching, Streaming
 # DiLoCo, refusals (one ctest per scenario).
 px_add_py_scenarios(ft_diloco ${CMAKE_CURRENT_LIST_DIR}/ft/test_diloco.py $<TARGET_FILE_DIR:phalanx-launch> 600
-                    identity kill chaos checkpoint dtype layouts long-round auto auto-fragments auto-chaos auto-restart fragments warmup quality refused)
-foreach(s identity kill chaos checkpoint dtype layouts long_round auto auto_fragments auto_chaos auto_restart fragments warmup quality refused)
+                    identity kill chaos chaos-overlap checkpoint dtype layouts long-round auto auto-fragments auto-chaos
+                    auto-chaos-overlap auto-restart fragments overlap warmup quality refused)
+foreach(s identity kill chaos chaos_overlap checkpoint dtype layouts long_round auto auto_fragments auto_chaos
+          auto_chaos_overlap auto_restart fragments overlap warmup quality refused)
   set_tests_properties(ft_diloco_${s} PROPERTIES RUN_SERIAL TRUE)
 endforeach()
 

@@ -145,6 +145,24 @@ typedef struct {
     frag_run_t *runs;
     int nruns;
     unsigned char frag_full[PX_MAX_FRAGMENTS];
+    /* --outer-overlap: the round whose pseudo-gradients are being reduced on
+     * a thread of their own while the next round trains ("Overlapped outer
+     * steps" below). */
+    struct {
+        int active;          /* a round's outer step is pending: reduced (or reducing), not applied */
+        int running;         /* its thread has not been joined */
+        int counted;         /* its bytes counted and its failure logged, once */
+        pthread_t thread;
+        float *buf;          /* the fragment's pseudo-gradients, packed (st.n floats) */
+        size_t m;            /* floats packed */
+        int frag;            /* the fragment */
+        float weight, loss, scale;
+        int64_t from, to;    /* the round's steps */
+        int groups;          /* the quorum's groups then */
+        uint64_t wire;
+        int64_t reduce_us;
+        px_comm_status_t status;
+    } pend;
     /* --mode auto: the mode the state is in (1: DiLoCo), set with st.local
      * (set_state_mode; read by the agent's hook under comm_mu), and the
      * share of step time spent in cross-group communication, reported to
@@ -219,7 +237,43 @@ static void abort_all_locked(trainer_t *t) {
     px_mesh_comms_abort(&t->axes);
 }
 
+/* --outer-overlap: waits for the thread reducing the pending round's
+ * pseudo-gradients. 1 when a round is pending and its reduction succeeded
+ * on this rank. */
+static int pending_join(trainer_t *t) {
+    if (t->pend.running) {
+        pthread_join(t->pend.thread, NULL);
+        t->pend.running = 0;
+    }
+    if (t->pend.active && !t->pend.counted) {
+        t->pend.counted = 1;
+        t->bytes_cross += (double)t->pend.wire;
+        t->outer_wire += (double)t->pend.wire;
+        if (t->pend.status != PX_COMM_OK)
+            px_log_warn("outer_overlap_failed step=%lld quorum_id=%lld reason=\"%s\"", (long long)t->pend.to,
+                        (long long)t->qid, px_comm_last_error(t->cross));
+    }
+    return t->pend.active && t->pend.status == PX_COMM_OK;
+}
+
+/* The pending round's outer step is not applied: every group drops it
+ * alike (its fragment's local progress stays, for the fragment's next
+ * outer step). */
+static void pending_forget(trainer_t *t, const char *why) {
+    if (!t->pend.active) return;
+    px_log_warn("outer_step_dropped step=%lld from=%lld quorum_id=%lld reason=\"%s\"", (long long)t->pend.to,
+                (long long)t->pend.from, (long long)t->qid, why);
+    t->pend.active = 0;
+}
+
 static void drop_comms(trainer_t *t) {
+    if (t->pend.running) { /* its collective returns once aborted; then the communicators can go */
+        pthread_mutex_lock(&t->comm_mu);
+        px_comm_abort(t->cross);
+        pthread_mutex_unlock(&t->comm_mu);
+        pending_join(t);
+    }
+    pending_forget(t, "its communicators are gone");
     if (t->shard || t->reducer) { /* the communication thread lets go of them first */
         pthread_mutex_lock(&t->comm_mu);
         abort_all_locked(t);
@@ -1135,24 +1189,139 @@ static px_comm_status_t outer_reduce(trainer_t *t, float *g, size_t n, uint64_t 
 
 static int leaving(const trainer_t *t);
 
-enum { OUTER_WEIGHT = PX_VOTE_N, OUTER_TAIL };
+enum { OUTER_WEIGHT = PX_VOTE_N, OUTER_PENDING, OUTER_TAIL };
 _Static_assert(OUTER_TAIL <= PX_GPT_GRADS_SPARE, "the outer step's tail must fit in the grads' spare room");
+
+/* The mean pseudo-gradients d (packed: fragment p's runs in order, times
+ * inv their sum) update those global parameters by SGD with Nesterov
+ * momentum, the same arithmetic on every group:
+ *   u = mu u + d;  global -= lr (d + mu u) */
+static void outer_update(trainer_t *t, int p, const float *d, float inv) {
+    float lr = t->cfg->outer_lr, mu = t->cfg->outer_momentum;
+    size_t k = 0;
+    for (int r = 0; r < t->nruns; r++) {
+        const frag_run_t *run = &t->runs[r];
+        if (!synced(run, p)) continue;
+        float *u = t->outer_m + run->off, *gl = t->global + run->off;
+        const float *dk = d + k;
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < run->len; i++) {
+            float di = dk[i] * inv;
+            u[i] = mu * u[i] + di;
+            gl[i] -= lr * (di + mu * u[i]);
+        }
+        k += run->len;
+    }
+    t->outer_steps++;
+}
+
+/* The log line, event and progress line of an applied outer step: the
+ * round [from, to) of fragment p, m floats reduced in reduce_us. */
+static void outer_report(trainer_t *t, int64_t from, int64_t to, int p, float weight, float loss, uint64_t wire,
+                         int64_t reduce_us, size_t m, int overlapped) {
+    const px_trainer_config_t *cfg = t->cfg;
+    /* What sync would spend: the fp32 reduction of a vector this size (the
+     * time scaled from the bytes sent), against itself plus an inner step. */
+    double fp32 = 2.0 * (t->q.n - 1) / t->q.n * (double)m * sizeof(float);
+    double sync_us = wire > 0 ? (double)reduce_us * fp32 / (double)wire : 0;
+    note_comm_share(t, sync_us, sync_us + (t->inner > 0 ? (double)t->round_inner_us / t->inner : 0));
+    char frag[32];
+    if (p == SYNC_ALL) snprintf(frag, sizeof frag, "all/%d", cfg->fragments);
+    else snprintf(frag, sizeof frag, "%d/%d", p, cfg->fragments);
+    px_log_info("outer_step step=%lld from=%lld outer=%lld fragment=%s quorum_id=%lld groups=%d contributors=%.0f "
+                "loss=%.6f overlapped=%d", (long long)to, (long long)from, (long long)t->outer_steps, frag,
+                (long long)t->qid, t->q.n, weight, loss, overlapped);
+    if (t->my_index == 0 && cfg->rank == 0) { /* one line and one event per outer step */
+        char groups[PX_REASON_MAX / 2] = "";
+        for (int i = 0, used = 0; i < t->q.n && used < (int)sizeof groups - 1; i++)
+            used += snprintf(groups + used, sizeof groups - (size_t)used, "%s%s", i ? "," : "", t->q.groups[i].name);
+        char detail[PX_REASON_MAX];
+        snprintf(detail, sizeof detail, "outer=%lld contributors=%.0f dtype=%s fragment=%s groups=%s%s",
+                 (long long)t->outer_steps, weight, px_outer_dtype_name((px_outer_dtype_t)cfg->outer_dtype), frag,
+                 groups, overlapped ? " overlapped" : "");
+        px_agent_notify(t->agent, "outer_step", t->qid, to, "", wire, 0, detail);
+        px_progress_outer(cfg->progress_format, cfg->group, to, t->outer_steps, weight, groups, loss,
+                          (unsigned long long)wire, frag);
+    }
+}
+
+/* ---- Overlapped outer steps (--outer-overlap) ----------------------------
+ *
+ * Streaming DiLoCo's overlap of communication with compute. A round's outer
+ * step does its small tail reduction (commit vote, weights, newer-quorum
+ * flag) at once, as always; its pseudo-gradients are then packed into
+ * pend.buf and reduced across groups on a thread of their own while the
+ * next round trains (inner steps use the group's communicators, never the
+ * cross-group one). At that round's end the thread is joined and the tail
+ * carries, summed, whether every rank's reduction succeeded: only then does
+ * every group apply it (outer_update), and each of the fragment's local
+ * parameters, a round further along, is set halfway between its local value
+ * and its new global one (the paper's mixing, alpha 0.5). Otherwise every
+ * group drops it; the fragment's local progress stays for its next turn.
+ * Synchronous still, after applying the one pending: the job's last outer
+ * step, auto's way back to sync, one where every group saw a newer quorum
+ * (the communicators change), and one a checkpoint is due at (a checkpoint
+ * never misses a committed round's outer step). A failed collective, a
+ * quorum change or a stop abandons a pending round (drop_comms): a stop's
+ * checkpoint then holds the round's steps without that fragment's update. */
+
+static void *pending_reduce(void *arg) {
+    trainer_t *t = arg;
+    int64_t t0 = px_now_us();
+    t->pend.status = outer_reduce(t, t->pend.buf, t->pend.m, &t->pend.wire, &t->pend.scale);
+    t->pend.reduce_us = px_now_us() - t0;
+    return NULL;
+}
+
+/* Every group's pending reduction succeeded: applied as described above. */
+static void pending_apply(trainer_t *t) {
+    int p = t->pend.frag;
+    px_persist_fence(&t->persist); /* the global parameters and outer momentum change */
+    outer_update(t, p, t->pend.buf, t->pend.scale / t->pend.weight);
+    float *lp = local_params(t);
+    for (int r = 0; r < t->nruns; r++) {
+        const frag_run_t *run = &t->runs[r];
+        if (!synced(run, p)) continue;
+        float *lo = lp + run->off;
+        const float *gl = t->global + run->off;
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < run->len; i++) lo[i] = 0.5f * (lo[i] + gl[i]);
+    }
+    t->heal.ck_valid = 0; /* the state changed at an unchanged step */
+    t->pend.active = 0;
+    outer_report(t, t->pend.from, t->pend.to, p, t->pend.weight, t->pend.loss, t->pend.wire, t->pend.reduce_us,
+                 t->pend.m, 1);
+}
+
+/* Whether this round's outer step, ending at step `to`, must be
+ * synchronous (see above). The same answer on every rank of every group:
+ * from the flags, the steps, the quorum's mode and the tail's sums, never
+ * from which group writes checkpoints (its ranks must all take the same
+ * path: the group's collectives pair up). A writer's catch-up save waits
+ * for a synchronous outer step (the main loop saves nothing while a round
+ * is pending). */
+static int outer_must_sync(const trainer_t *t, int newer, int p, int64_t to) {
+    const px_trainer_config_t *cfg = t->cfg;
+    if (!cfg->outer_overlap || newer || p == SYNC_ALL || to >= cfg->steps || leaving(t)) return 1;
+    int64_t every = cfg->checkpoint_every;
+    return cfg->checkpoint_dir && cfg->checkpoint_dir[0] && every > 0 && to / every > t->st.step / every;
+}
 
 /* The outer step, when a group's round is done (with weight 0 for a group
  * that joined the round late, see align_round, or has not trained the
  * fragment whole). First a small reduction of the tail: the commit vote on
  * the round's start, the newer-quorum flag, each group's weight (1 with a
- * full round) and loss. Then, when some group has a round to give, the
- * pseudo-gradients (global minus local parameters) of the round's fragment
- * (every parameter without --fragments; every fragment at the job's last
- * outer step and where auto goes back to sync), packed and summed across
- * groups in the grads; their mean updates those global parameters by SGD
- * with Nesterov momentum, the same arithmetic on every group:
- *   u = mu u + d;  global -= lr (d + mu u)
- * and every group starts the next round with those local parameters set to
- * them. 1: done (*adopt: every group saw a newer quorum); 0: a collective
- * failed (reported): the round's inner progress is kept, and the outer step
- * is retried in the next quorum. */
+ * full round) and loss, and with --outer-overlap whether the pending
+ * round's reduction succeeded everywhere. Then, when some group has a round
+ * to give, the pseudo-gradients (global minus local parameters) of the
+ * round's fragment (every parameter without --fragments; every fragment at
+ * the job's last outer step and where auto goes back to sync), packed and
+ * summed across groups in the grads; their mean updates those global
+ * parameters (outer_update), and every group starts the next round with
+ * those local parameters set to them (or, overlapped, the reduction goes to
+ * a thread and is applied at the next round's end). 1: done (*adopt: every
+ * group saw a newer quorum); 0: a collective failed (reported): the round's
+ * inner progress is kept, and the outer step is retried in the next quorum. */
 static int outer_step(trainer_t *t, int *adopt, float *loss_out) {
     const px_trainer_config_t *cfg = t->cfg;
     size_t n = t->st.n;
@@ -1160,38 +1329,60 @@ static int outer_step(trainer_t *t, int *adopt, float *loss_out) {
     /* the job's last outer step (every group ends with the global model), and the one where --mode auto goes
      * back to sync (which needs every local parameter at its global value): every fragment */
     if (F > 1 && (t->st.step + H >= cfg->steps || leaving(t))) p = SYNC_ALL;
+    int pend_ok = pending_join(t);
     float *g = grads_buf(t), *tail = g + n, *lp = local_params(t);
     float w = t->inner == H && H > 0 && t->round_full && whole_fragment(t, p) && t->round_samples > 0 ? 1.0f : 0.0f;
     px_vote_fill(tail, t->st.step, px_agent_known_quorum_id(t->agent) > t->qid,
                  cfg->rank == 0 && w > 0 ? (float)(t->round_loss / H) : 0.0f);
     tail[OUTER_WEIGHT] = w;
+    tail[OUTER_PENDING] = pend_ok ? 1.0f : 0.0f;
     px_comm_status_t st = PX_COMM_OK;
-    if (t->intra && (st = px_comm_allreduce_sum_f32(t->intra, tail, PX_VOTE_N)) == PX_COMM_OK)
+    if (t->intra && (st = px_comm_allreduce_sum_f32(t->intra, tail, PX_VOTE_N)) == PX_COMM_OK) {
         px_vote_relay(tail, W, t->st.step);
+        if (cfg->outer_overlap && (st = px_comm_allreduce_sum_f32(t->intra, &tail[OUTER_PENDING], 1)) == PX_COMM_OK)
+            tail[OUTER_PENDING] = tail[OUTER_PENDING] > W - 0.5f ? 1.0f : 0.0f; /* every rank of the group */
+    }
     if (st == PX_COMM_OK) st = px_comm_allreduce_sum_f32(t->cross, tail, OUTER_TAIL);
     int passed = st == PX_COMM_OK && px_vote_passed(tail, t->q.n, t->st.step);
     float weight = tail[OUTER_WEIGHT], loss = weight > 0 ? tail[PX_VOTE_LOSS] / weight : NAN;
     int newer = tail[PX_VOTE_NEWER] > 0.5f;
     t->bytes_cross += 2.0 * (t->q.n - 1) / t->q.n * OUTER_TAIL * sizeof(float);
+    if (passed && t->pend.active) { /* the pending round first: every group alike */
+        if (tail[OUTER_PENDING] > t->q.n - 0.5f) pending_apply(t);
+        else pending_forget(t, "its reduction failed on some rank");
+    }
+    int overlap = passed && weight > 0 && !outer_must_sync(t, newer, p, t->st.step + H);
     uint64_t wire = 0;
     float scale = 1.0f; /* what turns the reduced vector into the sum over groups */
     int64_t reduce_us = 0;
-    size_t m = 0; /* the fragment's floats, packed at the start of g */
+    size_t m = 0; /* the fragment's floats, packed at the start of g (overlapped: of pend.buf) */
     if (passed && weight > 0) {
+        float *dst = overlap ? t->pend.buf : g;
         for (int r = 0; r < t->nruns; r++) {
             const frag_run_t *run = &t->runs[r];
             if (!synced(run, p)) continue;
             const float *gl = t->global + run->off, *lo = lp + run->off;
-            float *out = g + m;
+            float *out = dst + m;
 #pragma omp parallel for schedule(static)
             for (size_t i = 0; i < run->len; i++) out[i] = w > 0 ? gl[i] - lo[i] : 0.0f;
             m += run->len;
         }
-        reduce_us = px_now_us();
-        if (m > 0) st = outer_reduce(t, g, m, &wire, &scale); /* (a pipeline stage may hold none of the fragment) */
-        reduce_us = px_now_us() - reduce_us;
-        t->bytes_cross += (double)wire;
-        t->outer_wire += (double)wire;
+        if (overlap) {
+            t->pend = (__typeof__(t->pend)){.active = 1, .buf = t->pend.buf, .m = m, .frag = p, .weight = weight,
+                                            .loss = loss, .scale = 1.0f, .from = t->st.step, .to = t->st.step + H,
+                                            .groups = t->q.n, .status = PX_COMM_ERROR};
+            if (pthread_create(&t->pend.thread, NULL, pending_reduce, t) == 0)
+                t->pend.running = 1;
+            else /* no thread: reduced here, not overlapped, applied as the others apply theirs */
+                pending_reduce(t);
+        }
+        if (!overlap) {
+            reduce_us = px_now_us();
+            if (m > 0) st = outer_reduce(t, g, m, &wire, &scale); /* (a pipeline stage may hold none of the fragment) */
+            reduce_us = px_now_us() - reduce_us;
+            t->bytes_cross += (double)wire;
+            t->outer_wire += (double)wire;
+        }
     }
     if (st != PX_COMM_OK || !passed) {
         const char *why = st != PX_COMM_OK ? failure_reason(t) : "the groups disagree on the round";
@@ -1213,45 +1404,15 @@ static int outer_step(trainer_t *t, int *adopt, float *loss_out) {
         next_round(t, p);
         return 1;
     }
-    float lr = cfg->outer_lr, mu = cfg->outer_momentum, inv = scale / weight;
-    size_t k = 0;
-    for (int r = 0; r < t->nruns; r++) {
-        const frag_run_t *run = &t->runs[r];
-        if (!synced(run, p)) continue;
-        float *u = t->outer_m + run->off, *gl = t->global + run->off, *d = g + k;
-#pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < run->len; i++) {
-            float di = d[i] * inv;
-            u[i] = mu * u[i] + di;
-            gl[i] -= lr * (di + mu * u[i]);
-        }
-        k += run->len;
-    }
-    t->outer_steps++;
     *loss_out = loss;
-    /* What sync would spend: the fp32 reduction of a vector this size (the
-     * time scaled from the bytes sent), against itself plus an inner step. */
-    double fp32 = 2.0 * (t->q.n - 1) / t->q.n * (double)m * sizeof(float);
-    double sync_us = wire > 0 ? (double)reduce_us * fp32 / (double)wire : 0;
-    note_comm_share(t, sync_us, sync_us + (t->inner > 0 ? (double)t->round_inner_us / t->inner : 0));
-    char frag[32];
-    if (p == SYNC_ALL) snprintf(frag, sizeof frag, "all/%d", F);
-    else snprintf(frag, sizeof frag, "%d/%d", p, F);
-    px_log_info("outer_step step=%lld from=%lld outer=%lld fragment=%s quorum_id=%lld groups=%d contributors=%.0f "
-                "loss=%.6f", (long long)t->st.step, (long long)from, (long long)t->outer_steps, frag, (long long)t->qid,
-                t->q.n, weight, loss);
-    if (t->my_index == 0 && cfg->rank == 0) { /* one line and one event per outer step */
-        char groups[PX_REASON_MAX / 2] = "";
-        for (int i = 0, used = 0; i < t->q.n && used < (int)sizeof groups - 1; i++)
-            used += snprintf(groups + used, sizeof groups - (size_t)used, "%s%s", i ? "," : "", t->q.groups[i].name);
-        char detail[PX_REASON_MAX];
-        snprintf(detail, sizeof detail, "outer=%lld contributors=%.0f dtype=%s fragment=%s groups=%s",
-                 (long long)t->outer_steps, weight, px_outer_dtype_name((px_outer_dtype_t)cfg->outer_dtype), frag,
-                 groups);
-        px_agent_notify(t->agent, "outer_step", t->qid, t->st.step, "", wire, 0, detail);
-        px_progress_outer(cfg->progress_format, cfg->group, t->st.step, t->outer_steps, weight, groups, loss,
-                          (unsigned long long)wire, frag);
+    if (overlap) { /* applied at the next round's end; this round's local parameters go on */
+        for (int q = 0; q < F; q++)
+            if (q == p) t->frag_full[q] = 1;
+        new_round(t);
+        return 1;
     }
+    outer_update(t, p, g, scale / weight);
+    outer_report(t, from, t->st.step, p, weight, loss, wire, reduce_us, m, 0);
     next_round(t, p);
     return 1;
 }
@@ -1616,6 +1777,10 @@ static int setup(trainer_t *t) {
             px_log_error("out of memory for DiLoCo's global parameters and outer momentum (%zu floats each)", n);
             return -1;
         }
+        if (cfg->outer_overlap && !(t->pend.buf = malloc(n * sizeof(float)))) {
+            px_log_error("out of memory for --outer-overlap's pseudo-gradients in flight (%zu floats)", n);
+            return -1;
+        }
         memcpy(t->global, t->st.buf[PX_STATE_PARAMS], n * sizeof(float));
         t->st.buf[PX_STATE_OUTER_M] = t->outer_m;
         t->st.nbuf = PX_STATE_OUTER_M + 1;
@@ -1682,6 +1847,7 @@ static void teardown(trainer_t *t) {
     free(t->global);
     free(t->outer_m);
     free(t->outer_scratch);
+    free(t->pend.buf);
     free(t->runs);
     px_heal_free(&t->heal);
     px_quorum_free(&t->q);
@@ -1725,6 +1891,10 @@ static int check_fragments(const px_trainer_config_t *cfg, char *err, size_t err
 int px_trainer_check(const px_trainer_config_t *cfg, char *err, size_t errlen) {
     if (check_stages(cfg, err, errlen) != 0) return -1;
     if (check_fragments(cfg, err, errlen) != 0) return -1;
+    if (cfg->outer_overlap && cfg->mode == PX_MODE_SYNC) {
+        snprintf(err, errlen, "--outer-overlap: overlapped outer steps need --mode diloco or auto");
+        return -1;
+    }
     if (cfg->sync_warmup > 0 && cfg->mode != PX_MODE_DILOCO) {
         snprintf(err, errlen, "--sync-warmup %lld needs --mode diloco (the mode it switches to)",
                  (long long)cfg->sync_warmup);
@@ -1848,8 +2018,10 @@ int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile s
                         px_agent_set_eval_loss(agent, t.st.step, ev);
                         if (cfg->rank == 0) px_progress_eval(cfg->progress_format, t.st.step, ev, cfg->group);
                     }
-                    if (px_persist_due(&t.persist, &t.st, &t.q)) host_state_for_save(&t);
-                    px_persist_committed(&t.persist, &t.st, &t.q);
+                    if (!t.pend.active) { /* a checkpoint never misses a committed round's outer step */
+                        if (px_persist_due(&t.persist, &t.st, &t.q)) host_state_for_save(&t);
+                        px_persist_committed(&t.persist, &t.st, &t.q);
+                    }
                 }
                 /* every group's local parameters are the global ones now: where auto goes back to sync */
                 if (leaving(&t) && leave_diloco(&t) != 0) {

@@ -68,6 +68,8 @@ typedef struct {
     int64_t sync_warmup;      /* DiLoCo: the first steps train in sync, DiLoCo from this step on */
     float outer_lr, outer_momentum; /* DiLoCo: the outer SGD's learning rate and Nesterov momentum */
     int outer_dtype;          /* DiLoCo: how pseudo-gradients travel, a px_outer_dtype_t (parallel/outer_codec.h) */
+    int outer_overlap;        /* DiLoCo: a round's pseudo-gradients reduced while the next round trains,
+                                 applied at its end (trainer.c, "Overlapped outer steps") */
 } px_trainer_config_t;
 
 /* Whether cfg can run on this machine and build, before anything starts:

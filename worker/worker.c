@@ -126,8 +126,13 @@ static void usage(FILE *f) {
            "  --inner-steps H          diloco: inner steps per outer step, 1..1000000 [50]\n"
            "  --fragments F            diloco: Streaming DiLoCo: layer l in fragment l mod F (the embeddings\n"
            "                           and final norm in 0); an outer step every H/F steps syncs one fragment,\n"
-           "                           in turn, so each is synced every H steps with 1/F of the bytes at a time\n"
-           "                           (not overlapped with compute yet); F divides H, F <= layers, 1..64 [1]\n"
+           "                           in turn, so each is synced every H steps with 1/F of the bytes at a time;\n"
+           "                           F divides H, F <= layers, 1..64 [1]\n"
+           "  --outer-overlap          diloco: a round's pseudo-gradients travel while the next round trains\n"
+           "                           (on a thread of their own), and its outer step is applied at that round's\n"
+           "                           end, each synced parameter set halfway between its local and new global\n"
+           "                           value (Streaming DiLoCo's overlap; the last outer step, a save's, a\n"
+           "                           quorum change's and auto's way back to sync stay synchronous) [off]\n"
            "  --sync-warmup N          diloco: train the first N steps in sync, DiLoCo from step N on (as the\n"
            "                           DiLoCo paper starts from a model trained in sync), 0..100000000 [0]\n"
            "  --outer-lr X             diloco: the outer SGD's learning rate, 0..10 [0.7]\n"
@@ -198,7 +203,7 @@ int px_worker_main(int argc, char **argv) {
     };
     char *token = NULL;
     const char *curve_secret = NULL, *curve_server_file = NULL, *curve_server_key = NULL;
-    static const char *const booleans[] = {"quiet", "fsdp-keep-params", "print-schedule", NULL};
+    static const char *const booleans[] = {"quiet", "fsdp-keep-params", "print-schedule", "outer-overlap", NULL};
     px_flags_from_env(PROG, usage, booleans, &argc, &argv);
     const char *data_host = NULL;
     int stop_exit_code = 0, print_sched = 0;
@@ -212,6 +217,9 @@ int px_worker_main(int argc, char **argv) {
             continue;
         } else if (!strcmp(a, "--fsdp-keep-params")) {
             tc.fsdp_keep_params = 1;
+            continue;
+        } else if (!strcmp(a, "--outer-overlap")) {
+            tc.outer_overlap = 1;
             continue;
         } else if (!strcmp(a, "--print-schedule")) {
             print_sched = 1;
@@ -355,6 +363,8 @@ int px_worker_main(int argc, char **argv) {
         snprintf(layout + strlen(layout), sizeof layout - strlen(layout), ".w%lld", (long long)tc.sync_warmup);
     if (tc.fragments > 1) /* the rounds (H/F steps) and which fragment each syncs */
         snprintf(layout + strlen(layout), sizeof layout - strlen(layout), ".f%d", tc.fragments);
+    if (tc.outer_overlap) /* when the outer steps apply */
+        snprintf(layout + strlen(layout), sizeof layout - strlen(layout), ".ov");
     if (tc.steps > 0) cfg.layout = layout;
     if (cfg.rank >= cfg.group_size) {
         fprintf(stderr, "%s: --rank %d must be below --ranks-per-group %d\n", PROG, cfg.rank, cfg.group_size);

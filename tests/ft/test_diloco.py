@@ -14,6 +14,8 @@
   chaos       3 groups, H=10, seeded random kills: the job completes, every
               group ends with the same state, the loss falls. The seed is
               printed on failure.
+  chaos-overlap  the same with --fragments 2 --outer-overlap: kills land
+              while rounds are in flight.
   checkpoint  one group, H=5, checkpoints every 10 steps: the newest one
               removed, the job restarts from step 20 (global parameters, outer
               momentum and moments restored) and ends with the checksum of the
@@ -51,6 +53,7 @@
               between sync and DiLoCo at every kill and back (kills land in
               either mode and at the switches); it completes with one state
               in every group. The seed is printed on failure.
+  auto-chaos-overlap  the same with --outer-overlap.
   auto-restart  --mode auto, switched to DiLoCo by a kill; the coordinator
               SIGKILLed and restarted: it adopts DiLoCo from the groups'
               heartbeats (mode_adopted, /status "auto: diloco H=10") instead
@@ -61,6 +64,16 @@
               group killed mid-run heals and contributes again; every group
               ends with one state and one model. Whole replicas, fsdp2 and
               pp2 groups (a stage holding none of a fragment) end alike.
+  overlap     Streaming DiLoCo with --outer-overlap, 3 groups, H=10, F=2:
+              every round's outer step is applied (at the next round's
+              end, logged overlapped=1; the last one and a checkpoint's
+              synchronous), the job ends with one state in every group and
+              an eval loss near the synchronous-outer-step run's (both
+              printed); a group SIGKILLed mid-run (its pending round dropped
+              by everyone alike) heals and contributes again, one state at
+              the end; with checkpoints every 20 steps, the saves land on
+              synchronous outer steps. Groups of 2 ranks (data parallel and
+              fsdp2) end like whole replicas.
   warmup      3 groups, H=10, --sync-warmup 20: sync steps to 20 (no outer
               step), every group changes to DiLoCo at step 20, outer steps
               every 10 from there; a group killed during the sync steps
@@ -235,10 +248,10 @@ def test_kill(bindir):
         launch.terminate()
 
 
-def test_chaos(bindir):
+def test_chaos(bindir, extra=()):
     data = corpus(bindir)
     try:
-        launch = run(bindir, data, 3, 300, ["--mode", "diloco", "--inner-steps", "10"], "diloco-chaos",
+        launch = run(bindir, data, 3, 300, ["--mode", "diloco", "--inner-steps", "10"] + list(extra), "diloco-chaos",
                      ["--chaos-kill-every-steps", "25", "--chaos-max-kills", "6", "--chaos-until-step", "200",
                       "--chaos-seed", str(SEED)], timeout=500)
         s = launch.summary()
@@ -247,8 +260,8 @@ def test_chaos(bindir):
         outers = outer_lines(launch)
         check(all(o[3] <= len(o[2]) for o in outers), "contributors never exceed the quorum's groups")
         loss_falls(launch, s["final_loss"])
-        print("chaos: %d kills, %d outer steps, final checksum %s loss %s" % (s["chaos_kills"], len(outers),
-                                                                             f["checksum"], s["final_loss"]))
+        print("chaos%s: %d kills, %d outer steps, final checksum %s loss %s" % (
+            " " + " ".join(extra) if extra else "", s["chaos_kills"], len(outers), f["checksum"], s["final_loss"]))
     except Fail as e:
         raise Fail("%s (chaos seed %d; rerun with PX_CHAOS_SEED=%d)" % (e, SEED, SEED))
 
@@ -487,11 +500,11 @@ def test_auto(bindir, fragments=1):
         launch.terminate()
 
 
-def test_auto_chaos(bindir):
+def test_auto_chaos(bindir, extra=()):
     data = corpus(bindir)
     ck = os.path.join(tempfile.mkdtemp(prefix="phalanx-auto-chaos-"), "ck")
     try:
-        launch = run(bindir, data, 3, 3000, ["--inner-steps", "10", "--fragments", "2"], "auto-chaos",
+        launch = run(bindir, data, 3, 3000, ["--inner-steps", "10", "--fragments", "2"] + list(extra), "auto-chaos",
                      ["--mode", "auto", "--auto-failures-per-hour", "1000", "--auto-window", "1", "--auto-hold", "0",
                       "--auto-comm-share", "0", "--chaos-kill-every", "2", "--chaos-max-kills", "10",
                       "--chaos-seed", str(SEED), "--checkpoint-dir", ck, "--checkpoint-every", "100"], timeout=500)
@@ -502,8 +515,8 @@ def test_auto_chaos(bindir):
         check(to.count("diloco") >= 3 and to.count("sync") >= 3, "the job flipped both ways several times: %s" % to)
         f = same_state(launch, 3, "auto-chaos")
         loss_falls(launch, s["final_loss"])
-        print("auto-chaos: %d kills, %d switches, final checksum %s loss %s" % (s["chaos_kills"], len(to),
-                                                                             f["checksum"], s["final_loss"]))
+        print("auto-chaos%s: %d kills, %d switches, final checksum %s loss %s" % (
+            " " + " ".join(extra) if extra else "", s["chaos_kills"], len(to), f["checksum"], s["final_loss"]))
     except Fail as e:
         raise Fail("%s (chaos seed %d; rerun with PX_CHAOS_SEED=%d)" % (e, SEED, SEED))
 
@@ -612,6 +625,79 @@ def test_fragments(bindir):
               (name, rel, rel_ev))
 
 
+def worker_log_lines(launch, word):
+    out = []
+    for name in sorted(os.listdir(launch.dir)):
+        if name.startswith("worker-") and name.endswith(".log"):
+            with open(os.path.join(launch.dir, name), errors="replace") as f:
+                out += [(name, line) for line in f if word in line]
+    return out
+
+
+def test_overlap(bindir):
+    data = corpus(bindir)
+    H, F, L = 10, 2, 5
+    stream = ["--mode", "diloco", "--inner-steps", str(H), "--fragments", str(F)]
+    base = run(bindir, data, 3, 100, stream, "overlap-base")
+    ov = run(bindir, data, 3, 100, stream + ["--outer-overlap"], "overlap")
+    b, o = same_state(base, 3, "overlap-base"), same_state(ov, 3, "overlap")
+    lines_b, lines_o = frag_lines(base), frag_lines(ov)
+    check([x[0] for x in lines_o] == [x[0] for x in lines_b] == list(range(L, 101, L)),
+          "an outer step applied for every round: %s" % [x[0] for x in lines_o])
+    check([x[3] for x in lines_o] == [x[3] for x in lines_b], "the same fragments in turn: %s" % lines_o)
+    applied = worker_log_lines(ov, "outer_step step=")
+    late = [line for _, line in applied if "overlapped=1" in line]
+    check(len(late) >= 3 * (len(lines_o) - 2), "every round but the last is applied a round late, overlapped, on "
+          "every group: %d of %d log lines" % (len(late), len(applied)))
+    check(not worker_log_lines(base, "overlapped=1"), "without --outer-overlap nothing is overlapped")
+    ev_b, ev_o = float(b["eval_loss"]), float(o["eval_loss"])
+    print("overlap: %d outer steps, %d overlapped lines; eval loss %.4f (synchronous outer steps %.4f, %+.1f%%)"
+          % (len(lines_o), len(late), ev_o, ev_b, 100 * (ev_o / ev_b - 1)))
+    check(ev_o < 1.15 * ev_b, "the overlapped run learns about as well: eval %.4f vs %.4f" % (ev_o, ev_b))
+
+    ckpt = tempfile.mkdtemp(prefix="phalanx-overlap-ckpt-")
+    launch = Launch(bindir, ["--groups", "3", "--model", "tiny", "--steps", "300", "--data", data, "--"] + WORKER +
+                    stream + ["--outer-overlap", "--checkpoint-dir", ckpt, "--checkpoint-every", "20"],
+                    name="overlap-kill")
+    try:
+        wait_until(lambda: len(frag_lines(launch)) >= 6, 120, "6 outer steps")
+        pid = launch.pid_of("g1")
+        check(pid, "g1 is a live member")
+        mark = len(launch.output())
+        os.kill(pid, signal.SIGKILL)
+        rc = launch.wait(300)
+        check(rc == 0, "phalanx-launch exited %s" % rc)
+        after = frag_lines(launch, mark)
+        heals = [e for e in launch.read_events() if e["type"] == "heal_finished" and e["group"] == "g1"]
+        check(heals and any(c == 3 and s > heals[-1]["step"] for s, c, _, _ in after),
+              "g1 healed and contributes again: %s" % after[-4:])
+        f = same_state(launch, 3, "overlap-kill")
+        saves = [e["step"] for e in launch.read_events() if e["type"] == "checkpoint_saved"]
+        check(saves and all(s % 20 == 0 for s in saves), "checkpoints at multiples of 20: %s" % saves)
+        sync_at = {int(re.search(r"outer_step step=(\d+)", line).group(1))
+                   for _, line in worker_log_lines(launch, "outer_step step=") if "overlapped=0" in line}
+        check(all(s in sync_at for s in saves), "every save's step had a synchronous outer step: saves %s, "
+              "synchronous %s" % (saves, sorted(sync_at)))
+        dropped = worker_log_lines(launch, "outer_step_dropped")
+        print("overlap kill: g1 healed at %s; %d pending rounds dropped; saves %s; final %s" %
+              ([e["step"] for e in heals], len(dropped), saves, f["checksum"]))
+    except Fail as e:
+        raise Fail("%s\nlauncher:\n%s" % (e, launch.tail(30)))
+    finally:
+        launch.terminate()
+    # groups of 2 ranks (their in-group vote on the pending round) end like whole replicas
+    ov = ["--inner-steps", "4", "--fragments", "2", "--outer-overlap"]
+    base = same_state(run_layout(bindir, data, "ov-whole", 1, ov), 2, "ov whole")
+    for name, W, flags in (("ov-dp2", 2, []), ("ov-fsdp2", 2, ["--fsdp", "2"])):
+        got = same_state(run_layout(bindir, data, name, W, flags + ov), 2, name)
+        rel = abs(float(got["param_norm"]) - float(base["param_norm"])) / float(base["param_norm"])
+        rel_ev = abs(float(got["eval_loss"]) - float(base["eval_loss"])) / float(base["eval_loss"])
+        print("%s: eval loss %s (whole %s), param norm %s (whole %s)" % (name, got["eval_loss"], base["eval_loss"],
+                                                                        got["param_norm"], base["param_norm"]))
+        check(rel < 1e-5 and rel_ev < 1e-4, "%s ends like whole replicas (norm rel %.2e, eval rel %.2e)" %
+              (name, rel, rel_ev))
+
+
 def cross_bytes(launch):
     """Cross-group bytes summed over the workers' comm_sent lines (the benchmark's own reading)."""
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
@@ -692,10 +778,11 @@ def test_refused(bindir):
                         (["--inner-steps", "10", "--fragments", "2"], "needs --mode diloco or auto"),
                         (["--mode", "diloco", "--inner-steps", "12", "--fragments", "3", "--model", "tiny"],
                          "the model has 2 layers"),
-                        (["--sync-warmup", "10"], "needs --mode diloco")):
+                        (["--sync-warmup", "10"], "needs --mode diloco"),
+                        (["--outer-overlap"], "need --mode diloco or auto")):
         r = subprocess.run([os.path.join(bindir, "phalanx-worker"), "--group", "g0", "--steps", "10"] + flags,
                            capture_output=True, text=True, timeout=60)
-        named = "--sync-warmup" if "--sync-warmup" in flags else "--fragments"
+        named = next(f for f in ("--sync-warmup", "--outer-overlap", "--fragments") if f in flags)
         check(r.returncode == 2 and named in r.stderr and says in r.stderr,
               "%s is refused (%s): rc %s %s" % (" ".join(flags), says, r.returncode, r.stderr[-300:]))
     r = subprocess.run([os.path.join(bindir, "phalanx-worker"), "--group", "g0", "--steps", "10", "--mode", "async"],
@@ -720,7 +807,9 @@ def test_refused(bindir):
 
 if __name__ == "__main__":
     main_scenarios({"identity": test_identity, "kill": test_kill, "chaos": test_chaos, "checkpoint": test_checkpoint,
-                    "dtype": test_dtype, "layouts": test_layouts, "long-round": test_long_round,
+                    "chaos-overlap": lambda b: test_chaos(b, ["--fragments", "2", "--outer-overlap"]), "dtype": test_dtype, "layouts": test_layouts, "long-round": test_long_round,
                     "auto": test_auto, "auto-fragments": lambda b: test_auto(b, 2), "auto-chaos": test_auto_chaos,
-                    "auto-restart": test_auto_restart, "fragments": test_fragments, "warmup": test_warmup, "quality": test_quality,
+                    "auto-chaos-overlap": lambda b: test_auto_chaos(b, ["--outer-overlap"]),
+                    "auto-restart": test_auto_restart, "fragments": test_fragments, "overlap": test_overlap, "warmup": test_warmup,
+                    "quality": test_quality,
                     "refused": test_refused})
