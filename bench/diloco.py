@@ -27,9 +27,9 @@ start-up and the first rendezvous left out, the final eval in).
 With --fragments LIST it also runs Streaming DiLoCo (--fragments F) at each
 H that F divides: the same bytes per H steps in F smaller outer steps, each
 synchronous, so its wall time through a paced link is about DiLoCo's. With
---overlap it runs each of those again with --outer-overlap (each round's
-transfer while the next round trains) and prints its wall time over the
-synchronous streaming run's. OPENBLAS_CORETYPE is left as the environment has it, the same
+--overlap it runs each DiLoCo and streaming job again with --outer-overlap
+(each round's transfer while the next round trains) and prints its wall
+time over the synchronous run's. OPENBLAS_CORETYPE is left as the environment has it, the same
 for every run (sync and DiLoCo alike). The loss figures are deterministic
 for given flags, pacing or not; times are not.
 """
@@ -94,6 +94,13 @@ def link_rows(bindir, data, a, mbps, outer):
         print("diloco H=%-4d eval_loss=%.4f (%.3fx sync) cross_bytes=%d (%.1fx fewer) bytes_per_token=%.0f "
               "ms_per_1k_tokens=%.1f wall=%.3fx sync" % (h, e, e / ev, c, cb / c if c else float("inf"), c / tokens,
                                                          s * per_1k, s / secs), flush=True)
+        if a.overlap:
+            eo, co, so = run(bindir, data, a, link + ["--mode", "diloco", "--inner-steps", str(h), "--outer-overlap"]
+                             + outer, "overlap%d-%gmbps" % (h, mbps))
+            print("overlapped H=%-4d F=1 eval_loss=%.4f (%.3fx sync) cross_bytes=%d (%.1fx fewer) bytes_per_token=%.0f "
+                  "ms_per_1k_tokens=%.1f wall=%.3fx sync, %.3fx diloco" %
+                  (h, eo, eo / ev, co, cb / co if co else float("inf"), co / tokens, so * per_1k, so / secs, so / s),
+                  flush=True)
         for f in [int(x) for x in a.fragments.split(",") if x and int(x) > 1 and h % int(x) == 0]:
             e, c, s = run(bindir, data, a, link + ["--mode", "diloco", "--inner-steps", str(h), "--fragments", str(f)]
                           + outer, "stream%d-%d-%gmbps" % (h, f, mbps))
@@ -104,9 +111,10 @@ def link_rows(bindir, data, a, mbps, outer):
                 eo, co, so = run(bindir, data, a, link + ["--mode", "diloco", "--inner-steps", str(h), "--fragments",
                                                           str(f), "--outer-overlap"] + outer,
                                  "overlap%d-%d-%gmbps" % (h, f, mbps))
-                print("overlapped H=%-4d F=%d eval_loss=%.4f (%.3fx sync) cross_bytes=%d bytes_per_token=%.0f "
-                      "ms_per_1k_tokens=%.1f wall=%.3fx sync, %.3fx streaming" %
-                      (h, f, eo, eo / ev, co, co / tokens, so * per_1k, so / secs, so / s), flush=True)
+                print("overlapped H=%-4d F=%d eval_loss=%.4f (%.3fx sync) cross_bytes=%d (%.1fx fewer) "
+                      "bytes_per_token=%.0f ms_per_1k_tokens=%.1f wall=%.3fx sync, %.3fx streaming" %
+                      (h, f, eo, eo / ev, co, cb / co if co else float("inf"), co / tokens, so * per_1k, so / secs,
+                       so / s), flush=True)
 
 
 def main():
