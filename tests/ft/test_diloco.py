@@ -219,12 +219,7 @@ def test_kill(bindir):
         check(hist["mode"] == st["mode"] and hist["outer_steps"] >= 3 and hist["outer_wire_bytes"] > 0,
               "the dashboard's feed has the mode, outer steps and bytes: %s %s %s" %
               (hist.get("mode"), hist.get("outer_steps"), hist.get("outer_wire_bytes")))
-        pid = launch.pid_of("g1")
-        check(pid, "g1 is a live member")
-        mark = len(launch.output())
-        os.kill(pid, signal.SIGKILL)
-        rc = launch.wait(300)
-        check(rc == 0, "phalanx-launch exited %s" % rc)
+        mark = sigkill_g1_to_the_end(launch)
         s = launch.summary()
         check(s and s["completed"] and s["steps"] == 600, "completed: %s" % s)
         after = outer_lines(launch, mark)
@@ -572,6 +567,37 @@ def frag_lines(launch, start=0):
     return out
 
 
+def sigkill_g1_to_the_end(launch):
+    """SIGKILLs g1 and waits for the job, which must complete. Returns the
+    index of the output's first line after the kill."""
+    pid = launch.pid_of("g1")
+    check(pid, "g1 is a live member")
+    mark = len(launch.output())
+    os.kill(pid, signal.SIGKILL)
+    rc = launch.wait(300)
+    check(rc == 0, "phalanx-launch exited %s" % rc)
+    return mark
+
+
+def job300(bindir, data, worker, name):
+    """A 3-group, 300-step job of `tiny` with these worker flags."""
+    return Launch(bindir, ["--groups", "3", "--model", "tiny", "--steps", "300", "--data", data, "--"] + WORKER +
+                  worker, name=name)
+
+
+def kill_g1_midway(launch):
+    """g1 SIGKILLed after 6 outer steps; the job must complete, and g1 heal
+    and contribute again. Returns (index of the output's first line after the
+    kill, g1's heals)."""
+    wait_until(lambda: len(frag_lines(launch)) >= 6, 120, "6 outer steps")
+    mark = sigkill_g1_to_the_end(launch)
+    after = frag_lines(launch, mark)
+    heals = [e for e in launch.read_events() if e["type"] == "heal_finished" and e["group"] == "g1"]
+    check(heals and any(c == 3 and s > heals[-1]["step"] for s, c, _, _ in after),
+          "g1 healed and contributes again: %s" % after[-4:])
+    return mark, heals
+
+
 def test_fragments(bindir):
     data = corpus(bindir)
     H, F, steps = 10, 2, 300
@@ -579,16 +605,9 @@ def test_fragments(bindir):
     whole = frag_lines(run(bindir, data, 3, 2 * H, ["--mode", "diloco", "--inner-steps", str(H)], "stream-f1"))
     full = whole[0][2]
     check(whole[0][3] is None, "without --fragments no fragment is named: %s" % (whole[0],))
-    launch = Launch(bindir, ["--groups", "3", "--model", "tiny", "--steps", str(steps), "--data", data, "--"] +
-                    WORKER + ["--mode", "diloco", "--inner-steps", str(H), "--fragments", str(F)], name="stream-kill")
+    launch = job300(bindir, data, ["--mode", "diloco", "--inner-steps", str(H), "--fragments", str(F)], "stream-kill")
     try:
-        wait_until(lambda: len(frag_lines(launch)) >= 6, 120, "6 outer steps")
-        pid = launch.pid_of("g1")
-        check(pid, "g1 is a live member")
-        mark = len(launch.output())
-        os.kill(pid, signal.SIGKILL)
-        rc = launch.wait(300)
-        check(rc == 0, "phalanx-launch exited %s" % rc)
+        mark, heals = kill_g1_midway(launch)
         lines = frag_lines(launch)
         check(all(s % L == 0 for s, _, _, _ in lines), "an outer step every %d steps: %s" % (L, [x[0] for x in lines]))
         for s, _, _, frag in lines[:-1]:
@@ -602,9 +621,6 @@ def test_fragments(bindir):
               "each fragment sends part, the two together one whole outer step's %d bytes: %s" % (full, pairs[:3]))
         after = frag_lines(launch, mark)
         check(any(c == 2 for _, c, _, _ in after), "an outer step after the kill without g1: %s" % after[:4])
-        heals = [e for e in launch.read_events() if e["type"] == "heal_finished" and e["group"] == "g1"]
-        check(heals and any(c == 3 and s > heals[-1]["step"] for s, c, _, _ in after),
-              "g1 healed and contributes again: %s" % after[-4:])
         f = same_state(launch, 3, "fragments")
         loss_falls(launch, float(f["loss"]))
         print("fragments: %d outer steps, bytes per fragment pair %s of %d; g1 healed at %s; final %s" %
@@ -613,10 +629,16 @@ def test_fragments(bindir):
         raise Fail("%s\nlauncher:\n%s" % (e, launch.tail(30)))
     finally:
         launch.terminate()
-    stream = ["--inner-steps", "4", "--fragments", "2"]
-    base = same_state(run_layout(bindir, data, "f2-whole", 1, stream), 2, "f2 whole")
-    for name, W, flags in (("f2-fsdp2", 2, ["--fsdp", "2"]), ("f2-pp2", 2, ["--pp", "2", "--microbatches", "2"])):
-        got = same_state(run_layout(bindir, data, name, W, flags + stream), 2, name)
+    layouts_end_alike(bindir, data, "f2", ["--inner-steps", "4", "--fragments", "2"],
+                      (("fsdp2", 2, ["--fsdp", "2"]), ("pp2", 2, ["--pp", "2", "--microbatches", "2"])))
+
+
+def layouts_end_alike(bindir, data, tag, flags, layouts):
+    """2 groups of each (name, W, layout flags) with `flags` end like 2 whole replicas with them."""
+    base = same_state(run_layout(bindir, data, tag + "-whole", 1, flags), 2, tag + " whole")
+    for name, W, lay in layouts:
+        name = tag + "-" + name
+        got = same_state(run_layout(bindir, data, name, W, lay + flags), 2, name)
         rel = abs(float(got["param_norm"]) - float(base["param_norm"])) / float(base["param_norm"])
         rel_ev = abs(float(got["eval_loss"]) - float(base["eval_loss"])) / float(base["eval_loss"])
         print("%s: eval loss %s (whole %s), param norm %s (whole %s)" % (name, got["eval_loss"], base["eval_loss"],
@@ -656,21 +678,10 @@ def test_overlap(bindir):
     check(ev_o < 1.15 * ev_b, "the overlapped run learns about as well: eval %.4f vs %.4f" % (ev_o, ev_b))
 
     ckpt = tempfile.mkdtemp(prefix="phalanx-overlap-ckpt-")
-    launch = Launch(bindir, ["--groups", "3", "--model", "tiny", "--steps", "300", "--data", data, "--"] + WORKER +
-                    stream + ["--outer-overlap", "--checkpoint-dir", ckpt, "--checkpoint-every", "20"],
-                    name="overlap-kill")
+    launch = job300(bindir, data, stream + ["--outer-overlap", "--checkpoint-dir", ckpt, "--checkpoint-every", "20"],
+                    "overlap-kill")
     try:
-        wait_until(lambda: len(frag_lines(launch)) >= 6, 120, "6 outer steps")
-        pid = launch.pid_of("g1")
-        check(pid, "g1 is a live member")
-        mark = len(launch.output())
-        os.kill(pid, signal.SIGKILL)
-        rc = launch.wait(300)
-        check(rc == 0, "phalanx-launch exited %s" % rc)
-        after = frag_lines(launch, mark)
-        heals = [e for e in launch.read_events() if e["type"] == "heal_finished" and e["group"] == "g1"]
-        check(heals and any(c == 3 and s > heals[-1]["step"] for s, c, _, _ in after),
-              "g1 healed and contributes again: %s" % after[-4:])
+        _, heals = kill_g1_midway(launch)
         f = same_state(launch, 3, "overlap-kill")
         saves = [e["step"] for e in launch.read_events() if e["type"] == "checkpoint_saved"]
         check(saves and all(s % 20 == 0 for s in saves), "checkpoints at multiples of 20: %s" % saves)
@@ -686,16 +697,8 @@ def test_overlap(bindir):
     finally:
         launch.terminate()
     # groups of 2 ranks (their in-group vote on the pending round) end like whole replicas
-    ov = ["--inner-steps", "4", "--fragments", "2", "--outer-overlap"]
-    base = same_state(run_layout(bindir, data, "ov-whole", 1, ov), 2, "ov whole")
-    for name, W, flags in (("ov-dp2", 2, []), ("ov-fsdp2", 2, ["--fsdp", "2"])):
-        got = same_state(run_layout(bindir, data, name, W, flags + ov), 2, name)
-        rel = abs(float(got["param_norm"]) - float(base["param_norm"])) / float(base["param_norm"])
-        rel_ev = abs(float(got["eval_loss"]) - float(base["eval_loss"])) / float(base["eval_loss"])
-        print("%s: eval loss %s (whole %s), param norm %s (whole %s)" % (name, got["eval_loss"], base["eval_loss"],
-                                                                        got["param_norm"], base["param_norm"]))
-        check(rel < 1e-5 and rel_ev < 1e-4, "%s ends like whole replicas (norm rel %.2e, eval rel %.2e)" %
-              (name, rel, rel_ev))
+    layouts_end_alike(bindir, data, "ov", ["--inner-steps", "4", "--fragments", "2", "--outer-overlap"],
+                      (("dp2", 2, []), ("fsdp2", 2, ["--fsdp", "2"])))
 
 
 def cross_bytes(launch):
