@@ -103,6 +103,24 @@ typedef struct {
     int frag;
 } frag_run_t;
 
+/* --outer-overlap: the round whose pseudo-gradients are being reduced on
+ * a thread of their own while the next round trains ("Overlapped outer
+ * steps" below). */
+typedef struct {
+    int active;          /* a round's outer step is pending: reduced (or reducing), not applied */
+    int running;         /* its thread has not been joined */
+    int counted;         /* its bytes counted and its failure logged, once */
+    pthread_t thread;
+    float *buf;          /* the fragment's pseudo-gradients, packed (st.n floats) */
+    size_t m;            /* floats packed */
+    int frag;            /* the fragment */
+    float weight, loss, scale;
+    int64_t from, to;    /* the round's steps */
+    uint64_t wire;
+    int64_t reduce_us;
+    px_comm_status_t status;
+} pending_t;
+
 typedef struct {
     const px_trainer_config_t *cfg;
     px_agent_t *agent;
@@ -145,24 +163,7 @@ typedef struct {
     frag_run_t *runs;
     int nruns;
     unsigned char frag_full[PX_MAX_FRAGMENTS];
-    /* --outer-overlap: the round whose pseudo-gradients are being reduced on
-     * a thread of their own while the next round trains ("Overlapped outer
-     * steps" below). */
-    struct {
-        int active;          /* a round's outer step is pending: reduced (or reducing), not applied */
-        int running;         /* its thread has not been joined */
-        int counted;         /* its bytes counted and its failure logged, once */
-        pthread_t thread;
-        float *buf;          /* the fragment's pseudo-gradients, packed (st.n floats) */
-        size_t m;            /* floats packed */
-        int frag;            /* the fragment */
-        float weight, loss, scale;
-        int64_t from, to;    /* the round's steps */
-        int groups;          /* the quorum's groups then */
-        uint64_t wire;
-        int64_t reduce_us;
-        px_comm_status_t status;
-    } pend;
+    pending_t pend;      /* --outer-overlap: the round in flight */
     /* --mode auto: the mode the state is in (1: DiLoCo), set with st.local
      * (set_state_mode; read by the agent's hook under comm_mu), and the
      * share of step time spent in cross-group communication, reported to
@@ -1368,9 +1369,9 @@ static int outer_step(trainer_t *t, int *adopt, float *loss_out) {
             m += run->len;
         }
         if (overlap) {
-            t->pend = (__typeof__(t->pend)){.active = 1, .buf = t->pend.buf, .m = m, .frag = p, .weight = weight,
-                                            .loss = loss, .scale = 1.0f, .from = t->st.step, .to = t->st.step + H,
-                                            .groups = t->q.n, .status = PX_COMM_ERROR};
+            t->pend = (pending_t){.active = 1, .buf = t->pend.buf, .m = m, .frag = p, .weight = weight, .loss = loss,
+                                  .scale = 1.0f, .from = t->st.step, .to = t->st.step + H,
+                                  .status = PX_COMM_ERROR};
             if (pthread_create(&t->pend.thread, NULL, pending_reduce, t) == 0)
                 t->pend.running = 1;
             else /* no thread: reduced here, not overlapped, applied as the others apply theirs */
