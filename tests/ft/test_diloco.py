@@ -72,8 +72,9 @@
               printed); a group SIGKILLed mid-run (its pending round dropped
               by everyone alike) heals and contributes again, one state at
               the end; with checkpoints every 20 steps, the saves land on
-              synchronous outer steps. Groups of 2 ranks (data parallel and
-              fsdp2) end like whole replicas.
+              synchronous outer steps. A group frozen (SIGSTOP) with a round
+              in flight: the others go on without it. Groups of 2 ranks
+              (data parallel and fsdp2) end like whole replicas.
   warmup      3 groups, H=10, --sync-warmup 20: sync steps to 20 (no outer
               step), every group changes to DiLoCo at step 20, outer steps
               every 10 from there; a group killed during the sync steps
@@ -692,6 +693,24 @@ def test_overlap(bindir):
         dropped = worker_log_lines(launch, "outer_step_dropped")
         print("overlap kill: g1 healed at %s; %d pending rounds dropped; saves %s; final %s" %
               ([e["step"] for e in heals], len(dropped), saves, f["checksum"]))
+    except Fail as e:
+        raise Fail("%s\nlauncher:\n%s" % (e, launch.tail(30)))
+    finally:
+        launch.terminate()
+    # a frozen group (SIGSTOP: its transfer in flight never finishes): the others drop the round and go on
+    launch = job300(bindir, data, stream + ["--outer-overlap"], "overlap-frozen")
+    try:
+        wait_until(lambda: len(frag_lines(launch)) >= 6, 120, "6 outer steps")
+        pid = launch.pid_of("g2")
+        check(pid, "g2 is a live member")
+        os.kill(pid, signal.SIGSTOP)
+        mark = len(launch.output())
+        wait_until(lambda: any(c == 2 for _, c, _, _ in frag_lines(launch, mark)), 60, "outer steps without g2")
+        os.kill(pid, signal.SIGKILL)
+        check(launch.wait(300) == 0, "the job completes after the frozen g2 is killed")
+        f = same_state(launch, 3, "overlap-frozen")
+        print("overlap frozen: the others went on without g2; %d pending rounds dropped; final %s"
+              % (len(worker_log_lines(launch, "outer_step_dropped")), f["checksum"]))
     except Fail as e:
         raise Fail("%s\nlauncher:\n%s" % (e, launch.tail(30)))
     finally:
