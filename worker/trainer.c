@@ -514,19 +514,26 @@ static int shard_group_sync(trainer_t *t) {
     return 0;
 }
 
-/* The host copy of the state up to date (a GPU's state is downloaded when
- * an optimizer step made the copy stale): before it is read on the host. */
-static void host_state(trainer_t *t) {
+/* Starts bringing the host copy of the state up to date (a GPU's state is
+ * downloaded when an optimizer step made the copy stale), without holding
+ * training: the download runs while the next step computes. Nothing reads
+ * the copy before px_compute_host_wait (a save's saver: wait_host). */
+static void host_state_begin(trainer_t *t) {
     if (px_compute_host_stale(t->dev))
         px_persist_fence(&t->persist); /* the download overwrites the state a save may be copying */
-    px_compute_host_state(t->dev);
+    px_compute_host_state_begin(t->dev);
 }
 
-/* The same before a save, without holding training: a GPU's download runs
- * while the next step computes, and the saver waits for it (wait_host). */
-static void host_state_for_save(trainer_t *t) {
-    if (px_compute_host_stale(t->dev)) px_persist_fence(&t->persist);
-    px_compute_host_state_begin(t->dev);
+/* The host copy up to date: before it is read on the host. */
+static void host_state(trainer_t *t) {
+    host_state_begin(t);
+    px_compute_host_wait(t->dev);
+}
+
+/* After committing a step: the checkpoint due at it, if this group writes. */
+static void checkpoint_commit(trainer_t *t) {
+    if (px_persist_due(&t->persist, &t->st, &t->q)) host_state_begin(t);
+    px_persist_committed(&t->persist, &t->st, &t->q);
 }
 
 static void wait_host(void *ctx) {
@@ -1190,7 +1197,10 @@ static px_comm_status_t outer_reduce(trainer_t *t, float *g, size_t n, uint64_t 
 
 static int leaving(const trainer_t *t);
 
-enum { OUTER_WEIGHT = PX_VOTE_N, OUTER_PENDING, OUTER_TAIL };
+/* The outer step's tail: the vote, then (--outer-overlap) whether the
+ * pending round's reduction succeeded, reduced in the group with the vote,
+ * then the group's weight, reduced across groups only. */
+enum { OUTER_PENDING = PX_VOTE_N, OUTER_WEIGHT, OUTER_TAIL };
 _Static_assert(OUTER_TAIL <= PX_GPT_GRADS_SPARE, "the outer step's tail must fit in the grads' spare room");
 
 /* The mean pseudo-gradients d (packed: fragment p's runs in order, times
@@ -1338,10 +1348,10 @@ static int outer_step(trainer_t *t, int *adopt, float *loss_out) {
     tail[OUTER_WEIGHT] = w;
     tail[OUTER_PENDING] = pend_ok ? 1.0f : 0.0f;
     px_comm_status_t st = PX_COMM_OK;
-    if (t->intra && (st = px_comm_allreduce_sum_f32(t->intra, tail, PX_VOTE_N)) == PX_COMM_OK) {
+    if (t->intra &&
+        (st = px_comm_allreduce_sum_f32(t->intra, tail, PX_VOTE_N + (cfg->outer_overlap ? 1 : 0))) == PX_COMM_OK) {
         px_vote_relay(tail, W, t->st.step);
-        if (cfg->outer_overlap && (st = px_comm_allreduce_sum_f32(t->intra, &tail[OUTER_PENDING], 1)) == PX_COMM_OK)
-            tail[OUTER_PENDING] = tail[OUTER_PENDING] > W - 0.5f ? 1.0f : 0.0f; /* every rank of the group */
+        tail[OUTER_PENDING] = tail[OUTER_PENDING] > W - 0.5f ? 1.0f : 0.0f; /* every rank of the group */
     }
     if (st == PX_COMM_OK) st = px_comm_allreduce_sum_f32(t->cross, tail, OUTER_TAIL);
     int passed = st == PX_COMM_OK && px_vote_passed(tail, t->q.n, t->st.step);
@@ -1376,8 +1386,7 @@ static int outer_step(trainer_t *t, int *adopt, float *loss_out) {
                 t->pend.running = 1;
             else /* no thread: reduced here, not overlapped, applied as the others apply theirs */
                 pending_reduce(t);
-        }
-        if (!overlap) {
+        } else {
             reduce_us = px_now_us();
             if (m > 0) st = outer_reduce(t, g, m, &wire, &scale); /* (a pipeline stage may hold none of the fragment) */
             reduce_us = px_now_us() - reduce_us;
@@ -1407,8 +1416,7 @@ static int outer_step(trainer_t *t, int *adopt, float *loss_out) {
     }
     *loss_out = loss;
     if (overlap) { /* applied at the next round's end; this round's local parameters go on */
-        for (int q = 0; q < F; q++)
-            if (q == p) t->frag_full[q] = 1;
+        t->frag_full[p] = 1; /* (never SYNC_ALL: outer_must_sync) */
         new_round(t);
         return 1;
     }
@@ -2019,10 +2027,7 @@ int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile s
                         px_agent_set_eval_loss(agent, t.st.step, ev);
                         if (cfg->rank == 0) px_progress_eval(cfg->progress_format, t.st.step, ev, cfg->group);
                     }
-                    if (!t.pend.active) { /* a checkpoint never misses a committed round's outer step */
-                        if (px_persist_due(&t.persist, &t.st, &t.q)) host_state_for_save(&t);
-                        px_persist_committed(&t.persist, &t.st, &t.q);
-                    }
+                    if (!t.pend.active) checkpoint_commit(&t); /* never missing a committed round's outer step */
                 }
                 /* every group's local parameters are the global ones now: where auto goes back to sync */
                 if (leaving(&t) && leave_diloco(&t) != 0) {
@@ -2062,8 +2067,7 @@ int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile s
                 .group = cfg->group, .mode = "sync", .show_mode = cfg->mode == PX_MODE_AUTO, .eval_loss = ev,
                 .has_eval = cfg->eval_every > 0 && t.st.step % cfg->eval_every == 0 && t.my_index == 0});
         }
-        if (px_persist_due(&t.persist, &t.st, &t.q)) host_state_for_save(&t);
-        px_persist_committed(&t.persist, &t.st, &t.q);
+        checkpoint_commit(&t);
         if (adopt) need = 1; /* everyone saw the flag: all switch now */
     }
     host_state(&t); /* the final save, statistics and --save read it */
