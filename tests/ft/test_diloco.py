@@ -70,7 +70,9 @@
               synchronous), the job ends with one state in every group and
               an eval loss near the synchronous-outer-step run's (both
               printed); a group SIGKILLed mid-run (its pending round dropped
-              by everyone alike) heals and contributes again, one state at
+              by everyone alike) gets the state back (a heal, or the newest
+              checkpoint when it is at the others' step) and contributes
+              again, one state at
               the end; with checkpoints every 20 steps, the saves land on
               synchronous outer steps. A group frozen (SIGSTOP) with a round
               in flight: the others go on without it. Groups of 2 ranks
@@ -586,17 +588,21 @@ def job300(bindir, data, worker, name):
                   worker, name=name)
 
 
-def kill_g1_midway(launch):
+def kill_g1_midway(launch, restores=False):
     """g1 SIGKILLed after 6 outer steps; the job must complete, and g1 heal
-    and contribute again. Returns (index of the output's first line after the
-    kill, g1's heals)."""
+    and contribute again. With restores (a job with checkpoints), restoring
+    the newest checkpoint counts as getting the state back too: the restarted
+    g1 needs no heal when that checkpoint is at the step the others are at.
+    Returns (index of the output's first line after the kill, g1's heals and
+    restores)."""
     wait_until(lambda: len(frag_lines(launch)) >= 6, 120, "6 outer steps")
     mark = sigkill_g1_to_the_end(launch)
     after = frag_lines(launch, mark)
-    heals = [e for e in launch.read_events() if e["type"] == "heal_finished" and e["group"] == "g1"]
-    check(heals and any(c == 3 and s > heals[-1]["step"] for s, c, _, _ in after),
-          "g1 healed and contributes again: %s" % after[-4:])
-    return mark, heals
+    kinds = ("heal_finished", "checkpoint_restored") if restores else ("heal_finished",)
+    back = [e for e in launch.read_events() if e["type"] in kinds and e["group"] == "g1"]
+    check(back and any(c == 3 and s > back[-1]["step"] for s, c, _, _ in after),
+          "g1 got the state back (%s) and contributes again: %s; %s" % (" or ".join(kinds), after[-4:], back))
+    return mark, back
 
 
 def test_fragments(bindir):
@@ -682,7 +688,7 @@ def test_overlap(bindir):
     launch = job300(bindir, data, stream + ["--outer-overlap", "--checkpoint-dir", ckpt, "--checkpoint-every", "20"],
                     "overlap-kill")
     try:
-        _, heals = kill_g1_midway(launch)
+        _, back = kill_g1_midway(launch, restores=True)
         f = same_state(launch, 3, "overlap-kill")
         saves = [e["step"] for e in launch.read_events() if e["type"] == "checkpoint_saved"]
         check(saves and all(s % 20 == 0 for s in saves), "checkpoints at multiples of 20: %s" % saves)
@@ -691,8 +697,8 @@ def test_overlap(bindir):
         check(all(s in sync_at for s in saves), "every save's step had a synchronous outer step: saves %s, "
               "synchronous %s" % (saves, sorted(sync_at)))
         dropped = worker_log_lines(launch, "outer_step_dropped")
-        print("overlap kill: g1 healed at %s; %d pending rounds dropped; saves %s; final %s" %
-              ([e["step"] for e in heals], len(dropped), saves, f["checksum"]))
+        print("overlap kill: g1 got the state back at %s; %d pending rounds dropped; saves %s; final %s" %
+              ([(e["type"], e["step"]) for e in back], len(dropped), saves, f["checksum"]))
     except Fail as e:
         raise Fail("%s\nlauncher:\n%s" % (e, launch.tail(30)))
     finally:
