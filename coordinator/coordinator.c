@@ -33,20 +33,25 @@
 #include "px_keys.h"
 #include "px_log.h"
 #include "px_time.h"
+#include "px_hbudp.h"
 #include "px_wire.h"
 #include "quorum.h"
 #include "px_rate.h"
 #include "status.h"
 #include "store.h"
+#include "udp.h"
 
 #define TICK_MS 10
 #define QUORUM_EVENT_LIST_MAX 24000 /* bytes of group names (and of heal plans) in a quorum_formed event */
 #define ACK_KEEPALIVE_MS 1000 /* a worker with nothing to learn gets a heartbeat ack this often */
 #define ROUTER_MAX_MSG (1 << 20) /* larger frames make ZeroMQ drop the peer */
+#define UDP_BATCH 1024 /* datagrams read per loop turn: a flood cannot starve the ROUTER or the tick */
+#define UDP_SILENT_INTERVALS 2 /* a member offered UDP and silent this long, connection open: told udp_off */
 
 struct px_coordinator {
     px_coordinator_config_t cfg;
     void *zctx, *router, *monitor;
+    px_udp_t *udp;             /* sealed heartbeats (udp.h); NULL: not offered */
     px_http_t *http;
     px_auth_tokens_t tokens;   /* with cfg.token_file: the tokens admitted now */
     struct stat token_st;      /* the file as last read: a change means re-read */
@@ -701,6 +706,8 @@ static void detect_stalled(px_coordinator_t *c, int64_t now) {
     c->rendezvous_checked = 1;
 }
 
+static void tell_udp_off(px_coordinator_t *c, px_member_t *m);
+
 static void detect_losses(px_coordinator_t *c, int64_t now) {
     int anon = c->anon_report_ms && c->anon_report_qid == c->quorum.id &&
                now - c->anon_report_ms <= c->live.heartbeat_timeout_ms;
@@ -716,6 +723,8 @@ static void detect_losses(px_coordinator_t *c, int64_t now) {
         if (anon && m->conn_closed) m->reported = 1;
         const char *why = px_member_loss_reason(m, now, &c->live);
         if (why) member_lost(c, m, why);
+        else if (m->udp_watch && !m->conn_closed && now - m->last_hb_ms > UDP_SILENT_INTERVALS * c->live.heartbeat_interval_ms)
+            tell_udp_off(c, m);
     }
 }
 
@@ -884,6 +893,10 @@ static void on_register(px_coordinator_t *c, const void *ident, size_t ident_len
     m->heal_bytes = 0;
     m->state = PX_STATE_JOINING;
     m->fd = fd;
+    /* A key of its own for this registration: a datagram sealed under an
+     * earlier one (a replaced process, our restart) opens no more. */
+    m->udp_watch = c->udp && px_hbudp_keygen(m->udp_key) == 0;
+    m->udp_seq = 0;
     m->registered_ms = m->last_hb_ms = now;
     m->acked_ms = 0; /* its first heartbeat is answered */
     char host_esc[PX_HOST_MAX * 6 + 8];
@@ -906,6 +919,12 @@ static void on_register(px_coordinator_t *c, const void *ident, size_t ident_len
     ack.has_finished_step = c->finished_step > 0;
     ack.finished_step = c->finished_step;
     ack.leader_endpoint = leader_endpoint(c, m);
+    if (m->udp_watch) {
+        ack.has_udp_port = ack.has_udp_key = 1;
+        ack.udp_port = (uint32_t)px_udp_port(c->udp);
+        ack.udp_key.data = m->udp_key;
+        ack.udp_key.len = sizeof m->udp_key;
+    }
     env.has_request_id = 1;
     env.request_id = msg->request_id;
     env.body_case = PHALANX__ENVELOPE__BODY_REG_ACK;
@@ -988,9 +1007,12 @@ static void note_train_stats(px_coordinator_t *c, px_member_t *m, const Phalanx_
     if (!isnan(p.step_seconds)) px_histo_observe(&tm->step_seconds, p.step_seconds);
 }
 
-static void on_heartbeat(px_coordinator_t *c, const void *ident, size_t ident_len, int fd, const px_msg_t *msg) {
-    px_member_t *m = require_member(c, ident, ident_len, msg->request_id);
-    if (!m) return;
+/* A heartbeat from member m: over its connection (fd: the descriptor it came
+ * on), or as a sealed datagram (fd < 0), which says nothing about the
+ * connection and is never answered for the keepalive alone. */
+static void heartbeat(px_coordinator_t *c, px_member_t *m, int fd, const px_msg_t *msg) {
+    const void *ident = m->ident;
+    size_t ident_len = m->ident_len;
     const Phalanx__Heartbeat *h = msg->hb;
     int64_t now = px_now_ms();
     m->last_hb_ms = now;
@@ -1014,7 +1036,7 @@ static void on_heartbeat(px_coordinator_t *c, const void *ident, size_t ident_le
     uint8_t unknown[PX_GROUP_SIZE_MAX / 8] = {0};
     size_t unknown_len = 0;
     if (h->digest && m->rank == 0) note_digest(c, m, h->digest, now, unknown, &unknown_len);
-    if (!(m->conn_closed && fd == m->closed_fd && fd_gen(c, fd) == m->closed_gen)) {
+    if (fd >= 0 && !(m->conn_closed && fd == m->closed_fd && fd_gen(c, fd) == m->closed_gen)) {
         m->fd = fd;
         m->conn_closed = 0;
     }
@@ -1026,8 +1048,9 @@ static void on_heartbeat(px_coordinator_t *c, const void *ident, size_t ident_le
      * carry every new quorum; the ack is the fallback). A heartbeat with a
      * request id (the agent's carry none) asks for its answer and gets it. */
     char *leader_ep = leader_endpoint(c, m);
-    news |= msg->request_id != 0 || !h->has_quorum_id || h->quorum_id != c->quorum.id || c->finished_step > 0 || leader_ep || unknown_len;
-    if (!news && now - m->acked_ms < ACK_KEEPALIVE_MS) {
+    news |= msg->request_id != 0 || !h->has_quorum_id || h->quorum_id != c->quorum.id || c->finished_step > 0 ||
+            leader_ep || unknown_len || (m->draining && !(h->has_draining && h->draining));
+    if (!news && (fd < 0 || now - m->acked_ms < ACK_KEEPALIVE_MS)) {
         c->stats.acks_skipped++;
         return;
     }
@@ -1048,6 +1071,72 @@ static void on_heartbeat(px_coordinator_t *c, const void *ident, size_t ident_le
     env.body_case = PHALANX__ENVELOPE__BODY_HB_ACK;
     env.hb_ack = &ack;
     send_to(c, ident, ident_len, &env);
+}
+
+static void on_heartbeat(px_coordinator_t *c, const void *ident, size_t ident_len, int fd, const px_msg_t *msg) {
+    px_member_t *m = require_member(c, ident, ident_len, msg->request_id);
+    if (m) heartbeat(c, m, fd, msg);
+}
+
+/* A datagram on the UDP socket: a heartbeat sealed with its sender's key
+ * (proto/px_hbudp.h), or something to count and drop without an answer
+ * (UDP sources are not authenticated: answering would reflect floods). */
+static void on_datagram(void *ctx, const uint8_t *buf, size_t len) {
+    px_coordinator_t *c = ctx;
+    const uint8_t *ident;
+    size_t ident_len;
+    uint64_t seq;
+    uint8_t plain[PX_HBUDP_MAX];
+    size_t plain_len;
+    px_member_t *m = NULL;
+    px_msg_t *msg = NULL;
+    const char *why = "malformed";
+    if (px_hbudp_peek(buf, len, &ident, &ident_len, &seq) == 0) {
+        m = px_members_by_ident(&c->members, ident, ident_len);
+        why = "unknown sender";
+        if (m && m->state != PX_STATE_LOST) {
+            why = "forged or replayed";
+            if (seq > m->udp_seq && px_hbudp_open(m->udp_key, buf, len, plain, sizeof plain, &plain_len) == 0) {
+                Phalanx__ErrorCode code;
+                char w[128];
+                msg = px_wire_decode(plain, plain_len, &code, w, sizeof w);
+                why = "not a heartbeat";
+                if (msg && msg->body_case == PHALANX__ENVELOPE__BODY_HB) why = NULL;
+            }
+        }
+    }
+    if (why) {
+        c->stats.udp_dropped++;
+        if (c->stats.udp_dropped <= 10 || c->stats.udp_dropped % 10000 == 0)
+            px_log_warn("udp_datagram_dropped bytes=%zu why=\"%s\" total=%llu", len, why,
+                        (unsigned long long)c->stats.udp_dropped);
+        px_wire_free(msg);
+        return;
+    }
+    m->udp_seq = seq;
+    c->stats.udp_heartbeats++;
+    heartbeat(c, m, -1, msg);
+    px_wire_free(msg);
+}
+
+/* A member offered UDP heartbeats, silent for UDP_SILENT_INTERVALS with its
+ * connection open: its datagrams are probably not getting here (a firewall,
+ * a Service without the UDP port). It is told, over the connection, to
+ * heartbeat there instead, well before the timeout would lose it. */
+static void tell_udp_off(px_coordinator_t *c, px_member_t *m) {
+    m->udp_watch = 0;
+    c->stats.udp_off++;
+    if (c->stats.udp_off <= 10 || c->stats.udp_off % 1000 == 0)
+        px_log_warn("udp_heartbeats_silent group=%s rank=%d: told to heartbeat over its connection (total=%llu)",
+                    m->group, m->rank, (unsigned long long)c->stats.udp_off);
+    Phalanx__Envelope env = PHALANX__ENVELOPE__INIT;
+    Phalanx__HeartbeatAck ack = PHALANX__HEARTBEAT_ACK__INIT;
+    ack.has_quorum_id = 1;
+    ack.quorum_id = c->quorum.id;
+    ack.has_udp_off = ack.udp_off = 1;
+    env.body_case = PHALANX__ENVELOPE__BODY_HB_ACK;
+    env.hb_ack = &ack;
+    send_to(c, m->ident, m->ident_len, &env);
 }
 
 static void on_quorum_request(px_coordinator_t *c, const void *ident, size_t ident_len, const px_msg_t *msg) {
@@ -1791,7 +1880,7 @@ static void credit_stall(px_coordinator_t *c, int64_t ms, int64_t now) {
 }
 
 int px_coordinator_run(px_coordinator_t *c, volatile sig_atomic_t *stop) {
-    zmq_pollitem_t items[2 + 1 + PX_HTTP_MAX_CONNS];
+    zmq_pollitem_t items[3 + 1 + PX_HTTP_MAX_CONNS];
     int64_t next_tick = px_now_ms(), last_wake = next_tick;
     /* From one wake-up to the next, a turn takes its poll wait plus its work;
      * more than a heartbeat interval beyond the wait means the loop was not
@@ -1802,6 +1891,8 @@ int px_coordinator_run(px_coordinator_t *c, volatile sig_atomic_t *stop) {
         int n = 0;
         items[n++] = (zmq_pollitem_t){c->router, 0, ZMQ_POLLIN, 0};
         items[n++] = (zmq_pollitem_t){c->monitor, 0, ZMQ_POLLIN, 0};
+        int iu = c->udp ? n++ : -1;
+        if (c->udp) items[iu] = (zmq_pollitem_t){NULL, px_udp_fd(c->udp), ZMQ_POLLIN, 0};
         int nh = c->http ? px_http_pollitems(c->http, items + n) : 0;
         int64_t now = px_now_ms();
         long wait = next_tick > now ? (long)(next_tick - now) : 0;
@@ -1818,6 +1909,7 @@ int px_coordinator_run(px_coordinator_t *c, volatile sig_atomic_t *stop) {
          * afterwards would wrongly clear the closed-connection evidence. */
         if (items[0].revents & ZMQ_POLLIN) read_router(c);
         if (items[1].revents & ZMQ_POLLIN) read_monitor(c);
+        if (iu >= 0 && (items[iu].revents & ZMQ_POLLIN)) px_udp_read(c->udp, UDP_BATCH, on_datagram, c);
         if (nh) px_http_service(c->http, items + n, nh, px_now_ms());
         now = px_now_ms();
         /* Stopped after the poll returned (e.g. SIGSTOP just after answering
@@ -1899,6 +1991,13 @@ px_coordinator_t *px_coordinator_new(const px_coordinator_config_t *cfg, char *e
         snprintf(err, errlen, "--bind: cannot bind '%s': %s", cfg->bind, zmq_strerror(errno));
         goto fail;
     }
+    if (cfg->heartbeat_udp && !strncmp(cfg->bind, "tcp://", 6)) {
+        char last[512] = "", uerr[300];
+        size_t ll = sizeof last;
+        zmq_getsockopt(c->router, ZMQ_LAST_ENDPOINT, last, &ll);
+        c->udp = px_udp_open(last, uerr, sizeof uerr);
+        if (!c->udp) px_log_warn("udp_heartbeats_off bind=%s: %s; workers heartbeat over ZeroMQ", cfg->bind, uerr);
+    }
     char mon_ep[64];
     snprintf(mon_ep, sizeof mon_ep, "inproc://px-monitor-%p", (void *)c);
     int mon_events = ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_ACCEPTED;
@@ -1918,8 +2017,8 @@ px_coordinator_t *px_coordinator_new(const px_coordinator_config_t *cfg, char *e
     if (cfg->events && strcmp(cfg->events, "none") != 0 && !c->events) goto fail;
     if (c->events) snprintf(c->run_id, sizeof c->run_id, "%s", px_events_run_id(c->events));
     else snprintf(c->run_id, sizeof c->run_id, "%016llx", (unsigned long long)px_now_us() ^ ((unsigned long long)getpid() << 40));
-    px_log_info("coordinator_started job=%s bind=%s http=%s:%d events=%s heartbeat_interval_ms=%lld heartbeat_timeout_ms=%lld min_replicas=%d",
-                cfg->job, cfg->bind, cfg->http_host ? cfg->http_host : "off", c->http ? px_http_port(c->http) : 0,
+    px_log_info("coordinator_started job=%s bind=%s udp_port=%d http=%s:%d events=%s heartbeat_interval_ms=%lld heartbeat_timeout_ms=%lld min_replicas=%d",
+                cfg->job, cfg->bind, px_udp_port(c->udp), cfg->http_host ? cfg->http_host : "off", c->http ? px_http_port(c->http) : 0,
                 cfg->events ? cfg->events : "none", (long long)cfg->heartbeat_interval_ms,
                 (long long)cfg->heartbeat_timeout_ms, cfg->min_replicas);
     emit(c, "coordinator_started", "\"bind\":\"%s\",\"mode\":\"%s\",\"auth\":\"%s\"", cfg->bind, cfg->mode,
@@ -1942,6 +2041,7 @@ void px_coordinator_destroy(px_coordinator_t **self, int flush_ms) {
         px_events_destroy(&c->events, flush_ms);
     }
     px_http_destroy(&c->http);
+    px_udp_close(&c->udp);
     px_auth_stop(&c->auth, NULL, NULL);
     if (c->monitor) zmq_close(c->monitor);
     if (c->router) {

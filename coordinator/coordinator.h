@@ -29,6 +29,7 @@ typedef struct {
     int64_t auto_window_ms, auto_hold_ms;
     int64_t heartbeat_interval_ms;
     int64_t heartbeat_timeout_ms;
+    int heartbeat_udp;         /* 1: offer sealed UDP heartbeats (coordinator/udp.h) beside a tcp:// bind */
     int min_replicas;
     int64_t join_timeout_ms;
     int64_t rebuild_settle_ms; /* wait before re-forming an unchanged quorum on request */

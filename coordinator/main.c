@@ -54,6 +54,9 @@ static void usage(FILE *f) {
            "  --insecure                  allow a non-loopback --bind with neither CURVE nor a token [off]\n"
            "  --heartbeat-interval-ms N   interval workers heartbeat at, 10..10000 [100]\n"
            "  --heartbeat-timeout-ms N    silence after which a member is lost, 50..600000 [1000]\n"
+           "  --heartbeat-udp on|off      offer workers sealed UDP heartbeats on the --bind address and port\n"
+           "                              (UDP; each registration gets its own key); a worker whose datagrams\n"
+           "                              do not arrive is told to heartbeat over ZeroMQ (docs/protocol.md) [on]\n"
            "  --min-replicas N            groups needed for a quorum, 1..100000 [1]\n"
            "  --join-timeout-ms N         wait for healthy groups not yet joined, 0..600000 [500]\n"
            "  --rebuild-settle-ms N       wait before re-forming an unchanged quorum, 0..60000 [300]\n"
@@ -181,6 +184,7 @@ int main(int argc, char **argv) {
         .auto_hold_ms = AUTO_HOLD_S * 1000LL,
         .heartbeat_interval_ms = 100,
         .heartbeat_timeout_ms = 1000,
+        .heartbeat_udp = 1,
         .min_replicas = 1,
         .join_timeout_ms = 500,
         .rebuild_settle_ms = 300,
@@ -224,7 +228,14 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--authorized-keys")) cfg.authorized_keys = px_flag_str(PROG, a, v, 4096);
         else if (!strcmp(a, "--heartbeat-interval-ms")) cfg.heartbeat_interval_ms = px_flag_int(PROG, a, v, 10, 10000);
         else if (!strcmp(a, "--heartbeat-timeout-ms")) cfg.heartbeat_timeout_ms = px_flag_int(PROG, a, v, 50, 600000);
-        else if (!strcmp(a, "--min-replicas")) cfg.min_replicas = (int)px_flag_int(PROG, a, v, 1, 100000);
+        else if (!strcmp(a, "--heartbeat-udp")) {
+            const char *u = px_flag_str(PROG, a, v, 8);
+            if (strcmp(u, "on") && strcmp(u, "off")) {
+                fprintf(stderr, "%s: --heartbeat-udp: bad value '%s': expected on or off\n", PROG, u);
+                return 2;
+            }
+            cfg.heartbeat_udp = !strcmp(u, "on");
+        } else if (!strcmp(a, "--min-replicas")) cfg.min_replicas = (int)px_flag_int(PROG, a, v, 1, 100000);
         else if (!strcmp(a, "--join-timeout-ms")) cfg.join_timeout_ms = px_flag_int(PROG, a, v, 0, 600000);
         else if (!strcmp(a, "--rebuild-settle-ms")) cfg.rebuild_settle_ms = px_flag_int(PROG, a, v, 0, 60000);
         else if (!strcmp(a, "--stall-timeout-ms")) cfg.stall_timeout_ms = px_flag_int(PROG, a, v, 100, 3600000);

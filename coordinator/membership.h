@@ -47,6 +47,7 @@ typedef struct {
     int reported;       /* evidence in force now: set from reported_ms by the caller (px_member_report_fresh) */
     int self_reported;  /* it reported its own failure */
     int draining;       /* its group is being drained (phalanxctl drain): a planned leave */
+    int udp_watch;      /* offered UDP heartbeats and not told to stop: a silence gets it told (udp_off) */
     int64_t reported_ms, reported_qid; /* last failure report naming it, and the quorum it was about */
     int fd;             /* TCP connection it last spoke on (-1: unknown) */
     int closed_fd;
@@ -78,6 +79,8 @@ typedef struct {
     float train_loss;   /* ... its latest train loss (NaN: unknown) */
     uint32_t heals;     /* ... heals it received, and their bytes */
     uint64_t heal_bytes;
+    uint8_t udp_key[32];  /* this registration's key for sealed UDP heartbeats (proto/px_hbudp.h) */
+    uint64_t udp_seq;     /* highest sequence number accepted under it (replays are refused) */
     char lost_reason[48];
     int64_t lost_ms;    /* when it was declared lost (monotonic) */
     char liveness_ep[PX_LIVENESS_EP_MAX + 1]; /* rank 0 under --liveness group: where its ranks heartbeat */

@@ -170,6 +170,9 @@ char *px_status_metrics(const px_status_view_t *v, size_t *len) {
                   "# HELP phalanx_relayed_rank_reports_total Ranks reported alive by their group leader's digest (--liveness group).\n# TYPE phalanx_relayed_rank_reports_total counter\nphalanx_relayed_rank_reports_total %llu\n"
                   "# HELP phalanx_heartbeat_acks_skipped_total Heartbeats not answered (nothing new for the worker; acked once a second).\n# TYPE phalanx_heartbeat_acks_skipped_total counter\nphalanx_heartbeat_acks_skipped_total %llu\n"
                   "# HELP phalanx_quorum_delta_pushes_total Quorum pushes sent as a delta against the quorum before.\n# TYPE phalanx_quorum_delta_pushes_total counter\nphalanx_quorum_delta_pushes_total %llu\n"
+                  "# HELP phalanx_udp_heartbeats_total Heartbeats that came as sealed UDP datagrams.\n# TYPE phalanx_udp_heartbeats_total counter\nphalanx_udp_heartbeats_total %llu\n"
+                  "# HELP phalanx_udp_datagrams_dropped_total UDP datagrams refused (malformed, unknown sender, forged, replayed, not a heartbeat).\n# TYPE phalanx_udp_datagrams_dropped_total counter\nphalanx_udp_datagrams_dropped_total %llu\n"
+                  "# HELP phalanx_udp_off_total Members told to heartbeat over their connection: their UDP heartbeats stopped arriving.\n# TYPE phalanx_udp_off_total counter\nphalanx_udp_off_total %llu\n"
                   "# HELP phalanx_store_keys Keys in the rendezvous store.\n# TYPE phalanx_store_keys gauge\nphalanx_store_keys %zu\n",
                   (long long)v->quorum->id, v->quorum->n, (long long)v->quorum->max_step,
                   (unsigned long long)v->stats->quorums_formed, (unsigned long long)v->events.produced,
@@ -178,7 +181,8 @@ char *px_status_metrics(const px_status_view_t *v, size_t *len) {
                   (unsigned long long)v->stats->bad_messages, (unsigned long long)v->stats->auth_rejected,
                   (unsigned long long)v->stats->heartbeats, v->stats->heartbeats_per_s,
                   (unsigned long long)v->stats->relayed_ranks, (unsigned long long)v->stats->acks_skipped,
-                  (unsigned long long)v->stats->delta_pushes, v->store_keys);
+                  (unsigned long long)v->stats->delta_pushes, (unsigned long long)v->stats->udp_heartbeats,
+                  (unsigned long long)v->stats->udp_dropped, (unsigned long long)v->stats->udp_off, v->store_keys);
     px_buf_printf(&b,
                   "# HELP phalanx_identity_conflicts_total Registrations refused: the (group, rank) is held by a live process.\n# TYPE phalanx_identity_conflicts_total counter\nphalanx_identity_conflicts_total %llu\n"
                   "# HELP phalanx_reports_refused_total Failure reports and run_finished refused (not from the current quorum, or a wrong step).\n# TYPE phalanx_reports_refused_total counter\nphalanx_reports_refused_total %llu\n"

@@ -49,6 +49,9 @@ typedef struct {
     uint64_t relayed_ranks;   /* ranks refreshed by a leader's digest (--liveness group) */
     uint64_t acks_skipped;    /* heartbeats not answered: nothing new, acked within the second */
     uint64_t delta_pushes;    /* quorum pushes sent as a delta against the quorum before */
+    uint64_t udp_heartbeats;  /* heartbeats that came as sealed UDP datagrams */
+    uint64_t udp_dropped;     /* datagrams refused: malformed, unknown sender, forged, replayed, not a heartbeat */
+    uint64_t udp_off;         /* members told to heartbeat over their connection (their datagrams stopped) */
     uint64_t limit_refusals[PX_LIMIT_KINDS]; /* requests refused RESOURCE_LIMIT */
     uint64_t outer_steps, outer_wire_bytes;  /* DiLoCo: outer_step events, and the bytes their reporter sent */
     double heartbeats_per_s;

@@ -2,6 +2,7 @@
 foreach(t quorum membership store wire ratelimit map mode_policy history)
   add_executable(test_${t} ${CMAKE_CURRENT_LIST_DIR}/control/test_${t}.c)
   target_link_libraries(test_${t} PRIVATE px_coordlogic px_proto)
+  target_include_directories(test_${t} PRIVATE ${CMAKE_CURRENT_LIST_DIR}/lib)
   add_test(NAME control_${t} COMMAND test_${t})
 endforeach()
 
@@ -51,6 +52,12 @@ target_link_libraries(rogue_client PRIVATE px_proto PkgConfig::ZMQ)
 px_add_py_scenarios(control_hostile ${CMAKE_CURRENT_LIST_DIR}/control/test_hostile.py
                     $<TARGET_FILE_DIR:phalanx-coordinator> 120
                     impersonation forged_finish stale_report stalled_member auth_flood late_adoption)
+# Heartbeats as sealed UDP datagrams: real workers, a rogue holding a key
+# (udp_rogue: replays, forgeries, malformed datagrams), blocked UDP paths.
+add_executable(udp_rogue ${CMAKE_CURRENT_LIST_DIR}/control/udp_rogue.c)
+target_link_libraries(udp_rogue PRIVATE px_proto PkgConfig::ZMQ)
+px_add_py_scenarios(control_udp_heartbeats ${CMAKE_CURRENT_LIST_DIR}/control/test_udp_heartbeats.py
+                    $<TARGET_FILE_DIR:phalanx-coordinator> 90 workers forged blocked)
 # CURVE and the bind policy: the authorized-keys parser, token comparison,
 # loopback classification and key files as tables (test_auth_keys.c); real
 # coordinators, workers and phalanxctl with keys (test_curve.py).

@@ -22,11 +22,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netdb.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <unistd.h>
 #include <zmq.h>
 
 #include "liveness.h"
+#include "px_hbudp.h"
 #include "px_log.h"
 #include "px_time.h"
 #include "px_wire.h"
@@ -94,7 +97,17 @@ struct px_agent {
     px_liveness_leader_t *leader;
     px_liveness_link_t *link;
     char liveness_ep[PX_ENDPOINT_MAX + 1];
-    int direct_hb_due; /* a rank > 0: the next heartbeat goes to the coordinator too (a new connection) */
+    int direct_hb_due; /* the next heartbeat goes over the (new) connection: the coordinator saw the old one close */
+    /* Sealed UDP heartbeats (proto/px_hbudp.h; agent thread only): offered
+     * by the RegisterAck, off again when the coordinator says they do not
+     * arrive or the socket reports an error. */
+    char ident[PX_HBUDP_IDENT_MAX + 1];
+    size_t ident_len;
+    int udp_fd;      /* connected to the coordinator's host and udp_port; -1: none */
+    int udp_port;
+    int udp_on;
+    uint8_t udp_key[PX_HBUDP_KEY_BYTES];
+    uint64_t udp_seq;
 };
 
 /* ---- helpers used by both sides --------------------------------------- */
@@ -179,6 +192,68 @@ static void send_register(px_agent_t *a) {
     send_now(a, &env);
 }
 
+/* The RegisterAck's UDP offer: a socket connected to the coordinator's host
+ * (as --coordinator names it) and the offered port, and the key. Without an
+ * offer, or when the host does not resolve, heartbeats stay on ZeroMQ. */
+static void udp_offer(px_agent_t *a, const Phalanx__RegisterAck *ack) {
+    a->udp_on = 0;
+    if (!ack->has_udp_port || ack->udp_port == 0 || ack->udp_port > 65535 || !ack->has_udp_key ||
+        ack->udp_key.len != PX_HBUDP_KEY_BYTES || a->ident_len == 0 || strncmp(a->endpoint, "tcp://", 6) != 0)
+        return;
+    if (a->udp_fd < 0 || a->udp_port != (int)ack->udp_port) {
+        char host[512], port[8];
+        const char *h = a->endpoint + 6, *colon = strrchr(h, ':');
+        size_t n = colon ? (size_t)(colon - h) : 0;
+        if (n >= 2 && h[0] == '[' && h[n - 1] == ']') h++, n -= 2;
+        if (n == 0 || n >= sizeof host) return;
+        memcpy(host, h, n);
+        host[n] = 0;
+        snprintf(port, sizeof port, "%u", ack->udp_port);
+        struct addrinfo hints = {0}, *ai = NULL;
+        hints.ai_socktype = SOCK_DGRAM;
+        if (getaddrinfo(host, port, &hints, &ai) != 0 || !ai) {
+            px_log_warn("udp_heartbeats_off coordinator=%s: cannot resolve '%s'; heartbeats go over ZeroMQ", a->endpoint, host);
+            return;
+        }
+        if (a->udp_fd >= 0) close(a->udp_fd);
+        a->udp_fd = socket(ai->ai_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (a->udp_fd >= 0 && connect(a->udp_fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+            close(a->udp_fd);
+            a->udp_fd = -1;
+        }
+        freeaddrinfo(ai);
+        if (a->udp_fd < 0) return;
+        a->udp_port = (int)ack->udp_port;
+    }
+    memcpy(a->udp_key, ack->udp_key.data, PX_HBUDP_KEY_BYTES);
+    a->udp_seq = 0;
+    a->udp_on = 1;
+}
+
+static void udp_off(px_agent_t *a, const char *why) {
+    if (!a->udp_on) return;
+    a->udp_on = 0;
+    px_log_warn("udp_heartbeats_off coordinator=%s udp_port=%d: %s; heartbeats go over ZeroMQ", a->endpoint,
+                a->udp_port, why);
+}
+
+/* Sends env as a sealed datagram. 0 when sent; -1: send it over ZeroMQ. */
+static int send_udp(px_agent_t *a, px_msg_t *env) {
+    size_t len;
+    void *plain = px_wire_encode(env, &len); /* no token: the key is the credential */
+    if (!plain) return -1;
+    uint8_t dgram[PX_HBUDP_MAX];
+    size_t n = px_hbudp_seal(a->udp_key, a->ident, a->ident_len, ++a->udp_seq, plain, len, dgram, sizeof dgram);
+    free(plain);
+    if (n == 0) return -1; /* too large for one datagram: this one goes over ZeroMQ */
+    if (send(a->udp_fd, dgram, n, MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)n) return 0;
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS) return -1;
+    char why[96];
+    snprintf(why, sizeof why, "sending failed (%s)", strerror(errno));
+    udp_off(a, why); /* e.g. ECONNREFUSED: nothing listens on that UDP port */
+    return -1;
+}
+
 static void send_heartbeat(px_agent_t *a) {
     Phalanx__Envelope env = PHALANX__ENVELOPE__INIT;
     Phalanx__Heartbeat h = PHALANX__HEARTBEAT__INIT;
@@ -204,17 +279,16 @@ static void send_heartbeat(px_agent_t *a) {
     }
     env.body_case = PHALANX__ENVELOPE__BODY_HB;
     env.hb = &h;
-    if (!a->link) {
-        send_now(a, &env);
-        return;
-    }
     /* A rank under --liveness group heartbeats its leader while the leader
-     * answers, and the coordinator (too) while it does not. */
+     * answers, and the coordinator (too) while it does not. The coordinator
+     * gets it as a datagram when it offered that, except the first after a
+     * new connection: only a frame on it shows that it replaced the old one. */
     size_t len;
     void *buf = encode(a, &env, &len);
     if (!buf) return;
-    px_liveness_link_send(a->link, buf, len);
-    if (!px_liveness_link_up(a->link, now, interval) || a->direct_hb_due) zmq_send(a->sock, buf, len, ZMQ_DONTWAIT);
+    if (a->link) px_liveness_link_send(a->link, buf, len);
+    int direct = !a->link || !px_liveness_link_up(a->link, now, interval) || a->direct_hb_due;
+    if (direct && (a->direct_hb_due || !a->udp_on || send_udp(a, &env) != 0)) zmq_send(a->sock, buf, len, ZMQ_DONTWAIT);
     a->direct_hb_due = 0;
     free(buf);
 }
@@ -393,6 +467,7 @@ static void handle_reply(px_agent_t *a, px_msg_t *msg, int64_t *next_register) {
         note_finished_locked(a, msg->reg_ack->finished_step);
         int want = a->quorum_wanted;
         pthread_mutex_unlock(&a->mu);
+        udp_offer(a, msg->reg_ack);
         if (a->link) px_liveness_link_set_leader(a->link, msg->reg_ack->leader_endpoint, px_now_ms());
         a->ever_registered = 1;
         if (first)
@@ -408,6 +483,7 @@ static void handle_reply(px_agent_t *a, px_msg_t *msg, int64_t *next_register) {
         note_draining_locked(a, msg->hb_ack->has_draining && msg->hb_ack->draining, "heartbeat_ack");
         pthread_mutex_unlock(&a->mu);
         if (a->link) px_liveness_link_set_leader(a->link, msg->hb_ack->leader_endpoint, px_now_ms());
+        if (msg->hb_ack->has_udp_off && msg->hb_ack->udp_off) udp_off(a, "the coordinator does not receive them");
         if (a->leader)
             px_liveness_leader_unknown(a->leader, msg->hb_ack->unknown_ranks.data,
                                        msg->hb_ack->has_unknown_ranks ? msg->hb_ack->unknown_ranks.len : 0);
@@ -632,6 +708,7 @@ px_agent_t *px_agent_new(const px_agent_config_t *cfg, char *err, size_t errlen)
         return NULL;
     }
     a->cfg = *cfg;
+    a->udp_fd = -1;
     snprintf(a->group, sizeof a->group, "%s", cfg->group);
     snprintf(a->job, sizeof a->job, "%s", cfg->job ? cfg->job : "");
     snprintf(a->token, sizeof a->token, "%s", cfg->token ? cfg->token : "");
@@ -658,6 +735,8 @@ px_agent_t *px_agent_new(const px_agent_config_t *cfg, char *err, size_t errlen)
                      (long long)(px_now_us() % 1000000007LL));
     int zero = 0, ivl = 100, ivl_max = 500;
     zmq_setsockopt(a->sock, ZMQ_ROUTING_ID, ident, (size_t)n);
+    a->ident_len = (size_t)n <= PX_HBUDP_IDENT_MAX ? (size_t)n : 0; /* 0: too long to name us in a datagram */
+    memcpy(a->ident, ident, a->ident_len);
     zmq_setsockopt(a->sock, ZMQ_LINGER, &zero, sizeof zero);
     zmq_setsockopt(a->sock, ZMQ_RECONNECT_IVL, &ivl, sizeof ivl);
     zmq_setsockopt(a->sock, ZMQ_RECONNECT_IVL_MAX, &ivl_max, sizeof ivl_max);
@@ -722,6 +801,7 @@ void px_agent_destroy(px_agent_t **self) {
     }
     if (a->zctx) zmq_ctx_term(a->zctx);
     if (a->wake_fd >= 0) close(a->wake_fd);
+    if (a->udp_fd >= 0) close(a->udp_fd);
     px_quorum_free(&a->latest);
     pthread_mutex_destroy(&a->mu);
     pthread_cond_destroy(&a->cv);

@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "px_check.h"
+#include "px_hbudp.h"
 #include "px_wire.h"
 
 static int failed;
@@ -206,6 +208,42 @@ static void check_drain_request(void) {
     expect_env("drain request with an empty group", &env, 0);
 }
 
+/* The sealed UDP heartbeat (proto/px_hbudp.h): a round trip; every single
+ * byte altered, the wrong key, a cut or padded datagram, a header with
+ * another seq or identity: each refused. */
+static void check_hbudp(void) {
+    uint8_t key[PX_HBUDP_KEY_BYTES], other[PX_HBUDP_KEY_BYTES], d[PX_HBUDP_MAX + 8], plain[PX_HBUDP_MAX];
+    CHECK(px_hbudp_keygen(key) == 0 && px_hbudp_keygen(other) == 0, "hbudp: keygen");
+    CHECK(memcmp(key, other, sizeof key) != 0, "hbudp: two keys alike");
+    const char *ident = "g0/0/123/456", *msg = "a heartbeat's bytes";
+    size_t n = px_hbudp_seal(key, ident, strlen(ident), 42, msg, strlen(msg), d, sizeof d), pl = 0;
+    CHECK(n == 4 + 1 + strlen(ident) + 8 + strlen(msg) + PX_HBUDP_TAG_BYTES, "hbudp: sealed length %zu", n);
+    const uint8_t *id;
+    size_t il;
+    uint64_t seq;
+    CHECK(px_hbudp_peek(d, n, &id, &il, &seq) == 0 && il == strlen(ident) && !memcmp(id, ident, il) && seq == 42,
+          "hbudp: peek");
+    CHECK(px_hbudp_open(key, d, n, plain, sizeof plain, &pl) == 0 && pl == strlen(msg) && !memcmp(plain, msg, pl),
+          "hbudp: round trip");
+    CHECK(px_hbudp_open(other, d, n, plain, sizeof plain, &pl) != 0, "hbudp: opened with another key");
+    for (size_t i = 0; i < n; i++) {
+        d[i] ^= 0x80;
+        CHECK(px_hbudp_open(key, d, n, plain, sizeof plain, &pl) != 0, "hbudp: byte %zu altered, still opened", i);
+        d[i] ^= 0x80;
+    }
+    CHECK(px_hbudp_open(key, d, n - 1, plain, sizeof plain, &pl) != 0, "hbudp: cut by one byte, still opened");
+    d[n] = 0;
+    CHECK(px_hbudp_open(key, d, n + 1, plain, sizeof plain, &pl) != 0, "hbudp: one byte longer, still opened");
+    CHECK(px_hbudp_open(key, d, n, plain, 3, &pl) != 0, "hbudp: opened into a buffer too small");
+    CHECK(px_hbudp_peek(d, 5, &id, &il, &seq) != 0, "hbudp: a 5-byte datagram peeked");
+    CHECK(px_hbudp_seal(key, "", 0, 1, msg, 1, d, sizeof d) == 0, "hbudp: sealed with an empty identity");
+    static const char long_id[] = "0123456789012345678901234567890123456789012345678901234567890123x"; /* 65 */
+    CHECK(px_hbudp_seal(key, long_id, 65, 1, msg, 1, d, sizeof d) == 0, "hbudp: sealed with a 65-byte identity");
+    static uint8_t big[PX_HBUDP_MAX];
+    CHECK(px_hbudp_seal(key, ident, strlen(ident), 1, big, sizeof big, d, sizeof d) == 0, "hbudp: sealed past the limit");
+    CHECK(px_hbudp_seal(key, ident, strlen(ident), 1, msg, strlen(msg), d, 10) == 0, "hbudp: sealed into 10 bytes");
+}
+
 int main(void) {
     check_register("valid register", "g0", 1, 2, 1, 1);
     check_register("rank not below group_size", "g0", 2, 2, 1, 0);
@@ -289,6 +327,7 @@ int main(void) {
     free(buf);
     check_group_liveness();
     check_drain_request();
+    check_hbudp();
     printf("test_wire: %d failed\n", failed);
     return failed ? 1 : 0;
 }
