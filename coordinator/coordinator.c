@@ -1094,9 +1094,10 @@ static void on_datagram(void *ctx, const uint8_t *buf, size_t len) {
     if (px_hbudp_peek(buf, len, &ident, &ident_len, &seq) == 0) {
         m = px_members_by_ident(&c->members, ident, ident_len);
         why = "unknown sender";
-        if (m && m->state != PX_STATE_LOST) {
+        if (m) {
             why = "forged or replayed";
             if (seq > m->udp_seq && px_hbudp_open(m->udp_key, buf, len, plain, sizeof plain, &plain_len) == 0) {
+                m->udp_seq = seq;
                 Phalanx__ErrorCode code;
                 char w[128];
                 msg = px_wire_decode(plain, plain_len, &code, w, sizeof w);
@@ -1113,7 +1114,15 @@ static void on_datagram(void *ctx, const uint8_t *buf, size_t len) {
         px_wire_free(msg);
         return;
     }
-    m->udp_seq = seq;
+    if (m->state == PX_STATE_LOST) {
+        /* Its own key: the worker itself, declared lost (frozen past the
+         * timeout, or cut off) and back. Told over its connection, as a
+         * heartbeat there would be, so that it registers again. */
+        reply_error(c, m->ident, m->ident_len, 0, PHALANX__ERROR_CODE__UNKNOWN_MEMBER,
+                    "member was declared lost; register again");
+        px_wire_free(msg);
+        return;
+    }
     c->stats.udp_heartbeats++;
     heartbeat(c, m, -1, msg);
     px_wire_free(msg);

@@ -40,6 +40,10 @@
 #define REQUEST_RESEND_MS 1000
 #define WAIT_FIRST_NOTICE_MS 2000 /* a healthy start registers within milliseconds */
 #define WAIT_NOTICE_MS 5000
+/* Over UDP nothing answers a heartbeat; one goes over the connection this
+ * often anyway, so that a coordinator that forgot us (a long partition, its
+ * lost member long expired) can say so (UNKNOWN_MEMBER) and we register again. */
+#define UDP_PROBE_MS 30000
 
 typedef struct {
     uint64_t id; /* 0: free */
@@ -108,6 +112,7 @@ struct px_agent {
     int udp_on;
     uint8_t udp_key[PX_HBUDP_KEY_BYTES];
     uint64_t udp_seq;
+    int64_t next_probe_ms; /* the next heartbeat over the connection although UDP is on */
 };
 
 /* ---- helpers used by both sides --------------------------------------- */
@@ -228,6 +233,7 @@ static void udp_offer(px_agent_t *a, const Phalanx__RegisterAck *ack) {
     memcpy(a->udp_key, ack->udp_key.data, PX_HBUDP_KEY_BYTES);
     a->udp_seq = 0;
     a->udp_on = 1;
+    a->next_probe_ms = px_now_ms() + UDP_PROBE_MS;
 }
 
 static void udp_off(px_agent_t *a, const char *why) {
@@ -288,6 +294,10 @@ static void send_heartbeat(px_agent_t *a) {
     if (!buf) return;
     if (a->link) px_liveness_link_send(a->link, buf, len);
     int direct = !a->link || !px_liveness_link_up(a->link, now, interval) || a->direct_hb_due;
+    if (a->udp_on && now >= a->next_probe_ms) {
+        a->direct_hb_due = 1;
+        a->next_probe_ms = now + UDP_PROBE_MS;
+    }
     if (direct && (a->direct_hb_due || !a->udp_on || send_udp(a, &env) != 0)) zmq_send(a->sock, buf, len, ZMQ_DONTWAIT);
     a->direct_hb_due = 0;
     free(buf);
@@ -638,8 +648,10 @@ static void *agent_main(void *arg) {
             next_register = now + REGISTER_RETRY_MS;
         }
         if (registered && now >= next_hb) {
-            if (next_hb && now - next_hb > 3 * interval)
+            if (next_hb && now - next_hb > 3 * interval) {
                 px_log_warn("heartbeat late by %lld ms (process starved of CPU?)", (long long)(now - next_hb));
+                a->direct_hb_due = 1; /* we may have been declared lost: over the connection, it would be told */
+            }
             send_heartbeat(a);
             next_hb = now + interval;
         }

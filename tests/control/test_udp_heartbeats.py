@@ -11,7 +11,10 @@ against a real coordinator and real workers. One scenario per run:
             only replays and forgeries: the coordinator takes exactly the two
             good ones, drops every other (counted in /metrics), tells the
             rogue udp_off over its connection after two silent intervals, and
-            loses it at the heartbeat timeout: replays keep nobody alive.
+            loses it at the heartbeat timeout: replays keep nobody alive. A
+            good heartbeat from it once lost is answered UNKNOWN_MEMBER over
+            its connection (so a worker frozen past the timeout registers
+            again).
   blocked   a worker reaches the coordinator through a TCP proxy on another
             loopback address whose UDP port swallows datagrams (a firewall, a
             Kubernetes Service without the UDP port): the coordinator tells it
@@ -80,6 +83,8 @@ def scenario_workers(bindir):
             job.workers[("g2", 0)].send_signal(signal.SIGCONT)
         lost = events(job, "member_lost", group="g2")[0]
         check(lost["reason"] == "heartbeat_timeout", "SIGSTOPped g2 lost as %s" % lost["reason"])
+        # Resumed, it learns it was lost and comes back (register, quorum).
+        wait_quorum(job, ["g0", "g2", "h"], 15)
         check(not events(job, "member_lost", group="g0") and not events(job, "member_lost", group="h"),
               "a healthy member was lost")
         print("udp heartbeats: %d in 1.5 s; kill and freeze detected as without UDP" % udp)
@@ -119,6 +124,7 @@ def scenario_forged(bindir):
               "dropped %s, the rogue sent %s bad datagrams" % (m["phalanx_udp_datagrams_dropped_total"],
                                                                kv["forged_total"]))
         check(m["phalanx_udp_off_total"] == 1, "udp_off sent %s times" % m["phalanx_udp_off_total"])
+        check(kv.get("unknown_member") == "1", "a good heartbeat after the loss was not answered UNKNOWN_MEMBER")
         check(job.coord.poll() is None, "the coordinator died")
         print("forged: %s bad datagrams dropped, 2 taken, udp_off after %d ms, lost at the timeout" %
               (kv["forged_total"], off))

@@ -16,6 +16,9 @@
  *   good=2 bad=B                       (after the scripted part)
  *   udp_off_ms=T                       (ms after its last good heartbeat)
  *   forged_total=F                     (every bad datagram sent, at the end)
+ *   unknown_member=1                   (a good heartbeat sent once lost, at the end
+ *                                       of --hold-ms, is answered UNKNOWN_MEMBER over
+ *                                       the connection: register again)
  * Exit 0, or 1 when the coordinator offered no UDP (prints udp=none). */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -202,6 +205,28 @@ int main(int argc, char **argv) {
         px_wire_free(msg);
     }
     printf("forged_total=%ld\n", g_bad);
+    fflush(stdout);
+    /* Lost by now (hold-ms is past the timeout): our own key, a new seq. */
+    n = seal(g_key, g_ident, g_ident_len, 100000, hb, hlen, d);
+    send_dgram(d, n, 0);
+    int64_t until = px_now_ms() + 2000;
+    while (px_now_ms() < until && zmq_poll(&it, 1, 50) >= 0) {
+        if (!(it.revents & ZMQ_POLLIN)) continue;
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, g_sock, 0) < 0) break;
+        Phalanx__ErrorCode code;
+        char why[256];
+        px_msg_t *msg = px_wire_decode_max(zmq_msg_data(&m), zmq_msg_size(&m), PX_WIRE_MAX_REPLY, &code, why, sizeof why);
+        zmq_msg_close(&m);
+        int unknown = msg && msg->body_case == PHALANX__ENVELOPE__BODY_ERROR &&
+                      msg->error->code == PHALANX__ERROR_CODE__UNKNOWN_MEMBER;
+        px_wire_free(msg);
+        if (unknown) {
+            printf("unknown_member=1\n");
+            break;
+        }
+    }
     free(hb);
     close(g_udp);
     zmq_close(g_sock);
