@@ -11,7 +11,11 @@
  * which is what lets 10,000 members run on a 2-core machine). A member registers (groups of --group-size
  * ranks), asks for a quorum, then heartbeats at --rate-hz on a fixed phase
  * (member j of a client beats in millisecond slot j mod period), exactly like
- * worker/agent.c does, and reads every reply.
+ * worker/agent.c does, and reads every reply. With --heartbeats udp (the
+ * default, as workers do when the coordinator offers it) heartbeats go as
+ * sealed UDP datagrams (proto/px_hbudp.h), batched with sendmmsg from one
+ * socket per client; registration, quorums and reports stay on the
+ * connections, and a member told udp_off heartbeats over its connection.
  *
  * Phases and what they report:
  *   1. register all members, request a quorum, wait until every member holds
@@ -62,6 +66,7 @@
 #include <zmq.h>
 
 #include "px_child.h"
+#include "px_hbudp.h"
 #include "px_wire.h"
 
 #define HIST_N 512
@@ -76,6 +81,7 @@ typedef struct {
     int hb_interval_ms, hb_timeout_ms, quiet, zmtp, ramp_ms;
     int group_liveness; /* --liveness group: rank 0 of each group heartbeats with a digest for its ranks */
     int transient;      /* --transient-ranks: led ranks close their connection once registered and requested */
+    int udp;            /* --heartbeats udp: sealed datagrams when the coordinator offers them */
     const char *coordinator, *endpoint, *http, *events_path, *work_dir;
     int pid;
 } cfg_t;
@@ -163,6 +169,7 @@ typedef struct {
     int64_t first_ns, last_ns;
     uint32_t frame_bytes;
     uint64_t hb_sent, hb_dropped, acks, errors, quorum_msgs, quorum_bytes, oversized, cpu_ns, reregisters, reconnects;
+    uint64_t hb_udp, udp_off; /* heartbeats sent as datagrams; members told udp_off */
     char msg[160];
     uint32_t hist[HIST_N];
 } report_t;
@@ -270,7 +277,12 @@ typedef struct {
     uint64_t last_req;
     int led; /* --liveness group, rank > 0: the coordinator named its leader; its leader reports for it */
     int requested, closed; /* --transient-ranks: sent its QuorumRequest; closed its connection (still alive) */
+    int udp;               /* heartbeats as datagrams (the RegisterAck offered them, no udp_off since) */
+    uint64_t udp_seq;
+    uint8_t udp_key[PX_HBUDP_KEY_BYTES];
 } member_t;
+
+#define UDP_BATCH 64
 
 enum { ZMTP_CONNECTING = 0, ZMTP_GREETING, ZMTP_OPEN };
 
@@ -294,6 +306,11 @@ typedef struct {
     /* a pending FailureReport */
     int report_pending, reporter, victim;
     int64_t report_at, t_kill;
+    /* --heartbeats udp: one socket, datagrams queued for one sendmmsg */
+    int udp_fd, n_udp;
+    struct mmsghdr udp_msgs[UDP_BATCH];
+    struct iovec udp_iov[UDP_BATCH];
+    uint8_t udp_buf[UDP_BATCH][PX_HBUDP_MAX];
 } client_t;
 
 static void client_report(client_t *c, report_t *r) {
@@ -500,10 +517,14 @@ static void zmtp_event(client_t *c, int j, uint32_t events) {
     }
 }
 
+static int member_ident(const client_t *c, int j, char *ident, size_t len) {
+    return snprintf(ident, len, "bench-%d-%d", c->lo + j, (int)getpid());
+}
+
 static void member_open(client_t *c, int j) {
     member_t *m = &c->m[j];
     char ident[48];
-    int n = snprintf(ident, sizeof ident, "bench-%d-%d", c->lo + j, (int)getpid());
+    int n = member_ident(c, j, ident, sizeof ident);
     if (C.zmtp) {
         zmtp_open(c, j, ident, (size_t)n);
     } else {
@@ -593,6 +614,72 @@ static void client_send(client_t *c, int j, Phalanx__Envelope *env) {
     c->m[j].last_send = now_ns();
 }
 
+static void udp_flush(client_t *c) {
+    int done = 0;
+    while (done < c->n_udp) {
+        int k = sendmmsg(c->udp_fd, c->udp_msgs + done, (unsigned)(c->n_udp - done), 0);
+        if (k <= 0) {
+            c->st.hb_dropped += (uint64_t)(c->n_udp - done);
+            break;
+        }
+        done += k;
+    }
+    c->n_udp = 0;
+}
+
+/* A heartbeat as worker/agent.c seals it: the envelope without a token
+ * (the key is the credential), under this member's identity and key. */
+static void udp_queue(client_t *c, int j, Phalanx__Envelope *env) {
+    member_t *m = &c->m[j];
+    uint8_t plain[1024];
+    env->has_version = 1;
+    env->version = PX_PROTO_VERSION;
+    size_t n = phalanx__envelope__get_packed_size(env);
+    if (n > sizeof plain) client_fatal(c, "heartbeat of %zu bytes", n);
+    phalanx__envelope__pack(env, plain);
+    char ident[48];
+    int il = member_ident(c, j, ident, sizeof ident);
+    size_t len = px_hbudp_seal(m->udp_key, ident, (size_t)il, ++m->udp_seq, plain, n, c->udp_buf[c->n_udp],
+                               sizeof c->udp_buf[c->n_udp]);
+    if (!len) client_fatal(c, "cannot seal a heartbeat of %zu bytes", n);
+    c->udp_iov[c->n_udp] = (struct iovec){c->udp_buf[c->n_udp], len};
+    c->udp_msgs[c->n_udp].msg_hdr = (struct msghdr){.msg_iov = &c->udp_iov[c->n_udp], .msg_iovlen = 1};
+    c->st.hb_udp++;
+    m->last_send = now_ns();
+    if (++c->n_udp == UDP_BATCH) udp_flush(c);
+}
+
+/* The RegisterAck's offer: this member's key, and (once per client) a
+ * socket connected to the coordinator's host at the offered port. */
+static void udp_offer(client_t *c, int j, const uint8_t *buf, size_t len) {
+    member_t *m = &c->m[j];
+    m->udp = 0;
+    if (!C.udp) return;
+    Phalanx__Envelope *e = phalanx__envelope__unpack(NULL, len, buf);
+    if (!e) return;
+    const Phalanx__RegisterAck *a = e->body_case == PHALANX__ENVELOPE__BODY_REG_ACK ? e->reg_ack : NULL;
+    if (a && a->has_udp_port && a->udp_port > 0 && a->udp_port < 65536 && a->udp_key.len == PX_HBUDP_KEY_BYTES) {
+        if (c->udp_fd < 0) {
+            const char *p = strstr(C.endpoint, "://");
+            char host[64];
+            snprintf(host, sizeof host, "%s", p ? p + 3 : C.endpoint);
+            char *colon = strrchr(host, ':');
+            if (colon) *colon = '\0';
+            struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)a->udp_port)};
+            if (inet_pton(AF_INET, host, &sa.sin_addr) != 1) client_fatal(c, "UDP heartbeats need an IPv4 endpoint");
+            c->udp_fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+            int sz = 8 << 20;
+            setsockopt(c->udp_fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof sz);
+            if (c->udp_fd < 0 || connect(c->udp_fd, (struct sockaddr *)&sa, sizeof sa) != 0)
+                client_fatal(c, "UDP socket: %s", strerror(errno));
+        }
+        memcpy(m->udp_key, a->udp_key.data, PX_HBUDP_KEY_BYTES);
+        m->udp_seq = 0;
+        m->udp = 1;
+    }
+    phalanx__envelope__free_unpacked(e, NULL);
+}
+
 static void send_register(client_t *c, int j) {
     int g = c->lo + j;
     char name[NAME_MAX_LEN];
@@ -644,8 +731,12 @@ static void send_heartbeat(client_t *c, int j) {
     }
     env.body_case = PHALANX__ENVELOPE__BODY_HB;
     env.hb = &h;
-    client_send(c, j, &env);
     c->st.hb_sent++;
+    if (c->m[j].udp && c->udp_fd >= 0) {
+        udp_queue(c, j, &env);
+        return;
+    }
+    client_send(c, j, &env);
 }
 
 static void send_quorum_request(client_t *c, int j);
@@ -768,6 +859,10 @@ static void on_frame(client_t *c, int j, const uint8_t *buf, size_t len) {
     case 13: /* HeartbeatAck */
         c->st.acks++;
         note_leader(c, j, buf, len);
+        if (m->udp && body && pb_field_varint(body, blen, 6) == 1) { /* udp_off */
+            m->udp = 0;
+            c->st.udp_off++;
+        }
         if (rid == 0 || rid == m->last_req) /* an ack answers the latest heartbeat */
             c->hist[hist_bucket((uint64_t)(now_ns() - m->last_send) / 1000)]++;
         break;
@@ -784,6 +879,7 @@ static void on_frame(client_t *c, int j, const uint8_t *buf, size_t len) {
             }
         }
         note_leader(c, j, buf, len);
+        udp_offer(c, j, buf, len);
         break;
     case 15: on_quorum(c, j, buf, len, body, blen); break;
     case 23: break; /* Ack (failure report) */
@@ -890,6 +986,7 @@ static void client_main(int id, int lo, int hi, int cmd_fd, int rep_fd) {
     client_t *c = calloc(1, sizeof *c);
     c->id = id, c->lo = lo, c->hi = hi, c->n = hi - lo;
     c->cmd_fd = cmd_fd, c->rep_fd = rep_fd;
+    c->udp_fd = -1;
     c->m = calloc((size_t)c->n, sizeof *c->m);
     if (!C.zmtp) {
         c->ctx = zmq_ctx_new();
@@ -930,6 +1027,7 @@ static void client_main(int id, int lo, int hi, int cmd_fd, int rep_fd) {
                 }
             }
         }
+        if (c->n_udp) udp_flush(c);
         if (c->report_pending && now >= c->report_at) {
             c->report_pending = 0;
             int64_t t_report = now_ns();
@@ -1051,6 +1149,7 @@ static int all_have_quorum(void *a) {
 /* Aggregated client stats over all children. */
 typedef struct {
     uint64_t hb_sent, hb_dropped, acks, errors, quorum_msgs, quorum_bytes, oversized, cpu_ns, reregisters, reconnects;
+    uint64_t hb_udp, udp_off;
     uint64_t hist[HIST_N];
     char msg[160];
 } agg_t;
@@ -1066,6 +1165,7 @@ static agg_t collect_stats(int reset) {
         a.hb_sent += r->hb_sent, a.hb_dropped += r->hb_dropped, a.acks += r->acks, a.errors += r->errors;
         a.quorum_msgs += r->quorum_msgs, a.quorum_bytes += r->quorum_bytes, a.oversized += r->oversized;
         a.cpu_ns += r->cpu_ns, a.reregisters += r->reregisters, a.reconnects += r->reconnects;
+        a.hb_udp += r->hb_udp, a.udp_off += r->udp_off;
         for (int b = 0; b < HIST_N; b++) a.hist[b] += r->hist[b];
         if (!a.msg[0] && r->msg[0]) snprintf(a.msg, sizeof a.msg, "%s", r->msg);
     }
@@ -1248,7 +1348,7 @@ static void start_coordinator(void) {
         execl(C.coordinator, C.coordinator, "--bind", g_endpoint, "--http", "127.0.0.1:0", "--job", "bench",
               "--max-members", max_members, "--events",
               ev_arg, "--join-timeout-ms", join, "--heartbeat-interval-ms", hbi, "--heartbeat-timeout-ms", hbt,
-              C.quiet ? "--quiet" : NULL, (char *)NULL);
+              "--heartbeat-udp", C.udp ? "on" : "off", C.quiet ? "--quiet" : NULL, (char *)NULL);
         fprintf(stderr, "exec %s: %s\n", C.coordinator, strerror(errno));
         _exit(127);
     }
@@ -1317,6 +1417,9 @@ static void usage(void) {
            "  --procs P              client processes (0: one per 3000 members; zmtp: 1) [0]\n"
            "  --transport zmq|zmtp   clients use libzmq DEALERs, or speak ZMTP 3.0 over plain\n"
            "                         TCP sockets (same wire protocol, far less client CPU) [zmq]\n"
+           "  --heartbeats udp|zmq   heartbeats as sealed UDP datagrams (sendmmsg batches; the\n"
+           "                         coordinator it starts runs --heartbeat-udp on), or over each\n"
+           "                         member's connection (--heartbeat-udp off) [udp]\n"
            "  --warmup-s S           steady state before measuring [2]\n"
            "  --measure-s S          measurement window [10]\n"
            "  --losses K             losses of each kind (report, kill) [20]\n"
@@ -1334,7 +1437,7 @@ static void usage(void) {
 
 int main(int argc, char **argv) {
     C = (cfg_t){.members = 1000, .group_size = 2, .rate_hz = 10, .losses = 20, .warmup_s = 2, .measure_s = 10,
-                .report_delay_ms = 20, .hb_timeout_ms = -1, .ramp_ms = -1};
+                .report_delay_ms = 20, .hb_timeout_ms = -1, .ramp_ms = -1, .udp = 1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help")) {
@@ -1348,6 +1451,11 @@ int main(int argc, char **argv) {
             continue;
         } else if (!strcmp(a, "--liveness") && v && (!strcmp(v, "rank") || !strcmp(v, "group"))) {
             C.group_liveness = !strcmp(v, "group");
+            i++;
+            continue;
+        }
+        if (!strcmp(a, "--heartbeats") && v && (!strcmp(v, "udp") || !strcmp(v, "zmq"))) {
+            C.udp = !strcmp(v, "udp");
             i++;
             continue;
         }
@@ -1532,8 +1640,13 @@ int main(int argc, char **argv) {
            ", errors %" PRIu64 "%s%s\n",
            ack_rate, (double)s.hb_sent / win, s.hb_dropped, s.errors, s.msg[0] ? ": " : "",
            s.msg);
-    printf("  heartbeat round trip               p50 %.2f ms   p99 %.2f ms\n", hist_quantile(s.hist, 0.5) / 1000.0,
-           hist_quantile(s.hist, 0.99) / 1000.0);
+    printf("  heartbeats as UDP datagrams        %.1f%% of those sent (%" PRIu64 " members told udp_off)\n",
+           s.hb_sent ? 100.0 * (double)s.hb_udp / (double)s.hb_sent : 0.0, s.udp_off);
+    if (s.hb_udp < s.hb_sent)
+        printf("  heartbeat round trip               p50 %.2f ms   p99 %.2f ms (answered ones)\n",
+               hist_quantile(s.hist, 0.5) / 1000.0, hist_quantile(s.hist, 0.99) / 1000.0);
+    else
+        printf("  heartbeat round trip               - (datagrams are not answered)\n");
     printf("  coordinator CPU (utime+stime)      %.1f%% of one core (%.2f us per heartbeat)\n", cpu_pct,
            coord_rate > 0 ? (cpu1 - cpu0) * 1e6 / (coord_rate * win) : NAN);
     printf("  client CPU (all %d processes)       %.1f%% of one core\n", NK, client_cpu_pct);
@@ -1664,11 +1777,11 @@ int main(int argc, char **argv) {
            cpu_pct <= 100.0 && coord_rate >= 0.95 * target ? "MET" : "NOT MET");
     printf("  new quorum < 50 ms after loss detection: p99 %.2f ms (report->first member) -> %s\n", det_p99,
            det_p99 < 50.0 ? "MET" : "NOT MET");
-    printf("RESULT liveness=%s members=%d group_size=%d hb_per_s=%.0f hb_target=%.0f cpu_pct=%.1f client_cpu_pct=%.1f "
+    printf("RESULT heartbeats=%s liveness=%s members=%d group_size=%d hb_per_s=%.0f hb_target=%.0f cpu_pct=%.1f client_cpu_pct=%.1f "
            "rtt_p50_ms=%.2f rtt_p99_ms=%.2f det_to_quorum_p50_ms=%.2f det_to_quorum_p99_ms=%.2f "
            "det_to_all_p99_ms=%.2f kill_to_quorum_p50_ms=%.2f kill_to_quorum_p99_ms=%.2f quorum_frame_bytes=%u\n",
-           C.group_liveness ? "group" : "rank", C.members, C.group_size, coord_rate, target, cpu_pct, client_cpu_pct,
-           hist_quantile(s.hist, 0.5) / 1000.0,
+           s.hb_udp * 2 > s.hb_sent ? "udp" : "zmq", C.group_liveness ? "group" : "rank", C.members, C.group_size,
+           coord_rate, target, cpu_pct, client_cpu_pct, hist_quantile(s.hist, 0.5) / 1000.0,
            hist_quantile(s.hist, 0.99) / 1000.0, n_rep ? pct(rep_first, n_rep, 0.5) : NAN, det_p99,
            n_rep ? pct(rep_all, n_rep, 0.99) : NAN, n_kill ? pct(kill_first, n_kill, 0.5) : NAN,
            n_kill ? pct(kill_first, n_kill, 0.99) : NAN, max_qbytes);

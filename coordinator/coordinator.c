@@ -46,7 +46,8 @@
 #define ACK_KEEPALIVE_MS 1000 /* a worker with nothing to learn gets a heartbeat ack this often */
 #define ROUTER_MAX_MSG (1 << 20) /* larger frames make ZeroMQ drop the peer */
 #define UDP_BATCH 1024 /* datagrams read per loop turn: a flood cannot starve the ROUTER or the tick */
-#define UDP_SILENT_INTERVALS 2 /* a member offered UDP and silent this long, connection open: told udp_off */
+#define UDP_DRAIN_MAX 65536 /* before the loss check, datagrams waiting are read (a member is not silent while its
+                               heartbeat sits in our own buffer) */
 
 struct px_coordinator {
     px_coordinator_config_t cfg;
@@ -708,12 +709,28 @@ static void detect_stalled(px_coordinator_t *c, int64_t now) {
 
 static void tell_udp_off(px_coordinator_t *c, px_member_t *m);
 
+/* A member offered UDP whose first datagram has not come this long after its
+ * registration (connection open) is told udp_off: half the timeout, so that
+ * it is heartbeating over its connection well before the timeout would lose
+ * it, and not a mere two intervals, which a busy start (thousands of
+ * registrations, a large first quorum) can exceed. */
+static int64_t udp_silent_ms(const px_coordinator_t *c) {
+    int64_t half = c->live.heartbeat_timeout_ms / 2, two = 2 * c->live.heartbeat_interval_ms;
+    return half > two ? half : two;
+}
+
 static void detect_losses(px_coordinator_t *c, int64_t now) {
     int anon = c->anon_report_ms && c->anon_report_qid == c->quorum.id &&
                now - c->anon_report_ms <= c->live.heartbeat_timeout_ms;
+    /* Run every tick over every member: the common case (heard from lately,
+     * connected, never accused) is decided from the first cache line alone. */
+    int64_t quiet_ms = udp_silent_ms(c);
+    if ((double)quiet_ms > PX_SILENT_INTERVALS * (double)c->live.heartbeat_interval_ms)
+        quiet_ms = (int64_t)(PX_SILENT_INTERVALS * (double)c->live.heartbeat_interval_ms);
     for (int i = 0; i < c->members.n; i++) {
         px_member_t *m = &c->members.members[i];
         if (m->state == PX_STATE_LOST) continue;
+        if (!m->reported_ms && !m->conn_closed && !m->self_reported && now - m->last_hb_ms <= quiet_ms) continue;
         m->reported = px_member_report_fresh(m, now, &c->live, c->quorum.id);
         /* A report that named nobody counts against members whose connection
          * closed: that pairing is the signature of a dead process. Against a
@@ -723,7 +740,7 @@ static void detect_losses(px_coordinator_t *c, int64_t now) {
         if (anon && m->conn_closed) m->reported = 1;
         const char *why = px_member_loss_reason(m, now, &c->live);
         if (why) member_lost(c, m, why);
-        else if (m->udp_watch && !m->conn_closed && now - m->last_hb_ms > UDP_SILENT_INTERVALS * c->live.heartbeat_interval_ms)
+        else if (m->udp_watch && !m->conn_closed && now - m->last_hb_ms > udp_silent_ms(c))
             tell_udp_off(c, m);
     }
 }
@@ -831,13 +848,13 @@ static char *leader_endpoint(px_coordinator_t *c, const px_member_t *m) {
  * step (their own step is as fresh as the leader's report: docs/protocol.md).
  * A rank it reports that we do not know (we restarted, or declared it lost)
  * is named in `unknown`, and the leader tells it to register again. */
-static void note_digest(px_coordinator_t *c, const px_member_t *leader, const Phalanx__GroupDigest *d, int64_t now,
+static void note_digest(px_coordinator_t *c, px_member_t *leader, const Phalanx__GroupDigest *d, int64_t now,
                         uint8_t *unknown, size_t *unknown_len) {
     *unknown_len = 0;
     if (!d || !leader->liveness_ep[0]) return;
     for (int r = 1; r < leader->group_size && (size_t)(r / 8) < d->alive.len; r++) {
         if (!(d->alive.data[r / 8] & (1u << (r % 8)))) continue;
-        px_member_t *x = px_members_by_name(&c->members, leader->group, r);
+        px_member_t *x = px_members_rank_of(&c->members, leader, r);
         if (!x || x->state == PX_STATE_LOST || x->group_size != leader->group_size) {
             unknown[r / 8] |= (uint8_t)(1u << (r % 8));
             *unknown_len = (size_t)(r / 8 + 1);
@@ -950,12 +967,12 @@ static void note_comm_share(px_coordinator_t *c, px_member_t *m, const Phalanx__
 /* The job's step moves when a quorum member heartbeats a step beyond it:
  * committed steps are counted, and a pending recovery ends. */
 static void note_job_step(px_coordinator_t *c, const px_member_t *m, int64_t step) {
+    if (c->job_step >= 0 && step <= c->job_step) return; /* the common case, before the quorum lookup */
     if (m->state == PX_STATE_LOST || px_quorum_find(&c->quorum, m->group) < 0) return;
     if (c->job_step < 0) { /* the baseline: steps before this run are not ours to count */
         c->job_step = step;
         return;
     }
-    if (step <= c->job_step) return;
     c->train.committed_steps += (uint64_t)(step - c->job_step);
     c->job_step = step;
     if (c->recovery_from_ms) {
@@ -1124,14 +1141,17 @@ static void on_datagram(void *ctx, const uint8_t *buf, size_t len) {
         return;
     }
     c->stats.udp_heartbeats++;
+    m->udp_watch = 0; /* the path works */
     heartbeat(c, m, -1, msg);
     px_wire_free(msg);
 }
 
-/* A member offered UDP heartbeats, silent for UDP_SILENT_INTERVALS with its
- * connection open: its datagrams are probably not getting here (a firewall,
- * a Service without the UDP port). It is told, over the connection, to
- * heartbeat there instead, well before the timeout would lose it. */
+/* A member offered UDP heartbeats, none of which arrived (udp_silent_ms),
+ * its connection open: its datagrams are not getting here (a firewall, a
+ * Service without the UDP port). It is told, over the connection, to
+ * heartbeat there instead. Once one datagram of a registration arrived the
+ * path works, and a later silence is the member's own (frozen, dead), judged
+ * by the loss rule like any other. */
 static void tell_udp_off(px_coordinator_t *c, px_member_t *m) {
     m->udp_watch = 0;
     c->stats.udp_off++;
@@ -1746,6 +1766,7 @@ static void tick(px_coordinator_t *c, int64_t now) {
     if (c->cfg.token_file) check_token_file(c, now);
     flush_rate_summaries(c, now, 0);
     px_auth_drain(c->auth, auth_event, c);
+    if (c->udp) px_udp_read(c->udp, UDP_DRAIN_MAX, on_datagram, c);
     detect_losses(c, now);
     detect_stalled(c, now);
     if (now - c->expired_ms >= 1000) { /* lost members leave after minutes: once a second is plenty */

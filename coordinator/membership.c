@@ -56,6 +56,21 @@ px_member_t *px_members_by_name(px_members_t *t, const char *group, int rank) {
     return px_map_get(t->by_name, key, (size_t)n, &i) ? &t->members[i] : NULL;
 }
 
+px_member_t *px_members_rank_of(px_members_t *t, px_member_t *leader, int r) {
+    int cached = r >= 1 && r <= PX_RANK_CACHE;
+    if (cached && leader->rank_cache_gen == t->removed + 1 && leader->rank_cache[r - 1] > 0)
+        return &t->members[leader->rank_cache[r - 1] - 1];
+    px_member_t *x = px_members_by_name(t, leader->group, r);
+    if (cached) {
+        if (leader->rank_cache_gen != t->removed + 1) {
+            memset(leader->rank_cache, 0, sizeof leader->rank_cache);
+            leader->rank_cache_gen = t->removed + 1;
+        }
+        leader->rank_cache[r - 1] = x ? (int32_t)(x - t->members) + 1 : 0;
+    }
+    return x;
+}
+
 /* Drops entry i from both indexes and fills its place with the last entry.
  * An identity index entry is dropped or moved only when it points at that
  * slot: a process that re-registered under another name owns it now. */

@@ -35,6 +35,7 @@
 #define PX_LIVENESS_EP_MAX 255 /* PX_ENDPOINT_MAX */
 #define PX_SILENT_INTERVALS 2.5
 #define PX_LOST_GRACE_TIMEOUTS 10 /* heartbeat timeouts a lost member stays listed */
+#define PX_RANK_CACHE 15 /* ranks of a leader's group whose slots it remembers (groups of up to 16) */
 
 enum { PX_STATE_JOINING = 0, PX_STATE_HEALTHY = 1, PX_STATE_HEALING = 2, PX_STATE_LOST = 3 };
 
@@ -47,7 +48,7 @@ typedef struct {
     int reported;       /* evidence in force now: set from reported_ms by the caller (px_member_report_fresh) */
     int self_reported;  /* it reported its own failure */
     int draining;       /* its group is being drained (phalanxctl drain): a planned leave */
-    int udp_watch;      /* offered UDP heartbeats and not told to stop: a silence gets it told (udp_off) */
+    int udp_watch;      /* offered UDP heartbeats, none arrived yet: a silence gets it told (udp_off) */
     int64_t reported_ms, reported_qid; /* last failure report naming it, and the quorum it was about */
     int fd;             /* TCP connection it last spoke on (-1: unknown) */
     int closed_fd;
@@ -79,6 +80,11 @@ typedef struct {
     float train_loss;   /* ... its latest train loss (NaN: unknown) */
     uint32_t heals;     /* ... heals it received, and their bytes */
     uint64_t heal_bytes;
+    /* A leader's digest names its ranks every interval: the table slots of
+     * ranks 1..PX_RANK_CACHE (slot + 1; 0: not looked up or not there),
+     * valid while rank_cache_gen == the table's removed + 1 (no entry moved). */
+    int32_t rank_cache[PX_RANK_CACHE];
+    uint64_t rank_cache_gen;
     uint8_t udp_key[32];  /* this registration's key for sealed UDP heartbeats (proto/px_hbudp.h) */
     uint64_t udp_seq;     /* highest sequence number accepted under it (replays are refused) */
     char lost_reason[48];
@@ -119,6 +125,9 @@ int px_members_init(px_members_t *t);
 void px_members_free(px_members_t *t);
 px_member_t *px_members_by_ident(px_members_t *t, const void *ident, size_t len);
 px_member_t *px_members_by_name(px_members_t *t, const char *group, int rank);
+/* Rank r (> 0) of leader's group: px_members_by_name, remembered in the
+ * leader for the next call (a digest names the same ranks every interval). */
+px_member_t *px_members_rank_of(px_members_t *t, px_member_t *leader, int r);
 /* Adds or replaces the member (group, rank). *replaced is set to 1 when a live
  * member held that slot (the caller treats that as the old one lost). NULL
  * with *rc saying why when it cannot (rc may be NULL). */
