@@ -730,8 +730,16 @@ static void detect_losses(px_coordinator_t *c, int64_t now) {
     for (int i = 0; i < c->members.n; i++) {
         px_member_t *m = &c->members.members[i];
         if (m->state == PX_STATE_LOST) continue;
-        if (!m->reported_ms && !m->conn_closed && !m->self_reported && now - m->last_hb_ms <= quiet_ms) continue;
+        if (!m->reported_ms && !m->self_reported && now - m->last_hb_ms <= quiet_ms && !(anon && m->conn_closed))
+            continue;
         m->reported = px_member_report_fresh(m, now, &c->live, c->quorum.id);
+        /* A rank its leader reports for is silent only if the leader reported
+         * since without it: a late or lost digest is the leader's silence. */
+        const px_member_t *l = m->via_leader && m->leader_gen == c->members.removed + 1 && m->leader_slot > 0 &&
+                                       m->leader_slot <= c->members.n
+                                   ? &c->members.members[m->leader_slot - 1]
+                                   : NULL;
+        m->relay_excused = l && l->state != PX_STATE_LOST && l->last_hb_ms <= m->last_hb_ms;
         /* A report that named nobody counts against members whose connection
          * closed: that pairing is the signature of a dead process. Against a
          * member that is merely slow to heartbeat it does not count: on an
@@ -863,6 +871,8 @@ static void note_digest(px_coordinator_t *c, px_member_t *leader, const Phalanx_
         x->last_hb_ms = now;
         x->step = d->min_step;
         x->via_leader = 1;
+        x->leader_slot = (int32_t)(leader - c->members.members) + 1;
+        x->leader_gen = c->members.removed + 1;
         c->stats.relayed_ranks++;
     }
 }

@@ -16,7 +16,7 @@ const char *px_member_loss_reason(const px_member_t *m, int64_t now_ms, const px
     int64_t silent_ms = now_ms - m->last_hb_ms;
     if (m->self_reported) return m->draining ? "drained" : "self_reported";
     if (silent_ms > cfg->heartbeat_timeout_ms) return "heartbeat_timeout";
-    int silent = (double)silent_ms > PX_SILENT_INTERVALS * (double)cfg->heartbeat_interval_ms;
+    int silent = !m->relay_excused && (double)silent_ms > PX_SILENT_INTERVALS * (double)cfg->heartbeat_interval_ms;
     int signals = m->reported + m->conn_closed + silent;
     if (signals >= 2) {
         if (m->reported && m->conn_closed) return "reported_and_disconnected";

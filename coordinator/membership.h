@@ -54,6 +54,8 @@ typedef struct {
     int closed_fd;
     uint32_t closed_gen; /* the connections accepted on closed_fd until it closed (see fd_gen in coordinator.c) */
     int via_leader;     /* last heard through its leader's digest, not directly: pushes go to the leader */
+    int relay_excused;  /* via_leader, and its leader has not reported since this rank's last refresh: its
+                         * silence is its leader's, not evidence against it (set by the caller) */
     int rank, group_size;
     char group[PX_QUORUM_NAME_MAX];
     int pid;
@@ -85,6 +87,8 @@ typedef struct {
      * valid while rank_cache_gen == the table's removed + 1 (no entry moved). */
     int32_t rank_cache[PX_RANK_CACHE];
     uint64_t rank_cache_gen;
+    int32_t leader_slot;  /* via_leader: its leader's slot + 1, valid while leader_gen == removed + 1 */
+    uint64_t leader_gen;
     uint8_t udp_key[32];  /* this registration's key for sealed UDP heartbeats (proto/px_hbudp.h) */
     uint64_t udp_seq;     /* highest sequence number accepted under it (replays are refused) */
     char lost_reason[48];

@@ -55,6 +55,29 @@ static int test_loss_rule(void) {
             failed++;
         }
     }
+    /* A rank its leader reports for, whose leader has not reported since
+     * either: its silence is the leader's, not a signal; the timeout holds. */
+    px_member_t relayed;
+    memset(&relayed, 0, sizeof relayed);
+    relayed.state = PX_STATE_HEALTHY;
+    relayed.conn_closed = 1;
+    relayed.relay_excused = 1;
+    relayed.last_hb_ms = 10000;
+    if (px_member_loss_reason(&relayed, 10260, &cfg)) {
+        fprintf(stderr, "FAIL: a relayed rank whose leader is late was lost for silence\n");
+        failed++;
+    }
+    const char *t = px_member_loss_reason(&relayed, 11001, &cfg);
+    if (!t || strcmp(t, "heartbeat_timeout") != 0) {
+        fprintf(stderr, "FAIL: an excused relayed rank past the timeout: want heartbeat_timeout, got %s\n", t ? t : "alive");
+        failed++;
+    }
+    relayed.relay_excused = 0;
+    t = px_member_loss_reason(&relayed, 10260, &cfg);
+    if (!t || strcmp(t, "disconnected_and_silent") != 0) {
+        fprintf(stderr, "FAIL: a relayed rank left out by its leader: want disconnected_and_silent, got %s\n", t ? t : "alive");
+        failed++;
+    }
     px_member_t lost = {.state = PX_STATE_LOST, .self_reported = 1};
     if (px_member_loss_reason(&lost, 0, &cfg)) {
         fprintf(stderr, "FAIL: a lost member is not lost again\n");

@@ -315,11 +315,15 @@ class Lint:
         bind = int(m.group(1)) if m else None
         targets = {}
         for p in svc["spec"].get("ports") or []:
-            targets[port_number(cc, p.get("targetPort", p.get("port")))] = p.get("port")
-        for want in (bind, HTTP_PORT):
-            if want not in targets:
-                self.bad(svc, "spec.ports", "no port leading to the coordinator's port %r" % want)
-        zmq = targets.get(bind)
+            targets[(port_number(cc, p.get("targetPort", p.get("port"))), p.get("protocol", "TCP"))] = p.get("port")
+        for want, proto in ((bind, "TCP"), (HTTP_PORT, "TCP"), (bind, "UDP")):
+            if (want, proto) not in targets:
+                self.bad(svc, "spec.ports", "no %s port leading to the coordinator's port %r%s" %
+                         (proto, want, " (heartbeats as datagrams, docs/protocol.md)" if proto == "UDP" else ""))
+        if (bind, "UDP") in targets and (bind, "TCP") in targets and targets[(bind, "UDP")] != targets[(bind, "TCP")]:
+            self.bad(svc, "spec.ports", "UDP port %r differs from the TCP port %r: workers send heartbeats to the "
+                     "number the coordinator offers, its own" % (targets[(bind, "UDP")], targets.get((bind, "TCP"))))
+        zmq = targets.get((bind, "TCP"))
         return (COORD_SERVICE, zmq) if zmq else (None, None)
 
     def network_policies(self, coord, jobs):
@@ -337,13 +341,15 @@ class Lint:
                     if not rule.get("from"):
                         self.bad(p, "spec.ingress[%d].from" % i, "empty: lets every pod in")
             # workers reach this pod (on `port` when given)
-            ok = any(any(selects(peer.get("podSelector"), WORKER) and "namespaceSelector" not in peer
-                         for peer in rule.get("from") or [])
-                     and (port is None or any(x.get("port") == port for x in rule.get("ports") or []))
-                     for p in mine for rule in p["spec"].get("ingress") or [])
-            if not ok:
-                self.problems.append("NetworkPolicy: no rule lets the workers reach the %s pods%s"
-                                     % (kind, "" if port is None else " on port %d" % port))
+            for proto in ("TCP", "UDP") if port is not None else (None,):
+                ok = any(any(selects(peer.get("podSelector"), WORKER) and "namespaceSelector" not in peer
+                             for peer in rule.get("from") or [])
+                         and (port is None or any(x.get("port") == port and x.get("protocol", "TCP") == proto
+                                                  for x in rule.get("ports") or []))
+                         for p in mine for rule in p["spec"].get("ingress") or [])
+                if not ok:
+                    self.problems.append("NetworkPolicy: no rule lets the workers reach the %s pods%s"
+                                         % (kind, "" if port is None else " on %s port %d" % (proto, port)))
 
     def disruption_budget(self, jobs):
         pdbs = [p for p in find(self.objs, "PodDisruptionBudget") if jobs and

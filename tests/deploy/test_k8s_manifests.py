@@ -247,7 +247,15 @@ BROKEN = [
      "Job/phalanx-worker-g0: spec.template.spec.containers[worker].env.PHALANX_COORDINATOR"),
     ("Service port not leading to the bind port",
      lambda x: K.find(x, "Service", "phalanx-coordinator")[0]["spec"]["ports"][0].update(targetPort=7000),
-     "Service/phalanx-coordinator: spec.ports: no port leading to the coordinator's port 7777"),
+     "Service/phalanx-coordinator: spec.ports: no TCP port leading to the coordinator's port 7777"),
+    ("Service without the UDP heartbeat port",
+     lambda x: K.find(x, "Service", "phalanx-coordinator")[0]["spec"].update(
+         ports=[p for p in K.find(x, "Service", "phalanx-coordinator")[0]["spec"]["ports"] if p.get("protocol") != "UDP"]),
+     "Service/phalanx-coordinator: spec.ports: no UDP port leading to the coordinator's port 7777"),
+    ("NetworkPolicy without UDP to the coordinator",
+     lambda x: [r.update(ports=[q for q in r.get("ports") or [] if q.get("protocol") != "UDP"])
+                for r in K.find(x, "NetworkPolicy", "phalanx-coordinator")[0]["spec"]["ingress"]],
+     "NetworkPolicy: no rule lets the workers reach the coordinator pods on UDP port 7777"),
     ("two Jobs with one group", lambda x: _env_set(_ctr(_job(x, 1)), "PHALANX_GROUP", "g0") or
      _job(x, 1)["spec"]["template"]["metadata"]["labels"].update({"phalanx.dev/group": "g0"}),
      "Job/phalanx-worker-g1: spec.template.spec.containers[worker].env.PHALANX_GROUP: 'g0' is also the group of"),
