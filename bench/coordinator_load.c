@@ -277,6 +277,7 @@ typedef struct {
     uint64_t last_req;
     int led; /* --liveness group, rank > 0: the coordinator named its leader; its leader reports for it */
     int requested, closed; /* --transient-ranks: sent its QuorumRequest; closed its connection (still alive) */
+    int64_t led_ns;        /* when an ack first named its leader */
     int udp;               /* heartbeats as datagrams (the RegisterAck offered them, no udp_off since) */
     uint64_t udp_seq;
     uint8_t udp_key[PX_HBUDP_KEY_BYTES];
@@ -569,6 +570,11 @@ static void member_close(client_t *c, int j) {
 static void maybe_close_transient(client_t *c, int j) {
     member_t *m = &c->m[j];
     if (!C.transient || m->closed || !m->led || !m->registered || !m->requested) return;
+    /* A second after its leader was named: its leader has reported it for
+     * ten intervals by then. A real rank keeps its connection; closing at
+     * once would leave it silent and disconnected whenever its registration
+     * and its leader's next digest are more than 2.5 intervals apart. */
+    if (now_ns() - m->led_ns < 1000000000) return;
     epoll_ctl(c->ep, EPOLL_CTL_DEL, m->fd, NULL);
     struct linger lg = {1, 0};
     setsockopt(m->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
@@ -752,6 +758,7 @@ static void note_leader(client_t *c, int j, const uint8_t *buf, size_t len) {
                      : e->body_case == PHALANX__ENVELOPE__BODY_HB_ACK ? e->hb_ack->leader_endpoint
                                                                       : NULL;
     m->led = ep && ep[0];
+    if (m->led) m->led_ns = now_ns();
     phalanx__envelope__free_unpacked(e, NULL);
     if (C.transient && m->registered && !m->requested) { /* its one request, before it closes */
         send_quorum_request(c, j);
@@ -1023,6 +1030,7 @@ static void client_main(int id, int lo, int hi, int cmd_fd, int rep_fd) {
                 if (!m->alive) continue;
                 if (m->registered) {
                     if (!m->led) send_heartbeat(c, j); /* a led rank's leader reports for it */
+                    else maybe_close_transient(c, j);
                 } else if (m->ever_registered && now >= m->next_register) {
                     send_register(c, j); /* at most every 500 ms, like the agent */
                     m->next_register = now + 500000000;
@@ -1413,7 +1421,7 @@ static void usage(void) {
            "                         heartbeats with a digest for its ranks, the others only\n"
            "                         register (the worker's --liveness group) [rank]\n"
            "  --transient-ranks      with --liveness group --transport zmtp: ranks > 0 close their\n"
-           "                         connection once registered and requested (their leader keeps\n"
+           "                         connection a second after their leader is named (it keeps\n"
            "                         reporting them), so 100,000 ranks fit a 20,000-descriptor limit;\n"
            "                         their idle connections' memory is then not measured [off]\n"
            "  --rate-hz R            heartbeats per member per second, 1..100 [10]\n"
@@ -1602,20 +1610,27 @@ int main(int argc, char **argv) {
     char *mt = http_get("/metrics", NULL, NULL);
     double hb_prev = metric(mt, "phalanx_heartbeats_total");
     free(mt);
-    double rate = 0;
-    for (int64_t t = now_ns(); settled < 2 && waited_s < 60; waited_s++) {
+    /* Judged over the last two seconds, not one: at 100,000 ranks single
+     * seconds read from /metrics swing by a factor of two (a response
+     * written early or late in its second), their pairs do not. */
+    double rate = 0, hb_old = hb_prev;
+    int64_t t_old = now_ns();
+    for (int64_t t = t_old; settled < 1 && waited_s < 60; waited_s++) {
         sleep_ms(1000);
         mt = http_get("/metrics", NULL, NULL);
         double hb_now = metric(mt, "phalanx_heartbeats_total");
         free(mt);
         int64_t t2 = now_ns();
-        rate = (hb_now - hb_prev) / ((double)(t2 - t) / 1e9);
+        if (waited_s >= 1) {
+            rate = (hb_now - hb_old) / ((double)(t2 - t_old) / 1e9);
+            settled = fabs(rate - target) <= 0.05 * target;
+        }
+        hb_old = hb_prev, t_old = t;
         t = t2;
         hb_prev = hb_now;
-        settled = fabs(rate - target) <= 0.05 * target ? settled + 1 : 0;
     }
-    printf("%s after %d s more (heartbeats handled within 5%% of the target rate for 2 s; last second %.0f /s)\n",
-           settled >= 2 ? "settled" : "NOT settled", waited_s, rate);
+    printf("%s after %d s more (heartbeats handled within 5%% of the target rate over 2 s: %.0f /s)\n",
+           settled ? "settled" : "NOT settled", waited_s, rate);
     collect_stats(1);
     char *m0 = http_get("/metrics", NULL, NULL);
     double hb0 = metric(m0, "phalanx_heartbeats_total");

@@ -86,6 +86,8 @@ struct px_coordinator {
      * while the count has not moved, a new connection on a reused number
      * once it has. */
     uint32_t *fd_gen;
+    int32_t *fd_member;        /* per descriptor: the slot + 1 of the member last heard on it (checked at use) */
+    int layout_slot;           /* slot + 1 of a live member with a layout: the job's (refuse_wrong_layout) */
     int fd_gen_cap;
     char drain_lost[PX_QUORUM_NAME_MAX]; /* a group the quorum in force drained died before it left ("": none) */
     int recovered_diloco;      /* groups that said they train in DiLoCo during the recovery window */
@@ -123,6 +125,13 @@ static const double HEAL_BOUNDS[] = {0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 
 static void answer_waiter(void *ctx, const px_kv_answer_t *a);
 
 static uint32_t fd_gen(const px_coordinator_t *c, int fd) { return fd >= 0 && fd < c->fd_gen_cap ? c->fd_gen[fd] : 0; }
+
+/* Member m speaks on connection fd: remembered both ways, so that a
+ * DISCONNECTED event finds its member without a scan of every member. */
+static void set_member_fd(px_coordinator_t *c, px_member_t *m, int fd) {
+    m->fd = fd;
+    if (fd >= 0 && fd < c->fd_gen_cap) c->fd_member[fd] = (int32_t)(m - c->members.members) + 1;
+}
 
 static void send_frame(px_coordinator_t *c, const void *ident, size_t ident_len, const void *buf, size_t len);
 
@@ -497,8 +506,8 @@ static void install_quorum(px_coordinator_t *c, px_quorum_t *next, const char *r
         history_event(c, "group_drained", g, c->quorum.max_step, "%s drained: quorum %lld goes on without it", g,
                       (long long)c->quorum.id);
     }
-    for (int i = 0; i < c->members.n; i++)
-        if (px_quorum_find(&c->quorum, c->members.members[i].group) >= 0)
+    for (int i = 0; i < c->members.n; i++) /* the flag first: a lookup per member costs ms at 100,000 */
+        if (c->members.members[i].group_dropped_logged && px_quorum_find(&c->quorum, c->members.members[i].group) >= 0)
             c->members.members[i].group_dropped_logged = 0;
     px_kv_drop_before(c->kv, c->quorum.id - 1, answer_waiter, c);
     push_quorum_to_all(c, reason, &before);
@@ -665,8 +674,10 @@ static void member_lost(px_coordinator_t *c, px_member_t *m, const char *why) {
         emit(c, "group_dropped", "\"group\":\"%s\",\"quorum_id\":%lld,\"step\":%lld,\"reason\":\"rank %d %s\"",
              m->group, (long long)c->quorum.id, (long long)m->step, m->rank, why);
         px_log_info("group_dropped group=%s quorum_id=%lld", m->group, (long long)c->quorum.id);
-        for (int i = 0; i < c->members.n; i++)
-            if (strcmp(c->members.members[i].group, m->group) == 0) c->members.members[i].group_dropped_logged = 1;
+        for (int r = 0; r < m->group_size; r++) { /* by name: a mass loss is not quadratic */
+            px_member_t *x = px_members_by_name(&c->members, m->group, r);
+            if (x) x->group_dropped_logged = 1;
+        }
         c->stats.last_loss_ms = px_now_ms();
         history_event(c, "group_dropped", m->group, m->step, "%s dropped from quorum %lld: rank %d %s", m->group,
                       (long long)c->quorum.id, m->rank, why);
@@ -679,8 +690,10 @@ static void member_lost(px_coordinator_t *c, px_member_t *m, const char *why) {
     if (m->draining && strcmp(why, "drained") != 0 && px_quorum_is_draining(&c->quorum, m->group))
         snprintf(c->drain_lost, sizeof c->drain_lost, "%s", m->group);
     if (m->rank == 0 && m->liveness_ep[0]) { /* its ranks fall back to heartbeating us: push to them directly */
-        for (int i = 0; i < c->members.n; i++)
-            if (strcmp(c->members.members[i].group, m->group) == 0) c->members.members[i].via_leader = 0;
+        for (int r = 1; r < m->group_size; r++) { /* by name, not a scan: a mass loss of leaders is not quadratic */
+            px_member_t *x = px_members_rank_of(&c->members, m, r);
+            if (x) x->via_leader = 0;
+        }
     }
     c->quorum_dirty = 1;
 }
@@ -827,9 +840,24 @@ static void refuse_identity_conflict(px_coordinator_t *c, const void *ident, siz
  * refused. */
 static int refuse_wrong_layout(px_coordinator_t *c, const void *ident, size_t ident_len, uint64_t req_id,
                                const Phalanx__Register *r) {
+    /* Every live member with a layout has the same one (this check admitted
+     * each), so one of them, remembered, answers for all: a registration costs
+     * one comparison, not a scan of every member (quadratic in a large job's
+     * start). The scan remains when that one left, moved or is this rank's
+     * earlier incarnation. */
+    if (c->layout_slot > 0 && c->layout_slot <= c->members.n) {
+        const px_member_t *rep = &c->members.members[c->layout_slot - 1];
+        if (rep->state != PX_STATE_LOST && rep->layout[0] && (strcmp(rep->group, r->group) || rep->rank != (int)r->rank)) {
+            if (!strcmp(rep->layout, r->layout)) return 0;
+        }
+    }
     for (int i = 0; i < c->members.n; i++) {
         const px_member_t *m = &c->members.members[i];
-        if (m->state == PX_STATE_LOST || !m->layout[0] || !strcmp(m->layout, r->layout)) continue;
+        if (m->state == PX_STATE_LOST || !m->layout[0]) continue;
+        if (!strcmp(m->layout, r->layout)) {
+            if (strcmp(m->group, r->group) || m->rank != (int)r->rank) c->layout_slot = i + 1;
+            continue;
+        }
         if (!strcmp(m->group, r->group) && m->rank == (int)r->rank) continue; /* its own earlier incarnation */
         char why[512];
         snprintf(why, sizeof why, "layout %s of %s/%u differs from the job's %s (%s): groups must agree on "
@@ -919,7 +947,7 @@ static void on_register(px_coordinator_t *c, const void *ident, size_t ident_len
     m->heals = 0;
     m->heal_bytes = 0;
     m->state = PX_STATE_JOINING;
-    m->fd = fd;
+    set_member_fd(c, m, fd);
     /* A key of its own for this registration: a datagram sealed under an
      * earlier one (a replaced process, our restart) opens no more. */
     m->udp_watch = c->udp && px_hbudp_keygen(m->udp_key) == 0;
@@ -1064,7 +1092,7 @@ static void heartbeat(px_coordinator_t *c, px_member_t *m, int fd, const px_msg_
     size_t unknown_len = 0;
     if (h->digest && m->rank == 0) note_digest(c, m, h->digest, now, unknown, &unknown_len);
     if (fd >= 0 && !(m->conn_closed && fd == m->closed_fd && fd_gen(c, fd) == m->closed_gen)) {
-        m->fd = fd;
+        if (m->fd != fd) set_member_fd(c, m, fd);
         m->conn_closed = 0;
     }
     c->stats.heartbeats++;
@@ -1664,9 +1692,20 @@ static void note_accepted(px_coordinator_t *c, int fd) {
         if (!g) return; /* a reconnect on this number then stays "closed" until the member registers again */
         memset(g + c->fd_gen_cap, 0, (size_t)(cap - c->fd_gen_cap) * sizeof *g);
         c->fd_gen = g;
+        int32_t *fm = realloc(c->fd_member, (size_t)cap * sizeof *fm);
+        if (!fm) return; /* fd_gen_cap unchanged: both arrays are valid up to it */
+        memset(fm + c->fd_gen_cap, 0, (size_t)(cap - c->fd_gen_cap) * sizeof *fm);
+        c->fd_member = fm;
         c->fd_gen_cap = cap;
     }
     c->fd_gen[fd]++;
+}
+
+static void mark_closed(px_coordinator_t *c, px_member_t *m) {
+    m->conn_closed = 1;
+    m->closed_fd = m->fd;
+    m->closed_gen = fd_gen(c, m->fd);
+    m->fd = -1;
 }
 
 static void read_monitor(px_coordinator_t *c) {
@@ -1676,14 +1715,21 @@ static void read_monitor(px_coordinator_t *c) {
         if (event == ZMQ_EVENT_ACCEPTED) {
             note_accepted(c, (int)value);
         } else if (event == ZMQ_EVENT_DISCONNECTED) {
+            /* Its member through fd_member when that still holds (one
+             * connection, one member: a DEALER's identity names one
+             * registration); a scan otherwise (the entry moved). At 100,000
+             * members a scan per closed connection made a mass reconnect
+             * quadratic. */
+            int fd = (int)value;
+            int32_t slot = fd >= 0 && fd < c->fd_gen_cap ? c->fd_member[fd] : 0;
+            px_member_t *hit = slot > 0 && slot <= c->members.n ? &c->members.members[slot - 1] : NULL;
+            if (hit && hit->state != PX_STATE_LOST && hit->fd == fd) {
+                mark_closed(c, hit);
+                continue;
+            }
             for (int i = 0; i < c->members.n; i++) {
                 px_member_t *m = &c->members.members[i];
-                if (m->state != PX_STATE_LOST && m->fd == (int)value) {
-                    m->conn_closed = 1;
-                    m->closed_fd = m->fd;
-                    m->closed_gen = fd_gen(c, m->fd);
-                    m->fd = -1;
-                }
+                if (m->state != PX_STATE_LOST && m->fd == fd) mark_closed(c, m);
             }
         } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL || event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
             /* With CURVE on: a client without CURVE, or one holding another
@@ -2094,6 +2140,7 @@ void px_coordinator_destroy(px_coordinator_t **self, int flush_ms) {
     px_members_free(&c->members);
     px_quorum_free(&c->quorum);
     free(c->fd_gen);
+    free(c->fd_member);
     free(c);
     *self = NULL;
 }

@@ -237,6 +237,6 @@ int px_members_candidates(const px_members_t *t, int64_t now_ms, const px_livene
 }
 
 void px_members_clear_requests(px_members_t *t, const px_quorum_t *q) {
-    for (int i = 0; i < t->n; i++)
-        if (px_quorum_find(q, t->members[i].group) >= 0) t->members[i].requested = 0;
+    for (int i = 0; i < t->n; i++) /* the flag first: a lookup per member costs ms at 100,000 */
+        if (t->members[i].requested && px_quorum_find(q, t->members[i].group) >= 0) t->members[i].requested = 0;
 }
