@@ -1112,9 +1112,21 @@ static int wait_for(int (*pred)(void *), void *arg, int timeout_ms) {
 /* On any exit of the driver: stop the coordinator it started (clients exit
  * by themselves when their command pipe closes). */
 static void cleanup(void) {
+    fflush(stdout);
     if (coord_pid > 0 && getpid() != coord_pid) {
         kill(coord_pid, SIGTERM);
-        waitpid(coord_pid, NULL, 0);
+        /* A coordinator that does not stop within 10 s is killed: a
+         * benchmark never hangs on it (and says so). */
+        int64_t until = now_ns() + 10 * 1000000000LL;
+        while (waitpid(coord_pid, NULL, WNOHANG) == 0) {
+            if (now_ns() > until) {
+                fprintf(stderr, "%s: the coordinator did not stop within 10 s of SIGTERM: killed\n", PROG);
+                kill(coord_pid, SIGKILL);
+                waitpid(coord_pid, NULL, 0);
+                break;
+            }
+            sleep_ms(20);
+        }
         coord_pid = 0;
     }
 }
@@ -1447,6 +1459,7 @@ static void usage(void) {
 }
 
 int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* lines reach a log file as they are printed */
     C = (cfg_t){.members = 1000, .group_size = 2, .rate_hz = 10, .losses = 20, .warmup_s = 2, .measure_s = 10,
                 .report_delay_ms = 20, .hb_timeout_ms = -1, .ramp_ms = -1, .udp = 1};
     for (int i = 1; i < argc; i++) {

@@ -2086,11 +2086,15 @@ px_coordinator_t *px_coordinator_new(const px_coordinator_config_t *cfg, char *e
     }
     char mon_ep[64];
     snprintf(mon_ep, sizeof mon_ep, "inproc://px-monitor-%p", (void *)c);
-    int mon_events = ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_ACCEPTED;
+    int mon_events = ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_MONITOR_STOPPED;
     if (cfg->curve_secret_key) mon_events |= ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
     zmq_socket_monitor(c->router, mon_ep, mon_events);
     c->monitor = zmq_socket(c->zctx, ZMQ_PAIR);
     zmq_setsockopt(c->monitor, ZMQ_LINGER, &zero, sizeof zero);
+    /* No limit on queued events: at the default (1,000) a mass disconnect
+     * (thousands of connections closing while the loop is busy) blocks
+     * libzmq's I/O thread, and with it every connection, until we read. */
+    zmq_setsockopt(c->monitor, ZMQ_RCVHWM, &zero, sizeof zero);
     if (zmq_connect(c->monitor, mon_ep) != 0) {
         snprintf(err, errlen, "socket monitor: %s", zmq_strerror(errno));
         goto fail;
@@ -2129,10 +2133,21 @@ void px_coordinator_destroy(px_coordinator_t **self, int flush_ms) {
     px_http_destroy(&c->http);
     px_udp_close(&c->udp);
     px_auth_stop(&c->auth, NULL, NULL);
-    if (c->monitor) zmq_close(c->monitor);
-    if (c->router) {
-        zmq_socket_monitor(c->router, NULL, 0);
-        zmq_close(c->router);
+    /* Closing the ROUTER ends its monitoring; its last events are read
+     * before the monitor is closed. (Stopping the monitor first waits on a
+     * lock libzmq's I/O thread may hold while it sends an event no one reads:
+     * that deadlocked a stop after 12,500 connections closed at once.) */
+    if (c->router) zmq_close(c->router);
+    if (c->monitor) {
+        uint16_t event;
+        uint32_t value;
+        int64_t until = px_now_ms() + 2000;
+        while (px_now_ms() < until) {
+            zmq_pollitem_t it = {c->monitor, 0, ZMQ_POLLIN, 0};
+            if (zmq_poll(&it, 1, 100) <= 0) break;
+            if (px_zmq_monitor_next(c->monitor, &event, &value) && event == ZMQ_EVENT_MONITOR_STOPPED) break;
+        }
+        zmq_close(c->monitor);
     }
     if (c->zctx) zmq_ctx_term(c->zctx);
     px_kv_destroy(&c->kv);
