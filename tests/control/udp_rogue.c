@@ -59,6 +59,24 @@ static void send_dgram(const void *buf, size_t len, int bad) {
     if (bad) g_bad++;
 }
 
+/* The next message on the connection within timeout_ms, decoded; NULL when
+ * none came (or it did not decode). The caller frees it. */
+static px_msg_t *next_reply(int timeout_ms) {
+    zmq_pollitem_t it = {g_sock, 0, ZMQ_POLLIN, 0};
+    if (zmq_poll(&it, 1, timeout_ms) <= 0) return NULL;
+    zmq_msg_t m;
+    zmq_msg_init(&m);
+    if (zmq_msg_recv(&m, g_sock, 0) < 0) {
+        zmq_msg_close(&m);
+        return NULL;
+    }
+    Phalanx__ErrorCode code;
+    char why[256];
+    px_msg_t *msg = px_wire_decode_max(zmq_msg_data(&m), zmq_msg_size(&m), PX_WIRE_MAX_REPLY, &code, why, sizeof why);
+    zmq_msg_close(&m);
+    return msg;
+}
+
 static size_t seal(const uint8_t *key, const char *ident, size_t ident_len, uint64_t seq, const void *plain, size_t plen,
                    uint8_t *out) {
     return px_hbudp_seal(key, ident, ident_len, seq, plain, plen, out, PX_HBUDP_MAX);
@@ -101,15 +119,8 @@ int main(int argc, char **argv) {
 
     int port = 0;
     int64_t qid = 0;
-    zmq_pollitem_t it = {g_sock, 0, ZMQ_POLLIN, 0};
-    while (!port && zmq_poll(&it, 1, 5000) > 0) {
-        zmq_msg_t m;
-        zmq_msg_init(&m);
-        if (zmq_msg_recv(&m, g_sock, 0) < 0) break;
-        Phalanx__ErrorCode code;
-        char why[256];
-        px_msg_t *msg = px_wire_decode_max(zmq_msg_data(&m), zmq_msg_size(&m), PX_WIRE_MAX_REPLY, &code, why, sizeof why);
-        zmq_msg_close(&m);
+    for (int64_t give_up = px_now_ms() + 5000; !port && px_now_ms() < give_up;) {
+        px_msg_t *msg = next_reply(100);
         if (msg && msg->body_case == PHALANX__ENVELOPE__BODY_REG_ACK) {
             if (!msg->reg_ack->has_udp_port || msg->reg_ack->udp_key.len != PX_HBUDP_KEY_BYTES) {
                 printf("udp=none\n");
@@ -189,14 +200,7 @@ int main(int argc, char **argv) {
             send_dgram(d, n, 1);
             next += 100;
         }
-        if (zmq_poll(&it, 1, 10) <= 0) continue;
-        zmq_msg_t m;
-        zmq_msg_init(&m);
-        if (zmq_msg_recv(&m, g_sock, 0) < 0) break;
-        Phalanx__ErrorCode code;
-        char why[256];
-        px_msg_t *msg = px_wire_decode_max(zmq_msg_data(&m), zmq_msg_size(&m), PX_WIRE_MAX_REPLY, &code, why, sizeof why);
-        zmq_msg_close(&m);
+        px_msg_t *msg = next_reply(10);
         if (msg && msg->body_case == PHALANX__ENVELOPE__BODY_HB_ACK && msg->hb_ack->udp_off && !told) {
             told = 1;
             printf("udp_off_ms=%lld\n", (long long)(px_now_ms() - last_good));
@@ -210,15 +214,8 @@ int main(int argc, char **argv) {
     n = seal(g_key, g_ident, g_ident_len, 100000, hb, hlen, d);
     send_dgram(d, n, 0);
     int64_t until = px_now_ms() + 2000;
-    while (px_now_ms() < until && zmq_poll(&it, 1, 50) >= 0) {
-        if (!(it.revents & ZMQ_POLLIN)) continue;
-        zmq_msg_t m;
-        zmq_msg_init(&m);
-        if (zmq_msg_recv(&m, g_sock, 0) < 0) break;
-        Phalanx__ErrorCode code;
-        char why[256];
-        px_msg_t *msg = px_wire_decode_max(zmq_msg_data(&m), zmq_msg_size(&m), PX_WIRE_MAX_REPLY, &code, why, sizeof why);
-        zmq_msg_close(&m);
+    while (px_now_ms() < until) {
+        px_msg_t *msg = next_reply(50);
         int unknown = msg && msg->body_case == PHALANX__ENVELOPE__BODY_ERROR &&
                       msg->error->code == PHALANX__ERROR_CODE__UNKNOWN_MEMBER;
         px_wire_free(msg);
