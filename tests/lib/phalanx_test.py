@@ -4,6 +4,7 @@ conditions with deadlines. Nothing here mocks a phalanx component."""
 import ctypes
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -12,6 +13,28 @@ import tempfile
 import threading
 import time
 import urllib.request
+
+# Every scratch directory a test makes (tempfile.mkdtemp, here and in the test
+# scripts) is removed when the test passes and kept, for its logs, when it
+# fails: checkpoint tests write hundreds of MB each, and a machine that runs
+# the suite again and again would fill its disk.
+_SCRATCH = []
+_mkdtemp = tempfile.mkdtemp
+
+
+def _tracked_mkdtemp(*args, **kwargs):
+    d = _mkdtemp(*args, **kwargs)
+    _SCRATCH.append(d)
+    return d
+
+
+tempfile.mkdtemp = _tracked_mkdtemp
+
+
+def remove_scratch():
+    for d in _SCRATCH:
+        shutil.rmtree(d, ignore_errors=True)
+    del _SCRATCH[:]
 
 
 def free_port():
@@ -154,6 +177,7 @@ def main(test_fn):
     except Fail as e:
         print("FAIL: %s" % e)
         sys.exit(1)
+    remove_scratch()
     print("PASS")
 
 
