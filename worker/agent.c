@@ -198,14 +198,15 @@ static void send_register(px_agent_t *a) {
 }
 
 /* The RegisterAck's UDP offer: a socket connected to the coordinator's host
- * (as --coordinator names it) and the offered port, and the key. Without an
- * offer, or when the host does not resolve, heartbeats stay on ZeroMQ. */
+ * (as --coordinator names it, resolved at each registration) and the offered
+ * port, and the key. Without an offer, or when the host does not resolve,
+ * heartbeats stay on ZeroMQ. */
 static void udp_offer(px_agent_t *a, const Phalanx__RegisterAck *ack) {
     a->udp_on = 0;
     if (!ack->has_udp_port || ack->udp_port == 0 || ack->udp_port > 65535 || !ack->has_udp_key ||
         ack->udp_key.len != PX_HBUDP_KEY_BYTES || a->ident_len == 0 || strncmp(a->endpoint, "tcp://", 6) != 0)
         return;
-    if (a->udp_fd < 0 || a->udp_port != (int)ack->udp_port) {
+    { /* resolved again at every registration: a restarted coordinator may have another address */
         char host[512], port[8];
         const char *h = a->endpoint + 6, *colon = strrchr(h, ':');
         size_t n = colon ? (size_t)(colon - h) : 0;
