@@ -392,16 +392,21 @@ static void zmtp_frame(uint8_t **b, size_t *len, size_t *cap, int command, const
     buf_append(b, len, cap, body, n);
 }
 
+/* The coordinator's tcp://IPV4:PORT, at `port` (0: the endpoint's own).
+ * what: which transport needs it, for the message. */
+static struct sockaddr_in coordinator_addr(client_t *c, int port, const char *what) {
+    char host[64], tcp_port[16];
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    if (px_wire_endpoint_split(C.endpoint, host, sizeof host, tcp_port, sizeof tcp_port) != 0 ||
+        inet_pton(AF_INET, host, &a.sin_addr) != 1)
+        client_fatal(c, "%s needs a tcp://IPV4:PORT endpoint, not %s", what, C.endpoint);
+    a.sin_port = htons((uint16_t)(port ? port : atoi(tcp_port)));
+    return a;
+}
+
 static void zmtp_open(client_t *c, int j, const char *ident, size_t ident_len) {
     member_t *m = &c->m[j];
-    const char *p = strstr(C.endpoint, "://");
-    char host[64];
-    snprintf(host, sizeof host, "%s", p ? p + 3 : C.endpoint);
-    char *colon = strrchr(host, ':');
-    if (!colon) client_fatal(c, "zmtp transport needs a tcp://HOST:PORT endpoint");
-    *colon = '\0';
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
-    if (inet_pton(AF_INET, host, &a.sin_addr) != 1) client_fatal(c, "zmtp transport needs an IPv4 endpoint");
+    struct sockaddr_in a = coordinator_addr(c, 0, "the zmtp transport");
     m->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (m->fd < 0) client_fatal(c, "socket: %s (fd limit?)", strerror(errno));
     int one = 1;
@@ -667,13 +672,7 @@ static void udp_offer(client_t *c, int j, const uint8_t *buf, size_t len) {
     const Phalanx__RegisterAck *a = e->body_case == PHALANX__ENVELOPE__BODY_REG_ACK ? e->reg_ack : NULL;
     if (a && a->has_udp_port && a->udp_port > 0 && a->udp_port < 65536 && a->udp_key.len == PX_HBUDP_KEY_BYTES) {
         if (c->udp_fd < 0) {
-            const char *p = strstr(C.endpoint, "://");
-            char host[64];
-            snprintf(host, sizeof host, "%s", p ? p + 3 : C.endpoint);
-            char *colon = strrchr(host, ':');
-            if (colon) *colon = '\0';
-            struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)a->udp_port)};
-            if (inet_pton(AF_INET, host, &sa.sin_addr) != 1) client_fatal(c, "UDP heartbeats need an IPv4 endpoint");
+            struct sockaddr_in sa = coordinator_addr(c, (int)a->udp_port, "UDP heartbeats");
             c->udp_fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
             int sz = 8 << 20;
             setsockopt(c->udp_fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof sz);

@@ -15,6 +15,7 @@
 #include "px_buf.h"
 #include "px_log.h"
 #include "px_time.h"
+#include "px_wire.h"
 
 #define AUTH_KEYS_FILE_MAX (16 << 20)
 #define ZAP_ENDPOINT "inproc://zeromq.zap.01"
@@ -200,15 +201,8 @@ int px_auth_host_is_loopback(const char *host) {
 
 int px_auth_endpoint_is_loopback(const char *endpoint) {
     if (!strncmp(endpoint, "ipc://", 6) || !strncmp(endpoint, "inproc://", 9)) return 1;
-    if (strncmp(endpoint, "tcp://", 6) != 0) return 0;
-    const char *host = endpoint + 6, *colon = strrchr(host, ':');
-    if (!colon || colon == host) return 0;
-    char h[128];
-    size_t n = (size_t)(colon - host);
-    if (n >= sizeof h) return 0;
-    memcpy(h, host, n);
-    h[n] = '\0';
-    return px_auth_host_is_loopback(h);
+    char h[128], port[16];
+    return px_wire_endpoint_split(endpoint, h, sizeof h, port, sizeof port) == 0 && px_auth_host_is_loopback(h);
 }
 
 int px_auth_bind_allowed(const char *endpoint, int curve, int token, int insecure) {

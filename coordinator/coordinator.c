@@ -130,7 +130,7 @@ static uint32_t fd_gen(const px_coordinator_t *c, int fd) { return fd >= 0 && fd
  * DISCONNECTED event finds its member without a scan of every member. */
 static void set_member_fd(px_coordinator_t *c, px_member_t *m, int fd) {
     m->fd = fd;
-    if (fd >= 0 && fd < c->fd_gen_cap) c->fd_member[fd] = (int32_t)(m - c->members.members) + 1;
+    if (fd >= 0 && fd < c->fd_gen_cap) c->fd_member[fd] = px_members_slot(&c->members, m);
 }
 
 static void send_frame(px_coordinator_t *c, const void *ident, size_t ident_len, const void *buf, size_t len);
@@ -737,7 +737,7 @@ static void detect_losses(px_coordinator_t *c, int64_t now) {
                now - c->anon_report_ms <= c->live.heartbeat_timeout_ms;
     /* Run every tick over every member: the common case (heard from lately,
      * connected, never accused) is decided from the first cache line alone. */
-    int64_t quiet_ms = udp_silent_ms(c);
+    int64_t udp_quiet_ms = udp_silent_ms(c), quiet_ms = udp_quiet_ms;
     if ((double)quiet_ms > PX_SILENT_INTERVALS * (double)c->live.heartbeat_interval_ms)
         quiet_ms = (int64_t)(PX_SILENT_INTERVALS * (double)c->live.heartbeat_interval_ms);
     for (int i = 0; i < c->members.n; i++) {
@@ -748,10 +748,7 @@ static void detect_losses(px_coordinator_t *c, int64_t now) {
         m->reported = px_member_report_fresh(m, now, &c->live, c->quorum.id);
         /* A rank its leader reports for is silent only if the leader reported
          * since without it: a late or lost digest is the leader's silence. */
-        const px_member_t *l = m->via_leader && m->leader_gen == c->members.removed + 1 && m->leader_slot > 0 &&
-                                       m->leader_slot <= c->members.n
-                                   ? &c->members.members[m->leader_slot - 1]
-                                   : NULL;
+        const px_member_t *l = m->via_leader ? px_members_recall(&c->members, m->leader_slot, m->leader_gen) : NULL;
         m->relay_excused = l && l->state != PX_STATE_LOST && l->last_hb_ms <= m->last_hb_ms;
         /* A report that named nobody counts against members whose connection
          * closed: that pairing is the signature of a dead process. Against a
@@ -761,18 +758,24 @@ static void detect_losses(px_coordinator_t *c, int64_t now) {
         if (anon && m->conn_closed) m->reported = 1;
         const char *why = px_member_loss_reason(m, now, &c->live);
         if (why) member_lost(c, m, why);
-        else if (m->udp_watch && !m->conn_closed && now - m->last_hb_ms > udp_silent_ms(c))
+        else if (m->udp_watch && !m->conn_closed && now - m->last_hb_ms > udp_quiet_ms)
             tell_udp_off(c, m);
     }
 }
 
 /* ---- message handlers -------------------------------------------------- */
 
+/* UNKNOWN_MEMBER: the worker registers again. m: its entry (lost), or NULL. */
+static void reply_unknown(px_coordinator_t *c, const void *ident, size_t ident_len, uint64_t req_id,
+                          const px_member_t *m) {
+    reply_error(c, ident, ident_len, req_id, PHALANX__ERROR_CODE__UNKNOWN_MEMBER,
+                m ? "member was declared lost; register again" : "not registered; register first");
+}
+
 static px_member_t *require_member(px_coordinator_t *c, const void *ident, size_t ident_len, uint64_t req_id) {
     px_member_t *m = px_members_by_ident(&c->members, ident, ident_len);
     if (!m || m->state == PX_STATE_LOST) {
-        reply_error(c, ident, ident_len, req_id, PHALANX__ERROR_CODE__UNKNOWN_MEMBER,
-                    m ? "member was declared lost; register again" : "not registered; register first");
+        reply_unknown(c, ident, ident_len, req_id, m);
         return NULL;
     }
     return m;
@@ -845,17 +848,17 @@ static int refuse_wrong_layout(px_coordinator_t *c, const void *ident, size_t id
      * one comparison, not a scan of every member (quadratic in a large job's
      * start). The scan remains when that one left, moved or is this rank's
      * earlier incarnation. */
-    if (c->layout_slot > 0 && c->layout_slot <= c->members.n) {
-        const px_member_t *rep = &c->members.members[c->layout_slot - 1];
-        if (rep->state != PX_STATE_LOST && rep->layout[0] && (strcmp(rep->group, r->group) || rep->rank != (int)r->rank)) {
-            if (!strcmp(rep->layout, r->layout)) return 0;
-        }
-    }
+    const px_member_t *rep = c->layout_slot > 0 && c->layout_slot <= c->members.n
+                                 ? &c->members.members[c->layout_slot - 1]
+                                 : NULL;
+    if (rep && rep->state != PX_STATE_LOST && rep->layout[0] && !strcmp(rep->layout, r->layout) &&
+        (strcmp(rep->group, r->group) || rep->rank != (int)r->rank))
+        return 0;
     for (int i = 0; i < c->members.n; i++) {
         const px_member_t *m = &c->members.members[i];
         if (m->state == PX_STATE_LOST || !m->layout[0]) continue;
         if (!strcmp(m->layout, r->layout)) {
-            if (strcmp(m->group, r->group) || m->rank != (int)r->rank) c->layout_slot = i + 1;
+            if (strcmp(m->group, r->group) || m->rank != (int)r->rank) c->layout_slot = px_members_slot(&c->members, m);
             continue;
         }
         if (!strcmp(m->group, r->group) && m->rank == (int)r->rank) continue; /* its own earlier incarnation */
@@ -899,8 +902,8 @@ static void note_digest(px_coordinator_t *c, px_member_t *leader, const Phalanx_
         x->last_hb_ms = now;
         x->step = d->min_step;
         x->via_leader = 1;
-        x->leader_slot = (int32_t)(leader - c->members.members) + 1;
-        x->leader_gen = c->members.removed + 1;
+        x->leader_slot = px_members_slot(&c->members, leader);
+        x->leader_gen = px_members_gen(&c->members);
         c->stats.relayed_ranks++;
     }
 }
@@ -1173,8 +1176,7 @@ static void on_datagram(void *ctx, const uint8_t *buf, size_t len) {
         /* Its own key: the worker itself, declared lost (frozen past the
          * timeout, or cut off) and back. Told over its connection, as a
          * heartbeat there would be, so that it registers again. */
-        reply_error(c, m->ident, m->ident_len, 0, PHALANX__ERROR_CODE__UNKNOWN_MEMBER,
-                    "member was declared lost; register again");
+        reply_unknown(c, m->ident, m->ident_len, 0, m);
         px_wire_free(msg);
         return;
     }

@@ -56,17 +56,27 @@ px_member_t *px_members_by_name(px_members_t *t, const char *group, int rank) {
     return px_map_get(t->by_name, key, (size_t)n, &i) ? &t->members[i] : NULL;
 }
 
+int32_t px_members_slot(const px_members_t *t, const px_member_t *m) { return (int32_t)(m - t->members) + 1; }
+
+/* Entries move only when one is removed (remove_at): removed + 1, never 0,
+ * so that a zeroed member's remembered generation never matches. */
+uint64_t px_members_gen(const px_members_t *t) { return t->removed + 1; }
+
+px_member_t *px_members_recall(px_members_t *t, int32_t slot, uint64_t gen) {
+    return gen == px_members_gen(t) && slot > 0 && slot <= t->n ? &t->members[slot - 1] : NULL;
+}
+
 px_member_t *px_members_rank_of(px_members_t *t, px_member_t *leader, int r) {
     int cached = r >= 1 && r <= PX_RANK_CACHE;
-    if (cached && leader->rank_cache_gen == t->removed + 1 && leader->rank_cache[r - 1] > 0)
-        return &t->members[leader->rank_cache[r - 1] - 1];
-    px_member_t *x = px_members_by_name(t, leader->group, r);
+    px_member_t *x = cached ? px_members_recall(t, leader->rank_cache[r - 1], leader->rank_cache_gen) : NULL;
+    if (x) return x;
+    x = px_members_by_name(t, leader->group, r);
     if (cached) {
-        if (leader->rank_cache_gen != t->removed + 1) {
+        if (leader->rank_cache_gen != px_members_gen(t)) {
             memset(leader->rank_cache, 0, sizeof leader->rank_cache);
-            leader->rank_cache_gen = t->removed + 1;
+            leader->rank_cache_gen = px_members_gen(t);
         }
-        leader->rank_cache[r - 1] = x ? (int32_t)(x - t->members) + 1 : 0;
+        leader->rank_cache[r - 1] = x ? px_members_slot(t, x) : 0;
     }
     return x;
 }

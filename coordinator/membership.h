@@ -87,7 +87,7 @@ typedef struct {
      * valid while rank_cache_gen == the table's removed + 1 (no entry moved). */
     int32_t rank_cache[PX_RANK_CACHE];
     uint64_t rank_cache_gen;
-    int32_t leader_slot;  /* via_leader: its leader's slot + 1, valid while leader_gen == removed + 1 */
+    int32_t leader_slot;  /* via_leader: its leader, remembered (px_members_slot, px_members_recall) */
     uint64_t leader_gen;
     uint8_t udp_key[32];  /* this registration's key for sealed UDP heartbeats (proto/px_hbudp.h) */
     uint64_t udp_seq;     /* highest sequence number accepted under it (replays are refused) */
@@ -129,6 +129,12 @@ int px_members_init(px_members_t *t);
 void px_members_free(px_members_t *t);
 px_member_t *px_members_by_ident(px_members_t *t, const void *ident, size_t len);
 px_member_t *px_members_by_name(px_members_t *t, const char *group, int rank);
+/* A member's place remembered for later: its slot + 1 (0: none) and the
+ * table's generation now. Recalled, it is the member still, or NULL once an
+ * entry moved (an expiry or eviction) or for slot 0. */
+int32_t px_members_slot(const px_members_t *t, const px_member_t *m);
+uint64_t px_members_gen(const px_members_t *t);
+px_member_t *px_members_recall(px_members_t *t, int32_t slot, uint64_t gen);
 /* Rank r (> 0) of leader's group: px_members_by_name, remembered in the
  * leader for the next call (a digest names the same ranks every interval). */
 px_member_t *px_members_rank_of(px_members_t *t, px_member_t *leader, int r);

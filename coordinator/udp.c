@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "px_hbudp.h"
+#include "px_wire.h"
 
 #define BATCH 64
 #define RCVBUF (8 << 20) /* a push of a large quorum keeps the loop away for a while: room for ~0.5 s at 125k/s */
@@ -21,21 +22,6 @@ struct px_udp {
     struct iovec iov[BATCH];
     uint8_t buf[BATCH][PX_HBUDP_MAX + 1]; /* one more: a longer datagram shows as cut */
 };
-
-/* "tcp://HOST:PORT" -> host (brackets of an IPv6 literal removed) and port. */
-static int split_endpoint(const char *ep, char *host, size_t hlen, char *port, size_t plen) {
-    if (strncmp(ep, "tcp://", 6) != 0) return -1;
-    const char *h = ep + 6, *colon = strrchr(h, ':');
-    if (!colon || !colon[1]) return -1;
-    size_t n = (size_t)(colon - h);
-    if (n >= 2 && h[0] == '[' && h[n - 1] == ']') h++, n -= 2;
-    if (n == 0 || n >= hlen || strlen(colon + 1) >= plen) return -1;
-    memcpy(host, h, n);
-    host[n] = 0;
-    snprintf(port, plen, "%s", colon + 1);
-    if (!strcmp(host, "*")) snprintf(host, hlen, "0.0.0.0");
-    return 0;
-}
 
 static int bind_one(const struct addrinfo *ai, const char *port_override) {
     struct sockaddr_storage sa;
@@ -61,10 +47,11 @@ static int bind_one(const struct addrinfo *ai, const char *port_override) {
 
 px_udp_t *px_udp_open(const char *tcp_endpoint, char *err, size_t errlen) {
     char host[256], port[16];
-    if (!tcp_endpoint || split_endpoint(tcp_endpoint, host, sizeof host, port, sizeof port) != 0) {
+    if (px_wire_endpoint_split(tcp_endpoint, host, sizeof host, port, sizeof port) != 0 || !port[0]) {
         snprintf(err, errlen, "'%s' is not a tcp:// endpoint", tcp_endpoint ? tcp_endpoint : "");
         return NULL;
     }
+    if (!strcmp(host, "*")) snprintf(host, sizeof host, "0.0.0.0");
     struct addrinfo hints = {0}, *ai = NULL;
     hints.ai_socktype = SOCK_DGRAM;
     hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV | AI_PASSIVE;

@@ -49,6 +49,19 @@ int px_wire_worker_event_kind_ok(const char *kind) {
 
 static int str_ok(const char *s, size_t max) { return s && strlen(s) <= max; }
 
+int px_wire_endpoint_split(const char *ep, char *host, size_t hlen, char *port, size_t plen) {
+    if (!ep || strncmp(ep, "tcp://", 6) != 0) return -1;
+    const char *h = ep + 6, *colon = strrchr(h, ':');
+    if (!colon) return -1;
+    size_t n = (size_t)(colon - h);
+    if (n >= 2 && h[0] == '[' && h[n - 1] == ']') h++, n -= 2;
+    if (n == 0 || n >= hlen || strlen(colon + 1) >= plen) return -1;
+    memcpy(host, h, n);
+    host[n] = '\0';
+    snprintf(port, plen, "%s", colon + 1);
+    return 0;
+}
+
 int px_wire_endpoint_ok(const char *ep) {
     if (!ep || strncmp(ep, "tcp://", 6) != 0 || strlen(ep) > PX_ENDPOINT_MAX) return 0;
     const char *colon = strrchr(ep + 6, ':');

@@ -54,6 +54,11 @@ int px_wire_group_name_ok(const char *name);
  * most PX_ENDPOINT_MAX bytes, port 1..65535. */
 int px_wire_endpoint_ok(const char *ep);
 
+/* "tcp://HOST:PORT" into host (an IPv6 literal's brackets removed) and port
+ * (may be empty). 0, or -1 when ep is not of that form, the host is empty, or
+ * a part does not fit its buffer. */
+int px_wire_endpoint_split(const char *ep, char *host, size_t hlen, char *port, size_t plen);
+
 /* A WorkerEvent kind the coordinator records. */
 int px_wire_worker_event_kind_ok(const char *kind);
 

@@ -204,33 +204,26 @@ static void send_register(px_agent_t *a) {
 static void udp_offer(px_agent_t *a, const Phalanx__RegisterAck *ack) {
     a->udp_on = 0;
     if (!ack->has_udp_port || ack->udp_port == 0 || ack->udp_port > 65535 || !ack->has_udp_key ||
-        ack->udp_key.len != PX_HBUDP_KEY_BYTES || a->ident_len == 0 || strncmp(a->endpoint, "tcp://", 6) != 0)
+        ack->udp_key.len != PX_HBUDP_KEY_BYTES || a->ident_len == 0)
         return;
-    { /* resolved again at every registration: a restarted coordinator may have another address */
-        char host[512], port[8];
-        const char *h = a->endpoint + 6, *colon = strrchr(h, ':');
-        size_t n = colon ? (size_t)(colon - h) : 0;
-        if (n >= 2 && h[0] == '[' && h[n - 1] == ']') h++, n -= 2;
-        if (n == 0 || n >= sizeof host) return;
-        memcpy(host, h, n);
-        host[n] = 0;
-        snprintf(port, sizeof port, "%u", ack->udp_port);
-        struct addrinfo hints = {0}, *ai = NULL;
-        hints.ai_socktype = SOCK_DGRAM;
-        if (getaddrinfo(host, port, &hints, &ai) != 0 || !ai) {
-            px_log_warn("udp_heartbeats_off coordinator=%s: cannot resolve '%s'; heartbeats go over ZeroMQ", a->endpoint, host);
-            return;
-        }
-        if (a->udp_fd >= 0) close(a->udp_fd);
-        a->udp_fd = socket(ai->ai_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        if (a->udp_fd >= 0 && connect(a->udp_fd, ai->ai_addr, ai->ai_addrlen) != 0) {
-            close(a->udp_fd);
-            a->udp_fd = -1;
-        }
-        freeaddrinfo(ai);
-        if (a->udp_fd < 0) return;
-        a->udp_port = (int)ack->udp_port;
+    char host[512], tcp_port[16], port[8];
+    if (px_wire_endpoint_split(a->endpoint, host, sizeof host, tcp_port, sizeof tcp_port) != 0) return;
+    snprintf(port, sizeof port, "%u", ack->udp_port);
+    struct addrinfo hints = {0}, *ai = NULL;
+    hints.ai_socktype = SOCK_DGRAM;
+    if (getaddrinfo(host, port, &hints, &ai) != 0 || !ai) {
+        px_log_warn("udp_heartbeats_off coordinator=%s: cannot resolve '%s'; heartbeats go over ZeroMQ", a->endpoint, host);
+        return;
     }
+    if (a->udp_fd >= 0) close(a->udp_fd);
+    a->udp_fd = socket(ai->ai_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (a->udp_fd >= 0 && connect(a->udp_fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+        close(a->udp_fd);
+        a->udp_fd = -1;
+    }
+    freeaddrinfo(ai);
+    if (a->udp_fd < 0) return;
+    a->udp_port = (int)ack->udp_port;
     memcpy(a->udp_key, ack->udp_key.data, PX_HBUDP_KEY_BYTES);
     a->udp_seq = 0;
     a->udp_on = 1;

@@ -208,6 +208,36 @@ static void check_drain_request(void) {
     expect_env("drain request with an empty group", &env, 0);
 }
 
+/* tcp://HOST:PORT split into host and port, as the coordinator's UDP bind,
+ * the agent's UDP target and the bind policy read it. */
+static void check_endpoint_split(void) {
+    static const struct {
+        const char *ep, *host, *port; /* host NULL: refused */
+    } E[] = {
+        {"tcp://127.0.0.1:7777", "127.0.0.1", "7777"},
+        {"tcp://[::1]:7777", "::1", "7777"},
+        {"tcp://phalanx-coordinator:7777", "phalanx-coordinator", "7777"},
+        {"tcp://*:0", "*", "0"},
+        {"tcp://host:", "host", ""},
+        {"tcp://:7777", NULL, NULL},
+        {"tcp://[]:7777", NULL, NULL},
+        {"tcp://noport", NULL, NULL},
+        {"ipc:///tmp/x:1", NULL, NULL},
+        {"udp://h:1", NULL, NULL},
+    };
+    for (size_t i = 0; i < sizeof E / sizeof E[0]; i++) {
+        char host[64] = "", port[16] = "";
+        int rc = px_wire_endpoint_split(E[i].ep, host, sizeof host, port, sizeof port);
+        if (!E[i].host) CHECK(rc != 0, "endpoint %s: split, want refused", E[i].ep);
+        else CHECK(rc == 0 && !strcmp(host, E[i].host) && !strcmp(port, E[i].port), "endpoint %s: rc %d host '%s' port '%s'",
+                   E[i].ep, rc, host, port);
+    }
+    char small[4], port[16];
+    CHECK(px_wire_endpoint_split("tcp://127.0.0.1:1", small, sizeof small, port, sizeof port) != 0,
+          "endpoint: a host longer than its buffer split");
+    CHECK(px_wire_endpoint_split(NULL, small, sizeof small, port, sizeof port) != 0, "endpoint: NULL split");
+}
+
 /* The sealed UDP heartbeat (proto/px_hbudp.h): a round trip; every single
  * byte altered, the wrong key, a cut or padded datagram, a header with
  * another seq or identity: each refused. */
@@ -328,6 +358,7 @@ int main(void) {
     check_group_liveness();
     check_drain_request();
     check_hbudp();
+    check_endpoint_split();
     printf("test_wire: %d failed\n", failed);
     return failed ? 1 : 0;
 }
