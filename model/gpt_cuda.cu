@@ -45,15 +45,15 @@ typedef struct {
     float *ln1;       /* (L,B,T,C) */
     float *ln1_mean;  /* (L,B,T) */
     float *ln1_rstd;  /* (L,B,T) */
-    float *qkv;       /* (L,B,T,3C) */
-    float *atty;      /* (L,B,T,C) */
-    float *att;       /* (L,B,NH,T,T) */
+    float *qkv;       /* (L,B,T,3Ca) (Ca = C/tp: this rank's heads) */
+    float *atty;      /* (L,B,T,Ca) */
+    float *att;       /* (L,B,NHa,T,T) */
     float *residual2; /* (L,B,T,C) */
     float *ln2;       /* (L,B,T,C) */
     float *ln2_mean;  /* (L,B,T) */
     float *ln2_rstd;  /* (L,B,T) */
-    float *fch;       /* (L,B,T,4C) */
-    float *fch_gelu;  /* (L,B,T,4C) */
+    float *fch;       /* (L,B,T,H) (H = 4C/tp) */
+    float *fch_gelu;  /* (L,B,T,H) */
     float *residual3; /* (L,B,T,C) */
     float *lnf;       /* (B,T,C) */
     float *lnf_mean;  /* (B,T) */
@@ -64,8 +64,8 @@ typedef struct {
     float *proj;      /* (B,T,C) attproj / fcproj output before the residual add */
     float *dres;      /* (B,T,C) gradient of the residual stream */
     float *dbtc;      /* (B,T,C) scratch gradient */
-    float *d4a;       /* (B,T,4C) scratch gradient (also dqkv, 3C <= 4C) */
-    float *d4b;       /* (B,T,4C) scratch gradient */
+    float *d4a;       /* (B,T,H) scratch gradient (also dqkv, 3Ca <= H) */
+    float *d4b;       /* (B,T,H) scratch gradient */
 } acts_t;
 
 struct px_gpt_cuda {
@@ -73,8 +73,10 @@ struct px_gpt_cuda {
     size_t num_params;
     size_t sizes[PX_GPT_NUM_TENSORS];
     size_t offsets[PX_GPT_NUM_TENSORS];
-    float *buf[4]; /* params, grads, m, v: indexed by px_gpt_cuda_buf_t */
+    float *buf[4]; /* params, grads, m, v: indexed by px_gpt_cuda_buf_t (NULL when sharded) */
     px_gpt_tensors_t p, g; /* named views, here of device memory */
+    px_gpt_tp_t tp;              /* {1, 0} unless sharded */
+    const px_gpt_source_t *src;  /* NULL: the buffers hold the model */
     acts_t a;
     float *host_losses; /* (tok_capacity) */
     float mean_loss;
@@ -90,24 +92,35 @@ static void set_views(px_gpt_tensors_t *v, float *base, const size_t *off) {
     for (int i = 0; i < PX_GPT_NUM_TENSORS; i++) *slot[i] = base + off[i];
 }
 
+/* A layer's sizes on this rank: C and NH whole, Ca channels of NHa heads
+ * of attention and H hidden units of the MLP (the tensor-parallel slice). */
+typedef struct {
+    int C, NH, Ca, NHa, H;
+} dims_t;
+
+static dims_t local_dims(const px_gpt_config_t *cfg, px_gpt_tp_t tp) {
+    int C = cfg->channels, NH = cfg->num_heads;
+    return dims_t{C, NH, C / tp.size, NH / tp.size, 4 * C / tp.size};
+}
+
 /* Lays the activation views out for (B,T) from mem (or only counts floats
  * when mem is NULL). Returns the float count. */
-static size_t layout_acts(acts_t *a, const px_gpt_config_t *cfg, int B, int T, float *mem) {
-    size_t L = (size_t)cfg->num_layers, C = (size_t)cfg->channels, NH = (size_t)cfg->num_heads;
+static size_t layout_acts(acts_t *a, const px_gpt_config_t *cfg, dims_t d, int B, int T, float *mem) {
+    size_t L = (size_t)cfg->num_layers, C = (size_t)d.C, Ca = (size_t)d.Ca, NHa = (size_t)d.NHa, H = (size_t)d.H;
     size_t BT = (size_t)B * (size_t)T, Vp = (size_t)cfg->padded_vocab_size;
     struct {
         float **p;
         size_t n;
     } t[] = {
         {&a->encoded, BT * C},          {&a->ln1, L * BT * C},        {&a->ln1_mean, L * BT},
-        {&a->ln1_rstd, L * BT},         {&a->qkv, L * BT * 3 * C},    {&a->atty, L * BT * C},
-        {&a->att, L * B * NH * (size_t)T * T}, {&a->residual2, L * BT * C}, {&a->ln2, L * BT * C},
-        {&a->ln2_mean, L * BT},         {&a->ln2_rstd, L * BT},       {&a->fch, L * BT * 4 * C},
-        {&a->fch_gelu, L * BT * 4 * C}, {&a->residual3, L * BT * C}, {&a->lnf, BT * C},
+        {&a->ln1_rstd, L * BT},         {&a->qkv, L * BT * 3 * Ca},   {&a->atty, L * BT * Ca},
+        {&a->att, L * B * NHa * (size_t)T * T}, {&a->residual2, L * BT * C}, {&a->ln2, L * BT * C},
+        {&a->ln2_mean, L * BT},         {&a->ln2_rstd, L * BT},       {&a->fch, L * BT * H},
+        {&a->fch_gelu, L * BT * H},     {&a->residual3, L * BT * C}, {&a->lnf, BT * C},
         {&a->lnf_mean, BT},             {&a->lnf_rstd, BT},           {&a->logits, BT * Vp},
         {&a->losses, BT},               {&a->lse, BT},                {&a->proj, BT * C},
-        {&a->dres, BT * C},             {&a->dbtc, BT * C},           {&a->d4a, BT * 4 * C},
-        {&a->d4b, BT * 4 * C},
+        {&a->dres, BT * C},             {&a->dbtc, BT * C},           {&a->d4a, BT * H},
+        {&a->d4b, BT * H},
     };
     size_t total = 0;
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
@@ -120,7 +133,8 @@ static size_t layout_acts(acts_t *a, const px_gpt_config_t *cfg, int B, int T, f
 static int ensure_acts(px_gpt_cuda_t *self, int B, int T) {
     acts_t *a = &self->a;
     if (a->B == B && a->T == T) return 0;
-    size_t need = layout_acts(a, &self->config, B, T, NULL);
+    dims_t d = local_dims(&self->config, self->tp);
+    size_t need = layout_acts(a, &self->config, d, B, T, NULL);
     size_t ntok = (size_t)B * (size_t)T;
     if (need > a->capacity || ntok > a->tok_capacity) {
         PX_CUDA_CHECK(cudaStreamSynchronize(self->stream)); /* nothing queued still reads them */
@@ -151,7 +165,7 @@ static int ensure_acts(px_gpt_cuda_t *self, int B, int T) {
         a->capacity = need;
         a->tok_capacity = ntok;
     }
-    layout_acts(a, &self->config, B, T, a->mem);
+    layout_acts(a, &self->config, d, B, T, a->mem);
     a->inputs = a->tokens;
     a->targets = a->tokens + ntok;
     a->B = B;
@@ -162,10 +176,15 @@ static int ensure_acts(px_gpt_cuda_t *self, int B, int T) {
 
 /* ------------------------------------------------------------ construction */
 
-px_gpt_cuda_t *px_gpt_cuda_new(const px_gpt_config_t *cfg) {
+/* A model without state buffers yet: config, layout, stream. */
+static px_gpt_cuda_t *new_bare(const px_gpt_config_t *cfg, px_gpt_tp_t tp) {
     char why[256];
-    if (px_gpt_config_check(cfg, why, sizeof why) != 0) {
+    if (px_gpt_config_check(cfg, why, sizeof why) != 0 || px_gpt_tp_check(cfg, tp.size, why, sizeof why) != 0) {
         px_log_error("gpt_cuda_bad_config problem=\"%s\"", why);
+        return NULL;
+    }
+    if (tp.rank < 0 || tp.rank >= tp.size) {
+        px_log_error("gpt_cuda_bad_config tp=%d tp_rank=%d", tp.size, tp.rank);
         return NULL;
     }
     if (px_cuda_device_count(why, sizeof why) < 1) {
@@ -175,6 +194,7 @@ px_gpt_cuda_t *px_gpt_cuda_new(const px_gpt_config_t *cfg) {
     px_gpt_cuda_t *self = (px_gpt_cuda_t *)calloc(1, sizeof *self);
     if (!self) return NULL;
     self->config = *cfg;
+    self->tp = tp;
     self->num_params = px_gpt_tensor_sizes(cfg, self->sizes);
     size_t off = 0;
     for (int i = 0; i < PX_GPT_NUM_TENSORS; i++) {
@@ -184,6 +204,24 @@ px_gpt_cuda_t *px_gpt_cuda_new(const px_gpt_config_t *cfg) {
     self->mean_loss = -1.0f;
     px_cuda_ops_init();
     PX_CUDA_CHECK(cudaStreamCreateWithFlags(&self->stream, cudaStreamNonBlocking));
+    return self;
+}
+
+px_gpt_cuda_t *px_gpt_cuda_new_sharded(const px_gpt_config_t *cfg, px_gpt_tp_t tp, const px_gpt_source_t *src) {
+    if (!src || !src->acquire || (tp.size > 1 && !src->tp_sum)) {
+        px_log_error("gpt_cuda_bad_source hint=\"a sharded model needs acquire (and tp_sum with tp > 1)\"");
+        return NULL;
+    }
+    px_gpt_cuda_t *self = new_bare(cfg, tp);
+    if (!self) return NULL;
+    self->src = src;
+    self->num_params = 0;
+    return self;
+}
+
+px_gpt_cuda_t *px_gpt_cuda_new(const px_gpt_config_t *cfg) {
+    px_gpt_cuda_t *self = new_bare(cfg, px_gpt_tp_t{1, 0});
+    if (!self) return NULL;
     for (int i = 0; i < 4; i++) {
         /* grads get the CPU model's spare room (gpt.h, PX_GPT_GRADS_SPARE) */
         size_t bytes = (self->num_params + (i == PX_GPT_CUDA_GRADS ? PX_GPT_GRADS_SPARE : 0)) * sizeof(float);
@@ -286,6 +324,55 @@ int px_gpt_cuda_download_losses(px_gpt_cuda_t *self, float *host, size_t n) {
     return download(self, host, a->losses, n);
 }
 
+/* ------------------------------------------------------------------- units */
+
+/* Unit `unit`'s views (gpt.h: 0 the outer tensors, 1 + l layer l): from the
+ * source, or into the model's own buffers. */
+static int unit_acquire(px_gpt_cuda_t *self, int unit, px_gpt_pass_t pass, px_gpt_tensors_t *p,
+                        px_gpt_tensors_t *g) {
+    if (self->src) return self->src->acquire(self->src->ctx, unit, pass, p, g);
+    *p = self->p;
+    if (g) *g = self->g;
+    if (unit == 0) return 0;
+    size_t l = (size_t)unit - 1, C = (size_t)self->config.channels;
+    px_gpt_tensors_t *v[2] = {p, g};
+    for (int i = 0; i < 2 && v[i]; i++) {
+        px_gpt_tensors_t *x = v[i];
+        x->ln1w += l * C, x->ln1b += l * C, x->qkvw += l * 3 * C * C, x->qkvb += l * 3 * C;
+        x->attprojw += l * C * C, x->attprojb += l * C, x->ln2w += l * C, x->ln2b += l * C;
+        x->fcw += l * 4 * C * C, x->fcb += l * 4 * C, x->fcprojw += l * 4 * C * C, x->fcprojb += l * C;
+    }
+    return 0;
+}
+
+static int unit_release(px_gpt_cuda_t *self, int unit, px_gpt_pass_t pass) {
+    return self->src && self->src->release ? self->src->release(self->src->ctx, unit, pass) : 0;
+}
+
+static int tp_sum(px_gpt_cuda_t *self, float *buf, size_t n) {
+    return self->tp.size > 1 ? self->src->tp_sum(self->src->ctx, buf, n) : 0;
+}
+
+/* Layer l's activation views, laid out for the local dims. */
+typedef struct {
+    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *residual2, *ln2, *ln2_mean, *ln2_rstd, *fch,
+        *fch_gelu, *residual3;
+    const float *residual; /* the layer's input */
+} layer_acts_t;
+
+static layer_acts_t layer_acts(const acts_t *a, dims_t d, int l) {
+    size_t B = (size_t)a->B, T = (size_t)a->T, BT = B * T, C = (size_t)d.C, Ca = (size_t)d.Ca;
+    size_t H = (size_t)d.H, lu = (size_t)l;
+    layer_acts_t x = {
+        a->ln1 + lu * BT * C, a->ln1_mean + lu * BT, a->ln1_rstd + lu * BT, a->qkv + lu * BT * 3 * Ca,
+        a->atty + lu * BT * Ca, a->att + lu * B * (size_t)d.NHa * T * T, a->residual2 + lu * BT * C,
+        a->ln2 + lu * BT * C, a->ln2_mean + lu * BT, a->ln2_rstd + lu * BT, a->fch + lu * BT * H,
+        a->fch_gelu + lu * BT * H, a->residual3 + lu * BT * C,
+        l == 0 ? a->encoded : a->residual3 + (lu - 1) * BT * C,
+    };
+    return x;
+}
+
 /* ----------------------------------------------------------------- forward */
 
 static int check_tokens(const int *x, size_t n, int V, const char *what) {
@@ -298,11 +385,38 @@ static int check_tokens(const int *x, size_t n, int V, const char *what) {
     return 0;
 }
 
+/* Layer l's forward. With tensor parallelism the two row-parallel outputs
+ * are partial sums: summed over the tp ranks, tp rank 0 adding the bias. */
+static int layer_forward(px_gpt_cuda_t *self, dims_t d, int l) {
+    acts_t *a = &self->a;
+    int B = a->B, T = a->T, C = d.C;
+    size_t BT = (size_t)B * (size_t)T;
+    cudaStream_t st = self->stream;
+    int tp0 = self->tp.rank == 0;
+    px_gpt_tensors_t p;
+    if (unit_acquire(self, 1 + l, PX_GPT_FWD, &p, NULL) != 0) return -1;
+    layer_acts_t x = layer_acts(a, d, l);
+    layernorm_forward_cuda(x.ln1, x.ln1_mean, x.ln1_rstd, x.residual, p.ln1w, p.ln1b, B, T, C, st);
+    matmul_forward_cuda(x.qkv, x.ln1, p.qkvw, p.qkvb, B, T, C, 3 * d.Ca, st);
+    attention_forward_cuda(x.atty, x.att, x.qkv, B, T, d.Ca, d.NHa, st);
+    matmul_forward_cuda(a->proj, x.atty, p.attprojw, tp0 ? p.attprojb : NULL, B, T, d.Ca, C, st);
+    if (tp_sum(self, a->proj, BT * C) != 0) return -1;
+    residual_forward_cuda(x.residual2, x.residual, a->proj, BT * C, st);
+    layernorm_forward_cuda(x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, p.ln2w, p.ln2b, B, T, C, st);
+    matmul_forward_cuda(x.fch, x.ln2, p.fcw, p.fcb, B, T, C, d.H, st);
+    gelu_forward_cuda(x.fch_gelu, x.fch, BT * d.H, st);
+    matmul_forward_cuda(a->proj, x.fch_gelu, p.fcprojw, tp0 ? p.fcprojb : NULL, B, T, d.H, C, st);
+    if (tp_sum(self, a->proj, BT * C) != 0) return -1;
+    residual_forward_cuda(x.residual3, x.residual2, a->proj, BT * C, st);
+    return unit_release(self, 1 + l, PX_GPT_FWD);
+}
+
 float px_gpt_cuda_forward(px_gpt_cuda_t *self, const int *inputs, const int *targets, int B,
                           int T) {
     const px_gpt_config_t *cfg = &self->config;
-    int C = cfg->channels, L = cfg->num_layers, NH = cfg->num_heads;
+    int C = cfg->channels, L = cfg->num_layers;
     int V = cfg->vocab_size, Vp = cfg->padded_vocab_size;
+    dims_t d = local_dims(cfg, self->tp);
     cudaStream_t st = self->stream;
     self->mean_loss = -1.0f;
     if (B < 1 || T < 1 || T > cfg->max_seq_len) {
@@ -314,42 +428,19 @@ float px_gpt_cuda_forward(px_gpt_cuda_t *self, const int *inputs, const int *tar
     if (targets && check_tokens(targets, BT, V, "targets") != 0) return NAN;
     if (ensure_acts(self, B, T) != 0) return NAN;
     acts_t *a = &self->a;
-    const px_gpt_tensors_t *p = &self->p;
     a->have_loss = 0;
     PX_CUDA_CHECK(
         cudaMemcpyAsync(a->inputs, inputs, BT * sizeof(int), cudaMemcpyHostToDevice, st));
 
-    encoder_forward_cuda(a->encoded, a->inputs, p->wte, p->wpe, B, T, C, st);
-    const float *residual = a->encoded;
-    for (int l = 0; l < L; l++) {
-        size_t lc = (size_t)l * C;
-        float *ln1 = a->ln1 + l * BT * C, *ln1_mean = a->ln1_mean + l * BT;
-        float *ln1_rstd = a->ln1_rstd + l * BT, *qkv = a->qkv + l * BT * 3 * C;
-        float *atty = a->atty + l * BT * C, *att = a->att + (size_t)l * B * NH * T * T;
-        float *residual2 = a->residual2 + l * BT * C, *ln2 = a->ln2 + l * BT * C;
-        float *ln2_mean = a->ln2_mean + l * BT, *ln2_rstd = a->ln2_rstd + l * BT;
-        float *fch = a->fch + l * BT * 4 * C, *fch_gelu = a->fch_gelu + l * BT * 4 * C;
-        float *residual3 = a->residual3 + l * BT * C;
-
-        layernorm_forward_cuda(ln1, ln1_mean, ln1_rstd, residual, p->ln1w + lc, p->ln1b + lc, B,
-                               T, C, st);
-        matmul_forward_cuda(qkv, ln1, p->qkvw + lc * 3 * C, p->qkvb + lc * 3, B, T, C, 3 * C, st);
-        attention_forward_cuda(atty, att, qkv, B, T, C, NH, st);
-        matmul_forward_cuda(a->proj, atty, p->attprojw + lc * C, p->attprojb + lc, B, T, C, C,
-                            st);
-        residual_forward_cuda(residual2, residual, a->proj, BT * C, st);
-        layernorm_forward_cuda(ln2, ln2_mean, ln2_rstd, residual2, p->ln2w + lc, p->ln2b + lc, B,
-                               T, C, st);
-        matmul_forward_cuda(fch, ln2, p->fcw + lc * 4 * C, p->fcb + lc * 4, B, T, C, 4 * C, st);
-        gelu_forward_cuda(fch_gelu, fch, BT * 4 * C, st);
-        matmul_forward_cuda(a->proj, fch_gelu, p->fcprojw + lc * 4 * C, p->fcprojb + lc, B, T,
-                            4 * C, C, st);
-        residual_forward_cuda(residual3, residual2, a->proj, BT * C, st);
-        residual = residual3;
-    }
-    layernorm_forward_cuda(a->lnf, a->lnf_mean, a->lnf_rstd, residual, p->lnfw, p->lnfb, B, T, C,
-                           st);
-    matmul_forward_cuda(a->logits, a->lnf, p->wte, NULL, B, T, C, Vp, st);
+    px_gpt_tensors_t outer;
+    if (unit_acquire(self, 0, PX_GPT_FWD, &outer, NULL) != 0) return NAN;
+    encoder_forward_cuda(a->encoded, a->inputs, outer.wte, outer.wpe, B, T, C, st);
+    for (int l = 0; l < L; l++)
+        if (layer_forward(self, d, l) != 0) return NAN;
+    const float *last = a->residual3 + (size_t)(L - 1) * BT * C;
+    layernorm_forward_cuda(a->lnf, a->lnf_mean, a->lnf_rstd, last, outer.lnfw, outer.lnfb, B, T, C, st);
+    matmul_forward_cuda(a->logits, a->lnf, outer.wte, NULL, B, T, C, Vp, st);
+    if (unit_release(self, 0, PX_GPT_FWD) != 0) return NAN;
     if (!targets) {
         PX_CUDA_CHECK(cudaStreamSynchronize(st));
         return -1.0f;
@@ -369,8 +460,44 @@ float px_gpt_cuda_forward(px_gpt_cuda_t *self, const int *inputs, const int *tar
 /* ---------------------------------------------------------------- backward */
 
 void px_gpt_cuda_zero_grad(px_gpt_cuda_t *self) {
+    if (!self->buf[PX_GPT_CUDA_GRADS]) return; /* sharded: the source's owner zeroes its shards */
     PX_CUDA_CHECK(cudaMemsetAsync(self->buf[PX_GPT_CUDA_GRADS], 0,
                                   self->num_params * sizeof(float), self->stream));
+}
+
+/* Layer l's backward; dres holds d(residual3) and leaves with d(residual),
+ * the layer's input. With tensor parallelism the input gradients of the two
+ * column-parallel matmuls are partial sums over the tp ranks. */
+static int layer_backward(px_gpt_cuda_t *self, dims_t d, int l) {
+    acts_t *a = &self->a;
+    int B = a->B, T = a->T, C = d.C;
+    size_t BT = (size_t)B * (size_t)T;
+    cudaStream_t st = self->stream;
+    layer_acts_t x = layer_acts(a, d, l);
+    px_gpt_tensors_t p, g;
+    if (unit_acquire(self, 1 + l, PX_GPT_BWD, &p, &g) != 0) return -1;
+    /* residual3 = residual2 + fcproj passes dres to both. */
+    PX_CUDA_CHECK(cudaMemsetAsync(a->d4a, 0, BT * d.H * sizeof(float), st));
+    matmul_backward_cuda(a->d4a, g.fcprojw, g.fcprojb, a->dres, x.fch_gelu, p.fcprojw, B, T, d.H, C, st);
+    PX_CUDA_CHECK(cudaMemsetAsync(a->d4b, 0, BT * d.H * sizeof(float), st));
+    gelu_backward_cuda(a->d4b, x.fch, a->d4a, BT * d.H, st);
+    PX_CUDA_CHECK(cudaMemsetAsync(a->dbtc, 0, BT * C * sizeof(float), st));
+    matmul_backward_cuda(a->dbtc, g.fcw, g.fcb, a->d4b, x.ln2, p.fcw, B, T, C, d.H, st);
+    if (tp_sum(self, a->dbtc, BT * C) != 0) return -1;
+    layernorm_backward_cuda(a->dres, g.ln2w, g.ln2b, a->dbtc, x.residual2, p.ln2w, x.ln2_mean, x.ln2_rstd,
+                            B, T, C, st);
+    /* dres now holds d(residual2); residual2 = residual + attproj. */
+    PX_CUDA_CHECK(cudaMemsetAsync(a->dbtc, 0, BT * d.Ca * sizeof(float), st));
+    matmul_backward_cuda(a->dbtc, g.attprojw, g.attprojb, a->dres, x.atty, p.attprojw, B, T, d.Ca, C, st);
+    float *dqkv = a->d4a;
+    PX_CUDA_CHECK(cudaMemsetAsync(dqkv, 0, BT * 3 * d.Ca * sizeof(float), st));
+    attention_backward_cuda(dqkv, a->dbtc, x.qkv, x.att, B, T, d.Ca, d.NHa, st);
+    PX_CUDA_CHECK(cudaMemsetAsync(a->dbtc, 0, BT * C * sizeof(float), st));
+    matmul_backward_cuda(a->dbtc, g.qkvw, g.qkvb, dqkv, x.ln1, p.qkvw, B, T, C, 3 * d.Ca, st);
+    if (tp_sum(self, a->dbtc, BT * C) != 0) return -1;
+    layernorm_backward_cuda(a->dres, g.ln1w, g.ln1b, a->dbtc, x.residual, p.ln1w, x.ln1_mean, x.ln1_rstd,
+                            B, T, C, st);
+    return unit_release(self, 1 + l, PX_GPT_BWD);
 }
 
 int px_gpt_cuda_backward(px_gpt_cuda_t *self, float loss_scale) {
@@ -382,66 +509,34 @@ int px_gpt_cuda_backward(px_gpt_cuda_t *self, float loss_scale) {
     }
     a->have_loss = 0; /* the logits are overwritten below */
     const px_gpt_config_t *cfg = &self->config;
-    int B = a->B, T = a->T, C = cfg->channels, L = cfg->num_layers, NH = cfg->num_heads;
+    int B = a->B, T = a->T, C = cfg->channels, L = cfg->num_layers;
     int V = cfg->vocab_size, Vp = cfg->padded_vocab_size;
+    dims_t d = local_dims(cfg, self->tp);
     size_t BT = (size_t)B * (size_t)T;
-    const px_gpt_tensors_t *p = &self->p;
-    const px_gpt_tensors_t *g = &self->g;
     cudaStream_t st = self->stream;
+    px_gpt_tensors_t p, g;
+    if (unit_acquire(self, 0, PX_GPT_BWD, &p, &g) != 0) return -1;
 
     float dloss = loss_scale / (float)BT;
     float *dlogits = a->logits; /* in place */
     crossentropy_softmax_backward_cuda(dlogits, a->logits, a->lse, a->targets, dloss, B, T, V, Vp,
                                        st);
     PX_CUDA_CHECK(cudaMemsetAsync(a->dbtc, 0, BT * C * sizeof(float), st));
-    matmul_backward_cuda(a->dbtc, g->wte, NULL, dlogits, a->lnf, p->wte, B, T, C, Vp, st);
+    matmul_backward_cuda(a->dbtc, g.wte, NULL, dlogits, a->lnf, p.wte, B, T, C, Vp, st);
     PX_CUDA_CHECK(cudaMemsetAsync(a->dres, 0, BT * C * sizeof(float), st));
     const float *last = a->residual3 + (size_t)(L - 1) * BT * C;
-    layernorm_backward_cuda(a->dres, g->lnfw, g->lnfb, a->dbtc, last, p->lnfw, a->lnf_mean,
+    layernorm_backward_cuda(a->dres, g.lnfw, g.lnfb, a->dbtc, last, p.lnfw, a->lnf_mean,
                             a->lnf_rstd, B, T, C, st);
-
-    for (int l = L - 1; l >= 0; l--) {
-        size_t lc = (size_t)l * C;
-        const float *residual = l == 0 ? a->encoded : a->residual3 + (size_t)(l - 1) * BT * C;
-        float *ln1 = a->ln1 + l * BT * C, *ln1_mean = a->ln1_mean + l * BT;
-        float *ln1_rstd = a->ln1_rstd + l * BT, *qkv = a->qkv + l * BT * 3 * C;
-        float *atty = a->atty + l * BT * C, *att = a->att + (size_t)l * B * NH * T * T;
-        float *residual2 = a->residual2 + l * BT * C, *ln2 = a->ln2 + l * BT * C;
-        float *ln2_mean = a->ln2_mean + l * BT, *ln2_rstd = a->ln2_rstd + l * BT;
-        float *fch = a->fch + l * BT * 4 * C, *fch_gelu = a->fch_gelu + l * BT * 4 * C;
-
-        /* dres holds d(residual3); residual3 = residual2 + fcproj passes it to both. */
-        PX_CUDA_CHECK(cudaMemsetAsync(a->d4a, 0, BT * 4 * C * sizeof(float), st));
-        matmul_backward_cuda(a->d4a, g->fcprojw + lc * 4 * C, g->fcprojb + lc, a->dres, fch_gelu,
-                             p->fcprojw + lc * 4 * C, B, T, 4 * C, C, st);
-        PX_CUDA_CHECK(cudaMemsetAsync(a->d4b, 0, BT * 4 * C * sizeof(float), st));
-        gelu_backward_cuda(a->d4b, fch, a->d4a, BT * 4 * C, st);
-        PX_CUDA_CHECK(cudaMemsetAsync(a->dbtc, 0, BT * C * sizeof(float), st));
-        matmul_backward_cuda(a->dbtc, g->fcw + lc * 4 * C, g->fcb + lc * 4, a->d4b, ln2,
-                             p->fcw + lc * 4 * C, B, T, C, 4 * C, st);
-        layernorm_backward_cuda(a->dres, g->ln2w + lc, g->ln2b + lc, a->dbtc, residual2,
-                                p->ln2w + lc, ln2_mean, ln2_rstd, B, T, C, st);
-        /* dres now holds d(residual2); residual2 = residual + attproj. */
-        PX_CUDA_CHECK(cudaMemsetAsync(a->dbtc, 0, BT * C * sizeof(float), st));
-        matmul_backward_cuda(a->dbtc, g->attprojw + lc * C, g->attprojb + lc, a->dres, atty,
-                             p->attprojw + lc * C, B, T, C, C, st);
-        float *dqkv = a->d4a;
-        PX_CUDA_CHECK(cudaMemsetAsync(dqkv, 0, BT * 3 * C * sizeof(float), st));
-        attention_backward_cuda(dqkv, a->dbtc, qkv, att, B, T, C, NH, st);
-        PX_CUDA_CHECK(cudaMemsetAsync(a->dbtc, 0, BT * C * sizeof(float), st));
-        matmul_backward_cuda(a->dbtc, g->qkvw + lc * 3 * C, g->qkvb + lc * 3, dqkv, ln1,
-                             p->qkvw + lc * 3 * C, B, T, C, 3 * C, st);
-        layernorm_backward_cuda(a->dres, g->ln1w + lc, g->ln1b + lc, a->dbtc, residual,
-                                p->ln1w + lc, ln1_mean, ln1_rstd, B, T, C, st);
-        /* dres now holds d(residual), the input of layer l. */
-    }
-    encoder_backward_cuda(g->wte, g->wpe, a->dres, a->inputs, B, T, C, st);
-    return 0;
+    for (int l = L - 1; l >= 0; l--)
+        if (layer_backward(self, d, l) != 0) return -1;
+    encoder_backward_cuda(g.wte, g.wpe, a->dres, a->inputs, B, T, C, st);
+    return unit_release(self, 0, PX_GPT_BWD);
 }
 
 /* --------------------------------------------------------------- optimizer */
 
 float px_gpt_cuda_grad_norm(px_gpt_cuda_t *self) {
+    if (!self->buf[PX_GPT_CUDA_GRADS]) return 0.0f; /* sharded: the source's owner has the gradients */
     return (float)sqrt(
         norm_squared_cuda(self->buf[PX_GPT_CUDA_GRADS], self->num_params, self->stream));
 }
@@ -458,7 +553,7 @@ float px_gpt_cuda_clip_grads(px_gpt_cuda_t *self, float max_norm) {
 
 void px_gpt_cuda_adamw_step(px_gpt_cuda_t *self, float lr, float beta1, float beta2, float eps,
                             float weight_decay, int t) {
-    for (int i = 0; i < PX_GPT_NUM_TENSORS; i++) {
+    for (int i = 0; self->buf[PX_GPT_CUDA_PARAMS] && i < PX_GPT_NUM_TENSORS; i++) {
         size_t off = self->offsets[i];
         float wd = px_gpt_tensor_is_matrix(i) ? weight_decay : 0.0f;
         adamw_update_cuda(self->buf[PX_GPT_CUDA_PARAMS] + off, self->buf[PX_GPT_CUDA_M] + off,

@@ -52,6 +52,17 @@ typedef struct px_gpt_cuda px_gpt_cuda_t;
  * (logged, with the reason) on an invalid config, no usable GPU, or out of
  * GPU memory. */
 px_gpt_cuda_t *px_gpt_cuda_new(const px_gpt_config_t *cfg);
+/* A sharded model (gpt.h, "sharded models"): activations only, no state
+ * buffers (num_params 0; the buffer, transfer and optimizer calls do not
+ * apply). Every unit's parameters and gradients come from src as views of
+ * device memory, one unit at a time, in the CPU model's order; with
+ * tp.size > 1 a layer's tensors are this rank's Megatron slices and
+ * src->tp_sum sums a device buffer over the tensor-parallel ranks (after
+ * waiting for this model's stream: px_gpt_cuda_stream). A source's
+ * acquire, release and tp_sum are called from the host thread that runs
+ * the pass, between the kernels it queues. NULL (logged) on a bad config
+ * or tp, or no usable GPU. */
+px_gpt_cuda_t *px_gpt_cuda_new_sharded(const px_gpt_config_t *cfg, px_gpt_tp_t tp, const px_gpt_source_t *src);
 void px_gpt_cuda_destroy(px_gpt_cuda_t **self);
 
 const px_gpt_config_t *px_gpt_cuda_config(const px_gpt_cuda_t *self);

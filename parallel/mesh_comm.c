@@ -4,8 +4,19 @@
 #include <stdio.h>
 #include <string.h>
 
+static px_comm_t *make_gloo(void *ctx, const px_store_t *store, const char *prefix, int rank, int size, int timeout_ms,
+                            char *err, size_t errlen) {
+    (void)ctx;
+    return px_comm_new_gloo(store, prefix, rank, size, timeout_ms, err, errlen);
+}
+
 int px_mesh_comms_new_gloo(const px_store_t *store, const px_mesh_t *m, int rank, const char *base, int timeout_ms,
                            px_mesh_comms_t *out, char *err, size_t errlen) {
+    return px_mesh_comms_new(store, m, rank, base, timeout_ms, make_gloo, NULL, out, err, errlen);
+}
+
+int px_mesh_comms_new(const px_store_t *store, const px_mesh_t *m, int rank, const char *base, int timeout_ms,
+                      px_mesh_comm_maker_t make, void *make_ctx, px_mesh_comms_t *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
     for (int a = 0; a < PX_MESH_AXES; a++) {
         if (m->size[a] == 1) continue;
@@ -17,7 +28,7 @@ int px_mesh_comms_new_gloo(const px_store_t *store, const px_mesh_t *m, int rank
             return -1;
         }
         px_mesh_coord_t c = px_mesh_coord(m, rank);
-        out->axis[a] = px_comm_new_gloo(store, prefix, c.c[a], m->size[a], timeout_ms, why, sizeof why);
+        out->axis[a] = make(make_ctx, store, prefix, c.c[a], m->size[a], timeout_ms, why, sizeof why);
         if (!out->axis[a]) {
             snprintf(err, errlen, "mesh: %s communicator (%s, member %d of %d): %s", px_mesh_axis_name((px_mesh_axis_t)a),
                      prefix, c.c[a], m->size[a], why);

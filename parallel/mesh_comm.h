@@ -19,6 +19,10 @@ typedef struct {
     px_comm_t *link[PX_LINKS];     /* NULL at the pipeline's ends and without one */
 } px_mesh_comms_t;
 
+/* Makes one communicator (px_comm_new_gloo's arguments; ctx the caller's). */
+typedef px_comm_t *(*px_mesh_comm_maker_t)(void *ctx, const px_store_t *store, const char *prefix, int rank, int size,
+                                           int timeout_ms, char *err, size_t errlen);
+
 /* Creates rank's Gloo communicator on every axis of size > 1, in axis order
  * (pp, fsdp, tp: the same order on every rank, so no rendezvous waits on
  * one that waits on it), then its pipeline links (to the previous stage
@@ -27,6 +31,10 @@ typedef struct {
  * returns -1. timeout_ms bounds each rendezvous. */
 int px_mesh_comms_new_gloo(const px_store_t *store, const px_mesh_t *m, int rank, const char *base, int timeout_ms,
                            px_mesh_comms_t *out, char *err, size_t errlen);
+/* The same with the axes' communicators made by `make` (NCCL ones on a
+ * GPU); the pipeline links stay Gloo. */
+int px_mesh_comms_new(const px_store_t *store, const px_mesh_t *m, int rank, const char *base, int timeout_ms,
+                      px_mesh_comm_maker_t make, void *make_ctx, px_mesh_comms_t *out, char *err, size_t errlen);
 /* Aborts every communicator (any thread; see px_comm_abort). */
 void px_mesh_comms_abort(px_mesh_comms_t *c);
 void px_mesh_comms_destroy(px_mesh_comms_t *c);

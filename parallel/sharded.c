@@ -54,7 +54,9 @@ struct px_shard {
     unit_t *units;
     segment_t *segs;
     int nsegs;
-    px_shard_bufs_t b;
+    px_shard_bufs_t b;       /* host: the state others read and write */
+    px_shard_bufs_t d;       /* where it computes: b itself, or its copy in mem */
+    px_shard_memory_t mem;   /* the compute memory's operations */
     px_gpt_t *model;
     px_gpt_source_t src;
     /* working buffers (F > 1) */
@@ -218,7 +220,7 @@ static int run_job(void *ctx, const void *job) {
     px_shard_t *sh = ctx;
     const job_t *j = job;
     const unit_t *un = &sh->units[j->unit];
-    float *mine = sh->b.params + un->shard_off;
+    float *mine = sh->d.params + un->shard_off;
     size_t F = (size_t)sh->lay.fsdp;
     px_comm_status_t st = PX_COMM_ERROR;
     if (!sh->fsdp) {
@@ -230,8 +232,7 @@ static int run_job(void *ctx, const void *job) {
         st = px_comm_allgather_f32(sh->fsdp, mine, j->buf, un->piece);
     } else {
         st = px_comm_reduce_scatter_sum_f32(sh->fsdp, j->buf, sh->piece_tmp, un->piece);
-        float *g = sh->b.grads + un->shard_off;
-        for (size_t i = 0; st == PX_COMM_OK && i < un->piece; i++) g[i] += sh->piece_tmp[i];
+        if (st == PX_COMM_OK) sh->mem.accumulate(sh->mem.ctx, sh->d.grads + un->shard_off, sh->piece_tmp, un->piece);
     }
     if (st == PX_COMM_OK) return 0;
     set_error(sh, j->kind == JOB_GATHER ? "fsdp all-gather" : "fsdp reduce-scatter", sh->fsdp, st);
@@ -289,10 +290,12 @@ static int pipelined(const px_shard_t *sh) { return sh->lay.stage.num_layers != 
 static int src_acquire(void *ctx, int u, px_gpt_pass_t pass, px_gpt_tensors_t *p, px_gpt_tensors_t *g) {
     px_shard_t *sh = ctx;
     if (sh->lay.fsdp == 1) {
-        unit_views(sh, u, sh->b.params + sh->units[u].shard_off, p);
-        if (g) unit_views(sh, u, sh->b.grads + sh->units[u].shard_off, g);
+        unit_views(sh, u, sh->d.params + sh->units[u].shard_off, p);
+        if (g) unit_views(sh, u, sh->d.grads + sh->units[u].shard_off, g);
         return 0;
     }
+    /* the gathers below refill slots that the compute queued so far may still read */
+    sh->mem.fence(sh->mem.ctx);
     if (u == first_unit(sh, pass) && (pass == PX_GPT_FWD || pipelined(sh))) {
         /* a new pass: what a failed one left in flight drains first */
         if (px_jobq_wait_all(sh->jobs) != 0) return -1;
@@ -311,7 +314,7 @@ static int src_acquire(void *ctx, int u, px_gpt_pass_t pass, px_gpt_tensors_t *p
             if (sh->scatter_of[s] && px_jobq_wait(sh->jobs, sh->scatter_of[s]) != 0) return -1;
             gb = sh->layer_g[s];
         }
-        memset(gb, 0, sh->units[u].padded * sizeof(float));
+        sh->mem.zero(sh->mem.ctx, gb, sh->units[u].padded);
         unit_views(sh, u, gb, g);
     }
     return 0;
@@ -328,6 +331,7 @@ static int src_release(void *ctx, int u, px_gpt_pass_t pass) {
         return 0;
     }
     sh->gathered[u] = 0;
+    sh->mem.fence(sh->mem.ctx); /* the unit's gradients are written */
     if (u > 0) {
         sh->scatter_of[u % 2] = issue(sh, JOB_SCATTER, u, sh->layer_g[u % 2]);
         if (next_unit(sh, u, pass) >= 0 || holds(&sh->lay.stage, 0)) return 0;
@@ -344,6 +348,7 @@ static int src_release(void *ctx, int u, px_gpt_pass_t pass) {
 
 static int src_tp_sum(void *ctx, float *buf, size_t n) {
     px_shard_t *sh = ctx;
+    sh->mem.fence(sh->mem.ctx); /* buf is written */
     px_comm_status_t st = sh->tp ? px_comm_allreduce_sum_f32(sh->tp, buf, n) : PX_COMM_ERROR;
     if (st == PX_COMM_OK) {
         sh->bytes_tp += 2.0 * (double)(sh->lay.tp.size - 1) / sh->lay.tp.size * (double)n * sizeof(float);
@@ -360,6 +365,63 @@ static float *zalloc(size_t n) {
     float *p = aligned_alloc(64, bytes ? bytes : 64);
     if (p) memset(p, 0, bytes);
     return p;
+}
+
+/* The host's memory operations (the default). */
+static float *host_alloc(void *ctx, size_t n) { (void)ctx; return zalloc(n); }
+static void host_release(void *ctx, float *p) { (void)ctx; free(p); }
+static void host_copy(void *ctx, float *dst, const float *src, size_t n) { (void)ctx; memcpy(dst, src, n * sizeof(float)); }
+static void host_zero(void *ctx, float *p, size_t n) { (void)ctx; memset(p, 0, n * sizeof(float)); }
+static void host_fence(void *ctx) { (void)ctx; }
+static void host_accumulate(void *ctx, float *dst, const float *src, size_t n) {
+    (void)ctx;
+    for (size_t i = 0; i < n; i++) dst[i] += src[i];
+}
+static double host_sumsq(void *ctx, const float *x, size_t n) { (void)ctx; return norm_squared(x, n); }
+static void host_scale(void *ctx, float *x, size_t n, float coef) { (void)ctx; scale_inplace(x, n, coef); }
+static void host_adamw(void *ctx, float *p, float *m, float *v, const float *g, size_t n, float lr, float beta1,
+                       float beta2, float eps, float weight_decay, int t) {
+    (void)ctx;
+    adamw_update(p, m, v, g, n, lr, beta1, beta2, eps, weight_decay, t);
+}
+
+static const px_shard_memory_t host_memory = {NULL,      host_alloc,      host_release, host_copy,  host_zero,
+                                              host_fence, host_accumulate, host_sumsq,   host_scale, host_adamw};
+
+/* The gathered units' buffers (F > 1) in the compute memory. */
+static void free_work(px_shard_t *sh) {
+    const px_shard_memory_t *m = &sh->mem;
+    float **bufs[] = {&sh->outer_p, &sh->outer_g, &sh->layer_g[0], &sh->layer_g[1], &sh->piece_tmp};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (*bufs[i]) m->release(m->ctx, *bufs[i]), *bufs[i] = NULL;
+    for (int i = 0; sh->layer_p && i < sh->nslots; i++)
+        if (sh->layer_p[i]) m->release(m->ctx, sh->layer_p[i]), sh->layer_p[i] = NULL;
+}
+
+static int alloc_work(px_shard_t *sh) {
+    if (sh->lay.fsdp == 1) return 0;
+    const px_shard_memory_t *m = &sh->mem;
+    size_t piece_max = 0;
+    for (int u = 0; u < sh->nunits; u++)
+        if (sh->units[u].piece > piece_max) piece_max = sh->units[u].piece;
+    sh->outer_p = m->alloc(m->ctx, sh->units[0].padded);
+    sh->outer_g = m->alloc(m->ctx, sh->units[0].padded);
+    sh->layer_g[0] = m->alloc(m->ctx, sh->layer_padded);
+    sh->layer_g[1] = m->alloc(m->ctx, sh->layer_padded);
+    sh->piece_tmp = m->alloc(m->ctx, piece_max);
+    if (!sh->outer_p || !sh->outer_g || !sh->layer_g[0] || !sh->layer_g[1] || !sh->piece_tmp) return -1;
+    for (int i = 0; i < sh->nslots; i++)
+        if (!(sh->layer_p[i] = m->alloc(m->ctx, sh->layer_padded))) return -1;
+    return 0;
+}
+
+/* The compute copy of the four buffers when it is not the host's. */
+static void free_compute_copy(px_shard_t *sh) {
+    if (sh->d.params == sh->b.params) return;
+    float *bufs[] = {sh->d.params, sh->d.grads, sh->d.m, sh->d.v};
+    for (int i = 0; i < 4; i++)
+        if (bufs[i]) sh->mem.release(sh->mem.ctx, bufs[i]);
+    sh->d = sh->b;
 }
 
 px_shard_t *px_shard_new(const px_gpt_config_t *cfg, const px_shard_layout_t *lay, char *err, size_t errlen) {
@@ -384,21 +446,11 @@ px_shard_t *px_shard_new(const px_gpt_config_t *cfg, const px_shard_layout_t *la
     sh->b.v = zalloc(n);
     sh->gathered = calloc((size_t)sh->nunits, sizeof *sh->gathered);
     if (!sh->b.params || !sh->b.grads || !sh->b.m || !sh->b.v || !sh->gathered) goto oom;
+    sh->d = sh->b;
+    sh->mem = host_memory;
     if (lay->fsdp > 1) {
-        size_t piece_max = 0;
-        for (int u = 0; u < sh->nunits; u++)
-            if (sh->units[u].piece > piece_max) piece_max = sh->units[u].piece;
         sh->nslots = lay->keep_params ? cfg->num_layers : 2;
-        sh->layer_p = calloc((size_t)sh->nslots, sizeof *sh->layer_p);
-        sh->outer_p = zalloc(sh->units[0].padded);
-        sh->outer_g = zalloc(sh->units[0].padded);
-        sh->layer_g[0] = zalloc(sh->layer_padded);
-        sh->layer_g[1] = zalloc(sh->layer_padded);
-        sh->piece_tmp = zalloc(piece_max);
-        if (!sh->layer_p || !sh->outer_p || !sh->outer_g || !sh->layer_g[0] || !sh->layer_g[1] || !sh->piece_tmp)
-            goto oom;
-        for (int i = 0; i < sh->nslots; i++)
-            if (!(sh->layer_p[i] = zalloc(sh->layer_padded))) goto oom;
+        if (!(sh->layer_p = calloc((size_t)sh->nslots, sizeof *sh->layer_p)) || alloc_work(sh) != 0) goto oom;
         if (!(sh->jobs = px_jobq_new(sizeof(job_t), QUEUE, run_job, sh))) goto oom;
     }
     sh->src = (px_gpt_source_t){sh, src_acquire, src_release, src_tp_sum};
@@ -416,17 +468,15 @@ void px_shard_destroy(px_shard_t **shp) {
     if (!sh) return;
     px_jobq_destroy(&sh->jobs);
     px_gpt_destroy(&sh->model);
+    if (sh->mem.release) { /* set once the buffers were */
+        free_work(sh);
+        free_compute_copy(sh);
+    }
     free(sh->b.params);
     free(sh->b.grads);
     free(sh->b.m);
     free(sh->b.v);
-    free(sh->outer_p);
-    free(sh->outer_g);
-    for (int i = 0; sh->layer_p && i < sh->nslots; i++) free(sh->layer_p[i]);
     free(sh->layer_p);
-    free(sh->layer_g[0]);
-    free(sh->layer_g[1]);
-    free(sh->piece_tmp);
     free(sh->gathered);
     free(sh->units);
     free(sh->segs);
@@ -437,7 +487,39 @@ void px_shard_destroy(px_shard_t **shp) {
 }
 
 px_shard_bufs_t *px_shard_bufs(px_shard_t *sh) { return &sh->b; }
+px_shard_bufs_t *px_shard_compute_bufs(px_shard_t *sh) { return &sh->d; }
 px_gpt_t *px_shard_model(px_shard_t *sh) { return sh->model; }
+const px_gpt_source_t *px_shard_source(px_shard_t *sh) { return &sh->src; }
+
+int px_shard_use_memory(px_shard_t *sh, const px_shard_memory_t *mem, char *err, size_t errlen) {
+    px_shard_t next = *sh;
+    next.mem = *mem;
+    next.d = (px_shard_bufs_t){mem->alloc(mem->ctx, sh->b.n), mem->alloc(mem->ctx, sh->b.n + PX_GPT_GRADS_SPARE),
+                               mem->alloc(mem->ctx, sh->b.n), mem->alloc(mem->ctx, sh->b.n), sh->b.n};
+    next.outer_p = next.outer_g = next.layer_g[0] = next.layer_g[1] = next.piece_tmp = NULL;
+    float **slots = sh->nslots ? calloc((size_t)sh->nslots, sizeof *slots) : NULL;
+    next.layer_p = slots;
+    if (!next.d.params || !next.d.grads || !next.d.m || !next.d.v || (sh->nslots && !slots) || alloc_work(&next) != 0) {
+        free_work(&next);
+        free_compute_copy(&next);
+        free(slots);
+        px_err_set(err, errlen, "out of memory for the shard's compute copy (%zu floats x 4, plus gathered units)",
+                   sh->b.n);
+        return -1;
+    }
+    free_work(sh);
+    free_compute_copy(sh);
+    free(sh->layer_p);
+    sh->mem = next.mem;
+    sh->d = next.d;
+    sh->layer_p = slots;
+    sh->outer_p = next.outer_p, sh->outer_g = next.outer_g, sh->piece_tmp = next.piece_tmp;
+    sh->layer_g[0] = next.layer_g[0], sh->layer_g[1] = next.layer_g[1];
+    const float *from[3] = {sh->b.params, sh->b.m, sh->b.v};
+    float *to[3] = {sh->d.params, sh->d.m, sh->d.v};
+    for (int i = 0; i < 3; i++) sh->mem.copy(sh->mem.ctx, to[i], from[i], sh->b.n);
+    return 0;
+}
 
 void px_shard_set_comms(px_shard_t *sh, px_comm_t *fsdp, px_comm_t *tp, px_comm_t *pp) {
     if (sh->jobs) px_jobq_reset(sh->jobs); /* idle from here on: the thread reads fsdp only in a job */
@@ -455,7 +537,7 @@ const char *px_shard_last_error(const px_shard_t *sh) { return sh->error; }
 
 float *px_shard_outer_grads(px_shard_t *sh, size_t *n) {
     *n = sh->units[0].piece;
-    return sh->b.grads + sh->units[0].shard_off;
+    return sh->d.grads + sh->units[0].shard_off;
 }
 
 /* ---- whole-model copies --------------------------------------------------- */
@@ -478,23 +560,29 @@ void px_shard_load(px_shard_t *sh, const px_gpt_t *src) {
 
 int px_shard_gather(px_shard_t *sh, px_gpt_t *dst) {
     if (sh->jobs && px_jobq_wait_all(sh->jobs) != 0) return -1;
+    const px_shard_memory_t *m = &sh->mem;
+    m->fence(m->ctx);
     size_t biggest = sh->units[0].padded > sh->layer_padded ? sh->units[0].padded : sh->layer_padded;
     int T = sh->lay.tp.size;
-    float *flat = zalloc(biggest), *all = zalloc(biggest * (size_t)T);
-    int rc = flat && all ? 0 : -1;
+    /* gathered in the compute memory (the communicators take it), then read on the host */
+    float *flat = m->alloc(m->ctx, biggest), *all = m->alloc(m->ctx, biggest * (size_t)T);
+    float *host = all && m->alloc != host_alloc ? zalloc(biggest * (size_t)T) : all;
+    int rc = flat && all && host ? 0 : -1;
     for (int u = 0; rc == 0 && u < sh->nunits; u++) {
         const unit_t *un = &sh->units[u];
-        float *mine = sh->b.params + un->shard_off;
+        float *mine = sh->d.params + un->shard_off;
         if (sh->lay.fsdp > 1) rc = px_comm_allgather_f32(sh->fsdp, mine, flat, un->piece) == PX_COMM_OK ? 0 : -1;
-        else memcpy(flat, mine, un->piece * sizeof(float));
+        else m->copy(m->ctx, flat, mine, un->piece);
         if (rc == 0 && T > 1) rc = px_comm_allgather_f32(sh->tp, flat, all, un->padded) == PX_COMM_OK ? 0 : -1;
-        else if (rc == 0) memcpy(all, flat, un->padded * sizeof(float));
+        else if (rc == 0) m->copy(m->ctx, all, flat, un->padded);
+        if (rc == 0 && host != all) m->copy(m->ctx, host, all, un->padded * (size_t)T);
         /* every tp rank's slices into place; the replicated tensors are equal on all */
         for (int r = T - 1; rc == 0 && r >= 0; r--)
-            unit_copy(sh, (px_gpt_tp_t){T, r}, u, dst->params, all + (size_t)r * un->padded, 0);
+            unit_copy(sh, (px_gpt_tp_t){T, r}, u, dst->params, host + (size_t)r * un->padded, 0);
     }
-    free(flat);
-    free(all);
+    if (host != all) free(host);
+    if (flat) m->release(m->ctx, flat);
+    if (all) m->release(m->ctx, all);
     if (rc != 0 || !pipelined(sh)) return rc;
     /* the stages hold disjoint units (the last one's copy of unit 0 left out): a sum puts them together */
     if (!sh->lay.stage.first && sh->lay.stage.last) {
@@ -695,28 +783,29 @@ size_t px_shard_runs(const px_shard_t *sh, size_t (*runs)[2], size_t cap) {
 
 /* ---- optimizer ------------------------------------------------------------- */
 
-void px_shard_zero_grad(px_shard_t *sh) { memset(sh->b.grads, 0, sh->b.n * sizeof(float)); }
+void px_shard_zero_grad(px_shard_t *sh) { sh->mem.zero(sh->mem.ctx, sh->d.grads, sh->d.n); }
 
 static double sumsq(const px_shard_t *sh, const float *x) {
     double s = 0;
     for (int i = 0; i < sh->nsegs; i++)
-        if (sh->segs[i].unique) s += norm_squared(x + sh->segs[i].off, sh->segs[i].len);
+        if (sh->segs[i].unique) s += sh->mem.sumsq(sh->mem.ctx, x + sh->segs[i].off, sh->segs[i].len);
     return s;
 }
 
-double px_shard_grad_sumsq(const px_shard_t *sh) { return sumsq(sh, sh->b.grads); }
-double px_shard_param_sumsq(const px_shard_t *sh) { return sumsq(sh, sh->b.params); }
+double px_shard_grad_sumsq(const px_shard_t *sh) { return sumsq(sh, sh->d.grads); }
+double px_shard_param_sumsq(const px_shard_t *sh) { return sumsq(sh, sh->d.params); }
 
 void px_shard_step(px_shard_t *sh, float norm, float max_norm, float lr, float beta1, float beta2, float eps,
                    float weight_decay, int t) {
     if (max_norm > 0.0f) {
         float coef = max_norm / (norm + 1e-6f);
-        if (coef < 1.0f) scale_inplace(sh->b.grads, sh->b.n, coef);
+        if (coef < 1.0f) sh->mem.scale(sh->mem.ctx, sh->d.grads, sh->d.n, coef);
     }
+    const px_shard_bufs_t *d = &sh->d;
     for (int i = 0; i < sh->nsegs; i++) {
         const segment_t *s = &sh->segs[i];
-        adamw_update(sh->b.params + s->off, sh->b.m + s->off, sh->b.v + s->off, sh->b.grads + s->off, s->len, lr,
-                     beta1, beta2, eps, s->decay ? weight_decay : 0.0f, t);
+        sh->mem.adamw(sh->mem.ctx, d->params + s->off, d->m + s->off, d->v + s->off, d->grads + s->off, s->len, lr,
+                      beta1, beta2, eps, s->decay ? weight_decay : 0.0f, t);
     }
 }
 

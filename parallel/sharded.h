@@ -58,12 +58,47 @@ typedef struct {
     size_t n;
 } px_shard_bufs_t;
 
+/* Where a shard computes. The buffers of px_shard_bufs are host memory:
+ * what init, load, place, checkpoints and heals read and write. By default
+ * the model computes in them too. px_shard_use_memory gives the shard
+ * another memory (a GPU's: worker/compute_cuda.c): the shard then computes
+ * in a copy of its buffers there (px_shard_compute_bufs), its working
+ * buffers (gathered units) live there, and every compute-side function
+ * below (the source, zero_grad, the sums of squares, step, gather) works on
+ * that copy through these operations; the caller moves params, m and v
+ * between the two copies. The communicators must take that memory (NCCL
+ * for a GPU's). */
+typedef struct {
+    void *ctx;
+    float *(*alloc)(void *ctx, size_t n); /* n zeroed floats; NULL when out of memory */
+    void (*release)(void *ctx, float *p);
+    void (*copy)(void *ctx, float *dst, const float *src, size_t n);        /* either side; done on return */
+    void (*zero)(void *ctx, float *p, size_t n);                            /* queued behind the compute */
+    void (*fence)(void *ctx);                                               /* the compute queued so far is done */
+    void (*accumulate)(void *ctx, float *dst, const float *src, size_t n);  /* dst += src, done on return; any thread */
+    double (*sumsq)(void *ctx, const float *x, size_t n);                   /* sum of squares (as ops.h's norm_squared) */
+    void (*scale)(void *ctx, float *x, size_t n, float coef);
+    void (*adamw)(void *ctx, float *p, float *m, float *v, const float *g, size_t n, float lr, float beta1, float beta2,
+                  float eps, float weight_decay, int t); /* ops.h's adamw_update */
+} px_shard_memory_t;
+
 /* A shard of cfg for layout (checked: tp divides the heads, sizes >= 1),
  * every buffer zero. NULL with the problem in err. */
 px_shard_t *px_shard_new(const px_gpt_config_t *cfg, const px_shard_layout_t *layout, char *err, size_t errlen);
 void px_shard_destroy(px_shard_t **sh);
 
 px_shard_bufs_t *px_shard_bufs(px_shard_t *sh);
+/* Computes in `mem` from here on (see px_shard_memory_t): allocates the
+ * compute copy there and copies params, m and v into it. Call before any
+ * communicator is set. 0, or -1 with the problem in err (the shard is
+ * unchanged). */
+int px_shard_use_memory(px_shard_t *sh, const px_shard_memory_t *mem, char *err, size_t errlen);
+/* The buffers the shard computes in: px_shard_bufs's own unless it uses
+ * another memory. */
+px_shard_bufs_t *px_shard_compute_bufs(px_shard_t *sh);
+/* The parameter source the model computes with (its views point into the
+ * compute memory), for a model made elsewhere (the GPU's). */
+const px_gpt_source_t *px_shard_source(px_shard_t *sh);
 /* The model that computes with this shard (owned by it). */
 px_gpt_t *px_shard_model(px_shard_t *sh);
 
@@ -79,7 +114,7 @@ void px_shard_load(px_shard_t *sh, const px_gpt_t *src);
 int px_shard_gather(px_shard_t *sh, px_gpt_t *dst);
 
 /* Unit 0's gradient piece on a first or last pipeline stage (*n 0 when the
- * rank does not hold unit 0). */
+ * rank does not hold unit 0), in the compute memory. */
 float *px_shard_outer_grads(px_shard_t *sh, size_t *n);
 
 /* The communicators of the current quorum (NULL for an axis of size 1, or

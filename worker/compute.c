@@ -12,6 +12,7 @@
 
 struct px_compute {
     px_gpt_t *host;       /* the model (cpu) or the host mirror of its state (cuda) */
+    px_shard_t *shard;    /* a sharded group's rank, or NULL */
     px_compute_gpu_t *gpu; /* NULL on the CPU */
     int mirror_valid;     /* cuda: host params, m, v equal the device's (once a download begun lands) */
     float tail[PX_VOTE_N]; /* cuda: the vote's tail on the host */
@@ -31,17 +32,21 @@ int px_compute_usable(px_device_t device, char *why, size_t len) {
     return 1;
 }
 
-px_compute_t *px_compute_new(px_device_t device, px_gpt_t *host, int rank, char *err, size_t errlen) {
+px_compute_t *px_compute_new(px_device_t device, px_gpt_t *host, px_shard_t *shard, int rank, char *err,
+                             size_t errlen) {
     px_compute_t *c = calloc(1, sizeof *c);
     if (!c) {
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
     c->host = host;
+    c->shard = shard;
     c->mirror_valid = 1;
     snprintf(c->name, sizeof c->name, "cpu");
     if (device == PX_DEVICE_CUDA) {
-        if (!(c->gpu = px_compute_gpu_new(host, rank, err, errlen))) {
+        c->gpu = shard ? px_compute_gpu_new_shard(shard, &host->config, host->tp, rank, err, errlen)
+                       : px_compute_gpu_new(host, rank, err, errlen);
+        if (!c->gpu) {
             free(c);
             return NULL;
         }
@@ -61,6 +66,7 @@ const char *px_compute_name(const px_compute_t *c) { return c->name; }
 
 void px_compute_zero_grad(px_compute_t *c) {
     if (c->gpu) px_compute_gpu_zero_grad(c->gpu);
+    else if (c->shard) px_shard_zero_grad(c->shard);
     else px_gpt_zero_grad(c->host);
 }
 
@@ -85,9 +91,15 @@ float px_compute_clip_adamw(px_compute_t *c, float grad_clip, float lr, float be
     return norm;
 }
 
-float *px_compute_grads(px_compute_t *c) { return c->gpu ? px_compute_gpu_grads(c->gpu) : c->host->grads; }
+float *px_compute_grads(px_compute_t *c) {
+    if (c->gpu) return px_compute_gpu_grads(c->gpu);
+    return c->shard ? px_shard_bufs(c->shard)->grads : c->host->grads;
+}
 
-float *px_compute_tail(px_compute_t *c) { return c->gpu ? c->tail : c->host->grads + c->host->num_params; }
+float *px_compute_tail(px_compute_t *c) {
+    if (c->gpu) return c->tail;
+    return c->shard ? px_shard_bufs(c->shard)->grads + px_shard_bufs(c->shard)->n : c->host->grads + c->host->num_params;
+}
 
 void px_compute_tail_put(px_compute_t *c) {
     if (c->gpu) px_compute_gpu_spare_put(c->gpu, c->tail, PX_VOTE_N);
@@ -106,11 +118,15 @@ px_comm_t *px_compute_comm_new(px_compute_t *c, const px_store_t *store, const c
 
 int px_compute_comms_take_host(const px_compute_t *c) { return !c->gpu; }
 
+void px_compute_state_changed(px_compute_t *c) {
+    if (c->gpu) c->mirror_valid = 0;
+}
+
 int px_compute_host_stale(const px_compute_t *c) { return c->gpu && !c->mirror_valid; }
 
 void px_compute_host_state_begin(px_compute_t *c) {
     if (!c->gpu || c->mirror_valid) return;
-    px_compute_gpu_download_begin(c->gpu, c->host);
+    px_compute_gpu_download_begin(c->gpu);
     c->mirror_valid = 1; /* once it lands: readers wait (px_compute_host_wait) */
 }
 
@@ -127,6 +143,6 @@ int px_compute_state_on_host(const px_compute_t *c) { return !c->gpu; }
 
 void px_compute_host_written(px_compute_t *c) {
     if (!c->gpu) return;
-    px_compute_gpu_upload(c->gpu, c->host);
+    px_compute_gpu_upload(c->gpu);
     c->mirror_valid = 1;
 }

@@ -35,6 +35,7 @@
 #include "device.h" /* px_device_t, px_device_parse, px_cuda_available */
 #include "gpt.h"
 #include "px_comm.h"
+#include "sharded.h"
 #include "vote.h"
 
 typedef struct px_compute px_compute_t;
@@ -43,11 +44,15 @@ typedef struct px_compute px_compute_t;
  * why (no GPU, built without CUDA or without NCCL). Never exits. */
 int px_compute_usable(px_device_t device, char *why, size_t len);
 
-/* The compute of `host` (a whole replica, or a sharded group's model on the
- * CPU) on `device`; `rank` picks the GPU (rank % devices). On cuda the host
- * model's params, m and v are uploaded: restore or build them first. NULL
- * with a message in err. `host` must outlive the compute. */
-px_compute_t *px_compute_new(px_device_t device, px_gpt_t *host, int rank, char *err, size_t errlen);
+/* The compute of `host` (a whole replica; or, with shard, a sharded group's
+ * rank: host is px_shard_model(shard)) on `device`; `rank` picks the GPU
+ * (rank % devices). On cuda the host state (the model's params, m and v, or
+ * the shard's buffers) is uploaded: restore or build it first; a shard then
+ * computes in GPU memory (px_shard_use_memory), so px_shard_zero_grad,
+ * _grad_sumsq, _step and _gather work there. NULL with a message in err.
+ * `host` and shard must outlive the compute. */
+px_compute_t *px_compute_new(px_device_t device, px_gpt_t *host, px_shard_t *shard, int rank, char *err,
+                             size_t errlen);
 void px_compute_destroy(px_compute_t **c);
 const char *px_compute_name(const px_compute_t *c); /* "cpu" or "cuda:N" */
 
@@ -58,13 +63,14 @@ float px_compute_forward(px_compute_t *c, const int *inputs, const int *targets,
 int px_compute_backward(px_compute_t *c, float loss_scale);
 /* Clips the (reduced) gradients by their global norm and takes one AdamW
  * step (t: 1-based; beta1, beta2, eps as px_gpt_adamw_step). Returns the
- * norm before clipping. */
+ * norm before clipping. Not for a shard (px_shard_step: its norm is the
+ * group's). */
 float px_compute_clip_adamw(px_compute_t *c, float grad_clip, float lr, float beta1, float beta2, float eps,
                             float weight_decay, int t);
 
-/* The buffer the reduction sums in place: num_params gradients, then
- * PX_GPT_GRADS_SPARE floats of room whose first PX_VOTE_N hold the vote's
- * tail. Device memory on cuda. */
+/* The buffer the reduction sums in place: num_params gradients (a shard's
+ * n), then PX_GPT_GRADS_SPARE floats of room whose first PX_VOTE_N hold the
+ * vote's tail. Device memory on cuda. */
 float *px_compute_grads(px_compute_t *c);
 /* The vote's tail as host memory (PX_VOTE_N floats): grads + num_params on
  * the CPU; on the GPU a host copy, moved into the grads' spare room by
@@ -83,6 +89,9 @@ px_comm_t *px_compute_comm_new(px_compute_t *c, const px_store_t *store, const c
  * its own (NCCL moves device memory only). */
 int px_compute_comms_take_host(const px_compute_t *c);
 
+/* The device's state was written by someone else than this compute (a
+ * shard's optimizer step, px_shard_step): the host copy is stale. */
+void px_compute_state_changed(px_compute_t *c);
 /* 1 when the host copy is older than the device's state (cuda, after an
  * optimizer step); always 0 on the CPU. */
 int px_compute_host_stale(const px_compute_t *c);

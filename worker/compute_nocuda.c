@@ -16,8 +16,15 @@ int px_compute_gpu_usable(char *why, size_t len) {
     return 0;
 }
 
-px_compute_gpu_t *px_compute_gpu_new(const px_gpt_t *host, int rank, char *err, size_t errlen) {
+px_compute_gpu_t *px_compute_gpu_new(px_gpt_t *host, int rank, char *err, size_t errlen) {
     (void)host, (void)rank;
+    snprintf(err, errlen, "%s", NO_CUDA);
+    return NULL;
+}
+
+px_compute_gpu_t *px_compute_gpu_new_shard(px_shard_t *shard, const px_gpt_config_t *cfg, px_gpt_tp_t tp, int rank,
+                                           char *err, size_t errlen) {
+    (void)shard, (void)cfg, (void)tp, (void)rank;
     snprintf(err, errlen, "%s", NO_CUDA);
     return NULL;
 }
@@ -45,6 +52,6 @@ float px_compute_gpu_clip_adamw(px_compute_gpu_t *g, float c, float lr, float b1
 float *px_compute_gpu_grads(px_compute_gpu_t *g) { (void)g; unreachable(__func__); return NULL; }
 void px_compute_gpu_spare_put(px_compute_gpu_t *g, const float *h, size_t n) { (void)g, (void)h, (void)n; unreachable(__func__); }
 void px_compute_gpu_spare_get(px_compute_gpu_t *g, float *h, size_t n) { (void)g, (void)h, (void)n; unreachable(__func__); }
-void px_compute_gpu_download_begin(px_compute_gpu_t *g, px_gpt_t *h) { (void)g, (void)h; unreachable(__func__); }
+void px_compute_gpu_download_begin(px_compute_gpu_t *g) { (void)g; unreachable(__func__); }
 void px_compute_gpu_download_wait(px_compute_gpu_t *g) { (void)g; unreachable(__func__); }
-void px_compute_gpu_upload(px_compute_gpu_t *g, const px_gpt_t *h) { (void)g, (void)h; unreachable(__func__); }
+void px_compute_gpu_upload(px_compute_gpu_t *g) { (void)g; unreachable(__func__); }

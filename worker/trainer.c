@@ -407,6 +407,12 @@ static int drained(trainer_t *t) {
 static px_comm_t *state_cross(const trainer_t *t) { return t->state_cross ? t->state_cross : t->cross; }
 static px_comm_t *state_intra(const trainer_t *t) { return t->state_intra ? t->state_intra : t->intra; }
 
+/* A mesh axis's communicator: on the compute's device (NCCL on a GPU). */
+static px_comm_t *axis_comm(void *ctx, const px_store_t *store, const char *prefix, int rank, int size, int timeout_ms,
+                            char *err, size_t errlen) {
+    return px_compute_comm_new(ctx, store, prefix, rank, size, timeout_ms, err, errlen);
+}
+
 /* Rendezvous for quorum nq: the cross-group communicator (rank = replica
  * index) and, with W > 1, the group's; on a GPU then the same two on Gloo
  * for heals (prefixes h and hg). Publishes them to the hook. 0 when all
@@ -427,8 +433,8 @@ static int rendezvous(trainer_t *t, const px_quorum_t *nq, int idx, char *err, s
         intra = px_compute_comm_new(t->dev, &store, prefix, cfg->rank, cfg->ranks_per_group, cfg->comm_timeout_ms, err,
                                     errlen);
         if (intra && t->shard)
-            axes_ok = px_mesh_comms_new_gloo(&store, &t->mesh, cfg->rank, prefix, cfg->comm_timeout_ms, &axes, err,
-                                             errlen) == 0;
+            axes_ok = px_mesh_comms_new(&store, &t->mesh, cfg->rank, prefix, cfg->comm_timeout_ms, axis_comm, t->dev,
+                                        &axes, err, errlen) == 0;
     }
     int state_ok = px_compute_comms_take_host(t->dev);
     if (!state_ok && cross && (cfg->ranks_per_group == 1 || intra)) {
@@ -470,9 +476,12 @@ static void shard_apply(trainer_t *t, int64_t step, float norm) {
     const px_trainer_config_t *cfg = t->cfg;
     float lr = px_lr_at((int)step, cfg->warmup, (int)cfg->steps, cfg->lr, cfg->min_lr);
     px_shard_step(t->shard, norm, cfg->grad_clip, lr, cfg->beta1, cfg->beta2, cfg->eps, cfg->weight_decay, (int)step + 1);
+    px_compute_state_changed(t->dev); /* a GPU's host copy is now stale */
     t->last_norm = norm;
     t->pending_step = -1;
 }
+
+static void host_state(trainer_t *t);
 
 /* A sharded group's ranks to one step. A failure can leave them a step
  * apart: every rank's cross-group reduction of step s succeeded (so each
@@ -488,7 +497,8 @@ static int shard_group_sync(trainer_t *t) {
     double norm = t->last_norm;
     memcpy(&mine[2], &norm, sizeof norm);
     uint64_t *all = calloc((size_t)W * 3, sizeof *all);
-    if (!all || px_comm_allgather_f32(t->intra, (const float *)(const void *)mine, (float *)(void *)all, 6) != PX_COMM_OK) {
+    if (!all ||
+        px_comm_allgather_f32(state_intra(t), (const float *)(const void *)mine, (float *)(void *)all, 6) != PX_COMM_OK) {
         free(all);
         return -1;
     }
@@ -499,6 +509,7 @@ static int shard_group_sync(trainer_t *t) {
     if (t->st.step == s - 1 && t->pending_step == s - 1) {
         memcpy(&norm, &all[3 * top + 2], sizeof norm);
         shard_apply(t, t->st.step, (float)norm);
+        host_state(t); /* the heal that follows reads (and a GPU's upload then writes back) the host copy */
         t->st.step++;
         px_log_info("group_caught_up step=%lld norm=%.6g from_rank=%d", (long long)t->st.step, norm, top);
     }
@@ -552,7 +563,7 @@ static void state_write_fence(trainer_t *t) {
 static int heal_all(trainer_t *t) {
     if (t->shard) {
         if (shard_group_sync(t) != 0) return -1;
-        t->heal.group_comm = t->intra;
+        t->heal.group_comm = state_intra(t);
     } else if (state_intra(t) && px_heal_sync_group(&t->heal, state_intra(t)) != 0) {
         return -1;
     }
@@ -729,17 +740,20 @@ static px_comm_status_t cross_reduce(trainer_t *t, float *buf, size_t n) {
  * summed across groups. A failed reduction leaves partial sums in grads;
  * the retried step zeroes them first. */
 static px_comm_status_t reduce(trainer_t *t, size_t n) {
-    if (t->shard) { /* the grads are reduced inside the group already (fsdp reduce-scatters): only the vote is */
-        float *buf = px_shard_bufs(t->shard)->grads;
-        count_bytes(t, 0, n + PX_VOTE_N); /* (the 5-float in-group vote sum is left out, as the confirmation) */
-        px_comm_status_t st = px_comm_allreduce_sum_f32(t->intra, buf + n, PX_VOTE_N);
-        if (st != PX_COMM_OK) return st;
-        px_vote_relay(buf + n, t->cfg->ranks_per_group, t->st.step);
-        return cross_reduce(t, buf, n + PX_VOTE_N);
-    }
     /* On a GPU buf is device memory and the tail moves between the host and
      * buf + n around each reduction (compute.h); on the CPU it is there. */
     float *buf = px_compute_grads(t->dev), *tail = px_compute_tail(t->dev);
+    if (t->shard) { /* the grads are reduced inside the group already (fsdp reduce-scatters): only the vote is,
+                     * on the host (over Gloo on a GPU too) */
+        count_bytes(t, 0, n + PX_VOTE_N); /* (the 5-float in-group vote sum is left out, as the confirmation) */
+        px_comm_status_t st = px_comm_allreduce_sum_f32(state_intra(t), tail, PX_VOTE_N);
+        if (st != PX_COMM_OK) return st;
+        px_vote_relay(tail, t->cfg->ranks_per_group, t->st.step);
+        px_compute_tail_put(t->dev);
+        st = cross_reduce(t, buf, n + PX_VOTE_N);
+        if (st == PX_COMM_OK) px_compute_tail_get(t->dev);
+        return st;
+    }
     count_bytes(t, n + PX_VOTE_N, n + PX_VOTE_N);
     px_compute_tail_put(t->dev);
     if (t->intra) {
@@ -844,8 +858,7 @@ static int pipeline_grads(trainer_t *t, int lo, int hi, float *loss_out) {
 static int compute_grads(trainer_t *t, int lo, int hi, float *loss_out) {
     const px_trainer_config_t *cfg = t->cfg;
     if (t->pipe) return pipeline_grads(t, lo, hi, loss_out);
-    if (t->shard) px_shard_zero_grad(t->shard);
-    else px_compute_zero_grad(t->dev);
+    px_compute_zero_grad(t->dev);
     double loss = 0;
     /* The fsdp ranks of a group must run as many forwards and backwards
      * (each one a sequence of collectives) although their shares of the
@@ -916,7 +929,7 @@ static const char *failure_reason(trainer_t *t) {
 static int shard_commit(trainer_t *t, float *norm) {
     float sumsq = (float)px_shard_grad_sumsq(t->shard);
     t->pending_step = t->st.step;
-    if (px_comm_allreduce_sum_f32(t->intra, &sumsq, 1) != PX_COMM_OK) return -1;
+    if (px_comm_allreduce_sum_f32(state_intra(t), &sumsq, 1) != PX_COMM_OK) return -1;
     *norm = sqrtf(sumsq);
     shard_apply(t, t->st.step, *norm);
     return 0;
@@ -929,7 +942,7 @@ static int train_step(trainer_t *t, int *adopt, float *loss_out, float *norm_out
     int lo, hi;
     my_share(t, &lo, &hi);
     float local_loss = 0;
-    float *tail = t->shard ? px_shard_bufs(t->shard)->grads + n : px_compute_tail(t->dev);
+    float *tail = px_compute_tail(t->dev);
     px_comm_status_t st = PX_COMM_ERROR;
     t->step_cross_us = 0;
     if (compute_grads(t, lo, hi, &local_loss) == 0) {
@@ -1541,11 +1554,11 @@ static int final_stats(trainer_t *t, uint64_t *ck, double *pn) {
         for (size_t i = 0; i < t->model->num_params; i++) *pn += (double)t->model->params[i] * t->model->params[i];
         return 0;
     }
-    t->heal.group_comm = t->intra;
+    t->heal.group_comm = state_intra(t);
     int64_t step;
     if (px_heal_group_state(&t->heal, &step, ck) != 0) return -1;
     float sq = (float)px_shard_param_sumsq(t->shard);
-    if (px_comm_allreduce_sum_f32(t->intra, &sq, 1) != PX_COMM_OK) return -1;
+    if (px_comm_allreduce_sum_f32(state_intra(t), &sq, 1) != PX_COMM_OK) return -1;
     *pn = sq;
     return 0;
 }
@@ -1823,7 +1836,7 @@ static int setup(trainer_t *t) {
     if (restored >= 0) px_agent_set_progress(t->agent, t->st.step, PHALANX__MEMBER_STATE__JOINING, 0);
     if (diloco(t)) start_round(t); /* the local parameters from the (restored) global ones */
     /* on a GPU this uploads the state restored or built above */
-    if (!(t->dev = px_compute_new(cfg->device, t->model, cfg->rank, err, sizeof err))) {
+    if (!(t->dev = px_compute_new(cfg->device, t->model, t->shard, cfg->rank, err, sizeof err))) {
         px_log_error("--device %s: %s", cfg->device == PX_DEVICE_CUDA ? "cuda" : "cpu", err);
         return -1;
     }
@@ -1915,9 +1928,9 @@ int px_trainer_check(const px_trainer_config_t *cfg, char *err, size_t errlen) {
         return -1;
     }
     if (cfg->device != PX_DEVICE_CUDA) return 0;
-    if (layout_given(cfg)) {
-        snprintf(err, errlen, "--device cuda with --fsdp/--tp/--pp: sharded groups on GPUs are not built yet "
-                              "(groups of whole replicas train on GPUs; sharded ones on --device cpu)");
+    if (cfg->pp > 1) {
+        snprintf(err, errlen, "--device cuda with --pp %d: pipelines on GPUs are not built yet (--fsdp and --tp "
+                              "train on GPUs; pipelines on --device cpu)", cfg->pp);
         return -1;
     }
     if (cfg->recompute) {

@@ -72,6 +72,9 @@ run gpu_distributed_parity 150 python3 tests/gpu/test_distributed.py "$bin" pari
 run gpu_distributed_kill 200 python3 tests/gpu/test_distributed.py "$bin" kill
 run gpu_distributed_ranks2 200 python3 tests/gpu/test_distributed.py "$bin" ranks2
 run gpu_distributed_checkpoint 150 python3 tests/gpu/test_distributed.py "$bin" checkpoint
+run gpu_distributed_sharded 240 python3 tests/gpu/test_distributed.py "$bin" sharded
+run gpu_distributed_sharded_kill 240 python3 tests/gpu/test_distributed.py "$bin" sharded_kill
+run gpu_distributed_sharded_checkpoint 200 python3 tests/gpu/test_distributed.py "$bin" sharded_checkpoint
 if [ ${#selected[@]} -eq 0 ] || wanted gpu_step || wanted gpu_ckpt_overhead; then
   data=$(python3 -c "import sys; sys.path.insert(0, 'tests/lib'); from phalanx_test import make_corpus; print(make_corpus('$bin', '$work/bench-data', words=200000))")
 fi

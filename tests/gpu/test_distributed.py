@@ -14,6 +14,21 @@ over Gloo, both processes on the same GPU when there is one.
           state from its group's rank 0 (and g1 heals from g0 if g0 went on
           alone meanwhile), both groups end with the same checksum and the
           CPU run's final loss within 1e-3.
+  sharded  2 groups of sharded ranks on the GPU, one job per layout (fsdp2,
+          tp2, fsdp2 x tp2): the parameters all-gathered and the gradients
+          reduce-scattered over NCCL, the tensor-parallel sums over NCCL, the
+          groups' shards reduced across groups (HSDP) over NCCL; 20 steps end
+          with the final loss of the same layout's CPU job within 1e-3 (the
+          CPU layouts equal one rank's losses: tests/sharded), and both
+          groups hold the same state.
+  sharded_kill  2 groups of fsdp2 x tp2; g1's rank 3 SIGKILLed once the job
+          trains: the group is dropped, the rank restarted, the group healed
+          rank by rank, equal checksums, the CPU run's final loss within 1e-3.
+  sharded_checkpoint  a GPU job of 2 groups of fsdp2 x tp2 saves checkpoints
+          (every rank its slices, downloaded from the GPU) and --save's
+          llm.c file (the shards gathered over NCCL); a CPU job of whole
+          replicas restores the halfway checkpoint and ends at the GPU job's
+          final loss within 1e-3; both jobs' --save files are the same size.
   checkpoint  a GPU job saves a checkpoint halfway (the state downloaded from
           the GPU at that step) and at its end; a CPU job restores the
           halfway one, says so, and ends at the GPU job's final loss within
@@ -161,6 +176,94 @@ def ranks2(bindir):
     kill(bindir, ranks=2, steps=200)
 
 
+LAYOUTS = {"fsdp2": ["--fsdp", "2"], "tp2": ["--tp", "2"], "fsdp2tp2": ["--fsdp", "2", "--tp", "2"]}
+
+
+def sharded_args(data, steps, device, layout):
+    flags = LAYOUTS[layout]
+    ranks = 1
+    for i in range(1, len(flags), 2):
+        ranks *= int(flags[i])
+    return ["--groups", "2", "--ranks-per-group", str(ranks), "--model", "tiny", "--steps", str(steps), "--data",
+            data, "--"] + flags + ["--global-batch", "8", "--micro-batch", "2", "--device", device,
+                                   "--comm-timeout-ms", "30000"]
+
+
+def sharded_cpu(bindir, data, steps, layout):
+    s, _ = finish(Launch(bindir, sharded_args(data, steps, "cpu", layout), name="gpu-cpu-" + layout),
+                  "cpu " + layout, steps)
+    return s["final_loss"]
+
+
+def sharded(bindir):
+    require_gpu(bindir)
+    data = make_corpus(bindir, tempfile.mkdtemp(prefix="phalanx-gpu-data-"))
+    steps = 20
+    for layout in LAYOUTS:
+        cpu = sharded_cpu(bindir, data, steps, layout)
+        launch = Launch(wrapped_bindir(bindir), sharded_args(data, steps, "cuda", layout), env=NCCL_ENV,
+                        name="gpu-" + layout)
+        s, finals = finish(launch, "cuda " + layout, steps)
+        close(s["final_loss"], cpu, layout)
+        print("%s: final loss GPU %.6f, CPU %.6f; checksum %s" % (layout, s["final_loss"], cpu,
+                                                               finals["g0"]["checksum"]))
+
+
+def sharded_kill(bindir):
+    require_gpu(bindir)
+    data = make_corpus(bindir, tempfile.mkdtemp(prefix="phalanx-gpu-data-"))
+    steps, layout, victim = 100, "fsdp2tp2", 3
+    cpu = sharded_cpu(bindir, data, steps, layout)
+    launch = Launch(wrapped_bindir(bindir), sharded_args(data, steps, "cuda", layout), env=NCCL_ENV,
+                    name="gpu-sharded-kill")
+    try:
+        wait_until(lambda: launch.last_step() >= 10, 180, "10 committed steps on the GPU")
+        pid = launch.pid_of("g1", victim)
+        check(pid, "g1 rank %d is a live member" % victim)
+        os.kill(pid, 9)
+        wait_until(lambda: launch.pid_of("g1", victim) not in (None, pid), 60, "g1 rank %d restarted" % victim)
+        s, finals = finish(launch, "cuda-sharded-kill", steps)
+        check(s["failures"] >= 1, "the kill cost the job a failed step: %s" % s)
+        heals = [e for e in launch.read_events() if e["type"] == "heal_finished" and e["group"] == "g1"]
+    except Fail as e:
+        raise Fail("%s\n(logs in %s)\n%s" % (e, launch.dir, launch.tail(25)))
+    finally:
+        launch.terminate()
+    close(s["final_loss"], cpu, "sharded_kill")
+    print("fsdp2 x tp2: killed g1 rank %d at step >= 10; %d heal(s) of g1; final loss GPU %.6f, CPU %.6f; "
+          "checksum %s" % (victim, len(heals), s["final_loss"], cpu, finals["g0"]["checksum"]))
+
+
+def sharded_checkpoint(bindir):
+    require_gpu(bindir)
+    data = make_corpus(bindir, tempfile.mkdtemp(prefix="phalanx-gpu-data-"))
+    steps, half, layout = 40, 20, "fsdp2tp2"
+    scratch = tempfile.mkdtemp(prefix="phalanx-gpu-shckpt-")
+    gpu_ckpt, cpu_ckpt = os.path.join(scratch, "gpu"), os.path.join(scratch, "cpu")
+    ckpt = ["--checkpoint-every", str(half), "--checkpoint-keep", "0"]
+    gpu_save, cpu_save = os.path.join(scratch, "gpu.bin"), os.path.join(scratch, "cpu.bin")
+    launch = Launch(wrapped_bindir(bindir), sharded_args(data, steps, "cuda", layout) +
+                    ["--checkpoint-dir", gpu_ckpt, "--save", gpu_save] + ckpt, env=NCCL_ENV, name="gpu-shckpt")
+    s, _ = finish(launch, "cuda-sharded-ckpt", steps)
+    saved = sorted(os.listdir(gpu_ckpt))
+    check("step_%08d" % half in saved and "step_%08d" % steps in saved,
+          "the GPU job saved steps %d and %d: %s" % (half, steps, saved))
+    os.makedirs(cpu_ckpt)
+    shutil.copytree(os.path.join(gpu_ckpt, "step_%08d" % half), os.path.join(cpu_ckpt, "step_%08d" % half))
+    again = Launch(bindir, job_args(data, steps, "cpu") + ["--checkpoint-dir", cpu_ckpt, "--save", cpu_save] + ckpt,
+                   name="gpu-shckpt-cpu")
+    s2, _ = finish(again, "cpu-restore", steps)
+    restored = [int(m.group(1)) for line in again.output() for m in [re.search(r"restored step (\d+) from", line)] if m]
+    check(restored and set(restored) == {half}, "the CPU job restored step %d: %s" % (half, restored))
+    close(s2["final_loss"], s["final_loss"], "sharded_checkpoint")
+    check(os.path.exists(gpu_save) and os.path.getsize(gpu_save) == os.path.getsize(cpu_save),
+          "--save from the GPU shards: %s bytes, the CPU job's %s" %
+          (os.path.exists(gpu_save) and os.path.getsize(gpu_save), os.path.getsize(cpu_save)))
+    print("fsdp2 x tp2 GPU job saved steps %d and %d and a %d-byte model; whole replicas on the CPU restored step %d "
+          "and ended at loss %.6f, the GPU job at %.6f" % (half, steps, os.path.getsize(gpu_save), half,
+                                                         s2["final_loss"], s["final_loss"]))
+
+
 def checkpoint(bindir):
     require_gpu(bindir)
     data = make_corpus(bindir, tempfile.mkdtemp(prefix="phalanx-gpu-data-"))
@@ -185,4 +288,5 @@ def checkpoint(bindir):
 
 
 if __name__ == "__main__":
-    main_scenarios({"parity": parity, "kill": kill, "ranks2": ranks2, "checkpoint": checkpoint})
+    main_scenarios({"parity": parity, "kill": kill, "ranks2": ranks2, "checkpoint": checkpoint, "sharded": sharded,
+                    "sharded_kill": sharded_kill, "sharded_checkpoint": sharded_checkpoint})
