@@ -40,8 +40,11 @@ typedef struct {
     int *tokens;         /* inputs then targets, 2 * tok_capacity */
     int *inputs;         /* (B,T) */
     int *targets;        /* (B,T) */
-    int have_loss;
-    float *encoded;   /* (B,T,C) */
+    int have_loss;    /* a forward with targets on the last stage, not yet differentiated */
+    int have_fwd;     /* a forward, not yet differentiated */
+    int have_bi;      /* a split backward's input half done, its weight half not */
+    float *host_losses; /* (tok_capacity) */
+    float *encoded;   /* (B,T,C): the stage's input */
     float *ln1;       /* (L,B,T,C) */
     float *ln1_mean;  /* (L,B,T) */
     float *ln1_rstd;  /* (L,B,T) */
@@ -66,6 +69,12 @@ typedef struct {
     float *dbtc;      /* (B,T,C) scratch gradient */
     float *d4a;       /* (B,T,H) scratch gradient (also dqkv, 3Ca <= H) */
     float *d4b;       /* (B,T,H) scratch gradient */
+    /* split backward only: each layer's four matmuls' output gradients, kept by the input half for the
+     * weight half (NULL otherwise) */
+    float *k_dfcproj; /* (L,B,T,C) */
+    float *k_dfc;     /* (L,B,T,H) */
+    float *k_dattproj; /* (L,B,T,C) */
+    float *k_dqkv;    /* (L,B,T,3Ca) */
 } acts_t;
 
 struct px_gpt_cuda {
@@ -77,8 +86,10 @@ struct px_gpt_cuda {
     px_gpt_tensors_t p, g; /* named views, here of device memory */
     px_gpt_tp_t tp;              /* {1, 0} unless sharded */
     const px_gpt_source_t *src;  /* NULL: the buffers hold the model */
-    acts_t a;
-    float *host_losses; /* (tok_capacity) */
+    acts_t *acts;           /* [nslots]: one micro-batch's activations each */
+    int nslots;
+    px_gpt_stage_t stage;   /* the whole model unless px_gpt_cuda_set_stage */
+    int split;              /* the backward may run as two halves */
     float mean_loss;
     cudaStream_t stream;
 };
@@ -105,8 +116,10 @@ static dims_t local_dims(const px_gpt_config_t *cfg, px_gpt_tp_t tp) {
 
 /* Lays the activation views out for (B,T) from mem (or only counts floats
  * when mem is NULL). Returns the float count. */
-static size_t layout_acts(acts_t *a, const px_gpt_config_t *cfg, dims_t d, int B, int T, float *mem) {
-    size_t L = (size_t)cfg->num_layers, C = (size_t)d.C, Ca = (size_t)d.Ca, NHa = (size_t)d.NHa, H = (size_t)d.H;
+static size_t layout_acts(acts_t *a, const px_gpt_config_t *cfg, dims_t d, int layers, int split, int B, int T,
+                          float *mem) {
+    size_t L = (size_t)layers, C = (size_t)d.C, Ca = (size_t)d.Ca, NHa = (size_t)d.NHa, H = (size_t)d.H;
+    size_t K = split ? L : 0; /* the kept output gradients */
     size_t BT = (size_t)B * (size_t)T, Vp = (size_t)cfg->padded_vocab_size;
     struct {
         float **p;
@@ -120,43 +133,45 @@ static size_t layout_acts(acts_t *a, const px_gpt_config_t *cfg, dims_t d, int B
         {&a->lnf_mean, BT},             {&a->lnf_rstd, BT},           {&a->logits, BT * Vp},
         {&a->losses, BT},               {&a->lse, BT},                {&a->proj, BT * C},
         {&a->dres, BT * C},             {&a->dbtc, BT * C},           {&a->d4a, BT * H},
-        {&a->d4b, BT * H},
+        {&a->d4b, BT * H},              {&a->k_dfcproj, K * BT * C},  {&a->k_dfc, K * BT * H},
+        {&a->k_dattproj, K * BT * C},   {&a->k_dqkv, K * BT * 3 * Ca},
     };
     size_t total = 0;
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
         if (mem) *t[i].p = mem + total;
         total += (t[i].n + 15) & ~(size_t)15; /* 64-byte aligned views */
     }
+    if (mem && !split) a->k_dfcproj = a->k_dfc = a->k_dattproj = a->k_dqkv = NULL;
     return total;
 }
 
-static int ensure_acts(px_gpt_cuda_t *self, int B, int T) {
-    acts_t *a = &self->a;
+static int ensure_acts(px_gpt_cuda_t *self, acts_t *a, int B, int T) {
     if (a->B == B && a->T == T) return 0;
     dims_t d = local_dims(&self->config, self->tp);
-    size_t need = layout_acts(a, &self->config, d, B, T, NULL);
+    int nl = self->stage.num_layers;
+    size_t need = layout_acts(a, &self->config, d, nl, self->split, B, T, NULL);
     size_t ntok = (size_t)B * (size_t)T;
     if (need > a->capacity || ntok > a->tok_capacity) {
         PX_CUDA_CHECK(cudaStreamSynchronize(self->stream)); /* nothing queued still reads them */
         if (a->mem) PX_CUDA_CHECK(cudaFree(a->mem));
         if (a->tokens) PX_CUDA_CHECK(cudaFree(a->tokens));
-        free(self->host_losses);
+        free(a->host_losses);
         a->mem = NULL;
         a->tokens = NULL;
-        self->host_losses = NULL;
+        a->host_losses = NULL;
         a->capacity = a->tok_capacity = 0;
         a->B = a->T = 0;
         cudaError_t e1 = cudaMalloc(&a->mem, need * sizeof(float));
         cudaError_t e2 = cudaMalloc(&a->tokens, 2 * ntok * sizeof(int));
-        self->host_losses = (float *)malloc(ntok * sizeof(float));
-        if (e1 != cudaSuccess || e2 != cudaSuccess || !self->host_losses) {
+        a->host_losses = (float *)malloc(ntok * sizeof(float));
+        if (e1 != cudaSuccess || e2 != cudaSuccess || !a->host_losses) {
             cudaGetLastError();
             if (e1 == cudaSuccess) cudaFree(a->mem);
             if (e2 == cudaSuccess) cudaFree(a->tokens);
-            free(self->host_losses);
+            free(a->host_losses);
             a->mem = NULL;
             a->tokens = NULL;
-            self->host_losses = NULL;
+            a->host_losses = NULL;
             px_log_error("gpt_cuda_alloc_failed what=activations floats=%zu B=%d T=%d error=\"%s\" "
                          "hint=\"lower B or T\"",
                          need, B, T, cudaGetErrorString(e1 != cudaSuccess ? e1 : e2));
@@ -165,12 +180,34 @@ static int ensure_acts(px_gpt_cuda_t *self, int B, int T) {
         a->capacity = need;
         a->tok_capacity = ntok;
     }
-    layout_acts(a, &self->config, d, B, T, a->mem);
+    layout_acts(a, &self->config, d, nl, self->split, B, T, a->mem);
     a->inputs = a->tokens;
     a->targets = a->tokens + ntok;
     a->B = B;
     a->T = T;
-    a->have_loss = 0;
+    a->have_loss = a->have_fwd = a->have_bi = 0;
+    return 0;
+}
+
+static void free_acts(px_gpt_cuda_t *self) {
+    for (int i = 0; self->acts && i < self->nslots; i++) {
+        acts_t *a = &self->acts[i];
+        if (a->mem) PX_CUDA_CHECK(cudaFree(a->mem));
+        if (a->tokens) PX_CUDA_CHECK(cudaFree(a->tokens));
+        free(a->host_losses);
+    }
+    free(self->acts);
+    self->acts = NULL;
+    self->nslots = 0;
+}
+
+/* nslots empty activation slots (allocated at their first forward). 0, or -1. */
+static int new_slots(px_gpt_cuda_t *self, int nslots) {
+    if (self->stream) PX_CUDA_CHECK(cudaStreamSynchronize(self->stream)); /* nothing queued reads the old ones */
+    free_acts(self);
+    self->acts = (acts_t *)calloc((size_t)nslots, sizeof *self->acts);
+    if (!self->acts) return -1;
+    self->nslots = nslots;
     return 0;
 }
 
@@ -195,6 +232,11 @@ static px_gpt_cuda_t *new_bare(const px_gpt_config_t *cfg, px_gpt_tp_t tp) {
     if (!self) return NULL;
     self->config = *cfg;
     self->tp = tp;
+    self->stage = px_gpt_stage_t{0, cfg->num_layers, 1, 1};
+    if (new_slots(self, 1) != 0) {
+        free(self);
+        return NULL;
+    }
     self->num_params = px_gpt_tensor_sizes(cfg, self->sizes);
     size_t off = 0;
     for (int i = 0; i < PX_GPT_NUM_TENSORS; i++) {
@@ -248,10 +290,8 @@ void px_gpt_cuda_destroy(px_gpt_cuda_t **pself) {
     if (self->stream) PX_CUDA_CHECK(cudaStreamSynchronize(self->stream));
     for (int i = 0; i < 4; i++)
         if (self->buf[i]) PX_CUDA_CHECK(cudaFree(self->buf[i]));
-    if (self->a.mem) PX_CUDA_CHECK(cudaFree(self->a.mem));
-    if (self->a.tokens) PX_CUDA_CHECK(cudaFree(self->a.tokens));
+    free_acts(self);
     if (self->stream) PX_CUDA_CHECK(cudaStreamDestroy(self->stream));
-    free(self->host_losses);
     free(self);
     *pself = NULL;
 }
@@ -304,7 +344,7 @@ int px_gpt_cuda_download(px_gpt_cuda_t *self, px_gpt_cuda_buf_t which, float *ho
 }
 
 int px_gpt_cuda_download_logits(px_gpt_cuda_t *self, float *host, size_t n) {
-    const acts_t *a = &self->a;
+    const acts_t *a = &self->acts[0];
     if (!a->mem) {
         px_log_error("gpt_cuda_no_forward what=logits hint=\"call px_gpt_cuda_forward first\"");
         return -1;
@@ -315,7 +355,7 @@ int px_gpt_cuda_download_logits(px_gpt_cuda_t *self, float *host, size_t n) {
 }
 
 int px_gpt_cuda_download_losses(px_gpt_cuda_t *self, float *host, size_t n) {
-    const acts_t *a = &self->a;
+    const acts_t *a = &self->acts[0];
     if (!a->mem) {
         px_log_error("gpt_cuda_no_forward what=losses hint=\"call px_gpt_cuda_forward first\"");
         return -1;
@@ -353,24 +393,34 @@ static int tp_sum(px_gpt_cuda_t *self, float *buf, size_t n) {
     return self->tp.size > 1 ? self->src->tp_sum(self->src->ctx, buf, n) : 0;
 }
 
-/* Layer l's activation views, laid out for the local dims. */
+/* The stage's i-th layer's activation views (model layer stage.first_layer + i). */
 typedef struct {
     float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *residual2, *ln2, *ln2_mean, *ln2_rstd, *fch,
         *fch_gelu, *residual3;
     const float *residual; /* the layer's input */
+    float *dfcproj, *dfc, *dattproj, *dqkv; /* split backward: the four matmuls' output gradients */
 } layer_acts_t;
 
-static layer_acts_t layer_acts(const acts_t *a, dims_t d, int l) {
+static layer_acts_t layer_acts(const acts_t *a, dims_t d, int i) {
     size_t B = (size_t)a->B, T = (size_t)a->T, BT = B * T, C = (size_t)d.C, Ca = (size_t)d.Ca;
-    size_t H = (size_t)d.H, lu = (size_t)l;
+    size_t H = (size_t)d.H, lu = (size_t)i;
+    int k = a->k_dfcproj != NULL;
     layer_acts_t x = {
         a->ln1 + lu * BT * C, a->ln1_mean + lu * BT, a->ln1_rstd + lu * BT, a->qkv + lu * BT * 3 * Ca,
         a->atty + lu * BT * Ca, a->att + lu * B * (size_t)d.NHa * T * T, a->residual2 + lu * BT * C,
         a->ln2 + lu * BT * C, a->ln2_mean + lu * BT, a->ln2_rstd + lu * BT, a->fch + lu * BT * H,
         a->fch_gelu + lu * BT * H, a->residual3 + lu * BT * C,
-        l == 0 ? a->encoded : a->residual3 + (lu - 1) * BT * C,
+        i == 0 ? a->encoded : a->residual3 + (lu - 1) * BT * C,
+        k ? a->k_dfcproj + lu * BT * C : NULL, k ? a->k_dfc + lu * BT * H : NULL,
+        k ? a->k_dattproj + lu * BT * C : NULL, k ? a->k_dqkv + lu * BT * 3 * Ca : NULL,
     };
     return x;
+}
+
+/* The stage's output: the residual stream after its last layer. */
+static float *stage_out(const px_gpt_cuda_t *self, const acts_t *a) {
+    size_t BT = (size_t)a->B * (size_t)a->T, C = (size_t)self->config.channels;
+    return a->residual3 + (size_t)(self->stage.num_layers - 1) * BT * C;
 }
 
 /* ----------------------------------------------------------------- forward */
@@ -385,17 +435,17 @@ static int check_tokens(const int *x, size_t n, int V, const char *what) {
     return 0;
 }
 
-/* Layer l's forward. With tensor parallelism the two row-parallel outputs
- * are partial sums: summed over the tp ranks, tp rank 0 adding the bias. */
-static int layer_forward(px_gpt_cuda_t *self, dims_t d, int l) {
-    acts_t *a = &self->a;
-    int B = a->B, T = a->T, C = d.C;
+/* The stage's i-th layer's forward. With tensor parallelism the two
+ * row-parallel outputs are partial sums: summed over the tp ranks, tp rank
+ * 0 adding the bias. */
+static int layer_forward(px_gpt_cuda_t *self, acts_t *a, dims_t d, int i) {
+    int B = a->B, T = a->T, C = d.C, unit = 1 + self->stage.first_layer + i;
     size_t BT = (size_t)B * (size_t)T;
     cudaStream_t st = self->stream;
     int tp0 = self->tp.rank == 0;
     px_gpt_tensors_t p;
-    if (unit_acquire(self, 1 + l, PX_GPT_FWD, &p, NULL) != 0) return -1;
-    layer_acts_t x = layer_acts(a, d, l);
+    if (unit_acquire(self, unit, PX_GPT_FWD, &p, NULL) != 0) return -1;
+    layer_acts_t x = layer_acts(a, d, i);
     layernorm_forward_cuda(x.ln1, x.ln1_mean, x.ln1_rstd, x.residual, p.ln1w, p.ln1b, B, T, C, st);
     matmul_forward_cuda(x.qkv, x.ln1, p.qkvw, p.qkvb, B, T, C, 3 * d.Ca, st);
     attention_forward_cuda(x.atty, x.att, x.qkv, B, T, d.Ca, d.NHa, st);
@@ -408,14 +458,14 @@ static int layer_forward(px_gpt_cuda_t *self, dims_t d, int l) {
     matmul_forward_cuda(a->proj, x.fch_gelu, p.fcprojw, tp0 ? p.fcprojb : NULL, B, T, d.H, C, st);
     if (tp_sum(self, a->proj, BT * C) != 0) return -1;
     residual_forward_cuda(x.residual3, x.residual2, a->proj, BT * C, st);
-    return unit_release(self, 1 + l, PX_GPT_FWD);
+    return unit_release(self, unit, PX_GPT_FWD);
 }
 
-float px_gpt_cuda_forward(px_gpt_cuda_t *self, const int *inputs, const int *targets, int B,
-                          int T) {
+static float stage_forward(px_gpt_cuda_t *self, acts_t *a, const int *inputs, const float *x, const int *targets,
+                           int B, int T) {
     const px_gpt_config_t *cfg = &self->config;
-    int C = cfg->channels, L = cfg->num_layers;
-    int V = cfg->vocab_size, Vp = cfg->padded_vocab_size;
+    const px_gpt_stage_t *sg = &self->stage;
+    int C = cfg->channels, V = cfg->vocab_size, Vp = cfg->padded_vocab_size;
     dims_t d = local_dims(cfg, self->tp);
     cudaStream_t st = self->stream;
     self->mean_loss = -1.0f;
@@ -423,38 +473,50 @@ float px_gpt_cuda_forward(px_gpt_cuda_t *self, const int *inputs, const int *tar
         px_log_error("gpt_cuda_bad_shape B=%d T=%d max_seq_len=%d", B, T, cfg->max_seq_len);
         return NAN;
     }
+    if (sg->first ? !inputs : !x) {
+        px_log_error("gpt_cuda_stage_without_input first=%d", sg->first);
+        return NAN;
+    }
     size_t BT = (size_t)B * (size_t)T;
-    if (check_tokens(inputs, BT, V, "inputs") != 0) return NAN;
-    if (targets && check_tokens(targets, BT, V, "targets") != 0) return NAN;
-    if (ensure_acts(self, B, T) != 0) return NAN;
-    acts_t *a = &self->a;
-    a->have_loss = 0;
-    PX_CUDA_CHECK(
-        cudaMemcpyAsync(a->inputs, inputs, BT * sizeof(int), cudaMemcpyHostToDevice, st));
-
+    if (sg->first && check_tokens(inputs, BT, V, "inputs") != 0) return NAN;
+    if (sg->last && targets && check_tokens(targets, BT, V, "targets") != 0) return NAN;
+    if (ensure_acts(self, a, B, T) != 0) return NAN;
+    a->have_loss = a->have_fwd = a->have_bi = 0;
+    int outer_unit = sg->first || sg->last;
     px_gpt_tensors_t outer;
-    if (unit_acquire(self, 0, PX_GPT_FWD, &outer, NULL) != 0) return NAN;
-    encoder_forward_cuda(a->encoded, a->inputs, outer.wte, outer.wpe, B, T, C, st);
-    for (int l = 0; l < L; l++)
-        if (layer_forward(self, d, l) != 0) return NAN;
-    const float *last = a->residual3 + (size_t)(L - 1) * BT * C;
-    layernorm_forward_cuda(a->lnf, a->lnf_mean, a->lnf_rstd, last, outer.lnfw, outer.lnfb, B, T, C, st);
-    matmul_forward_cuda(a->logits, a->lnf, outer.wte, NULL, B, T, C, Vp, st);
-    if (unit_release(self, 0, PX_GPT_FWD) != 0) return NAN;
+    if (outer_unit && unit_acquire(self, 0, PX_GPT_FWD, &outer, NULL) != 0) return NAN;
+    if (sg->first) {
+        PX_CUDA_CHECK(cudaMemcpyAsync(a->inputs, inputs, BT * sizeof(int), cudaMemcpyHostToDevice, st));
+        encoder_forward_cuda(a->encoded, a->inputs, outer.wte, outer.wpe, B, T, C, st);
+    } else {
+        PX_CUDA_CHECK(cudaMemcpyAsync(a->encoded, x, BT * C * sizeof(float), cudaMemcpyDeviceToDevice, st));
+    }
+    for (int i = 0; i < sg->num_layers; i++)
+        if (layer_forward(self, a, d, i) != 0) return NAN;
+    if (sg->last) {
+        layernorm_forward_cuda(a->lnf, a->lnf_mean, a->lnf_rstd, stage_out(self, a), outer.lnfw, outer.lnfb, B, T,
+                               C, st);
+        matmul_forward_cuda(a->logits, a->lnf, outer.wte, NULL, B, T, C, Vp, st);
+    }
+    if (outer_unit && unit_release(self, 0, PX_GPT_FWD) != 0) return NAN;
+    a->have_fwd = 1;
+    if (!sg->last) return 0.0f; /* the output stays queued: px_gpt_cuda_stage_output waits for it */
     if (!targets) {
         PX_CUDA_CHECK(cudaStreamSynchronize(st));
         return -1.0f;
     }
-
-    PX_CUDA_CHECK(
-        cudaMemcpyAsync(a->targets, targets, BT * sizeof(int), cudaMemcpyHostToDevice, st));
+    PX_CUDA_CHECK(cudaMemcpyAsync(a->targets, targets, BT * sizeof(int), cudaMemcpyHostToDevice, st));
     crossentropy_softmax_forward_cuda(a->losses, a->lse, a->logits, a->targets, B, T, V, Vp, st);
-    download(self, self->host_losses, a->losses, BT);
+    download(self, a->host_losses, a->losses, BT);
     double sum = 0.0;
-    for (size_t i = 0; i < BT; i++) sum += self->host_losses[i];
+    for (size_t i = 0; i < BT; i++) sum += a->host_losses[i];
     self->mean_loss = (float)(sum / (double)BT);
     a->have_loss = 1;
     return self->mean_loss;
+}
+
+float px_gpt_cuda_forward(px_gpt_cuda_t *self, const int *inputs, const int *targets, int B, int T) {
+    return stage_forward(self, &self->acts[0], inputs, NULL, targets, B, T);
 }
 
 /* ---------------------------------------------------------------- backward */
@@ -465,72 +527,164 @@ void px_gpt_cuda_zero_grad(px_gpt_cuda_t *self) {
                                   self->num_params * sizeof(float), self->stream));
 }
 
-/* Layer l's backward; dres holds d(residual3) and leaves with d(residual),
- * the layer's input. With tensor parallelism the input gradients of the two
- * column-parallel matmuls are partial sums over the tp ranks. */
-static int layer_backward(px_gpt_cuda_t *self, dims_t d, int l) {
-    acts_t *a = &self->a;
-    int B = a->B, T = a->T, C = d.C;
+/* A backward: whole, or the input-gradient half or the weight-gradient half
+ * of a split one (zero-bubble pipelines), as the CPU model's (gpt.c). */
+typedef enum { BWD_WHOLE, BWD_INPUT, BWD_WEIGHT } bwd_part_t;
+
+/* The stage's i-th layer's backward; dres holds d(residual3) and leaves with
+ * d(residual), the layer's input. With tensor parallelism the input
+ * gradients of the two column-parallel matmuls are partial sums over the tp
+ * ranks. The input half keeps the four matmuls' output gradients for the
+ * weight half. */
+static int layer_backward(px_gpt_cuda_t *self, acts_t *a, dims_t d, int i, bwd_part_t part) {
+    int B = a->B, T = a->T, C = d.C, unit = 1 + self->stage.first_layer + i;
     size_t BT = (size_t)B * (size_t)T;
     cudaStream_t st = self->stream;
-    layer_acts_t x = layer_acts(a, d, l);
+    layer_acts_t x = layer_acts(a, d, i);
     px_gpt_tensors_t p, g;
-    if (unit_acquire(self, 1 + l, PX_GPT_BWD, &p, &g) != 0) return -1;
+    if (unit_acquire(self, unit, PX_GPT_BWD, &p, &g) != 0) return -1;
+    if (part == BWD_WEIGHT) {
+        matmul_backward_cuda(NULL, g.fcprojw, g.fcprojb, x.dfcproj, x.fch_gelu, p.fcprojw, B, T, d.H, C, st);
+        matmul_backward_cuda(NULL, g.fcw, g.fcb, x.dfc, x.ln2, p.fcw, B, T, C, d.H, st);
+        matmul_backward_cuda(NULL, g.attprojw, g.attprojb, x.dattproj, x.atty, p.attprojw, B, T, d.Ca, C, st);
+        matmul_backward_cuda(NULL, g.qkvw, g.qkvb, x.dqkv, x.ln1, p.qkvw, B, T, C, 3 * d.Ca, st);
+        return unit_release(self, unit, PX_GPT_BWD);
+    }
+    int w = part == BWD_WHOLE; /* the matmuls' weight gradients now */
     /* residual3 = residual2 + fcproj passes dres to both. */
+    if (!w) PX_CUDA_CHECK(cudaMemcpyAsync(x.dfcproj, a->dres, BT * C * sizeof(float), cudaMemcpyDeviceToDevice, st));
     PX_CUDA_CHECK(cudaMemsetAsync(a->d4a, 0, BT * d.H * sizeof(float), st));
-    matmul_backward_cuda(a->d4a, g.fcprojw, g.fcprojb, a->dres, x.fch_gelu, p.fcprojw, B, T, d.H, C, st);
+    matmul_backward_cuda(a->d4a, w ? g.fcprojw : NULL, w ? g.fcprojb : NULL, a->dres, x.fch_gelu, p.fcprojw, B, T,
+                         d.H, C, st);
     PX_CUDA_CHECK(cudaMemsetAsync(a->d4b, 0, BT * d.H * sizeof(float), st));
     gelu_backward_cuda(a->d4b, x.fch, a->d4a, BT * d.H, st);
+    if (!w) PX_CUDA_CHECK(cudaMemcpyAsync(x.dfc, a->d4b, BT * d.H * sizeof(float), cudaMemcpyDeviceToDevice, st));
     PX_CUDA_CHECK(cudaMemsetAsync(a->dbtc, 0, BT * C * sizeof(float), st));
-    matmul_backward_cuda(a->dbtc, g.fcw, g.fcb, a->d4b, x.ln2, p.fcw, B, T, C, d.H, st);
+    matmul_backward_cuda(a->dbtc, w ? g.fcw : NULL, w ? g.fcb : NULL, a->d4b, x.ln2, p.fcw, B, T, C, d.H, st);
     if (tp_sum(self, a->dbtc, BT * C) != 0) return -1;
     layernorm_backward_cuda(a->dres, g.ln2w, g.ln2b, a->dbtc, x.residual2, p.ln2w, x.ln2_mean, x.ln2_rstd,
                             B, T, C, st);
     /* dres now holds d(residual2); residual2 = residual + attproj. */
+    if (!w) PX_CUDA_CHECK(cudaMemcpyAsync(x.dattproj, a->dres, BT * C * sizeof(float), cudaMemcpyDeviceToDevice, st));
     PX_CUDA_CHECK(cudaMemsetAsync(a->dbtc, 0, BT * d.Ca * sizeof(float), st));
-    matmul_backward_cuda(a->dbtc, g.attprojw, g.attprojb, a->dres, x.atty, p.attprojw, B, T, d.Ca, C, st);
+    matmul_backward_cuda(a->dbtc, w ? g.attprojw : NULL, w ? g.attprojb : NULL, a->dres, x.atty, p.attprojw, B, T,
+                         d.Ca, C, st);
     float *dqkv = a->d4a;
     PX_CUDA_CHECK(cudaMemsetAsync(dqkv, 0, BT * 3 * d.Ca * sizeof(float), st));
     attention_backward_cuda(dqkv, a->dbtc, x.qkv, x.att, B, T, d.Ca, d.NHa, st);
+    if (!w) PX_CUDA_CHECK(cudaMemcpyAsync(x.dqkv, dqkv, BT * 3 * d.Ca * sizeof(float), cudaMemcpyDeviceToDevice, st));
     PX_CUDA_CHECK(cudaMemsetAsync(a->dbtc, 0, BT * C * sizeof(float), st));
-    matmul_backward_cuda(a->dbtc, g.qkvw, g.qkvb, dqkv, x.ln1, p.qkvw, B, T, C, 3 * d.Ca, st);
+    matmul_backward_cuda(a->dbtc, w ? g.qkvw : NULL, w ? g.qkvb : NULL, dqkv, x.ln1, p.qkvw, B, T, C, 3 * d.Ca, st);
     if (tp_sum(self, a->dbtc, BT * C) != 0) return -1;
     layernorm_backward_cuda(a->dres, g.ln1w, g.ln1b, a->dbtc, x.residual, p.ln1w, x.ln1_mean, x.ln1_rstd,
                             B, T, C, st);
-    return unit_release(self, 1 + l, PX_GPT_BWD);
+    return unit_release(self, unit, PX_GPT_BWD);
+}
+
+static int stage_backward(px_gpt_cuda_t *self, acts_t *a, const float *dout, float loss_scale, bwd_part_t part) {
+    const px_gpt_stage_t *sg = &self->stage;
+    int ready = part == BWD_WEIGHT ? a->have_bi : sg->last ? a->have_loss : a->have_fwd && dout;
+    if (!ready) {
+        px_log_error("gpt_cuda_backward_without_%s hint=\"%s\"", part == BWD_WEIGHT ? "input_half" : "forward",
+                     part == BWD_WEIGHT ? "run the input half of the backward first"
+                     : sg->last         ? "call px_gpt_cuda_forward with targets first"
+                                        : "run the stage's forward first and pass the output gradient");
+        return -1;
+    }
+    if (part != BWD_WHOLE && !self->split) {
+        px_log_error("gpt_cuda_split_backward_not_set hint=\"px_gpt_cuda_set_stage with split 1\"");
+        return -1;
+    }
+    a->have_loss = a->have_fwd = 0; /* the logits are overwritten below */
+    a->have_bi = part == BWD_INPUT;
+    const px_gpt_config_t *cfg = &self->config;
+    dims_t d = local_dims(cfg, self->tp);
+    int B = a->B, T = a->T, C = d.C, V = cfg->vocab_size, Vp = cfg->padded_vocab_size;
+    size_t BT = (size_t)B * (size_t)T;
+    cudaStream_t st = self->stream;
+    int outer_unit = sg->first || sg->last;
+    px_gpt_tensors_t p, g;
+    if (outer_unit && unit_acquire(self, 0, PX_GPT_BWD, &p, &g) != 0) return -1;
+    float *dlogits = a->logits; /* in place */
+    if (sg->last && part == BWD_WEIGHT) {
+        matmul_backward_cuda(NULL, g.wte, NULL, dlogits, a->lnf, p.wte, B, T, C, Vp, st);
+    } else if (sg->last) {
+        crossentropy_softmax_backward_cuda(dlogits, a->logits, a->lse, a->targets, loss_scale / (float)BT, B, T, V,
+                                           Vp, st);
+        PX_CUDA_CHECK(cudaMemsetAsync(a->dbtc, 0, BT * C * sizeof(float), st));
+        matmul_backward_cuda(a->dbtc, part == BWD_WHOLE ? g.wte : NULL, NULL, dlogits, a->lnf, p.wte, B, T, C, Vp,
+                             st);
+        PX_CUDA_CHECK(cudaMemsetAsync(a->dres, 0, BT * C * sizeof(float), st));
+        layernorm_backward_cuda(a->dres, g.lnfw, g.lnfb, a->dbtc, stage_out(self, a), p.lnfw, a->lnf_mean,
+                                a->lnf_rstd, B, T, C, st);
+    } else if (part != BWD_WEIGHT) {
+        PX_CUDA_CHECK(cudaMemcpyAsync(a->dres, dout, BT * C * sizeof(float), cudaMemcpyDeviceToDevice, st));
+    }
+    for (int i = sg->num_layers - 1; i >= 0; i--)
+        if (layer_backward(self, a, d, i, part) != 0) return -1;
+    if (sg->first && part != BWD_WEIGHT) encoder_backward_cuda(g.wte, g.wpe, a->dres, a->inputs, B, T, C, st);
+    return outer_unit ? unit_release(self, 0, PX_GPT_BWD) : 0;
 }
 
 int px_gpt_cuda_backward(px_gpt_cuda_t *self, float loss_scale) {
-    acts_t *a = &self->a;
-    if (!a->have_loss) {
-        px_log_error("gpt_cuda_backward_without_loss hint=\"call px_gpt_cuda_forward with "
-                     "targets first\"");
+    return stage_backward(self, &self->acts[0], NULL, loss_scale, BWD_WHOLE);
+}
+
+/* ------------------------------------------------------------ pipeline stages */
+
+int px_gpt_cuda_set_stage(px_gpt_cuda_t *self, const px_gpt_stage_t *sg, int slots, int split) {
+    int L = self->config.num_layers;
+    if (slots < 1 || sg->num_layers < 1 || sg->first_layer < 0 || sg->first_layer + sg->num_layers > L ||
+        sg->first != (sg->first_layer == 0) || sg->last != (sg->first_layer + sg->num_layers == L)) {
+        px_log_error("gpt_cuda_bad_stage first_layer=%d num_layers=%d first=%d last=%d slots=%d layers=%d",
+                     sg->first_layer, sg->num_layers, sg->first, sg->last, slots, L);
         return -1;
     }
-    a->have_loss = 0; /* the logits are overwritten below */
-    const px_gpt_config_t *cfg = &self->config;
-    int B = a->B, T = a->T, C = cfg->channels, L = cfg->num_layers;
-    int V = cfg->vocab_size, Vp = cfg->padded_vocab_size;
-    dims_t d = local_dims(cfg, self->tp);
-    size_t BT = (size_t)B * (size_t)T;
-    cudaStream_t st = self->stream;
-    px_gpt_tensors_t p, g;
-    if (unit_acquire(self, 0, PX_GPT_BWD, &p, &g) != 0) return -1;
+    if (split != 0 && split != 1) {
+        px_log_error("gpt_cuda_bad_split split=%d", split);
+        return -1;
+    }
+    self->stage = *sg;
+    self->split = split;
+    if (new_slots(self, slots) != 0) {
+        px_log_error("gpt_cuda_alloc_failed what=activation_slots slots=%d", slots);
+        return -1;
+    }
+    return 0;
+}
 
-    float dloss = loss_scale / (float)BT;
-    float *dlogits = a->logits; /* in place */
-    crossentropy_softmax_backward_cuda(dlogits, a->logits, a->lse, a->targets, dloss, B, T, V, Vp,
-                                       st);
-    PX_CUDA_CHECK(cudaMemsetAsync(a->dbtc, 0, BT * C * sizeof(float), st));
-    matmul_backward_cuda(a->dbtc, g.wte, NULL, dlogits, a->lnf, p.wte, B, T, C, Vp, st);
-    PX_CUDA_CHECK(cudaMemsetAsync(a->dres, 0, BT * C * sizeof(float), st));
-    const float *last = a->residual3 + (size_t)(L - 1) * BT * C;
-    layernorm_backward_cuda(a->dres, g.lnfw, g.lnfb, a->dbtc, last, p.lnfw, a->lnf_mean,
-                            a->lnf_rstd, B, T, C, st);
-    for (int l = L - 1; l >= 0; l--)
-        if (layer_backward(self, d, l) != 0) return -1;
-    encoder_backward_cuda(g.wte, g.wpe, a->dres, a->inputs, B, T, C, st);
-    return unit_release(self, 0, PX_GPT_BWD);
+static acts_t *slot_acts(px_gpt_cuda_t *self, int slot) {
+    if (slot >= 0 && slot < self->nslots) return &self->acts[slot];
+    px_log_error("gpt_cuda_bad_slot slot=%d slots=%d", slot, self->nslots);
+    return NULL;
+}
+
+float px_gpt_cuda_stage_forward(px_gpt_cuda_t *self, int slot, const int *inputs, const float *x, const int *targets,
+                                int B, int T) {
+    acts_t *a = slot_acts(self, slot);
+    return a ? stage_forward(self, a, inputs, x, targets, B, T) : NAN;
+}
+
+const float *px_gpt_cuda_stage_output(px_gpt_cuda_t *self, int slot) {
+    PX_CUDA_CHECK(cudaStreamSynchronize(self->stream));
+    return stage_out(self, &self->acts[slot]);
+}
+
+int px_gpt_cuda_stage_batch(const px_gpt_cuda_t *self, int slot) { return self->acts[slot].B; }
+
+int px_gpt_cuda_stage_backward(px_gpt_cuda_t *self, int slot, const float *dout, float loss_scale, int weights) {
+    acts_t *a = slot_acts(self, slot);
+    return a ? stage_backward(self, a, dout, loss_scale, weights ? BWD_WHOLE : BWD_INPUT) : -1;
+}
+
+int px_gpt_cuda_stage_backward_weights(px_gpt_cuda_t *self, int slot) {
+    acts_t *a = slot_acts(self, slot);
+    return a ? stage_backward(self, a, NULL, 1.0f, BWD_WEIGHT) : -1;
+}
+
+const float *px_gpt_cuda_stage_input_grad(px_gpt_cuda_t *self, int slot) {
+    PX_CUDA_CHECK(cudaStreamSynchronize(self->stream));
+    return self->acts[slot].dres;
 }
 
 /* --------------------------------------------------------------- optimizer */

@@ -89,6 +89,27 @@ int px_gpt_cuda_download(px_gpt_cuda_t *self, px_gpt_cuda_buf_t which, float *ho
  * bad shape or token. Activations are (re)allocated for the largest B*T seen. */
 float px_gpt_cuda_forward(px_gpt_cuda_t *self, const int *inputs, const int *targets, int B,
                           int T);
+/* ---- pipeline stages (gpt.h's px_gpt_stage_t, as px_gpt_set_stage) ----
+ * set_stage makes the model the stage st with `slots` micro-batches'
+ * activations held at once (split 1: the backward may run as an input half
+ * and a weight half) and drops the activations held so far; 0, or -1
+ * (logged). A later stage's forward takes its input x (B,T,C) in device
+ * memory; its output and a backward's input gradient are device memory too,
+ * complete when the calls below return them. The last stage's forward
+ * returns the mean loss against host targets (0 on other stages, NAN
+ * logged on failure); a backward ACCUMULATES into the gradients (0, or -1).
+ * px_gpt_cuda_forward and _backward are slot 0's. */
+int px_gpt_cuda_set_stage(px_gpt_cuda_t *self, const px_gpt_stage_t *st, int slots, int split);
+float px_gpt_cuda_stage_forward(px_gpt_cuda_t *self, int slot, const int *inputs, const float *x, const int *targets,
+                                int B, int T);
+const float *px_gpt_cuda_stage_output(px_gpt_cuda_t *self, int slot);
+int px_gpt_cuda_stage_batch(const px_gpt_cuda_t *self, int slot);
+/* dout: the output's gradient (device) on a stage before the last; weights
+ * 0 runs the input half only (split stages). */
+int px_gpt_cuda_stage_backward(px_gpt_cuda_t *self, int slot, const float *dout, float loss_scale, int weights);
+int px_gpt_cuda_stage_backward_weights(px_gpt_cuda_t *self, int slot);
+const float *px_gpt_cuda_stage_input_grad(px_gpt_cuda_t *self, int slot);
+
 /* Copies the last forward's logits (B,T,Vp) / per-position losses (B,T) to
  * host memory; n must equal the element count. The logits are destroyed by
  * px_gpt_cuda_backward. Return 0, or -1 (logged). */

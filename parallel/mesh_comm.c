@@ -44,7 +44,7 @@ int px_mesh_comms_new(const px_store_t *store, const px_mesh_t *m, int rank, con
         if (link < 0 || link + 1 >= P) continue;
         char prefix[600], why[400];
         snprintf(prefix, sizeof prefix, "%s/l%d%s", base_pp, link, k % 2 ? "b" : "f");
-        out->link[k] = px_comm_new_gloo(store, prefix, next ? 0 : 1, 2, timeout_ms, why, sizeof why);
+        out->link[k] = make(make_ctx, store, prefix, next ? 0 : 1, 2, timeout_ms, why, sizeof why);
         if (!out->link[k]) {
             snprintf(err, errlen, "mesh: pipeline link %s (stage %d of %d): %s", prefix, s, P, why);
             px_mesh_comms_destroy(out);

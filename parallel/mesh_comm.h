@@ -31,8 +31,7 @@ typedef px_comm_t *(*px_mesh_comm_maker_t)(void *ctx, const px_store_t *store, c
  * returns -1. timeout_ms bounds each rendezvous. */
 int px_mesh_comms_new_gloo(const px_store_t *store, const px_mesh_t *m, int rank, const char *base, int timeout_ms,
                            px_mesh_comms_t *out, char *err, size_t errlen);
-/* The same with the axes' communicators made by `make` (NCCL ones on a
- * GPU); the pipeline links stay Gloo. */
+/* The same with every communicator made by `make` (NCCL ones on a GPU). */
 int px_mesh_comms_new(const px_store_t *store, const px_mesh_t *m, int rank, const char *base, int timeout_ms,
                       px_mesh_comm_maker_t make, void *make_ctx, px_mesh_comms_t *out, char *err, size_t errlen);
 /* Aborts every communicator (any thread; see px_comm_abort). */

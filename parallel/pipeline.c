@@ -26,7 +26,7 @@ typedef struct {
 } sender_t;
 
 struct px_pipe {
-    px_gpt_t *model;
+    px_pipe_model_t model;
     px_gpt_stage_t st;
     int stage, P, T, M, split;
     px_sched_kind_t kind;
@@ -36,7 +36,7 @@ struct px_pipe {
     int *slot_free;    /* [nslots] */
     unsigned long (*slot_sent)[OUTS]; /* [nslots] the last send from each slot, per queue */
     float *scale;      /* [M] loss scales, from the forward for the backward */
-    float *rx;         /* receive buffer (B,T,C), grown on demand */
+    float *rx;         /* receive buffer (B,T,C) in the model's memory, grown on demand */
     size_t rx_cap;
     px_comm_t *link[PX_LINKS];
     px_jobq_t *out[OUTS];
@@ -90,7 +90,7 @@ int px_pipe_set_microbatches(px_pipe_t *p, int M, char *err, size_t errlen) {
     p->slot_free = malloc(sizeof(int) * (size_t)p->nslots);
     p->slot_sent = calloc((size_t)p->nslots, sizeof *p->slot_sent);
     if (!p->slot_of || !p->scale || !p->slot_free || !p->slot_sent ||
-        px_gpt_set_stage(p->model, &p->st, p->nslots, p->split) != 0) {
+        p->model.set_stage(p->model.ctx, &p->st, p->nslots, p->split) != 0) {
         snprintf(err, errlen, "pipeline: out of memory for %d micro-batches", M);
         free_tables(p);
         return -1;
@@ -98,15 +98,46 @@ int px_pipe_set_microbatches(px_pipe_t *p, int M, char *err, size_t errlen) {
     return 0;
 }
 
-px_pipe_t *px_pipe_new(px_gpt_t *model, const px_gpt_stage_t *st, int stage, int P, px_sched_kind_t kind, int M, int T,
-                       char *err, size_t errlen) {
+/* ---- the CPU model's table ---- */
+
+static int cpu_set_stage(void *ctx, const px_gpt_stage_t *st, int slots, int split) {
+    return px_gpt_set_stage(ctx, st, slots, split);
+}
+static float cpu_forward(void *ctx, int slot, const int *inputs, const float *x, const int *targets, int B, int T) {
+    return px_gpt_stage_forward(ctx, slot, inputs, x, targets, B, T);
+}
+static const float *cpu_output(void *ctx, int slot) { return px_gpt_stage_output(ctx, slot); }
+static int cpu_batch(void *ctx, int slot) { return px_gpt_stage_batch(ctx, slot); }
+static int cpu_backward(void *ctx, int slot, const float *dout, float loss_scale, int weights) {
+    return px_gpt_stage_backward(ctx, slot, dout, loss_scale, weights);
+}
+static int cpu_backward_weights(void *ctx, int slot) { return px_gpt_stage_backward_weights(ctx, slot); }
+static const float *cpu_input_grad(void *ctx, int slot) { return px_gpt_stage_input_grad(ctx, slot); }
+static void cpu_fence(void *ctx) { (void)ctx; }
+static float *cpu_alloc(void *ctx, size_t n) {
+    (void)ctx;
+    return malloc(n ? n * sizeof(float) : 1);
+}
+static void cpu_release(void *ctx, float *p) {
+    (void)ctx;
+    free(p);
+}
+
+px_pipe_model_t px_pipe_model_cpu(px_gpt_t *model) {
+    return (px_pipe_model_t){model,       model->config.channels, cpu_set_stage, cpu_forward, cpu_output,
+                             cpu_batch,   cpu_backward,           cpu_backward_weights, cpu_input_grad, cpu_fence,
+                             cpu_alloc,   cpu_release};
+}
+
+px_pipe_t *px_pipe_new(const px_pipe_model_t *model, const px_gpt_stage_t *st, int stage, int P, px_sched_kind_t kind,
+                       int M, int T, char *err, size_t errlen) {
     px_pipe_t *p = calloc(1, sizeof *p);
     if (!p) {
         snprintf(err, errlen, "pipeline: out of memory");
         return NULL;
     }
     pthread_mutex_init(&p->mu, NULL);
-    p->model = model;
+    p->model = *model;
     p->st = *st;
     p->stage = stage;
     p->P = P;
@@ -131,7 +162,7 @@ void px_pipe_destroy(px_pipe_t **pp) {
     if (!p) return;
     for (int i = 0; i < OUTS; i++) px_jobq_destroy(&p->out[i]);
     free_tables(p);
-    free(p->rx);
+    if (p->rx) p->model.release(p->model.ctx, p->rx);
     pthread_mutex_destroy(&p->mu);
     free(p);
     *pp = NULL;
@@ -157,18 +188,20 @@ void px_pipe_times(const px_pipe_t *p, double *busy_s, double *total_s) {
 /* ---- the ops -------------------------------------------------------------------- */
 
 static size_t act_bytes(const px_pipe_t *p, int B) {
-    return (size_t)B * (size_t)p->T * (size_t)p->model->config.channels * sizeof(float);
+    return (size_t)B * (size_t)p->T * (size_t)p->model.channels * sizeof(float);
 }
 
 /* Receives B x T x C floats on link k into p->rx. */
 static const float *receive(px_pipe_t *p, int k, int B, const char *what, int mb) {
     size_t bytes = act_bytes(p, B);
+    p->model.fence(p->model.ctx); /* the compute that read the last receive is done */
     if (bytes > p->rx_cap) {
-        float *n = realloc(p->rx, bytes);
+        float *n = p->model.alloc(p->model.ctx, bytes / sizeof(float));
         if (!n) {
             set_error(p, "pipeline: out of memory receiving %s of micro-batch %d", what, mb, NULL);
             return NULL;
         }
+        if (p->rx) p->model.release(p->model.ctx, p->rx);
         p->rx = n;
         p->rx_cap = bytes;
     }
@@ -213,36 +246,36 @@ static int op_forward(px_pipe_t *p, px_pipe_fill_fn fill, void *ctx, int mb, int
     const float *x = NULL;
     if (!p->st.first && !(x = receive(p, PX_LINK_PREV_FWD, m.B, "the activations", mb))) return -1;
     int64_t t0 = px_now_us();
-    float l = px_gpt_stage_forward(p->model, slot, m.inputs, x, m.targets, m.B, p->T);
+    float l = p->model.forward(p->model.ctx, slot, m.inputs, x, m.targets, m.B, p->T);
     p->busy_s += (double)(px_now_us() - t0) / 1e6;
     if (!isfinite(l)) {
         set_error(p, "pipeline: %s of micro-batch %d failed", "the forward", mb, NULL);
         return -1;
     }
     if (p->st.last) *loss += (double)l * m.loss_scale;
-    else send_from(p, OUT_FWD, slot, px_gpt_stage_output(p->model, slot), m.B, mb);
+    else send_from(p, OUT_FWD, slot, p->model.output(p->model.ctx, slot), m.B, mb);
     return 0;
 }
 
 static int op_backward(px_pipe_t *p, int mb, int weights) {
     int slot = p->slot_of[mb];
     const float *dout = NULL;
-    int nb = px_gpt_stage_batch(p->model, slot);
+    int nb = p->model.batch(p->model.ctx, slot);
     if (!p->st.last && !(dout = receive(p, PX_LINK_NEXT_BWD, nb, "the gradients", mb))) return -1;
     int64_t t0 = px_now_us();
-    int rc = px_gpt_stage_backward(p->model, slot, dout, p->st.last ? p->scale[mb] : 1.0f, weights);
+    int rc = p->model.backward(p->model.ctx, slot, dout, p->st.last ? p->scale[mb] : 1.0f, weights);
     p->busy_s += (double)(px_now_us() - t0) / 1e6;
     if (rc != 0) {
         set_error(p, "pipeline: %s of micro-batch %d failed", "the backward", mb, NULL);
         return -1;
     }
-    if (!p->st.first) send_from(p, OUT_BWD, slot, px_gpt_stage_input_grad(p->model, slot), nb, mb);
+    if (!p->st.first) send_from(p, OUT_BWD, slot, p->model.input_grad(p->model.ctx, slot), nb, mb);
     return 0;
 }
 
 static int op_weights(px_pipe_t *p, int mb) {
     int64_t t0 = px_now_us();
-    int rc = px_gpt_stage_backward_weights(p->model, p->slot_of[mb]);
+    int rc = p->model.backward_weights(p->model.ctx, p->slot_of[mb]);
     p->busy_s += (double)(px_now_us() - t0) / 1e6;
     if (rc != 0) set_error(p, "pipeline: %s of micro-batch %d failed", "the weight gradients", mb, NULL);
     return rc;

@@ -18,7 +18,12 @@
  *
  * Micro-batch k occupies an activation slot from its forward to the end of
  * its backward (its weight half in a zero-bubble schedule); the model has as
- * many slots as the schedule's peak in flight on this stage. */
+ * many slots as the schedule's peak in flight on this stage.
+ *
+ * The stage model is a table of calls (px_pipe_model_t): the CPU model's
+ * (px_pipe_model_cpu) or a GPU's (worker/compute_cuda.c), whose activations,
+ * outputs, input gradients and receive buffer are device memory, moved by
+ * NCCL links. */
 #ifndef PX_PIPELINE_H
 #define PX_PIPELINE_H
 
@@ -29,6 +34,29 @@
 #include "schedule.h"
 
 typedef struct px_pipe px_pipe_t;
+
+/* A stage model: gpt.h's px_gpt_set_stage and px_gpt_stage_* calls, on the
+ * model's own memory. output and input_grad return buffers complete and
+ * readable by the links' communicators; fence waits until the compute
+ * queued so far is done (before the receive buffer is written again);
+ * alloc and release make the receive buffer. */
+typedef struct {
+    void *ctx;
+    int channels;
+    int (*set_stage)(void *ctx, const px_gpt_stage_t *st, int slots, int split);
+    float (*forward)(void *ctx, int slot, const int *inputs, const float *x, const int *targets, int B, int T);
+    const float *(*output)(void *ctx, int slot);
+    int (*batch)(void *ctx, int slot);
+    int (*backward)(void *ctx, int slot, const float *dout, float loss_scale, int weights);
+    int (*backward_weights)(void *ctx, int slot);
+    const float *(*input_grad)(void *ctx, int slot);
+    void (*fence)(void *ctx);
+    float *(*alloc)(void *ctx, size_t n);
+    void (*release)(void *ctx, float *p);
+} px_pipe_model_t;
+
+/* The CPU model's table (model must outlive the pipeline). */
+px_pipe_model_t px_pipe_model_cpu(px_gpt_t *model);
 
 /* Micro-batch k of the step, as the caller hands it out. */
 typedef struct {
@@ -42,8 +70,8 @@ typedef int (*px_pipe_fill_fn)(void *ctx, int k, px_pipe_mb_t *mb);
 /* Stage `stage` of a P-stage pipeline running `kind` over M micro-batches of
  * T positions, on model (made the stage here: its activations are dropped).
  * NULL with the problem in err. */
-px_pipe_t *px_pipe_new(px_gpt_t *model, const px_gpt_stage_t *st, int stage, int P, px_sched_kind_t kind, int M, int T,
-                       char *err, size_t errlen);
+px_pipe_t *px_pipe_new(const px_pipe_model_t *model, const px_gpt_stage_t *st, int stage, int P, px_sched_kind_t kind,
+                       int M, int T, char *err, size_t errlen);
 void px_pipe_destroy(px_pipe_t **p);
 /* A new M (the quorum changed the share of samples): the schedule rebuilt,
  * the model's slots with it. 0, or -1 with err. */

@@ -66,6 +66,7 @@ struct px_shard {
     int nslots;
     float *layer_g[2];
     float *piece_tmp;        /* a reduce-scatter's result before it is added */
+    float *tie_tmp;          /* the other stage's unit 0 gradient piece (px_shard_tie_outer), made at first use */
     /* main thread's bookkeeping: job ids (0: none) */
     unsigned long *gathered; /* per unit: the gather that fills its params slot */
     unsigned long scatter_of[2];
@@ -391,7 +392,7 @@ static const px_shard_memory_t host_memory = {NULL,      host_alloc,      host_r
 /* The gathered units' buffers (F > 1) in the compute memory. */
 static void free_work(px_shard_t *sh) {
     const px_shard_memory_t *m = &sh->mem;
-    float **bufs[] = {&sh->outer_p, &sh->outer_g, &sh->layer_g[0], &sh->layer_g[1], &sh->piece_tmp};
+    float **bufs[] = {&sh->outer_p, &sh->outer_g, &sh->layer_g[0], &sh->layer_g[1], &sh->piece_tmp, &sh->tie_tmp};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (*bufs[i]) m->release(m->ctx, *bufs[i]), *bufs[i] = NULL;
     for (int i = 0; sh->layer_p && i < sh->nslots; i++)
@@ -496,7 +497,7 @@ int px_shard_use_memory(px_shard_t *sh, const px_shard_memory_t *mem, char *err,
     next.mem = *mem;
     next.d = (px_shard_bufs_t){mem->alloc(mem->ctx, sh->b.n), mem->alloc(mem->ctx, sh->b.n + PX_GPT_GRADS_SPARE),
                                mem->alloc(mem->ctx, sh->b.n), mem->alloc(mem->ctx, sh->b.n), sh->b.n};
-    next.outer_p = next.outer_g = next.layer_g[0] = next.layer_g[1] = next.piece_tmp = NULL;
+    next.outer_p = next.outer_g = next.layer_g[0] = next.layer_g[1] = next.piece_tmp = next.tie_tmp = NULL;
     float **slots = sh->nslots ? calloc((size_t)sh->nslots, sizeof *slots) : NULL;
     next.layer_p = slots;
     if (!next.d.params || !next.d.grads || !next.d.m || !next.d.v || (sh->nslots && !slots) || alloc_work(&next) != 0) {
@@ -538,6 +539,23 @@ const char *px_shard_last_error(const px_shard_t *sh) { return sh->error; }
 float *px_shard_outer_grads(px_shard_t *sh, size_t *n) {
     *n = sh->units[0].piece;
     return sh->d.grads + sh->units[0].shard_off;
+}
+
+int px_shard_tie_outer(px_shard_t *sh, px_comm_t *c, int peer, int send_first) {
+    size_t n = sh->units[0].piece;
+    if (n == 0) return 0;
+    const px_shard_memory_t *m = &sh->mem;
+    float *g = sh->d.grads + sh->units[0].shard_off;
+    if (!sh->tie_tmp && !(sh->tie_tmp = m->alloc(m->ctx, n))) return -1;
+    m->fence(m->ctx); /* the backward's gradients are written */
+    size_t bytes = n * sizeof(float);
+    int ok = c != NULL;
+    if (ok && send_first)
+        ok = px_comm_send(c, g, bytes, peer, 1) == PX_COMM_OK && px_comm_recv(c, sh->tie_tmp, bytes, peer, 1) == PX_COMM_OK;
+    else if (ok)
+        ok = px_comm_recv(c, sh->tie_tmp, bytes, peer, 1) == PX_COMM_OK && px_comm_send(c, g, bytes, peer, 1) == PX_COMM_OK;
+    if (ok) m->accumulate(m->ctx, g, sh->tie_tmp, n);
+    return ok ? 0 : -1;
 }
 
 /* ---- whole-model copies --------------------------------------------------- */
@@ -591,7 +609,15 @@ int px_shard_gather(px_shard_t *sh, px_gpt_t *dst) {
         for (size_t i = 0; i < 4; i++) memset(dst->params + dst->tensor_offsets[outer_tensors[i]], 0,
                                               sizes[outer_tensors[i]] * sizeof(float));
     }
-    return sh->pp && px_comm_allreduce_sum_f32(sh->pp, dst->params, dst->num_params) == PX_COMM_OK ? 0 : -1;
+    if (!sh->pp) return -1;
+    if (m->alloc == host_alloc) return px_comm_allreduce_sum_f32(sh->pp, dst->params, dst->num_params) == PX_COMM_OK ? 0 : -1;
+    float *sum = m->alloc(m->ctx, dst->num_params); /* the communicator takes the compute memory only */
+    if (!sum) return -1;
+    m->copy(m->ctx, sum, dst->params, dst->num_params);
+    rc = px_comm_allreduce_sum_f32(sh->pp, sum, dst->num_params) == PX_COMM_OK ? 0 : -1;
+    if (rc == 0) m->copy(m->ctx, dst->params, sum, dst->num_params);
+    m->release(m->ctx, sum);
+    return rc;
 }
 
 /* ---- what a rank holds, for checkpoints --------------------------------------- */

@@ -116,6 +116,13 @@ int px_shard_gather(px_shard_t *sh, px_gpt_t *dst);
 /* Unit 0's gradient piece on a first or last pipeline stage (*n 0 when the
  * rank does not hold unit 0), in the compute memory. */
 float *px_shard_outer_grads(px_shard_t *sh, size_t *n);
+/* The two copies of the tied embedding get the sum of their gradients:
+ * this rank's unit 0 gradient piece is exchanged with the same piece of
+ * rank `peer` of c (the other end of the pipeline; send_first on one end,
+ * not on the other) and the peer's is added to it (a + b == b + a: both
+ * copies stay equal to the bit). No-op without unit 0. 0, or -1 on a
+ * communicator error or out of memory. */
+int px_shard_tie_outer(px_shard_t *sh, px_comm_t *c, int peer, int send_first);
 
 /* The communicators of the current quorum (NULL for an axis of size 1, or
  * to detach; pp is used only by px_shard_gather). Waits for the communication thread to finish what it was

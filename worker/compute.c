@@ -109,6 +109,10 @@ void px_compute_tail_get(px_compute_t *c) {
     if (c->gpu) px_compute_gpu_spare_get(c->gpu, c->tail, PX_VOTE_N);
 }
 
+px_pipe_model_t px_compute_pipe_model(px_compute_t *c) {
+    return c->gpu ? px_compute_gpu_pipe_model(c->gpu) : px_pipe_model_cpu(c->host);
+}
+
 px_comm_t *px_compute_comm_new(px_compute_t *c, const px_store_t *store, const char *prefix, int rank, int size,
                                int timeout_ms, char *err, size_t errlen) {
     if (c->gpu)

@@ -34,6 +34,7 @@
 
 #include "device.h" /* px_device_t, px_device_parse, px_cuda_available */
 #include "gpt.h"
+#include "pipeline.h"
 #include "px_comm.h"
 #include "sharded.h"
 #include "vote.h"
@@ -79,6 +80,11 @@ float *px_compute_grads(px_compute_t *c);
 float *px_compute_tail(px_compute_t *c);
 void px_compute_tail_put(px_compute_t *c);
 void px_compute_tail_get(px_compute_t *c);
+
+/* The stage model a pipeline runs on this compute (pipeline.h): the host
+ * model's calls on the CPU, the CUDA model's on a GPU (device buffers; the
+ * links must be this compute's communicators). */
+px_pipe_model_t px_compute_pipe_model(px_compute_t *c);
 
 /* A communicator for the gradient reduction (px_comm_new_gloo on the CPU,
  * px_comm_new_nccl on this compute's GPU). */

@@ -232,6 +232,34 @@ float px_compute_gpu_clip_adamw(px_compute_gpu_t *g, float grad_clip, float lr, 
 
 float *px_compute_gpu_grads(px_compute_gpu_t *g) { return g->grads; }
 
+/* ---- the CUDA model as a pipeline stage (pipeline.h's px_pipe_model_t) ---- */
+
+static int stage_set(void *ctx, const px_gpt_stage_t *st, int slots, int split) {
+    return px_gpt_cuda_set_stage(((px_compute_gpu_t *)ctx)->m, st, slots, split);
+}
+static float stage_forward(void *ctx, int slot, const int *inputs, const float *x, const int *targets, int B, int T) {
+    return px_gpt_cuda_stage_forward(((px_compute_gpu_t *)ctx)->m, slot, inputs, x, targets, B, T);
+}
+static const float *stage_output(void *ctx, int slot) {
+    return px_gpt_cuda_stage_output(((px_compute_gpu_t *)ctx)->m, slot);
+}
+static int stage_batch(void *ctx, int slot) { return px_gpt_cuda_stage_batch(((px_compute_gpu_t *)ctx)->m, slot); }
+static int stage_backward(void *ctx, int slot, const float *dout, float loss_scale, int weights) {
+    return px_gpt_cuda_stage_backward(((px_compute_gpu_t *)ctx)->m, slot, dout, loss_scale, weights);
+}
+static int stage_weights(void *ctx, int slot) {
+    return px_gpt_cuda_stage_backward_weights(((px_compute_gpu_t *)ctx)->m, slot);
+}
+static const float *stage_input_grad(void *ctx, int slot) {
+    return px_gpt_cuda_stage_input_grad(((px_compute_gpu_t *)ctx)->m, slot);
+}
+
+px_pipe_model_t px_compute_gpu_pipe_model(px_compute_gpu_t *g) {
+    const px_gpt_config_t *cfg = px_gpt_cuda_config(g->m);
+    return (px_pipe_model_t){g,          cfg->channels, stage_set,        stage_forward, stage_output, stage_batch,
+                             stage_backward, stage_weights, stage_input_grad, mem_fence,     mem_alloc,    mem_release};
+}
+
 /* The reduction (NCCL, on its own stream) must see the backward's gradients:
  * the model's stream is non-blocking, so wait for it here. */
 void px_compute_gpu_spare_put(px_compute_gpu_t *g, const float *host, size_t n) {

@@ -7,6 +7,7 @@
 #include <stddef.h>
 
 #include "gpt.h"
+#include "pipeline.h"
 #include "sharded.h"
 
 typedef struct px_compute_gpu px_compute_gpu_t;
@@ -29,6 +30,8 @@ float px_compute_gpu_forward(px_compute_gpu_t *g, const int *inputs, const int *
 int px_compute_gpu_backward(px_compute_gpu_t *g, float loss_scale);
 float px_compute_gpu_clip_adamw(px_compute_gpu_t *g, float grad_clip, float lr, float beta1, float beta2, float eps,
                                 float weight_decay, int t);
+/* The CUDA model as a pipeline's stage model (device buffers). */
+px_pipe_model_t px_compute_gpu_pipe_model(px_compute_gpu_t *g);
 float *px_compute_gpu_grads(px_compute_gpu_t *g); /* device: (n + PX_GPT_GRADS_SPARE), n the state's floats */
 /* n floats between the host and the grads' spare room (past the state's).
  * put first waits for the gradient work queued on the model's stream. */

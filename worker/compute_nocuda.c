@@ -50,6 +50,11 @@ float px_compute_gpu_clip_adamw(px_compute_gpu_t *g, float c, float lr, float b1
     return 0;
 }
 float *px_compute_gpu_grads(px_compute_gpu_t *g) { (void)g; unreachable(__func__); return NULL; }
+px_pipe_model_t px_compute_gpu_pipe_model(px_compute_gpu_t *g) {
+    (void)g;
+    unreachable(__func__);
+    return (px_pipe_model_t){0};
+}
 void px_compute_gpu_spare_put(px_compute_gpu_t *g, const float *h, size_t n) { (void)g, (void)h, (void)n; unreachable(__func__); }
 void px_compute_gpu_spare_get(px_compute_gpu_t *g, float *h, size_t n) { (void)g, (void)h, (void)n; unreachable(__func__); }
 void px_compute_gpu_download_begin(px_compute_gpu_t *g) { (void)g; unreachable(__func__); }

@@ -132,6 +132,7 @@ typedef struct {
      * its shard of the state, and the step whose reduced gradients it holds
      * but has not applied (the group's confirmation failed; see train_step). */
     px_shard_t *shard;
+    px_gpt_stage_t stage; /* this rank's pipeline stage (the pipe is made with the compute) */
     px_mesh_t mesh;
     px_mesh_coord_t coord;
     px_mesh_comms_t axes;
@@ -816,22 +817,11 @@ static int pipe_fill(void *ctx, int k, px_pipe_mb_t *mb) {
 
 /* The two copies of the tied embedding (unit 0 on the first and the last
  * stage) get the sum of their gradients, over the pp axis: the first stage
- * sends, then receives; the last receives, then sends; each adds the
- * other's (a + b == b + a: the two copies stay equal to the bit). */
+ * sends, then receives; the last receives, then sends. */
 static int tie_embeddings(trainer_t *t) {
-    size_t n;
-    float *g = px_shard_outer_grads(t->shard, &n);
     int P = t->mesh.size[PX_MESH_PP], s = t->coord.c[PX_MESH_PP];
-    if (n == 0 || P == 1) return 0;
-    float *other = malloc(n * sizeof(float));
-    px_comm_t *c = t->axes.axis[PX_MESH_PP];
-    int peer = s == 0 ? P - 1 : 0, ok = other && c;
-    size_t bytes = n * sizeof(float);
-    if (ok && s == 0) ok = px_comm_send(c, g, bytes, peer, 1) == PX_COMM_OK && px_comm_recv(c, other, bytes, peer, 1) == PX_COMM_OK;
-    else if (ok) ok = px_comm_recv(c, other, bytes, peer, 1) == PX_COMM_OK && px_comm_send(c, g, bytes, peer, 1) == PX_COMM_OK;
-    for (size_t i = 0; ok && i < n; i++) g[i] += other[i];
-    free(other);
-    return ok ? 0 : -1;
+    if (P == 1) return 0;
+    return px_shard_tie_outer(t->shard, t->axes.axis[PX_MESH_PP], s == 0 ? P - 1 : 0, s == 0);
 }
 
 /* A pipeline stage's part of the step (compute_grads). */
@@ -899,11 +889,13 @@ static int compute_grads(trainer_t *t, int lo, int hi, float *loss_out) {
 static float eval_loss(trainer_t *t) {
     if (!t->val || t->cfg->eval_batches <= 0) return NAN;
     double sum = 0;
-    if (t->pipe) { /* through the stages; the last one's sum to all of the pp axis */
+    if (t->pipe) { /* through the stages; the last one's sum (each of its ranks has it) to the whole group, on the
+                    * host (over Gloo on a GPU too) */
         pipe_batches_t c = {t, 0, 0, 0, 1};
         if (px_pipe_forward(t->pipe, pipe_fill, &c, t->cfg->eval_batches, &sum) != 0) return NAN;
-        float s = (float)sum;
-        if (px_comm_allreduce_sum_f32(t->axes.axis[PX_MESH_PP], &s, 1) != PX_COMM_OK) return NAN;
+        int last = t->coord.c[PX_MESH_PP] == t->mesh.size[PX_MESH_PP] - 1;
+        float s = last && t->coord.c[PX_MESH_FSDP] == 0 && t->coord.c[PX_MESH_TP] == 0 ? (float)sum : 0.0f;
+        if (px_comm_allreduce_sum_f32(state_intra(t), &s, 1) != PX_COMM_OK) return NAN;
         return s / (float)t->cfg->eval_batches;
     }
     for (int b = 0; b < t->cfg->eval_batches; b++) {
@@ -1709,18 +1701,28 @@ static int setup_shard(trainer_t *t, const px_gpt_config_t *mc) {
     }
     px_gpt_destroy(&t->model);
     t->model = px_shard_model(t->shard);
-    if (P > 1) {
-        int M = cfg->microbatches ? cfg->microbatches : P;
-        t->pipe = px_pipe_new(t->model, &lay.stage, t->coord.c[PX_MESH_PP], P, (px_sched_kind_t)cfg->schedule, M, t->T,
-                              err, sizeof err);
-        if (!t->pipe) {
-            px_log_error("layout: %s", err);
-            return -1;
-        }
-        px_log_info("pipeline_stage rank=%d stage=%d of=%d layers=%d..%d schedule=%s", cfg->rank,
-                    t->coord.c[PX_MESH_PP], P, lay.stage.first_layer, lay.stage.first_layer + lay.stage.num_layers - 1,
-                    px_sched_name((px_sched_kind_t)cfg->schedule));
+    t->stage = lay.stage;
+    return 0;
+}
+
+/* A pipelined rank's stage runtime, on the compute's model (after
+ * px_compute_new: on a GPU the stage model is the CUDA one). 0, or -1. */
+static int make_pipe(trainer_t *t) {
+    const px_trainer_config_t *cfg = t->cfg;
+    int P = t->mesh.size[PX_MESH_PP];
+    if (!t->shard || P < 2) return 0;
+    char err[256];
+    int M = cfg->microbatches ? cfg->microbatches : P;
+    px_pipe_model_t model = px_compute_pipe_model(t->dev);
+    t->pipe = px_pipe_new(&model, &t->stage, t->coord.c[PX_MESH_PP], P, (px_sched_kind_t)cfg->schedule, M, t->T, err,
+                          sizeof err);
+    if (!t->pipe) {
+        px_log_error("layout: %s", err);
+        return -1;
     }
+    px_log_info("pipeline_stage rank=%d stage=%d of=%d layers=%d..%d schedule=%s", cfg->rank, t->coord.c[PX_MESH_PP], P,
+                t->stage.first_layer, t->stage.first_layer + t->stage.num_layers - 1,
+                px_sched_name((px_sched_kind_t)cfg->schedule));
     return 0;
 }
 
@@ -1780,7 +1782,8 @@ static int setup(trainer_t *t) {
     t->val = px_dataset_open(cfg->data, "val", t->model->config.vocab_size, (size_t)t->T + 1, err, sizeof err);
     if (!t->val) px_log_warn("no validation data, eval loss disabled: %s", err);
     /* a pipeline's micro-batch is a 1/M of the rank's share: at most the global batch */
-    size_t mb = (size_t)(t->pipe && cfg->global_batch > cfg->micro_batch ? cfg->global_batch : cfg->micro_batch) *
+    int pipelined = t->shard && t->mesh.size[PX_MESH_PP] > 1;
+    size_t mb = (size_t)(pipelined && cfg->global_batch > cfg->micro_batch ? cfg->global_batch : cfg->micro_batch) *
                 (size_t)t->T;
     t->inputs = malloc(mb * sizeof(int));
     t->targets = malloc(mb * sizeof(int));
@@ -1840,6 +1843,7 @@ static int setup(trainer_t *t) {
         px_log_error("--device %s: %s", cfg->device == PX_DEVICE_CUDA ? "cuda" : "cpu", err);
         return -1;
     }
+    if (make_pipe(t) != 0) return -1;
     /* a GPU's host copy: downloaded for a save while the next step computes; the saver waits for it */
     if (!px_compute_state_on_host(t->dev)) px_persist_set_source_wait(&t->persist, wait_host, t);
     if (cfg->ledger) {
@@ -1857,8 +1861,8 @@ static void teardown(trainer_t *t) {
     drop_comms(t);
     px_reducer_destroy(&t->reducer);
     px_persist_free(&t->persist); /* a save in flight may still read the state */
+    px_pipe_destroy(&t->pipe); /* its receive buffer is the compute's memory */
     px_compute_destroy(&t->dev);
-    px_pipe_destroy(&t->pipe);
     if (t->shard) t->model = NULL; /* the shard's */
     px_shard_destroy(&t->shard);
     px_gpt_destroy(&t->model);
@@ -1928,11 +1932,6 @@ int px_trainer_check(const px_trainer_config_t *cfg, char *err, size_t errlen) {
         return -1;
     }
     if (cfg->device != PX_DEVICE_CUDA) return 0;
-    if (cfg->pp > 1) {
-        snprintf(err, errlen, "--device cuda with --pp %d: pipelines on GPUs are not built yet (--fsdp and --tp "
-                              "train on GPUs; pipelines on --device cpu)", cfg->pp);
-        return -1;
-    }
     if (cfg->recompute) {
         snprintf(err, errlen, "--device cuda with --recompute block: the GPU model has no activation recomputation "
                               "yet; use --recompute none on GPUs, or --device cpu");

@@ -75,6 +75,8 @@ run gpu_distributed_checkpoint 150 python3 tests/gpu/test_distributed.py "$bin" 
 run gpu_distributed_sharded 240 python3 tests/gpu/test_distributed.py "$bin" sharded
 run gpu_distributed_sharded_kill 240 python3 tests/gpu/test_distributed.py "$bin" sharded_kill
 run gpu_distributed_sharded_checkpoint 200 python3 tests/gpu/test_distributed.py "$bin" sharded_checkpoint
+run gpu_distributed_pipeline 300 python3 tests/gpu/test_distributed.py "$bin" pipeline
+run gpu_distributed_pipeline_kill 240 python3 tests/gpu/test_distributed.py "$bin" pipeline_kill
 if [ ${#selected[@]} -eq 0 ] || wanted gpu_step || wanted gpu_ckpt_overhead; then
   data=$(python3 -c "import sys; sys.path.insert(0, 'tests/lib'); from phalanx_test import make_corpus; print(make_corpus('$bin', '$work/bench-data', words=200000))")
 fi

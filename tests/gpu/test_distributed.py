@@ -29,6 +29,16 @@ over Gloo, both processes on the same GPU when there is one.
           llm.c file (the shards gathered over NCCL); a CPU job of whole
           replicas restores the halfway checkpoint and ends at the GPU job's
           final loss within 1e-3; both jobs' --save files are the same size.
+  pipeline  2 groups of pipelined ranks on the GPU, one job per layout: pp2
+          with each schedule (gpipe, 1f1b, zb-h1; 4 micro-batches), pp2 x tp2
+          and pp2 x fsdp2: activations and their gradients cross the stages
+          over NCCL links, the tied embedding's gradients summed between the
+          first and last stage over NCCL; 20 steps end at the same layout's
+          CPU run's final loss within 1e-3, equal checksums, and --save
+          gathers the model from the stages.
+  pipeline_kill  2 groups of pp2 x fsdp2 (1f1b); g1's rank 3 SIGKILLed:
+          dropped, restarted, healed, equal checksums, the CPU run's final
+          loss within 1e-3.
   checkpoint  a GPU job saves a checkpoint halfway (the state downloaded from
           the GPU at that step) and at its end; a CPU job restores the
           halfway one, says so, and ends at the GPU job's final loss within
@@ -176,14 +186,22 @@ def ranks2(bindir):
     kill(bindir, ranks=2, steps=200)
 
 
-LAYOUTS = {"fsdp2": ["--fsdp", "2"], "tp2": ["--tp", "2"], "fsdp2tp2": ["--fsdp", "2", "--tp", "2"]}
+LAYOUTS = {"fsdp2": ["--fsdp", "2"], "tp2": ["--tp", "2"], "fsdp2tp2": ["--fsdp", "2", "--tp", "2"],
+           "pp2-gpipe": ["--pp", "2", "--microbatches", "4", "--schedule", "gpipe"],
+           "pp2-1f1b": ["--pp", "2", "--microbatches", "4", "--schedule", "1f1b"],
+           "pp2-zbh1": ["--pp", "2", "--microbatches", "4", "--schedule", "zb-h1"],
+           "pp2tp2": ["--pp", "2", "--tp", "2", "--microbatches", "4", "--schedule", "1f1b"],
+           "pp2fsdp2": ["--pp", "2", "--fsdp", "2", "--microbatches", "4", "--schedule", "1f1b"]}
+SHARDED = ["fsdp2", "tp2", "fsdp2tp2"]
+PIPELINED = ["pp2-gpipe", "pp2-1f1b", "pp2-zbh1", "pp2tp2", "pp2fsdp2"]
 
 
 def sharded_args(data, steps, device, layout):
     flags = LAYOUTS[layout]
     ranks = 1
-    for i in range(1, len(flags), 2):
-        ranks *= int(flags[i])
+    for i in range(0, len(flags), 2):
+        if flags[i] in ("--pp", "--fsdp", "--tp"):
+            ranks *= int(flags[i + 1])
     return ["--groups", "2", "--ranks-per-group", str(ranks), "--model", "tiny", "--steps", str(steps), "--data",
             data, "--"] + flags + ["--global-batch", "8", "--micro-batch", "2", "--device", device,
                                    "--comm-timeout-ms", "30000"]
@@ -195,24 +213,42 @@ def sharded_cpu(bindir, data, steps, layout):
     return s["final_loss"]
 
 
-def sharded(bindir):
+def layouts_on_gpu(bindir, layouts, save=False):
     require_gpu(bindir)
     data = make_corpus(bindir, tempfile.mkdtemp(prefix="phalanx-gpu-data-"))
     steps = 20
-    for layout in LAYOUTS:
+    for layout in layouts:
         cpu = sharded_cpu(bindir, data, steps, layout)
-        launch = Launch(wrapped_bindir(bindir), sharded_args(data, steps, "cuda", layout), env=NCCL_ENV,
+        extra = []
+        if save:
+            saved = os.path.join(tempfile.mkdtemp(prefix="phalanx-gpu-save-"), "model.bin")
+            extra = ["--save", saved]
+        launch = Launch(wrapped_bindir(bindir), sharded_args(data, steps, "cuda", layout) + extra, env=NCCL_ENV,
                         name="gpu-" + layout)
         s, finals = finish(launch, "cuda " + layout, steps)
         close(s["final_loss"], cpu, layout)
+        if save:
+            check(os.path.exists(saved) and os.path.getsize(saved) > 0, "%s: --save wrote %s" % (layout, saved))
         print("%s: final loss GPU %.6f, CPU %.6f; checksum %s" % (layout, s["final_loss"], cpu,
                                                                finals["g0"]["checksum"]))
 
 
-def sharded_kill(bindir):
+def sharded(bindir):
+    layouts_on_gpu(bindir, SHARDED)
+
+
+def pipeline(bindir):
+    layouts_on_gpu(bindir, PIPELINED, save=True)
+
+
+def pipeline_kill(bindir):
+    sharded_kill(bindir, "pp2fsdp2")
+
+
+def sharded_kill(bindir, layout="fsdp2tp2"):
     require_gpu(bindir)
     data = make_corpus(bindir, tempfile.mkdtemp(prefix="phalanx-gpu-data-"))
-    steps, layout, victim = 100, "fsdp2tp2", 3
+    steps, victim = 100, 3
     cpu = sharded_cpu(bindir, data, steps, layout)
     launch = Launch(wrapped_bindir(bindir), sharded_args(data, steps, "cuda", layout), env=NCCL_ENV,
                     name="gpu-sharded-kill")
@@ -230,8 +266,8 @@ def sharded_kill(bindir):
     finally:
         launch.terminate()
     close(s["final_loss"], cpu, "sharded_kill")
-    print("fsdp2 x tp2: killed g1 rank %d at step >= 10; %d heal(s) of g1; final loss GPU %.6f, CPU %.6f; "
-          "checksum %s" % (victim, len(heals), s["final_loss"], cpu, finals["g0"]["checksum"]))
+    print("%s: killed g1 rank %d at step >= 10; %d heal(s) of g1; final loss GPU %.6f, CPU %.6f; "
+          "checksum %s" % (layout, victim, len(heals), s["final_loss"], cpu, finals["g0"]["checksum"]))
 
 
 def sharded_checkpoint(bindir):
@@ -289,4 +325,5 @@ def checkpoint(bindir):
 
 if __name__ == "__main__":
     main_scenarios({"parity": parity, "kill": kill, "ranks2": ranks2, "checkpoint": checkpoint, "sharded": sharded,
-                    "sharded_kill": sharded_kill, "sharded_checkpoint": sharded_checkpoint})
+                    "sharded_kill": sharded_kill, "sharded_checkpoint": sharded_checkpoint, "pipeline": pipeline,
+                    "pipeline_kill": pipeline_kill})
