@@ -107,6 +107,16 @@ int px_comm_nccl_built(void) {
 #endif
 }
 
+int px_comm_nccl_warm(int device, char *err, size_t errlen) {
+#ifdef PX_HAVE_NCCL
+    return px_nccl_warm(device, err, errlen);
+#else
+    (void)device;
+    snprintf(err, errlen, "phalanx was built without NCCL");
+    return -1;
+#endif
+}
+
 px_comm_t *px_comm_new_nccl(const px_store_t *store, const char *prefix, int rank, int size,
                             int device, int timeout_ms, char *err, size_t errlen) {
     if (check_new_args(store, prefix, rank, size, timeout_ms, err, errlen) != 0) return NULL;

@@ -77,6 +77,14 @@ px_comm_t *px_comm_new_nccl(const px_store_t *store, const char *prefix, int ran
 /* 1 when this build contains the NCCL backend (it may still find no GPU). */
 int px_comm_nccl_built(void);
 
+/* Pays NCCL's one-time costs in this process on `device` now (its global
+ * set-up, the device's context, the network transport), with a one-rank
+ * communicator made and destroyed, so that the first real communicator
+ * does not: a restarted rank calls it before it registers, while the other
+ * groups still train without it. Returns the milliseconds it took, or -1
+ * with the reason in err (no GPU, no NCCL). */
+int px_comm_nccl_warm(int device, char *err, size_t errlen);
+
 /* buf[n] becomes the element-wise reduction over ranks (in place). */
 px_comm_status_t px_comm_allreduce_f32(px_comm_t *c, float *buf, size_t n, px_comm_op_t op);
 px_comm_status_t px_comm_allreduce_sum_f32(px_comm_t *c, float *buf, size_t n);

@@ -45,6 +45,7 @@ void *px_gloo_new(const px_store_t *store, const char *prefix, int rank, int siz
 extern const px_comm_backend_t px_nccl_backend;
 void *px_nccl_new(const px_store_t *store, const char *prefix, int rank, int size, int device,
                   int timeout_ms, char *err, size_t errlen);
+int px_nccl_warm(int device, char *err, size_t errlen);
 #endif
 
 #ifdef __cplusplus

@@ -253,6 +253,25 @@ static int store_key(char *key, size_t cap, const char *prefix, const char *name
     return (n > 0 && (size_t)n < cap) ? 0 : -1;
 }
 
+int px_nccl_warm(int device, char *err, size_t errlen) {
+    int64_t t0 = px_now_ms();
+    cudaError_t ce = cudaSetDevice(device);
+    if (ce != cudaSuccess) {
+        fmt(err, errlen, "nccl warm-up: cudaSetDevice(%d): %s", device, cudaGetErrorString(ce));
+        return -1;
+    }
+    ncclUniqueId id;
+    ncclComm_t comm;
+    ncclResult_t r = ncclGetUniqueId(&id);
+    if (r == ncclSuccess) r = ncclCommInitRank(&comm, 1, id, 0); /* one rank: blocking, nobody to wait for */
+    if (r != ncclSuccess) {
+        fmt(err, errlen, "nccl warm-up on device %d: %s", device, ncclGetErrorString(r));
+        return -1;
+    }
+    ncclCommDestroy(comm);
+    return (int)(px_now_ms() - t0);
+}
+
 void *px_nccl_new(const px_store_t *store, const char *prefix, int rank, int size, int device,
                   int timeout_ms, char *err, size_t errlen) {
     const int64_t t0 = px_now_ms();

@@ -32,6 +32,8 @@ int px_compute_usable(px_device_t device, char *why, size_t len) {
     return 1;
 }
 
+void px_compute_warm(int rank) { px_compute_gpu_warm(rank); }
+
 px_compute_t *px_compute_new(px_device_t device, px_gpt_t *host, px_shard_t *shard, int rank, char *err,
                              size_t errlen) {
     px_compute_t *c = calloc(1, sizeof *c);

@@ -45,6 +45,13 @@ typedef struct px_compute px_compute_t;
  * why (no GPU, built without CUDA or without NCCL). Never exits. */
 int px_compute_usable(px_device_t device, char *why, size_t len);
 
+/* A rank about to train on a GPU pays the one-time costs of its device and
+ * of NCCL (px_comm_nccl_warm) before it registers: a restarted rank would
+ * otherwise pay them inside its first quorum's rendezvous, with every other
+ * group waiting. Logs what it took; a failure is only logged (the trainer
+ * reports it properly). */
+void px_compute_warm(int rank);
+
 /* The compute of `host` (a whole replica; or, with shard, a sharded group's
  * rank: host is px_shard_model(shard)) on `device`; `rank` picks the GPU
  * (rank % devices). On cuda the host state (the model's params, m and v, or

@@ -55,6 +55,14 @@ struct px_compute_gpu {
 
 int px_compute_gpu_usable(char *why, size_t len) { return px_cuda_available(why, len); }
 
+void px_compute_gpu_warm(int rank) {
+    char why[512] = "";
+    int count = px_cuda_device_count(why, sizeof why);
+    int ms = count > 0 ? px_comm_nccl_warm(rank % count, why, sizeof why) : -1;
+    if (ms < 0) px_log_warn("nccl_warm_failed reason=\"%s\"", why);
+    else px_log_info("nccl_warm device=%d ms=%d", rank % count, ms);
+}
+
 /* A compute on GPU rank % devices, that device current; no model yet. */
 static px_compute_gpu_t *start(int rank, char *err, size_t errlen) {
     char why[512] = "";

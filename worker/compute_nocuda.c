@@ -16,6 +16,8 @@ int px_compute_gpu_usable(char *why, size_t len) {
     return 0;
 }
 
+void px_compute_gpu_warm(int rank) { (void)rank; }
+
 px_compute_gpu_t *px_compute_gpu_new(px_gpt_t *host, int rank, char *err, size_t errlen) {
     (void)host, (void)rank;
     snprintf(err, errlen, "%s", NO_CUDA);

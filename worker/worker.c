@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "agent.h"
+#include "compute.h"
 #include "trainer.h"
 #include "px_flags.h"
 #include "px_keys.h"
@@ -405,6 +406,7 @@ int px_worker_main(int argc, char **argv) {
     sigaction(SIGINT, &sa, NULL);
     signal(SIGXFSZ, SIG_IGN); /* a file-size limit fails the write (EFBIG), reported, instead of killing us */
 
+    if (tc.device == PX_DEVICE_CUDA && tc.steps > 0) px_compute_warm(cfg.rank); /* before registering: see there */
     char err[256];
     px_agent_t *agent = px_agent_new(&cfg, err, sizeof err);
     if (!agent) {

@@ -20,6 +20,8 @@
 # OUT_DIR/logs.tgz (each test's whole output and the job folders of the
 # distributed tests). Few files: a lent machine sends back at most 8.
 # With TEST names, runs only those (names as in tests/gpu.cmake, or gpu_step).
+# PX_KEEP_SCRATCH=1 keeps the distributed tests' job folders (worker logs,
+# events) in logs.tgz even when they pass.
 set -u
 usage() { sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 case "${1:-}" in -h|--help) usage; exit 0 ;; esac

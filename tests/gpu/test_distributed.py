@@ -152,7 +152,9 @@ def parity(bindir):
     print("final loss: GPU %.6f, CPU %.6f; checksum %s" % (s["final_loss"], cpu, finals["g0"]["checksum"]))
 
 
-def kill(bindir, ranks=1, steps=300):
+def kill(bindir, ranks=1, steps=1000):
+    # Steps enough that the job outlasts the victim's restart: g0 trains on alone meanwhile (a few ms a step
+    # of `tiny`), and the restarted group must come back, heal and finish with it.
     require_gpu(bindir)
     data = make_corpus(bindir, tempfile.mkdtemp(prefix="phalanx-gpu-data-"))
     cpu = cpu_run(bindir, data, steps, ranks)

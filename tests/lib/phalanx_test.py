@@ -32,6 +32,8 @@ tempfile.mkdtemp = _tracked_mkdtemp
 
 
 def remove_scratch():
+    if os.environ.get("PX_KEEP_SCRATCH"):  # kept for a look afterwards (tests/gpu/device_check.sh's logs)
+        return
     for d in _SCRATCH:
         shutil.rmtree(d, ignore_errors=True)
     del _SCRATCH[:]
