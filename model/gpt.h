@@ -117,6 +117,11 @@ typedef struct {
     int (*tp_sum)(void *ctx, float *buf, size_t n);
 } px_gpt_source_t;
 
+/* A whole model's views v (every layer stacked, llm.c order) moved to
+ * layer l's tensors: the per-layer fields then point at that one layer's,
+ * the outer ones are left as they are. For host or device memory alike. */
+void px_gpt_layer_view(px_gpt_tensors_t *v, const px_gpt_config_t *cfg, int l);
+
 /* Element counts of tensor `tensor`'s slice in one unit on a rank of tp:
  * for a per-layer tensor one layer's slice, for the outer tensors the whole
  * tensor. 0 for a tensor that is not in `unit`. */

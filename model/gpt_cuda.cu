@@ -374,14 +374,8 @@ static int unit_acquire(px_gpt_cuda_t *self, int unit, px_gpt_pass_t pass, px_gp
     *p = self->p;
     if (g) *g = self->g;
     if (unit == 0) return 0;
-    size_t l = (size_t)unit - 1, C = (size_t)self->config.channels;
-    px_gpt_tensors_t *v[2] = {p, g};
-    for (int i = 0; i < 2 && v[i]; i++) {
-        px_gpt_tensors_t *x = v[i];
-        x->ln1w += l * C, x->ln1b += l * C, x->qkvw += l * 3 * C * C, x->qkvb += l * 3 * C;
-        x->attprojw += l * C * C, x->attprojb += l * C, x->ln2w += l * C, x->ln2b += l * C;
-        x->fcw += l * 4 * C * C, x->fcb += l * 4 * C, x->fcprojw += l * 4 * C * C, x->fcprojb += l * C;
-    }
+    px_gpt_layer_view(p, &self->config, unit - 1);
+    if (g) px_gpt_layer_view(g, &self->config, unit - 1);
     return 0;
 }
 

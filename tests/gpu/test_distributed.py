@@ -152,6 +152,30 @@ def parity(bindir):
     print("final loss: GPU %.6f, CPU %.6f; checksum %s" % (s["final_loss"], cpu, finals["g0"]["checksum"]))
 
 
+def kill_g1(launch, victim, steps, name, must_heal):
+    """SIGKILLs g1's rank `victim` once the job trains, waits for its restart
+    (and, with must_heal, for g1's heal from g0) and for the job's end: the
+    summary, the finals and g1's heals."""
+    try:
+        wait_until(lambda: launch.last_step() >= 10, 180, "10 committed steps on the GPU")
+        pid = launch.pid_of("g1", victim)
+        check(pid, "g1 rank %d is a live member" % victim)
+        os.kill(pid, 9)
+        wait_until(lambda: launch.pid_of("g1", victim) not in (None, pid), 60, "g1 rank %d restarted" % victim)
+        if must_heal:
+            healed = wait_until(lambda: [e for e in launch.read_events()
+                                         if e["type"] == "heal_finished" and e["group"] == "g1"], 60, "g1 healed")
+            check(healed[0]["peer_group"] == "g0", "g1 healed from g0: %s" % healed[0])
+        s, finals = finish(launch, name, steps)
+        check(s["failures"] >= 1, "the kill cost the job a failed step: %s" % s)
+        heals = [e for e in launch.read_events() if e["type"] == "heal_finished" and e["group"] == "g1"]
+    except Fail as e:
+        raise Fail("%s\n(logs in %s)\n%s" % (e, launch.dir, launch.tail(25)))
+    finally:
+        launch.terminate()
+    return s, finals, heals
+
+
 def kill(bindir, ranks=1, steps=1000):
     # Steps enough that the job outlasts the victim's restart: g0 trains on alone meanwhile (a few ms a step
     # of `tiny`), and the restarted group must come back, heal and finish with it.
@@ -160,25 +184,10 @@ def kill(bindir, ranks=1, steps=1000):
     cpu = cpu_run(bindir, data, steps, ranks)
     launch = gpu_launch(bindir, data, steps, "gpu-kill", ranks)
     victim = ranks - 1  # with 2 ranks, not the leader: the group's NCCL communicator loses a member
-    try:
-        wait_until(lambda: launch.last_step() >= 10, 120, "10 committed steps on the GPU")
-        pid = launch.pid_of("g1", victim)
-        check(pid, "g1 rank %d is a live member" % victim)
-        os.kill(pid, 9)
-        wait_until(lambda: launch.pid_of("g1", victim) not in (None, pid), 60, "g1 rank %d restarted" % victim)
-        if ranks == 1:  # a whole group restarted from nothing: it must heal from g0
-            healed = wait_until(lambda: [e for e in launch.read_events()
-                                         if e["type"] == "heal_finished" and e["group"] == "g1"], 60, "g1 healed")
-            check(healed[0]["peer_group"] == "g0", "g1 healed from g0: %s" % healed[0])
-        s, finals = finish(launch, "cuda-kill", steps)
-        check(s["failures"] >= 1, "the kill cost the job a failed step: %s" % s)
-        # With 2 ranks, g1's rank 0 kept the state: the restarted rank 1 takes it from there (in-group sync), and
-        # g1 heals from g0 only if g0 went on alone meanwhile; either way the final loss and checksums must agree.
-        cross = [e for e in launch.read_events() if e["type"] == "heal_finished" and e["group"] == "g1"]
-    except Fail as e:
-        raise Fail("%s\n(logs in %s)\n%s" % (e, launch.dir, launch.tail(25)))
-    finally:
-        launch.terminate()
+    # A whole group restarted from nothing must heal from g0. With 2 ranks, g1's rank 0 kept the state: the
+    # restarted rank 1 takes it from there (in-group sync), and g1 heals from g0 only if g0 went on alone
+    # meanwhile; either way the final loss and checksums must agree.
+    s, finals, cross = kill_g1(launch, victim, steps, "cuda-kill", ranks == 1)
     close(s["final_loss"], cpu, "kill")
     print("%d rank(s) per group: killed g1 rank %d at step >= 10; %d cross-group heal(s) of g1; final loss GPU "
           "%.6f, CPU %.6f" % (ranks, victim, len(cross), s["final_loss"], cpu))
@@ -254,19 +263,7 @@ def sharded_kill(bindir, layout="fsdp2tp2"):
     cpu = sharded_cpu(bindir, data, steps, layout)
     launch = Launch(wrapped_bindir(bindir), sharded_args(data, steps, "cuda", layout), env=NCCL_ENV,
                     name="gpu-sharded-kill")
-    try:
-        wait_until(lambda: launch.last_step() >= 10, 180, "10 committed steps on the GPU")
-        pid = launch.pid_of("g1", victim)
-        check(pid, "g1 rank %d is a live member" % victim)
-        os.kill(pid, 9)
-        wait_until(lambda: launch.pid_of("g1", victim) not in (None, pid), 60, "g1 rank %d restarted" % victim)
-        s, finals = finish(launch, "cuda-sharded-kill", steps)
-        check(s["failures"] >= 1, "the kill cost the job a failed step: %s" % s)
-        heals = [e for e in launch.read_events() if e["type"] == "heal_finished" and e["group"] == "g1"]
-    except Fail as e:
-        raise Fail("%s\n(logs in %s)\n%s" % (e, launch.dir, launch.tail(25)))
-    finally:
-        launch.terminate()
+    s, finals, heals = kill_g1(launch, victim, steps, "cuda-sharded-kill", True)  # a rank at step 0: healed whole
     close(s["final_loss"], cpu, "sharded_kill")
     print("%s: killed g1 rank %d at step >= 10; %d heal(s) of g1; final loss GPU %.6f, CPU %.6f; "
           "checksum %s" % (layout, victim, len(heals), s["final_loss"], cpu, finals["g0"]["checksum"]))
