@@ -11,6 +11,13 @@ add_executable(test_shard_init ${CMAKE_CURRENT_LIST_DIR}/sharded/test_shard_init
 target_link_libraries(test_shard_init PRIVATE px_sharded px_checkpoint px_model)
 add_test(NAME sharded_init COMMAND test_shard_init)
 
+# A shard computing in a memory of its own (the GPU's path, with host
+# operations): 4 rank processes, Gloo, equal to the default bit for bit.
+add_executable(test_shard_memory ${CMAKE_CURRENT_LIST_DIR}/sharded/test_shard_memory.c)
+target_link_libraries(test_shard_memory PRIVATE px_sharded px_comm_testutil px_model m)
+add_test(NAME sharded_memory COMMAND test_shard_memory)
+set_tests_properties(sharded_memory PROPERTIES TIMEOUT 180)
+
 # Checkpoints written in parts by a sharded group and restored into other layouts;
 # a rank of the writing group killed while the parts are written.
 px_add_py_test(sharded_checkpoint ${CMAKE_CURRENT_LIST_DIR}/sharded/test_sharded_ckpt.py ${CMAKE_BINARY_DIR}/bin)
