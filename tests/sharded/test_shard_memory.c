@@ -16,7 +16,11 @@
  *   - B's host buffers still hold the initial state: nothing but the
  *     caller writes the mirror;
  *   - the operations were used: fences before collectives, one accumulate
- *     per reduce-scatter, buffers allocated and all released at destroy.
+ *     per reduce-scatter, buffers allocated and all released at destroy;
+ *   - a memory that runs out (a GPU too small for the shard) makes
+ *     px_shard_use_memory fail with the reason, every buffer it had made
+ *     released, and the shard goes on computing in host memory: it still
+ *     trains like A for a step.
  * Exit status 0 pass, 1 fail. */
 #include <math.h>
 #include <stdio.h>
@@ -56,10 +60,13 @@ static int g_rank = -1;
 
 typedef struct {
     long allocs, releases, fences, zeros, accumulates, copies;
+    long fail_after; /* allocations that succeed before the memory is "full" (0: never full) */
 } counts_t;
 
 static float *c_alloc(void *ctx, size_t n) {
-    ((counts_t *)ctx)->allocs++;
+    counts_t *c = ctx;
+    if (c->fail_after && c->allocs >= c->fail_after) return NULL;
+    c->allocs++;
     return calloc(n ? n : 1, sizeof(float));
 }
 static void c_release(void *ctx, float *p) {
@@ -189,6 +196,33 @@ static int rank_main(int rank, int size, void *arg) {
     px_shard_set_comms(B, fsdp, tp, NULL);
     CHECK(px_shard_gather(B, wb) == 0, "gather B through the compute memory");
     CHECK(differ(wa->params, wb->params, wa->num_params) == 0, "the gathered models are equal");
+
+    /* a memory that fills up part way: refused, nothing leaked, the shard unchanged and still training */
+    for (long k = 1; k <= 6; k++) {
+        px_shard_t *C = px_shard_new(&cfg, &lay, err, sizeof err);
+        CHECK(C && px_shard_init(C, SEED) == 0, "shard C");
+        counts_t full = {.fail_after = k};
+        px_shard_memory_t fm = mem;
+        fm.ctx = &full;
+        err[0] = '\0';
+        CHECK(px_shard_use_memory(C, &fm, err, sizeof err) == -1 && strstr(err, "out of memory"),
+              "a full memory after %ld buffers is refused with the reason: '%s'", k, err);
+        CHECK(full.releases == full.allocs, "after %ld buffers: %ld made, %ld released", k, full.allocs, full.releases);
+        CHECK(px_shard_compute_bufs(C)->params == px_shard_bufs(C)->params, "the shard still computes on the host");
+        if (k == 6) { /* one more step, equal to A's next */
+            px_shard_t *A2 = px_shard_new(&cfg, &lay, err, sizeof err);
+            CHECK(A2 && px_shard_init(A2, SEED) == 0, "shard A2");
+            px_shard_set_comms(A2, fsdp, tp, NULL);
+            CHECK(step(A2, group, f, 0) == 0, "A2 step");
+            px_shard_set_comms(C, fsdp, tp, NULL);
+            CHECK(step(C, group, f, 0) == 0, "C step after the refusal: %s", px_shard_last_error(C));
+            CHECK(differ(px_shard_bufs(A2)->params, px_shard_bufs(C)->params, n) == 0, "C trains as before");
+            px_shard_set_comms(A2, NULL, NULL, NULL);
+            px_shard_destroy(&A2);
+        }
+        px_shard_set_comms(C, NULL, NULL, NULL);
+        px_shard_destroy(&C);
+    }
 
     long allocs = cnt.allocs;
     px_shard_set_comms(A, NULL, NULL, NULL);
