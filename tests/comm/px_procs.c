@@ -23,6 +23,8 @@ void *px_procs_shared(size_t bytes) {
     return p;
 }
 
+int px_procs_rank = -1;
+
 int px_procs_spawn(int size, px_rank_fn fn, void *arg, pid_t *pids) {
     fflush(stdout);
     fflush(stderr);
@@ -36,6 +38,7 @@ int px_procs_spawn(int size, px_rank_fn fn, void *arg, pid_t *pids) {
         }
         if (pid == 0) {
             px_child_die_with_parent(parent); /* a killed test leaves no rank behind */
+            px_procs_rank = r;
             int rc = fn(r, size, arg);
             fflush(stdout);
             exit(rc);

@@ -8,12 +8,29 @@
 #define PX_PROCS_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <sys/types.h>
 
 #define PX_PROCS_MAX 16
 
 typedef int (*px_rank_fn)(int rank, int size, void *arg);
+
+/* In a child forked by px_procs_spawn: its rank; -1 in the parent. */
+extern int px_procs_rank;
+
+/* A rank function's check: on a false condition prints "FAIL rank=R
+ * file:line: " and the printf-style message to stderr, and returns 1 from
+ * the rank function (its exit status). */
+#define PX_RANK_CHECK(cond, ...)                                                         \
+    do {                                                                                 \
+        if (!(cond)) {                                                                   \
+            fprintf(stderr, "FAIL rank=%d %s:%d: ", px_procs_rank, __FILE__, __LINE__);  \
+            fprintf(stderr, __VA_ARGS__);                                                \
+            fputc('\n', stderr);                                                         \
+            return 1;                                                                    \
+        }                                                                                \
+    } while (0)
 
 /* Memory shared by the parent and every child forked afterwards (zeroed). */
 void *px_procs_shared(size_t bytes);

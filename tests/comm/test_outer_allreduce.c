@@ -41,17 +41,7 @@
 #define RANKS 3
 #define CHUNK ((size_t)1 << 16) /* verification chunk: a multiple of the int8 block */
 
-static int g_rank = -1;
-
-#define CHECK(cond, ...)                                                                   \
-    do {                                                                                   \
-        if (!(cond)) {                                                                     \
-            fprintf(stderr, "FAIL rank=%d %s:%d: ", g_rank, __FILE__, __LINE__);           \
-            fprintf(stderr, __VA_ARGS__);                                                  \
-            fputc('\n', stderr);                                                           \
-            return 1;                                                                      \
-        }                                                                                  \
-    } while (0)
+#define CHECK PX_RANK_CHECK
 
 typedef struct {
     const char *name;
@@ -304,7 +294,6 @@ static int bad_args(px_comm_t *c) {
 
 static int rank_main(int rank, int size, void *arg) {
     shared_t *sh = arg;
-    g_rank = rank;
     px_store_t st = px_dir_store(&sh->store);
     char err[512];
     px_comm_t *c = px_comm_new_gloo(&st, "outer/dp", rank, size, 60000, err, sizeof(err));

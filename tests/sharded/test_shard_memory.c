@@ -44,17 +44,7 @@
 #define SEQ 16
 #define SEED 7
 
-static int g_rank = -1;
-
-#define CHECK(cond, ...)                                                         \
-    do {                                                                         \
-        if (!(cond)) {                                                           \
-            fprintf(stderr, "FAIL rank=%d %s:%d: ", g_rank, __FILE__, __LINE__); \
-            fprintf(stderr, __VA_ARGS__);                                        \
-            fputc('\n', stderr);                                                 \
-            return 1;                                                            \
-        }                                                                        \
-    } while (0)
+#define CHECK PX_RANK_CHECK
 
 /* ---- the other memory: host buffers of its own, every call counted ---- */
 
@@ -132,7 +122,6 @@ static size_t differ(const float *a, const float *b, size_t n) {
 
 static int rank_main(int rank, int size, void *arg) {
     (void)size;
-    g_rank = rank;
     const args_t *a = arg;
     px_dir_store_t ds;
     CHECK(px_dir_store_init(&ds, a->dir) == 0, "store");
