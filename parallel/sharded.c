@@ -41,6 +41,16 @@ typedef struct {
 
 typedef enum { JOB_GATHER, JOB_SCATTER } job_kind_t;
 
+/* The working buffers, in the compute memory: the gathered units and their gradients (F > 1), and
+ * tie_tmp (pipelines). */
+typedef struct {
+    float *outer_p, *outer_g;
+    float **layer_p;  /* [nslots] (the array itself on the host) */
+    float *layer_g[2];
+    float *piece_tmp; /* a reduce-scatter's result before it is added */
+    float *tie_tmp;   /* the other stage's unit 0 gradient piece (px_shard_tie_outer), made at first use */
+} work_t;
+
 typedef struct {
     job_kind_t kind;
     int unit;
@@ -61,12 +71,8 @@ struct px_shard {
     px_gpt_source_t src;
     /* working buffers (F > 1) */
     size_t layer_padded;     /* the largest layer unit */
-    float *outer_p, *outer_g;
-    float **layer_p;         /* 2 slots, or L with keep_params */
-    int nslots;
-    float *layer_g[2];
-    float *piece_tmp;        /* a reduce-scatter's result before it is added */
-    float *tie_tmp;          /* the other stage's unit 0 gradient piece (px_shard_tie_outer), made at first use */
+    int nslots;              /* gathered layers held: 2, or L with keep_params */
+    work_t w;                /* in the compute memory */
     /* main thread's bookkeeping: job ids (0: none) */
     unsigned long *gathered; /* per unit: the gather that fills its params slot */
     unsigned long scatter_of[2];
@@ -232,8 +238,8 @@ static int run_job(void *ctx, const void *job) {
     if (j->kind == JOB_GATHER) {
         st = px_comm_allgather_f32(sh->fsdp, mine, j->buf, un->piece);
     } else {
-        st = px_comm_reduce_scatter_sum_f32(sh->fsdp, j->buf, sh->piece_tmp, un->piece);
-        if (st == PX_COMM_OK) sh->mem.accumulate(sh->mem.ctx, sh->d.grads + un->shard_off, sh->piece_tmp, un->piece);
+        st = px_comm_reduce_scatter_sum_f32(sh->fsdp, j->buf, sh->w.piece_tmp, un->piece);
+        if (st == PX_COMM_OK) sh->mem.accumulate(sh->mem.ctx, sh->d.grads + un->shard_off, sh->w.piece_tmp, un->piece);
     }
     if (st == PX_COMM_OK) return 0;
     set_error(sh, j->kind == JOB_GATHER ? "fsdp all-gather" : "fsdp reduce-scatter", sh->fsdp, st);
@@ -257,8 +263,8 @@ static void unit_views(const px_shard_t *sh, int u, float *flat, px_gpt_tensors_
 }
 
 static float *params_slot(px_shard_t *sh, int u) {
-    if (u == 0) return sh->outer_p;
-    return sh->layer_p[sh->lay.keep_params ? u - 1 : u % 2];
+    if (u == 0) return sh->w.outer_p;
+    return sh->w.layer_p[sh->lay.keep_params ? u - 1 : u % 2];
 }
 
 /* Issues the gather of unit u's params unless one is in flight or done. */
@@ -309,11 +315,11 @@ static int src_acquire(void *ctx, int u, px_gpt_pass_t pass, px_gpt_tensors_t *p
     if (px_jobq_wait(sh->jobs, sh->gathered[u]) != 0) return -1;
     unit_views(sh, u, params_slot(sh, u), p);
     if (g) {
-        float *gb = sh->outer_g;
+        float *gb = sh->w.outer_g;
         if (u > 0) {
             int s = u % 2;
             if (sh->scatter_of[s] && px_jobq_wait(sh->jobs, sh->scatter_of[s]) != 0) return -1;
-            gb = sh->layer_g[s];
+            gb = sh->w.layer_g[s];
         }
         sh->mem.zero(sh->mem.ctx, gb, sh->units[u].padded);
         unit_views(sh, u, gb, g);
@@ -334,14 +340,14 @@ static int src_release(void *ctx, int u, px_gpt_pass_t pass) {
     sh->gathered[u] = 0;
     sh->mem.fence(sh->mem.ctx); /* the unit's gradients are written */
     if (u > 0) {
-        sh->scatter_of[u % 2] = issue(sh, JOB_SCATTER, u, sh->layer_g[u % 2]);
+        sh->scatter_of[u % 2] = issue(sh, JOB_SCATTER, u, sh->w.layer_g[u % 2]);
         if (next_unit(sh, u, pass) >= 0 || holds(&sh->lay.stage, 0)) return 0;
         /* a middle stage's backward ends with its first layer: its grads are final on return */
         int rc = px_jobq_wait_all(sh->jobs);
         sh->scatter_of[0] = sh->scatter_of[1] = 0;
         return rc;
     }
-    issue(sh, JOB_SCATTER, 0, sh->outer_g);
+    issue(sh, JOB_SCATTER, 0, sh->w.outer_g);
     int rc = px_jobq_wait_all(sh->jobs); /* the shard's grads are final when the backward returns */
     sh->scatter_of[0] = sh->scatter_of[1] = 0;
     return rc;
@@ -389,39 +395,51 @@ static void host_adamw(void *ctx, float *p, float *m, float *v, const float *g, 
 static const px_shard_memory_t host_memory = {NULL,      host_alloc,      host_release, host_copy,  host_zero,
                                               host_fence, host_accumulate, host_sumsq,   host_scale, host_adamw};
 
-/* The gathered units' buffers (F > 1) in the compute memory. */
-static void free_work(px_shard_t *sh) {
-    const px_shard_memory_t *m = &sh->mem;
-    float **bufs[] = {&sh->outer_p, &sh->outer_g, &sh->layer_g[0], &sh->layer_g[1], &sh->piece_tmp, &sh->tie_tmp};
+/* Releases w's buffers (made in memory m) and its slot array. */
+static void free_work(const px_shard_t *sh, const px_shard_memory_t *m, work_t *w) {
+    float *bufs[] = {w->outer_p, w->outer_g, w->layer_g[0], w->layer_g[1], w->piece_tmp, w->tie_tmp};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        if (*bufs[i]) m->release(m->ctx, *bufs[i]), *bufs[i] = NULL;
-    for (int i = 0; sh->layer_p && i < sh->nslots; i++)
-        if (sh->layer_p[i]) m->release(m->ctx, sh->layer_p[i]), sh->layer_p[i] = NULL;
+        if (bufs[i]) m->release(m->ctx, bufs[i]);
+    for (int i = 0; w->layer_p && i < sh->nslots; i++)
+        if (w->layer_p[i]) m->release(m->ctx, w->layer_p[i]);
+    free(w->layer_p);
+    memset(w, 0, sizeof *w);
 }
 
-static int alloc_work(px_shard_t *sh) {
+/* sh's gathered units' buffers (F > 1) in memory m, into w (zeroed first).
+ * 0, or -1 when out of memory (what was made is left in w: free_work). */
+static int alloc_work(const px_shard_t *sh, const px_shard_memory_t *m, work_t *w) {
+    memset(w, 0, sizeof *w);
     if (sh->lay.fsdp == 1) return 0;
-    const px_shard_memory_t *m = &sh->mem;
     size_t piece_max = 0;
     for (int u = 0; u < sh->nunits; u++)
         if (sh->units[u].piece > piece_max) piece_max = sh->units[u].piece;
-    sh->outer_p = m->alloc(m->ctx, sh->units[0].padded);
-    sh->outer_g = m->alloc(m->ctx, sh->units[0].padded);
-    sh->layer_g[0] = m->alloc(m->ctx, sh->layer_padded);
-    sh->layer_g[1] = m->alloc(m->ctx, sh->layer_padded);
-    sh->piece_tmp = m->alloc(m->ctx, piece_max);
-    if (!sh->outer_p || !sh->outer_g || !sh->layer_g[0] || !sh->layer_g[1] || !sh->piece_tmp) return -1;
+    w->outer_p = m->alloc(m->ctx, sh->units[0].padded);
+    w->outer_g = m->alloc(m->ctx, sh->units[0].padded);
+    w->layer_g[0] = m->alloc(m->ctx, sh->layer_padded);
+    w->layer_g[1] = m->alloc(m->ctx, sh->layer_padded);
+    w->piece_tmp = m->alloc(m->ctx, piece_max);
+    w->layer_p = calloc((size_t)sh->nslots, sizeof *w->layer_p);
+    if (!w->outer_p || !w->outer_g || !w->layer_g[0] || !w->layer_g[1] || !w->piece_tmp || !w->layer_p) return -1;
     for (int i = 0; i < sh->nslots; i++)
-        if (!(sh->layer_p[i] = m->alloc(m->ctx, sh->layer_padded))) return -1;
+        if (!(w->layer_p[i] = m->alloc(m->ctx, sh->layer_padded))) return -1;
     return 0;
 }
 
+/* The four buffers of d (made in memory m) released; NULL ones skipped. */
+static void release_bufs(const px_shard_memory_t *m, const px_shard_bufs_t *d) {
+    float *bufs[] = {d->params, d->grads, d->m, d->v};
+    for (int i = 0; i < 4; i++)
+        if (bufs[i]) m->release(m->ctx, bufs[i]);
+}
+
+/* The shard computes in its host buffers (no other memory given). */
+static int on_host(const px_shard_t *sh) { return sh->d.params == sh->b.params; }
+
 /* The compute copy of the four buffers when it is not the host's. */
 static void free_compute_copy(px_shard_t *sh) {
-    if (sh->d.params == sh->b.params) return;
-    float *bufs[] = {sh->d.params, sh->d.grads, sh->d.m, sh->d.v};
-    for (int i = 0; i < 4; i++)
-        if (bufs[i]) sh->mem.release(sh->mem.ctx, bufs[i]);
+    if (on_host(sh)) return;
+    release_bufs(&sh->mem, &sh->d);
     sh->d = sh->b;
 }
 
@@ -451,7 +469,7 @@ px_shard_t *px_shard_new(const px_gpt_config_t *cfg, const px_shard_layout_t *la
     sh->mem = host_memory;
     if (lay->fsdp > 1) {
         sh->nslots = lay->keep_params ? cfg->num_layers : 2;
-        if (!(sh->layer_p = calloc((size_t)sh->nslots, sizeof *sh->layer_p)) || alloc_work(sh) != 0) goto oom;
+        if (alloc_work(sh, &sh->mem, &sh->w) != 0) goto oom;
         if (!(sh->jobs = px_jobq_new(sizeof(job_t), QUEUE, run_job, sh))) goto oom;
     }
     sh->src = (px_gpt_source_t){sh, src_acquire, src_release, src_tp_sum};
@@ -470,14 +488,13 @@ void px_shard_destroy(px_shard_t **shp) {
     px_jobq_destroy(&sh->jobs);
     px_gpt_destroy(&sh->model);
     if (sh->mem.release) { /* set once the buffers were */
-        free_work(sh);
+        free_work(sh, &sh->mem, &sh->w);
         free_compute_copy(sh);
     }
     free(sh->b.params);
     free(sh->b.grads);
     free(sh->b.m);
     free(sh->b.v);
-    free(sh->layer_p);
     free(sh->gathered);
     free(sh->units);
     free(sh->segs);
@@ -493,32 +510,25 @@ px_gpt_t *px_shard_model(px_shard_t *sh) { return sh->model; }
 const px_gpt_source_t *px_shard_source(px_shard_t *sh) { return &sh->src; }
 
 int px_shard_use_memory(px_shard_t *sh, const px_shard_memory_t *mem, char *err, size_t errlen) {
-    px_shard_t next = *sh;
-    next.mem = *mem;
-    next.d = (px_shard_bufs_t){mem->alloc(mem->ctx, sh->b.n), mem->alloc(mem->ctx, sh->b.n + PX_GPT_GRADS_SPARE),
-                               mem->alloc(mem->ctx, sh->b.n), mem->alloc(mem->ctx, sh->b.n), sh->b.n};
-    next.outer_p = next.outer_g = next.layer_g[0] = next.layer_g[1] = next.piece_tmp = next.tie_tmp = NULL;
-    float **slots = sh->nslots ? calloc((size_t)sh->nslots, sizeof *slots) : NULL;
-    next.layer_p = slots;
-    if (!next.d.params || !next.d.grads || !next.d.m || !next.d.v || (sh->nslots && !slots) || alloc_work(&next) != 0) {
-        free_work(&next);
-        free_compute_copy(&next);
-        free(slots);
-        px_err_set(err, errlen, "out of memory for the shard's compute copy (%zu floats x 4, plus gathered units)",
-                   sh->b.n);
+    size_t n = sh->b.n;
+    px_shard_bufs_t d = {mem->alloc(mem->ctx, n), mem->alloc(mem->ctx, n + PX_GPT_GRADS_SPARE),
+                         mem->alloc(mem->ctx, n), mem->alloc(mem->ctx, n), n};
+    work_t w;
+    int ok = alloc_work(sh, mem, &w) == 0 && d.params && d.grads && d.m && d.v;
+    if (!ok) {
+        free_work(sh, mem, &w);
+        release_bufs(mem, &d);
+        px_err_set(err, errlen, "out of memory for the shard's compute copy (%zu floats x 4, plus gathered units)", n);
         return -1;
     }
-    free_work(sh);
+    free_work(sh, &sh->mem, &sh->w);
     free_compute_copy(sh);
-    free(sh->layer_p);
-    sh->mem = next.mem;
-    sh->d = next.d;
-    sh->layer_p = slots;
-    sh->outer_p = next.outer_p, sh->outer_g = next.outer_g, sh->piece_tmp = next.piece_tmp;
-    sh->layer_g[0] = next.layer_g[0], sh->layer_g[1] = next.layer_g[1];
+    sh->mem = *mem;
+    sh->d = d;
+    sh->w = w;
     const float *from[3] = {sh->b.params, sh->b.m, sh->b.v};
-    float *to[3] = {sh->d.params, sh->d.m, sh->d.v};
-    for (int i = 0; i < 3; i++) sh->mem.copy(sh->mem.ctx, to[i], from[i], sh->b.n);
+    float *to[3] = {d.params, d.m, d.v};
+    for (int i = 0; i < 3; i++) sh->mem.copy(sh->mem.ctx, to[i], from[i], n);
     return 0;
 }
 
@@ -546,15 +556,15 @@ int px_shard_tie_outer(px_shard_t *sh, px_comm_t *c, int peer, int send_first) {
     if (n == 0) return 0;
     const px_shard_memory_t *m = &sh->mem;
     float *g = sh->d.grads + sh->units[0].shard_off;
-    if (!sh->tie_tmp && !(sh->tie_tmp = m->alloc(m->ctx, n))) return -1;
+    if (!sh->w.tie_tmp && !(sh->w.tie_tmp = m->alloc(m->ctx, n))) return -1;
     m->fence(m->ctx); /* the backward's gradients are written */
     size_t bytes = n * sizeof(float);
     int ok = c != NULL;
     if (ok && send_first)
-        ok = px_comm_send(c, g, bytes, peer, 1) == PX_COMM_OK && px_comm_recv(c, sh->tie_tmp, bytes, peer, 1) == PX_COMM_OK;
+        ok = px_comm_send(c, g, bytes, peer, 1) == PX_COMM_OK && px_comm_recv(c, sh->w.tie_tmp, bytes, peer, 1) == PX_COMM_OK;
     else if (ok)
-        ok = px_comm_recv(c, sh->tie_tmp, bytes, peer, 1) == PX_COMM_OK && px_comm_send(c, g, bytes, peer, 1) == PX_COMM_OK;
-    if (ok) m->accumulate(m->ctx, g, sh->tie_tmp, n);
+        ok = px_comm_recv(c, sh->w.tie_tmp, bytes, peer, 1) == PX_COMM_OK && px_comm_send(c, g, bytes, peer, 1) == PX_COMM_OK;
+    if (ok) m->accumulate(m->ctx, g, sh->w.tie_tmp, n);
     return ok ? 0 : -1;
 }
 
@@ -584,7 +594,7 @@ int px_shard_gather(px_shard_t *sh, px_gpt_t *dst) {
     int T = sh->lay.tp.size;
     /* gathered in the compute memory (the communicators take it), then read on the host */
     float *flat = m->alloc(m->ctx, biggest), *all = m->alloc(m->ctx, biggest * (size_t)T);
-    float *host = all && m->alloc != host_alloc ? zalloc(biggest * (size_t)T) : all;
+    float *host = all && !on_host(sh) ? zalloc(biggest * (size_t)T) : all;
     int rc = flat && all && host ? 0 : -1;
     for (int u = 0; rc == 0 && u < sh->nunits; u++) {
         const unit_t *un = &sh->units[u];
@@ -610,7 +620,7 @@ int px_shard_gather(px_shard_t *sh, px_gpt_t *dst) {
                                               sizes[outer_tensors[i]] * sizeof(float));
     }
     if (!sh->pp) return -1;
-    if (m->alloc == host_alloc) return px_comm_allreduce_sum_f32(sh->pp, dst->params, dst->num_params) == PX_COMM_OK ? 0 : -1;
+    if (on_host(sh)) return px_comm_allreduce_sum_f32(sh->pp, dst->params, dst->num_params) == PX_COMM_OK ? 0 : -1;
     float *sum = m->alloc(m->ctx, dst->num_params); /* the communicator takes the compute memory only */
     if (!sum) return -1;
     m->copy(m->ctx, sum, dst->params, dst->num_params);
