@@ -46,8 +46,7 @@ px_compute_t *px_compute_new(px_device_t device, px_gpt_t *host, px_shard_t *sha
     c->mirror_valid = 1;
     snprintf(c->name, sizeof c->name, "cpu");
     if (device == PX_DEVICE_CUDA) {
-        c->gpu = shard ? px_compute_gpu_new_shard(shard, &host->config, host->tp, rank, err, errlen)
-                       : px_compute_gpu_new(host, rank, err, errlen);
+        c->gpu = shard ? px_compute_gpu_new_shard(shard, rank, err, errlen) : px_compute_gpu_new(host, rank, err, errlen);
         if (!c->gpu) {
             free(c);
             return NULL;
@@ -67,8 +66,8 @@ void px_compute_destroy(px_compute_t **pc) {
 const char *px_compute_name(const px_compute_t *c) { return c->name; }
 
 void px_compute_zero_grad(px_compute_t *c) {
-    if (c->gpu) px_compute_gpu_zero_grad(c->gpu);
-    else if (c->shard) px_shard_zero_grad(c->shard);
+    if (c->shard) px_shard_zero_grad(c->shard); /* in its compute memory, on either device */
+    else if (c->gpu) px_compute_gpu_zero_grad(c->gpu);
     else px_gpt_zero_grad(c->host);
 }
 

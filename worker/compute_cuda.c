@@ -172,12 +172,12 @@ static void mem_adamw(void *ctx, float *p, float *m, float *v, const float *gr, 
     adamw_update_cuda(p, m, v, gr, n, lr, beta1, beta2, eps, weight_decay, t, model_stream(ctx));
 }
 
-px_compute_gpu_t *px_compute_gpu_new_shard(px_shard_t *shard, const px_gpt_config_t *cfg, px_gpt_tp_t tp, int rank,
-                                           char *err, size_t errlen) {
+px_compute_gpu_t *px_compute_gpu_new_shard(px_shard_t *shard, int rank, char *err, size_t errlen) {
     px_compute_gpu_t *g = start(rank, err, errlen);
     if (!g) return NULL;
     g->shard = shard;
-    if (!(g->m = px_gpt_cuda_new_sharded(cfg, tp, px_shard_source(shard)))) {
+    const px_gpt_t *cpu = px_shard_model(shard); /* its config and tensor-parallel coordinate */
+    if (!(g->m = px_gpt_cuda_new_sharded(&cpu->config, cpu->tp, px_shard_source(shard)))) {
         snprintf(err, errlen, "cannot create the sharded model on GPU %d (the log says why)", g->device);
         free(g);
         return NULL;
@@ -218,10 +218,7 @@ void px_compute_gpu_destroy(px_compute_gpu_t **pg) {
 
 int px_compute_gpu_device(const px_compute_gpu_t *g) { return g->device; }
 
-void px_compute_gpu_zero_grad(px_compute_gpu_t *g) {
-    if (g->shard) px_shard_zero_grad(g->shard);
-    else px_gpt_cuda_zero_grad(g->m);
-}
+void px_compute_gpu_zero_grad(px_compute_gpu_t *g) { px_gpt_cuda_zero_grad(g->m); } /* a shard's: px_shard_zero_grad */
 
 float px_compute_gpu_forward(px_compute_gpu_t *g, const int *inputs, const int *targets, int B, int T) {
     return px_gpt_cuda_forward(g->m, inputs, targets, B, T);

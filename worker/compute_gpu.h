@@ -22,8 +22,7 @@ px_compute_gpu_t *px_compute_gpu_new(px_gpt_t *host, int rank, char *err, size_t
 /* A sharded group's rank on GPU rank % devices: the CUDA model computes with
  * the shard's source, and the shard computes in GPU memory
  * (px_shard_use_memory); its host buffers become the mirror. */
-px_compute_gpu_t *px_compute_gpu_new_shard(px_shard_t *shard, const px_gpt_config_t *cfg, px_gpt_tp_t tp, int rank,
-                                           char *err, size_t errlen);
+px_compute_gpu_t *px_compute_gpu_new_shard(px_shard_t *shard, int rank, char *err, size_t errlen);
 void px_compute_gpu_destroy(px_compute_gpu_t **g);
 int px_compute_gpu_device(const px_compute_gpu_t *g);
 

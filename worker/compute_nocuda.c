@@ -24,9 +24,8 @@ px_compute_gpu_t *px_compute_gpu_new(px_gpt_t *host, int rank, char *err, size_t
     return NULL;
 }
 
-px_compute_gpu_t *px_compute_gpu_new_shard(px_shard_t *shard, const px_gpt_config_t *cfg, px_gpt_tp_t tp, int rank,
-                                           char *err, size_t errlen) {
-    (void)shard, (void)cfg, (void)tp, (void)rank;
+px_compute_gpu_t *px_compute_gpu_new_shard(px_shard_t *shard, int rank, char *err, size_t errlen) {
+    (void)shard, (void)rank;
     snprintf(err, errlen, "%s", NO_CUDA);
     return NULL;
 }

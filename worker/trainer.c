@@ -132,7 +132,6 @@ typedef struct {
      * its shard of the state, and the step whose reduced gradients it holds
      * but has not applied (the group's confirmation failed; see train_step). */
     px_shard_t *shard;
-    px_gpt_stage_t stage; /* this rank's pipeline stage (the pipe is made with the compute) */
     px_mesh_t mesh;
     px_mesh_coord_t coord;
     px_mesh_comms_t axes;
@@ -1701,7 +1700,6 @@ static int setup_shard(trainer_t *t, const px_gpt_config_t *mc) {
     }
     px_gpt_destroy(&t->model);
     t->model = px_shard_model(t->shard);
-    t->stage = lay.stage;
     return 0;
 }
 
@@ -1713,15 +1711,16 @@ static int make_pipe(trainer_t *t) {
     if (!t->shard || P < 2) return 0;
     char err[256];
     int M = cfg->microbatches ? cfg->microbatches : P;
+    px_gpt_stage_t st = layout_of(t, &t->model->config, cfg->rank).stage; /* the shard's own */
     px_pipe_model_t model = px_compute_pipe_model(t->dev);
-    t->pipe = px_pipe_new(&model, &t->stage, t->coord.c[PX_MESH_PP], P, (px_sched_kind_t)cfg->schedule, M, t->T, err,
+    t->pipe = px_pipe_new(&model, &st, t->coord.c[PX_MESH_PP], P, (px_sched_kind_t)cfg->schedule, M, t->T, err,
                           sizeof err);
     if (!t->pipe) {
         px_log_error("layout: %s", err);
         return -1;
     }
     px_log_info("pipeline_stage rank=%d stage=%d of=%d layers=%d..%d schedule=%s", cfg->rank, t->coord.c[PX_MESH_PP], P,
-                t->stage.first_layer, t->stage.first_layer + t->stage.num_layers - 1,
+                st.first_layer, st.first_layer + st.num_layers - 1,
                 px_sched_name((px_sched_kind_t)cfg->schedule));
     return 0;
 }
