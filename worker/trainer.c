@@ -530,8 +530,11 @@ static int shard_group_sync(trainer_t *t) {
  * training: the download runs while the next step computes. Nothing reads
  * the copy before px_compute_host_wait (a save's saver: wait_host). */
 static void host_state_begin(trainer_t *t) {
-    if (px_compute_host_stale(t->dev))
+    if (px_compute_host_stale(t->dev)) {
         px_persist_fence(&t->persist); /* the download overwrites the state a save may be copying */
+        /* and the digest cached at this step (a DiLoCo round's inner steps keep st.step) describes the old copy */
+        t->heal.ck_valid = 0;
+    }
     px_compute_host_state_begin(t->dev);
 }
 
@@ -1051,11 +1054,32 @@ static void reset_fragments(trainer_t *t) {
     for (int p = 0; p < F; p++) t->frag_full[p] = F == 1 || t->st.step == 0 || p == last;
 }
 
-/* The group's local parameters and the gradients (this rank's shard of
- * them in a sharded group), st.n floats; the grads have the vote's tail
- * after them. */
+/* The group's local parameters (this rank's shard of them in a sharded
+ * group), st.n floats on the host: on a GPU the mirror of the device's, so
+ * their readers and writers bracket themselves with local_read and
+ * local_written. */
 static float *local_params(trainer_t *t) { return t->shard ? px_shard_bufs(t->shard)->params : t->model->params; }
-static float *grads_buf(trainer_t *t) { return t->shard ? px_shard_bufs(t->shard)->grads : px_compute_grads(t->dev); }
+
+/* Host room for an outer step's pseudo-gradients (st.n floats) and its
+ * tail after them (PX_GPT_GRADS_SPARE): the host model's or shard's
+ * gradient buffer. On the CPU that is where the gradients are computed (an
+ * outer step comes after the round's last inner step has used them); on a
+ * GPU, whose gradients are device memory, it is otherwise unused. Outer
+ * steps therefore reduce over the host communicators (state_cross and
+ * state_intra: Gloo on a GPU, the reduction's own on the CPU): they carry
+ * 1/H of sync's traffic, through host memory. */
+static float *host_grads(trainer_t *t) { return t->shard ? px_shard_bufs(t->shard)->grads : t->model->grads; }
+
+/* Before the host reads the local parameters or the moments (a GPU's
+ * mirror downloaded when an inner step made it stale), and after it wrote
+ * them (the GPU takes params, m and v back). No-ops on the CPU, and before
+ * the compute exists (setup writes the host state it then uploads). */
+static void local_read(trainer_t *t) {
+    if (t->dev) host_state(t);
+}
+static void local_written(trainer_t *t) {
+    if (t->dev) px_compute_host_written(t->dev);
+}
 
 /* The round's bookkeeping from its start. */
 static void new_round(trainer_t *t) {
@@ -1068,7 +1092,9 @@ static void new_round(trainer_t *t) {
 
 /* A new round (or the current one again) from the global parameters. */
 static void start_round(trainer_t *t) {
+    local_read(t); /* the moments go back up with the parameters */
     memcpy(local_params(t), t->global, t->st.n * sizeof(float));
+    local_written(t);
     reset_fragments(t);
     new_round(t);
 }
@@ -1088,10 +1114,12 @@ static int whole_fragment(const trainer_t *t, int p) {
 /* The next round after an outer step that synced fragment p: its local
  * parameters from its new global ones (F = 1: all of them). */
 static void next_round(trainer_t *t, int p) {
+    local_read(t);
     float *lp = local_params(t);
     for (int r = 0; r < t->nruns; r++)
         if (synced(&t->runs[r], p))
             memcpy(lp + t->runs[r].off, t->global + t->runs[r].off, t->runs[r].len * sizeof(float));
+    local_written(t);
     for (int q = 0; q < t->cfg->fragments; q++)
         if (p == SYNC_ALL || q == p) t->frag_full[q] = 1;
     new_round(t);
@@ -1110,7 +1138,7 @@ static int align_round(trainer_t *t) {
     int P = t->q.n;
     float mine = (float)t->inner, *all = malloc((size_t)P * sizeof *all);
     if (!all) return -1;
-    int rc = px_comm_allgather_f32(t->cross, &mine, all, 1) == PX_COMM_OK ? 0 : -1;
+    int rc = px_comm_allgather_f32(state_cross(t), &mine, all, 1) == PX_COMM_OK ? 0 : -1;
     int k = 0;
     for (int i = 0; rc == 0 && i < P; i++)
         if ((int)all[i] > k) k = (int)all[i];
@@ -1135,16 +1163,19 @@ static int inner_step(trainer_t *t, float *loss_out, float *norm_out) {
     int64_t s = cur_step(t);
     int lo, hi, W = cfg->ranks_per_group;
     my_share(t, &lo, &hi);
-    float local_loss = 0, *tail = grads_buf(t) + n, sumsq = 0;
+    float local_loss = 0, *tail = px_compute_tail(t->dev), sumsq = 0;
     px_comm_status_t st = compute_grads(t, lo, hi, &local_loss) == 0 ? PX_COMM_OK : PX_COMM_ERROR;
     px_vote_fill(tail, s, 0, local_loss);
-    if (st == PX_COMM_OK && t->shard) { /* the fsdp reduce-scatters summed the gradients: the vote, then the norm */
-        st = px_comm_allreduce_sum_f32(t->intra, tail, PX_VOTE_N);
+    if (st == PX_COMM_OK && t->shard) { /* the fsdp reduce-scatters summed the gradients: the vote, then the norm
+                                         * (host scalars: over Gloo on a GPU) */
+        st = px_comm_allreduce_sum_f32(state_intra(t), tail, PX_VOTE_N);
         sumsq = (float)px_shard_grad_sumsq(t->shard);
-        if (st == PX_COMM_OK) st = px_comm_allreduce_sum_f32(t->intra, &sumsq, 1);
-    } else if (st == PX_COMM_OK && t->intra) {
+        if (st == PX_COMM_OK) st = px_comm_allreduce_sum_f32(state_intra(t), &sumsq, 1);
+    } else if (st == PX_COMM_OK && t->intra) { /* the gradients and the tail after them, where they are computed */
         t->bytes_group += 2.0 * (W - 1) / W * (double)(n + PX_VOTE_N) * sizeof(float);
-        st = px_comm_allreduce_sum_f32(t->intra, grads_buf(t), n + PX_VOTE_N);
+        px_compute_tail_put(t->dev);
+        st = px_comm_allreduce_sum_f32(t->intra, px_compute_grads(t->dev), n + PX_VOTE_N);
+        if (st == PX_COMM_OK) px_compute_tail_get(t->dev);
     }
     if (st != PX_COMM_OK || !px_vote_passed(tail, W, s)) {
         const char *why = st != PX_COMM_OK ? failure_reason(t) : "the group's ranks disagree on the step";
@@ -1179,21 +1210,21 @@ static px_comm_status_t outer_reduce(trainer_t *t, float *g, size_t n, uint64_t 
     if (dt == PX_OUTER_FP32) {
         *wire = (uint64_t)(2.0 * (R - 1) / R * (double)n * sizeof(float));
         *scale = 1.0f;
-        return px_comm_allreduce_sum_f32(t->cross, g, n);
+        return px_comm_allreduce_sum_f32(state_cross(t), g, n);
     }
     size_t need = px_outer_scratch_bytes(dt, n, R);
     if (need > t->outer_scratch_bytes) {
         free(t->outer_scratch);
         t->outer_scratch_bytes = 0;
         if (!(t->outer_scratch = aligned_alloc(64, (need + 63) & ~(size_t)63))) {
-            px_comm_abort(t->cross); /* the others are in the collective: let them fail now */
+            px_comm_abort(state_cross(t)); /* the others are in the collective: let them fail now */
             return PX_COMM_ERROR;
         }
         t->outer_scratch_bytes = need;
     }
     char err[200];
     *scale = (float)R;
-    px_comm_status_t st = px_outer_allreduce_mean(t->cross, g, n, dt, t->outer_scratch, t->outer_scratch_bytes, wire,
+    px_comm_status_t st = px_outer_allreduce_mean(state_cross(t), g, n, dt, t->outer_scratch, t->outer_scratch_bytes, wire,
                                                   err, sizeof err);
     if (st != PX_COMM_OK) px_log_warn("outer_reduce_failed dtype=%s reason=\"%s\"", px_outer_dtype_name(dt), err);
     return st;
@@ -1293,6 +1324,7 @@ static void pending_apply(trainer_t *t) {
     int p = t->pend.frag;
     px_persist_fence(&t->persist); /* the global parameters and outer momentum change */
     outer_update(t, p, t->pend.buf, t->pend.scale / t->pend.weight);
+    local_read(t);
     float *lp = local_params(t);
     for (int r = 0; r < t->nruns; r++) {
         const frag_run_t *run = &t->runs[r];
@@ -1302,6 +1334,7 @@ static void pending_apply(trainer_t *t) {
 #pragma omp parallel for schedule(static)
         for (size_t i = 0; i < run->len; i++) lo[i] = 0.5f * (lo[i] + gl[i]);
     }
+    local_written(t);
     t->heal.ck_valid = 0; /* the state changed at an unchanged step */
     t->pend.active = 0;
     outer_report(t, t->pend.from, t->pend.to, p, t->pend.weight, t->pend.loss, t->pend.wire, t->pend.reduce_us,
@@ -1345,19 +1378,20 @@ static int outer_step(trainer_t *t, int *adopt, float *loss_out) {
      * back to sync (which needs every local parameter at its global value): every fragment */
     if (F > 1 && (t->st.step + H >= cfg->steps || leaving(t))) p = SYNC_ALL;
     int pend_ok = pending_join(t);
-    float *g = grads_buf(t), *tail = g + n, *lp = local_params(t);
+    local_read(t);
+    float *g = host_grads(t), *tail = g + n, *lp = local_params(t);
     float w = t->inner == H && H > 0 && t->round_full && whole_fragment(t, p) && t->round_samples > 0 ? 1.0f : 0.0f;
     px_vote_fill(tail, t->st.step, px_agent_known_quorum_id(t->agent) > t->qid,
                  cfg->rank == 0 && w > 0 ? (float)(t->round_loss / H) : 0.0f);
     tail[OUTER_WEIGHT] = w;
     tail[OUTER_PENDING] = pend_ok ? 1.0f : 0.0f;
     px_comm_status_t st = PX_COMM_OK;
-    if (t->intra &&
-        (st = px_comm_allreduce_sum_f32(t->intra, tail, PX_VOTE_N + (cfg->outer_overlap ? 1 : 0))) == PX_COMM_OK) {
+    if (state_intra(t) && (st = px_comm_allreduce_sum_f32(state_intra(t), tail,
+                                                         PX_VOTE_N + (cfg->outer_overlap ? 1 : 0))) == PX_COMM_OK) {
         px_vote_relay(tail, W, t->st.step);
         tail[OUTER_PENDING] = tail[OUTER_PENDING] > W - 0.5f ? 1.0f : 0.0f; /* every rank of the group */
     }
-    if (st == PX_COMM_OK) st = px_comm_allreduce_sum_f32(t->cross, tail, OUTER_TAIL);
+    if (st == PX_COMM_OK) st = px_comm_allreduce_sum_f32(state_cross(t), tail, OUTER_TAIL);
     int passed = st == PX_COMM_OK && px_vote_passed(tail, t->q.n, t->st.step);
     float weight = tail[OUTER_WEIGHT], loss = weight > 0 ? tail[PX_VOTE_LOSS] / weight : NAN;
     int newer = tail[PX_VOTE_NEWER] > 0.5f;
@@ -1475,7 +1509,9 @@ static void mode_changed(trainer_t *t, const char *why) {
 static void follow_healed_mode(trainer_t *t) {
     int dl = t->st.local != 0;
     if (t->cfg->mode == PX_MODE_SYNC || dl == diloco(t)) return;
+    local_read(t); /* (current: sync_state downloaded it before the heal) */
     memcpy(dl ? t->global : local_params(t), t->st.buf[PX_STATE_PARAMS], t->st.n * sizeof(float));
+    if (!dl) local_written(t);
     set_state_mode(t, dl);
     if (dl) start_round(t);
     mode_changed(t, "the state healed from another group is in that mode");
@@ -1488,6 +1524,7 @@ static void follow_healed_mode(trainer_t *t) {
  * momentum is what the state holds (zero, unless a DiLoCo checkpoint was
  * restored). */
 static void enter_diloco(trainer_t *t) {
+    local_read(t);
     memcpy(t->global, local_params(t), t->st.n * sizeof(float));
     set_state_mode(t, 1);
     start_round(t);
@@ -1504,11 +1541,12 @@ static void enter_diloco(trainer_t *t) {
  * not), and the next outer step tries again. */
 static int leave_diloco(trainer_t *t) {
     size_t n = t->st.n;
-    float *g = grads_buf(t), inv = 1.0f / (float)t->q.n;
+    float *g = host_grads(t), inv = 1.0f / (float)t->q.n;
+    local_read(t);
     for (int b = PX_STATE_M; b <= PX_STATE_V; b++) {
         memcpy(g, t->st.buf[b], n * sizeof(float));
         t->bytes_cross += 2.0 * (t->q.n - 1) / t->q.n * (double)n * sizeof(float);
-        if (px_comm_allreduce_sum_f32(t->cross, g, n) != PX_COMM_OK) {
+        if (px_comm_allreduce_sum_f32(state_cross(t), g, n) != PX_COMM_OK) {
             px_log_warn("mode_change_failed step=%lld quorum_id=%lld reason=\"%s\": still diloco, retried at the next "
                         "outer step", (long long)t->st.step, (long long)t->qid, failure_reason(t));
             px_agent_report_failure(t->agent, NULL, -1, t->qid, t->st.step, failure_reason(t));
@@ -1518,6 +1556,7 @@ static int leave_diloco(trainer_t *t) {
         float *dst = t->st.buf[b];
 #pragma omp parallel for schedule(static)
         for (size_t i = 0; i < n; i++) dst[i] = g[i] * inv;
+        local_written(t);
     }
     memset(t->outer_m, 0, n * sizeof(float));
     set_state_mode(t, 0);
@@ -1925,9 +1964,9 @@ int px_trainer_check(const px_trainer_config_t *cfg, char *err, size_t errlen) {
                  (long long)cfg->sync_warmup);
         return -1;
     }
-    if (cfg->mode != PX_MODE_SYNC && (cfg->device == PX_DEVICE_CUDA || cfg->bucket_mb > 0)) {
-        snprintf(err, errlen, "--mode %s with %s: DiLoCo runs on --device cpu without --bucket-mb for now",
-                 cfg->mode == PX_MODE_AUTO ? "auto" : "diloco", cfg->device == PX_DEVICE_CUDA ? "--device cuda" : "--bucket-mb");
+    if (cfg->mode != PX_MODE_SYNC && cfg->bucket_mb > 0) {
+        snprintf(err, errlen, "--mode %s with --bucket-mb: DiLoCo's inner steps reduce inside the group only; use "
+                              "--bucket-mb 0", cfg->mode == PX_MODE_AUTO ? "auto" : "diloco");
         return -1;
     }
     if (cfg->device != PX_DEVICE_CUDA) return 0;
@@ -1985,7 +2024,11 @@ int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile s
                 break;
             }
             int64_t step0 = t.st.step;
-            uint64_t ck0 = diloco(&t) ? px_heal_checksum(&t.heal) : 0;
+            uint64_t ck0 = 0;
+            if (diloco(&t)) { /* the round goes on unless the state changes while joining (a heal) */
+                local_read(&t);
+                ck0 = px_heal_checksum(&t.heal);
+            }
             if (reconfigure(&t, failed) != 0) {
                 rc = *stop ? 2 : job_finished_elsewhere(&t) ? 3 : drained(&t) ? 5 : 1;
                 break;

@@ -88,8 +88,8 @@
               5% of sync's while its cross-group bytes fall by H (to within
               the outer step's vote tail; both printed).
   refused     a worker in diloco mode is refused by a sync job (WRONG_LAYOUT,
-              naming both), and --mode diloco with --device cuda or
-              --bucket-mb is a configuration error naming the flags."""
+              naming both), and --mode diloco with --bucket-mb is a
+              configuration error naming the flags."""
 import json
 import os
 import re

@@ -79,6 +79,8 @@ run gpu_distributed_sharded_kill 240 python3 tests/gpu/test_distributed.py "$bin
 run gpu_distributed_sharded_checkpoint 200 python3 tests/gpu/test_distributed.py "$bin" sharded_checkpoint
 run gpu_distributed_pipeline 300 python3 tests/gpu/test_distributed.py "$bin" pipeline
 run gpu_distributed_pipeline_kill 240 python3 tests/gpu/test_distributed.py "$bin" pipeline_kill
+run gpu_distributed_diloco 300 python3 tests/gpu/test_distributed.py "$bin" diloco
+run gpu_distributed_diloco_auto 240 python3 tests/gpu/test_distributed.py "$bin" diloco_auto
 if [ ${#selected[@]} -eq 0 ] || wanted gpu_step || wanted gpu_ckpt_overhead; then
   data=$(python3 -c "import sys; sys.path.insert(0, 'tests/lib'); from phalanx_test import make_corpus; print(make_corpus('$bin', '$work/bench-data', words=200000))")
 fi

@@ -45,6 +45,17 @@ over Gloo, both processes on the same GPU when there is one.
           1e-3: the checkpoint holds the whole state (parameters, AdamW
           moments, step, data cursor), whichever device wrote it.
 
+  diloco  --mode diloco on the GPU (outer steps over Gloo, through host
+          memory), one job per case: whole replicas of 1 and 2 ranks, fsdp2,
+          pp2, Streaming DiLoCo with overlapped outer steps, int8
+          pseudo-gradients, a sync warmup: 20 steps end with the CPU job's
+          outer steps and final loss (1e-3; int8 2e-2) and one state in both
+          groups.
+  diloco_auto  --mode auto on the GPU: g1 SIGKILLed after 30 sync steps; the
+          coordinator switches the job to DiLoCo, g1 comes back and heals
+          from g0 mid-round, the job goes back to sync once the failure left
+          the window, and completes with one state in both groups.
+
 Without a usable GPU (tests/gpu's test_cuda_available says why, or the build
 has no CUDA) the script prints "SKIP: <reason>" and exits 77.
 
@@ -322,7 +333,91 @@ def checkpoint(bindir):
           % (half, steps, half, s2["final_loss"], s["final_loss"]))
 
 
+# case: (ranks per group, flags, final-loss tolerance against the CPU job's). int8 rounds each pseudo-gradient
+# to one of 255 levels of its block's scale: the GPU's last-bit differences from the CPU's flip some roundings,
+# each a step of about 1% of the block's largest value (0.2% on the final loss on an H100), hence 2e-2 there.
+DILOCO = {"whole": (1, ["--inner-steps", "5"], 1e-3),
+          "whole-ranks2": (2, ["--inner-steps", "5"], 1e-3),
+          "fsdp2": (2, ["--inner-steps", "5", "--fsdp", "2"], 1e-3),
+          "pp2": (2, ["--inner-steps", "5", "--pp", "2", "--microbatches", "2", "--schedule", "1f1b"], 1e-3),
+          "streaming-overlap": (1, ["--inner-steps", "10", "--fragments", "2", "--outer-overlap"], 1e-3),
+          "streaming-int8": (1, ["--inner-steps", "10", "--fragments", "2", "--outer-dtype", "int8"], 2e-2),
+          "sync-warmup": (1, ["--inner-steps", "5", "--sync-warmup", "10"], 1e-3)}
+
+
+def diloco_args(data, steps, device, case):
+    ranks, flags, _ = DILOCO[case]
+    return ["--groups", "2", "--ranks-per-group", str(ranks), "--model", "tiny", "--steps", str(steps), "--data",
+            data, "--", "--mode", "diloco", "--global-batch", "8", "--micro-batch", "2", "--device", device,
+            "--comm-timeout-ms", "30000"] + flags
+
+
+def outer_steps(launch):
+    """Step numbers of g0 rank 0's applied outer steps (its log's outer_step lines)."""
+    with open(os.path.join(launch.dir, "worker-g0-0.log")) as f:
+        return [int(m.group(1)) for line in f for m in [re.search(r" outer_step step=(\d+)", line)] if m]
+
+
+def diloco(bindir):
+    require_gpu(bindir)
+    data = make_corpus(bindir, tempfile.mkdtemp(prefix="phalanx-gpu-data-"))
+    steps = 20
+    for case in DILOCO:
+        cpu_launch = Launch(bindir, diloco_args(data, steps, "cpu", case), name="gpu-cpu-dl-" + case)
+        cs, _ = finish(cpu_launch, "cpu diloco " + case, steps)
+        # Both groups in the first quorum, as on the CPU: a GPU rank registers after NCCL's warm-up, which can
+        # take the coordinator's join timeout longer for one group than the other; a group that joins the first
+        # round late gives nothing at its outer step, a legitimate run with other figures.
+        launch = Launch(wrapped_bindir(bindir), diloco_args(data, steps, "cuda", case),
+                        env=dict(NCCL_ENV, PHALANX_MIN_REPLICAS="2"), name="gpu-dl-" + case)
+        s, finals = finish(launch, "cuda diloco " + case, steps)
+        gpu_outer, cpu_outer = outer_steps(launch), outer_steps(cpu_launch)
+        check(gpu_outer and gpu_outer == cpu_outer, "%s: the GPU job's outer steps %s are the CPU job's %s" %
+              (case, gpu_outer, cpu_outer))
+        tol = DILOCO[case][2]
+        check(abs(s["final_loss"] - cs["final_loss"]) <= tol * abs(cs["final_loss"]),
+              "diloco %s: GPU final loss %.6f vs CPU %.6f (%g relative)" % (case, s["final_loss"], cs["final_loss"], tol))
+        print("diloco %s: outer steps at %s; final loss GPU %.6f, CPU %.6f; checksum %s" %
+              (case, gpu_outer, s["final_loss"], cs["final_loss"], finals["g0"]["checksum"]))
+
+
+def diloco_auto(bindir):
+    require_gpu(bindir)
+    data = make_corpus(bindir, tempfile.mkdtemp(prefix="phalanx-gpu-data-"))
+    H, steps = 10, 8000  # long enough in time for the failure to leave the window, and sync steps after
+    launch = Launch(wrapped_bindir(bindir),
+                    ["--groups", "2", "--model", "tiny", "--steps", str(steps), "--data", data, "--mode", "auto",
+                     "--auto-failures-per-hour", "100", "--auto-window", "4", "--auto-hold", "1",
+                     "--auto-comm-share", "0", "--", "--global-batch", "8", "--micro-batch", "4", "--device", "cuda",
+                     "--inner-steps", str(H)], env=NCCL_ENV, name="gpu-dl-auto")
+
+    def switches(to):
+        return [e for e in launch.read_events() if e["type"] == "mode_switched" and e["to"] == to]
+    try:
+        wait_until(lambda: launch.last_step() >= 30, 180, "30 steps on the GPU")
+        check(not switches("diloco"), "no switch before a failure")
+        pid = launch.pid_of("g1", 0)
+        check(pid, "g1 is a live member")
+        os.kill(pid, 9)
+        wait_until(lambda: switches("diloco"), 120, "a switch to diloco after the kill")
+        wait_until(lambda: switches("sync"), 180, "the switch back to sync once the failure left the window")
+        s, finals = finish(launch, "cuda diloco auto", steps)
+        outers = outer_steps(launch)
+        check(outers, "outer steps on the GPU while in diloco")
+        check(steps - outers[-1] >= 3 * H, "sync steps after the last outer step (at %d)" % outers[-1])
+        heals = [e for e in launch.read_events() if e["type"] == "heal_finished" and e["group"] == "g1"]
+        check(heals, "the restarted g1 healed")
+    except Fail as e:
+        raise Fail("%s\n(logs in %s)\n%s" % (e, launch.dir, launch.tail(25)))
+    finally:
+        launch.terminate()
+    print("auto on the GPU: g1 killed; diloco (%s), %d outer steps (the last at %d), sync again (%s); %d heal(s) of "
+          "g1; final loss %.6f; both groups' checksum %s" % (switches("diloco")[0]["reason"], len(outers), outers[-1],
+                                                             switches("sync")[0]["reason"], len(heals),
+                                                             s["final_loss"], finals["g0"]["checksum"]))
+
+
 if __name__ == "__main__":
     main_scenarios({"parity": parity, "kill": kill, "ranks2": ranks2, "checkpoint": checkpoint, "sharded": sharded,
                     "sharded_kill": sharded_kill, "sharded_checkpoint": sharded_checkpoint, "pipeline": pipeline,
-                    "pipeline_kill": pipeline_kill})
+                    "pipeline_kill": pipeline_kill, "diloco": diloco, "diloco_auto": diloco_auto})
