@@ -69,7 +69,7 @@ def worker_logs(launch):
 
 def run(bindir, data, a, extra, name):
     launch = Launch(bindir, ["--groups", str(a.groups), "--model", a.model, "--steps", str(a.steps), "--data", data,
-                             "--quiet", "--", "--global-batch", str(a.global_batch), "--micro-batch", "4", "--seq",
+                             "--quiet", "--", "--global-batch", str(a.global_batch), "--micro-batch", str(a.micro_batch), "--seq",
                              str(a.seq), "--lr", str(a.lr), "--warmup", "20", "--eval-batches", "8", "--seed", "1"]
                     + extra, name=name)
     rc = launch.wait(3600)
@@ -124,6 +124,8 @@ def main():
     ap.add_argument("--groups", type=int, default=4)
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--global-batch", type=int, default=16)
+    ap.add_argument("--micro-batch", type=int, default=4,
+                    help="samples per forward (the eval loss averages --eval-batches 8 of them) [4]")
     ap.add_argument("--seq", type=int, default=64)
     ap.add_argument("--lr", type=float, default=0.002)
     ap.add_argument("--inner", default="20,50", help="comma-separated H values")

@@ -18,6 +18,8 @@ foreach(s identity kill chaos chaos_overlap checkpoint dtype layouts long_round 
           auto_chaos_overlap auto_restart fragments overlap warmup quality refused)
   set_tests_properties(ft_diloco_${s} PROPERTIES RUN_SERIAL TRUE)
 endforeach()
+# quality trains `small` three times on 1.6M tokens: about 10 minutes on 2 cores
+set_tests_properties(ft_diloco_quality PROPERTIES TIMEOUT 2400)
 
 # What an operator watches, during a real 3-group job with a kill: /metrics
 # through Prometheus' own parser (prometheus_client) and the dashboard
