@@ -1505,13 +1505,12 @@ static void mode_changed(trainer_t *t, const char *why) {
 
 /* A heal may bring a state of the other mode (its mask travels with it)
  * into the buffers of ours: the parameters it put where ours are move to
- * where its mode keeps them. */
+ * where its mode keeps them. sync_state's alone, between its download and
+ * its upload: the host copy is current, and a GPU takes it afterwards. */
 static void follow_healed_mode(trainer_t *t) {
     int dl = t->st.local != 0;
     if (t->cfg->mode == PX_MODE_SYNC || dl == diloco(t)) return;
-    local_read(t); /* (current: sync_state downloaded it before the heal) */
     memcpy(dl ? t->global : local_params(t), t->st.buf[PX_STATE_PARAMS], t->st.n * sizeof(float));
-    if (!dl) local_written(t);
     set_state_mode(t, dl);
     if (dl) start_round(t);
     mode_changed(t, "the state healed from another group is in that mode");
@@ -1542,6 +1541,7 @@ static void enter_diloco(trainer_t *t) {
 static int leave_diloco(trainer_t *t) {
     size_t n = t->st.n;
     float *g = host_grads(t), inv = 1.0f / (float)t->q.n;
+    int averaged = 0;
     local_read(t);
     for (int b = PX_STATE_M; b <= PX_STATE_V; b++) {
         memcpy(g, t->st.buf[b], n * sizeof(float));
@@ -1550,14 +1550,16 @@ static int leave_diloco(trainer_t *t) {
             px_log_warn("mode_change_failed step=%lld quorum_id=%lld reason=\"%s\": still diloco, retried at the next "
                         "outer step", (long long)t->st.step, (long long)t->qid, failure_reason(t));
             px_agent_report_failure(t->agent, NULL, -1, t->qid, t->st.step, failure_reason(t));
-            return -1;
+            break;
         }
         px_persist_fence(&t->persist);
         float *dst = t->st.buf[b];
 #pragma omp parallel for schedule(static)
         for (size_t i = 0; i < n; i++) dst[i] = g[i] * inv;
-        local_written(t);
+        averaged++;
     }
+    if (averaged > 0) local_written(t); /* the moments averaged so far, to a GPU at once */
+    if (averaged < PX_STATE_V - PX_STATE_M + 1) return -1;
     memset(t->outer_m, 0, n * sizeof(float));
     set_state_mode(t, 0);
     mode_changed(t, "the quorum says sync; the groups' moments averaged");
