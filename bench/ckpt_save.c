@@ -1,19 +1,28 @@
 /* bench/checkpoint's driver: times px_ckpt_write of a model-sized state into
  * a folder, and px_ckpt_load (verify and assemble) of what it wrote, so that
  * bench/checkpoint.py can set them against dd and cat of the same bytes.
- * Prints key=value lines: bytes, save_s, load_s. */
+ * Prints key=value lines: bytes, save_s, save_cpu_s (this process's CPU time
+ * for the save, user and system: what a saver thread takes from training on
+ * cores it fills), load_s. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "ckpt.h"
 #include "px_time.h"
+
+static double cpu_s(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
 
 int main(int argc, char **argv) {
     if (argc < 3 || !strcmp(argv[1], "--help")) {
         printf("usage: %s MODEL DIR [save|load|both]\n"
                "Writes a state of preset MODEL (tiny, small, gpt2-124m) as DIR/step_00000001 and/or\n"
-               "loads it back; prints bytes=, save_s=, load_s=.\n", argv[0]);
+               "loads it back; prints bytes=, save_s=, save_cpu_s=, load_s=.\n", argv[0]);
         return argc < 3 ? 2 : 0;
     }
     const char *what = argc > 3 ? argv[3] : "both";
@@ -38,11 +47,12 @@ int main(int argc, char **argv) {
         px_ckpt_result_t res;
         char err[600];
         int64_t t0 = px_now_us();
+        double c0 = cpu_s();
         if (px_ckpt_write(argv[2], &s, &cfg, &meta, &res, err, sizeof err) != 0) {
             fprintf(stderr, "%s: %s\n", argv[0], err);
             return 1;
         }
-        printf("save_s=%.3f\n", (double)(px_now_us() - t0) / 1e6);
+        printf("save_s=%.3f\nsave_cpu_s=%.3f\n", (double)(px_now_us() - t0) / 1e6, cpu_s() - c0);
     }
     if (strcmp(what, "save")) {
         char path[4200];

@@ -151,14 +151,30 @@ static int writer_flush(writer_t *w, int last) {
     return rc;
 }
 
+/* Bytes go to the disk straight from p, whole blocks of them, when p lines
+ * up with the file (its address and its file offset equal modulo
+ * DIRECT_ALIGN: a state from px_state_alloc_like written whole does), and
+ * through the aligned buffer otherwise: a copy of every byte that lines
+ * up saved. Bytes are copied into the buffer up to the point where the
+ * source and the file line up, if they ever do. */
 static int writer_put(writer_t *w, const char *p, size_t len) {
     if (!w->direct && w->used && writer_flush(w, 0) != 0) return -1; /* turned buffered with bytes held */
     if (!w->direct) return write_all(w->fd, p, len);
     while (len) {
+        size_t mis = (size_t)((DIRECT_ALIGN - (uintptr_t)p % DIRECT_ALIGN) % DIRECT_ALIGN);
+        if (w->used == 0 && mis == 0 && len >= DIRECT_ALIGN) {
+            size_t whole = len / DIRECT_ALIGN * DIRECT_ALIGN;
+            if (write_direct(w, p, whole) != 0) return -1;
+            p += whole, len -= whole;
+            if (!w->direct) return write_all(w->fd, p, len); /* turned buffered on the way */
+            continue;
+        }
         size_t take = IO_BLOCK - w->used < len ? IO_BLOCK - w->used : len;
+        int lines_up = mis && (w->used + mis) % DIRECT_ALIGN == 0 && mis < take;
+        if (lines_up) take = mis;
         memcpy(w->buf + w->used, p, take);
         w->used += take, p += take, len -= take;
-        if (w->used == IO_BLOCK && writer_flush(w, 0) != 0) return -1;
+        if ((w->used == IO_BLOCK || lines_up) && writer_flush(w, 0) != 0) return -1;
     }
     return 0;
 }

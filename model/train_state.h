@@ -49,7 +49,7 @@ typedef struct {
     size_t n;                    /* floats per buffer: the model's num_params */
     int64_t step;                /* committed steps = the data cursor */
     uint64_t seed;               /* initialisation and data order */
-    int owned;                   /* 1: buffers allocated by px_state_alloc_like */
+    int owned;                   /* 1: buffers are one block from px_state_alloc_like */
     int nbuf;                    /* buffers in use: PX_STATE_NBUF, or 4 (DiLoCo) */
     unsigned local;              /* bit b: buffer b is the group's own, not in the checksum */
 } px_train_state_t;
@@ -60,7 +60,9 @@ extern const char *const px_state_buf_names[PX_STATE_MAXBUF];
 /* The model's state as views into its buffers (nothing copied or owned). */
 px_train_state_t px_state_of_model(px_gpt_t *model, int64_t step, uint64_t seed);
 /* A private state shaped like `like` (buffers allocated, contents
- * undefined): a staging copy for a heal. 0, or -1 when out of memory. */
+ * undefined): a staging copy for a heal, a checkpoint's snapshot. Its
+ * buffers are one page-aligned block, back to back (train_state.c says
+ * why). 0, or -1 when out of memory. */
 int px_state_alloc_like(px_train_state_t *dst, const px_train_state_t *like);
 /* Frees the buffers of an owned state; a view is left alone. */
 void px_state_free(px_train_state_t *s);

@@ -6,7 +6,8 @@
  * newest, skips one a reader holds, clears dead writers' leftovers), a
  * full disk (RLIMIT_FSIZE) failing the save cleanly, and data files written
  * around the page cache (O_DIRECT, the default, with an unaligned tail)
- * byte for byte equal to buffered ones (PX_CKPT_DIRECT=0), and DiLoCo's
+ * byte for byte equal to buffered ones (PX_CKPT_DIRECT=0), whether the
+ * buffers line up with the file or not, and DiLoCo's
  * outer momentum (a fourth buffer): round trip, written in parts and by the
  * saver, loaded into a state of three buffers and the other way (zeroed and
  * reported), a partial or misshapen one refused naming the tensor; and a
@@ -408,6 +409,45 @@ static void test_direct(px_train_state_t *s, px_train_state_t *d) {
           fl.file, fl.fault);
 }
 
+/* s's contents in buffers of a view placed shift[b] bytes past a 4096-byte
+ * boundary (blocks[b] to free): the writer sends a buffer to the disk
+ * straight from memory when its address and its file offset line up, and
+ * through its aligned buffer when they do not. */
+static void placed_copy(px_train_state_t *dst, float *blocks[], const px_train_state_t *s, const size_t shift[]) {
+    *dst = *s;
+    dst->owned = 0;
+    for (int b = 0; b < s->nbuf; b++) {
+        blocks[b] = aligned_alloc(4096, s->n * sizeof(float) + 8192);
+        CHECK(blocks[b] != NULL, "out of memory");
+        dst->buf[b] = (float *)((char *)blocks[b] + shift[b]);
+        memcpy(dst->buf[b], s->buf[b], s->n * sizeof(float));
+    }
+}
+
+/* The same state written from buffers that line up with the file from the
+ * start (px_state_alloc_like's single block), never, and from the second
+ * buffer on: every data file byte for byte the buffered one. */
+static void test_direct_layouts(px_train_state_t *s) {
+    char buffered[400], dir[300], err[600], cmd[1000];
+    snprintf(buffered, sizeof buffered, "%s/buffered/step_00000050/rank00000.bin", root);
+    size_t nb = s->n * sizeof(float);
+    CHECK(nb % 4096 != 0, "the tiny model's buffers (%zu bytes) should not be whole blocks", nb);
+    const size_t layouts[][PX_STATE_NBUF] = {{4, 4, 4}, {4, nb % 4096, 2 * nb % 4096}, {0, nb % 4096, 2 * nb % 4096}};
+    const char *names[] = {"never", "second", "packed"};
+    for (int l = 0; l < 3; l++) {
+        px_train_state_t v;
+        float *blocks[PX_STATE_NBUF];
+        fill_state(s, 50);
+        placed_copy(&v, blocks, s, layouts[l]);
+        snprintf(dir, sizeof dir, "%s/direct-%s", root, names[l]);
+        px_ckpt_result_t res;
+        CHECK(px_ckpt_write(dir, &v, &cfg, &meta, &res, err, sizeof err) == 0, "%s layout: %s", names[l], err);
+        snprintf(cmd, sizeof cmd, "cmp -s %s %s/step_00000050/rank00000.bin", buffered, dir);
+        CHECK(system(cmd) == 0, "the %s layout's direct write differs from the buffered one (%s)", names[l], cmd);
+        for (int b = 0; b < PX_STATE_NBUF; b++) free(blocks[b]);
+    }
+}
+
 /* ---- DiLoCo's outer momentum ------------------------------------------- */
 
 /* A state shaped like s with the outer momentum: four buffers. */
@@ -723,6 +763,7 @@ int main(void) {
     test_retention(&s);
     test_disk_full(&s, &d);
     test_direct(&s, &d);
+    test_direct_layouts(&s);
     test_outer(&s, &d);
     test_outer_refused(&s, &d);
     test_outer_part(&s);
