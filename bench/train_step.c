@@ -2,7 +2,8 @@
  * AdamW) of a preset (default `small`, B=8, T = its context), at each thread
  * count asked for. Reports tokens/s and achieved FLOP/s (px_gpt_flops_per_step:
  * matmuls plus the causal half of attention), next to the measured rate of one
- * large cblas_sgemm on the same threads, and prints the fraction.
+ * large cblas_sgemm on the same threads and the CPU's FMA peak on as many
+ * threads (a register-only loop), and prints both fractions.
  *
  * The sgemm reference is the better of two ways to use n threads: OpenBLAS's
  * own threading, and n OpenMP threads each running single-threaded sgemm on a
@@ -15,6 +16,7 @@
  *   train_step [--model small] [--batch 8] [--seq T] [--threads 1,2] [--steps 5]
  *              [--warmup 2] [--sgemm 2048] [--dump DIR] */
 #include <cblas.h>
+#include <immintrin.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -69,6 +71,57 @@ static double sgemm_once(int n, int threads, int openblas, const float *a, const
     double r = flops / ((double)(px_now_us() - t0) * 1e3);
     openblas_set_num_threads(1);
     return r;
+}
+
+/* The FMA peak of `threads` threads in GFLOP/s: each thread runs a loop of
+ * independent fused multiply-adds that never leaves registers, 12 chains deep
+ * (more than an FMA's latency times the units that issue it on current x86),
+ * on the widest vectors the CPU has. No float32 training step can run faster
+ * than this: every matmul multiply-add is one FMA lane. */
+#define FMA_CHAINS 12
+#define FMA_ITERS 4000000L
+
+__attribute__((target("avx512f"))) static float fma_loop512(float seed) {
+    __m512 acc[FMA_CHAINS], a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(seed * 1e-7f);
+    for (int j = 0; j < FMA_CHAINS; j++) acc[j] = _mm512_set1_ps(seed + (float)j);
+    for (long i = 0; i < FMA_ITERS; i++)
+#pragma GCC unroll 12 /* the chains in registers, not in memory */
+        for (int j = 0; j < FMA_CHAINS; j++) acc[j] = _mm512_fmadd_ps(acc[j], a, b);
+    float s = 0;
+    for (int j = 0; j < FMA_CHAINS; j++) s += _mm512_reduce_add_ps(acc[j]);
+    return s;
+}
+
+__attribute__((target("avx2,fma"))) static float fma_loop256(float seed) {
+    __m256 acc[FMA_CHAINS], a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(seed * 1e-7f);
+    for (int j = 0; j < FMA_CHAINS; j++) acc[j] = _mm256_set1_ps(seed + (float)j);
+    for (long i = 0; i < FMA_ITERS; i++)
+#pragma GCC unroll 12
+        for (int j = 0; j < FMA_CHAINS; j++) acc[j] = _mm256_fmadd_ps(acc[j], a, b);
+    float lanes[8], s = 0;
+    for (int j = 0; j < FMA_CHAINS; j++) {
+        _mm256_storeu_ps(lanes, acc[j]);
+        for (int k = 0; k < 8; k++) s += lanes[k];
+    }
+    return s;
+}
+
+/* Returns 0 where the CPU has no FMA. */
+static double fma_peak(int threads) {
+    int wide = __builtin_cpu_supports("avx512f");
+    if (!wide && !(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))) return 0;
+    double flops = (double)threads * FMA_ITERS * FMA_CHAINS * (wide ? 16 : 8) * 2.0;
+    volatile float sink = 0;
+    int64_t t0 = px_now_us();
+#pragma omp parallel num_threads(threads)
+    {
+        float seed = (float)(omp_get_thread_num() + 1);
+        float r = wide ? fma_loop512(seed) : fma_loop256(seed);
+#pragma omp atomic
+        sink += r;
+    }
+    (void)sink;
+    return flops / ((double)(px_now_us() - t0) * 1e3);
 }
 
 static void make_batch(int *x, int *y, int n, int V) {
@@ -169,11 +222,12 @@ int main(int argc, char **argv) {
          * spent descheduled, so at 1 thread it is a load-independent check. */
         px_gpt_t *m = px_gpt_new(&cfg, 1);
         double *ms = malloc(sizeof(double) * (size_t)steps);
-        double blas_rate = 0, omp_rate = 0, best_cpu = 1e30;
+        double blas_rate = 0, omp_rate = 0, peak = 0, best_cpu = 1e30;
         float first_loss = 0;
         for (int s = 0; s < warmup + steps; s++) {
             double r1 = sgemm_once(sgemm_n, threads, 1, ga, gb, gc);
             double r2 = sgemm_once(sgemm_n, threads, 0, ga, gb, gc);
+            double r3 = fma_peak(threads);
             double c0 = cpu_ms();
             int64_t t0 = px_now_us();
             px_gpt_zero_grad(m);
@@ -188,6 +242,7 @@ int main(int argc, char **argv) {
                 best_cpu = fmin(best_cpu, dc);
                 blas_rate = fmax(blas_rate, r1);
                 omp_rate = fmax(omp_rate, r2);
+                peak = fmax(peak, r3);
             }
         }
         double ref = fmax(blas_rate, omp_rate);
@@ -195,9 +250,11 @@ int main(int argc, char **argv) {
         double gflops = flops / (best * 1e6);
         printf("impl=phalanx threads=%d cores=%d ms_per_step=%.1f median_ms=%.1f cpu_ms=%.1f "
                "tok_s=%.0f gflops=%.1f sgemm_gflops=%.1f (openblas_threads=%.1f "
-               "omp_blocks=%.1f, n=%d) fraction_of_sgemm=%.2f first_loss=%.6f\n",
+               "omp_blocks=%.1f, n=%d) fraction_of_sgemm=%.2f fma_peak_gflops=%.1f "
+               "fraction_of_peak=%.2f first_loss=%.6f\n",
                threads, threads, best, med, best_cpu, (double)bt / (best / 1000.0), gflops, ref,
-               blas_rate, omp_rate, sgemm_n, gflops / ref, first_loss);
+               blas_rate, omp_rate, sgemm_n, gflops / ref, peak, peak > 0 ? gflops / peak : 0.0,
+               first_loss);
         free(ms);
         free(ga), free(gb), free(gc);
         px_gpt_destroy(&m);

@@ -31,7 +31,9 @@
 # 1e-4 relative and the script stops, failing, when it does not. It ends with
 # the speedup per thread count against eager, against compile and against the
 # better of the two: wall clock, best step over all rounds; at 1 thread also
-# the ratio of CPU time per step, which a busy machine disturbs less.
+# the ratio of CPU time per step, which a busy machine disturbs less. Then
+# the rate (GFLOP/s of the step's counted FLOPs) phalanx would need for 1.5x
+# the better mode, against this CPU's FMA peak on as many threads.
 set -eu
 build=${1:-build}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -146,8 +148,10 @@ awk -v threads="$threads" '
   function keep(arr, carr, key, ms, cpu) {
     if (!(key in arr) || ms < arr[key]) arr[key] = ms
     if (!(key in carr) || cpu < carr[key]) carr[key] = cpu }
+  /^bench=train_step/ { fps = get("flops_per_step") + 0 }
   /impl=/ { impl = get("impl"); co = get("cores"); ms = get("ms_per_step") + 0; cpu = get("cpu_ms") + 0
     if (impl == "phalanx") {
+      if (get("fma_peak_gflops") + 0 > pk[co]) pk[co] = get("fma_peak_gflops") + 0
       if (!(co in c) || ms < c[co]) { fr[co] = get("fraction_of_sgemm"); gf[co] = get("gflops"); sg[co] = get("sgemm_gflops") }
       keep(c, cc, co, ms, cpu)
     } else if (impl == "pytorch-eager") keep(e, ec, co, ms, cpu)
@@ -163,6 +167,10 @@ awk -v threads="$threads" '
       if (t in k) ratio("compile", t, k[t], c[t])
       better = (t in e) ? e[t] : k[t]; if ((t in k) && k[t] < better) better = k[t]
       printf " vs_better=%.2f target=1.5 %s\n", better / c[t], (better / c[t] >= 1.5 ? "met" : "NOT_MET")
+      if (fps > 0 && pk[t] > 0) {
+        need = 1.5 * fps / (better * 1e6)
+        printf "target_needs threads=%d gflops=%.1f fma_peak_gflops=%.1f of_peak=%.2f pytorch_of_peak=%.2f%s\n", t, need, pk[t],
+          need / pk[t], fps / (better * 1e6) / pk[t], (need > pk[t] ? " (above the peak: no float32 step reaches 1.5x here)" : "") }
       if (t == 1) {
         printf "cpu_time_speedup threads=1"
         if (t in ec) printf " vs_eager=%.2f (%.1f / %.1f CPU ms)", ec[t] / cc[t], ec[t], cc[t]
