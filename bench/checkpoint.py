@@ -9,7 +9,10 @@
      (parameters and both AdamW moments: 1.49 GB) with px_ckpt_write: the data
      file hashed on the way and fsynced, the manifest, the folder's fsync and
      rename, the parent's fsync. Baseline: `dd if=/dev/zero bs=16M conv=fsync`
-     of as many bytes into the same folder. Target: ours >= 80% of dd.
+     of as many bytes into the same folder. Target: ours >= 80% of dd. The
+     CPU seconds of each are printed too: the save's (what a saver thread
+     takes from training on cores it fills) and dd's (its process only, not
+     the kernel's writeback threads).
   2. Restore. px_ckpt_load of that checkpoint (read, XXH3 of every byte, into
      the state's buffers, already faulted in as a worker's are) against
      `cat FILE > /dev/null` of its data file. The page cache is dropped before
@@ -33,6 +36,7 @@ Both sides of every comparison run with the same OPENBLAS_CORETYPE (--coretype
 sets it; printed either way). MB are 1e6 bytes."""
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -74,6 +78,14 @@ def timed(args):
     return time.monotonic() - t0
 
 
+def timed_cpu(args):
+    """Wall seconds, and the CPU seconds (user and system) the command used."""
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    wall = timed(args)
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+
+
 def cpu_model():
     out = subprocess.run(["lscpu"], stdout=subprocess.PIPE, text=True).stdout
     name = [l.split(":", 1)[1].strip() for l in out.splitlines() if l.startswith("Model name:")]
@@ -92,13 +104,14 @@ def save_and_restore(a, model):
         out = kv(run([drv, model, ck, "save"]).replace("\n", " "))
         nbytes, s = int(out["bytes"]), float(out["save_s"])
         os.sync()
-        d = timed(["dd", "if=/dev/zero", "of=" + dd, "bs=16M", "count=%d" % nbytes, "iflag=count_bytes",
-                   "conv=fsync", "status=none"])
+        d, dcpu = timed_cpu(["dd", "if=/dev/zero", "of=" + dd, "bs=16M", "count=%d" % nbytes, "iflag=count_bytes",
+                             "conv=fsync", "status=none"])
         os.unlink(dd)
         saves.append(nbytes / s / 1e6)
         dds.append(nbytes / d / 1e6)
-        print("  rep %d: %.2f GB: ours %.2f s (%.0f MB/s), dd %.2f s (%.0f MB/s), ours/dd %.2f"
-              % (i + 1, nbytes / 1e9, s, saves[-1], d, dds[-1], saves[-1] / dds[-1]), flush=True)
+        print("  rep %d: %.2f GB: ours %.2f s (%.0f MB/s, CPU %.2f s), dd %.2f s (%.0f MB/s, CPU %.2f s), ours/dd %.2f"
+              % (i + 1, nbytes / 1e9, s, saves[-1], float(out["save_cpu_s"]), d, dds[-1], dcpu, saves[-1] / dds[-1]),
+              flush=True)
     data = os.path.join(ck, "step_00000001", "rank00000.bin")
     loads, cats, cold = [], [], True
     print("== 2. restore: px_ckpt_load vs cat > /dev/null of its data file, %d reps" % a.reps, flush=True)
