@@ -3,14 +3,55 @@
  * bench/checkpoint.py can set them against dd and cat of the same bytes.
  * Prints key=value lines: bytes, save_s, save_cpu_s (this process's CPU time
  * for the save, user and system: what a saver thread takes from training on
- * cores it fills), load_s. */
+ * cores it fills), load_s. `copy` times the snapshot copy a save holds
+ * training for, memcpy against copy_streaming (ops.h) of the same state on
+ * 1 and 2 threads, alternated, best of 7 each, and prints the ratio. */
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 
 #include "ckpt.h"
+#include "ops.h"
 #include "px_time.h"
+
+/* dst = src chunk by chunk on `threads` threads, as the saver's held copy
+ * does; seconds. */
+static double copy_once(px_train_state_t *dst, const px_train_state_t *src, int threads, int streaming) {
+    size_t chunks = px_state_digest_len(src);
+    int64_t t0 = px_now_us();
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (size_t k = 0; k < chunks; k++) {
+        int b;
+        size_t off, len;
+        px_state_chunk(src->n, k, &b, &off, &len);
+        if (streaming)
+            copy_streaming(dst->buf[b] + off, src->buf[b] + off, len);
+        else
+            memcpy(dst->buf[b] + off, src->buf[b] + off, len * sizeof(float));
+    }
+    return (double)(px_now_us() - t0) / 1e6;
+}
+
+static int copy_bench(const px_train_state_t *s) {
+    px_train_state_t d;
+    if (px_state_alloc_like(&d, s) != 0) return 1;
+    copy_once(&d, s, 2, 0); /* faults the snapshot in, as a worker's first save does */
+    for (int threads = 1; threads <= 2; threads++) {
+        double best[2] = {1e30, 1e30};
+        for (int r = 0; r < 7; r++)
+            for (int st = 0; st < 2; st++) {
+                double t = copy_once(&d, s, threads, st);
+                best[st] = t < best[st] ? t : best[st];
+            }
+        if (memcmp(d.buf[0], s->buf[0], s->n * sizeof(float))) return fprintf(stderr, "copy differs\n"), 1;
+        printf("copy threads=%d memcpy_s=%.4f streaming_s=%.4f streaming/memcpy=%.2f\n", threads, best[0], best[1],
+               best[1] / best[0]);
+    }
+    px_state_free(&d);
+    return 0;
+}
 
 static double cpu_s(void) {
     struct rusage ru;
@@ -20,9 +61,10 @@ static double cpu_s(void) {
 
 int main(int argc, char **argv) {
     if (argc < 3 || !strcmp(argv[1], "--help")) {
-        printf("usage: %s MODEL DIR [save|load|both]\n"
+        printf("usage: %s MODEL DIR [save|load|both|copy]\n"
                "Writes a state of preset MODEL (tiny, small, gpt2-124m) as DIR/step_00000001 and/or\n"
-               "loads it back; prints bytes=, save_s=, save_cpu_s=, load_s=.\n", argv[0]);
+               "loads it back; prints bytes=, save_s=, save_cpu_s=, load_s=. copy: times the held snapshot\n"
+               "copy, memcpy against copy_streaming, on 1 and 2 threads.\n", argv[0]);
         return argc < 3 ? 2 : 0;
     }
     const char *what = argc > 3 ? argv[3] : "both";
@@ -42,6 +84,11 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < s.n; i++) s.buf[b][i] = (float)((i * 2654435761u + (size_t)b) % 1000) * 1e-3f;
     s.step = 1;
     printf("bytes=%zu\n", PX_STATE_NBUF * s.n * sizeof(float));
+    if (!strcmp(what, "copy")) {
+        int rc = copy_bench(&s);
+        px_state_free(&s);
+        return rc;
+    }
     if (strcmp(what, "load")) {
         px_ckpt_meta_t meta = {"bench", 1, 1, 1, "g0", 1, 1, 1};
         px_ckpt_result_t res;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops.h"
 #include "px_time.h"
 
 #define DONE_RING 8
@@ -31,7 +32,9 @@ struct px_ckpt_saver {
 };
 
 /* dst's buffers and step become s's, chunk by chunk (on every core with
- * parallel; on this thread alone otherwise). */
+ * parallel; on this thread alone otherwise), with streaming stores: the
+ * snapshot is read only by the writer, later, and a held copy is a third
+ * shorter without reading every destination line first. */
 static void copy_state(px_train_state_t *dst, const px_train_state_t *s, int parallel) {
     size_t chunks = px_state_digest_len(s);
 #pragma omp parallel for schedule(static) if (parallel)
@@ -39,7 +42,7 @@ static void copy_state(px_train_state_t *dst, const px_train_state_t *s, int par
         int b;
         size_t off, len;
         px_state_chunk(s->n, k, &b, &off, &len);
-        memcpy(dst->buf[b] + off, s->buf[b] + off, len * sizeof(float));
+        copy_streaming(dst->buf[b] + off, s->buf[b] + off, len);
     }
     dst->step = s->step;
     dst->seed = s->seed;

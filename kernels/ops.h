@@ -118,6 +118,15 @@ double norm_squared(const float *x, size_t n);
 /* x (n) *= scale. */
 void scale_inplace(float *x, size_t n, float scale);
 
+/* ---- a copy nobody reads soon ----
+ * dst (n) = src, on the calling thread, with stores that bypass the caches
+ * where the CPU has them (x86-64's streaming stores; memcpy elsewhere): a
+ * checkpoint's snapshot, written now and read by another thread later. On a
+ * bandwidth-bound copy this skips reading each destination line before
+ * writing it (about a third faster for 1.5 GB here), and leaves the caller's
+ * working set in the caches. Bitwise a memcpy; any alignment. */
+void copy_streaming(float *dst, const float *src, size_t n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -29,7 +29,11 @@
 #include <omp.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
+#if defined(__x86_64__) && defined(__SSE__)
+#include <immintrin.h>
+#endif
 
 #include "ops_math.h"
 
@@ -547,4 +551,23 @@ void scale_inplace(float *x, size_t n, float scale) {
 #define CALL(lo, k) scale_span(x + (lo), (k), scale)
     PARALLEL_SPANS(n, CALL)
 #undef CALL
+}
+
+void copy_streaming(float *dst, const float *src, size_t n) {
+#if defined(__x86_64__) && defined(__SSE__)
+    size_t i = 0;
+    for (; i < n && ((uintptr_t)(dst + i) & 15); i++) dst[i] = src[i]; /* to a 16-byte boundary */
+    for (; i + 16 <= n; i += 16) {
+        __m128 a = _mm_loadu_ps(src + i), b = _mm_loadu_ps(src + i + 4);
+        __m128 c = _mm_loadu_ps(src + i + 8), d = _mm_loadu_ps(src + i + 12);
+        _mm_stream_ps(dst + i, a);
+        _mm_stream_ps(dst + i + 4, b);
+        _mm_stream_ps(dst + i + 8, c);
+        _mm_stream_ps(dst + i + 12, d);
+    }
+    for (; i < n; i++) dst[i] = src[i];
+    _mm_sfence(); /* streaming stores are weakly ordered: visible before whatever the caller does next */
+#else
+    memcpy(dst, src, n * sizeof(float));
+#endif
 }

@@ -482,8 +482,40 @@ static void test_element_math(void) {
     }
 }
 
+/* ------------------------------------------------------- streaming copy */
+
+/* copy_streaming at every float offset of source and destination within 16
+ * bytes and lengths around its 16-float blocks: bitwise the source, and
+ * the floats just before and after the destination untouched. */
+static void test_copy_streaming(void) {
+    enum { MAXN = 200, PAD = 8 };
+    float *src = malloc((MAXN + 2 * PAD) * sizeof(float)), *dst = malloc((MAXN + 2 * PAD) * sizeof(float));
+    const size_t lens[] = {0, 1, 3, 4, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 199};
+    int bad = 0;
+    for (int i = 0; i < MAXN + 2 * PAD; i++) src[i] = (float)i * 0.37f - 11.0f;
+    for (int so = 0; so < 4 && !bad; so++)
+        for (int d0 = 0; d0 < 4 && !bad; d0++)
+            for (size_t k = 0; k < sizeof lens / sizeof lens[0] && !bad; k++) {
+                size_t n = lens[k];
+                memset(dst, 0x5a, (MAXN + 2 * PAD) * sizeof(float));
+                float *d = dst + PAD + d0;
+                copy_streaming(d, src + PAD + so, n);
+                unsigned char guard[sizeof(float)];
+                memset(guard, 0x5a, sizeof guard);
+                if (memcmp(d, src + PAD + so, n * sizeof(float)) || memcmp(d - 1, guard, sizeof guard) ||
+                    memcmp(d + n, guard, sizeof guard)) {
+                    printf("FAIL copy_streaming: source offset %d, destination offset %d, %zu floats\n", so, d0, n);
+                    bad = 1;
+                }
+            }
+    g_failures += bad;
+    if (!bad) printf("ok   copy_streaming           every alignment, lengths 0-199\n");
+    free(src), free(dst);
+}
+
 int main(void) {
     test_element_math();
+    test_copy_streaming();
     int threads[] = {1, 3};
     for (int k = 0; k < 2; k++) {
         omp_set_num_threads(threads[k]);
