@@ -6,31 +6,19 @@
  * cores it fills), load_s. `copy` times the snapshot copy a save holds
  * training for, memcpy against copy_streaming (ops.h) of the same state on
  * 1 and 2 threads, alternated, best of 7 each, and prints the ratio. */
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 
 #include "ckpt.h"
-#include "ops.h"
 #include "px_time.h"
 
 /* dst = src chunk by chunk on `threads` threads, as the saver's held copy
  * does; seconds. */
 static double copy_once(px_train_state_t *dst, const px_train_state_t *src, int threads, int streaming) {
-    size_t chunks = px_state_digest_len(src);
     int64_t t0 = px_now_us();
-#pragma omp parallel for schedule(static) num_threads(threads)
-    for (size_t k = 0; k < chunks; k++) {
-        int b;
-        size_t off, len;
-        px_state_chunk(src->n, k, &b, &off, &len);
-        if (streaming)
-            copy_streaming(dst->buf[b] + off, src->buf[b] + off, len);
-        else
-            memcpy(dst->buf[b] + off, src->buf[b] + off, len * sizeof(float));
-    }
+    px_state_copy_chunks(dst, src, threads, streaming);
     return (double)(px_now_us() - t0) / 1e6;
 }
 

@@ -1,12 +1,12 @@
 /* The background checkpoint saver (see ckpt_saver.h). */
 #include "ckpt_saver.h"
 
+#include <omp.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops.h"
 #include "px_time.h"
 
 #define DONE_RING 8
@@ -36,14 +36,7 @@ struct px_ckpt_saver {
  * snapshot is read only by the writer, later, and a held copy is a third
  * shorter without reading every destination line first. */
 static void copy_state(px_train_state_t *dst, const px_train_state_t *s, int parallel) {
-    size_t chunks = px_state_digest_len(s);
-#pragma omp parallel for schedule(static) if (parallel)
-    for (size_t k = 0; k < chunks; k++) {
-        int b;
-        size_t off, len;
-        px_state_chunk(s->n, k, &b, &off, &len);
-        copy_streaming(dst->buf[b] + off, s->buf[b] + off, len);
-    }
+    px_state_copy_chunks(dst, s, parallel ? omp_get_max_threads() : 1, 1);
     dst->step = s->step;
     dst->seed = s->seed;
 }

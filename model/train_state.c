@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops.h"
 #include "px_hash.h"
 
 const char *const px_state_buf_names[PX_STATE_MAXBUF] = {"params", "m", "v", "outer_m"};
@@ -64,6 +65,20 @@ void px_state_chunk(size_t n, size_t k, int *buffer, size_t *off, size_t *len) {
     *buffer = (int)(k / nc);
     *off = (k % nc) * PX_STATE_CHUNK_FLOATS;
     *len = n - *off < PX_STATE_CHUNK_FLOATS ? n - *off : PX_STATE_CHUNK_FLOATS;
+}
+
+void px_state_copy_chunks(px_train_state_t *dst, const px_train_state_t *src, int threads, int streaming) {
+    size_t len = px_state_digest_len(src);
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (size_t k = 0; k < len; k++) {
+        int b;
+        size_t off, n;
+        px_state_chunk(src->n, k, &b, &off, &n);
+        if (streaming)
+            copy_streaming(dst->buf[b] + off, src->buf[b] + off, n);
+        else
+            memcpy(dst->buf[b] + off, src->buf[b] + off, n * sizeof(float));
+    }
 }
 
 void px_state_digest(const px_train_state_t *s, uint64_t *digest) {

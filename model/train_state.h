@@ -68,6 +68,11 @@ int px_state_alloc_like(px_train_state_t *dst, const px_train_state_t *like);
 void px_state_free(px_train_state_t *s);
 /* dst's buffers, step and local mask become src's (same n). */
 void px_state_copy(px_train_state_t *dst, const px_train_state_t *src);
+/* dst's buffers become src's (same n), chunk by chunk on `threads` OpenMP
+ * threads; with streaming, through copy_streaming (kernels/ops.h: stores
+ * that bypass the caches, for a copy read only later, as a checkpoint's
+ * snapshot), else memcpy. Step and seed are left to the caller. */
+void px_state_copy_chunks(px_train_state_t *dst, const px_train_state_t *src, int threads, int streaming);
 
 /* Chunks per buffer, and digest entries (s->nbuf buffers of chunks). */
 size_t px_state_chunks(size_t n);
