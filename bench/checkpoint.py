@@ -5,19 +5,21 @@
                               [--models small,gpt2-124m] [--shape MODEL=BxTxN] [--skip-save]
                               [--device cpu|cuda] [--copy held|overlap]
 
-  1. Save throughput. bench_ckpt_save writes a gpt2-124m training state
-     (parameters and both AdamW moments: 1.49 GB) with px_ckpt_write: the data
-     file hashed on the way and fsynced, the manifest, the folder's fsync and
-     rename, the parent's fsync. Baseline: `dd if=/dev/zero bs=16M conv=fsync`
-     of as many bytes into the same folder. Target: ours >= 80% of dd. The
-     CPU seconds of each are printed too: the save's (what a saver thread
-     takes from training on cores it fills) and dd's (its process only, not
-     the kernel's writeback threads).
+  1. Save throughput. bench_ckpt_save saves a gpt2-124m training state
+     (parameters and both AdamW moments: 1.49 GB) as the saver does: the
+     snapshot copied and its data files hashed in one pass on 2 threads
+     (px_ckpt_snapshot), then px_ckpt_write_files: the data files written
+     with those checksums and fsynced, the manifest, the folder's fsync and
+     rename, the parent's fsync. Ours is the time of both. Baseline: `dd
+     if=/dev/zero bs=16M conv=fsync` of as many bytes into the same folder.
+     Target: ours >= 80% of dd. The CPU seconds of each are printed too: the
+     write's (what a saver thread takes from training on cores it fills)
+     and dd's (its process only, not the kernel's writeback threads).
   2. Restore. px_ckpt_load of that checkpoint (read, XXH3 of every byte, into
      the state's buffers, already faulted in as a worker's are) against
-     `cat FILE > /dev/null` of its data file. The page cache is dropped before
-     each side when this process may (root), else both read warm; the output
-     says which.
+     `cat FILES > /dev/null` of its data files. The page cache is dropped
+     before each side when this process may (root), else both read warm; the
+     output says which.
   3. Step-time overhead of saving every 10 steps in the background against
      not saving, on `small` and `gpt2-124m`: a coordinator and one worker
      run the same job with and without --checkpoint-dir, alternated --pairs
@@ -102,24 +104,26 @@ def save_and_restore(a, model):
         shutil.rmtree(ck, ignore_errors=True)
         os.sync()
         out = kv(run([drv, model, ck, "save"]).replace("\n", " "))
-        nbytes, s = int(out["bytes"]), float(out["save_s"])
+        nbytes, held, s = int(out["bytes"]), float(out["held_s"]), float(out["held_s"]) + float(out["save_s"])
         os.sync()
         d, dcpu = timed_cpu(["dd", "if=/dev/zero", "of=" + dd, "bs=16M", "count=%d" % nbytes, "iflag=count_bytes",
                              "conv=fsync", "status=none"])
         os.unlink(dd)
         saves.append(nbytes / s / 1e6)
         dds.append(nbytes / d / 1e6)
-        print("  rep %d: %.2f GB: ours %.2f s (%.0f MB/s, CPU %.2f s), dd %.2f s (%.0f MB/s, CPU %.2f s), ours/dd %.2f"
-              % (i + 1, nbytes / 1e9, s, saves[-1], float(out["save_cpu_s"]), d, dds[-1], dcpu, saves[-1] / dds[-1]),
-              flush=True)
-    data = os.path.join(ck, "step_00000001", "rank00000.bin")
+        print("  rep %d: %.2f GB in %s files: ours %.2f s (%.0f MB/s; snapshot and hashes %.3f s on 2 threads, then "
+              "the write, CPU %.2f s), dd %.2f s (%.0f MB/s, CPU %.2f s), ours/dd %.2f"
+              % (i + 1, nbytes / 1e9, out["files"], s, saves[-1], held, float(out["save_cpu_s"]), d, dds[-1], dcpu,
+                 saves[-1] / dds[-1]), flush=True)
+    folder = os.path.join(ck, "step_00000001")
+    data = [os.path.join(folder, f) for f in sorted(os.listdir(folder)) if f.endswith(".bin")]
     loads, cats, cold = [], [], True
-    print("== 2. restore: px_ckpt_load vs cat > /dev/null of its data file, %d reps" % a.reps, flush=True)
+    print("== 2. restore: px_ckpt_load vs cat > /dev/null of its data files, %d reps" % a.reps, flush=True)
     for i in range(a.reps):
         cold = drop_caches() and cold
         out = kv(run([drv, model, ck, "load"]).replace("\n", " "))
         cold = drop_caches() and cold
-        c = timed(["sh", "-c", 'cat "$1" > /dev/null', "sh", data])
+        c = timed(["sh", "-c", 'cat "$@" > /dev/null', "sh"] + data)
         loads.append(nbytes / float(out["load_s"]) / 1e6)
         cats.append(nbytes / c / 1e6)
         print("  rep %d: ours %.2f s (%.0f MB/s), cat %.2f s (%.0f MB/s), ours/cat %.2f"

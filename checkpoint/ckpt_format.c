@@ -86,44 +86,87 @@ void px_ckpt_manifest_free(px_ckpt_manifest_t *m) {
     memset(m, 0, sizeof *m);
 }
 
-int px_ckpt_manifest_whole(px_ckpt_manifest_t *m, const px_gpt_config_t *cfg, int nbuf, const char *file) {
-    memset(m, 0, sizeof *m);
-    int n = px_ckpt_logical_tensors(cfg, nbuf, NULL);
-    if (n < 0) return -1;
-    px_ckpt_logical_t *lt = calloc((size_t)n, sizeof *lt);
-    m->tensors = calloc((size_t)n, sizeof *m->tensors);
-    m->files = calloc(1, sizeof *m->files);
-    if (!lt || !m->tensors || !m->files) goto oom;
-    px_ckpt_logical_tensors(cfg, nbuf, lt);
-    m->format_version = PX_CKPT_FORMAT_VERSION;
-    m->model = *cfg;
-    m->outer_momentum = nbuf == PX_STATE_MAXBUF;
-    m->groups = m->ranks_per_group = m->fsdp = m->tp = m->pp = 1;
-    m->nfiles = 1;
-    snprintf(m->files[0].name, sizeof m->files[0].name, "%s", file);
-    uint64_t pos = 0;
-    for (int i = 0; i < n; i++, m->ntensors++) {
-        px_ckpt_tensor_t *t = &m->tensors[i];
-        snprintf(t->name, sizeof t->name, "%s", lt[i].name);
-        t->ndim = lt[i].ndim;
-        memcpy(t->shape, lt[i].shape, sizeof t->shape);
-        t->slices = calloc(1, sizeof *t->slices);
-        if (!t->slices) goto oom;
-        t->nslices = 1;
-        px_ckpt_slice_t *s = &t->slices[0];
-        s->file = 0;
-        s->offset = pos;
-        s->bytes = (uint64_t)px_ckpt_volume(t->ndim, t->shape) * sizeof(float);
-        memcpy(s->count, t->shape, sizeof s->count);
-        pos += s->bytes;
+uint64_t px_ckpt_file_bytes(uint64_t state_bytes) {
+    uint64_t files = state_bytes / PX_CKPT_FILE_MIN;
+    if (files < 1) files = 1;
+    if (files > PX_CKPT_MAX_FILES) files = PX_CKPT_MAX_FILES;
+    uint64_t per = (state_bytes + files - 1) / files;
+    per = (per + PX_CKPT_FILE_ALIGN - 1) / PX_CKPT_FILE_ALIGN * PX_CKPT_FILE_ALIGN;
+    return per ? per : PX_CKPT_FILE_ALIGN;
+}
+
+int px_ckpt_nfiles(uint64_t state_bytes, uint64_t file_bytes) {
+    if (file_bytes == 0 || file_bytes % sizeof(float)) return -1;
+    uint64_t n = state_bytes ? (state_bytes + file_bytes - 1) / file_bytes : 1;
+    return n > PX_CKPT_FILES_LIMIT ? -1 : (int)n;
+}
+
+/* Appends to tensor idx the slice rows [row0, row0 + nrows) x columns
+ * [col0, col0 + ncols) of it seen as rows of K floats (a vector: one run of
+ * it), stored next in file `file`. */
+static int add_rect(px_ckpt_manifest_t *m, int idx, int file, int64_t K, int64_t row0, int64_t nrows, int64_t col0,
+                    int64_t ncols) {
+    px_ckpt_tensor_t *t = &m->tensors[idx];
+    px_ckpt_slice_t sl = {.file = file, .offset = m->files[file].bytes};
+    if (t->ndim == 2) {
+        if (K != t->shape[1]) return -1;
+        sl.start[0] = row0, sl.start[1] = col0, sl.count[0] = nrows, sl.count[1] = ncols;
+    } else { /* a vector: the rectangle must be one run of it */
+        if (nrows > 1 && ncols != K) return -1;
+        sl.start[0] = row0 * K + col0, sl.count[0] = nrows * ncols;
     }
-    m->files[0].bytes = pos;
-    free(lt);
+    sl.bytes = (uint64_t)(nrows * ncols) * sizeof(float);
+    px_ckpt_slice_t *grown = realloc(t->slices, (size_t)(t->nslices + 1) * sizeof *grown);
+    if (!grown) return -1;
+    t->slices = grown;
+    t->slices[t->nslices++] = sl;
+    m->files[file].bytes += sl.bytes;
     return 0;
-oom:
-    free(lt);
-    px_ckpt_manifest_free(m);
-    return -1;
+}
+
+/* Floats [a, b) of tensor idx (row-major) as the next slices of file
+ * `file`: a partial first row, whole rows, a partial last row. */
+static int add_run(px_ckpt_manifest_t *m, int idx, int file, int64_t a, int64_t b) {
+    const px_ckpt_tensor_t *t = &m->tensors[idx];
+    if (t->ndim != 2) return add_rect(m, idx, file, t->shape[0], 0, 1, a, b - a);
+    int64_t K = t->shape[1];
+    if (a % K) {
+        int64_t n = K - a % K < b - a ? K - a % K : b - a;
+        if (add_rect(m, idx, file, K, a / K, 1, a % K, n) != 0) return -1;
+        a += n;
+    }
+    if ((b - a) / K && add_rect(m, idx, file, K, a / K, (b - a) / K, 0, K) != 0) return -1;
+    a += (b - a) / K * K;
+    return a < b ? add_rect(m, idx, file, K, a / K, 1, 0, b - a) : 0;
+}
+
+int px_ckpt_manifest_whole(px_ckpt_manifest_t *m, const px_gpt_config_t *cfg, int nbuf, const char *prefix,
+                           uint64_t file_bytes) {
+    int n = px_ckpt_logical_tensors(cfg, nbuf, NULL);
+    uint64_t total = 0;
+    if (n >= 0) {
+        size_t sizes[PX_GPT_NUM_TENSORS];
+        px_gpt_tensor_sizes(cfg, sizes);
+        for (int k = 0; k < PX_GPT_NUM_TENSORS; k++) total += (uint64_t)sizes[k] * (uint64_t)nbuf * sizeof(float);
+    }
+    int nfiles = px_ckpt_nfiles(total, file_bytes);
+    if (n < 0 || nfiles < 0 || px_ckpt_manifest_begin(m, cfg, nbuf, nfiles, prefix) != 0) return -1;
+    const uint64_t per = file_bytes / sizeof(float); /* floats a file holds */
+    uint64_t pos = 0;                                 /* in floats, across the buffers */
+    for (int i = 0; i < m->ntensors; i++) {
+        const px_ckpt_tensor_t *t = &m->tensors[i];
+        uint64_t end = pos + (uint64_t)px_ckpt_volume(t->ndim, t->shape);
+        while (pos < end) {
+            uint64_t cut = (pos / per + 1) * per < end ? (pos / per + 1) * per : end;
+            uint64_t first = end - (uint64_t)px_ckpt_volume(t->ndim, t->shape);
+            if (add_run(m, i, (int)(pos / per), (int64_t)(pos - first), (int64_t)(cut - first)) != 0) {
+                px_ckpt_manifest_free(m);
+                return -1;
+            }
+            pos = cut;
+        }
+    }
+    return 0;
 }
 
 int px_ckpt_manifest_begin(px_ckpt_manifest_t *m, const px_gpt_config_t *cfg, int nbuf, int nfiles,
@@ -171,23 +214,8 @@ int px_ckpt_manifest_add(px_ckpt_manifest_t *m, int file, int buffer, int kind, 
             idx += layers;
         }
     return -1;
-found:;
-    px_ckpt_tensor_t *t = &m->tensors[idx];
-    px_ckpt_slice_t sl = {.file = file, .offset = m->files[file].bytes};
-    if (t->ndim == 2) {
-        if (K != t->shape[1]) return -1;
-        sl.start[0] = row0, sl.start[1] = col0, sl.count[0] = nrows, sl.count[1] = ncols;
-    } else { /* a vector: the rectangle must be one run of it */
-        if (nrows > 1 && ncols != K) return -1;
-        sl.start[0] = row0 * K + col0, sl.count[0] = nrows * ncols;
-    }
-    sl.bytes = (uint64_t)(nrows * ncols) * sizeof(float);
-    px_ckpt_slice_t *grown = realloc(t->slices, (size_t)(t->nslices + 1) * sizeof *grown);
-    if (!grown) return -1;
-    t->slices = grown;
-    t->slices[t->nslices++] = sl;
-    m->files[file].bytes += sl.bytes;
-    return 0;
+found:
+    return add_rect(m, idx, file, K, row0, nrows, col0, ncols);
 }
 
 int px_ckpt_manifest_find(const px_ckpt_manifest_t *m, const char *name) {

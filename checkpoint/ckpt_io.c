@@ -13,14 +13,13 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include "ckpt.h"
 #include "ckpt_int.h"
 #include "px_time.h"
 
 #define IO_BLOCK ((size_t)16 << 20) /* bytes per read or write call */
-#define DATA_FILE "rank00000.bin"
+#define DATA_PREFIX "data" /* a whole write's files: data00000.bin, ... */
 
 void px_ckpt_path(const char *dir, int64_t step, char *out, size_t len) {
     snprintf(out, len, "%s/step_%08lld", dir, (long long)step);
@@ -190,44 +189,79 @@ static int writer_close(writer_t *w) {
     return rc;
 }
 
-/* The state's s->nbuf buffers into one file, in order, hashed on the way:
- * whole, or only the runs (offset, count) of each (runs NULL: whole). */
-static int write_data(const char *path, const px_train_state_t *s, const size_t (*runs)[2], size_t nruns,
-                      uint64_t *bytes, uint64_t *hash, char *err, size_t errlen) {
+/* A run of bytes of a state's buffer, to be written next. */
+typedef struct {
+    const char *p;
+    size_t len;
+} seg_t;
+
+/* The segments, in order, into one file; hashed on the way (XXH3-64 into
+ * *hash), or with `known` given, written in one call each and *hash = *known. */
+static int write_segs(const char *path, const seg_t *segs, size_t nsegs, const uint64_t *known, uint64_t *bytes,
+                      uint64_t *hash, char *err, size_t errlen) {
     writer_t w;
     if (writer_open(&w, path) != 0) {
         free(w.buf);
         return px_ckpt_fail(err, errlen, "creating %s: %s", path, strerror(errno));
     }
-    XXH3_state_t *h = XXH3_createState();
-    if (!h) {
+    XXH3_state_t *h = known ? NULL : XXH3_createState();
+    if (!known && !h) {
         writer_close(&w);
         return px_ckpt_fail(err, errlen, "out of memory");
     }
-    XXH3_64bits_reset(h);
+    if (h) XXH3_64bits_reset(h);
     *bytes = 0;
-    size_t whole[1][2] = {{0, s->n}};
-    if (!runs) runs = (const size_t(*)[2])whole, nruns = 1;
-    for (int k = 0; k < s->nbuf * (int)nruns; k++) {
-        int b = k / (int)nruns;
-        const char *p = (const char *)(s->buf[b] + runs[k % nruns][0]);
-        size_t left = runs[k % nruns][1] * sizeof(float);
+    for (size_t k = 0; k < nsegs; k++) {
+        const char *p = segs[k].p;
+        size_t left = segs[k].len;
         while (left) {
-            size_t len = left < IO_BLOCK ? left : IO_BLOCK;
+            size_t len = known || left < IO_BLOCK ? left : IO_BLOCK;
             if (writer_put(&w, p, len) != 0) {
                 int e = errno;
-                XXH3_freeState(h);
+                if (h) XXH3_freeState(h);
                 writer_close(&w);
                 return px_ckpt_fail(err, errlen, "writing %s: %s", path, strerror(e));
             }
-            XXH3_64bits_update(h, p, len);
+            if (h) XXH3_64bits_update(h, p, len);
             p += len, left -= len, *bytes += len;
         }
     }
-    *hash = XXH3_64bits_digest(h);
-    XXH3_freeState(h);
+    *hash = h ? XXH3_64bits_digest(h) : *known;
+    if (h) XXH3_freeState(h);
     if (writer_close(&w) != 0) return px_ckpt_fail(err, errlen, "writing %s: %s", path, strerror(errno));
     return 0;
+}
+
+/* The runs (offset, count) of each of the state's s->nbuf buffers into one
+ * file, in order, hashed on the way. */
+static int write_runs(const char *path, const px_train_state_t *s, const size_t (*runs)[2], size_t nruns,
+                      uint64_t *bytes, uint64_t *hash, char *err, size_t errlen) {
+    size_t nsegs = (size_t)s->nbuf * nruns;
+    seg_t *segs = malloc((nsegs ? nsegs : 1) * sizeof *segs);
+    if (!segs) return px_ckpt_fail(err, errlen, "out of memory");
+    for (size_t k = 0; k < nsegs; k++) {
+        segs[k].p = (const char *)(s->buf[k / nruns] + runs[k % nruns][0]);
+        segs[k].len = runs[k % nruns][1] * sizeof(float);
+    }
+    int rc = write_segs(path, segs, nsegs, NULL, bytes, hash, err, errlen);
+    free(segs);
+    return rc;
+}
+
+/* Bytes [lo, hi) of the state's buffers taken one after the other, as at
+ * most PX_STATE_MAXBUF segments: the order of a whole write's data files. */
+static size_t state_segs(const px_train_state_t *s, uint64_t lo, uint64_t hi, seg_t *segs) {
+    uint64_t per = (uint64_t)s->n * sizeof(float);
+    size_t n = 0;
+    for (int b = 0; b < s->nbuf && lo < hi; b++) {
+        uint64_t end = (uint64_t)(b + 1) * per;
+        if (lo >= end) continue;
+        uint64_t stop = hi < end ? hi : end;
+        segs[n].p = (const char *)s->buf[b] + (lo - (uint64_t)b * per);
+        segs[n++].len = (size_t)(stop - lo);
+        lo = stop;
+    }
+    return n;
 }
 
 static int write_text(const char *path, const char *text, char *err, size_t errlen) {
@@ -269,10 +303,28 @@ static int nbuf_ok(const px_train_state_t *s, char *err, size_t errlen) {
 
 int px_ckpt_write(const char *dir, const px_train_state_t *s, const px_gpt_config_t *cfg, const px_ckpt_meta_t *meta,
                   px_ckpt_result_t *res, char *err, size_t errlen) {
+    return px_ckpt_write_files(dir, s, cfg, meta, px_ckpt_file_bytes(px_state_bytes(s)), NULL, res, err, errlen);
+}
+
+int px_ckpt_write_files(const char *dir, const px_train_state_t *s, const px_gpt_config_t *cfg,
+                        const px_ckpt_meta_t *meta, uint64_t file_bytes, const uint64_t *hashes,
+                        px_ckpt_result_t *res, char *err, size_t errlen) {
     int64_t t0 = px_now_us();
     memset(res, 0, sizeof *res);
     if (nbuf_ok(s, err, errlen) != 0) return -1;
-    if (mkdirs(dir) != 0) return px_ckpt_fail(err, errlen, "creating the checkpoint folder %s: %s", dir, strerror(errno));
+    px_ckpt_manifest_t m;
+    if (px_ckpt_manifest_whole(&m, cfg, s->nbuf, DATA_PREFIX, file_bytes) != 0)
+        return px_ckpt_fail(err, errlen, "out of memory, or %" PRIu64 "-byte files are not usable", file_bytes);
+    uint64_t total = 0;
+    for (int f = 0; f < m.nfiles; f++) total += m.files[f].bytes;
+    if (total != px_state_bytes(s)) {
+        px_ckpt_manifest_free(&m);
+        return px_ckpt_fail(err, errlen, "state of %zu floats does not fit the model's %" PRIu64 " bytes", s->n, total);
+    }
+    if (mkdirs(dir) != 0) {
+        px_ckpt_manifest_free(&m);
+        return px_ckpt_fail(err, errlen, "creating the checkpoint folder %s: %s", dir, strerror(errno));
+    }
     char host[64] = "host", tmp[4200], path[4300], final[4200];
     gethostname(host, sizeof host - 1);
     for (char *p = host; *p; p++)
@@ -280,27 +332,26 @@ int px_ckpt_write(const char *dir, const px_train_state_t *s, const px_gpt_confi
     px_ckpt_path(dir, s->step, final, sizeof final);
     snprintf(tmp, sizeof tmp, "%s/.tmp-%s-%s-%d", dir, strrchr(final, '/') + 1, host, (int)getpid());
     rm_rf(tmp); /* a leftover of an earlier attempt of this process */
-    if (mkdir(tmp, 0755) != 0) return px_ckpt_fail(err, errlen, "creating %s: %s", tmp, strerror(errno));
-    px_ckpt_manifest_t m;
-    if (px_ckpt_manifest_whole(&m, cfg, s->nbuf, DATA_FILE) != 0) {
-        px_ckpt_fail(err, errlen, "out of memory");
-        goto bad;
+    if (mkdir(tmp, 0755) != 0) {
+        px_ckpt_manifest_free(&m);
+        return px_ckpt_fail(err, errlen, "creating %s: %s", tmp, strerror(errno));
     }
-    snprintf(path, sizeof path, "%s/%s", tmp, DATA_FILE);
-    uint64_t bytes = 0, hash = 0;
-    if (write_data(path, s, NULL, 0, &bytes, &hash, err, errlen) != 0) goto bad;
-    if (bytes != m.files[0].bytes) {
-        px_ckpt_fail(err, errlen, "state of %zu floats does not fit the model's %" PRIu64 " bytes", s->n, m.files[0].bytes);
-        goto bad;
+    uint64_t pos = 0;
+    for (int f = 0; f < m.nfiles; f++) {
+        seg_t segs[PX_STATE_MAXBUF];
+        size_t nsegs = state_segs(s, pos, pos + m.files[f].bytes, segs);
+        uint64_t bytes = 0;
+        snprintf(path, sizeof path, "%s/%s", tmp, m.files[f].name);
+        if (write_segs(path, segs, nsegs, hashes ? &hashes[f] : NULL, &bytes, &m.files[f].xxh3, err, errlen) != 0) {
+            rm_rf(tmp);
+            px_ckpt_manifest_free(&m);
+            return -1;
+        }
+        pos += bytes;
     }
-    m.files[0].xxh3 = hash;
-    int rc = finish(dir, tmp, final, &m, s, meta, bytes, t0, res, err, errlen);
+    int rc = finish(dir, tmp, final, &m, s, meta, total, t0, res, err, errlen);
     px_ckpt_manifest_free(&m);
     return rc;
-bad:
-    rm_rf(tmp);
-    px_ckpt_manifest_free(&m);
-    return -1;
 }
 
 /* The manifest m (files complete) with s's step and seed and meta, into
@@ -383,7 +434,7 @@ int px_ckpt_write_part(const char *dir, const px_train_state_t *s, const px_ckpt
     if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return px_ckpt_fail(err, errlen, "creating %s: %s", tmp, strerror(errno));
     snprintf(path, sizeof path, "%s/rank%05d.bin", tmp, part->rank);
     uint64_t bytes = 0, hash = 0;
-    if (write_data(path, s, part->runs, part->nruns, &bytes, &hash, err, errlen) != 0) return -1;
+    if (write_runs(path, s, part->runs, part->nruns, &bytes, &hash, err, errlen) != 0) return -1;
     char marker[64];
     snprintf(marker, sizeof marker, "%llu %016llx\n", (unsigned long long)bytes, (unsigned long long)hash);
     snprintf(path, sizeof path, "%s/rank%05d.part", tmp, part->rank);

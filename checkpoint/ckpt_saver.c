@@ -16,6 +16,9 @@ struct px_ckpt_saver {
     int keep;
     px_gpt_config_t cfg;
     px_train_state_t snap;           /* owned once allocated */
+    uint64_t file_bytes;             /* the data files' size (px_ckpt_file_bytes) */
+    uint64_t hashes[PX_CKPT_MAX_FILES]; /* their checksums, with hashed */
+    int hashed;
     const px_train_state_t *src;     /* the live state being copied into snap (NULL: none) */
     int copying;                     /* src is being read: the owner must not change it */
     void (*source_wait)(void *);     /* called before src is first read (NULL: none) */
@@ -31,14 +34,17 @@ struct px_ckpt_saver {
     int done_head, done_n;
 };
 
-/* dst's buffers and step become s's, chunk by chunk (on every core with
- * parallel; on this thread alone otherwise), with streaming stores: the
- * snapshot is read only by the writer, later, and a held copy is a third
- * shorter without reading every destination line first. */
-static void copy_state(px_train_state_t *dst, const px_train_state_t *s, int parallel) {
-    px_state_copy_chunks(dst, s, parallel ? omp_get_max_threads() : 1, 1);
-    dst->step = s->step;
-    dst->seed = s->seed;
+/* The snapshot becomes s (on every core with parallel; on this thread
+ * alone otherwise), with each data file's checksum computed on the way
+ * (ckpt_snapshot.c): the writer then only writes. A part of a sharded
+ * group's checkpoint is hashed by its writer. */
+static void copy_state(px_ckpt_saver_t *sv, const px_train_state_t *s, int parallel) {
+    int threads = parallel ? omp_get_max_threads() : 1;
+    sv->file_bytes = px_ckpt_file_bytes(px_state_bytes(s));
+    sv->hashed = !sv->has_part && px_ckpt_snapshot(&sv->snap, s, sv->file_bytes, sv->hashes, threads) == 0;
+    if (sv->has_part) px_state_copy_chunks(&sv->snap, s, threads, 1);
+    sv->snap.step = s->step;
+    sv->snap.seed = s->seed;
 }
 
 static void *saver_main(void *arg) {
@@ -52,7 +58,7 @@ static void *saver_main(void *arg) {
         if (sv->src) { /* the snapshot, while the trainer computes the next step (it only reads the state) */
             /* a state with a wait is a copy of what trains elsewhere (a GPU's): the cores are free */
             if (sv->source_wait) sv->source_wait(sv->source_ctx);
-            copy_state(&sv->snap, sv->src, sv->source_wait != NULL);
+            copy_state(sv, sv->src, sv->source_wait != NULL);
             pthread_mutex_lock(&sv->mu);
             sv->src = NULL;
             sv->copying = 0;
@@ -65,7 +71,8 @@ static void *saver_main(void *arg) {
         if (sv->has_part)
             d.ok = px_ckpt_write_part(sv->dir, &sv->snap, &sv->meta, &sv->part, &d.res, d.err, sizeof d.err) == 0;
         else
-            d.ok = px_ckpt_write(sv->dir, &sv->snap, &sv->cfg, &sv->meta, &d.res, d.err, sizeof d.err) == 0;
+            d.ok = px_ckpt_write_files(sv->dir, &sv->snap, &sv->cfg, &sv->meta, sv->file_bytes,
+                                       sv->hashed ? sv->hashes : NULL, &d.res, d.err, sizeof d.err) == 0;
         if (d.ok && (!sv->has_part || sv->part.rank == 0)) px_ckpt_retain(sv->dir, sv->keep, d.step);
         pthread_mutex_lock(&sv->mu);
         if (sv->done_n == DONE_RING) { /* nobody polls: keep the newest */
@@ -116,7 +123,7 @@ int px_ckpt_saver_submit(px_ckpt_saver_t *sv, const px_train_state_t *s, const p
     if (!sv->snap.owned && px_state_alloc_like(&sv->snap, s) != 0) return -1;
     if (!overlap) {
         if (sv->source_wait) sv->source_wait(sv->source_ctx);
-        copy_state(&sv->snap, s, 1);
+        copy_state(sv, s, 1);
     }
     sv->meta = *meta;
     sv->meta.job = sv->job;

@@ -7,7 +7,10 @@
  * full disk (RLIMIT_FSIZE) failing the save cleanly, and data files written
  * around the page cache (O_DIRECT, the default, with an unaligned tail)
  * byte for byte equal to buffered ones (PX_CKPT_DIRECT=0), whether the
- * buffers line up with the file or not, and DiLoCo's
+ * buffers line up with the file or not; a whole state split into data
+ * files (the split a save uses; files cutting rows and pages; loaded back
+ * bitwise), hashed in the snapshot pass (the writer's own checksums, the
+ * same files, a snapshot changed after its hash refused); and DiLoCo's
  * outer momentum (a fourth buffer): round trip, written in parts and by the
  * saver, loaded into a state of three buffers and the other way (zeroed and
  * reported), a partial or misshapen one refused naming the tensor; and a
@@ -115,11 +118,8 @@ static void test_sliced(px_train_state_t *s, px_train_state_t *d) {
     sh("mkdir -p %s", dir);
     fill_state(s, 9);
     px_ckpt_manifest_t m;
-    CHECK(px_ckpt_manifest_whole(&m, &cfg, PX_STATE_NBUF, "r0.bin") == 0, "manifest");
-    px_ckpt_file_t *files = realloc(m.files, 2 * sizeof *files);
-    m.files = files;
-    m.nfiles = 2;
-    snprintf(files[1].name, sizeof files[1].name, "r1.bin");
+    CHECK(px_ckpt_manifest_begin(&m, &cfg, PX_STATE_NBUF, 2, "r") == 0, "manifest");
+    px_ckpt_file_t *files = m.files;
     int nl = px_ckpt_logical_tensors(&cfg, PX_STATE_NBUF, NULL);
     px_ckpt_logical_t *lt = calloc((size_t)nl, sizeof *lt);
     px_ckpt_logical_tensors(&cfg, PX_STATE_NBUF, lt);
@@ -216,11 +216,11 @@ static void damage_case(px_train_state_t *s, px_train_state_t *d, const char *na
 
 static void test_damage(px_train_state_t *s, px_train_state_t *d) {
     /* Byte 1000 of the data: the checksum catches a single flipped byte. */
-    damage_case(s, d, "flip", "printf '\\377' | dd of=rank00000.bin bs=1 seek=1000 conv=notrunc 2>/dev/null",
-                "rank00000.bin", "checksum mismatch");
-    damage_case(s, d, "short", "truncate -s -4096 rank00000.bin", "rank00000.bin", "short");
-    damage_case(s, d, "long", "printf x >> rank00000.bin", "rank00000.bin", "too long");
-    damage_case(s, d, "missing-data", "rm rank00000.bin", "rank00000.bin", "missing");
+    damage_case(s, d, "flip", "printf '\\377' | dd of=data00000.bin bs=1 seek=1000 conv=notrunc 2>/dev/null",
+                "data00000.bin", "checksum mismatch");
+    damage_case(s, d, "short", "truncate -s -4096 data00000.bin", "data00000.bin", "short");
+    damage_case(s, d, "long", "printf x >> data00000.bin", "data00000.bin", "too long");
+    damage_case(s, d, "missing-data", "rm data00000.bin", "data00000.bin", "missing");
     damage_case(s, d, "missing-manifest", "rm manifest.json", "manifest.json", "cannot open");
     damage_case(s, d, "garbage-manifest", "head -c 300 manifest.json > m && mv m manifest.json", "manifest.json",
                 "unparsable manifest: not valid JSON");
@@ -230,7 +230,7 @@ static void test_damage(px_train_state_t *s, px_train_state_t *d) {
                 "says step 21");
     /* A manifest whose listed checksum was edited: the data no longer proves it. */
     damage_case(s, d, "edited-sum", "sed -i -E 's/\"xxh3_64\": \"[0-9a-f]{16}\"/\"xxh3_64\": \"0123456789abcdef\"/' manifest.json",
-                "rank00000.bin", "checksum mismatch");
+                "data00000.bin", "checksum mismatch");
 }
 
 static void test_mismatch(px_train_state_t *s, px_train_state_t *d) {
@@ -277,8 +277,8 @@ static void test_decode_table(px_train_state_t *s) {
     } cases[] = {
         {"\"format\": \"phalanx-checkpoint\"", "\"format\": \"other\"", "not phalanx-checkpoint"},
         {"\"dtype\": \"F32\"", "\"dtype\": \"BF16\"", "dtype"},
-        {"\"name\": \"rank00000.bin\"", "\"name\": \"../etc/passwd\"", "not a plain file name"},
-        {"\"file\": \"rank00000.bin\"", "\"file\": \"nope.bin\"", "is not in \"files\""},
+        {"\"name\": \"data00000.bin\"", "\"name\": \"../etc/passwd\"", "not a plain file name"},
+        {"\"file\": \"data00000.bin\"", "\"file\": \"nope.bin\"", "is not in \"files\""},
         {"\"num_layers\": 2", "\"num_layers\": -2", "num_layers"},
         {"\"offset\": 0,", "\"offset\": 4,", "in no slice"},
         {"\"step\": 1,", "\"step\": \"1\",", "\"step\" missing or not an integer"},
@@ -374,7 +374,7 @@ static void test_disk_full(px_train_state_t *s, px_train_state_t *d) {
     fill_state(s, 20);
     int rc = px_ckpt_write(dir, s, &cfg, &meta, &res, err, sizeof err);
     setrlimit(RLIMIT_FSIZE, &old);
-    CHECK(rc != 0 && strstr(err, "rank00000.bin") && strstr(err, "too large"), "disk full: rc=%d err='%s'", rc, err);
+    CHECK(rc != 0 && strstr(err, "data00000.bin") && strstr(err, "too large"), "disk full: rc=%d err='%s'", rc, err);
     printf("disk full: %s\n", err);
     int64_t *steps;
     CHECK(px_ckpt_list(dir, &steps) == 1 && steps[0] == 10, "a failed save published something");
@@ -395,11 +395,11 @@ static void test_direct(px_train_state_t *s, px_train_state_t *d) {
     unsetenv("PX_CKPT_DIRECT");
     struct stat st;
     char f[400];
-    snprintf(f, sizeof f, "%s/step_00000050/rank00000.bin", a);
+    snprintf(f, sizeof f, "%s/step_00000050/data00000.bin", a);
     CHECK(stat(f, &st) == 0 && st.st_size % 4096 != 0, "the data file should end in a partial block (size %lld)",
           (long long)st.st_size);
     char cmd[1000];
-    snprintf(cmd, sizeof cmd, "cmp -s %s %s/step_00000050/rank00000.bin", f, b);
+    snprintf(cmd, sizeof cmd, "cmp -s %s %s/step_00000050/data00000.bin", f, b);
     CHECK(system(cmd) == 0, "direct and buffered writes differ (%s)", cmd);
     char path[400];
     px_ckpt_fault_t fl;
@@ -426,25 +426,130 @@ static void placed_copy(px_train_state_t *dst, float *blocks[], const px_train_s
 
 /* The same state written from buffers that line up with the file from the
  * start (px_state_alloc_like's single block), never, and from the second
- * buffer on: every data file byte for byte the buffered one. */
+ * buffer on, in one data file and in files of three pages (each file
+ * starting on a page of the stream): every data file byte for byte the
+ * buffered one. */
 static void test_direct_layouts(px_train_state_t *s) {
-    char buffered[400], dir[300], err[600], cmd[1000];
-    snprintf(buffered, sizeof buffered, "%s/buffered/step_00000050/rank00000.bin", root);
+    char buffered[400], dir[300], err[600], cmd[1400];
     size_t nb = s->n * sizeof(float);
     CHECK(nb % 4096 != 0, "the tiny model's buffers (%zu bytes) should not be whole blocks", nb);
     const size_t layouts[][PX_STATE_NBUF] = {{4, 4, 4}, {4, nb % 4096, 2 * nb % 4096}, {0, nb % 4096, 2 * nb % 4096}};
     const char *names[] = {"never", "second", "packed"};
-    for (int l = 0; l < 3; l++) {
-        px_train_state_t v;
-        float *blocks[PX_STATE_NBUF];
+    const uint64_t sizes[] = {px_ckpt_file_bytes(px_state_bytes(s)), 3 * 4096};
+    px_ckpt_result_t res;
+    for (int z = 0; z < 2; z++) {
+        snprintf(buffered, sizeof buffered, "%s/buffered-%d", root, z);
         fill_state(s, 50);
-        placed_copy(&v, blocks, s, layouts[l]);
-        snprintf(dir, sizeof dir, "%s/direct-%s", root, names[l]);
-        px_ckpt_result_t res;
-        CHECK(px_ckpt_write(dir, &v, &cfg, &meta, &res, err, sizeof err) == 0, "%s layout: %s", names[l], err);
-        snprintf(cmd, sizeof cmd, "cmp -s %s %s/step_00000050/rank00000.bin", buffered, dir);
-        CHECK(system(cmd) == 0, "the %s layout's direct write differs from the buffered one (%s)", names[l], cmd);
-        for (int b = 0; b < PX_STATE_NBUF; b++) free(blocks[b]);
+        setenv("PX_CKPT_DIRECT", "0", 1);
+        CHECK(px_ckpt_write_files(buffered, s, &cfg, &meta, sizes[z], NULL, &res, err, sizeof err) == 0, "buffered: %s", err);
+        unsetenv("PX_CKPT_DIRECT");
+        for (int l = 0; l < 3; l++) {
+            px_train_state_t v;
+            float *blocks[PX_STATE_NBUF];
+            placed_copy(&v, blocks, s, layouts[l]);
+            snprintf(dir, sizeof dir, "%s/direct-%s-%d", root, names[l], z);
+            CHECK(px_ckpt_write_files(dir, &v, &cfg, &meta, sizes[z], NULL, &res, err, sizeof err) == 0, "%s layout: %s",
+                  names[l], err);
+            snprintf(cmd, sizeof cmd, "cd %s/step_00000050 && n=0 && for f in data*.bin; do n=$((n+1)); "
+                     "cmp -s $f %s/step_00000050/$f || exit 1; done && test $n = %d", buffered, dir,
+                     px_ckpt_nfiles(px_state_bytes(s), sizes[z]));
+            CHECK(system(cmd) == 0, "the %s layout's direct write differs from the buffered one (%s)", names[l], cmd);
+            for (int b = 0; b < PX_STATE_NBUF; b++) free(blocks[b]);
+        }
+    }
+}
+
+/* ---- a whole state in several data files ------------------------------- */
+
+/* The split a save uses: at least one file, at most PX_CKPT_MAX_FILES, of
+ * whole 4096-byte blocks (so each file starts on a page of the snapshot),
+ * covering the state with less than one file to spare. */
+static void test_file_rule(void) {
+    const uint64_t sizes[] = {0, 4, 4096, PX_CKPT_FILE_MIN - 4, PX_CKPT_FILE_MIN, 3 * PX_CKPT_FILE_MIN + 4,
+                              40000000, 1493710848, (uint64_t)100 << 30};
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+        uint64_t total = sizes[i], fb = px_ckpt_file_bytes(total);
+        int n = px_ckpt_nfiles(total, fb);
+        CHECK(fb > 0 && fb % PX_CKPT_FILE_ALIGN == 0, "%" PRIu64 " bytes: files of %" PRIu64, total, fb);
+        CHECK(n >= 1 && n <= PX_CKPT_MAX_FILES && (uint64_t)n * fb >= total && (total == 0 || (uint64_t)(n - 1) * fb < total),
+              "%" PRIu64 " bytes: %d files of %" PRIu64, total, n, fb);
+        if (total >= PX_CKPT_MAX_FILES * PX_CKPT_FILE_MIN)
+            CHECK(n == PX_CKPT_MAX_FILES, "%" PRIu64 " bytes: %d files, not %d", total, n, PX_CKPT_MAX_FILES);
+        if (total >= 2 * PX_CKPT_FILE_MIN) CHECK(n >= 2, "%" PRIu64 " bytes in one file", total);
+    }
+    CHECK(px_ckpt_nfiles(100, 0) == -1 && px_ckpt_nfiles(100, 6) == -1, "file sizes that are no whole floats accepted");
+    CHECK(px_ckpt_nfiles((uint64_t)1 << 40, 4) == -1, "an absurd number of files accepted");
+}
+
+/* Data file f of the checkpoint at path: its size (-1: none). */
+static long long file_size(const char *path, int f) {
+    char file[4400];
+    struct stat st;
+    snprintf(file, sizeof file, "%s/data%05d.bin", path, f);
+    return stat(file, &st) == 0 ? (long long)st.st_size : -1;
+}
+
+/* The tiny state written in files of several sizes (whole pages; an odd
+ * number of floats, so files cut rows and even floats' pages; one float
+ * too few for a buffer): every file but the last exactly that size, the
+ * manifest's slices accepted by the decoder, and the state loaded back
+ * bitwise. Then the saver's way: px_ckpt_snapshot copies and hashes in one
+ * pass on 2 threads, its checksums are the writer's own, the files written
+ * with them are byte for byte those, and a snapshot changed after it was
+ * hashed is refused on load, naming the file that changed. */
+static void test_files(px_train_state_t *s, px_train_state_t *d) {
+    const uint64_t total = px_state_bytes(s);
+    const uint64_t sizes[] = {4096, 3 * 4096, 4100, total / 3 - 4, total};
+    char dir[300], hdir[300], path[4200], hpath[4200], err[600], cmd[9000];
+    px_ckpt_result_t res;
+    px_ckpt_fault_t fl;
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+        uint64_t fb = sizes[i];
+        int n = px_ckpt_nfiles(total, fb);
+        snprintf(dir, sizeof dir, "%s/files-%" PRIu64, root, fb);
+        fill_state(s, 60);
+        CHECK(px_ckpt_write_files(dir, s, &cfg, &meta, fb, NULL, &res, err, sizeof err) == 0, "%" PRIu64 "-byte files: %s",
+              fb, err);
+        px_ckpt_path(dir, 60, path, sizeof path);
+        for (int f = 0; f < n; f++)
+            CHECK(file_size(path, f) == (long long)(f < n - 1 ? fb : total - (uint64_t)(n - 1) * fb),
+                  "%" PRIu64 "-byte files: file %d of %d holds %lld bytes", fb, f, n, file_size(path, f));
+        CHECK(file_size(path, n) == -1, "%" PRIu64 "-byte files: more than %d files", fb, n);
+        px_ckpt_manifest_t m;
+        memset(d->buf[0], 0, d->n * sizeof(float));
+        CHECK(px_ckpt_load(path, &cfg, d, &m, &fl) == 0 && same_state(s, d), "%" PRIu64 "-byte files do not load: %s: %s",
+              fb, fl.file, fl.fault);
+        CHECK(m.nfiles == n, "%" PRIu64 "-byte files: the manifest lists %d files, not %d", fb, m.nfiles, n);
+
+        /* the saver's way */
+        px_train_state_t snap;
+        uint64_t *hashes = calloc((size_t)n, sizeof *hashes);
+        CHECK(hashes && px_state_alloc_like(&snap, s) == 0, "out of memory");
+        CHECK(px_ckpt_snapshot(&snap, s, fb, hashes, 2) == 0, "%" PRIu64 "-byte files: no hashes", fb);
+        snap.step = s->step, snap.seed = s->seed;
+        CHECK(same_state(s, &snap), "%" PRIu64 "-byte files: the snapshot is not the state", fb);
+        for (int f = 0; f < n && f < m.nfiles; f++)
+            CHECK(hashes[f] == m.files[f].xxh3, "%" PRIu64 "-byte files: file %d hashed %016" PRIx64 " in the snapshot, "
+                  "%016" PRIx64 " by the writer", fb, f, hashes[f], m.files[f].xxh3);
+        px_ckpt_manifest_free(&m);
+        snprintf(hdir, sizeof hdir, "%s/hashed-%" PRIu64, root, fb);
+        CHECK(px_ckpt_write_files(hdir, &snap, &cfg, &meta, fb, hashes, &res, err, sizeof err) == 0,
+              "%" PRIu64 "-byte files with their checksums: %s", fb, err);
+        px_ckpt_path(hdir, 60, hpath, sizeof hpath);
+        snprintf(cmd, sizeof cmd, "cd %s && for f in data*.bin; do cmp -s $f %s/$f || exit 1; done", path, hpath);
+        CHECK(system(cmd) == 0, "%" PRIu64 "-byte files: written with the snapshot's checksums, they differ", fb);
+        CHECK(px_ckpt_load(hpath, &cfg, d, NULL, &fl) == 0 && same_state(s, d),
+              "%" PRIu64 "-byte files written with the snapshot's checksums do not load: %s: %s", fb, fl.file, fl.fault);
+        /* a float of the last file changed between the hash and the write */
+        snap.buf[snap.nbuf - 1][snap.n - 1] += 1.0f;
+        CHECK(px_ckpt_write_files(hdir, &snap, &cfg, &meta, fb, hashes, &res, err, sizeof err) == 0, "rewrite: %s", err);
+        char want[64];
+        snprintf(want, sizeof want, "data%05d.bin", n - 1);
+        CHECK(px_ckpt_load(hpath, &cfg, d, NULL, &fl) != 0 && strstr(fl.file, want) && strstr(fl.fault, "checksum mismatch"),
+              "%" PRIu64 "-byte files: a snapshot changed after its hash was not refused naming %s: '%s: %s'", fb, want,
+              fl.file, fl.fault);
+        px_state_free(&snap);
+        free(hashes);
     }
 }
 
@@ -503,8 +608,8 @@ static void test_outer(px_train_state_t *s3, px_train_state_t *d3) {
     CHECK(m.outer_momentum == 1, "4 into 3: the manifest has the outer momentum");
     px_ckpt_manifest_free(&m);
     snprintf(flip, sizeof flip, "%s/outer-flip", root);
-    sh("mkdir -p %s && cp -r %s %s/ && cd %s/step_00000030 && printf '\\377' | dd of=rank00000.bin bs=1 "
-       "seek=$(( $(stat -c %%s rank00000.bin) - 8 )) conv=notrunc 2>/dev/null", flip, path, flip, flip);
+    sh("mkdir -p %s && cp -r %s %s/ && cd %s/step_00000030 && printf '\\377' | dd of=data00000.bin bs=1 "
+       "seek=$(( $(stat -c %%s data00000.bin) - 8 )) conv=notrunc 2>/dev/null", flip, path, flip, flip);
     px_ckpt_path(flip, 30, path, sizeof path);
     CHECK(px_ckpt_load(path, &cfg, d3, NULL, &f) != 0 && strstr(f.fault, "checksum mismatch"),
           "a flipped byte of outer.momentum.ln_f.bias, loaded into 3 buffers: '%s'", f.fault);
@@ -764,6 +869,8 @@ int main(void) {
     test_disk_full(&s, &d);
     test_direct(&s, &d);
     test_direct_layouts(&s);
+    test_file_rule();
+    test_files(&s, &d);
     test_outer(&s, &d);
     test_outer_refused(&s, &d);
     test_outer_part(&s);

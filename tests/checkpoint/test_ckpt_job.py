@@ -134,7 +134,7 @@ def test_resume(bindir, worker=()):
 
 def flip_newest(ckpt):
     newest = sorted(d for d in os.listdir(ckpt) if d.startswith("step_"))[-1]
-    path = os.path.join(ckpt, newest, "rank00000.bin")
+    path = os.path.join(ckpt, newest, "data00000.bin")
     with open(path, "r+b") as f:
         f.seek(4096)
         b = f.read(1)
@@ -153,7 +153,7 @@ def test_corrupt(bindir):
     got = restored_steps(again)
     check(got and all(s == bad - 10 for s in got), "restored the previous checkpoint (%d): %s" % (bad - 10, got))
     rej = [e for e in again.read_events() if e["type"] == "checkpoint_rejected"]
-    check(rej and all(e["file"] == "rank00000.bin" and "checksum mismatch" in e["fault"]
+    check(rej and all(e["file"] == "data00000.bin" and "checksum mismatch" in e["fault"]
                       and e["path"].endswith("step_%08d" % bad) for e in rej),
           "checkpoint_rejected names the folder, the file and the fault: %s" % rej)
     check_continuation(ref, again, bad - 10)

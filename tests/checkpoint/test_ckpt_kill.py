@@ -1,8 +1,9 @@
 """SIGKILL of the writing worker at random points during a save (20 fixed
 seeds) never leaves a checkpoint that loads wrong, and the previous one loads.
 
-A reference job (1 group, model `small`: a 40 MB data file, saved every step)
-records each step's data-file checksum and how long its saves took: training
+A reference job (1 group, model `small`: a 40 MB state in several data files,
+saved every step) records each step's data-file checksums and how long its
+saves took: training
 is deterministic, so a checkpoint of step N must hold exactly those bytes in
 every run. Then, per seed, the same job is started on an empty folder; once a
 save of a seeded step (or a later one) is in flight, its `.tmp-step_*` folder
@@ -16,7 +17,8 @@ fsyncs and the rename at its end, some just after the publish. Afterwards:
   - every published checkpoint, including those the restarted worker writes,
     verifies (`phalanx-ckpt verify`: every file's size and XXH3, the manifest
     against the model) and holds the reference's bytes for its step, so none
-    is torn or mixed;
+    is torn or mixed, and holds exactly the files its manifest names (more
+    than one: a kill can land between two files);
   - the worker phalanx-launch restarts restores the newest one published at
     the kill, never the folder of the save that was cut.
 A failure names its seed; SEEDS = [n] below reruns just that one."""
@@ -49,9 +51,14 @@ def published(ckpt):
     return sorted(int(d[5:]) for d in os.listdir(ckpt) if d.startswith("step_"))
 
 
-def data_sum(ckpt, step):
+def manifest_files(ckpt, step):
     with open(os.path.join(ckpt, "step_%08d" % step, "manifest.json")) as f:
-        return json.load(f)["files"][0]["xxh3_64"]
+        return json.load(f)["files"]
+
+
+def data_sum(ckpt, step):
+    """The checksums of every data file, in order."""
+    return [f["xxh3_64"] for f in manifest_files(ckpt, step)]
 
 
 def saving(ckpt, first):
@@ -77,7 +84,8 @@ def verify(bindir, ckpt, step, ref, seed):
     r = subprocess.run([os.path.join(bindir, "phalanx-ckpt"), "verify", path],
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     check(r.returncode == 0, "seed %d: step %d does not verify: %s" % (seed, step, r.stdout.strip()))
-    check(sorted(os.listdir(path)) == ["manifest.json", "rank00000.bin"],
+    names = [f["name"] for f in manifest_files(ckpt, step)]
+    check(len(names) > 1 and sorted(os.listdir(path)) == sorted(["manifest.json"] + names),
           "seed %d: step %d holds %s" % (seed, step, sorted(os.listdir(path))))
     check(data_sum(ckpt, step) == ref[step], "seed %d: step %d holds other bytes than the reference's" % (seed, step))
 

@@ -139,7 +139,7 @@ def test_roundtrip(bindir):
     every = names + ["optimizer.exp_avg." + n for n in names] + ["optimizer.exp_avg_sq." + n for n in names]
     listed = {line.split()[0] for line in r.stdout.splitlines() if line.startswith("  ")}
     check(set(every) <= listed, "inspect names every tensor; missing %s" % sorted(set(every) - listed))
-    for key in ["step         0", "seed         1337", "L=2 C=64 NH=4 maxT=64 V=256 Vp=256", "rank00000.bin"]:
+    for key in ["step         0", "seed         1337", "L=2 C=64 NH=4 maxT=64 V=256 Vp=256", "data00000.bin"]:
         check(key in r.stdout, "inspect shows %r:\n%s" % (key, r.stdout[:800]))
     r = tool(bindir, "inspect", path, "--json")
     with open(os.path.join(path, "manifest.json")) as f:
@@ -284,7 +284,7 @@ def damaged(bindir, work, name, damage, file, fault):
 
 
 def flip_byte(path):
-    with open(os.path.join(path, "rank00000.bin"), "r+b") as f:
+    with open(os.path.join(path, "data00000.bin"), "r+b") as f:
         f.seek(1000)
         b = f.read(1)
         f.seek(1000)
@@ -292,7 +292,7 @@ def flip_byte(path):
 
 
 def truncate(path):
-    data = os.path.join(path, "rank00000.bin")
+    data = os.path.join(path, "data00000.bin")
     os.truncate(data, os.path.getsize(data) - 4096)
 
 
@@ -304,8 +304,8 @@ def garble(path):
 
 def test_damage(bindir):
     work, _, a = train(bindir)
-    damaged(bindir, work, "flipped", flip_byte, "rank00000.bin", "checksum mismatch")
-    damaged(bindir, work, "truncated", truncate, "rank00000.bin", "short (torn or truncated)")
+    damaged(bindir, work, "flipped", flip_byte, "data00000.bin", "checksum mismatch")
+    damaged(bindir, work, "truncated", truncate, "data00000.bin", "short (torn or truncated)")
     damaged(bindir, work, "nomanifest", lambda p: os.unlink(os.path.join(p, "manifest.json")), "manifest.json",
             "cannot open: No such file or directory")
     damaged(bindir, work, "garbled", garble, "manifest.json", "unparsable manifest")
@@ -341,7 +341,7 @@ def add_outer_momentum(path, skip=None):
     but skip, appended to the data file, and "outer_momentum": true.
     Returns the parameters' names."""
     import numpy as np
-    mpath, dpath = os.path.join(path, "manifest.json"), os.path.join(path, "rank00000.bin")
+    mpath, dpath = os.path.join(path, "manifest.json"), os.path.join(path, "data00000.bin")
     with open(mpath) as f:
         man = json.load(f)
     with open(dpath, "rb") as f:
