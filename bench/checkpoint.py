@@ -25,9 +25,11 @@
      run the same job with and without --checkpoint-dir, alternated --pairs
      times. A step's time is the interval between consecutive progress lines
      (time-stamped as they arrive), so it includes what the save holds
-     training for (the copy into the snapshot). The first 11 intervals are
-     left out: warm-up, and the step after the first save, which also faults
-     in the saver's snapshot buffer once per process (printed on its own).
+     training for: on the CPU, the optimizer step of the step that makes
+     the saved state takes the snapshot as it goes (the log's
+     snapshot=step), a held copy otherwise. The first 11 intervals are left
+     out: warm-up, and the first save's, which also fault in the saver's
+     snapshot buffer once per process (printed on its own).
      The measured steps then hold one save per 10. Target: < 3%. The
      worker's CPU time per step (its threads' schedstat, the saver's
      included) is printed beside it: on a machine whose cores the training
@@ -157,9 +159,10 @@ def step_intervals(a, env, model, with_ckpt):
         if with_ckpt:
             writes = save_times(w.log_path)
             if writes:
-                print("    saves: held training a median %.0f ms, wrote in a median %.2f s (%.0f MB/s), %d saves"
-                      % (statistics.median(w[0] for w in writes), statistics.median(w[1] for w in writes),
-                         statistics.median(w[2] for w in writes), len(writes)), flush=True)
+                print("    saves: held training a median %.0f ms, wrote in a median %.2f s (%.0f MB/s), %d saves; "
+                      "snapshots %s" % (statistics.median(w[0] for w in writes), statistics.median(w[1] for w in writes),
+                                        statistics.median(w[2] for w in writes), len(writes), snapshot_kinds(w.log_path)),
+                      flush=True)
     finally:
         job.stop()
         shutil.rmtree(job.dir, ignore_errors=True)
@@ -171,30 +174,43 @@ def step_intervals(a, env, model, with_ckpt):
 
 
 def save_times(log_path):
-    """(held ms, seconds writing, MB/s, bytes) of each save, from the
-    worker's checkpoint_started and checkpoint_saved lines."""
+    """(held ms, seconds writing, MB/s, bytes, snapshot) of each save, from
+    the worker's checkpoint_started and checkpoint_saved lines. snapshot
+    says how it was taken: "step" by the optimizer step that made the state
+    (nothing held at the save: its cost is in that step's time), "held" by
+    a copy that holds training, "overlap" by the saver while training goes
+    on."""
     held, done = {}, {}
     with open(log_path) as f:
         for line in f:
             if "checkpoint_started " in line or "checkpoint_saved " in line:
                 d = kv(line[line.index("checkpoint_"):])
                 if "held_ms" in d:
-                    held[d["step"]] = float(d["held_ms"])
+                    held[d["step"]] = (float(d["held_ms"]), d.get("snapshot", "held"))
                 elif "seconds" in d:
                     done[d["step"]] = (float(d["seconds"]), float(d.get("mb_s", 0)), int(d["bytes"]))
-    return [(held[s],) + done[s] for s in held if s in done]
+    return [(held[s][0],) + done[s] + (held[s][1],) for s in held if s in done]
+
+
+def snapshot_kinds(log_path):
+    """How many saves took their snapshot each way (save_times)."""
+    kinds = {}
+    for w in save_times(log_path):
+        kinds[w[4]] = kinds.get(w[4], 0) + 1
+    return ", ".join("%d %s" % (n, k) for k, n in sorted(kinds.items())) or "none"
 
 
 def hold_rates(log_path):
-    """Bytes per second of the copy a save holds training for: each save's
-    checkpoint_saved bytes over its checkpoint_started held_ms (the worker's log)."""
-    return [b / (h / 1e3) for h, _, _, b in save_times(log_path) if h > 0]
+    """Bytes per second of the copy a save holds training for: each held
+    save's checkpoint_saved bytes over its checkpoint_started held_ms (the
+    worker's log)."""
+    return [b / (h / 1e3) for h, _, _, b, kind in save_times(log_path) if h > 0 and kind == "held"]
 
 
 def overhead(a, env, model):
     """Part 3 for one model: per pair, mean measured step without and with saving."""
     gb, seq, measured = JOBS[model]
-    first = EVERY + 1  # the step after the first save
+    first = EVERY + 1  # the step after the first save (the one before it takes its snapshot, on the CPU)
     print("== 3. %s (global batch %d, seq %d, %d threads, device %s, copy %s): %d steps, saves after steps %s; "
           "%d pairs" % (model, gb, seq, a.threads, a.device, a.copy or "default", first + measured, ", ".join(str(s) for s in
                                                                    range(EVERY, first + measured, EVERY)), a.pairs),
@@ -209,11 +225,11 @@ def overhead(a, env, model):
         withs.append(statistics.fmean(ck[k] for k in keep))
         cpu_none.append(statistics.fmean(base_cpu[k] for k in keep))
         cpu_with.append(statistics.fmean(ck_cpu[k] for k in keep))
-        firsts.append(ck[first] - base[first])
+        firsts.append(ck[EVERY] + ck[first] - base[EVERY] - base[first])
         print("  pair %d: mean step none %.1f ms, saving %.1f ms: %+.1f%%; worker CPU per step %.0f ms, %.0f ms; "
-              "the step after the first save %+.0f ms"
+              "the first save's two steps (%d and %d) %+.0f ms"
               % (p + 1, none[-1] * 1e3, withs[-1] * 1e3, 100 * (withs[-1] / none[-1] - 1), cpu_none[-1] * 1e3,
-                 cpu_with[-1] * 1e3, firsts[-1] * 1e3), flush=True)
+                 cpu_with[-1] * 1e3, EVERY, first, firsts[-1] * 1e3), flush=True)
     if holds:
         print("  a save held training for its snapshot copy at a median %.0f MB/s (%d saves)"
               % (statistics.median(holds) / 1e6, len(holds)), flush=True)
@@ -292,7 +308,7 @@ def main():
     for m, (none, withs, firsts, cpu_none, cpu_with, _) in over.items():
         o = statistics.fmean(withs) / statistics.fmean(none) - 1
         print("step-time overhead of saving every %d steps, %s: %+.1f%% (pairs: %s), target < %.0f%%: %s; "
-              "worker CPU per step %+.1f%%; the step after the first save: %+.0f ms (median of %d)"
+              "worker CPU per step %+.1f%%; the first save's two steps: %+.0f ms (median of %d)"
               % (EVERY, m, 100 * o, ", ".join("%+.1f%%" % (100 * (w / n - 1)) for n, w in zip(none, withs)),
                  100 * OVERHEAD_TARGET, "met" if o < OVERHEAD_TARGET else "NOT met",
                  100 * (statistics.fmean(cpu_with) / statistics.fmean(cpu_none) - 1),

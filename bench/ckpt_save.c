@@ -26,7 +26,7 @@ static double copy_once(px_train_state_t *dst, const px_train_state_t *src, int 
     uint64_t hashes[PX_CKPT_MAX_FILES];
     int64_t t0 = px_now_us();
     if (how == 2)
-        px_ckpt_snapshot(dst, src, px_ckpt_file_bytes(px_state_bytes(src)), hashes, threads);
+        px_ckpt_snapshot(dst, src, px_ckpt_part_floats(src->n), hashes, threads);
     else
         px_state_copy_chunks(dst, src, threads, how);
     return (double)(px_now_us() - t0) / 1e6;
@@ -93,23 +93,24 @@ int main(int argc, char **argv) {
         px_ckpt_result_t res;
         px_train_state_t snap;
         char err[600];
-        uint64_t file_bytes = px_ckpt_file_bytes(px_state_bytes(&s)), hashes[PX_CKPT_MAX_FILES];
+        size_t part_floats = px_ckpt_part_floats(s.n);
+        uint64_t hashes[PX_CKPT_MAX_FILES];
         if (px_state_alloc_like(&snap, &s) != 0) {
             fprintf(stderr, "%s: out of memory\n", argv[0]);
             return 1;
         }
         px_state_copy_chunks(&snap, &s, 2, 0); /* faulted in, as after a worker's first save */
         int64_t t0 = px_now_us();
-        int hashed = px_ckpt_snapshot(&snap, &s, file_bytes, hashes, 2) == 0;
+        int hashed = px_ckpt_snapshot(&snap, &s, part_floats, hashes, 2) == 0;
         snap.step = s.step, snap.seed = s.seed;
         int64_t t1 = px_now_us();
         double c0 = cpu_s();
-        if (px_ckpt_write_files(argv[2], &snap, &cfg, &meta, file_bytes, hashed ? hashes : NULL, &res, err,
+        if (px_ckpt_write_files(argv[2], &snap, &cfg, &meta, part_floats, hashed ? hashes : NULL, &res, err,
                                 sizeof err) != 0) {
             fprintf(stderr, "%s: %s\n", argv[0], err);
             return 1;
         }
-        printf("files=%d\nheld_s=%.3f\nsave_s=%.3f\nsave_cpu_s=%.3f\n", px_ckpt_nfiles(px_state_bytes(&s), file_bytes),
+        printf("files=%d\nheld_s=%.3f\nsave_s=%.3f\nsave_cpu_s=%.3f\n", s.nbuf * px_ckpt_nparts(s.n, part_floats),
                (double)(t1 - t0) / 1e6, (double)(px_now_us() - t1) / 1e6, cpu_s() - c0);
         px_state_free(&snap);
     }

@@ -5,7 +5,7 @@
  *
  * A checkpoint is a directory DIR/step_<8 digits>/ holding manifest.json and
  * data files: a state written whole by one rank in several (see
- * px_ckpt_file_bytes), a sharded group's in one per rank. Tensors are logical: the GPT-2 name and
+ * px_ckpt_part_floats), a sharded group's in one per rank. Tensors are logical: the GPT-2 name and
  * the unsharded shape of each parameter (h.3.attn.c_attn.weight is (3C, C),
  * nn.Linear's (out, in) orientation; Hugging Face's Conv1D stores the
  * transpose, which the safetensors export applies) and of each AdamW moment
@@ -105,33 +105,36 @@ typedef struct {
 } px_ckpt_manifest_t;
 
 void px_ckpt_manifest_free(px_ckpt_manifest_t *m);
-/* A state written whole by one rank is split into data files of
- * file_bytes each (the last one shorter), in the order of its bytes:
- * params, m, v[, outer_m], each in llm.c's order. Each file is hashed on
- * its own, so a held snapshot copy hashes them on every core
- * (px_ckpt_snapshot) instead of a saver thread hashing one file on one,
- * and every file's first byte lies on a page of a state from
- * px_state_alloc_like (the O_DIRECT writer sends it straight from there).
- * px_ckpt_file_bytes is the split a save uses: files of at least
- * PX_CKPT_FILE_MIN bytes, at most PX_CKPT_MAX_FILES of them, as equal as
- * PX_CKPT_FILE_ALIGN allows. A reader needs none of this: the manifest
- * says where every slice is. */
-#define PX_CKPT_FILE_MIN ((uint64_t)8 << 20)
-#define PX_CKPT_MAX_FILES 16
-#define PX_CKPT_FILE_ALIGN ((uint64_t)4096)
-#define PX_CKPT_FILES_LIMIT 100000 /* more files than this is a mistake of the caller's */
-uint64_t px_ckpt_file_bytes(uint64_t state_bytes);
-/* Files of file_bytes (a multiple of 4) a state of state_bytes takes, or
- * -1 when file_bytes is not usable. */
-int px_ckpt_nfiles(uint64_t state_bytes, uint64_t file_bytes);
+/* A state written whole by one rank is split into data files: each buffer
+ * (params, m, v[, outer_m], in llm.c's order) into parts of part_floats
+ * floats (the last one shorter), file b * parts + k holding part k of
+ * buffer b. Each file is hashed on its own, so a snapshot copy hashes them
+ * on every core (px_ckpt_snapshot), and an optimizer step that updates
+ * part k of every buffer on one thread can copy and hash its files as it
+ * goes (px_ckpt_pass_*); every file's first byte lies on a page of a state
+ * from px_state_alloc_like (the O_DIRECT writer sends it straight from
+ * there). px_ckpt_part_floats is the split a save uses: at most
+ * PX_CKPT_BUFFER_FILES parts a buffer, of at least PX_CKPT_FILE_MIN bytes,
+ * whole pages, as equal as that allows. A reader needs none of this: the
+ * manifest says where every slice is. */
+#define PX_CKPT_FILE_MIN ((size_t)1 << 20)
+#define PX_CKPT_BUFFER_FILES 8
+#define PX_CKPT_MAX_FILES (PX_CKPT_BUFFER_FILES * PX_STATE_MAXBUF)
+#define PX_CKPT_FILE_ALIGN ((size_t)4096)
+#define PX_CKPT_PARTS_LIMIT 100000 /* more parts than this is a mistake of the caller's */
+size_t px_ckpt_part_floats(size_t n);
+/* Parts (files) of part_floats floats a buffer of n floats takes (1 for
+ * n = 0), or -1 when part_floats is 0 or makes more than
+ * PX_CKPT_PARTS_LIMIT. */
+int px_ckpt_nparts(size_t n, size_t part_floats);
 /* The manifest of a state of nbuf buffers written whole by one rank into
- * files "<prefix><f, 5 digits>.bin" of file_bytes each (sizes filled in,
- * checksums left to the writer); a tensor that crosses from one file into
- * the next is stored as slices: a partial row, whole rows, a partial row.
- * 0, or -1 when out of memory, nbuf is not 3 or 4, or file_bytes makes
- * too many files. */
+ * files "<prefix><f, 5 digits>.bin", each buffer in parts of part_floats
+ * (sizes filled in, checksums left to the writer); a tensor that crosses
+ * from one part into the next is stored as slices: a partial row, whole
+ * rows, a partial row. 0, or -1 when out of memory, nbuf is not 3 or 4, or
+ * part_floats is not usable. */
 int px_ckpt_manifest_whole(px_ckpt_manifest_t *m, const px_gpt_config_t *cfg, int nbuf, const char *prefix,
-                           uint64_t file_bytes);
+                           size_t part_floats);
 /* The manifest of a state of nbuf buffers written in pieces by several
  * ranks: every logical tensor of cfg without slices, and nfiles data files named
  * "<prefix><f, 5 digits>.bin" (the writers use "rank": rank00003.bin). Then px_ckpt_manifest_add appends, file by file in
@@ -182,30 +185,44 @@ void px_ckpt_path(const char *dir, int64_t step, char *out, size_t len);
 
 /* Writes state s (whole, as one rank: every one of its s->nbuf buffers) as
  * DIR/step_<s->step>, atomically, in data files data00000.bin, ... of
- * px_ckpt_file_bytes; DIR is created when missing. An existing step_N of
+ * px_ckpt_part_floats; DIR is created when missing. An existing step_N of
  * the same step (a corrupt one that restore skipped) is replaced. On
  * failure nothing is published and the temporary folder is removed. 0, or
  * -1 with the fault (ENOSPC, EFBIG, ...) in err. */
 int px_ckpt_write(const char *dir, const px_train_state_t *s, const px_gpt_config_t *cfg, const px_ckpt_meta_t *meta,
                   px_ckpt_result_t *res, char *err, size_t errlen);
-/* The same in files of file_bytes (a multiple of 4), with each file's
- * XXH3-64 given (hashes[f], from px_ckpt_snapshot of the same file_bytes:
+/* The same in parts of part_floats, with each file's XXH3-64 given
+ * (hashes[f], from px_ckpt_snapshot or px_ckpt_pass_end of the same split:
  * the files are then only written, not read again) or, hashes NULL,
  * computed on the way. */
 int px_ckpt_write_files(const char *dir, const px_train_state_t *s, const px_gpt_config_t *cfg,
-                        const px_ckpt_meta_t *meta, uint64_t file_bytes, const uint64_t *hashes,
+                        const px_ckpt_meta_t *meta, size_t part_floats, const uint64_t *hashes,
                         px_ckpt_result_t *res, char *err, size_t errlen);
 
 /* A save's snapshot in one pass: dst's buffers (a state like src) become
  * src's, with streaming stores, and hashes[f] the XXH3-64 of data file f
- * of a whole write in files of file_bytes (px_ckpt_nfiles of them), each
- * file hashed from the bytes just copied while they are in the cache;
+ * of a whole write in parts of part_floats (nbuf * px_ckpt_nparts files),
+ * each file hashed from the bytes just copied while they are in the cache;
  * the files are shared among `threads` threads. hashes NULL: the copy
  * only. Step and seed are left to the caller. 0; -1 when the hashes could
- * not be computed (out of memory, or file_bytes not usable): the copy is
+ * not be computed (out of memory, or part_floats not usable): the copy is
  * made all the same, and the writer must hash (hashes NULL). */
-int px_ckpt_snapshot(px_train_state_t *dst, const px_train_state_t *src, uint64_t file_bytes, uint64_t *hashes,
+int px_ckpt_snapshot(px_train_state_t *dst, const px_train_state_t *src, size_t part_floats, uint64_t *hashes,
                      int threads);
+
+/* The same snapshot taken during a pass that finishes src part by part (an
+ * optimizer step: see px_gpt_adamw_step_parts): after floats [lo, hi) of
+ * part k of every buffer of src hold their final values, px_ckpt_pass_block
+ * copies them into dst and hashes them, from the cache. Blocks of a part
+ * come in order, on one thread at a time; different parts may run at once.
+ * px_ckpt_pass_end, once every float was passed, fills hashes (as
+ * px_ckpt_snapshot does) and frees the pass: 0, or -1 when a part was left
+ * incomplete (hashes then unusable). begin returns NULL when out of memory
+ * or part_floats is not usable. */
+typedef struct px_ckpt_pass px_ckpt_pass_t;
+px_ckpt_pass_t *px_ckpt_pass_begin(px_train_state_t *dst, const px_train_state_t *src, size_t part_floats);
+void px_ckpt_pass_block(px_ckpt_pass_t *p, int k, size_t lo, size_t hi);
+int px_ckpt_pass_end(px_ckpt_pass_t *p, uint64_t *hashes);
 
 /* One rank's part of a checkpoint written by several (a sharded group):
  * every rank writes the floats `runs` (offset, count: the same runs of each

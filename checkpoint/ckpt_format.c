@@ -86,19 +86,19 @@ void px_ckpt_manifest_free(px_ckpt_manifest_t *m) {
     memset(m, 0, sizeof *m);
 }
 
-uint64_t px_ckpt_file_bytes(uint64_t state_bytes) {
-    uint64_t files = state_bytes / PX_CKPT_FILE_MIN;
-    if (files < 1) files = 1;
-    if (files > PX_CKPT_MAX_FILES) files = PX_CKPT_MAX_FILES;
-    uint64_t per = (state_bytes + files - 1) / files;
-    per = (per + PX_CKPT_FILE_ALIGN - 1) / PX_CKPT_FILE_ALIGN * PX_CKPT_FILE_ALIGN;
-    return per ? per : PX_CKPT_FILE_ALIGN;
+size_t px_ckpt_part_floats(size_t n) {
+    size_t parts = n * sizeof(float) / PX_CKPT_FILE_MIN, page = PX_CKPT_FILE_ALIGN / sizeof(float);
+    if (parts < 1) parts = 1;
+    if (parts > PX_CKPT_BUFFER_FILES) parts = PX_CKPT_BUFFER_FILES;
+    size_t per = (n + parts - 1) / parts;
+    per = (per + page - 1) / page * page;
+    return per ? per : page;
 }
 
-int px_ckpt_nfiles(uint64_t state_bytes, uint64_t file_bytes) {
-    if (file_bytes == 0 || file_bytes % sizeof(float)) return -1;
-    uint64_t n = state_bytes ? (state_bytes + file_bytes - 1) / file_bytes : 1;
-    return n > PX_CKPT_FILES_LIMIT ? -1 : (int)n;
+int px_ckpt_nparts(size_t n, size_t part_floats) {
+    if (part_floats == 0) return -1;
+    size_t k = n ? (n + part_floats - 1) / part_floats : 1;
+    return k > PX_CKPT_PARTS_LIMIT ? -1 : (int)k;
 }
 
 /* Appends to tensor idx the slice rows [row0, row0 + nrows) x columns
@@ -141,29 +141,24 @@ static int add_run(px_ckpt_manifest_t *m, int idx, int file, int64_t a, int64_t 
 }
 
 int px_ckpt_manifest_whole(px_ckpt_manifest_t *m, const px_gpt_config_t *cfg, int nbuf, const char *prefix,
-                           uint64_t file_bytes) {
-    int n = px_ckpt_logical_tensors(cfg, nbuf, NULL);
-    uint64_t total = 0;
-    if (n >= 0) {
-        size_t sizes[PX_GPT_NUM_TENSORS];
-        px_gpt_tensor_sizes(cfg, sizes);
-        for (int k = 0; k < PX_GPT_NUM_TENSORS; k++) total += (uint64_t)sizes[k] * (uint64_t)nbuf * sizeof(float);
-    }
-    int nfiles = px_ckpt_nfiles(total, file_bytes);
-    if (n < 0 || nfiles < 0 || px_ckpt_manifest_begin(m, cfg, nbuf, nfiles, prefix) != 0) return -1;
-    const uint64_t per = file_bytes / sizeof(float); /* floats a file holds */
-    uint64_t pos = 0;                                 /* in floats, across the buffers */
-    for (int i = 0; i < m->ntensors; i++) {
-        const px_ckpt_tensor_t *t = &m->tensors[i];
-        uint64_t end = pos + (uint64_t)px_ckpt_volume(t->ndim, t->shape);
-        while (pos < end) {
-            uint64_t cut = (pos / per + 1) * per < end ? (pos / per + 1) * per : end;
-            uint64_t first = end - (uint64_t)px_ckpt_volume(t->ndim, t->shape);
-            if (add_run(m, i, (int)(pos / per), (int64_t)(pos - first), (int64_t)(cut - first)) != 0) {
-                px_ckpt_manifest_free(m);
-                return -1;
+                           size_t part_floats) {
+    size_t sizes[PX_GPT_NUM_TENSORS];
+    int parts = px_ckpt_nparts(px_gpt_tensor_sizes(cfg, sizes), part_floats);
+    if (parts < 0 || px_ckpt_manifest_begin(m, cfg, nbuf, nbuf * parts, prefix) != 0) return -1;
+    const int per_buffer = m->ntensors / nbuf;
+    for (int b = 0; b < nbuf; b++) {
+        uint64_t pos = 0; /* in floats, inside buffer b */
+        for (int i = b * per_buffer; i < (b + 1) * per_buffer; i++) {
+            const px_ckpt_tensor_t *t = &m->tensors[i];
+            uint64_t first = pos, end = pos + (uint64_t)px_ckpt_volume(t->ndim, t->shape);
+            while (pos < end) {
+                uint64_t cut = (pos / part_floats + 1) * part_floats < end ? (pos / part_floats + 1) * part_floats : end;
+                if (add_run(m, i, b * parts + (int)(pos / part_floats), (int64_t)(pos - first), (int64_t)(cut - first)) != 0) {
+                    px_ckpt_manifest_free(m);
+                    return -1;
+                }
+                pos = cut;
             }
-            pos = cut;
         }
     }
     return 0;

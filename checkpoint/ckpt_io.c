@@ -303,18 +303,18 @@ static int nbuf_ok(const px_train_state_t *s, char *err, size_t errlen) {
 
 int px_ckpt_write(const char *dir, const px_train_state_t *s, const px_gpt_config_t *cfg, const px_ckpt_meta_t *meta,
                   px_ckpt_result_t *res, char *err, size_t errlen) {
-    return px_ckpt_write_files(dir, s, cfg, meta, px_ckpt_file_bytes(px_state_bytes(s)), NULL, res, err, errlen);
+    return px_ckpt_write_files(dir, s, cfg, meta, px_ckpt_part_floats(s->n), NULL, res, err, errlen);
 }
 
 int px_ckpt_write_files(const char *dir, const px_train_state_t *s, const px_gpt_config_t *cfg,
-                        const px_ckpt_meta_t *meta, uint64_t file_bytes, const uint64_t *hashes,
+                        const px_ckpt_meta_t *meta, size_t part_floats, const uint64_t *hashes,
                         px_ckpt_result_t *res, char *err, size_t errlen) {
     int64_t t0 = px_now_us();
     memset(res, 0, sizeof *res);
     if (nbuf_ok(s, err, errlen) != 0) return -1;
     px_ckpt_manifest_t m;
-    if (px_ckpt_manifest_whole(&m, cfg, s->nbuf, DATA_PREFIX, file_bytes) != 0)
-        return px_ckpt_fail(err, errlen, "out of memory, or %" PRIu64 "-byte files are not usable", file_bytes);
+    if (px_ckpt_manifest_whole(&m, cfg, s->nbuf, DATA_PREFIX, part_floats) != 0)
+        return px_ckpt_fail(err, errlen, "out of memory, or parts of %zu floats are not usable", part_floats);
     uint64_t total = 0;
     for (int f = 0; f < m.nfiles; f++) total += m.files[f].bytes;
     if (total != px_state_bytes(s)) {
@@ -336,7 +336,7 @@ int px_ckpt_write_files(const char *dir, const px_train_state_t *s, const px_gpt
         px_ckpt_manifest_free(&m);
         return px_ckpt_fail(err, errlen, "creating %s: %s", tmp, strerror(errno));
     }
-    uint64_t pos = 0;
+    uint64_t pos = 0; /* the files in order are the buffers in order */
     for (int f = 0; f < m.nfiles; f++) {
         seg_t segs[PX_STATE_MAXBUF];
         size_t nsegs = state_segs(s, pos, pos + m.files[f].bytes, segs);

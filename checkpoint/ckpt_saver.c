@@ -16,9 +16,10 @@ struct px_ckpt_saver {
     int keep;
     px_gpt_config_t cfg;
     px_train_state_t snap;           /* owned once allocated */
-    uint64_t file_bytes;             /* the data files' size (px_ckpt_file_bytes) */
+    size_t part_floats;              /* the data files' split (px_ckpt_part_floats) */
     uint64_t hashes[PX_CKPT_MAX_FILES]; /* their checksums, with hashed */
     int hashed;
+    int64_t passed;                  /* snap and hashes were taken by a pass, for a submit at this step (-1: none) */
     const px_train_state_t *src;     /* the live state being copied into snap (NULL: none) */
     int copying;                     /* src is being read: the owner must not change it */
     void (*source_wait)(void *);     /* called before src is first read (NULL: none) */
@@ -40,8 +41,8 @@ struct px_ckpt_saver {
  * group's checkpoint is hashed by its writer. */
 static void copy_state(px_ckpt_saver_t *sv, const px_train_state_t *s, int parallel) {
     int threads = parallel ? omp_get_max_threads() : 1;
-    sv->file_bytes = px_ckpt_file_bytes(px_state_bytes(s));
-    sv->hashed = !sv->has_part && px_ckpt_snapshot(&sv->snap, s, sv->file_bytes, sv->hashes, threads) == 0;
+    sv->part_floats = px_ckpt_part_floats(s->n);
+    sv->hashed = !sv->has_part && px_ckpt_snapshot(&sv->snap, s, sv->part_floats, sv->hashes, threads) == 0;
     if (sv->has_part) px_state_copy_chunks(&sv->snap, s, threads, 1);
     sv->snap.step = s->step;
     sv->snap.seed = s->seed;
@@ -68,10 +69,12 @@ static void *saver_main(void *arg) {
         px_ckpt_done_t d;
         memset(&d, 0, sizeof d);
         d.step = sv->snap.step;
-        if (sv->has_part)
+        if (getenv("PX_DBG_NOWRITE")) {
+            d.ok = 0; snprintf(d.err, sizeof d.err, "debug: no write");
+        } else if (sv->has_part)
             d.ok = px_ckpt_write_part(sv->dir, &sv->snap, &sv->meta, &sv->part, &d.res, d.err, sizeof d.err) == 0;
         else
-            d.ok = px_ckpt_write_files(sv->dir, &sv->snap, &sv->cfg, &sv->meta, sv->file_bytes,
+            d.ok = px_ckpt_write_files(sv->dir, &sv->snap, &sv->cfg, &sv->meta, sv->part_floats,
                                        sv->hashed ? sv->hashes : NULL, &d.res, d.err, sizeof d.err) == 0;
         if (d.ok && (!sv->has_part || sv->part.rank == 0)) px_ckpt_retain(sv->dir, sv->keep, d.step);
         pthread_mutex_lock(&sv->mu);
@@ -95,6 +98,7 @@ px_ckpt_saver_t *px_ckpt_saver_new(const char *dir, int keep, const px_gpt_confi
     }
     snprintf(sv->job, sizeof sv->job, "%s", job ? job : "");
     sv->keep = keep;
+    sv->passed = -1;
     sv->cfg = *cfg;
     pthread_mutex_init(&sv->mu, NULL);
     pthread_cond_init(&sv->cv, NULL);
@@ -110,18 +114,45 @@ static void wait_idle_locked(px_ckpt_saver_t *sv) {
     while (sv->busy) pthread_cond_wait(&sv->cv, &sv->mu);
 }
 
-int px_ckpt_saver_submit(px_ckpt_saver_t *sv, const px_train_state_t *s, const px_ckpt_meta_t *meta, int overlap,
-                         double *held_ms) {
-    int64_t t0 = px_now_us();
+/* Waits for the thread to be idle: the snapshot is ours until we hand it
+ * over. It has every buffer of the state (3, or 4 with DiLoCo's outer
+ * momentum), and follows the state when that changes (a switch of mode).
+ * 0, or -1 when it cannot be allocated. */
+static int snapshot_ready(px_ckpt_saver_t *sv, const px_train_state_t *s) {
     pthread_mutex_lock(&sv->mu);
     wait_idle_locked(sv);
     pthread_mutex_unlock(&sv->mu);
-    /* The thread is idle: the snapshot is ours until we hand it over. It
-     * has every buffer of the state (3, or 4 with DiLoCo's outer momentum),
-     * and follows the state when that changes (a switch of mode). */
     if (sv->snap.owned && (sv->snap.nbuf != s->nbuf || sv->snap.n != s->n)) px_state_free(&sv->snap);
-    if (!sv->snap.owned && px_state_alloc_like(&sv->snap, s) != 0) return -1;
-    if (!overlap) {
+    return !sv->snap.owned && px_state_alloc_like(&sv->snap, s) != 0 ? -1 : 0;
+}
+
+px_ckpt_pass_t *px_ckpt_saver_pass(px_ckpt_saver_t *sv, const px_train_state_t *s, size_t *part_floats) {
+    sv->passed = -1;
+    if (sv->has_part || sv->source_wait || snapshot_ready(sv, s) != 0) return NULL;
+    *part_floats = px_ckpt_part_floats(s->n);
+    return px_ckpt_pass_begin(&sv->snap, s, *part_floats);
+}
+
+void px_ckpt_saver_passed(px_ckpt_saver_t *sv, px_ckpt_pass_t *p, int64_t step) {
+    sv->part_floats = px_ckpt_part_floats(sv->snap.n);
+    sv->passed = px_ckpt_pass_end(p, sv->hashes) == 0 ? step : -1;
+}
+
+void px_ckpt_saver_unpass(px_ckpt_saver_t *sv) { sv->passed = -1; }
+
+int px_ckpt_saver_submit(px_ckpt_saver_t *sv, const px_train_state_t *s, const px_ckpt_meta_t *meta, int overlap,
+                         double *held_ms) {
+    int64_t t0 = px_now_us();
+    int passed = sv->passed >= 0 && sv->passed == s->step && sv->snap.owned && sv->snap.n == s->n &&
+                 sv->snap.nbuf == s->nbuf;
+    sv->passed = -1;
+    if (snapshot_ready(sv, s) != 0) return -1;
+    if (passed) { /* the optimizer step took the snapshot */
+        sv->hashed = 1;
+        sv->snap.step = s->step;
+        sv->snap.seed = s->seed;
+        overlap = 0;
+    } else if (!overlap) {
         if (sv->source_wait) sv->source_wait(sv->source_ctx);
         copy_state(sv, s, 1);
     }
@@ -138,7 +169,7 @@ int px_ckpt_saver_submit(px_ckpt_saver_t *sv, const px_train_state_t *s, const p
     pthread_cond_broadcast(&sv->cv);
     pthread_mutex_unlock(&sv->mu);
     if (held_ms) *held_ms = (double)(px_now_us() - t0) / 1000.0;
-    return 0;
+    return passed;
 }
 
 void px_ckpt_saver_set_source_wait(px_ckpt_saver_t *sv, void (*wait)(void *ctx), void *ctx) {

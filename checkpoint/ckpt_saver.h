@@ -1,7 +1,9 @@
 /* The background checkpoint saver: training is held at most while the state
  * is copied to a host snapshot at a commit boundary (not at all when the copy
- * overlaps the next step's forward and backward); a thread of its own writes
- * the snapshot (ckpt.h: px_ckpt_write) and applies retention. One save at a
+ * overlaps the next step's forward and backward, or when the optimizer step
+ * that made the state took the snapshot as it went: px_ckpt_saver_pass); a
+ * thread of its own writes the snapshot with the checksums taken with it
+ * (ckpt.h: px_ckpt_write_files) and applies retention. One save at a
  * time: a save asked for while the previous one still writes waits for it
  * (never two in flight, never an unbounded queue of snapshots). */
 #ifndef PX_CKPT_SAVER_H
@@ -30,10 +32,28 @@ px_ckpt_saver_t *px_ckpt_saver_new(const char *dir, int keep, const px_gpt_confi
  * s must stay alive and unchanged until px_ckpt_saver_fence returns: a
  * trainer fences before its next optimizer step, which is the first write
  * to the state after a commit (a forward and backward only read it).
- * *held_ms (may be NULL): how long the caller was held here. 0, or -1 when
- * the snapshot cannot be allocated (nothing is saved). */
+ * *held_ms (may be NULL): how long the caller was held here. 0; 1 when a
+ * pass's snapshot was written (px_ckpt_saver_passed: nothing copied); -1
+ * when the snapshot cannot be allocated (nothing is saved). */
 int px_ckpt_saver_submit(px_ckpt_saver_t *sv, const px_train_state_t *s, const px_ckpt_meta_t *meta, int overlap,
                          double *held_ms);
+/* A snapshot taken by the optimizer step that makes the state the next
+ * save will write (px_gpt_adamw_step_parts), instead of a held copy after
+ * it: it has every value in the cache as it finishes it, so the snapshot
+ * costs the copy's writes and not a second read of the state.
+ * px_ckpt_saver_pass waits for the save in flight to end, makes the
+ * snapshot ready for s and begins a pass into it (ckpt.h, px_ckpt_pass_*;
+ * *part_floats: the parts the step must go by); NULL when it cannot (a
+ * part of a sharded group's checkpoint, a state another thread brings up
+ * to date (set_source_wait), out of memory): take the step as usual. Once
+ * the step is done, px_ckpt_saver_passed ends the pass: a submit of s at
+ * `step` (what s->step will be then) writes the pass's snapshot with its
+ * checksums and copies nothing. px_ckpt_saver_unpass forgets it (the state
+ * changed after the step, or no save came); a submit at another step, or
+ * after a failed pass, copies as usual. */
+px_ckpt_pass_t *px_ckpt_saver_pass(px_ckpt_saver_t *sv, const px_train_state_t *s, size_t *part_floats);
+void px_ckpt_saver_passed(px_ckpt_saver_t *sv, px_ckpt_pass_t *p, int64_t step);
+void px_ckpt_saver_unpass(px_ckpt_saver_t *sv);
 /* Before it first reads a submitted state (on the caller's thread without
  * overlap, on its own with), the saver calls wait(ctx): for a state whose
  * host copy is still arriving, e.g. a download from a GPU that overlaps the

@@ -109,6 +109,10 @@ void crossentropy_softmax_backward(float *dlogits, const float *logits, const fl
  * step; the caller passes weight_decay 0 for tensors that must not decay. */
 void adamw_update(float *params, float *m, float *v, const float *grads, size_t n, float lr,
                   float beta1, float beta2, float eps, float weight_decay, int t);
+/* The same update on the calling thread alone, for a caller that splits the
+ * work itself (px_gpt_adamw_step_parts): bitwise what adamw_update gives. */
+void adamw_update_serial(float *params, float *m, float *v, const float *grads, size_t n, float lr,
+                         float beta1, float beta2, float eps, float weight_decay, int t);
 
 /* ---- global gradient norm and clipping ----
  * Sum of squares of x (n), accumulated in double over fixed 16384-element blocks

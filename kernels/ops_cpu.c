@@ -513,6 +513,12 @@ void adamw_update(float *params, float *m, float *v, const float *grads, size_t 
 #undef CALL
 }
 
+void adamw_update_serial(float *params, float *m, float *v, const float *grads, size_t n, float lr,
+                         float beta1, float beta2, float eps, float weight_decay, int t) {
+    px_adamw_coef_t c = px_adamw_coef(lr, beta1, beta2, eps, weight_decay, t);
+    adamw_span(params, m, v, grads, n, &c);
+}
+
 /* ------------------------------------------------------------- grad norm */
 
 #define NORM_BLOCK 16384

@@ -847,6 +847,31 @@ void px_gpt_adamw_step(px_gpt_t *self, float lr, float beta1, float beta2, float
     }
 }
 
+/* Floats a block of a part: params, m, v and grads of it fit a core's L2. */
+#define PARTS_BLOCK ((size_t)16 << 10)
+
+void px_gpt_adamw_step_parts(px_gpt_t *self, float lr, float beta1, float beta2, float eps, float weight_decay, int t,
+                             size_t part_floats, void (*visit)(void *ctx, int k, size_t lo, size_t hi), void *ctx) {
+    size_t n = self->num_params;
+    int parts = (int)((n + part_floats - 1) / part_floats);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int k = 0; k < parts; k++) {
+        size_t hi = (size_t)k * part_floats + part_floats < n ? (size_t)k * part_floats + part_floats : n;
+        int i = 0;
+        for (size_t lo = (size_t)k * part_floats; lo < hi;) {
+            while (lo >= self->tensor_offsets[i] + self->tensor_sizes[i]) i++; /* the tensor lo is in */
+            size_t end = self->tensor_offsets[i] + self->tensor_sizes[i];
+            end = end < hi ? end : hi;
+            end = end - lo > PARTS_BLOCK ? lo + PARTS_BLOCK : end;
+            float wd = px_gpt_tensor_is_matrix(i) ? weight_decay : 0.0f;
+            adamw_update_serial(self->params + lo, self->m + lo, self->v + lo, self->grads + lo, end - lo, lr, beta1,
+                                beta2, eps, wd, t);
+            visit(ctx, k, lo, end);
+            lo = end;
+        }
+    }
+}
+
 float px_lr_at(int step, int warmup, int total, float max_lr, float min_lr) {
     if (step < warmup) return max_lr * (float)(step + 1) / (float)warmup;
     if (step >= total) return min_lr;

@@ -272,6 +272,14 @@ float px_gpt_clip_grads(px_gpt_t *self, float max_norm);
  * only on the 2-D matrices. t is the 1-based step count (bias correction). */
 void px_gpt_adamw_step(px_gpt_t *self, float lr, float beta1, float beta2, float eps,
                        float weight_decay, int t);
+/* The same step (bitwise) over the parameter vector cut into parts of
+ * part_floats (the last one shorter), part k on one OpenMP thread in
+ * blocks; visit(ctx, k, lo, hi) runs on that thread right after floats
+ * [lo, hi) of params, m and v got their new values, while they are in its
+ * cache, for each part's blocks in order (a checkpoint's snapshot taken
+ * during the step: checkpoint/ckpt.h, px_ckpt_pass_*). */
+void px_gpt_adamw_step_parts(px_gpt_t *self, float lr, float beta1, float beta2, float eps, float weight_decay, int t,
+                             size_t part_floats, void (*visit)(void *ctx, int k, size_t lo, size_t hi), void *ctx);
 
 /* Learning rate at 0-based `step`: linear warmup to max_lr over `warmup` steps
  * ((step+1)/warmup * max_lr), then cosine decay to min_lr at step `total`;

@@ -15,14 +15,14 @@ px_train_state_t px_state_of_model(px_gpt_t *model, int64_t step, uint64_t seed)
     return s;
 }
 
-/* An owned state is one page-aligned block, its buffers back to back in the
- * order a checkpoint's data file stores them (buffer b at b*n floats): a
- * byte's address and its offset in that file are then equal modulo the
- * page size, so the writer sends whole blocks to the disk straight from it
- * (O_DIRECT) instead of copying them through a bounce buffer. (Transparent
- * huge pages were tried for it and left out: with this machine's
- * defrag=madvise the first touch of 1.5 GB took 1.3-2.7 s against 0.7 s,
- * and later copies were no faster.) */
+/* An owned state is one page-aligned block, its buffers in order, each
+ * starting on a page: a checkpoint's data files each hold a page-aligned
+ * part of one buffer, so a byte's address and its offset in its file are
+ * equal modulo the page size, and the writer sends whole blocks to the
+ * disk straight from it (O_DIRECT) instead of copying them through a
+ * bounce buffer. (Transparent huge pages were tried for it and left out:
+ * with this machine's defrag=madvise the first touch of 1.5 GB took
+ * 1.3-2.7 s against 0.7 s, and later copies were no faster.) */
 #define OWNED_ALIGN ((size_t)4096)
 
 int px_state_alloc_like(px_train_state_t *dst, const px_train_state_t *like) {
@@ -32,11 +32,11 @@ int px_state_alloc_like(px_train_state_t *dst, const px_train_state_t *like) {
     dst->seed = like->seed;
     dst->nbuf = like->nbuf;
     dst->local = like->local;
-    size_t bytes = (size_t)like->nbuf * like->n * sizeof(float);
-    bytes = (bytes + OWNED_ALIGN - 1) / OWNED_ALIGN * OWNED_ALIGN;
-    float *block = aligned_alloc(OWNED_ALIGN, bytes ? bytes : OWNED_ALIGN);
+    size_t stride = (like->n * sizeof(float) + OWNED_ALIGN - 1) / OWNED_ALIGN * OWNED_ALIGN; /* bytes a buffer */
+    size_t bytes = (size_t)like->nbuf * stride;
+    char *block = aligned_alloc(OWNED_ALIGN, bytes ? bytes : OWNED_ALIGN);
     if (!block) return -1;
-    for (int b = 0; b < like->nbuf; b++) dst->buf[b] = block + (size_t)b * like->n;
+    for (int b = 0; b < like->nbuf; b++) dst->buf[b] = (float *)(block + (size_t)b * stride);
     dst->owned = 1;
     return 0;
 }

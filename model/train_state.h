@@ -61,8 +61,8 @@ extern const char *const px_state_buf_names[PX_STATE_MAXBUF];
 px_train_state_t px_state_of_model(px_gpt_t *model, int64_t step, uint64_t seed);
 /* A private state shaped like `like` (buffers allocated, contents
  * undefined): a staging copy for a heal, a checkpoint's snapshot. Its
- * buffers are one page-aligned block, back to back (train_state.c says
- * why). 0, or -1 when out of memory. */
+ * buffers are one page-aligned block, each buffer starting on a page
+ * (train_state.c says why). 0, or -1 when out of memory. */
 int px_state_alloc_like(px_train_state_t *dst, const px_train_state_t *like);
 /* Frees the buffers of an owned state; a view is left alone. */
 void px_state_free(px_train_state_t *s);

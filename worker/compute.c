@@ -92,6 +92,14 @@ float px_compute_clip_adamw(px_compute_t *c, float grad_clip, float lr, float be
     return norm;
 }
 
+float px_compute_clip_adamw_parts(px_compute_t *c, float grad_clip, float lr, float beta1, float beta2, float eps,
+                                  float weight_decay, int t, size_t part_floats,
+                                  void (*visit)(void *ctx, int k, size_t lo, size_t hi), void *ctx) {
+    float norm = px_gpt_clip_grads(c->host, grad_clip);
+    px_gpt_adamw_step_parts(c->host, lr, beta1, beta2, eps, weight_decay, t, part_floats, visit, ctx);
+    return norm;
+}
+
 float *px_compute_grads(px_compute_t *c) {
     if (c->gpu) return px_compute_gpu_grads(c->gpu);
     return c->shard ? px_shard_bufs(c->shard)->grads : c->host->grads;

@@ -75,6 +75,12 @@ int px_compute_backward(px_compute_t *c, float loss_scale);
  * group's). */
 float px_compute_clip_adamw(px_compute_t *c, float grad_clip, float lr, float beta1, float beta2, float eps,
                             float weight_decay, int t);
+/* The same step on the host state in parts (px_gpt_adamw_step_parts:
+ * visit sees each block as soon as it has its new values): a checkpoint's
+ * snapshot taken by the step. Only where px_compute_state_on_host. */
+float px_compute_clip_adamw_parts(px_compute_t *c, float grad_clip, float lr, float beta1, float beta2, float eps,
+                                  float weight_decay, int t, size_t part_floats,
+                                  void (*visit)(void *ctx, int k, size_t lo, size_t hi), void *ctx);
 
 /* The buffer the reduction sums in place: num_params gradients (a shard's
  * n), then PX_GPT_GRADS_SPARE floats of room whose first PX_VOTE_N hold the

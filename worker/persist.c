@@ -189,15 +189,21 @@ static void report_done(px_persist_t *p) {
     }
 }
 
-static void save(px_persist_t *p, const px_train_state_t *st, const px_quorum_t *q) {
+/* The saver, started on first use; NULL when it cannot be (logged). */
+static px_ckpt_saver_t *saver(px_persist_t *p, int64_t step) {
     if (!p->saver) {
         if (!(p->saver = px_ckpt_saver_new(p->dir, p->cfg->checkpoint_keep, &p->model, p->cfg->job))) {
-            px_log_error("checkpoint_failed step=%lld reason=\"no saver thread\"", (long long)st->step);
-            return;
+            px_log_error("checkpoint_failed step=%lld reason=\"no saver thread\"", (long long)step);
+            return NULL;
         }
         if (p->sharded) px_ckpt_saver_set_part(p->saver, &p->part);
         if (p->source_wait) px_ckpt_saver_set_source_wait(p->saver, p->source_wait, p->source_ctx);
     }
+    return p->saver;
+}
+
+static void save(px_persist_t *p, const px_train_state_t *st, const px_quorum_t *q) {
+    if (!saver(p, st->step)) return;
     if (p->sharded) { /* the previous save done, a new one starts with the group whole */
         px_ckpt_saver_wait(p->saver);
         __atomic_store_n(&p->group_failed, 0, __ATOMIC_RELEASE);
@@ -206,24 +212,43 @@ static void save(px_persist_t *p, const px_train_state_t *st, const px_quorum_t 
     double held_ms = 0;
     char path[4200];
     px_ckpt_path(p->dir, st->step, path, sizeof path);
-    if (px_ckpt_saver_submit(p->saver, st, &meta, p->cfg->checkpoint_overlap, &held_ms) != 0) {
+    int rc = px_ckpt_saver_submit(p->saver, st, &meta, p->cfg->checkpoint_overlap, &held_ms);
+    if (rc < 0) {
         px_log_error("checkpoint_failed step=%lld reason=\"out of memory for the snapshot\"", (long long)st->step);
         px_agent_notify(p->agent, "checkpoint_failed", q->id, st->step, "", 0, 0, "out of memory for the snapshot");
         return;
     }
     p->submitted = st->step;
-    px_log_info("checkpoint_started step=%lld quorum_id=%lld path=%s held_ms=%.1f", (long long)st->step,
-                (long long)q->id, path, held_ms);
+    /* snapshot: how it was taken; "step" (by the optimizer step, px_persist_pass) holds training here for
+     * nothing, its cost is in that step */
+    px_log_info("checkpoint_started step=%lld quorum_id=%lld path=%s held_ms=%.1f snapshot=%s", (long long)st->step,
+                (long long)q->id, path, held_ms, rc == 1 ? "step" : p->cfg->checkpoint_overlap ? "overlap" : "held");
     px_agent_notify(p->agent, "checkpoint_started", q->id, st->step, "", 0, (unsigned)held_ms, fit(path));
 }
 
-int px_persist_due(const px_persist_t *p, const px_train_state_t *st, const px_quorum_t *q) {
+/* Whether a commit of `step` under q saves. */
+static int due_at(const px_persist_t *p, int64_t step, const px_quorum_t *q) {
     if (!p->dir[0] || !is_writer(p, q)) return 0;
     int64_t every = p->cfg->checkpoint_every;
     /* DiLoCo commits a round of steps at once: due when it passes a multiple */
     int passed = every > 0 && p->cfg->mode != PX_MODE_SYNC && p->last_commit >= 0 &&
-                 st->step / every > p->last_commit / every;
-    return (every > 0 && (st->step % every == 0 || passed)) || p->catch_up;
+                 step / every > p->last_commit / every;
+    return (every > 0 && (step % every == 0 || passed)) || p->catch_up;
+}
+
+int px_persist_due(const px_persist_t *p, const px_train_state_t *st, const px_quorum_t *q) {
+    return due_at(p, st->step, q);
+}
+
+px_ckpt_pass_t *px_persist_pass(px_persist_t *p, const px_train_state_t *st, const px_quorum_t *q, size_t *part_floats) {
+    if (p->cfg->checkpoint_overlap || !due_at(p, st->step + 1, q) || p->sharded || !saver(p, st->step + 1)) return NULL;
+    return px_ckpt_saver_pass(p->saver, st, part_floats);
+}
+
+void px_persist_visit(void *pass, int k, size_t lo, size_t hi) { px_ckpt_pass_block(pass, k, lo, hi); }
+
+void px_persist_passed(px_persist_t *p, px_ckpt_pass_t *pass, int64_t step) {
+    if (pass) px_ckpt_saver_passed(p->saver, pass, step);
 }
 
 void px_persist_committed(px_persist_t *p, const px_train_state_t *st, const px_quorum_t *q) {
@@ -231,6 +256,7 @@ void px_persist_committed(px_persist_t *p, const px_train_state_t *st, const px_
     report_done(p);
     if (!is_writer(p, q)) return;
     if (px_persist_due(p, st, q)) save(p, st, q);
+    if (p->saver) px_ckpt_saver_unpass(p->saver); /* a pass taken for a save that did not come */
     p->catch_up = 0;
     p->last_commit = st->step;
     report_done(p);
@@ -253,6 +279,7 @@ void px_persist_final(px_persist_t *p, const px_train_state_t *st, const px_quor
 
 void px_persist_fence(px_persist_t *p) {
     if (!p->saver) return;
+    px_ckpt_saver_unpass(p->saver); /* the state is about to change: a pass's snapshot would be stale */
     double ms = px_ckpt_saver_fence(p->saver);
     if (ms >= 1.0) px_log_info("checkpoint_fence waited_ms=%.1f: the snapshot copy outlasted a forward and backward", ms);
 }

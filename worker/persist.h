@@ -8,9 +8,10 @@
  * at its next commit rather than waiting a whole interval, in case the old
  * one died mid-save. Saves happen every --checkpoint-every steps, at the end
  * of the job, and when the worker is stopped (SIGTERM), always of committed
- * state; the snapshot is copied while training waits, or with
- * --checkpoint-copy overlap by the saver while the next step computes
- * (px_persist_fence), and written on the saver's thread.
+ * state; on the CPU the optimizer step of the step to be saved takes the
+ * snapshot as it goes (px_persist_pass), else it is copied while training
+ * waits, or with --checkpoint-copy overlap by the saver while the next step
+ * computes (px_persist_fence), and written on the saver's thread.
  *
  * Restore reads into the model's own buffers (it is a fresh model at start):
  * when no checkpoint loads, the initial state is rebuilt, so partial data is
@@ -78,6 +79,18 @@ void px_persist_joined(px_persist_t *p, const px_quorum_t *q);
 /* 1 when px_persist_committed(p, st, q) will save st: a trainer whose
  * state lives on a GPU brings its host copy up to date first. */
 int px_persist_due(const px_persist_t *p, const px_train_state_t *st, const px_quorum_t *q);
+/* The optimizer step about to run makes the state (st->step + 1 then) that
+ * the next commit under q saves: a pass for the step to take the snapshot
+ * with as it goes (px_compute_clip_adamw_parts, visiting with
+ * px_persist_visit and the pass; *part_floats: its parts), so that the
+ * save copies nothing; NULL when no save is due then, the group is
+ * sharded, the copy is to overlap (--checkpoint-copy overlap), or a pass
+ * cannot be made: step as usual. After the step,
+ * px_persist_passed(p, pass, st->step + 1). A fence or a commit forgets a
+ * pass's snapshot (it saves only the state the step made). */
+px_ckpt_pass_t *px_persist_pass(px_persist_t *p, const px_train_state_t *st, const px_quorum_t *q, size_t *part_floats);
+void px_persist_visit(void *pass, int k, size_t lo, size_t hi);
+void px_persist_passed(px_persist_t *p, px_ckpt_pass_t *pass, int64_t step);
 /* After committing st->step under quorum q: saves when due and we write;
  * reports finished saves. */
 void px_persist_committed(px_persist_t *p, const px_train_state_t *st, const px_quorum_t *q);

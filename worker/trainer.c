@@ -976,8 +976,16 @@ static int train_step(trainer_t *t, int *adopt, float *loss_out, float *norm_out
         }
     } else {
         float lr = px_lr_at((int)t->st.step, cfg->warmup, (int)cfg->steps, cfg->lr, cfg->min_lr);
-        *norm_out = px_compute_clip_adamw(t->dev, cfg->grad_clip, lr, cfg->beta1, cfg->beta2, cfg->eps,
-                                          cfg->weight_decay, (int)t->st.step + 1);
+        /* a step whose state the commit saves takes the snapshot as it goes */
+        size_t part = 0;
+        px_ckpt_pass_t *pass = px_compute_state_on_host(t->dev) ? px_persist_pass(&t->persist, &t->st, &t->q, &part) : NULL;
+        if (pass)
+            *norm_out = px_compute_clip_adamw_parts(t->dev, cfg->grad_clip, lr, cfg->beta1, cfg->beta2, cfg->eps,
+                                                    cfg->weight_decay, (int)t->st.step + 1, part, px_persist_visit, pass);
+        else
+            *norm_out = px_compute_clip_adamw(t->dev, cfg->grad_clip, lr, cfg->beta1, cfg->beta2, cfg->eps,
+                                              cfg->weight_decay, (int)t->st.step + 1);
+        px_persist_passed(&t->persist, pass, t->st.step + 1);
     }
     *loss_out = tail[PX_VOTE_LOSS];
     *adopt = tail[PX_VOTE_NEWER] > 0.5f;

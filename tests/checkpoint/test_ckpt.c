@@ -424,35 +424,34 @@ static void placed_copy(px_train_state_t *dst, float *blocks[], const px_train_s
     }
 }
 
-/* The same state written from buffers that line up with the file from the
- * start (px_state_alloc_like's single block), never, and from the second
- * buffer on, in one data file and in files of three pages (each file
- * starting on a page of the stream): every data file byte for byte the
- * buffered one. */
+/* The same state written from buffers that line up with their files from
+ * the start (each on a page, as px_state_alloc_like's are), never, and from
+ * the second buffer on, in the split a save uses and in parts of three
+ * pages (cutting rows): every data file byte for byte the buffered one. */
 static void test_direct_layouts(px_train_state_t *s) {
     char buffered[400], dir[300], err[600], cmd[1400];
     size_t nb = s->n * sizeof(float);
     CHECK(nb % 4096 != 0, "the tiny model's buffers (%zu bytes) should not be whole blocks", nb);
-    const size_t layouts[][PX_STATE_NBUF] = {{4, 4, 4}, {4, nb % 4096, 2 * nb % 4096}, {0, nb % 4096, 2 * nb % 4096}};
-    const char *names[] = {"never", "second", "packed"};
-    const uint64_t sizes[] = {px_ckpt_file_bytes(px_state_bytes(s)), 3 * 4096};
+    const size_t layouts[][PX_STATE_NBUF] = {{4, 4, 4}, {4, 0, 0}, {0, 0, 0}};
+    const char *names[] = {"never", "second", "paged"};
+    const size_t parts[] = {px_ckpt_part_floats(s->n), 3 * 1024};
     px_ckpt_result_t res;
     for (int z = 0; z < 2; z++) {
         snprintf(buffered, sizeof buffered, "%s/buffered-%d", root, z);
         fill_state(s, 50);
         setenv("PX_CKPT_DIRECT", "0", 1);
-        CHECK(px_ckpt_write_files(buffered, s, &cfg, &meta, sizes[z], NULL, &res, err, sizeof err) == 0, "buffered: %s", err);
+        CHECK(px_ckpt_write_files(buffered, s, &cfg, &meta, parts[z], NULL, &res, err, sizeof err) == 0, "buffered: %s", err);
         unsetenv("PX_CKPT_DIRECT");
         for (int l = 0; l < 3; l++) {
             px_train_state_t v;
             float *blocks[PX_STATE_NBUF];
             placed_copy(&v, blocks, s, layouts[l]);
             snprintf(dir, sizeof dir, "%s/direct-%s-%d", root, names[l], z);
-            CHECK(px_ckpt_write_files(dir, &v, &cfg, &meta, sizes[z], NULL, &res, err, sizeof err) == 0, "%s layout: %s",
+            CHECK(px_ckpt_write_files(dir, &v, &cfg, &meta, parts[z], NULL, &res, err, sizeof err) == 0, "%s layout: %s",
                   names[l], err);
             snprintf(cmd, sizeof cmd, "cd %s/step_00000050 && n=0 && for f in data*.bin; do n=$((n+1)); "
                      "cmp -s $f %s/step_00000050/$f || exit 1; done && test $n = %d", buffered, dir,
-                     px_ckpt_nfiles(px_state_bytes(s), sizes[z]));
+                     PX_STATE_NBUF * px_ckpt_nparts(s->n, parts[z]));
             CHECK(system(cmd) == 0, "the %s layout's direct write differs from the buffered one (%s)", names[l], cmd);
             for (int b = 0; b < PX_STATE_NBUF; b++) free(blocks[b]);
         }
@@ -461,24 +460,25 @@ static void test_direct_layouts(px_train_state_t *s) {
 
 /* ---- a whole state in several data files ------------------------------- */
 
-/* The split a save uses: at least one file, at most PX_CKPT_MAX_FILES, of
- * whole 4096-byte blocks (so each file starts on a page of the snapshot),
- * covering the state with less than one file to spare. */
+/* The split a save uses: each buffer in 1 to PX_CKPT_BUFFER_FILES parts of
+ * whole pages (so each file starts on a page of the snapshot), covering it
+ * with less than one part to spare, parts of at least PX_CKPT_FILE_MIN
+ * bytes unless there is only one. */
 static void test_file_rule(void) {
-    const uint64_t sizes[] = {0, 4, 4096, PX_CKPT_FILE_MIN - 4, PX_CKPT_FILE_MIN, 3 * PX_CKPT_FILE_MIN + 4,
-                              40000000, 1493710848, (uint64_t)100 << 30};
+    const size_t page = PX_CKPT_FILE_ALIGN / sizeof(float), min = PX_CKPT_FILE_MIN / sizeof(float);
+    const size_t sizes[] = {0, 1, page, min - 1, min, 3 * min + 1, 3290624, 124475904, (size_t)25 << 30};
     for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
-        uint64_t total = sizes[i], fb = px_ckpt_file_bytes(total);
-        int n = px_ckpt_nfiles(total, fb);
-        CHECK(fb > 0 && fb % PX_CKPT_FILE_ALIGN == 0, "%" PRIu64 " bytes: files of %" PRIu64, total, fb);
-        CHECK(n >= 1 && n <= PX_CKPT_MAX_FILES && (uint64_t)n * fb >= total && (total == 0 || (uint64_t)(n - 1) * fb < total),
-              "%" PRIu64 " bytes: %d files of %" PRIu64, total, n, fb);
-        if (total >= PX_CKPT_MAX_FILES * PX_CKPT_FILE_MIN)
-            CHECK(n == PX_CKPT_MAX_FILES, "%" PRIu64 " bytes: %d files, not %d", total, n, PX_CKPT_MAX_FILES);
-        if (total >= 2 * PX_CKPT_FILE_MIN) CHECK(n >= 2, "%" PRIu64 " bytes in one file", total);
+        size_t n = sizes[i], per = px_ckpt_part_floats(n);
+        int k = px_ckpt_nparts(n, per);
+        CHECK(per > 0 && per % page == 0, "%zu floats: parts of %zu", n, per);
+        CHECK(k >= 1 && k <= PX_CKPT_BUFFER_FILES && (size_t)k * per >= n && (n == 0 || (size_t)(k - 1) * per < n),
+              "%zu floats: %d parts of %zu", n, k, per);
+        CHECK(k == 1 || per >= min, "%zu floats: %d parts of %zu floats", n, k, per);
+        if (n >= PX_CKPT_BUFFER_FILES * min) CHECK(k == PX_CKPT_BUFFER_FILES, "%zu floats: %d parts", n, k);
+        if (n >= 2 * min) CHECK(k >= 2, "%zu floats in one part", n);
     }
-    CHECK(px_ckpt_nfiles(100, 0) == -1 && px_ckpt_nfiles(100, 6) == -1, "file sizes that are no whole floats accepted");
-    CHECK(px_ckpt_nfiles((uint64_t)1 << 40, 4) == -1, "an absurd number of files accepted");
+    CHECK(px_ckpt_nparts(100, 0) == -1, "parts of no floats accepted");
+    CHECK(px_ckpt_nparts((size_t)1 << 40, 1) == -1, "an absurd number of parts accepted");
 }
 
 /* Data file f of the checkpoint at path: its size (-1: none). */
@@ -489,67 +489,108 @@ static long long file_size(const char *path, int f) {
     return stat(file, &st) == 0 ? (long long)st.st_size : -1;
 }
 
-/* The tiny state written in files of several sizes (whole pages; an odd
- * number of floats, so files cut rows and even floats' pages; one float
- * too few for a buffer): every file but the last exactly that size, the
- * manifest's slices accepted by the decoder, and the state loaded back
- * bitwise. Then the saver's way: px_ckpt_snapshot copies and hashes in one
- * pass on 2 threads, its checksums are the writer's own, the files written
- * with them are byte for byte those, and a snapshot changed after it was
- * hashed is refused on load, naming the file that changed. */
+/* An optimizer step as a pass (px_ckpt_pass_*): every part of src on its
+ * own thread in rounds of `round` floats, each round "updated" (a float
+ * changed) before it is passed; dst and hashes as px_ckpt_snapshot leaves
+ * them. */
+static int fake_pass(px_train_state_t *dst, px_train_state_t *src, size_t per, size_t round, uint64_t *hashes) {
+    px_ckpt_pass_t *p = px_ckpt_pass_begin(dst, src, per);
+    int parts = px_ckpt_nparts(src->n, per);
+    if (!p) return -1;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(2)
+    for (int k = 0; k < parts; k++)
+        for (size_t lo = (size_t)k * per; lo < (size_t)(k + 1) * per && lo < src->n; lo += round) {
+            size_t hi = lo + round < (size_t)(k + 1) * per ? lo + round : (size_t)(k + 1) * per;
+            hi = hi < src->n ? hi : src->n;
+            for (int b = 0; b < src->nbuf; b++) src->buf[b][lo] += 1.0f;
+            px_ckpt_pass_block(p, k, lo, hi);
+        }
+    return px_ckpt_pass_end(p, hashes);
+}
+
+/* The tiny state written in parts of several sizes (whole pages; an odd
+ * number of floats, so files cut rows and pages; one float short of a
+ * buffer; a whole buffer): every file but each buffer's last exactly that
+ * size, the manifest's slices accepted by the decoder, and the state
+ * loaded back bitwise. Then the saver's ways: px_ckpt_snapshot copies and
+ * hashes in one pass on 2 threads, and a pass (an optimizer step) copies
+ * and hashes as it updates; their checksums are the writer's own, the
+ * files written with them are byte for byte those, and a snapshot changed
+ * after it was hashed is refused on load, naming the file that changed. A
+ * pass that skips a block or goes out of order gives no checksums. */
 static void test_files(px_train_state_t *s, px_train_state_t *d) {
-    const uint64_t total = px_state_bytes(s);
-    const uint64_t sizes[] = {4096, 3 * 4096, 4100, total / 3 - 4, total};
+    const size_t sizes[] = {1024, 3 * 1024, 1025, s->n - 1, s->n};
     char dir[300], hdir[300], path[4200], hpath[4200], err[600], cmd[9000];
     px_ckpt_result_t res;
     px_ckpt_fault_t fl;
     for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
-        uint64_t fb = sizes[i];
-        int n = px_ckpt_nfiles(total, fb);
-        snprintf(dir, sizeof dir, "%s/files-%" PRIu64, root, fb);
+        size_t per = sizes[i];
+        int parts = px_ckpt_nparts(s->n, per), n = s->nbuf * parts;
+        snprintf(dir, sizeof dir, "%s/files-%zu", root, per);
         fill_state(s, 60);
-        CHECK(px_ckpt_write_files(dir, s, &cfg, &meta, fb, NULL, &res, err, sizeof err) == 0, "%" PRIu64 "-byte files: %s",
-              fb, err);
+        CHECK(px_ckpt_write_files(dir, s, &cfg, &meta, per, NULL, &res, err, sizeof err) == 0, "parts of %zu: %s", per, err);
         px_ckpt_path(dir, 60, path, sizeof path);
-        for (int f = 0; f < n; f++)
-            CHECK(file_size(path, f) == (long long)(f < n - 1 ? fb : total - (uint64_t)(n - 1) * fb),
-                  "%" PRIu64 "-byte files: file %d of %d holds %lld bytes", fb, f, n, file_size(path, f));
-        CHECK(file_size(path, n) == -1, "%" PRIu64 "-byte files: more than %d files", fb, n);
+        for (int f = 0; f < n; f++) {
+            size_t k = (size_t)(f % parts), want = (k + 1) * per <= s->n ? per : s->n - k * per;
+            CHECK(file_size(path, f) == (long long)(want * sizeof(float)), "parts of %zu: file %d of %d holds %lld bytes",
+                  per, f, n, file_size(path, f));
+        }
+        CHECK(file_size(path, n) == -1, "parts of %zu: more than %d files", per, n);
         px_ckpt_manifest_t m;
         memset(d->buf[0], 0, d->n * sizeof(float));
-        CHECK(px_ckpt_load(path, &cfg, d, &m, &fl) == 0 && same_state(s, d), "%" PRIu64 "-byte files do not load: %s: %s",
-              fb, fl.file, fl.fault);
-        CHECK(m.nfiles == n, "%" PRIu64 "-byte files: the manifest lists %d files, not %d", fb, m.nfiles, n);
+        CHECK(px_ckpt_load(path, &cfg, d, &m, &fl) == 0 && same_state(s, d), "parts of %zu do not load: %s: %s", per,
+              fl.file, fl.fault);
+        CHECK(m.nfiles == n, "parts of %zu: the manifest lists %d files, not %d", per, m.nfiles, n);
 
-        /* the saver's way */
+        /* the saver's ways */
         px_train_state_t snap;
-        uint64_t *hashes = calloc((size_t)n, sizeof *hashes);
-        CHECK(hashes && px_state_alloc_like(&snap, s) == 0, "out of memory");
-        CHECK(px_ckpt_snapshot(&snap, s, fb, hashes, 2) == 0, "%" PRIu64 "-byte files: no hashes", fb);
+        uint64_t *hashes = calloc((size_t)n, sizeof *hashes), *passed = calloc((size_t)n, sizeof *passed);
+        CHECK(hashes && passed && px_state_alloc_like(&snap, s) == 0, "out of memory");
+        CHECK(px_ckpt_snapshot(&snap, s, per, hashes, 2) == 0, "parts of %zu: no hashes", per);
         snap.step = s->step, snap.seed = s->seed;
-        CHECK(same_state(s, &snap), "%" PRIu64 "-byte files: the snapshot is not the state", fb);
+        CHECK(same_state(s, &snap), "parts of %zu: the snapshot is not the state", per);
         for (int f = 0; f < n && f < m.nfiles; f++)
-            CHECK(hashes[f] == m.files[f].xxh3, "%" PRIu64 "-byte files: file %d hashed %016" PRIx64 " in the snapshot, "
-                  "%016" PRIx64 " by the writer", fb, f, hashes[f], m.files[f].xxh3);
+            CHECK(hashes[f] == m.files[f].xxh3, "parts of %zu: file %d hashed %016" PRIx64 " in the snapshot, "
+                  "%016" PRIx64 " by the writer", per, f, hashes[f], m.files[f].xxh3);
         px_ckpt_manifest_free(&m);
-        snprintf(hdir, sizeof hdir, "%s/hashed-%" PRIu64, root, fb);
-        CHECK(px_ckpt_write_files(hdir, &snap, &cfg, &meta, fb, hashes, &res, err, sizeof err) == 0,
-              "%" PRIu64 "-byte files with their checksums: %s", fb, err);
+        snprintf(hdir, sizeof hdir, "%s/hashed-%zu", root, per);
+        CHECK(px_ckpt_write_files(hdir, &snap, &cfg, &meta, per, hashes, &res, err, sizeof err) == 0,
+              "parts of %zu with their checksums: %s", per, err);
         px_ckpt_path(hdir, 60, hpath, sizeof hpath);
         snprintf(cmd, sizeof cmd, "cd %s && for f in data*.bin; do cmp -s $f %s/$f || exit 1; done", path, hpath);
-        CHECK(system(cmd) == 0, "%" PRIu64 "-byte files: written with the snapshot's checksums, they differ", fb);
+        CHECK(system(cmd) == 0, "parts of %zu: written with the snapshot's checksums, they differ", per);
         CHECK(px_ckpt_load(hpath, &cfg, d, NULL, &fl) == 0 && same_state(s, d),
-              "%" PRIu64 "-byte files written with the snapshot's checksums do not load: %s: %s", fb, fl.file, fl.fault);
+              "parts of %zu written with the snapshot's checksums do not load: %s: %s", per, fl.file, fl.fault);
         /* a float of the last file changed between the hash and the write */
         snap.buf[snap.nbuf - 1][snap.n - 1] += 1.0f;
-        CHECK(px_ckpt_write_files(hdir, &snap, &cfg, &meta, fb, hashes, &res, err, sizeof err) == 0, "rewrite: %s", err);
+        CHECK(px_ckpt_write_files(hdir, &snap, &cfg, &meta, per, hashes, &res, err, sizeof err) == 0, "rewrite: %s", err);
         char want[64];
         snprintf(want, sizeof want, "data%05d.bin", n - 1);
         CHECK(px_ckpt_load(hpath, &cfg, d, NULL, &fl) != 0 && strstr(fl.file, want) && strstr(fl.fault, "checksum mismatch"),
-              "%" PRIu64 "-byte files: a snapshot changed after its hash was not refused naming %s: '%s: %s'", fb, want,
-              fl.file, fl.fault);
+              "parts of %zu: a snapshot changed after its hash was not refused naming %s: '%s: %s'", per, want, fl.file,
+              fl.fault);
+        /* an optimizer step as a pass: the state it leaves, its snapshot and checksums */
+        for (size_t round = 1000; round <= 5000; round += 4000) {
+            fill_state(s, 61);
+            CHECK(fake_pass(&snap, s, per, round, passed) == 0, "parts of %zu: the pass failed", per);
+            snap.step = s->step, snap.seed = s->seed;
+            CHECK(same_state(s, &snap), "parts of %zu, rounds of %zu: the pass's snapshot is not the state", per, round);
+            snprintf(dir, sizeof dir, "%s/passed-%zu-%zu", root, per, round);
+            CHECK(px_ckpt_write_files(dir, &snap, &cfg, &meta, per, passed, &res, err, sizeof err) == 0, "pass: %s", err);
+            px_ckpt_path(dir, 61, path, sizeof path);
+            memset(d->buf[1], 0, d->n * sizeof(float));
+            CHECK(px_ckpt_load(path, &cfg, d, NULL, &fl) == 0 && same_state(s, d),
+                  "parts of %zu, rounds of %zu: the pass's checkpoint does not load: %s: %s", per, round, fl.file, fl.fault);
+        }
+        px_ckpt_pass_t *p = px_ckpt_pass_begin(&snap, s, per);
+        CHECK(p != NULL, "no pass");
+        px_ckpt_pass_block(p, 0, 0, 10);
+        px_ckpt_pass_block(p, 0, 20, s->n < per ? s->n : per); /* floats 10-19 skipped */
+        for (int k = 1; k < parts; k++) px_ckpt_pass_block(p, k, (size_t)k * per, (size_t)(k + 1) * per < s->n ? (size_t)(k + 1) * per : s->n);
+        CHECK(px_ckpt_pass_end(p, passed) == -1, "parts of %zu: a pass with a gap gave checksums", per);
         px_state_free(&snap);
         free(hashes);
+        free(passed);
     }
 }
 
@@ -608,11 +649,15 @@ static void test_outer(px_train_state_t *s3, px_train_state_t *d3) {
     CHECK(m.outer_momentum == 1, "4 into 3: the manifest has the outer momentum");
     px_ckpt_manifest_free(&m);
     snprintf(flip, sizeof flip, "%s/outer-flip", root);
-    sh("mkdir -p %s && cp -r %s %s/ && cd %s/step_00000030 && printf '\\377' | dd of=data00000.bin bs=1 "
-       "seek=$(( $(stat -c %%s data00000.bin) - 8 )) conv=notrunc 2>/dev/null", flip, path, flip, flip);
+    /* the last data file holds the end of the outer momentum */
+    sh("mkdir -p %s && cp -r %s %s/ && cd %s/step_00000030 && f=$(ls data*.bin | tail -1) && printf '\\377' | "
+       "dd of=$f bs=1 seek=$(( $(stat -c %%s $f) - 8 )) conv=notrunc 2>/dev/null", flip, path, flip, flip);
     px_ckpt_path(flip, 30, path, sizeof path);
-    CHECK(px_ckpt_load(path, &cfg, d3, NULL, &f) != 0 && strstr(f.fault, "checksum mismatch"),
-          "a flipped byte of outer.momentum.ln_f.bias, loaded into 3 buffers: '%s'", f.fault);
+    char last[32];
+    snprintf(last, sizeof last, "data%05d.bin", PX_STATE_MAXBUF * px_ckpt_nparts(s3->n, px_ckpt_part_floats(s3->n)) - 1);
+    CHECK(px_ckpt_load(path, &cfg, d3, NULL, &f) != 0 && strstr(f.fault, "checksum mismatch") && strstr(f.file, last),
+          "a flipped byte of outer.momentum.ln_f.bias, loaded into 3 buffers: '%s: %s' (expected %s)", f.file, f.fault,
+          last);
 
     fill_state(s3, 31);
     CHECK(px_ckpt_write(dir, s3, &cfg, &meta, &res, err, sizeof err) == 0, "3-buffer write: %s", err);

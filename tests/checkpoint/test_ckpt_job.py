@@ -4,7 +4,8 @@ processes, killed with real signals).
 resume    every process of a job is SIGKILLed (coordinator included); the job
           started again with the same flags resumes at the newest checkpoint
           and its losses and final state checksum equal, bit for bit, those
-          of a job that never stopped.
+          of a job that never stopped. Its saves' snapshots were taken by the
+          optimizer steps (resume_overlap: by the saver during the next step).
 corrupt   the newest checkpoint is damaged before the restart: it is rejected
           (event naming the file and the fault), the previous one is restored,
           and the continuation is still identical.
@@ -115,11 +116,28 @@ def killed_and_resumed(bindir, data, ckpt, kill_at, damage=None, restart_args=No
     return again
 
 
+def snapshot_kinds(launch):
+    """How the saves of a job took their snapshots (checkpoint_started
+    snapshot= in its workers' logs): step, held or overlap, in order."""
+    kinds = []
+    for name in sorted(os.listdir(launch.dir)):
+        if name.endswith(".log"):
+            with open(os.path.join(launch.dir, name), errors="replace") as f:
+                kinds += re.findall(r"checkpoint_started .* snapshot=(\w+)", f.read())
+    return kinds
+
+
 def test_resume(bindir, worker=()):
     data = make_corpus(bindir, tempfile.mkdtemp(prefix="phalanx-ckpt-data-"))
     ref = reference(bindir, data)
     ckpt = tempfile.mkdtemp(prefix="phalanx-ckpt-")
     again = killed_and_resumed(bindir, data, ckpt, 30, worker=worker)
+    # The continuation below checks the snapshots' contents: on the CPU the
+    # optimizer step of each step to be saved takes them (held copy), the
+    # saver with --checkpoint-copy overlap.
+    kinds = snapshot_kinds(again)
+    want = "overlap" if "overlap" in worker else "step"
+    check(kinds and all(k == want for k in kinds), "the resumed job's saves took their snapshots by %s: %s" % (want, kinds))
     got = restored_steps(again)
     check(len(got) == 2 and len(set(got)) == 1 and got[0] >= 30, "both groups restored one step >= 30: %s" % got)
     check(again.summary()["steps"] == STEPS, "summary: %s" % again.summary())
@@ -293,10 +311,11 @@ def test_diskfull(bindir):
     rc, first = run(bindir, base(data, ckpt, steps=20) + WORKER, "ckpt-fill")
     check(rc == 0 and has(ckpt, 20), "the first job saved step 20:\n%s" % first.tail())
     before = digest(os.path.join(ckpt, "step_00000020"))
-    # Every process of the second job inherits a 1 MB file-size limit: each
-    # save (1.4 MB) fails with EFBIG. Python ignores SIGXFSZ and so do they.
+    # Every process of the second job inherits a 256 KiB file-size limit:
+    # each save (1.4 MB, in data files of 480 KB) fails with EFBIG. Python
+    # ignores SIGXFSZ and so do they.
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, hard))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 10, hard))
     try:
         launch = Launch(bindir, base(data, ckpt, steps=40) + WORKER, name="ckpt-full")
     finally:

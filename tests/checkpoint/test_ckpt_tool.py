@@ -124,7 +124,7 @@ def test_roundtrip(bindir):
     ckdir, path = imported(bindir, work, a)
     r = tool(bindir, "verify", path)
     check(r.returncode == 0, "verify of a fresh import exits 0: %d %s" % (r.returncode, r.stderr))
-    check(re.fullmatch(r"ok step=0 bytes=\d+ files=1\n", r.stdout), "verify's line: %r" % r.stdout)
+    check(re.fullmatch(r"ok step=0 bytes=\d+ files=3\n", r.stdout), "verify's line: %r" % r.stdout)
     r = tool(bindir, "verify", ckdir)
     check(r.returncode == 2 and "hint: %s holds checkpoints" % ckdir in r.stderr and path in r.stderr,
           "verify of the folder above exits 2 and points at its checkpoint: %r" % r.stderr)
@@ -379,7 +379,7 @@ def test_diloco(bindir):
     ckdir, path = imported(bindir, work, a, "diloco")
     names = add_outer_momentum(path)
     r = tool(bindir, "verify", path)
-    check(r.returncode == 0 and re.fullmatch(r"ok step=0 bytes=\d+ files=1\n", r.stdout),
+    check(r.returncode == 0 and re.fullmatch(r"ok step=0 bytes=\d+ files=3\n", r.stdout),
           "verify of a DiLoCo checkpoint: %d %r %r" % (r.returncode, r.stdout, r.stderr))
     r = tool(bindir, "inspect", path)
     check(r.returncode == 0 and "state        params, m, v, outer momentum" in r.stdout,

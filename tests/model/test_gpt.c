@@ -17,6 +17,10 @@
  *   second's backward split) give the same losses and gradients bitwise as
  *   with it off, over accumulated micro-batches, and hold fewer bytes of
  *   activations;
+ * - the optimizer step in parts (px_gpt_adamw_step_parts, a checkpoint
+ *   snapshot's way in): bitwise px_gpt_adamw_step's params, m and v, on 1
+ *   and 3 threads, for parts that cut tensors, rows and blocks, with every
+ *   float visited once, each part's blocks in order;
  * - misuse is refused (backward without a loss, bad token, T > maxT). */
 #include <math.h>
 #include <omp.h>
@@ -350,8 +354,66 @@ static void test_recompute(void) {
         for (int i = 0; i < 3; i++) px_gpt_destroy(&m[on][i]);
 }
 
+/* What px_gpt_adamw_step_parts visited: per part, the next float expected
+ * (blocks in order), and whether anything came out of order. */
+typedef struct {
+    size_t part, n, *next;
+    int bad;
+} visits_t;
+
+static void visit(void *ctx, int k, size_t lo, size_t hi) {
+    visits_t *v = ctx;
+    size_t first = (size_t)k * v->part;
+    if (k < 0 || lo != first + v->next[k] || hi <= lo || hi > first + v->part || hi > v->n) {
+#pragma omp atomic write
+        v->bad = 1;
+        return;
+    }
+    v->next[k] = hi - first;
+}
+
+static void test_adamw_parts(void) {
+    px_gpt_config_t cfg;
+    px_gpt_config_preset("tiny", &cfg);
+    px_gpt_t *a = px_gpt_new(&cfg, 5), *b = px_gpt_new(&cfg, 5);
+    size_t n = a->num_params;
+    const size_t parts[] = {1000, 3 * 1024, 16384 + 7, n};
+    const int threads[] = {1, 3};
+    for (int t = 1; t <= 3; t++) { /* three steps: the moments matter */
+        for (size_t i = 0; i < n; i++) a->grads[i] = b->grads[i] = (float)((i * 2654435761u + (size_t)t) % 2001) * 1e-3f - 1.0f;
+        px_gpt_adamw_step(a, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+        for (size_t p = 0; p < sizeof parts / sizeof *parts; p++)
+            for (int th = 0; th < 2; th++) {
+                px_gpt_t *c = px_gpt_new(&cfg, 5);
+                memcpy(c->params, b->params, n * sizeof(float));
+                memcpy(c->m, b->m, n * sizeof(float));
+                memcpy(c->v, b->v, n * sizeof(float));
+                memcpy(c->grads, b->grads, n * sizeof(float));
+                size_t k = (n + parts[p] - 1) / parts[p];
+                visits_t v = {parts[p], n, calloc(k, sizeof(size_t)), 0};
+                omp_set_num_threads(threads[th]);
+                px_gpt_adamw_step_parts(c, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t, parts[p], visit, &v);
+                omp_set_num_threads(2);
+                int all = !v.bad;
+                for (size_t j = 0; j < k; j++) all &= v.next[j] == (j + 1 < k ? parts[p] : n - j * parts[p]);
+                CHECK(all, "step %d, parts of %zu, %d threads: floats visited out of order or not once", t, parts[p],
+                      threads[th]);
+                CHECK(!memcmp(a->params, c->params, n * sizeof(float)) && !memcmp(a->m, c->m, n * sizeof(float)) &&
+                          !memcmp(a->v, c->v, n * sizeof(float)),
+                      "step %d, parts of %zu, %d threads: not bitwise the whole step", t, parts[p], threads[th]);
+                free(v.next);
+                px_gpt_destroy(&c);
+            }
+        px_gpt_adamw_step(b, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+    }
+    CHECK(memcmp(a->params, b->params, n * sizeof(float)) == 0, "the reference runs differ");
+    px_gpt_destroy(&a);
+    px_gpt_destroy(&b);
+}
+
 int main(void) {
     omp_set_num_threads(2);
+    test_adamw_parts();
     test_counts();
     test_lr();
     test_init();
