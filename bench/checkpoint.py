@@ -101,7 +101,7 @@ def save_and_restore(a, model):
     ck, dd = os.path.join(a.scratch, "ck"), os.path.join(a.scratch, "dd.bin")
     drv = os.path.join(a.bindir, "bench_ckpt_save")
     saves, dds = [], []
-    print("== 1. save: px_ckpt_write vs dd bs=16M conv=fsync, %s state, %d reps" % (model, a.reps), flush=True)
+    print("== 1. save: snapshot and px_ckpt_write_files vs dd bs=16M conv=fsync, %s state, %d reps" % (model, a.reps), flush=True)
     for i in range(a.reps):
         shutil.rmtree(ck, ignore_errors=True)
         os.sync()

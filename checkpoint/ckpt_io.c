@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <inttypes.h>
+#include <omp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,7 @@
 #include "px_time.h"
 
 #define IO_BLOCK ((size_t)16 << 20) /* bytes per read or write call */
+#define LOAD_THREADS 4               /* data files a load reads at once, at most */
 #define DATA_PREFIX "data" /* a whole write's files: data00000.bin, ... */
 
 void px_ckpt_path(const char *dir, int64_t step, char *out, size_t len) {
@@ -680,7 +682,7 @@ int px_ckpt_load_to(const char *path, const px_gpt_config_t *cfg, px_train_state
     if (read_manifest_fd(path, &m, fl, &lock_fd) != 0) return -1;
     char mpath[4200], err[512];
     snprintf(mpath, sizeof mpath, "%s/%s", path, PX_CKPT_MANIFEST);
-    int rc = 0, nlog = 0, npieces = 0;
+    int rc = 0, nlog = 0;
     px_ckpt_logical_t *lt = NULL;
     piece_t *pieces = NULL;
     int *logical = NULL; /* per manifest tensor: its logical tensor in dst, or -1 */
@@ -722,15 +724,47 @@ int px_ckpt_load_to(const char *path, const px_gpt_config_t *cfg, px_train_state
         for (int k = 0; k < nlog && logical[i] < 0; k++)
             if (!strcmp(lt[k].name, m.tensors[i].name)) logical[i] = k;
     }
-    for (int f = 0; f < m.nfiles && rc == 0; f++) {
-        npieces = 0;
-        for (int i = 0; i < m.ntensors; i++)
-            for (int j = 0; j < m.tensors[i].nslices; j++)
-                if (m.tensors[i].slices[j].file == f)
-                    pieces[npieces++] = (piece_t){&m.tensors[i].slices[j], i, logical[i]};
-        qsort(pieces, (size_t)npieces, sizeof *pieces, cmp_piece);
-        rc = load_file(path, &m, f, pieces, npieces, lt, dst, sink, buf, fl);
+    /* Files are independent: read and verify several at once (the disk gets
+     * a deeper queue, the hashing overlaps the reads), each into its own
+     * slices of dst; a sink may not be called from several threads. The
+     * fault reported is the first file's that failed. */
+    int threads = sink || m.nfiles < 2 ? 1 : omp_get_max_threads();
+    threads = threads > LOAD_THREADS ? LOAD_THREADS : threads;
+    px_ckpt_fault_t *faults = calloc((size_t)m.nfiles, sizeof *faults);
+    int *rcs = calloc((size_t)m.nfiles, sizeof *rcs);
+    if (!faults || !rcs) {
+        free(faults);
+        free(rcs);
+        rc = fault(fl, path, 0, "out of memory");
+        goto out;
     }
+#pragma omp parallel num_threads(threads)
+    {
+        int first = omp_get_thread_num() == 0; /* uses the buffers made above */
+        char *tbuf = first ? buf : malloc(IO_BLOCK);
+        piece_t *tp = first ? pieces : malloc((size_t)(total ? total : 1) * sizeof *tp);
+#pragma omp for schedule(dynamic, 1)
+        for (int f = 0; f < m.nfiles; f++) {
+            if (!tbuf || !tp) {
+                rcs[f] = fault(&faults[f], path, 0, "out of memory");
+                continue;
+            }
+            int np = 0;
+            for (int i = 0; i < m.ntensors; i++)
+                for (int j = 0; j < m.tensors[i].nslices; j++)
+                    if (m.tensors[i].slices[j].file == f) tp[np++] = (piece_t){&m.tensors[i].slices[j], i, logical[i]};
+            qsort(tp, (size_t)np, sizeof *tp, cmp_piece);
+            rcs[f] = load_file(path, &m, f, tp, np, lt, dst, sink, tbuf, &faults[f]);
+        }
+        if (!first) {
+            free(tbuf);
+            free(tp);
+        }
+    }
+    for (int f = 0; f < m.nfiles && rc == 0; f++)
+        if (rcs[f]) rc = -1, *fl = faults[f];
+    free(faults);
+    free(rcs);
     if (rc == 0 && dst) {
         dst->step = m.step;
         dst->seed = m.seed;

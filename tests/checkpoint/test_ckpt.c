@@ -512,7 +512,8 @@ static int fake_pass(px_train_state_t *dst, px_train_state_t *src, size_t per, s
  * number of floats, so files cut rows and pages; one float short of a
  * buffer; a whole buffer): every file but each buffer's last exactly that
  * size, the manifest's slices accepted by the decoder, and the state
- * loaded back bitwise. Then the saver's ways: px_ckpt_snapshot copies and
+ * loaded back bitwise (files read in parallel; of two damaged, the first
+ * is named). Then the saver's ways: px_ckpt_snapshot copies and
  * hashes in one pass on 2 threads, and a pass (an optimizer step) copies
  * and hashes as it updates; their checksums are the writer's own, the
  * files written with them are byte for byte those, and a snapshot changed
@@ -520,7 +521,7 @@ static int fake_pass(px_train_state_t *dst, px_train_state_t *src, size_t per, s
  * pass that skips a block or goes out of order gives no checksums. */
 static void test_files(px_train_state_t *s, px_train_state_t *d) {
     const size_t sizes[] = {1024, 3 * 1024, 1025, s->n - 1, s->n};
-    char dir[300], hdir[300], path[4200], hpath[4200], err[600], cmd[9000];
+    char dir[300], hdir[300], path[4200], hpath[4300], err[600], cmd[13000];
     px_ckpt_result_t res;
     px_ckpt_fault_t fl;
     for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
@@ -541,6 +542,15 @@ static void test_files(px_train_state_t *s, px_train_state_t *d) {
         CHECK(px_ckpt_load(path, &cfg, d, &m, &fl) == 0 && same_state(s, d), "parts of %zu do not load: %s: %s", per,
               fl.file, fl.fault);
         CHECK(m.nfiles == n, "parts of %zu: the manifest lists %d files, not %d", per, m.nfiles, n);
+        if (i == 0) { /* files load in parallel: two damaged, the first one is named */
+            snprintf(cmd, sizeof cmd, "cp -r %s %s-two && cd %s-two && for f in data00005.bin data00002.bin; do "
+                     "printf '\\377' | dd of=$f bs=1 seek=100 conv=notrunc 2>/dev/null; done", path, path, path);
+            sh("%s", cmd);
+            snprintf(hpath, sizeof hpath, "%s-two", path);
+            CHECK(px_ckpt_load(hpath, &cfg, d, NULL, &fl) != 0 && strstr(fl.file, "data00002.bin") &&
+                      strstr(fl.fault, "checksum mismatch"),
+                  "two damaged files: the fault should name data00002.bin: '%s: %s'", fl.file, fl.fault);
+        }
 
         /* the saver's ways */
         px_train_state_t snap;
