@@ -69,9 +69,7 @@ static void *saver_main(void *arg) {
         px_ckpt_done_t d;
         memset(&d, 0, sizeof d);
         d.step = sv->snap.step;
-        if (getenv("PX_DBG_NOWRITE")) {
-            d.ok = 0; snprintf(d.err, sizeof d.err, "debug: no write");
-        } else if (sv->has_part)
+        if (sv->has_part)
             d.ok = px_ckpt_write_part(sv->dir, &sv->snap, &sv->meta, &sv->part, &d.res, d.err, sizeof d.err) == 0;
         else
             d.ok = px_ckpt_write_files(sv->dir, &sv->snap, &sv->cfg, &sv->meta, sv->part_floats,
