@@ -250,22 +250,6 @@ static int write_runs(const char *path, const px_train_state_t *s, const size_t 
     return rc;
 }
 
-/* Bytes [lo, hi) of the state's buffers taken one after the other, as at
- * most PX_STATE_MAXBUF segments: the order of a whole write's data files. */
-static size_t state_segs(const px_train_state_t *s, uint64_t lo, uint64_t hi, seg_t *segs) {
-    uint64_t per = (uint64_t)s->n * sizeof(float);
-    size_t n = 0;
-    for (int b = 0; b < s->nbuf && lo < hi; b++) {
-        uint64_t end = (uint64_t)(b + 1) * per;
-        if (lo >= end) continue;
-        uint64_t stop = hi < end ? hi : end;
-        segs[n].p = (const char *)s->buf[b] + (lo - (uint64_t)b * per);
-        segs[n++].len = (size_t)(stop - lo);
-        lo = stop;
-    }
-    return n;
-}
-
 static int write_text(const char *path, const char *text, char *err, size_t errlen) {
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return px_ckpt_fail(err, errlen, "creating %s: %s", path, strerror(errno));
@@ -338,18 +322,16 @@ int px_ckpt_write_files(const char *dir, const px_train_state_t *s, const px_gpt
         px_ckpt_manifest_free(&m);
         return px_ckpt_fail(err, errlen, "creating %s: %s", tmp, strerror(errno));
     }
-    uint64_t pos = 0; /* the files in order are the buffers in order */
+    const int parts = m.nfiles / s->nbuf; /* file b * parts + k: part k of buffer b */
     for (int f = 0; f < m.nfiles; f++) {
-        seg_t segs[PX_STATE_MAXBUF];
-        size_t nsegs = state_segs(s, pos, pos + m.files[f].bytes, segs);
+        seg_t seg = {(const char *)(s->buf[f / parts] + (size_t)(f % parts) * part_floats), m.files[f].bytes};
         uint64_t bytes = 0;
         snprintf(path, sizeof path, "%s/%s", tmp, m.files[f].name);
-        if (write_segs(path, segs, nsegs, hashes ? &hashes[f] : NULL, &bytes, &m.files[f].xxh3, err, errlen) != 0) {
+        if (write_segs(path, &seg, 1, hashes ? &hashes[f] : NULL, &bytes, &m.files[f].xxh3, err, errlen) != 0) {
             rm_rf(tmp);
             px_ckpt_manifest_free(&m);
             return -1;
         }
-        pos += bytes;
     }
     int rc = finish(dir, tmp, final, &m, s, meta, total, t0, res, err, errlen);
     px_ckpt_manifest_free(&m);
@@ -684,9 +666,7 @@ int px_ckpt_load_to(const char *path, const px_gpt_config_t *cfg, px_train_state
     snprintf(mpath, sizeof mpath, "%s/%s", path, PX_CKPT_MANIFEST);
     int rc = 0, nlog = 0;
     px_ckpt_logical_t *lt = NULL;
-    piece_t *pieces = NULL;
     int *logical = NULL; /* per manifest tensor: its logical tensor in dst, or -1 */
-    char *buf = malloc(IO_BLOCK);
     if (cfg && px_ckpt_manifest_matches(&m, cfg, err, sizeof err) != 0) {
         rc = fault(fl, mpath, 1, "%s", err);
         goto out;
@@ -705,9 +685,8 @@ int px_ckpt_load_to(const char *path, const px_gpt_config_t *cfg, px_train_state
     }
     int total = 0;
     for (int i = 0; i < m.ntensors; i++) total += m.tensors[i].nslices;
-    pieces = malloc((size_t)(total ? total : 1) * sizeof *pieces);
     logical = malloc((size_t)m.ntensors * sizeof *logical);
-    if (!buf || !pieces || !logical || (dst && !lt)) {
+    if (!logical || (dst && !lt)) {
         rc = fault(fl, path, 0, "out of memory");
         goto out;
     }
@@ -727,44 +706,44 @@ int px_ckpt_load_to(const char *path, const px_gpt_config_t *cfg, px_train_state
     /* Files are independent: read and verify several at once (the disk gets
      * a deeper queue, the hashing overlaps the reads), each into its own
      * slices of dst; a sink may not be called from several threads. The
-     * fault reported is the first file's that failed. */
+     * fault reported is the first file's that failed; files after it are
+     * not read. Nothing is kept per file: a forged manifest may list a
+     * million. */
     int threads = sink || m.nfiles < 2 ? 1 : omp_get_max_threads();
     threads = threads > LOAD_THREADS ? LOAD_THREADS : threads;
-    px_ckpt_fault_t *faults = calloc((size_t)m.nfiles, sizeof *faults);
-    int *rcs = calloc((size_t)m.nfiles, sizeof *rcs);
-    if (!faults || !rcs) {
-        free(faults);
-        free(rcs);
-        rc = fault(fl, path, 0, "out of memory");
-        goto out;
-    }
+    int bad = -1; /* the lowest file that failed: files after it are not read */
 #pragma omp parallel num_threads(threads)
     {
-        int first = omp_get_thread_num() == 0; /* uses the buffers made above */
-        char *tbuf = first ? buf : malloc(IO_BLOCK);
-        piece_t *tp = first ? pieces : malloc((size_t)(total ? total : 1) * sizeof *tp);
+        char *tbuf = malloc(IO_BLOCK);
+        piece_t *tp = malloc((size_t)(total ? total : 1) * sizeof *tp);
+        px_ckpt_fault_t mine;
 #pragma omp for schedule(dynamic, 1)
         for (int f = 0; f < m.nfiles; f++) {
+            int first_bad = __atomic_load_n(&bad, __ATOMIC_RELAXED);
+            if (first_bad >= 0 && f > first_bad) continue;
+            int frc;
             if (!tbuf || !tp) {
-                rcs[f] = fault(&faults[f], path, 0, "out of memory");
-                continue;
+                frc = fault(&mine, path, 0, "out of memory");
+            } else {
+                int np = 0;
+                for (int i = 0; i < m.ntensors; i++)
+                    for (int j = 0; j < m.tensors[i].nslices; j++)
+                        if (m.tensors[i].slices[j].file == f) tp[np++] = (piece_t){&m.tensors[i].slices[j], i, logical[i]};
+                qsort(tp, (size_t)np, sizeof *tp, cmp_piece);
+                frc = load_file(path, &m, f, tp, np, lt, dst, sink, tbuf, &mine);
             }
-            int np = 0;
-            for (int i = 0; i < m.ntensors; i++)
-                for (int j = 0; j < m.tensors[i].nslices; j++)
-                    if (m.tensors[i].slices[j].file == f) tp[np++] = (piece_t){&m.tensors[i].slices[j], i, logical[i]};
-            qsort(tp, (size_t)np, sizeof *tp, cmp_piece);
-            rcs[f] = load_file(path, &m, f, tp, np, lt, dst, sink, tbuf, &faults[f]);
+            if (frc != 0) {
+#pragma omp critical(px_ckpt_load_fault)
+                if (bad < 0 || f < bad) {
+                    __atomic_store_n(&bad, f, __ATOMIC_RELAXED);
+                    *fl = mine;
+                }
+            }
         }
-        if (!first) {
-            free(tbuf);
-            free(tp);
-        }
+        free(tbuf);
+        free(tp);
     }
-    for (int f = 0; f < m.nfiles && rc == 0; f++)
-        if (rcs[f]) rc = -1, *fl = faults[f];
-    free(faults);
-    free(rcs);
+    if (bad >= 0) rc = -1;
     if (rc == 0 && dst) {
         dst->step = m.step;
         dst->seed = m.seed;
@@ -773,8 +752,6 @@ int px_ckpt_load_to(const char *path, const px_gpt_config_t *cfg, px_train_state
             memset(dst->buf[PX_STATE_OUTER_M], 0, dst->n * sizeof(float));
     }
 out:
-    free(buf);
-    free(pieces);
     free(logical);
     free(lt);
     if (lock_fd >= 0) close(lock_fd);

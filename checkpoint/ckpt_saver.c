@@ -16,8 +16,7 @@ struct px_ckpt_saver {
     int keep;
     px_gpt_config_t cfg;
     px_train_state_t snap;           /* owned once allocated */
-    size_t part_floats;              /* the data files' split (px_ckpt_part_floats) */
-    uint64_t hashes[PX_CKPT_MAX_FILES]; /* their checksums, with hashed */
+    uint64_t hashes[PX_CKPT_MAX_FILES]; /* the data files' checksums (split by px_ckpt_part_floats), with hashed */
     int hashed;
     int64_t passed;                  /* snap and hashes were taken by a pass, for a submit at this step (-1: none) */
     const px_train_state_t *src;     /* the live state being copied into snap (NULL: none) */
@@ -41,8 +40,7 @@ struct px_ckpt_saver {
  * group's checkpoint is hashed by its writer. */
 static void copy_state(px_ckpt_saver_t *sv, const px_train_state_t *s, int parallel) {
     int threads = parallel ? omp_get_max_threads() : 1;
-    sv->part_floats = px_ckpt_part_floats(s->n);
-    sv->hashed = !sv->has_part && px_ckpt_snapshot(&sv->snap, s, sv->part_floats, sv->hashes, threads) == 0;
+    sv->hashed = !sv->has_part && px_ckpt_snapshot(&sv->snap, s, px_ckpt_part_floats(s->n), sv->hashes, threads) == 0;
     if (sv->has_part) px_state_copy_chunks(&sv->snap, s, threads, 1);
     sv->snap.step = s->step;
     sv->snap.seed = s->seed;
@@ -72,7 +70,7 @@ static void *saver_main(void *arg) {
         if (sv->has_part)
             d.ok = px_ckpt_write_part(sv->dir, &sv->snap, &sv->meta, &sv->part, &d.res, d.err, sizeof d.err) == 0;
         else
-            d.ok = px_ckpt_write_files(sv->dir, &sv->snap, &sv->cfg, &sv->meta, sv->part_floats,
+            d.ok = px_ckpt_write_files(sv->dir, &sv->snap, &sv->cfg, &sv->meta, px_ckpt_part_floats(sv->snap.n),
                                        sv->hashed ? sv->hashes : NULL, &d.res, d.err, sizeof d.err) == 0;
         if (d.ok && (!sv->has_part || sv->part.rank == 0)) px_ckpt_retain(sv->dir, sv->keep, d.step);
         pthread_mutex_lock(&sv->mu);
@@ -132,7 +130,6 @@ px_ckpt_pass_t *px_ckpt_saver_pass(px_ckpt_saver_t *sv, const px_train_state_t *
 }
 
 void px_ckpt_saver_passed(px_ckpt_saver_t *sv, px_ckpt_pass_t *p, int64_t step) {
-    sv->part_floats = px_ckpt_part_floats(sv->snap.n);
     sv->passed = px_ckpt_pass_end(p, sv->hashes) == 0 ? step : -1;
 }
 

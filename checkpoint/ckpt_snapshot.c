@@ -38,6 +38,12 @@ struct px_ckpt_pass {
     size_t *done;                    /* floats of part k passed so far */
 };
 
+/* Floats in part k (the last one may be shorter). */
+static size_t part_len(const px_ckpt_pass_t *p, int k) {
+    size_t lo = (size_t)k * p->part;
+    return p->src->n - lo < p->part ? p->src->n - lo : p->part;
+}
+
 px_ckpt_pass_t *px_ckpt_pass_begin(px_train_state_t *dst, const px_train_state_t *src, size_t part_floats) {
     int nparts = px_ckpt_nparts(src->n, part_floats);
     if (nparts < 0) return NULL;
@@ -58,7 +64,7 @@ px_ckpt_pass_t *px_ckpt_pass_begin(px_train_state_t *dst, const px_train_state_t
 
 void px_ckpt_pass_block(px_ckpt_pass_t *p, int k, size_t lo, size_t hi) {
     size_t base = (size_t)k * p->part;
-    if (k < 0 || k >= p->nparts || lo != base + p->done[k] || hi < lo || hi > base + p->part || hi > p->src->n)
+    if (k < 0 || k >= p->nparts || lo != base + p->done[k] || hi < lo || hi > base + part_len(p, k))
         return; /* out of order: the part stays incomplete, and the pass fails */
     for (int b = 0; b < p->src->nbuf; b++) copy_hash(p->dst, p->src, b, lo, hi, p->h[b * p->nparts + k]);
     p->done[k] += hi - lo;
@@ -67,10 +73,8 @@ void px_ckpt_pass_block(px_ckpt_pass_t *p, int k, size_t lo, size_t hi) {
 int px_ckpt_pass_end(px_ckpt_pass_t *p, uint64_t *hashes) {
     if (!p) return -1;
     int rc = 0, nfiles = p->src->nbuf * p->nparts;
-    for (int k = 0; k < p->nparts && p->done; k++) {
-        size_t want = p->src->n - (size_t)k * p->part < p->part ? p->src->n - (size_t)k * p->part : p->part;
-        if (p->done[k] != want) rc = -1;
-    }
+    for (int k = 0; k < p->nparts && p->done; k++)
+        if (p->done[k] != part_len(p, k)) rc = -1;
     for (int f = 0; p->h && f < nfiles; f++) {
         if (p->h[f] && hashes && rc == 0) hashes[f] = XXH3_64bits_digest(p->h[f]);
         if (p->h[f]) XXH3_freeState(p->h[f]);
@@ -94,9 +98,8 @@ int px_ckpt_snapshot(px_train_state_t *dst, const px_train_state_t *src, size_t 
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
     for (int f = 0; f < nfiles; f++) {
         int b = f / p->nparts, k = f % p->nparts;
-        size_t lo = (size_t)k * p->part, hi = lo + p->part < src->n ? lo + p->part : src->n;
-        copy_hash(dst, src, b, lo, hi, p->h[f]);
+        copy_hash(dst, src, b, (size_t)k * p->part, (size_t)k * p->part + part_len(p, k), p->h[f]);
     }
-    for (int k = 0; k < p->nparts; k++) p->done[k] = (size_t)k * p->part + p->part < src->n ? p->part : src->n - (size_t)k * p->part;
+    for (int k = 0; k < p->nparts; k++) p->done[k] = part_len(p, k); /* every part passed */
     return px_ckpt_pass_end(p, hashes);
 }
