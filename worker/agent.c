@@ -928,8 +928,8 @@ static void deadline_ts(struct timespec *ts, int timeout_ms) {
     }
 }
 
-int px_agent_request_quorum(px_agent_t *a, int64_t step, int64_t held_id, int shrink_only, int has_checksum,
-                            uint64_t checksum, int timeout_ms, px_quorum_t *out) {
+px_quorum_request_t px_agent_request_quorum(px_agent_t *a, int64_t step, int64_t held_id, int shrink_only,
+                                            int has_checksum, uint64_t checksum, int timeout_ms, px_quorum_t *out) {
     pthread_mutex_lock(&a->mu);
     Phalanx__QuorumRequest q = PHALANX__QUORUM_REQUEST__INIT;
     q.has_rank = q.has_step = q.has_quorum_id = q.has_shrink_only = 1;
@@ -945,15 +945,15 @@ int px_agent_request_quorum(px_agent_t *a, int64_t step, int64_t held_id, int sh
     wake(a); /* the agent sends it at once (and again if the coordinator restarts) */
     struct timespec ts;
     deadline_ts(&ts, timeout_ms);
-    int rc = 1;
+    px_quorum_request_t rc = PX_QUORUM_TIMED_OUT;
     pthread_mutex_lock(&a->mu);
     for (;;) {
         if (a->stop || a->fatal_set) {
-            rc = -1;
+            rc = PX_QUORUM_GAVE_UP;
             break;
         }
         if (a->latest.id > held_id && px_quorum_find(&a->latest, a->group) >= 0) {
-            if (px_quorum_copy(out, &a->latest) == 0) rc = 0;
+            if (px_quorum_copy(out, &a->latest) == 0) rc = PX_QUORUM_GRANTED;
             else px_log_warn("out of memory copying quorum %lld: asking again", (long long)a->latest.id);
             break;
         }
@@ -1055,15 +1055,15 @@ static px_msg_t *call(px_agent_t *a, px_msg_t *env, int timeout_ms) {
     return reply;
 }
 
-static int store_status(px_msg_t *reply) {
-    if (!reply) return 1;
+static px_store_status_t store_status(px_msg_t *reply) {
+    if (!reply) return PX_STORE_MISSING;
     if (reply->body_case == PHALANX__ENVELOPE__BODY_ERROR)
-        return reply->error->code == PHALANX__ERROR_CODE__STALE_QUORUM ? 2 : -1;
-    return 0;
+        return reply->error->code == PHALANX__ERROR_CODE__STALE_QUORUM ? PX_STORE_STALE : PX_STORE_ERROR;
+    return PX_STORE_OK;
 }
 
-int px_agent_store_set(px_agent_t *a, int64_t quorum_id, const char *key, const void *value, size_t len,
-                       int timeout_ms) {
+px_store_status_t px_agent_store_set(px_agent_t *a, int64_t quorum_id, const char *key, const void *value,
+                                     size_t len, int timeout_ms) {
     Phalanx__Envelope env = PHALANX__ENVELOPE__INIT;
     Phalanx__StoreSet s = PHALANX__STORE_SET__INIT;
     s.has_quorum_id = s.has_value = 1;
@@ -1074,14 +1074,14 @@ int px_agent_store_set(px_agent_t *a, int64_t quorum_id, const char *key, const 
     env.body_case = PHALANX__ENVELOPE__BODY_STORE_SET;
     env.store_set = &s;
     px_msg_t *reply = call(a, &env, timeout_ms);
-    int rc = store_status(reply);
-    if (rc == 0 && reply->body_case != PHALANX__ENVELOPE__BODY_ACK) rc = -1;
+    px_store_status_t rc = store_status(reply);
+    if (rc == PX_STORE_OK && reply->body_case != PHALANX__ENVELOPE__BODY_ACK) rc = PX_STORE_ERROR;
     px_wire_free(reply);
     return rc;
 }
 
-int px_agent_store_get(px_agent_t *a, int64_t quorum_id, const char *key, void *buf, size_t cap, size_t *len,
-                       int timeout_ms) {
+px_store_status_t px_agent_store_get(px_agent_t *a, int64_t quorum_id, const char *key, void *buf, size_t cap,
+                                     size_t *len, int timeout_ms) {
     Phalanx__Envelope env = PHALANX__ENVELOPE__INIT;
     Phalanx__StoreGet g = PHALANX__STORE_GET__INIT;
     g.has_quorum_id = g.has_wait_ms = 1;
@@ -1091,12 +1091,12 @@ int px_agent_store_get(px_agent_t *a, int64_t quorum_id, const char *key, void *
     env.body_case = PHALANX__ENVELOPE__BODY_STORE_GET;
     env.store_get = &g;
     px_msg_t *reply = call(a, &env, timeout_ms + 1000);
-    int rc = store_status(reply);
-    if (rc == 0) {
+    px_store_status_t rc = store_status(reply);
+    if (rc == PX_STORE_OK) {
         if (reply->body_case != PHALANX__ENVELOPE__BODY_STORE_VALUE) {
-            rc = -1;
+            rc = PX_STORE_ERROR;
         } else if (!reply->store_value->found) {
-            rc = 1;
+            rc = PX_STORE_MISSING;
         } else {
             size_t n = reply->store_value->value.len;
             memcpy(buf, reply->store_value->value.data, n < cap ? n : cap);

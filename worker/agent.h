@@ -67,20 +67,34 @@ int px_agent_draining(px_agent_t *a);
  * 0, or -1 when out of memory (*out unchanged). */
 int px_agent_latest_quorum(px_agent_t *a, px_quorum_t *out);
 
+/* How px_agent_request_quorum ended. */
+typedef enum {
+    PX_QUORUM_GRANTED,   /* *out holds a quorum newer than held_id that includes this group */
+    PX_QUORUM_TIMED_OUT, /* none yet: ask again */
+    PX_QUORUM_GAVE_UP,   /* the agent is stopping, or hit a fatal error (wrong job or token) */
+} px_quorum_request_t;
+
 /* Asks to join the next quorum and waits for a quorum with id > held_id that
- * includes this group. 0: *out filled; 1: timed out; -1: agent stopping or
- * fatal error (wrong job or token). */
-int px_agent_request_quorum(px_agent_t *a, int64_t step, int64_t held_id, int shrink_only, int has_checksum,
-                            uint64_t checksum, int timeout_ms, px_quorum_t *out);
+ * includes this group. */
+px_quorum_request_t px_agent_request_quorum(px_agent_t *a, int64_t step, int64_t held_id, int shrink_only,
+                                            int has_checksum, uint64_t checksum, int timeout_ms, px_quorum_t *out);
 /* Fire and forget: accused_group NULL means "a peer, unknown which". */
 void px_agent_report_failure(px_agent_t *a, const char *accused_group, int accused_rank, int64_t quorum_id,
                              int64_t step, const char *reason);
-/* Rendezvous store. 0 ok; 1 not found / timed out; 2 stale quorum; -1 error.
- * store_get copies at most cap bytes and sets *len to the value's full length. */
-int px_agent_store_set(px_agent_t *a, int64_t quorum_id, const char *key, const void *value, size_t len,
-                       int timeout_ms);
-int px_agent_store_get(px_agent_t *a, int64_t quorum_id, const char *key, void *buf, size_t cap, size_t *len,
-                       int timeout_ms);
+/* How a rendezvous store call ended. */
+typedef enum {
+    PX_STORE_OK,
+    PX_STORE_MISSING, /* not found within the timeout (or no answer) */
+    PX_STORE_STALE,   /* the quorum is no longer current: its store is gone */
+    PX_STORE_ERROR,   /* refused or malformed reply */
+} px_store_status_t;
+
+/* Rendezvous store. store_get copies at most cap bytes and sets *len to the
+ * value's full length. */
+px_store_status_t px_agent_store_set(px_agent_t *a, int64_t quorum_id, const char *key, const void *value,
+                                     size_t len, int timeout_ms);
+px_store_status_t px_agent_store_get(px_agent_t *a, int64_t quorum_id, const char *key, void *buf, size_t cap,
+                                     size_t *len, int timeout_ms);
 /* Records an event in the coordinator's log (kind: see px_wire_worker_event_kind_ok). Fire and forget. */
 void px_agent_notify(px_agent_t *a, const char *kind, int64_t quorum_id, int64_t step, const char *peer_group,
                      uint64_t bytes, unsigned ms, const char *detail);

@@ -67,28 +67,26 @@ static void on_reject(void *ctx, const char *path, const px_ckpt_fault_t *f) {
     fflush(stdout);
 }
 
-int px_persist_restore(px_persist_t *p, px_train_state_t *st, const px_ckpt_sink_t *sink, int64_t *restored) {
-    *restored = -1;
-    if (!p->dir[0]) return 0;
+px_restore_result_t px_persist_restore(px_persist_t *p, px_train_state_t *st, const px_ckpt_sink_t *sink) {
+    if (!p->dir[0]) return PX_RESTORE_NONE;
     int64_t t0 = px_now_ms();
     px_ckpt_manifest_t m;
     int64_t r = px_ckpt_restore_newest_to(p->dir, &p->model, p->cfg->job, p->cfg->seed, st, sink, &m, on_reject, p);
     if (r == -1 && p->rejected == 0) {
         px_log_info("checkpoint_none dir=%s: starting from the initial state", p->dir);
-        return 0;
+        return PX_RESTORE_NONE;
     }
     if (r == -2) {
         px_log_error("--checkpoint-dir %s holds only checkpoints of another job, seed or model (see the rejections "
                      "above); starting from scratch would overwrite them: use another folder, or move them away",
                      p->dir);
-        return -1;
+        return PX_RESTORE_REFUSED;
     }
     if (r < 0) {
         px_log_warn("checkpoint_none_valid dir=%s rejected=%d: every checkpoint was rejected, starting from the "
                     "initial state", p->dir, p->rejected);
-        return -2;
+        return PX_RESTORE_REBUILD;
     }
-    *restored = r;
     /* The outer momentum where the state and the checkpoint differ: a
      * DiLoCo state from a synchronous job's checkpoint starts it at zero (the
      * loader zeroed it); a synchronous state leaves a DiLoCo one's out. */
@@ -108,7 +106,7 @@ int px_persist_restore(px_persist_t *p, px_train_state_t *st, const px_ckpt_sink
                (long long)ms);
         fflush(stdout);
     }
-    return 0;
+    return PX_RESTORE_LOADED;
 }
 
 static int is_writer(const px_persist_t *p, const px_quorum_t *q) {

@@ -23,7 +23,7 @@
 #include "ckpt_saver.h"
 #include "quorum.h"
 #include "sharded.h"
-#include "trainer.h"
+#include "train_config.h"
 
 typedef struct {
     const px_trainer_config_t *cfg;
@@ -59,17 +59,23 @@ int px_persist_init(px_persist_t *p, const px_trainer_config_t *cfg, px_agent_t 
  * at a stop (SIGTERM) is skipped, since the ranks may stop at different
  * steps (the job's end is saved). 0, or -1 when out of memory. */
 int px_persist_set_shard(px_persist_t *p, px_shard_t *sh, const px_shard_layout_t *lays, int W, int pp, int nbuf);
+/* How px_persist_restore ended. */
+typedef enum {
+    PX_RESTORE_NONE,     /* no checkpoints (or checkpoints off): st untouched, start from the initial state */
+    PX_RESTORE_LOADED,   /* st holds the newest valid checkpoint; st->step is its step */
+    PX_RESTORE_REFUSED,  /* only another job's, seed's or model's checkpoints: refuse to start (starting from
+                            scratch would overwrite them) */
+    PX_RESTORE_REBUILD,  /* every checkpoint was rejected after being partly read: the caller rebuilds the
+                            initial state */
+} px_restore_result_t;
+
 /* Restores into st (views into a fresh model), or with a sink (a sharded
  * rank: each slice read goes to its shard, st gives the whole model's size)
- * through it; st->step becomes the step restored. A DiLoCo state (nbuf 4)
- * restored from a checkpoint without the outer momentum gets it zero (the
- * sink's owner zeroes its own), logged as outer_momentum=zero; a state of 3
- * from one with it leaves it out (outer_momentum=ignored). 0: restored or nothing to
- * restore (st untouched: *restored -1); -1: refuse to start (only another
- * job's, seed's or model's checkpoints: starting from scratch would
- * overwrite them); -2: a checkpoint failed to load after being partly read,
- * and the state must be rebuilt by the caller. */
-int px_persist_restore(px_persist_t *p, px_train_state_t *st, const px_ckpt_sink_t *sink, int64_t *restored);
+ * through it. A DiLoCo state (nbuf 4) restored from a checkpoint without the
+ * outer momentum gets it zero (the sink's owner zeroes its own), logged as
+ * outer_momentum=zero; a state of 3 from one with it leaves it out
+ * (outer_momentum=ignored). */
+px_restore_result_t px_persist_restore(px_persist_t *p, px_train_state_t *st, const px_ckpt_sink_t *sink);
 /* A state whose host copy may still be arriving when a save is asked for
  * (a GPU's, downloaded while the next step computes): the saver calls
  * wait(ctx) before it reads the state (ckpt_saver.h). */

@@ -210,7 +210,7 @@ static int superseded(trainer_t *t, int64_t qid) { return px_agent_known_quorum_
 
 static int store_set(void *ctx, const char *key, const void *value, size_t len) {
     trainer_t *t = ctx;
-    return px_agent_store_set(t->agent, t->store_qid, key, value, len, 5000) == 0 ? 0 : -1;
+    return px_agent_store_set(t->agent, t->store_qid, key, value, len, 5000) == PX_STORE_OK ? 0 : -1;
 }
 
 /* Waits for key in slices of STORE_POLL_MS, giving up (-1) as soon as the
@@ -222,8 +222,8 @@ static int store_get(void *ctx, const char *key, void *buf, size_t cap, size_t *
         if (superseded(t, t->store_qid)) return -1;
         int64_t left = deadline - px_now_ms();
         int slice = left <= 0 ? 0 : left < STORE_POLL_MS ? (int)left : STORE_POLL_MS;
-        int rc = px_agent_store_get(t->agent, t->store_qid, key, buf, cap, len, slice);
-        if (rc != 1) return rc == 0 ? 0 : -1;
+        px_store_status_t rc = px_agent_store_get(t->agent, t->store_qid, key, buf, cap, len, slice);
+        if (rc != PX_STORE_MISSING) return rc == PX_STORE_OK ? 0 : -1;
         if (slice == 0 || px_now_ms() >= deadline) return 1;
     }
 }
@@ -649,9 +649,10 @@ static int reconfigure(trainer_t *t, int failed) {
             px_quorum_init(&nq);
         }
         if (failed || nq.id <= t->qid || px_quorum_find(&nq, cfg->group) < 0) {
-            int r = px_agent_request_quorum(t->agent, t->st.step, t->qid, 0, 1, px_heal_checksum(&t->heal), 1000, &nq);
-            if (r == 1) continue;
-            if (r < 0) {
+            px_quorum_request_t r =
+                px_agent_request_quorum(t->agent, t->st.step, t->qid, 0, 1, px_heal_checksum(&t->heal), 1000, &nq);
+            if (r == PX_QUORUM_TIMED_OUT) continue;
+            if (r == PX_QUORUM_GAVE_UP) {
                 const char *fatal = px_agent_fatal_error(t->agent);
                 px_log_error("cannot join a quorum: %s", fatal[0] ? fatal : "agent stopped");
                 px_quorum_free(&nq);
@@ -1785,14 +1786,14 @@ static int place_slice(void *ctx, const px_ckpt_logical_t *l, const px_ckpt_slic
 /* A sharded rank restores the newest checkpoint, written in any layout,
  * slice by slice into its shard: every file is read and verified, but only
  * the rectangles the rank holds are kept (no whole-state copy). */
-static int restore_shard(trainer_t *t, int64_t *restored) {
+static px_restore_result_t restore_shard(trainer_t *t) {
     size_t sizes[PX_GPT_NUM_TENSORS];
     px_train_state_t whole = {.n = px_gpt_tensor_sizes(&t->model->config, sizes), .seed = t->cfg->seed,
                               .nbuf = t->st.nbuf};
     px_ckpt_sink_t sink = {place_slice, t};
-    int rc = px_persist_restore(&t->persist, &whole, &sink, restored);
-    if (rc == 0 && *restored >= 0) t->st.step = whole.step;
-    return rc; /* -2: a checkpoint failed half read, the shard holds part of it: the caller rebuilds it */
+    px_restore_result_t rc = px_persist_restore(&t->persist, &whole, &sink);
+    if (rc == PX_RESTORE_LOADED) t->st.step = whole.step;
+    return rc; /* REBUILD: a checkpoint failed half read, the shard holds part of it: the caller rebuilds it */
 }
 
 static int setup(trainer_t *t) {
@@ -1880,11 +1881,10 @@ static int setup(trainer_t *t) {
         px_log_error("out of memory for the checkpoint layout");
         return -1;
     }
-    int64_t restored;
-    int rc = t->shard ? restore_shard(t, &restored) : px_persist_restore(&t->persist, &t->st, NULL, &restored);
-    if (rc == -1) return -1;
-    if (rc == -2 && rebuild_initial_state(t, &t->st) != 0) return -1; /* a rejected load left partial data */
-    if (restored >= 0) px_agent_set_progress(t->agent, t->st.step, PHALANX__MEMBER_STATE__JOINING, 0);
+    px_restore_result_t rc = t->shard ? restore_shard(t) : px_persist_restore(&t->persist, &t->st, NULL);
+    if (rc == PX_RESTORE_REFUSED) return -1;
+    if (rc == PX_RESTORE_REBUILD && rebuild_initial_state(t, &t->st) != 0) return -1; /* partial data was loaded */
+    if (rc == PX_RESTORE_LOADED) px_agent_set_progress(t->agent, t->st.step, PHALANX__MEMBER_STATE__JOINING, 0);
     if (diloco(t)) start_round(t); /* the local parameters from the (restored) global ones */
     /* on a GPU this uploads the state restored or built above */
     if (!(t->dev = px_compute_new(cfg->device, t->model, t->shard, cfg->rank, err, sizeof err))) {
@@ -1998,7 +1998,7 @@ int px_trainer_check(const px_trainer_config_t *cfg, char *err, size_t errlen) {
     return 0;
 }
 
-int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile sig_atomic_t *stop) {
+px_train_result_t px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile sig_atomic_t *stop) {
     trainer_t t;
     memset(&t, 0, sizeof t);
     t.cfg = cfg;
@@ -2011,26 +2011,27 @@ int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile s
     if (px_trainer_check(cfg, err, sizeof err) != 0) {
         px_log_error("%s", err);
         teardown(&t);
-        return 4;
+        return PX_TRAIN_CONFIG_ERROR;
     }
     if (setup(&t) != 0) {
         teardown(&t);
-        return 4;
+        return PX_TRAIN_CONFIG_ERROR;
     }
     px_agent_set_quorum_hook(agent, on_quorum_news, &t);
     px_log_info("trainer_started group=%s rank=%d model=%s params=%zu steps=%lld global_batch=%d micro_batch=%d T=%d "
                 "device=%s", cfg->group, cfg->rank, cfg->model, t.model->num_params, (long long)cfg->steps,
                 cfg->global_batch, cfg->micro_batch, t.T, px_compute_name(t.dev));
-    int need = 1, failed = 0, rc = 0, inner_failed = 0;
+    int need = 1, failed = 0, inner_failed = 0;
+    px_train_result_t rc = PX_TRAIN_DONE;
     float loss = NAN, norm = 0, ev = NAN;
     while (t.st.step < cfg->steps && !*stop) {
         if (job_finished_elsewhere(&t)) {
-            rc = 3;
+            rc = PX_TRAIN_FINISHED_ELSEWHERE;
             break;
         }
         if (need) {
             if (drained(&t)) {
-                rc = 5;
+                rc = PX_TRAIN_DRAINED;
                 break;
             }
             int64_t step0 = t.st.step;
@@ -2040,7 +2041,10 @@ int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile s
                 ck0 = px_heal_checksum(&t.heal);
             }
             if (reconfigure(&t, failed) != 0) {
-                rc = *stop ? 2 : job_finished_elsewhere(&t) ? 3 : drained(&t) ? 5 : 1;
+                rc = *stop                        ? PX_TRAIN_STOPPED
+                     : job_finished_elsewhere(&t) ? PX_TRAIN_FINISHED_ELSEWHERE
+                     : drained(&t)                ? PX_TRAIN_DRAINED
+                                                  : PX_TRAIN_FAILED;
                 break;
             }
             need = failed = 0;
@@ -2058,7 +2062,7 @@ int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile s
             }
             if (t.st.step >= cfg->steps) break;
             if (job_finished_elsewhere(&t)) { /* learned while joining (a late start): train nothing */
-                rc = 3;
+                rc = PX_TRAIN_FINISHED_ELSEWHERE;
                 break;
             }
         }
@@ -2138,7 +2142,7 @@ int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile s
     pthread_mutex_lock(&t.comm_mu);
     t.finishing = 1; /* the other groups may leave now: what follows involves our group only */
     pthread_mutex_unlock(&t.comm_mu);
-    if (t.st.step >= cfg->steps || (*stop && rc != 3)) px_persist_final(&t.persist, &t.st, &t.q);
+    if (t.st.step >= cfg->steps || (*stop && rc != PX_TRAIN_FINISHED_ELSEWHERE)) px_persist_final(&t.persist, &t.st, &t.q);
     if (t.st.step >= cfg->steps) {
         ev = eval_loss(&t);
         uint64_t ck = 0;
@@ -2167,10 +2171,22 @@ int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile s
                     (long long)t.st.step, bf, bt, t.bytes_group, t.bytes_cross,
                     t.reducer ? (unsigned long long)px_reducer_buckets(t.reducer) : 0ull, (long long)t.outer_steps,
                     t.outer_wire);
-        rc = 0;
-    } else if (*stop && rc != 3) {
-        rc = 2;
+        rc = PX_TRAIN_DONE;
+    } else if (*stop && rc != PX_TRAIN_FINISHED_ELSEWHERE) {
+        rc = PX_TRAIN_STOPPED;
     }
     teardown(&t);
     return rc;
+}
+
+const char *px_train_result_name(px_train_result_t r) {
+    switch (r) {
+    case PX_TRAIN_DONE: return "done";
+    case PX_TRAIN_FAILED: return "failed";
+    case PX_TRAIN_STOPPED: return "stopped";
+    case PX_TRAIN_FINISHED_ELSEWHERE: return "finished_elsewhere";
+    case PX_TRAIN_CONFIG_ERROR: return "config_error";
+    case PX_TRAIN_DRAINED: return "drained";
+    }
+    return "unknown";
 }

@@ -1,89 +1,38 @@
 /* The distributed trainer: one rank of a fault-tolerant data-parallel job.
- * It runs the step protocol of DESIGN.md ("Training semantics under
- * failure") on top of the agent (control plane) and px_comm (data plane).
- * See trainer.c for the protocol and docs/operations.md for what a user sees. */
+ * It runs the step protocol (docs/architecture.md, "The step protocol") on
+ * top of the agent (control plane) and px_comm (data plane). trainer.c
+ * holds the loop; trainer_int.h lists the files under it. See
+ * docs/operations.md for what a user sees. */
 #ifndef PX_TRAINER_H
 #define PX_TRAINER_H
 
 #include <signal.h>
-#include <stdint.h>
+#include <stddef.h>
 
 #include "agent.h"
-#include "device.h"   /* px_device_t */
-#include "progress.h" /* px_progress_format_t */
+#include "train_config.h"
 
-#define PX_MAX_FRAGMENTS 64 /* --fragments */
-
-/* How groups combine their work (DESIGN.md "DiLoCo"). */
+/* How px_trainer_run ended. */
 typedef enum {
-    PX_MODE_SYNC,   /* every step's gradients reduced across groups */
-    PX_MODE_DILOCO, /* inner steps inside each group, an outer step across groups every inner_steps */
-    PX_MODE_AUTO,   /* the mode each quorum announces (px_quorum_t.mode), switched at a step boundary */
-} px_train_mode_t;
-
-typedef struct {
-    const char *group;
-    int rank, ranks_per_group;
-    const char *model;        /* preset name or llm.c model file */
-    const char *data;         /* directory with train_*.bin / val_*.bin */
-    int64_t steps;            /* total optimizer steps of the job */
-    int global_batch;         /* samples per step, over all groups (fixed) */
-    int micro_batch;          /* samples per forward/backward */
-    int seq_len;              /* T */
-    float lr, min_lr, weight_decay, grad_clip;
-    float beta1, beta2, eps;  /* AdamW's moment decays and denominator epsilon */
-    int warmup;
-    uint64_t seed;
-    int threads;
-    int eval_every, eval_batches;
-    int comm_timeout_ms;
-    double cross_link_mbps;   /* benchmarks: the cross-group communicators (heals' too) paced to this many
-                                 megabits/s per rank (px_comm_set_rate_limit); 0: not paced */
-    const char *ledger;       /* sample ledger file (NULL: none) */
-    const char *save;         /* llm.c model file written at the end (NULL: none) */
-    int progress;             /* print a progress line per committed step on stdout */
-    px_progress_format_t progress_format; /* those lines (and eval, outer step): text or JSON (progress.h) */
-    const char *job;          /* the job's name, recorded in checkpoints ("" or NULL: unnamed) */
-    const char *checkpoint_dir; /* NULL: no checkpoints; "%g" in it stands for the group's name */
-    int checkpoint_every;     /* save every N committed steps; 0: only at the end and on SIGTERM */
-    int checkpoint_keep;      /* checkpoints kept by retention; 0: all */
-    int checkpoint_overlap;   /* 1: the saver copies the state while the next step computes;
-                                 0: training is held for a copy on every core (ckpt_saver.h) */
-    /* The group's layout (parallel/mesh.h): pp x fsdp x tp = ranks_per_group.
-     * All 0: the W ranks each hold a whole replica (data parallel inside the
-     * group too). Otherwise the group is sharded (parallel/sharded.h). */
-    int pp, fsdp, tp;
-    int microbatches;         /* with pp > 1: micro-batches per step the pipeline schedule interleaves; 0: not
-                                 given (then P) */
-    int schedule;             /* with pp > 1: the pipeline schedule, a px_sched_kind_t (parallel/schedule.h) */
-    int fsdp_keep_params;     /* keep gathered layers from the forward for the backward */
-    int recompute;            /* 1: block-level activation recomputation (px_gpt_set_recompute); CPU only */
-    double bucket_mb;         /* whole replicas: reduce gradients in buckets of this many MiB
-                                 during the backward (worker/reducer.h); 0: once, after it */
-    px_device_t device;       /* PX_DEVICE_CPU, or PX_DEVICE_CUDA: one GPU per rank, NCCL
-                                 (worker/compute.h); whole replicas only */
-    px_train_mode_t mode;
-    int inner_steps;          /* DiLoCo: inner steps per outer step (H) */
-    int fragments;            /* Streaming DiLoCo: fragments F (1: every parameter at every outer step) */
-    int64_t sync_warmup;      /* DiLoCo: the first steps train in sync, DiLoCo from this step on */
-    float outer_lr, outer_momentum; /* DiLoCo: the outer SGD's learning rate and Nesterov momentum */
-    int outer_dtype;          /* DiLoCo: how pseudo-gradients travel, a px_outer_dtype_t (parallel/outer_codec.h) */
-    int outer_overlap;        /* DiLoCo: a round's pseudo-gradients reduced while the next round trains,
-                                 applied at its end (trainer.c, "Overlapped outer steps") */
-} px_trainer_config_t;
+    PX_TRAIN_DONE,          /* the job's steps are committed */
+    PX_TRAIN_FAILED,        /* a fatal error: worth a restart */
+    PX_TRAIN_STOPPED,       /* stopped by a signal before the end */
+    PX_TRAIN_FINISHED_ELSEWHERE, /* another group finished the job while this one was behind */
+    PX_TRAIN_CONFIG_ERROR,  /* the configuration cannot work (model, data, sequence length or ledger refused at
+                               setup, or the checkpoint folder holds only another job's checkpoints): retrying
+                               cannot help */
+    PX_TRAIN_DRAINED,       /* the coordinator drained the group and it left at a step boundary (a planned leave) */
+} px_train_result_t;
 
 /* Whether cfg can run on this machine and build, before anything starts:
  * --device cuda needs a usable GPU and NCCL, and whole replicas without
  * --bucket-mb. 0, or -1 with the reason in err (a configuration error). */
 int px_trainer_check(const px_trainer_config_t *cfg, char *err, size_t errlen);
 
-/* Trains until cfg->steps are committed or *stop is set. Returns 0 when the
- * job's steps are done, 1 on a fatal error, 2 when stopped by a signal, 3
- * when another group finished the job while this one was behind, 4 when the
- * configuration cannot work (model, data, sequence length or ledger refused
- * at setup: retrying cannot help, or the checkpoint folder holds only
- * another job's checkpoints), 5 when the coordinator drained the group and
- * it left at a step boundary (a planned leave). */
-int px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile sig_atomic_t *stop);
+/* Trains until cfg->steps are committed or *stop is set. */
+px_train_result_t px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile sig_atomic_t *stop);
+
+/* "done", "failed", ...: for logs. */
+const char *px_train_result_name(px_train_result_t r);
 
 #endif

@@ -187,6 +187,31 @@ static int print_schedule(const px_trainer_config_t *tc) {
     return rc;
 }
 
+/* What the coordinator is told when the trainer leaves. */
+static const char *departure_reason(px_train_result_t rc) {
+    switch (rc) {
+    case PX_TRAIN_DONE: return "finished";
+    case PX_TRAIN_FINISHED_ELSEWHERE: return "job finished by another group";
+    case PX_TRAIN_DRAINED: return "drained";
+    default: return "worker stopping";
+    }
+}
+
+/* The process's exit status after training (see the top of this file):
+ * `refused` when the coordinator refused this worker for good or never
+ * answered. */
+static int exit_status(px_train_result_t rc, int refused, int stop_exit_code) {
+    switch (rc) {
+    case PX_TRAIN_STOPPED: return stop_exit_code;
+    case PX_TRAIN_FINISHED_ELSEWHERE:
+    case PX_TRAIN_DRAINED: return 0;
+    case PX_TRAIN_CONFIG_ERROR: return EXIT_CONFIG;
+    case PX_TRAIN_DONE: return refused ? EXIT_CONFIG : 0;
+    case PX_TRAIN_FAILED: return refused ? EXIT_CONFIG : 1;
+    }
+    return 1;
+}
+
 static void log_quorum(const char *what, const px_quorum_t *q) {
     char groups[512] = "";
     size_t n = 0;
@@ -421,18 +446,14 @@ int px_worker_main(int argc, char **argv) {
         tc.rank = cfg.rank;
         tc.ranks_per_group = cfg.group_size;
         tc.job = cfg.job;
-        int rc = px_trainer_run(agent, &tc, &g_stop);
+        px_train_result_t rc = px_trainer_run(agent, &tc, &g_stop);
         /* Leaving: tell the coordinator at once so nobody waits for our heartbeats to stop. */
-        px_agent_report_failure(agent, cfg.group, cfg.rank, 0, 0,
-                                rc == 0   ? "finished"
-                                : rc == 3 ? "job finished by another group"
-                                : rc == 5 ? "drained"
-                                          : "worker stopping");
+        px_agent_report_failure(agent, cfg.group, cfg.rank, 0, 0, departure_reason(rc));
         px_agent_flush(agent, 500); /* bounded: wait until the coordinator has the departure notice */
         /* Refused for good (wrong job, token or key) or never answered: a
          * configuration error, which phalanx-launch does not retry. */
         int refused = px_agent_gave_up(agent) || px_agent_fatal_error(agent)[0];
-        int code = rc == 2 ? stop_exit_code : rc == 3 || rc == 5 ? 0 : rc == 4 || refused ? EXIT_CONFIG : rc;
+        int code = exit_status(rc, refused, stop_exit_code);
         px_agent_destroy(&agent);
         free(token);
         return code;
@@ -451,15 +472,15 @@ int px_worker_main(int argc, char **argv) {
             continue;
         }
         if (held == 0 || px_agent_known_quorum_id(agent) > held) {
-            int r = px_agent_request_quorum(agent, step, held, 0, 0, 0, 500, &q);
-            if (r == 0) {
+            px_quorum_request_t r = px_agent_request_quorum(agent, step, held, 0, 0, 0, 500, &q);
+            if (r == PX_QUORUM_GRANTED) {
                 held = q.id;
                 px_agent_set_progress(agent, step, PHALANX__MEMBER_STATE__HEALTHY, held);
                 log_quorum("quorum_joined", &q);
-            } else if (r < 0 && px_agent_gave_up(agent)) {
+            } else if (r == PX_QUORUM_GAVE_UP && px_agent_gave_up(agent)) {
                 rc = EXIT_CONFIG; /* the agent logged why */
                 break;
-            } else if (r < 0 && px_agent_fatal_error(agent)[0]) {
+            } else if (r == PX_QUORUM_GAVE_UP && px_agent_fatal_error(agent)[0]) {
                 px_log_error("coordinator refused this worker: %s", px_agent_fatal_error(agent));
                 rc = EXIT_CONFIG;
                 break;

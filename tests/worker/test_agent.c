@@ -170,10 +170,10 @@ static int test_hook_wait(px_agent_t *a) {
     px_agent_set_quorum_hook(a, blocking_hook, &h);
     px_quorum_t q;
     px_quorum_init(&q);
-    int r = 1;
-    for (int i = 0; i < 20 && r == 1; i++) r = px_agent_request_quorum(a, 0, 0, 0, 0, 0, 1000, &q);
+    px_quorum_request_t r = PX_QUORUM_TIMED_OUT;
+    for (int i = 0; i < 20 && r == PX_QUORUM_TIMED_OUT; i++) r = px_agent_request_quorum(a, 0, 0, 0, 0, 0, 1000, &q);
     px_quorum_free(&q);
-    if (r != 0) FAIL("no quorum formed (request_quorum=%d)", r);
+    if (r != PX_QUORUM_GRANTED) FAIL("no quorum formed (request_quorum=%d)", (int)r);
     pthread_mutex_lock(&h.mu);
     int64_t deadline = px_now_ms() + 5000;
     while (!h.entered && px_now_ms() < deadline) {
@@ -265,13 +265,13 @@ static int test_fatal(void) {
     if (!a) FAIL("agent 'stranger' not created");
     px_quorum_t q;
     px_quorum_init(&q);
-    int r = 1;
-    for (int i = 0; i < 10 && r == 1; i++) r = px_agent_request_quorum(a, 0, 0, 0, 0, 0, 1000, &q);
+    px_quorum_request_t r = PX_QUORUM_TIMED_OUT;
+    for (int i = 0; i < 10 && r == PX_QUORUM_TIMED_OUT; i++) r = px_agent_request_quorum(a, 0, 0, 0, 0, 0, 1000, &q);
     px_quorum_free(&q);
     char fatal[300];
     snprintf(fatal, sizeof fatal, "%s", px_agent_fatal_error(a));
     px_agent_destroy(&a);
-    if (r != -1) FAIL("request_quorum from another job = %d (want -1)", r);
+    if (r != PX_QUORUM_GAVE_UP) FAIL("request_quorum from another job = %d (want GAVE_UP)", (int)r);
     if (!strstr(fatal, "WRONG_JOB")) FAIL("fatal error '%s' does not name WRONG_JOB", fatal);
     printf("fatal: ok (%s)\n", fatal);
     return 0;
@@ -286,7 +286,7 @@ static int test_mode(void) {
     if (!a) FAIL("agent 'auto' not created");
     px_quorum_t q;
     px_quorum_init(&q);
-    int r = px_agent_request_quorum(a, 0, 0, 0, 0, 0, 10000, &q);
+    px_quorum_request_t r = px_agent_request_quorum(a, 0, 0, 0, 0, 0, 10000, &q);
     int64_t first = q.id;
     char mode[16];
     snprintf(mode, sizeof mode, "%s", q.mode);
@@ -299,7 +299,8 @@ static int test_mode(void) {
     snprintf(second_mode, sizeof second_mode, "%s", q.mode);
     px_quorum_free(&q);
     stop_coordinator();
-    if (r != 0 || strcmp(mode, "sync") != 0) FAIL("first quorum: rc %d, mode '%s' (want 0, sync)", r, mode);
+    if (r != PX_QUORUM_GRANTED || strcmp(mode, "sync") != 0)
+        FAIL("first quorum: rc %d, mode '%s' (want GRANTED, sync)", (int)r, mode);
     if (second <= first || strcmp(second_mode, "diloco") != 0)
         FAIL("after comm share 0.9: quorum %lld mode '%s' (want > %lld, diloco)", (long long)second, second_mode,
              (long long)first);
