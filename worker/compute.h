@@ -1,5 +1,5 @@
 /* Where the distributed trainer computes: the one place where the CPU and
- * the GPU differ for it (worker/trainer.c never asks which device it has).
+ * the GPU differ for it (the trainer's files never ask which device they have).
  *
  * A px_compute_t wraps the replica's model on its device and covers what the
  * trainer does with it: zero the gradients, forward, backward, hand the

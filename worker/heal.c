@@ -1,6 +1,7 @@
 /* Healing (see heal.h): the state digest cache, the heal wire format (send,
  * receive into a staging copy, verify), the group broadcast and the
- * cross-group plan. The step protocol that calls it is in trainer.c. */
+ * cross-group plan. follow.c calls it after each quorum change (the step protocol
+ * at the top of trainer.c). */
 #include "heal.h"
 
 #include <stdio.h>

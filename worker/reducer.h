@@ -2,7 +2,7 @@
  * whole replicas (data parallel; PyTorch DDP's scheme on our step protocol).
  *
  * Without it the trainer reduces the whole gradient buffer after the last
- * backward, in place (trainer.c, reduce). With it, the model tells the
+ * backward, in place (step.c, reduce). With it, the model tells the
  * reducer (gpt.h, px_gpt_source_t.release) each time a unit's gradients are
  * final during the last micro-batch's backward: layer L-1 first, layer 0,
  * then unit 0 (embeddings, final LayerNorm). The reducer copies them into a

@@ -32,7 +32,4 @@ int px_trainer_check(const px_trainer_config_t *cfg, char *err, size_t errlen);
 /* Trains until cfg->steps are committed or *stop is set. */
 px_train_result_t px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile sig_atomic_t *stop);
 
-/* "done", "failed", ...: for logs. */
-const char *px_train_result_name(px_train_result_t r);
-
 #endif
