@@ -18,8 +18,8 @@
   3. ft_tcpbw again: the machine is shared, so the link is measured on both
      sides of the heals, and the ratio uses their mean.
 Printed: every heal, the median heal rate, the TCP bandwidth, and the ratio
-against the target (>= 50% of link bandwidth, DESIGN.md "Anchors and
-targets"). MB and GB are 1e6 and 1e9 bytes on both sides of the ratio.
+against the target (>= 50% of link bandwidth; docs/architecture.md,
+"Targets"). MB and GB are 1e6 and 1e9 bytes on both sides of the ratio.
 
 To say where a gap comes from, two more yardsticks run beside ft_tcpbw
 (before and after the heals, --p2p-bytes each): ft_p2p streams the same
