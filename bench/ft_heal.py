@@ -10,23 +10,22 @@
      model until every group has committed a step together. Then, --heals
      times: SIGKILL the last group's worker, restart it, and wait until it
      has healed (the whole training state: parameters and both AdamW
-     moments, 3 x 4 bytes per parameter, in 4 MiB chunks each with its
-     checksum, and a whole-state checksum at the end) and committed a step
+     moments, 3 x 4 bytes per parameter, in 16 MiB chunks followed by every
+     chunk's hash, which together are the state digest) and committed a step
      with every group. The heal's size, duration and rate come from the
      joiner's `heal_finished ... bytes=..MB ms=.. rate=..MB/s` log line
      (timed inside the worker from the first receive to the verified end).
   3. ft_tcpbw again: the machine is shared, so the link is measured on both
      sides of the heals, and the ratio uses their mean.
 Printed: every heal, the median heal rate, the TCP bandwidth, and the ratio
-against the target (>= 50% of link bandwidth, DESIGN.md "Anchors and
-targets"). MB and GB are 1e6 and 1e9 bytes on both sides of the ratio.
+against the target (>= 50% of link bandwidth; docs/architecture.md,
+"Targets"). MB and GB are 1e6 and 1e9 bytes on both sides of the ratio.
 
 To say where a gap comes from, two more yardsticks run beside ft_tcpbw
-(before and after the heals, --p2p-bytes each): ft_p2p streams the same
-4 MiB chunks through a Gloo communicator (the transport a heal uses), and
-ft_p2p --checksum adds the heal's per-chunk hash and hash message. What a
-heal adds beyond the latter is its two whole-state checksums (the source's
-before the header, the joiner's after the last chunk).
+(before and after the heals, --p2p-bytes each): ft_p2p streams 4 MiB chunks
+through a Gloo communicator (the transport a heal uses), one chunk in
+flight, and ft_p2p --checksum adds a hash per chunk, sent and checked chunk
+by chunk.
 
 The default model, preset gpt2-124m (124M parameters: 1.49 GB of state to
 heal), needs about 2.5 GB of memory per worker; the script checks the

@@ -24,7 +24,7 @@ process the same way on both sides); the first W steps of each run are not
 counted (rendezvous, first-touch allocation). Also printed: the interval
 between consecutive commits as the lines arrive here (everything a step
 costs, printing included). Overhead = ft / plain - 1, on the median and the
-mean; target < 2% (DESIGN.md, "Anchors and targets").
+mean; target < 2% (docs/architecture.md, "Targets").
 
 On a machine shared with other work the pooled numbers move with that
 work's bursts (a whole run can be 50% slower than the next). Since such

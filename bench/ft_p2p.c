@@ -1,6 +1,6 @@
 /* ft_p2p: Gloo point-to-point streaming rate, the middle yardstick of the
  * healing benchmark (bench/ft_heal.py). Between a raw TCP stream (ft_tcpbw)
- * and a heal (worker/trainer.c) sit two costs; this program measures them
+ * and a heal (worker/heal.c) sit two costs; this program measures them
  * one at a time, with the heal's own pattern and nothing else:
  *
  *   ft_p2p [--bytes N] [--chunk N] [--checksum]
@@ -12,8 +12,8 @@
  * tag, as healing (worker/heal.c) does.
  * With --checksum each chunk is also hashed by the sender (px_hash64, then
  * an 8-byte message with the hash) and verified by the receiver after it
- * arrives: exactly the trainer's per-chunk work, without its whole-state
- * checksums before and after the transfer. The rate is N bytes over the
+ * arrives: the hashing a heal does per chunk (a heal sends all the hashes
+ * in one message after the last chunk). The rate is N bytes over the
  * receiver's time from the first receive to the last verified chunk.
  * One line on stdout:
  *   p2p bytes=N chunk=N checksum=0|1 seconds=S MBps=X   (MB = 1e6 bytes) */

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Pipeline bubble, measured against the theory (issue 11, item 7).
+"""Pipeline bubble, measured against the theory (docs/architecture.md,
+"Pipeline schedules"; results in docs/benchmarks.md, "Pipeline bubble").
 
 For each schedule (gpipe, 1f1b, zb-h1), P stages and M micro-batches, one
 group of P ranks trains `small` (4 layers, --seq 64, 2 samples per

@@ -6,8 +6,8 @@
 
 R, H and C are the --json OUT files of bench/ft_recovery.py, bench/ft_heal.py
 and bench/checkpoint.py. A figure whose benchmark output is not given is
-taken from the run recorded in docs/ (DOCUMENTED below, each with the
-section it comes from), and its "source" says so. checkpoint_hold_bytes_per_s
+taken from a recorded run (DOCUMENTED below, each saying which run), and
+its "source" says so. checkpoint_hold_bytes_per_s
 (the snapshot copy that holds training) comes from bench/checkpoint.py's part
 3 (each save's bytes over its checkpoint_started held_ms) when its output has it.
 
@@ -18,19 +18,20 @@ import argparse
 import json
 import sys
 
-# figure -> (value, where docs/ records it)
+# figure -> (value, the recorded run it comes from)
 DOCUMENTED = {
-    "detect_s": (0.0169, "docs/benchmarks-ft.md, recovery (tiny, 3 groups, 20 kills): detection "
+    "detect_s": (0.0169, "docs/benchmarks-ft.md, Recovery after SIGKILL (tiny, 3 groups, 20 kills): detection "
                          "(SIGKILL -> survivor's step_failed) p50 16.9 ms"),
-    "requorum_s": (0.0241, "docs/benchmarks-ft.md, recovery (same run): first survivor's quorum_joined p50 41 ms "
-                           "after the kill, minus detection p50 16.9 ms"),
-    "heal_bytes_per_s": (1.529e9, "docs/benchmarks.md, 'Healing after the hardening': gpt2-124m, 1.49 GB, "
-                                  "median of 3 heals 1529 MB/s as built (AMD EPYC, loopback)"),
-    "checkpoint_write_bytes_per_s": (7.24e8, "docs/benchmarks.md, Checkpoints, O_DIRECT table: gpt2-124m save "
-                                             "724 / 823 / 709 MB/s, median 724 MB/s"),
-    "checkpoint_hold_bytes_per_s": (1.49e9 / 0.2, "docs/benchmarks.md, Checkpoints: a save holds training for the "
-                                                  "snapshot copy, about 200 ms for 1.49 GB (checkpoint_started "
-                                                  "held_ms=)"),
+    "requorum_s": (0.0241, "docs/benchmarks-ft.md, Recovery after SIGKILL (same run): first survivor's "
+                           "quorum_joined p50 41 ms after the kill, minus detection p50 16.9 ms"),
+    "heal_bytes_per_s": (1.529e9, "docs/benchmarks-ft.md, Healing: gpt2-124m, 1.49 GB, median of 3 heals "
+                                  "1529 MB/s (AMD EPYC, 2 vCPUs, loopback)"),
+    "checkpoint_write_bytes_per_s": (7.24e8, "a bench/checkpoint.py run on a 2-vCPU AMD EPYC VM, data files "
+                                             "written with O_DIRECT through one aligned 16 MiB buffer: "
+                                             "gpt2-124m save 724 / 823 / 709 MB/s, median 724 MB/s"),
+    "checkpoint_hold_bytes_per_s": (1.49e9 / 0.2, "a bench/checkpoint.py run on a 2-vCPU AMD EPYC VM: a save held "
+                                                  "training for its snapshot copy about 200 ms per 1.49 GB "
+                                                  "(checkpoint_started held_ms=)"),
 }
 FROM = {"recovery": ("detect_s", "requorum_s"), "heal": ("heal_bytes_per_s",),
         "checkpoint": ("checkpoint_write_bytes_per_s",)}

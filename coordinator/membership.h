@@ -3,7 +3,7 @@
  *
  * Members are ranks (group, rank); groups are the unit of failure. A member is
  * lost when its heartbeats stop for the timeout, or sooner when two independent
- * signals agree (DESIGN.md "Control plane"):
+ * signals agree (docs/architecture.md, "Loss rule"):
  *   - a failure report naming it (a report naming nobody, from a peer whose
  *     collective broke, counts only against members whose connection closed),
  *   - its TCP connection closed (ZeroMQ socket monitor),

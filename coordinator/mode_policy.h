@@ -1,5 +1,5 @@
 /* The --mode auto policy: when the coordinator switches a job between
- * synchronous training and DiLoCo (DESIGN.md "DiLoCo").
+ * synchronous training and DiLoCo (docs/architecture.md, "Switching modes").
  *
  * Synchronous data parallelism averages gradients over the groups at every
  * step: it learns best per step, but every group loss costs the step in

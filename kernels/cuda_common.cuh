@@ -6,8 +6,9 @@
  * Errors: every CUDA and cuBLAS call goes through PX_CUDA_CHECK / PX_CUBLAS_CHECK,
  * which on failure log the call, file:line, the error string and a hint, then
  * exit the process. A GPU fault is not recoverable inside a rank; in phalanx
- * the rank's replica group is dropped and restarted, which is the design's
- * unit of failure (DESIGN.md), so dying loudly is the honest behaviour.
+ * the rank's replica group is dropped and restarted, the design's unit of
+ * failure (docs/architecture.md, "Design"), so dying loudly is the honest
+ * behaviour.
  *
  * Threading: the context (handles, workspace, scratch) is process-wide and
  * bound to the device current at px_cuda_ops_init(). Ops must be issued from

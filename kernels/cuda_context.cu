@@ -4,7 +4,7 @@
  *
  * Device detection must never exit and must explain itself: on a machine
  * without an NVIDIA driver, cudaGetDeviceCount returns error 35 (insufficient
- * driver) and a count of 0 (ENVIRONMENT.md), and `--device cuda` has to say so
+ * driver) and a count of 0, and `--device cuda` has to say so
  * in one line while the CPU path carries on. Beyond "a device exists" it checks
  * that the device can run this build's kernels (the fat binary has code for
  * CMAKE_CUDA_ARCHITECTURES only), because an older GPU would otherwise fail

@@ -1,5 +1,5 @@
 /* One pipeline stage's part of a training step (pipeline parallelism inside
- * a replica group, DESIGN.md "Parallel layouts inside a group"): the stage
+ * a replica group; docs/architecture.md, "Pipelined groups"): the stage
  * runs its schedule's ops (parallel/schedule.h) in order on its model (a
  * px_gpt_t made a stage, px_gpt_set_stage), and the activations and their
  * gradients cross to the neighbouring stages over the point-to-point links

@@ -1,5 +1,5 @@
 /* The training state of one rank of a sharded replica group (FSDP x TP,
- * DESIGN.md "Parallel layouts inside a group"), and the parameter source
+ * docs/architecture.md, "Sharded groups"), and the parameter source
  * that the model (model/gpt.h, px_gpt_source_t) computes with.
  *
  * Layout. The model is cut into units (gpt.h): unit 0 = wte, wpe, lnfw,

@@ -32,7 +32,8 @@
  * place and, if the heal fails, rebuilds it: the same bytes, without paying
  * for fresh staging memory. That is the common case (a restarted worker
  * joining), and fresh memory is expensive: faulting in 1.5 GB costs more
- * than the transfer itself on the machines measured (docs/benchmarks.md).
+ * than the transfer itself on the machines measured (docs/benchmarks-ft.md,
+ * "Healing").
  *
  * PX_TEST_HEAL_CHUNK_DELAY_MS (tests only) pauses the sender before each
  * chunk, so that a test can kill a process mid-heal. */

@@ -1,5 +1,6 @@
-"""Protocol robustness against a live phalanx-coordinator (DESIGN.md "Control
-plane": bad input gets an error reply and a bad_message event, never a crash).
+"""Protocol robustness against a live phalanx-coordinator (docs/protocol.md,
+"Validation": bad input gets an error reply and a bad_message event, never a
+crash).
 
   test_fuzz.py BINDIR            the full run (ctest: control_fuzz)
   test_fuzz.py BINDIR hostile    hostile strings (ctest: control_fuzz_hostile_strings)

@@ -1,4 +1,5 @@
-"""Bounded state under hostile load (issue 7 item 11): a live coordinator
+"""Bounded state under hostile load (docs/operations.md, "Limits on what
+peers can grow"): a live coordinator
 with 2,000 members churning for a minute plus store floods keeps its memory
 bounded and keeps answering.
 

@@ -6,8 +6,8 @@
  * machine without a GPU never reports these tests as passed.
  *
  * Comparison rule: max |got - want| <= rtol * max |want| + atol over the
- * tensor, the "relative to the largest magnitude" rule of the reference test
- * (issue 3). A miss prints the worst index and both values and counts a
+ * tensor, the "relative to the largest magnitude" rule of the CPU model's
+ * reference test (tests/model/test_reference.c). A miss prints the worst index and both values and counts a
  * failure; main() exits non-zero when any failed. */
 #ifndef PX_GPU_TEST_H
 #define PX_GPU_TEST_H

@@ -13,10 +13,9 @@
  *   - reproducibility: a second GPU model replaying the 10 steps gives
  *     bitwise identical losses and parameters.
  * Tolerances are relative to the largest magnitude in each tensor (the rule
- * of issue 3's reference test). They were set without a GPU run (none was
- * available when this was written): loose enough for FP32 summed in another
- * order, tight enough that a wrong formula, index or missing term (which miss
- * by O(1)) fails. Tighten them once real numbers are seen. Exits 1 naming each miss, 77 without a GPU. */
+ * of the CPU model's reference test, tests/model/test_reference.c): loose
+ * enough for FP32 summed in another order, tight enough that a wrong formula,
+ * index or missing term (which miss by O(1)) fails. Exits 1 naming each miss, 77 without a GPU. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

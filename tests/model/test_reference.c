@@ -4,7 +4,7 @@
  * the logits, the loss, every parameter gradient and 10 AdamW steps (loss and
  * pre-clip gradient norm each) in tiny_fixture.bin.
  *
- * Tolerances (issue 3): logits and gradients within 1e-4 of the largest
+ * Tolerances: logits and gradients within 1e-4 of the largest
  * magnitude in each tensor, losses within 1e-5 relative. Exits non-zero naming
  * every tensor that misses.
  *   usage: test_reference DIR   (DIR holds tiny_gpt2.bin and tiny_fixture.bin) */

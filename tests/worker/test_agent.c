@@ -3,7 +3,7 @@
  *
  *   hook_wait   px_agent_set_quorum_hook(NULL) returns only after a running
  *               hook call has returned (the trainer frees the hook's context
- *               right after: issue 7, item 14). The hook blocks until the
+ *               right after). The hook blocks until the
  *               test says, so the check is deterministic, not a race.
  *   flush       a departure notice followed by px_agent_flush and an
  *               immediate destroy reaches the coordinator (it records the
