@@ -1,13 +1,10 @@
-/* Parsing of the event log's --events spec, on its own so that readers of
- * the log (phalanxctl events) accept exactly the syntax the coordinator
- * writes with, without linking the sinks: pure string work, no I/O, tested
- * as a table (tests/kafka/test_events_file.c, "spec"). The grammar is in
- * events.h; each error message quotes the spec and names the bad part. */
+/* Parsing of the event log's --events spec (px_events_spec.h, where the
+ * grammar is). Each error message quotes the spec and names the bad part. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "events.h"
+#include "px_events_spec.h"
 
 static int parse_port(const char *s, size_t n) {
     if (n == 0 || n > 5) return -1;
