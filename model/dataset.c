@@ -9,7 +9,7 @@
 
 #include "px_err.h"
 #include "rng.h"
-#include "shard.h"
+#include "token_file.h"
 
 struct px_dataset {
     uint16_t *tokens; /* (n) all shards, concatenated in name order */
@@ -77,7 +77,7 @@ px_dataset_t *px_dataset_open(const char *dir, const char *split, int vocab_size
     for (size_t f = 0; f < gl.gl_pathc; f++) {
         uint16_t *t;
         size_t n;
-        if (px_shard_read(gl.gl_pathv[f], vocab_size, &t, &n, err, errlen) != 0) {
+        if (px_token_file_read(gl.gl_pathv[f], vocab_size, &t, &n, err, errlen) != 0) {
             globfree(&gl);
             px_dataset_destroy(&ds);
             return NULL;

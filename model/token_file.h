@@ -2,25 +2,25 @@
  * token count in header[2]), then the tokens as little-endian uint16. The
  * format llm.c's data scripts write, so their shards (GPT-2 BPE, vocab 50257)
  * and ours (bytes, vocab 256) feed the same loader. */
-#ifndef PX_SHARD_H
-#define PX_SHARD_H
+#ifndef PX_TOKEN_FILE_H
+#define PX_TOKEN_FILE_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#define PX_SHARD_MAGIC 20240520
-#define PX_SHARD_VERSION 1
+#define PX_TOKEN_FILE_MAGIC 20240520
+#define PX_TOKEN_FILE_VERSION 1
 
 /* Reads a whole shard into a new array (*tokens, free() it). Rejects a short
  * header, bad magic, bad version, a negative count, a count larger than the
  * file holds (truncated or oversized count), trailing bytes, and any token
  * >= vocab_size. 0, or -1 with a message naming the file and the problem. */
-int px_shard_read(const char *path, int vocab_size, uint16_t **tokens, size_t *n, char *err,
-                  size_t errlen);
+int px_token_file_read(const char *path, int vocab_size, uint16_t **tokens, size_t *n, char *err,
+                       size_t errlen);
 
 /* Writes tokens as a shard, atomically (temporary file, fsync, rename).
  * n must fit the header's int32 count. 0, or -1 with a message. */
-int px_shard_write(const char *path, const uint16_t *tokens, size_t n, char *err, size_t errlen);
+int px_token_file_write(const char *path, const uint16_t *tokens, size_t n, char *err, size_t errlen);
 
 /* Writes header (hlen bytes) then data (dlen bytes) to path atomically:
  * a temporary file in the same folder, fsync, rename. `what` names the file
