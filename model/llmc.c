@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "px_err.h"
-#include "token_file.h"
+#include "px_file.h"
 
 #define HEADER_INTS 256
 #define HEADER_BYTES (HEADER_INTS * (long)sizeof(int32_t))

@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include "px_err.h"
+#include "px_file.h"
 
 #define HEADER_INTS 256
 #define HEADER_BYTES (HEADER_INTS * (long long)sizeof(int32_t))
@@ -104,31 +104,4 @@ int px_token_file_write(const char *path, const uint16_t *tokens, size_t n, char
     h[1] = PX_TOKEN_FILE_VERSION;
     h[2] = (int32_t)n;
     return px_file_write_atomic(path, h, sizeof h, tokens, n * sizeof(uint16_t), "shard", err, errlen);
-}
-
-int px_file_write_atomic(const char *path, const void *header, size_t hlen, const void *data, size_t dlen,
-                         const char *what, char *err, size_t errlen) {
-    size_t plen = strlen(path) + 32;
-    char *tmp = malloc(plen);
-    if (!tmp) return px_err_set(err, errlen, "%s '%s': out of memory", what, path);
-    snprintf(tmp, plen, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        px_err_set(err, errlen, "cannot create '%s': %s", tmp, strerror(errno));
-        free(tmp);
-        return -1;
-    }
-    int ok = fwrite(header, 1, hlen, f) == hlen && (dlen == 0 || fwrite(data, 1, dlen, f) == dlen) &&
-             fflush(f) == 0 && fsync(fileno(f)) == 0;
-    int saved_errno = errno;
-    if (fclose(f) != 0) ok = 0;
-    if (!ok || rename(tmp, path) != 0) {
-        if (ok) saved_errno = errno;
-        unlink(tmp);
-        px_err_set(err, errlen, "cannot write %s '%s': %s", what, path, strerror(saved_errno));
-        free(tmp);
-        return -1;
-    }
-    free(tmp);
-    return 0;
 }
