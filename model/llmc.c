@@ -72,15 +72,6 @@ static int read_header(const char *path, FILE **fp, int32_t h[HEADER_INTS], long
     return 0;
 }
 
-int px_llmc_read_config(const char *path, px_gpt_config_t *cfg, char *err, size_t errlen) {
-    FILE *f = NULL;
-    int32_t h[HEADER_INTS];
-    long long size;
-    if (read_header(path, &f, h, &size, cfg, err, errlen) != 0) return -1;
-    fclose(f);
-    return 0;
-}
-
 int px_gpt_load(const char *path, px_gpt_t **out, char *err, size_t errlen) {
     *out = NULL;
     FILE *f = NULL;
