@@ -1307,31 +1307,33 @@ static int refuse_run_finished(px_coordinator_t *c, const void *ident, size_t id
 }
 
 /* Checkpoint events carry their own fields (docs/protocol.md): the worker
- * sends a path (or, for a rejection, path, file and fault tab-separated, or,
- * for a failure, the reason) in detail, bytes, and milliseconds in ms. */
-static void emit_checkpoint_event(px_coordinator_t *c, const px_member_t *m, const Phalanx__WorkerEvent *w) {
-    char parts[3][PX_REASON_MAX * 2 + 8] = {"", "", ""}, raw[PX_REASON_MAX + 1];
+ * sends in detail a path, a failure's reason, or a rejection's path, file
+ * and fault (px_wire.h); bytes; and milliseconds in ms. k is the kind
+ * without its prefix ("saved"). */
+static void emit_checkpoint_event(px_coordinator_t *c, const px_member_t *m, const Phalanx__WorkerEvent *w,
+                                  const char *k) {
+    char parts[PX_WIRE_CKPT_FIELDS][PX_REASON_MAX * 2 + 8], raw[PX_REASON_MAX + 1];
+    const char *field[PX_WIRE_CKPT_FIELDS] = {raw, "", ""};
     snprintf(raw, sizeof raw, "%s", w->detail ? w->detail : "");
-    char *save = NULL, *tok = strtok_r(raw, "\t", &save);
-    for (int i = 0; i < 3 && tok; i++, tok = strtok_r(NULL, "\t", &save)) px_json_escape(tok, parts[i], sizeof parts[i]);
-    const char *k = w->kind + 11;
+    if (!strcmp(k, "rejected")) px_wire_ckpt_rejected_split(raw, field);
+    for (int i = 0; i < PX_WIRE_CKPT_FIELDS; i++) px_json_escape(field[i], parts[i], sizeof parts[i]);
     double s = w->ms / 1000.0;
     if (!strcmp(k, "saved"))
         emit(c, w->kind, "\"group\":\"%s\",\"rank\":%d,\"step\":%lld,\"path\":\"%s\",\"bytes\":%llu,\"seconds\":%.3f,\"mb_per_s\":%.1f",
-             m->group, m->rank, (long long)w->step, parts[0], (unsigned long long)w->bytes, s,
+             m->group, m->rank, (long long)w->step, parts[PX_WIRE_CKPT_PATH], (unsigned long long)w->bytes, s,
              s > 0 ? (double)w->bytes / 1e6 / s : 0.0);
     else if (!strcmp(k, "restored"))
         emit(c, w->kind, "\"group\":\"%s\",\"rank\":%d,\"step\":%lld,\"path\":\"%s\",\"bytes\":%llu,\"seconds\":%.3f",
-             m->group, m->rank, (long long)w->step, parts[0], (unsigned long long)w->bytes, s);
+             m->group, m->rank, (long long)w->step, parts[PX_WIRE_CKPT_PATH], (unsigned long long)w->bytes, s);
     else if (!strcmp(k, "rejected"))
         emit(c, w->kind, "\"group\":\"%s\",\"rank\":%d,\"path\":\"%s\",\"file\":\"%s\",\"fault\":\"%s\"", m->group,
-             m->rank, parts[0], parts[1], parts[2]);
+             m->rank, parts[PX_WIRE_CKPT_PATH], parts[PX_WIRE_CKPT_FILE], parts[PX_WIRE_CKPT_FAULT]);
     else if (!strcmp(k, "failed"))
         emit(c, w->kind, "\"group\":\"%s\",\"rank\":%d,\"step\":%lld,\"reason\":\"%s\"", m->group, m->rank,
-             (long long)w->step, parts[0]);
+             (long long)w->step, parts[0] /* the whole detail */);
     else /* started */
         emit(c, w->kind, "\"group\":\"%s\",\"rank\":%d,\"quorum_id\":%lld,\"step\":%lld,\"path\":\"%s\",\"held_ms\":%u",
-             m->group, m->rank, (long long)w->quorum_id, (long long)w->step, parts[0], w->ms);
+             m->group, m->rank, (long long)w->quorum_id, (long long)w->step, parts[PX_WIRE_CKPT_PATH], w->ms);
 }
 
 /* The worker events the dashboard marks, as a line for people. */
@@ -1354,8 +1356,9 @@ static void on_worker_event(px_coordinator_t *c, const void *ident, size_t ident
     const Phalanx__WorkerEvent *w = msg->worker_event;
     int finished = !strcmp(w->kind, "run_finished");
     if (finished && refuse_run_finished(c, ident, ident_len, msg->request_id, m, w)) return;
-    if (!strncmp(w->kind, "checkpoint_", 11)) {
-        emit_checkpoint_event(c, m, w);
+    const char *ckpt = px_wire_ckpt_event(w->kind);
+    if (ckpt) {
+        emit_checkpoint_event(c, m, w, ckpt);
     } else {
         char detail[PX_REASON_MAX * 2 + 8];
         px_json_escape(w->detail ? w->detail : "", detail, sizeof detail);
