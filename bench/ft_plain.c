@@ -9,7 +9,7 @@
  * sampler and seed), accumulates micro-batches scaled by size/B, sums the
  * gradients with one Gloo ring allreduce, clips and applies AdamW with the
  * same schedule. What it leaves out is the fault tolerance: no coordinator
- * (the Gloo rendezvous goes through a directory store, tests/comm/), no agent
+ * (the Gloo rendezvous goes through a directory store, tests/lib/), no agent
  * thread or heartbeats, no commit vote in the reduction, no copy of the
  * gradients into a reduction buffer, no quorum, no healing.
  *

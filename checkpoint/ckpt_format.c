@@ -3,13 +3,13 @@
  * reader needs before it trusts a byte range (see ckpt.h). */
 #include <inttypes.h>
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ckpt.h"
 #include "ckpt_int.h"
+#include "px_err.h"
 
 /* GPT-2 names of llm.c's tensors; %d is the layer. */
 static const char *const gpt2_names[PX_GPT_NUM_TENSORS] = {
@@ -66,14 +66,6 @@ int px_ckpt_logical_tensors(const px_gpt_config_t *cfg, int nbuf, px_ckpt_logica
         }
     }
     return n;
-}
-
-int px_ckpt_fail(char *err, size_t errlen, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
 }
 
 /* ---- the struct ---------------------------------------------------------- */
@@ -288,18 +280,18 @@ char *px_ckpt_manifest_encode(const px_ckpt_manifest_t *m) {
 static int get_int(json_t *obj, const char *key, int64_t lo, int64_t hi, int64_t *out, const char *where, char *err,
                    size_t errlen) {
     json_t *v = json_object_get(obj, key);
-    if (!json_is_integer(v)) return px_ckpt_fail(err, errlen, "%s: \"%s\" missing or not an integer", where, key);
+    if (!json_is_integer(v)) return px_err_set(err, errlen, "%s: \"%s\" missing or not an integer", where, key);
     int64_t x = json_integer_value(v);
     if (x < lo || x > hi)
-        return px_ckpt_fail(err, errlen, "%s: \"%s\" = %" PRId64 " not in [%" PRId64 ", %" PRId64 "]", where, key, x, lo, hi);
+        return px_err_set(err, errlen, "%s: \"%s\" = %" PRId64 " not in [%" PRId64 ", %" PRId64 "]", where, key, x, lo, hi);
     *out = x;
     return 0;
 }
 
 static int get_str(json_t *obj, const char *key, char *out, size_t cap, const char *where, char *err, size_t errlen) {
     json_t *v = json_object_get(obj, key);
-    if (!json_is_string(v)) return px_ckpt_fail(err, errlen, "%s: \"%s\" missing or not a string", where, key);
-    if (json_string_length(v) >= cap) return px_ckpt_fail(err, errlen, "%s: \"%s\" longer than %zu bytes", where, key, cap - 1);
+    if (!json_is_string(v)) return px_err_set(err, errlen, "%s: \"%s\" missing or not a string", where, key);
+    if (json_string_length(v) >= cap) return px_err_set(err, errlen, "%s: \"%s\" longer than %zu bytes", where, key, cap - 1);
     snprintf(out, cap, "%s", json_string_value(v));
     return 0;
 }
@@ -308,11 +300,11 @@ static int get_dims(json_t *obj, const char *key, int want, int64_t *out, const 
     json_t *a = json_object_get(obj, key);
     int n = json_is_array(a) ? (int)json_array_size(a) : -1;
     if (n < 1 || n > PX_CKPT_MAX_DIMS || (want >= 0 && n != want))
-        return px_ckpt_fail(err, errlen, "%s: \"%s\" is not an array of %s dimensions", where, key, want >= 0 ? "its" : "1-4");
+        return px_err_set(err, errlen, "%s: \"%s\" is not an array of %s dimensions", where, key, want >= 0 ? "its" : "1-4");
     for (int d = 0; d < n; d++) {
         json_t *v = json_array_get(a, (size_t)d);
         if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > ((int64_t)1 << 40))
-            return px_ckpt_fail(err, errlen, "%s: \"%s\"[%d] is not an integer in [0, 2^40]", where, key, d);
+            return px_err_set(err, errlen, "%s: \"%s\"[%d] is not an integer in [0, 2^40]", where, key, d);
         out[d] = json_integer_value(v);
     }
     return n;
@@ -330,7 +322,7 @@ static int file_name_ok(const char *s) {
 
 static int decode_model(json_t *root, px_gpt_config_t *c, char *err, size_t errlen) {
     json_t *model = json_object_get(root, "model");
-    if (!json_is_object(model)) return px_ckpt_fail(err, errlen, "\"model\" missing or not an object");
+    if (!json_is_object(model)) return px_err_set(err, errlen, "\"model\" missing or not an object");
     const char *keys[] = {"max_seq_len", "vocab_size", "padded_vocab_size", "num_layers", "num_heads", "channels"};
     int *dst[] = {&c->max_seq_len, &c->vocab_size, &c->padded_vocab_size, &c->num_layers, &c->num_heads, &c->channels};
     for (int i = 0; i < 6; i++) {
@@ -339,34 +331,34 @@ static int decode_model(json_t *root, px_gpt_config_t *c, char *err, size_t errl
         *dst[i] = (int)v;
     }
     char why[256];
-    if (px_gpt_config_check(c, why, sizeof why) != 0) return px_ckpt_fail(err, errlen, "model: %s", why);
+    if (px_gpt_config_check(c, why, sizeof why) != 0) return px_err_set(err, errlen, "model: %s", why);
     return 0;
 }
 
 static int decode_files(json_t *root, px_ckpt_manifest_t *m, char *err, size_t errlen) {
     json_t *files = json_object_get(root, "files");
     if (!json_is_array(files) || json_array_size(files) < 1 || json_array_size(files) > 65536)
-        return px_ckpt_fail(err, errlen, "\"files\" missing, empty or not an array of at most 65536");
+        return px_err_set(err, errlen, "\"files\" missing, empty or not an array of at most 65536");
     m->nfiles = (int)json_array_size(files);
     m->files = calloc((size_t)m->nfiles, sizeof *m->files);
-    if (!m->files) return px_ckpt_fail(err, errlen, "out of memory");
+    if (!m->files) return px_err_set(err, errlen, "out of memory");
     for (int i = 0; i < m->nfiles; i++) {
         json_t *f = json_array_get(files, (size_t)i);
         px_ckpt_file_t *pf = &m->files[i];
         char where[32], hex[32];
         int64_t bytes;
         snprintf(where, sizeof where, "files[%d]", i);
-        if (!json_is_object(f)) return px_ckpt_fail(err, errlen, "%s is not an object", where);
+        if (!json_is_object(f)) return px_err_set(err, errlen, "%s is not an object", where);
         if (get_str(f, "name", pf->name, sizeof pf->name, where, err, errlen) ||
             get_int(f, "bytes", 0, INT64_MAX, &bytes, where, err, errlen) ||
             get_str(f, "xxh3_64", hex, sizeof hex, where, err, errlen))
             return -1;
-        if (!file_name_ok(pf->name)) return px_ckpt_fail(err, errlen, "%s: name \"%s\" is not a plain file name", where, pf->name);
+        if (!file_name_ok(pf->name)) return px_err_set(err, errlen, "%s: name \"%s\" is not a plain file name", where, pf->name);
         for (int j = 0; j < i; j++)
-            if (!strcmp(m->files[j].name, pf->name)) return px_ckpt_fail(err, errlen, "%s: \"%s\" listed twice", where, pf->name);
+            if (!strcmp(m->files[j].name, pf->name)) return px_err_set(err, errlen, "%s: \"%s\" listed twice", where, pf->name);
         char *end;
         if (strlen(hex) != 16 || (pf->xxh3 = strtoull(hex, &end, 16), *end))
-            return px_ckpt_fail(err, errlen, "%s: xxh3_64 \"%s\" is not 16 hex digits", where, hex);
+            return px_err_set(err, errlen, "%s: xxh3_64 \"%s\" is not 16 hex digits", where, hex);
         pf->bytes = (uint64_t)bytes;
     }
     return 0;
@@ -389,19 +381,19 @@ static int decode_tensor(json_t *jt, int i, px_ckpt_manifest_t *m, char *err, si
     px_ckpt_tensor_t *t = &m->tensors[i];
     char where[160];
     snprintf(where, sizeof where, "tensors[%d]", i);
-    if (!json_is_object(jt)) return px_ckpt_fail(err, errlen, "%s is not an object", where);
+    if (!json_is_object(jt)) return px_err_set(err, errlen, "%s is not an object", where);
     if (get_str(jt, "name", t->name, sizeof t->name, where, err, errlen)) return -1;
     snprintf(where, sizeof where, "tensor %s", t->name);
     if ((t->ndim = get_dims(jt, "shape", -1, t->shape, where, err, errlen)) < 0) return -1;
     for (int d = 0; d < t->ndim; d++) /* each dimension <= 2^40: the product of four could overflow */
         if (t->shape[d] && px_ckpt_volume(d, t->shape) > ((int64_t)1 << 40) / t->shape[d])
-            return px_ckpt_fail(err, errlen, "%s: more than 2^40 values", where);
+            return px_err_set(err, errlen, "%s: more than 2^40 values", where);
     json_t *slices = json_object_get(jt, "slices");
     if (!json_is_array(slices) || json_array_size(slices) < 1 || json_array_size(slices) > 65536)
-        return px_ckpt_fail(err, errlen, "%s: \"slices\" missing, empty or more than 65536", where);
+        return px_err_set(err, errlen, "%s: \"slices\" missing, empty or more than 65536", where);
     t->nslices = (int)json_array_size(slices);
     t->slices = calloc((size_t)t->nslices, sizeof *t->slices);
-    if (!t->slices) return px_ckpt_fail(err, errlen, "out of memory");
+    if (!t->slices) return px_err_set(err, errlen, "out of memory");
     int64_t covered = 0;
     for (int j = 0; j < t->nslices; j++) {
         json_t *js = json_array_get(slices, (size_t)j);
@@ -409,33 +401,33 @@ static int decode_tensor(json_t *jt, int i, px_ckpt_manifest_t *m, char *err, si
         char sw[200], fname[64];
         int64_t off, bytes;
         snprintf(sw, sizeof sw, "%s slice %d", where, j);
-        if (!json_is_object(js)) return px_ckpt_fail(err, errlen, "%s is not an object", sw);
+        if (!json_is_object(js)) return px_err_set(err, errlen, "%s is not an object", sw);
         if (get_str(js, "file", fname, sizeof fname, sw, err, errlen) ||
             get_int(js, "offset", 0, INT64_MAX, &off, sw, err, errlen) ||
             get_int(js, "bytes", 0, INT64_MAX, &bytes, sw, err, errlen) ||
             get_dims(js, "start", t->ndim, s->start, sw, err, errlen) < 0 ||
             get_dims(js, "count", t->ndim, s->count, sw, err, errlen) < 0)
             return -1;
-        if ((s->file = file_index(m, fname)) < 0) return px_ckpt_fail(err, errlen, "%s: file \"%s\" is not in \"files\"", sw, fname);
+        if ((s->file = file_index(m, fname)) < 0) return px_err_set(err, errlen, "%s: file \"%s\" is not in \"files\"", sw, fname);
         for (int d = 0; d < t->ndim; d++)
             if (s->start[d] + s->count[d] > t->shape[d])
-                return px_ckpt_fail(err, errlen, "%s: dimension %d [%" PRId64 ", +%" PRId64 ") exceeds the shape %" PRId64, sw, d,
+                return px_err_set(err, errlen, "%s: dimension %d [%" PRId64 ", +%" PRId64 ") exceeds the shape %" PRId64, sw, d,
                             s->start[d], s->count[d], t->shape[d]);
         int64_t vol = px_ckpt_volume(t->ndim, s->count);
         if ((uint64_t)bytes != (uint64_t)vol * sizeof(float))
-            return px_ckpt_fail(err, errlen, "%s: %" PRId64 " bytes for %" PRId64 " float32 values", sw, bytes, vol);
+            return px_err_set(err, errlen, "%s: %" PRId64 " bytes for %" PRId64 " float32 values", sw, bytes, vol);
         if ((uint64_t)off > m->files[s->file].bytes || (uint64_t)bytes > m->files[s->file].bytes - (uint64_t)off)
-            return px_ckpt_fail(err, errlen, "%s: bytes [%" PRId64 ", +%" PRId64 ") beyond the %" PRIu64 " of file %s", sw, off,
+            return px_err_set(err, errlen, "%s: bytes [%" PRId64 ", +%" PRId64 ") beyond the %" PRIu64 " of file %s", sw, off,
                         bytes, m->files[s->file].bytes, fname);
         for (int k = 0; k < j; k++)
-            if (overlap(t->ndim, s, &t->slices[k])) return px_ckpt_fail(err, errlen, "%s overlaps slice %d", sw, k);
+            if (overlap(t->ndim, s, &t->slices[k])) return px_err_set(err, errlen, "%s overlaps slice %d", sw, k);
         s->offset = (uint64_t)off;
         s->bytes = (uint64_t)bytes;
         covered += vol;
     }
     if (covered != px_ckpt_volume(t->ndim, t->shape))
-        return px_ckpt_fail(err, errlen, "%s: slices cover %" PRId64 " of its %" PRId64 " values", where, covered,
-                    px_ckpt_volume(t->ndim, t->shape));
+        return px_err_set(err, errlen, "%s: slices cover %" PRId64 " of its %" PRId64 " values", where, covered,
+                          px_ckpt_volume(t->ndim, t->shape));
     return 0;
 }
 
@@ -454,7 +446,7 @@ static int check_tiling(const px_ckpt_manifest_t *m, char *err, size_t errlen) {
     size_t total = 0;
     for (int i = 0; i < m->ntensors; i++) total += (size_t)m->tensors[i].nslices;
     range_t *r = malloc((total ? total : 1) * sizeof *r);
-    if (!r) return px_ckpt_fail(err, errlen, "out of memory");
+    if (!r) return px_err_set(err, errlen, "out of memory");
     int rc = 0;
     for (int f = 0; f < m->nfiles && rc == 0; f++) {
         size_t n = 0;
@@ -466,13 +458,13 @@ static int check_tiling(const px_ckpt_manifest_t *m, char *err, size_t errlen) {
         uint64_t pos = 0;
         for (size_t k = 0; k < n && rc == 0; k++) {
             if (r[k].offset != pos)
-                rc = px_ckpt_fail(err, errlen, "file %s: bytes at %" PRIu64 " are %s", m->files[f].name, pos,
-                          r[k].offset > pos ? "in no slice" : "in two slices");
+                rc = px_err_set(err, errlen, "file %s: bytes at %" PRIu64 " are %s", m->files[f].name, pos,
+                                r[k].offset > pos ? "in no slice" : "in two slices");
             pos = r[k].offset + r[k].bytes;
         }
         if (rc == 0 && pos != m->files[f].bytes)
-            rc = px_ckpt_fail(err, errlen, "file %s: slices end at byte %" PRIu64 " of %" PRIu64, m->files[f].name, pos,
-                      m->files[f].bytes);
+            rc = px_err_set(err, errlen, "file %s: slices end at byte %" PRIu64 " of %" PRIu64, m->files[f].name, pos,
+                            m->files[f].bytes);
     }
     free(r);
     return rc;
@@ -493,7 +485,7 @@ static void dims_text(int ndim, const int64_t *shape, char *out, size_t len) {
 static int decode_outer(json_t *root, px_ckpt_manifest_t *m, char *err, size_t errlen) {
     int n = px_ckpt_logical_tensors(&m->model, PX_STATE_MAXBUF, NULL);
     px_ckpt_logical_t *lt = calloc((size_t)n, sizeof *lt);
-    if (!lt) return px_ckpt_fail(err, errlen, "out of memory");
+    if (!lt) return px_err_set(err, errlen, "out of memory");
     px_ckpt_logical_tensors(&m->model, PX_STATE_MAXBUF, lt);
     int first = n / PX_STATE_MAXBUF * PX_STATE_OUTER_M; /* the outer momentum's tensors come last */
     int found = 0, missing = -1, rc = 0;
@@ -509,18 +501,18 @@ static int decode_outer(json_t *root, px_ckpt_manifest_t *m, char *err, size_t e
             char got[96], want[96];
             dims_text(t->ndim, t->shape, got, sizeof got);
             dims_text(lt[i].ndim, lt[i].shape, want, sizeof want);
-            rc = px_ckpt_fail(err, errlen, "tensor %s has shape %s, its parameter's is %s", lt[i].name, got, want);
+            rc = px_err_set(err, errlen, "tensor %s has shape %s, its parameter's is %s", lt[i].name, got, want);
         }
     }
     if (rc == 0 && found && missing >= 0)
-        rc = px_ckpt_fail(err, errlen, "tensor %s missing: the outer momentum has %d of its %d tensors, and a "
+        rc = px_err_set(err, errlen, "tensor %s missing: the outer momentum has %d of its %d tensors, and a "
                           "partial state is never loaded", lt[missing].name, found, n - first);
     m->outer_momentum = found > 0;
     json_t *flag = json_object_get(root, "outer_momentum");
     if (rc == 0 && flag && !json_is_boolean(flag))
-        rc = px_ckpt_fail(err, errlen, "\"outer_momentum\" is not true or false");
+        rc = px_err_set(err, errlen, "\"outer_momentum\" is not true or false");
     else if (rc == 0 && flag && json_is_true(flag) != m->outer_momentum)
-        rc = px_ckpt_fail(err, errlen, "\"outer_momentum\" is %s, but the manifest has %s " PX_CKPT_OUTER_PREFIX
+        rc = px_err_set(err, errlen, "\"outer_momentum\" is %s, but the manifest has %s " PX_CKPT_OUTER_PREFIX
                           "* tensors", json_is_true(flag) ? "true" : "false", found ? "the" : "no");
     free(lt);
     return rc;
@@ -529,17 +521,17 @@ static int decode_outer(json_t *root, px_ckpt_manifest_t *m, char *err, size_t e
 static int decode_root(json_t *root, px_ckpt_manifest_t *m, char *err, size_t errlen) {
     char fmt[64];
     int64_t v;
-    if (!json_is_object(root)) return px_ckpt_fail(err, errlen, "not a JSON object");
+    if (!json_is_object(root)) return px_err_set(err, errlen, "not a JSON object");
     if (get_str(root, "format", fmt, sizeof fmt, "manifest", err, errlen)) return -1;
-    if (strcmp(fmt, "phalanx-checkpoint")) return px_ckpt_fail(err, errlen, "format \"%s\" is not phalanx-checkpoint", fmt);
+    if (strcmp(fmt, "phalanx-checkpoint")) return px_err_set(err, errlen, "format \"%s\" is not phalanx-checkpoint", fmt);
     if (get_int(root, "format_version", 1, INT32_MAX, &v, "manifest", err, errlen)) return -1;
     if (v > PX_CKPT_FORMAT_VERSION)
-        return px_ckpt_fail(err, errlen, "format_version %" PRId64 " is newer than this build reads (%d): upgrade phalanx", v,
-                    PX_CKPT_FORMAT_VERSION);
+        return px_err_set(err, errlen, "format_version %" PRId64 " is newer than this build reads (%d): upgrade phalanx", v,
+                          PX_CKPT_FORMAT_VERSION);
     m->format_version = (int)v;
     json_t *dtype = json_object_get(root, "dtype");
     if (!json_is_string(dtype) || strcmp(json_string_value(dtype), "F32"))
-        return px_ckpt_fail(err, errlen, "\"dtype\" missing or not F32");
+        return px_err_set(err, errlen, "\"dtype\" missing or not F32");
     if (get_str(root, "job", m->job, sizeof m->job, "manifest", err, errlen) ||
         get_int(root, "step", 0, (int64_t)1 << 40, &m->step, "manifest", err, errlen) ||
         get_int(root, "quorum_id", 0, INT64_MAX, &m->quorum_id, "manifest", err, errlen) ||
@@ -549,7 +541,7 @@ static int decode_root(json_t *root, px_ckpt_manifest_t *m, char *err, size_t er
     if (get_int(root, "created_unix_ms", 0, INT64_MAX, &m->created_ms, "manifest", err, errlen)) return -1;
     if (decode_model(root, &m->model, err, errlen)) return -1;
     json_t *layout = json_object_get(root, "layout");
-    if (!json_is_object(layout)) return px_ckpt_fail(err, errlen, "\"layout\" missing or not an object");
+    if (!json_is_object(layout)) return px_err_set(err, errlen, "\"layout\" missing or not an object");
     const char *lk[] = {"groups", "ranks_per_group", "fsdp", "tp", "pp"};
     int *ld[] = {&m->groups, &m->ranks_per_group, &m->fsdp, &m->tp, &m->pp};
     for (int i = 0; i < 5; i++) {
@@ -560,10 +552,10 @@ static int decode_root(json_t *root, px_ckpt_manifest_t *m, char *err, size_t er
     if (decode_files(root, m, err, errlen)) return -1;
     json_t *tensors = json_object_get(root, "tensors");
     if (!json_is_array(tensors) || json_array_size(tensors) < 1 || json_array_size(tensors) > 1000000)
-        return px_ckpt_fail(err, errlen, "\"tensors\" missing, empty or not an array");
+        return px_err_set(err, errlen, "\"tensors\" missing, empty or not an array");
     size_t nt = json_array_size(tensors);
     m->tensors = calloc(nt, sizeof *m->tensors);
-    if (!m->tensors) return px_ckpt_fail(err, errlen, "out of memory");
+    if (!m->tensors) return px_err_set(err, errlen, "out of memory");
     for (size_t i = 0; i < nt; i++, m->ntensors++) {
         if (decode_tensor(json_array_get(tensors, i), (int)i, m, err, errlen)) {
             m->ntensors++; /* its slices are freed with the rest */
@@ -571,7 +563,7 @@ static int decode_root(json_t *root, px_ckpt_manifest_t *m, char *err, size_t er
         }
         for (size_t k = 0; k < i; k++)
             if (!strcmp(m->tensors[k].name, m->tensors[i].name))
-                return px_ckpt_fail(err, errlen, "tensor %s listed twice", m->tensors[i].name);
+                return px_err_set(err, errlen, "tensor %s listed twice", m->tensors[i].name);
     }
     if (decode_outer(root, m, err, errlen)) return -1;
     return check_tiling(m, err, errlen);
@@ -581,7 +573,7 @@ int px_ckpt_manifest_decode(const char *text, size_t len, px_ckpt_manifest_t *m,
     memset(m, 0, sizeof *m);
     json_error_t je;
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
-    if (!root) return px_ckpt_fail(err, errlen, "not valid JSON (line %d column %d: %s)", je.line, je.column, je.text);
+    if (!root) return px_err_set(err, errlen, "not valid JSON (line %d column %d: %s)", je.line, je.column, je.text);
     int rc = decode_root(root, m, err, errlen);
     json_decref(root);
     if (rc) px_ckpt_manifest_free(m);
@@ -591,24 +583,24 @@ int px_ckpt_manifest_decode(const char *text, size_t len, px_ckpt_manifest_t *m,
 int px_ckpt_manifest_matches(const px_ckpt_manifest_t *m, const px_gpt_config_t *cfg, char *err, size_t errlen) {
     const px_gpt_config_t *a = &m->model;
     if (memcmp(a, cfg, sizeof *a) != 0)
-        return px_ckpt_fail(err, errlen,
-                    "model config mismatch: the checkpoint is L=%d C=%d NH=%d maxT=%d V=%d Vp=%d, this job's model is "
-                    "L=%d C=%d NH=%d maxT=%d V=%d Vp=%d",
-                    a->num_layers, a->channels, a->num_heads, a->max_seq_len, a->vocab_size, a->padded_vocab_size,
-                    cfg->num_layers, cfg->channels, cfg->num_heads, cfg->max_seq_len, cfg->vocab_size,
-                    cfg->padded_vocab_size);
+        return px_err_set(err, errlen,
+                          "model config mismatch: the checkpoint is L=%d C=%d NH=%d maxT=%d V=%d Vp=%d, this job's model is "
+                          "L=%d C=%d NH=%d maxT=%d V=%d Vp=%d",
+                          a->num_layers, a->channels, a->num_heads, a->max_seq_len, a->vocab_size, a->padded_vocab_size,
+                          cfg->num_layers, cfg->channels, cfg->num_heads, cfg->max_seq_len, cfg->vocab_size,
+                          cfg->padded_vocab_size);
     int n = px_ckpt_logical_tensors(cfg, PX_STATE_NBUF, NULL);
     px_ckpt_logical_t *lt = calloc((size_t)n, sizeof *lt);
-    if (!lt) return px_ckpt_fail(err, errlen, "out of memory");
+    if (!lt) return px_err_set(err, errlen, "out of memory");
     px_ckpt_logical_tensors(cfg, PX_STATE_NBUF, lt);
     int rc = 0;
     for (int i = 0; i < n && rc == 0; i++) {
         int k = px_ckpt_manifest_find(m, lt[i].name);
         if (k < 0) {
-            rc = px_ckpt_fail(err, errlen, "tensor %s missing", lt[i].name);
+            rc = px_err_set(err, errlen, "tensor %s missing", lt[i].name);
         } else if (m->tensors[k].ndim != lt[i].ndim ||
                    memcmp(m->tensors[k].shape, lt[i].shape, sizeof(int64_t) * (size_t)lt[i].ndim)) {
-            rc = px_ckpt_fail(err, errlen, "tensor %s has another shape than the model's", lt[i].name);
+            rc = px_err_set(err, errlen, "tensor %s has another shape than the model's", lt[i].name);
         }
     }
     free(lt);

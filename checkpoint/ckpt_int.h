@@ -16,9 +16,6 @@
 #endif
 #endif
 
-/* Writes a printf-style message into err; returns -1, for `return px_ckpt_fail(...)`. */
-int px_ckpt_fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
 /* Values in a tensor of that shape. */
 int64_t px_ckpt_volume(int ndim, const int64_t *shape);
 

@@ -17,6 +17,7 @@
 
 #include "ckpt.h"
 #include "ckpt_int.h"
+#include "px_err.h"
 #include "px_time.h"
 
 #define IO_BLOCK ((size_t)16 << 20) /* bytes per read or write call */
@@ -204,12 +205,12 @@ static int write_segs(const char *path, const seg_t *segs, size_t nsegs, const u
     writer_t w;
     if (writer_open(&w, path) != 0) {
         free(w.buf);
-        return px_ckpt_fail(err, errlen, "creating %s: %s", path, strerror(errno));
+        return px_err_set(err, errlen, "creating %s: %s", path, strerror(errno));
     }
     XXH3_state_t *h = known ? NULL : XXH3_createState();
     if (!known && !h) {
         writer_close(&w);
-        return px_ckpt_fail(err, errlen, "out of memory");
+        return px_err_set(err, errlen, "out of memory");
     }
     if (h) XXH3_64bits_reset(h);
     *bytes = 0;
@@ -222,7 +223,7 @@ static int write_segs(const char *path, const seg_t *segs, size_t nsegs, const u
                 int e = errno;
                 if (h) XXH3_freeState(h);
                 writer_close(&w);
-                return px_ckpt_fail(err, errlen, "writing %s: %s", path, strerror(e));
+                return px_err_set(err, errlen, "writing %s: %s", path, strerror(e));
             }
             if (h) XXH3_64bits_update(h, p, len);
             p += len, left -= len, *bytes += len;
@@ -230,7 +231,7 @@ static int write_segs(const char *path, const seg_t *segs, size_t nsegs, const u
     }
     *hash = h ? XXH3_64bits_digest(h) : *known;
     if (h) XXH3_freeState(h);
-    if (writer_close(&w) != 0) return px_ckpt_fail(err, errlen, "writing %s: %s", path, strerror(errno));
+    if (writer_close(&w) != 0) return px_err_set(err, errlen, "writing %s: %s", path, strerror(errno));
     return 0;
 }
 
@@ -240,7 +241,7 @@ static int write_runs(const char *path, const px_train_state_t *s, const size_t 
                       uint64_t *bytes, uint64_t *hash, char *err, size_t errlen) {
     size_t nsegs = (size_t)s->nbuf * nruns;
     seg_t *segs = malloc((nsegs ? nsegs : 1) * sizeof *segs);
-    if (!segs) return px_ckpt_fail(err, errlen, "out of memory");
+    if (!segs) return px_err_set(err, errlen, "out of memory");
     for (size_t k = 0; k < nsegs; k++) {
         segs[k].p = (const char *)(s->buf[k / nruns] + runs[k % nruns][0]);
         segs[k].len = runs[k % nruns][1] * sizeof(float);
@@ -252,13 +253,13 @@ static int write_runs(const char *path, const px_train_state_t *s, const size_t 
 
 static int write_text(const char *path, const char *text, char *err, size_t errlen) {
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return px_ckpt_fail(err, errlen, "creating %s: %s", path, strerror(errno));
+    if (fd < 0) return px_err_set(err, errlen, "creating %s: %s", path, strerror(errno));
     if (write_all(fd, text, strlen(text)) != 0 || fsync(fd) != 0) {
         int e = errno;
         close(fd);
-        return px_ckpt_fail(err, errlen, "writing %s: %s", path, strerror(e));
+        return px_err_set(err, errlen, "writing %s: %s", path, strerror(e));
     }
-    if (close(fd) != 0) return px_ckpt_fail(err, errlen, "writing %s: %s", path, strerror(errno));
+    if (close(fd) != 0) return px_err_set(err, errlen, "writing %s: %s", path, strerror(errno));
     return 0;
 }
 
@@ -266,12 +267,12 @@ static int write_text(const char *path, const char *text, char *err, size_t errl
  * that restore skipped) is moved aside first and removed after. */
 static int publish(const char *dir, const char *tmp, const char *final, char *err, size_t errlen) {
     if (rename(tmp, final) == 0) return 0;
-    if (errno != ENOTEMPTY && errno != EEXIST) return px_ckpt_fail(err, errlen, "renaming %s: %s", tmp, strerror(errno));
+    if (errno != ENOTEMPTY && errno != EEXIST) return px_err_set(err, errlen, "renaming %s: %s", tmp, strerror(errno));
     char old[4200], host[64] = "host";
     gethostname(host, sizeof host - 1);
     snprintf(old, sizeof old, "%s/.old-%s-%s-%d", dir, strrchr(final, '/') + 1, host, (int)getpid());
     if (rename(final, old) != 0 || rename(tmp, final) != 0)
-        return px_ckpt_fail(err, errlen, "replacing %s: %s", final, strerror(errno));
+        return px_err_set(err, errlen, "replacing %s: %s", final, strerror(errno));
     rm_rf(old);
     return 0;
 }
@@ -283,7 +284,7 @@ static int finish(const char *dir, const char *tmp, const char *final, px_ckpt_m
 /* A state the format has tensors for: params, m, v and perhaps outer_m. */
 static int nbuf_ok(const px_train_state_t *s, char *err, size_t errlen) {
     if (s->nbuf == PX_STATE_NBUF || s->nbuf == PX_STATE_MAXBUF) return 0;
-    return px_ckpt_fail(err, errlen, "a state of %d buffers: a checkpoint holds %d or %d", s->nbuf, PX_STATE_NBUF,
+    return px_err_set(err, errlen, "a state of %d buffers: a checkpoint holds %d or %d", s->nbuf, PX_STATE_NBUF,
                         PX_STATE_MAXBUF);
 }
 
@@ -300,16 +301,16 @@ int px_ckpt_write_files(const char *dir, const px_train_state_t *s, const px_gpt
     if (nbuf_ok(s, err, errlen) != 0) return -1;
     px_ckpt_manifest_t m;
     if (px_ckpt_manifest_whole(&m, cfg, s->nbuf, DATA_PREFIX, part_floats) != 0)
-        return px_ckpt_fail(err, errlen, "out of memory, or parts of %zu floats are not usable", part_floats);
+        return px_err_set(err, errlen, "out of memory, or parts of %zu floats are not usable", part_floats);
     uint64_t total = 0;
     for (int f = 0; f < m.nfiles; f++) total += m.files[f].bytes;
     if (total != px_state_bytes(s)) {
         px_ckpt_manifest_free(&m);
-        return px_ckpt_fail(err, errlen, "state of %zu floats does not fit the model's %" PRIu64 " bytes", s->n, total);
+        return px_err_set(err, errlen, "state of %zu floats does not fit the model's %" PRIu64 " bytes", s->n, total);
     }
     if (mkdirs(dir) != 0) {
         px_ckpt_manifest_free(&m);
-        return px_ckpt_fail(err, errlen, "creating the checkpoint folder %s: %s", dir, strerror(errno));
+        return px_err_set(err, errlen, "creating the checkpoint folder %s: %s", dir, strerror(errno));
     }
     char host[64] = "host", tmp[4200], path[4300], final[4200];
     gethostname(host, sizeof host - 1);
@@ -320,7 +321,7 @@ int px_ckpt_write_files(const char *dir, const px_train_state_t *s, const px_gpt
     rm_rf(tmp); /* a leftover of an earlier attempt of this process */
     if (mkdir(tmp, 0755) != 0) {
         px_ckpt_manifest_free(&m);
-        return px_ckpt_fail(err, errlen, "creating %s: %s", tmp, strerror(errno));
+        return px_err_set(err, errlen, "creating %s: %s", tmp, strerror(errno));
     }
     const int parts = m.nfiles / s->nbuf; /* file b * parts + k: part k of buffer b */
     for (int f = 0; f < m.nfiles; f++) {
@@ -357,19 +358,19 @@ static int finish(const char *dir, const char *tmp, const char *final, px_ckpt_m
     if (meta->pp > 0) m->pp = meta->pp;
     snprintf(m->writer_group, sizeof m->writer_group, "%s", meta->writer_group ? meta->writer_group : "");
     if (!(text = px_ckpt_manifest_encode(m))) {
-        px_ckpt_fail(err, errlen, "out of memory");
+        px_err_set(err, errlen, "out of memory");
         goto bad;
     }
     snprintf(path, sizeof path, "%s/%s", tmp, PX_CKPT_MANIFEST);
     if (write_text(path, text, err, errlen) != 0) goto bad;
     if (fsync_path(tmp) != 0) {
-        px_ckpt_fail(err, errlen, "syncing %s: %s", tmp, strerror(errno));
+        px_err_set(err, errlen, "syncing %s: %s", tmp, strerror(errno));
         goto bad;
     }
     if (publish(dir, tmp, final, err, errlen) != 0) goto bad;
     if (fsync_path(dir) != 0) {
         /* Published but perhaps not durable: say so, it is not an error a retry fixes. */
-        px_ckpt_fail(err, errlen, "syncing %s: %s", dir, strerror(errno));
+        px_err_set(err, errlen, "syncing %s: %s", dir, strerror(errno));
         free(text);
         return -1;
     }
@@ -408,14 +409,14 @@ int px_ckpt_write_part(const char *dir, const px_train_state_t *s, const px_ckpt
     memset(res, 0, sizeof *res);
     if (nbuf_ok(s, err, errlen) != 0) return -1;
     if (part->plan && part->plan->outer_momentum != (s->nbuf == PX_STATE_MAXBUF))
-        return px_ckpt_fail(err, errlen, "a state of %d buffers, a plan for %d", s->nbuf,
+        return px_err_set(err, errlen, "a state of %d buffers, a plan for %d", s->nbuf,
                             part->plan->outer_momentum ? PX_STATE_MAXBUF : PX_STATE_NBUF);
-    if (mkdirs(dir) != 0) return px_ckpt_fail(err, errlen, "creating the checkpoint folder %s: %s", dir, strerror(errno));
+    if (mkdirs(dir) != 0) return px_err_set(err, errlen, "creating the checkpoint folder %s: %s", dir, strerror(errno));
     char tmp[4200], path[4300], done[4300], final[4200];
     px_ckpt_path(dir, s->step, final, sizeof final);
     snprintf(tmp, sizeof tmp, "%s/.tmp-%s-%s-q%lld", dir, strrchr(final, '/') + 1,
              meta->writer_group && meta->writer_group[0] ? meta->writer_group : "group", (long long)meta->quorum_id);
-    if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return px_ckpt_fail(err, errlen, "creating %s: %s", tmp, strerror(errno));
+    if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return px_err_set(err, errlen, "creating %s: %s", tmp, strerror(errno));
     snprintf(path, sizeof path, "%s/rank%05d.bin", tmp, part->rank);
     uint64_t bytes = 0, hash = 0;
     if (write_runs(path, s, part->runs, part->nruns, &bytes, &hash, err, errlen) != 0) return -1;
@@ -424,7 +425,7 @@ int px_ckpt_write_part(const char *dir, const px_train_state_t *s, const px_ckpt
     snprintf(path, sizeof path, "%s/rank%05d.part", tmp, part->rank);
     snprintf(done, sizeof done, "%s/rank%05d.done", tmp, part->rank);
     if (write_text(path, marker, err, errlen) != 0) return -1;
-    if (rename(path, done) != 0) return px_ckpt_fail(err, errlen, "renaming %s: %s", path, strerror(errno));
+    if (rename(path, done) != 0) return px_err_set(err, errlen, "renaming %s: %s", path, strerror(errno));
     if (part->rank != 0) {
         snprintf(res->path, sizeof res->path, "%s", tmp);
         res->bytes = bytes;
@@ -434,7 +435,7 @@ int px_ckpt_write_part(const char *dir, const px_train_state_t *s, const px_ckpt
     /* rank 0: every part, then the manifest */
     px_ckpt_manifest_t m = *part->plan;
     m.files = calloc((size_t)m.nfiles, sizeof *m.files);
-    if (!m.files) return px_ckpt_fail(err, errlen, "out of memory");
+    if (!m.files) return px_err_set(err, errlen, "out of memory");
     memcpy(m.files, part->plan->files, (size_t)m.nfiles * sizeof *m.files);
     int rc = 0;
     uint64_t total = 0;
@@ -447,12 +448,12 @@ int px_ckpt_write_part(const char *dir, const px_train_state_t *s, const px_ckpt
                !(cancelled = part->cancel && __atomic_load_n(part->cancel, __ATOMIC_ACQUIRE)))
             px_sleep_ms(20);
         if (got != 1 && cancelled)
-            rc = px_ckpt_fail(err, errlen, "rank %d's part had not arrived when the group lost a member", r);
+            rc = px_err_set(err, errlen, "rank %d's part had not arrived when the group lost a member", r);
         else if (got != 1)
-            rc = px_ckpt_fail(err, errlen, got == 0 ? "rank %d's part did not arrive within %d ms" : "rank %d's marker is unreadable",
+            rc = px_err_set(err, errlen, got == 0 ? "rank %d's part did not arrive within %d ms" : "rank %d's marker is unreadable",
                               r, part->wait_ms);
         else if (r >= m.nfiles || b != m.files[r].bytes)
-            rc = px_ckpt_fail(err, errlen, "rank %d wrote %llu bytes, the layout gives %llu", r, (unsigned long long)b,
+            rc = px_err_set(err, errlen, "rank %d wrote %llu bytes, the layout gives %llu", r, (unsigned long long)b,
                               r < m.nfiles ? (unsigned long long)m.files[r].bytes : 0ull);
         else
             m.files[r].xxh3 = h, total += b;

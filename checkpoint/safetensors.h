@@ -2,7 +2,7 @@
  * Hugging Face safetensors file, without I/O:
  * which tensors, in which orientation, where each lands in the data section,
  * the header, and the data. phalanx-ckpt export writes the two with
- * px_file_write_atomic (model/shard.h).
+ * px_file_write_atomic (common/px_file.h).
  *
  * The file: an 8-byte little-endian header length N, N bytes of JSON
  * {NAME: {"dtype":"F32","shape":[...],"data_offsets":[begin,end]}, ...,

@@ -14,6 +14,11 @@ int px_rate_hit(px_rate_t *r, int64_t now_ms) {
     return 0;
 }
 
+int px_rate_log_ok(px_rate_t *r, int64_t now_ms) {
+    px_rate_take(r, now_ms, 0); /* drops the count; ends a window that is over */
+    return px_rate_hit(r, now_ms);
+}
+
 uint64_t px_rate_take(px_rate_t *r, int64_t now_ms, int force) {
     if (!r->suppressed || (!force && now_ms - r->window_ms < 1000)) return 0;
     uint64_t n = r->suppressed;

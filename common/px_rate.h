@@ -3,8 +3,10 @@
  * first per_s occurrences in each one-second window are emitted one by one;
  * the rest are counted and emitted later as one summary with their count.
  * Counts always add up, and a flood costs at most per_s + 1 events a second,
- * so it cannot fill the event log's disk. Pure logic (the caller passes the
- * clock), tested as a table (tests/control/test_ratelimit.c). */
+ * so it cannot fill the event log's disk. The log lines about the same
+ * occurrences go through a limiter of their own (px_rate_log_ok), with no
+ * summary: each line carries the running total. Pure logic (the caller
+ * passes the clock), tested as a table (tests/control/test_ratelimit.c). */
 #ifndef PX_RATE_H
 #define PX_RATE_H
 
@@ -26,5 +28,13 @@ int px_rate_hit(px_rate_t *r, int64_t now_ms);
  * suppressed, once their window has ended or when force is set (shutdown).
  * Taking a summary starts a new window. */
 uint64_t px_rate_take(px_rate_t *r, int64_t now_ms, int force);
+
+/* Log lines of one kind a peer can cause, a second (a px_rate_t's per_s for
+ * px_rate_log_ok): enough to see what a flood is, too few to fill a disk. */
+#define PX_RATE_LOG_LINES_PER_S 5
+/* For log lines rather than events: counts one occurrence, 1 when the
+ * caller should log it (at most per_s a second), 0 when not. Nothing is
+ * summarised: the lines say the total themselves (total=N). */
+int px_rate_log_ok(px_rate_t *r, int64_t now_ms);
 
 #endif

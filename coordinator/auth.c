@@ -14,6 +14,7 @@
 
 #include "px_buf.h"
 #include "px_log.h"
+#include "px_rate.h"
 #include "px_time.h"
 #include "px_wire.h"
 
@@ -226,8 +227,8 @@ struct px_auth {
     atomic_int stop;
     atomic_int n_keys;
     px_auth_keys_t keys;         /* the thread's own */
-    int64_t window_ms;           /* rate limit window (thread only) */
-    uint64_t in_window, suppressed, rejected_total;
+    px_rate_t events, lines;     /* rate limits of rejections' events and log lines (thread only) */
+    uint64_t rejected_total;
     pthread_mutex_t mu;          /* guards the queue */
     auth_event_t queue[AUTH_QUEUE_MAX];
     int n_queue;
@@ -247,35 +248,28 @@ static void queue_event(px_auth_t *a, const char *type, char *fields, uint64_t c
     free(fields);
 }
 
-static void flush_summary(px_auth_t *a) {
-    if (!a->suppressed) return;
+/* Queues one event for the rejections not recorded one by one, once their
+ * second is over (force: at once). */
+static void flush_summary(px_auth_t *a, int64_t now, int force) {
+    uint64_t n = px_rate_take(&a->events, now, force);
+    if (!n) return;
     px_buf_t b;
     px_buf_init(&b);
     px_buf_printf(&b, "\"message\":\"handshake\",\"mechanism\":\"CURVE\",\"detail\":\"more than %d rejected "
                       "handshakes in a second; summarised\",\"count\":%llu",
-                  AUTH_EVENTS_PER_S, (unsigned long long)a->suppressed);
-    queue_event(a, "auth_rejected", px_buf_take(&b, NULL), a->suppressed);
-    a->suppressed = 0;
-}
-
-static void roll_window(px_auth_t *a, int64_t now) {
-    if (now - a->window_ms < 1000) return;
-    flush_summary(a);
-    a->window_ms = now;
-    a->in_window = 0;
+                  AUTH_EVENTS_PER_S, (unsigned long long)n);
+    queue_event(a, "auth_rejected", px_buf_take(&b, NULL), n);
 }
 
 static void record_rejection(px_auth_t *a, const char *mechanism, const char *key_z85, const char *address,
                              const char *detail) {
     a->rejected_total++;
-    if (a->rejected_total <= 10 || a->rejected_total % 1000 == 0)
+    int64_t now = px_now_ms();
+    if (px_rate_log_ok(&a->lines, now))
         px_log_warn("auth_rejected mechanism=%s key=%s address=%s detail=\"%s\" total=%llu", mechanism,
                     key_z85[0] ? key_z85 : "-", address, detail, (unsigned long long)a->rejected_total);
-    roll_window(a, px_now_ms());
-    if (++a->in_window > AUTH_EVENTS_PER_S) {
-        a->suppressed++;
-        return;
-    }
+    flush_summary(a, now, 0);
+    if (!px_rate_hit(&a->events, now)) return;
     px_buf_t b;
     px_buf_init(&b);
     px_buf_printf(&b, "\"message\":\"handshake\",\"mechanism\":");
@@ -385,9 +379,9 @@ static void *auth_main(void *arg) {
         int rc = zmq_poll(&it, 1, ZAP_POLL_MS);
         if (a->reload && atomic_exchange(a->reload, 0)) reload_keys(a);
         if (rc > 0 && (it.revents & ZMQ_POLLIN)) serve_one(a);
-        roll_window(a, px_now_ms());
+        flush_summary(a, px_now_ms(), 0);
     }
-    flush_summary(a);
+    flush_summary(a, px_now_ms(), 1);
     return NULL;
 }
 
@@ -414,7 +408,8 @@ px_auth_t *px_auth_start(void *zctx, const char *keys_path, atomic_int *reload, 
         px_auth_stop(&a, NULL, NULL);
         return NULL;
     }
-    a->window_ms = px_now_ms();
+    a->events = (px_rate_t){.name = "auth_rejected", .per_s = AUTH_EVENTS_PER_S};
+    a->lines = (px_rate_t){.name = "auth_rejected", .per_s = PX_RATE_LOG_LINES_PER_S};
     if (pthread_create(&a->thread, NULL, auth_main, a) != 0) {
         snprintf(err, errlen, "ZAP handler: cannot start its thread");
         px_auth_stop(&a, NULL, NULL);

@@ -102,6 +102,7 @@ struct px_coordinator {
     px_coord_stats_t stats;
     int64_t hb_window_start_ms;
     px_rate_t rl_bad, rl_auth, rl_conflict, rl_refused; /* event rate limits, see px_rate.h */
+    px_rate_t log_bad, log_conflict, log_udp_dropped, log_udp_off; /* log line rate limits (px_rate_log_ok) */
     uint64_t hb_window_count;
     px_rate_t limit_rate[PX_LIMIT_KINDS]; /* limit_reached event rate limits */
     char limit_fields[PX_LIMIT_KINDS][96]; /* "limit":NAME,"max":N of each */
@@ -828,7 +829,7 @@ static void refuse_identity_conflict(px_coordinator_t *c, const void *ident, siz
     px_json_escape(r->host, host_esc, sizeof host_esc);
     emit_limited(c, &c->rl_conflict, "\"group\":\"%s\",\"rank\":%d,\"holder_pid\":%d,\"claimant_pid\":%u,\"claimant_host\":\"%s\"",
                  holder->group, holder->rank, holder->pid, r->pid, host_esc);
-    if (c->stats.identity_conflicts <= 10 || c->stats.identity_conflicts % 1000 == 0)
+    if (px_rate_log_ok(&c->log_conflict, px_now_ms()))
         px_log_warn("identity_conflict group=%s rank=%d holder_pid=%d claimant_pid=%u total=%llu", holder->group,
                     holder->rank, holder->pid, r->pid, (unsigned long long)c->stats.identity_conflicts);
     char why[160];
@@ -1166,7 +1167,7 @@ static void on_datagram(void *ctx, const uint8_t *buf, size_t len) {
     }
     if (why) {
         c->stats.udp_dropped++;
-        if (c->stats.udp_dropped <= 10 || c->stats.udp_dropped % 10000 == 0)
+        if (px_rate_log_ok(&c->log_udp_dropped, px_now_ms()))
             px_log_warn("udp_datagram_dropped bytes=%zu why=\"%s\" total=%llu", len, why,
                         (unsigned long long)c->stats.udp_dropped);
         px_wire_free(msg);
@@ -1195,7 +1196,7 @@ static void on_datagram(void *ctx, const uint8_t *buf, size_t len) {
 static void tell_udp_off(px_coordinator_t *c, px_member_t *m) {
     m->udp_watch = 0;
     c->stats.udp_off++;
-    if (c->stats.udp_off <= 10 || c->stats.udp_off % 1000 == 0)
+    if (px_rate_log_ok(&c->log_udp_off, px_now_ms()))
         px_log_warn("udp_heartbeats_silent group=%s rank=%d: told to heartbeat over its connection (total=%llu)",
                     m->group, m->rank, (unsigned long long)c->stats.udp_off);
     Phalanx__Envelope env = PHALANX__ENVELOPE__INIT;
@@ -1307,31 +1308,33 @@ static int refuse_run_finished(px_coordinator_t *c, const void *ident, size_t id
 }
 
 /* Checkpoint events carry their own fields (docs/protocol.md): the worker
- * sends a path (or, for a rejection, path, file and fault tab-separated, or,
- * for a failure, the reason) in detail, bytes, and milliseconds in ms. */
-static void emit_checkpoint_event(px_coordinator_t *c, const px_member_t *m, const Phalanx__WorkerEvent *w) {
-    char parts[3][PX_REASON_MAX * 2 + 8] = {"", "", ""}, raw[PX_REASON_MAX + 1];
+ * sends in detail a path, a failure's reason, or a rejection's path, file
+ * and fault (px_wire.h); bytes; and milliseconds in ms. k is the kind
+ * without its prefix ("saved"). */
+static void emit_checkpoint_event(px_coordinator_t *c, const px_member_t *m, const Phalanx__WorkerEvent *w,
+                                  const char *k) {
+    char parts[PX_WIRE_CKPT_FIELDS][PX_REASON_MAX * 2 + 8], raw[PX_REASON_MAX + 1];
+    const char *field[PX_WIRE_CKPT_FIELDS] = {raw, "", ""};
     snprintf(raw, sizeof raw, "%s", w->detail ? w->detail : "");
-    char *save = NULL, *tok = strtok_r(raw, "\t", &save);
-    for (int i = 0; i < 3 && tok; i++, tok = strtok_r(NULL, "\t", &save)) px_json_escape(tok, parts[i], sizeof parts[i]);
-    const char *k = w->kind + 11;
+    if (!strcmp(k, "rejected")) px_wire_ckpt_rejected_split(raw, field);
+    for (int i = 0; i < PX_WIRE_CKPT_FIELDS; i++) px_json_escape(field[i], parts[i], sizeof parts[i]);
     double s = w->ms / 1000.0;
     if (!strcmp(k, "saved"))
         emit(c, w->kind, "\"group\":\"%s\",\"rank\":%d,\"step\":%lld,\"path\":\"%s\",\"bytes\":%llu,\"seconds\":%.3f,\"mb_per_s\":%.1f",
-             m->group, m->rank, (long long)w->step, parts[0], (unsigned long long)w->bytes, s,
+             m->group, m->rank, (long long)w->step, parts[PX_WIRE_CKPT_PATH], (unsigned long long)w->bytes, s,
              s > 0 ? (double)w->bytes / 1e6 / s : 0.0);
     else if (!strcmp(k, "restored"))
         emit(c, w->kind, "\"group\":\"%s\",\"rank\":%d,\"step\":%lld,\"path\":\"%s\",\"bytes\":%llu,\"seconds\":%.3f",
-             m->group, m->rank, (long long)w->step, parts[0], (unsigned long long)w->bytes, s);
+             m->group, m->rank, (long long)w->step, parts[PX_WIRE_CKPT_PATH], (unsigned long long)w->bytes, s);
     else if (!strcmp(k, "rejected"))
         emit(c, w->kind, "\"group\":\"%s\",\"rank\":%d,\"path\":\"%s\",\"file\":\"%s\",\"fault\":\"%s\"", m->group,
-             m->rank, parts[0], parts[1], parts[2]);
+             m->rank, parts[PX_WIRE_CKPT_PATH], parts[PX_WIRE_CKPT_FILE], parts[PX_WIRE_CKPT_FAULT]);
     else if (!strcmp(k, "failed"))
         emit(c, w->kind, "\"group\":\"%s\",\"rank\":%d,\"step\":%lld,\"reason\":\"%s\"", m->group, m->rank,
-             (long long)w->step, parts[0]);
+             (long long)w->step, parts[0] /* the whole detail */);
     else /* started */
         emit(c, w->kind, "\"group\":\"%s\",\"rank\":%d,\"quorum_id\":%lld,\"step\":%lld,\"path\":\"%s\",\"held_ms\":%u",
-             m->group, m->rank, (long long)w->quorum_id, (long long)w->step, parts[0], w->ms);
+             m->group, m->rank, (long long)w->quorum_id, (long long)w->step, parts[PX_WIRE_CKPT_PATH], w->ms);
 }
 
 /* The worker events the dashboard marks, as a line for people. */
@@ -1354,8 +1357,9 @@ static void on_worker_event(px_coordinator_t *c, const void *ident, size_t ident
     const Phalanx__WorkerEvent *w = msg->worker_event;
     int finished = !strcmp(w->kind, "run_finished");
     if (finished && refuse_run_finished(c, ident, ident_len, msg->request_id, m, w)) return;
-    if (!strncmp(w->kind, "checkpoint_", 11)) {
-        emit_checkpoint_event(c, m, w);
+    const char *ckpt = px_wire_ckpt_event(w->kind);
+    if (ckpt) {
+        emit_checkpoint_event(c, m, w, ckpt);
     } else {
         char detail[PX_REASON_MAX * 2 + 8];
         px_json_escape(w->detail ? w->detail : "", detail, sizeof detail);
@@ -1602,8 +1606,8 @@ static void bad_message(px_coordinator_t *c, const void *ident, size_t ident_len
     char esc[512];
     px_json_escape(why, esc, sizeof esc);
     emit_limited(c, &c->rl_bad, "\"error\":\"%s\",\"detail\":\"%s\"", px_wire_error_name(code), esc);
-    /* Log the first few, then one line in a thousand: a fuzzer must not flood the log. */
-    if (c->stats.bad_messages <= 10 || c->stats.bad_messages % 1000 == 0)
+    /* A few lines a second: a fuzzer must not flood the log. */
+    if (px_rate_log_ok(&c->log_bad, px_now_ms()))
         px_log_warn("bad_message error=%s detail=\"%s\" total=%llu", px_wire_error_name(code), why,
                     (unsigned long long)c->stats.bad_messages);
     reply_error(c, ident, ident_len, req_id, code, why);
@@ -2036,6 +2040,10 @@ px_coordinator_t *px_coordinator_new(const px_coordinator_config_t *cfg, char *e
     c->rl_auth = (px_rate_t){.name = "auth_rejected", .per_s = PX_PEER_EVENTS_PER_S};
     c->rl_conflict = (px_rate_t){.name = "identity_conflict", .per_s = PX_PEER_EVENTS_PER_S};
     c->rl_refused = (px_rate_t){.name = "report_refused", .per_s = PX_PEER_EVENTS_PER_S};
+    c->log_bad = (px_rate_t){.name = "bad_message", .per_s = PX_RATE_LOG_LINES_PER_S};
+    c->log_conflict = (px_rate_t){.name = "identity_conflict", .per_s = PX_RATE_LOG_LINES_PER_S};
+    c->log_udp_dropped = (px_rate_t){.name = "udp_datagram_dropped", .per_s = PX_RATE_LOG_LINES_PER_S};
+    c->log_udp_off = (px_rate_t){.name = "udp_heartbeats_silent", .per_s = PX_RATE_LOG_LINES_PER_S};
     px_quorum_init(&c->quorum);
     c->kv = px_kv_new();
     c->history = px_history_new(PX_HISTORY_POINTS, PX_HISTORY_EVENTS);

@@ -1,10 +1,7 @@
 # px_events: the coordinator's event log (JSONL file or Kafka with a spill
 # file). A library of its own so tests/kafka drives it without a coordinator.
 # See coordinator/events.h for the API and docs/events.md for the schema.
-# px_events_spec: the --events spec parser alone (no librdkafka, no threads),
-# for readers of the log such as phalanxctl.
-add_library(px_events_spec STATIC ${CMAKE_CURRENT_LIST_DIR}/events_spec.c)
-target_include_directories(px_events_spec PUBLIC ${CMAKE_CURRENT_LIST_DIR})
+# The --events spec parser it builds on is common/px_events_spec.
 
 add_library(px_events STATIC
   ${CMAKE_CURRENT_LIST_DIR}/events.c

@@ -20,11 +20,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "px_events_spec.h" /* the spec's grammar, PX_EVENTS_MAX_INFLIGHT */
+
 #define PX_EVENTS_SCHEMA_VERSION 1
 /* Largest event line in bytes; bigger `fields` are replaced by a marker. */
 #define PX_EVENTS_MAX_LINE 65536
-/* Upper bound of max_inflight (the tunable and the spec's ?max_inflight=). */
-#define PX_EVENTS_MAX_INFLIGHT 1000000
 
 typedef struct px_events px_events_t;
 
@@ -50,7 +50,8 @@ typedef struct {
 void px_events_opts_default(px_events_opts_t *opts);
 
 /* spec: "file:PATH" (JSONL, appended, flushed+fsynced in batches),
- * "kafka:HOST:PORT[,HOST:PORT...]/TOPIC[?max_inflight=N]", or NULL/"none".
+ * "kafka:HOST:PORT[,HOST:PORT...]/TOPIC[?max_inflight=N]", or NULL/"none"
+ * (the grammar: px_events_spec.h).
  * job: the job id (Kafka message key). spill_dir: where the Kafka backlog
  * spills (a file named after the job; NULL means "."). A backlog left there by
  * a previous run of the same job is delivered before this run's events.
@@ -60,22 +61,6 @@ px_events_t *px_events_new(const char *spec, const char *job, const char *spill_
 /* Same, with tunables (NULL = defaults). A ?max_inflight= in spec wins. */
 px_events_t *px_events_new_opts(const char *spec, const char *job, const char *spill_dir,
                                 const px_events_opts_t *opts, char *err, size_t errlen);
-
-/* A spec taken apart (events_spec.c, pure parsing: readers of the log such as
- * phalanxctl link it alone). */
-typedef enum { PX_EVENTS_SINK_NONE, PX_EVENTS_SINK_FILE, PX_EVENTS_SINK_KAFKA } px_events_sink_t;
-typedef struct {
-    px_events_sink_t sink;
-    const char *path;  /* file: points into the spec string */
-    char brokers[1024]; /* kafka: HOST:PORT[,HOST:PORT...] */
-    char topic[256];    /* kafka: */
-    int max_inflight;   /* kafka: ?max_inflight=N, 0 when not given */
-} px_events_spec_t;
-
-/* Parses a spec of the grammar above (NULL, "" and "none" give SINK_NONE).
- * 0, or -1 with a message that quotes spec and names the bad part. Checks
- * the syntax only: it opens no file and reaches no broker. */
-int px_events_spec_parse(const char *spec, px_events_spec_t *out, char *err, size_t errlen);
 
 /* Appends one event. fields: extra JSON members without braces, e.g.
  * "\"group\":\"g1\",\"rank\":0", or NULL. Adds "v" (schema version), "type",

@@ -66,16 +66,6 @@ px_store_kv_t *px_kv_new(void) {
 
 void px_kv_set_limits(px_store_kv_t *s, const px_kv_limits_t *lim) { s->lim = *lim; }
 
-const char *px_kv_rc_name(int rc) {
-    switch (rc) {
-    case PX_KV_OK: return "ok";
-    case PX_KV_LIMIT_KEYS: return "store_keys";
-    case PX_KV_LIMIT_BYTES: return "store_bytes";
-    case PX_KV_LIMIT_WAITERS: return "store_waiters";
-    default: return "no_memory";
-    }
-}
-
 /* ---- lookups ----------------------------------------------------------- */
 
 /* The index key [q][key] in buf (or malloc'd when longer); NULL: no memory. */

@@ -48,8 +48,6 @@ px_store_kv_t *px_kv_new(void);
 void px_kv_destroy(px_store_kv_t **self);
 /* Applies to later requests; what is stored already stays. */
 void px_kv_set_limits(px_store_kv_t *s, const px_kv_limits_t *lim);
-/* "store_keys", "store_bytes", "store_waiters", "no_memory" or "ok". */
-const char *px_kv_rc_name(int rc);
 /* Sets (quorum_id, key); answers the waiters for it through fn. PX_KV_OK,
  * PX_KV_NO_MEMORY, PX_KV_LIMIT_KEYS (a new key past the key limit) or
  * PX_KV_LIMIT_BYTES (a value that would grow the store past the byte limit). */

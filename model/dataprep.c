@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 
 #include "px_err.h"
-#include "shard.h"
+#include "token_file.h"
 
 /* Growable token buffer for one split; flushed as a shard when full. */
 typedef struct {
@@ -29,7 +29,7 @@ static int sink_flush(sink_t *s, char *err, size_t errlen) {
     char *path = malloc(plen);
     if (!path) return px_err_set(err, errlen, "out of memory");
     snprintf(path, plen, "%s/%s_%06d.bin", s->dir, s->split, s->shards);
-    int rc = px_shard_write(path, s->buf, s->n, err, errlen);
+    int rc = px_token_file_write(path, s->buf, s->n, err, errlen);
     free(path);
     if (rc != 0) return -1;
     s->shards++;

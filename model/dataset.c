@@ -9,12 +9,11 @@
 
 #include "px_err.h"
 #include "rng.h"
-#include "shard.h"
+#include "token_file.h"
 
 struct px_dataset {
     uint16_t *tokens; /* (n) all shards, concatenated in name order */
     size_t n;
-    int nshards;
 };
 
 uint64_t px_permute(uint64_t x, uint64_t n, uint64_t key) {
@@ -77,7 +76,7 @@ px_dataset_t *px_dataset_open(const char *dir, const char *split, int vocab_size
     for (size_t f = 0; f < gl.gl_pathc; f++) {
         uint16_t *t;
         size_t n;
-        if (px_shard_read(gl.gl_pathv[f], vocab_size, &t, &n, err, errlen) != 0) {
+        if (px_token_file_read(gl.gl_pathv[f], vocab_size, &t, &n, err, errlen) != 0) {
             globfree(&gl);
             px_dataset_destroy(&ds);
             return NULL;
@@ -94,7 +93,6 @@ px_dataset_t *px_dataset_open(const char *dir, const char *split, int vocab_size
         free(t);
         ds->tokens = all;
         ds->n += n;
-        ds->nshards++;
     }
     if (ds->n < min_tokens) {
         px_err_set(err, errlen, "%s shards in '%s' hold %zu tokens, fewer than the %zu needed",
@@ -115,7 +113,6 @@ void px_dataset_destroy(px_dataset_t **self) {
 }
 
 size_t px_dataset_num_tokens(const px_dataset_t *self) { return self->n; }
-int px_dataset_num_shards(const px_dataset_t *self) { return self->nshards; }
 
 static void copy_window(const px_dataset_t *self, uint64_t off, int T, int *inputs, int *targets) {
     const uint16_t *w = self->tokens + off;

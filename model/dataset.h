@@ -33,7 +33,6 @@ px_dataset_t *px_dataset_open(const char *dir, const char *split, int vocab_size
                               size_t min_tokens, char *err, size_t errlen);
 void px_dataset_destroy(px_dataset_t **self);
 size_t px_dataset_num_tokens(const px_dataset_t *self);
-int px_dataset_num_shards(const px_dataset_t *self);
 
 /* Training samples i0 .. i0+count-1 of step `step` of a global batch of
  * B_global: inputs and targets (count, T). */

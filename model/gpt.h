@@ -72,7 +72,7 @@ int px_gpt_tensor_is_matrix(int tensor);
 
 struct px_gpt_acts; /* activations and scratch, private to gpt.c */
 
-/* ---- sharded models (parallel/shard.h builds on these) ----
+/* ---- sharded models (parallel/sharded.h builds on these) ----
  *
  * A sharded rank does not hold the four buffers. Its parameters come, one
  * unit at a time, from a source: unit 0 is the outer unit (wte, wpe, lnfw,

@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "px_err.h"
-#include "shard.h"
+#include "px_file.h"
 
 #define HEADER_INTS 256
 #define HEADER_BYTES (HEADER_INTS * (long)sizeof(int32_t))
@@ -69,15 +69,6 @@ static int read_header(const char *path, FILE **fp, int32_t h[HEADER_INTS], long
         return px_err_set(err, errlen, "model file '%s' has a bad config: %s", path, why);
     }
     *fp = f;
-    return 0;
-}
-
-int px_llmc_read_config(const char *path, px_gpt_config_t *cfg, char *err, size_t errlen) {
-    FILE *f = NULL;
-    int32_t h[HEADER_INTS];
-    long long size;
-    if (read_header(path, &f, h, &size, cfg, err, errlen) != 0) return -1;
-    fclose(f);
     return 0;
 }
 

@@ -13,9 +13,6 @@
 #define PX_LLMC_MAGIC 20240326
 #define PX_LLMC_VERSION_FP32 3
 
-/* Reads and checks the header only. 0, or -1 with a message naming the file. */
-int px_llmc_read_config(const char *path, px_gpt_config_t *cfg, char *err, size_t errlen);
-
 /* Creates a model from a file. Rejects a bad magic, an unsupported version, a
  * bad config, a file shorter or longer than the header implies, and non-finite
  * parameters. grads, m, v start at zero. 0, or -1 with a message naming the

@@ -1,3 +1,4 @@
+
 /* The backend-independent half of px_comm: argument checks, the trivial
  * cases (empty buffers, a single rank), and the sticky failure state.
  *
@@ -13,12 +14,12 @@
  * successful backend call. */
 #include "px_comm.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "px_comm_backend.h"
+#include "px_err.h"
 #include "px_time.h"
 
 struct px_comm {
@@ -31,16 +32,6 @@ struct px_comm {
     double rate;             /* bytes/s each operation is paced to; 0: off */
     char err[512];
 };
-
-static void fmt_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void fmt_err(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 const char *px_comm_status_str(px_comm_status_t s) {
     switch (s) {
@@ -56,20 +47,20 @@ const char *px_comm_status_str(px_comm_status_t s) {
 static int check_new_args(const px_store_t *store, const char *prefix, int rank, int size,
                           int timeout_ms, char *err, size_t errlen) {
     if (!store || !store->set || !store->get) {
-        fmt_err(err, errlen, "px_comm: store and its set/get callbacks are required");
+        px_err_set(err, errlen, "px_comm: store and its set/get callbacks are required");
         return -1;
     }
     if (!prefix || !prefix[0]) {
-        fmt_err(err, errlen, "px_comm: empty store prefix (use one per quorum, e.g. \"q17/dp\")");
+        px_err_set(err, errlen, "px_comm: empty store prefix (use one per quorum, e.g. \"q17/dp\")");
         return -1;
     }
     if (size < 1 || rank < 0 || rank >= size) {
-        fmt_err(err, errlen, "px_comm: rank %d out of range for size %d (need 0 <= rank < size)",
-                rank, size);
+        px_err_set(err, errlen, "px_comm: rank %d out of range for size %d (need 0 <= rank < size)",
+                   rank, size);
         return -1;
     }
     if (timeout_ms <= 0) {
-        fmt_err(err, errlen, "px_comm: timeout_ms must be > 0, got %d", timeout_ms);
+        px_err_set(err, errlen, "px_comm: timeout_ms must be > 0, got %d", timeout_ms);
         return -1;
     }
     return 0;
@@ -80,7 +71,7 @@ static px_comm_t *wrap(const px_comm_backend_t *be, void *impl, int rank, int si
     px_comm_t *c = calloc(1, sizeof(*c));
     if (!c) {
         if (be && impl) be->destroy(impl);
-        fmt_err(err, errlen, "px_comm: out of memory");
+        px_err_set(err, errlen, "px_comm: out of memory");
         return NULL;
     }
     c->be = be;
@@ -126,9 +117,9 @@ px_comm_t *px_comm_new_nccl(const px_store_t *store, const char *prefix, int ran
     return wrap(&px_nccl_backend, impl, rank, size, timeout_ms, err, errlen);
 #else
     (void)device;
-    fmt_err(err, errlen,
-            "px_comm: NCCL backend not built (CUDA toolkit or nccl.h/libnccl not found at "
-            "configure time; see the cmake output for 'px_comm: NCCL')");
+    px_err_set(err, errlen,
+               "px_comm: NCCL backend not built (CUDA toolkit or nccl.h/libnccl not found at "
+               "configure time; see the cmake output for 'px_comm: NCCL')");
     return NULL;
 #endif
 }

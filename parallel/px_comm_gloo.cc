@@ -53,7 +53,6 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -64,6 +63,7 @@
 #include <vector>
 
 #include "px_comm_backend.h"
+#include "px_err.h"
 
 namespace {
 
@@ -458,15 +458,6 @@ class OpBuffer {
     std::unique_ptr<UnboundBuffer> ub_;
 };
 
-void fmt(char *err, size_t errlen, const char *format, ...) __attribute__((format(printf, 3, 4)));
-void fmt(char *err, size_t errlen, const char *format, ...) {
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, format);
-    vsnprintf(err, errlen, format, ap);
-    va_end(ap);
-}
-
 // Runs one operation and maps its outcome to a status.
 //
 // Gloo reports a dead peer and a timeout with the same exception type; its
@@ -478,7 +469,7 @@ template <typename Body>
 px_comm_status_t run(GlooComm *g, const char *what, int timeoutMs, char *err, size_t errlen,
                      Body &&body) {
     if (g->aborted.load()) {
-        fmt(err, errlen, "gloo %s: aborted (px_comm_abort)", what);
+        px_err_set(err, errlen, "gloo %s: aborted (px_comm_abort)", what);
         return PX_COMM_ABORTED;
     }
     const auto t0 = Clock::now();
@@ -524,11 +515,11 @@ px_comm_status_t run(GlooComm *g, const char *what, int timeoutMs, char *err, si
     if (st != PX_COMM_OK) {
         poison(g);
         interruptAll(g, msg);
-        fmt(err, errlen, "gloo %s: %s after %ld ms (timeout %d ms): %s%s", what,
-            px_comm_status_str(st), elapsed, timeoutMs, msg.c_str(),
-            st == PX_COMM_TIMEOUT ? " (a peer stopped or is slow, or called a different "
-                                    "operation, size, root or tag)"
-                                  : "");
+        px_err_set(err, errlen, "gloo %s: %s after %ld ms (timeout %d ms): %s%s", what,
+                   px_comm_status_str(st), elapsed, timeoutMs, msg.c_str(),
+                   st == PX_COMM_TIMEOUT ? " (a peer stopped or is slow, or called a different "
+                                           "operation, size, root or tag)"
+                                         : "");
     }
     return st;
 }
@@ -782,10 +773,10 @@ extern "C" void *px_gloo_new(const px_store_t *store, const char *prefix, int ra
         // this prefix served an earlier communicator: its addresses are stale
         // and rendezvous would hang or connect to the wrong process.
         if (cstore.existsNow(std::to_string(rank))) {
-            fmt(err, errlen,
-                "gloo: store prefix '%s' already used (key '%s' exists); use a fresh prefix per "
-                "quorum",
-                prefix, cstore.full(std::to_string(rank)).c_str());
+            px_err_set(err, errlen,
+                       "gloo: store prefix '%s' already used (key '%s' exists); use a fresh prefix per "
+                       "quorum",
+                       prefix, cstore.full(std::to_string(rank)).c_str());
             delete g;
             return nullptr;
         }
@@ -805,13 +796,13 @@ extern "C" void *px_gloo_new(const px_store_t *store, const char *prefix, int ra
         if (size > 1) startWatchdog(g);
         return g;
     } catch (const StoreTimeout &e) {
-        fmt(err, errlen, "gloo: rendezvous timed out after %d ms (prefix '%s', rank %d of %d): %s",
-            timeout_ms, prefix, rank, size, e.what());
+        px_err_set(err, errlen, "gloo: rendezvous timed out after %d ms (prefix '%s', rank %d of %d): %s",
+                   timeout_ms, prefix, rank, size, e.what());
     } catch (const std::exception &e) {
-        fmt(err, errlen, "gloo: cannot create communicator (prefix '%s', rank %d of %d): %s",
-            prefix, rank, size, e.what());
+        px_err_set(err, errlen, "gloo: cannot create communicator (prefix '%s', rank %d of %d): %s",
+                   prefix, rank, size, e.what());
     } catch (...) {
-        fmt(err, errlen, "gloo: cannot create communicator: unknown exception");
+        px_err_set(err, errlen, "gloo: cannot create communicator: unknown exception");
     }
     if (g) destroyComm(g);
     return nullptr;

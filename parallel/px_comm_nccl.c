@@ -18,7 +18,6 @@
  * The timeout is end to end per operation. */
 #include <cuda_runtime_api.h>
 #include <nccl.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -26,6 +25,7 @@
 #include <string.h>
 
 #include "px_comm_backend.h"
+#include "px_err.h"
 #include "px_time.h"
 
 #if NCCL_VERSION_CODE < NCCL_VERSION(2, 14, 0)
@@ -41,15 +41,6 @@ typedef struct {
     atomic_int abort_requested;
     int failed; /* an operation failed: destroy must abort, not finalize */
 } px_nccl_t;
-
-static void fmt(char *err, size_t errlen, const char *f, ...) __attribute__((format(printf, 3, 4)));
-static void fmt(char *err, size_t errlen, const char *f, ...) {
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, f);
-    vsnprintf(err, errlen, f, ap);
-    va_end(ap);
-}
 
 static void abort_now(px_nccl_t *x) {
     if (x->comm) {
@@ -78,8 +69,8 @@ static px_comm_status_t finish(px_nccl_t *x, ncclResult_t rc, const char *what, 
     const int64_t t0 = px_now_ms();
     x->timeout_ms = timeout_ms;
     if (rc != ncclSuccess && rc != ncclInProgress) {
-        fmt(err, errlen, "nccl %s: launch failed: %s (%s)", what, ncclGetErrorString(rc),
-            x->comm ? ncclGetLastError(x->comm) : "");
+        px_err_set(err, errlen, "nccl %s: launch failed: %s (%s)", what, ncclGetErrorString(rc),
+                   x->comm ? ncclGetLastError(x->comm) : "");
         abort_now(x);
         return classify(rc);
     }
@@ -87,15 +78,15 @@ static px_comm_status_t finish(px_nccl_t *x, ncclResult_t rc, const char *what, 
     for (;;) {
         if (atomic_load(&x->abort_requested)) {
             abort_now(x);
-            fmt(err, errlen, "nccl %s: aborted (px_comm_abort)", what);
+            px_err_set(err, errlen, "nccl %s: aborted (px_comm_abort)", what);
             return PX_COMM_ABORTED;
         }
         ncclResult_t async = ncclSuccess;
         ncclResult_t q = ncclCommGetAsyncError(x->comm, &async);
         if (q != ncclSuccess || (async != ncclSuccess && async != ncclInProgress)) {
             ncclResult_t bad = q != ncclSuccess ? q : async;
-            fmt(err, errlen, "nccl %s: %s after %lld ms: %s", what, ncclGetErrorString(bad),
-                (long long)(px_now_ms() - t0), ncclGetLastError(x->comm));
+            px_err_set(err, errlen, "nccl %s: %s after %lld ms: %s", what, ncclGetErrorString(bad),
+                       (long long)(px_now_ms() - t0), ncclGetLastError(x->comm));
             abort_now(x);
             return classify(bad);
         }
@@ -103,15 +94,15 @@ static px_comm_status_t finish(px_nccl_t *x, ncclResult_t rc, const char *what, 
             cudaError_t ce = cudaStreamQuery(x->stream);
             if (ce == cudaSuccess) return PX_COMM_OK;
             if (ce != cudaErrorNotReady) {
-                fmt(err, errlen, "nccl %s: CUDA error %d (%s)", what, (int)ce,
-                    cudaGetErrorString(ce));
+                px_err_set(err, errlen, "nccl %s: CUDA error %d (%s)", what, (int)ce,
+                           cudaGetErrorString(ce));
                 abort_now(x);
                 return PX_COMM_ERROR;
             }
         }
         if (px_now_ms() - t0 >= timeout_ms) {
-            fmt(err, errlen, "nccl %s: timeout after %d ms (a peer stopped or is too slow)", what,
-                timeout_ms);
+            px_err_set(err, errlen, "nccl %s: timeout after %d ms (a peer stopped or is too slow)", what,
+                       timeout_ms);
             abort_now(x);
             return PX_COMM_TIMEOUT;
         }
@@ -124,13 +115,13 @@ static int begin(px_nccl_t *x, const char *what, char *err, size_t errlen,
                  px_comm_status_t *st) {
     if (atomic_load(&x->abort_requested) || !x->comm) {
         abort_now(x);
-        fmt(err, errlen, "nccl %s: aborted (px_comm_abort)", what);
+        px_err_set(err, errlen, "nccl %s: aborted (px_comm_abort)", what);
         *st = PX_COMM_ABORTED;
         return -1;
     }
     cudaError_t ce = cudaSetDevice(x->device);
     if (ce != cudaSuccess) {
-        fmt(err, errlen, "nccl %s: cudaSetDevice(%d): %s", what, x->device, cudaGetErrorString(ce));
+        px_err_set(err, errlen, "nccl %s: cudaSetDevice(%d): %s", what, x->device, cudaGetErrorString(ce));
         abort_now(x);
         *st = PX_COMM_ERROR;
         return -1;
@@ -257,7 +248,7 @@ int px_nccl_warm(int device, char *err, size_t errlen) {
     int64_t t0 = px_now_ms();
     cudaError_t ce = cudaSetDevice(device);
     if (ce != cudaSuccess) {
-        fmt(err, errlen, "nccl warm-up: cudaSetDevice(%d): %s", device, cudaGetErrorString(ce));
+        px_err_set(err, errlen, "nccl warm-up: cudaSetDevice(%d): %s", device, cudaGetErrorString(ce));
         return -1;
     }
     ncclUniqueId id;
@@ -265,7 +256,7 @@ int px_nccl_warm(int device, char *err, size_t errlen) {
     ncclResult_t r = ncclGetUniqueId(&id);
     if (r == ncclSuccess) r = ncclCommInitRank(&comm, 1, id, 0); /* one rank: blocking, nobody to wait for */
     if (r != ncclSuccess) {
-        fmt(err, errlen, "nccl warm-up on device %d: %s", device, ncclGetErrorString(r));
+        px_err_set(err, errlen, "nccl warm-up on device %d: %s", device, ncclGetErrorString(r));
         return -1;
     }
     ncclCommDestroy(comm);
@@ -278,21 +269,21 @@ void *px_nccl_new(const px_store_t *store, const char *prefix, int rank, int siz
     int count = 0;
     cudaError_t ce = cudaGetDeviceCount(&count);
     if (ce != cudaSuccess) {
-        fmt(err, errlen, "no CUDA device: cudaGetDeviceCount returned %d (%s)", (int)ce,
-            cudaGetErrorString(ce));
+        px_err_set(err, errlen, "no CUDA device: cudaGetDeviceCount returned %d (%s)", (int)ce,
+                   cudaGetErrorString(ce));
         return NULL;
     }
     if (count == 0) {
-        fmt(err, errlen, "no CUDA device: cudaGetDeviceCount returned 0 devices");
+        px_err_set(err, errlen, "no CUDA device: cudaGetDeviceCount returned 0 devices");
         return NULL;
     }
     if (device < 0 || device >= count) {
-        fmt(err, errlen, "nccl: device %d out of range (this machine has %d CUDA devices)", device,
-            count);
+        px_err_set(err, errlen, "nccl: device %d out of range (this machine has %d CUDA devices)", device,
+                   count);
         return NULL;
     }
     if ((ce = cudaSetDevice(device)) != cudaSuccess) {
-        fmt(err, errlen, "nccl: cudaSetDevice(%d): %s", device, cudaGetErrorString(ce));
+        px_err_set(err, errlen, "nccl: cudaSetDevice(%d): %s", device, cudaGetErrorString(ce));
         return NULL;
     }
 
@@ -304,18 +295,18 @@ void *px_nccl_new(const px_store_t *store, const char *prefix, int rank, int siz
     size_t len = 0;
     char probe[1];
     if (store_key(key, sizeof(key), prefix, name) != 0) {
-        fmt(err, errlen, "nccl: store prefix too long");
+        px_err_set(err, errlen, "nccl: store prefix too long");
         return NULL;
     }
     if (store->get(store->ctx, key, probe, sizeof(probe), &len, 0) == 0) {
-        fmt(err, errlen,
-            "nccl: store prefix '%s' already used (key '%s' exists); use a fresh prefix per "
-            "quorum",
-            prefix, key);
+        px_err_set(err, errlen,
+                   "nccl: store prefix '%s' already used (key '%s' exists); use a fresh prefix per "
+                   "quorum",
+                   prefix, key);
         return NULL;
     }
     if (store->set(store->ctx, key, "1", 1) != 0) {
-        fmt(err, errlen, "nccl: store set failed for key '%s'", key);
+        px_err_set(err, errlen, "nccl: store set failed for key '%s'", key);
         return NULL;
     }
     ncclUniqueId id;
@@ -323,29 +314,29 @@ void *px_nccl_new(const px_store_t *store, const char *prefix, int rank, int siz
     if (rank == 0) {
         ncclResult_t r = ncclGetUniqueId(&id);
         if (r != ncclSuccess) {
-            fmt(err, errlen, "nccl: ncclGetUniqueId: %s", ncclGetErrorString(r));
+            px_err_set(err, errlen, "nccl: ncclGetUniqueId: %s", ncclGetErrorString(r));
             return NULL;
         }
         if (store->set(store->ctx, key, &id, sizeof(id)) != 0) {
-            fmt(err, errlen, "nccl: store set failed for key '%s'", key);
+            px_err_set(err, errlen, "nccl: store set failed for key '%s'", key);
             return NULL;
         }
     } else {
         int rc = store->get(store->ctx, key, &id, sizeof(id), &len, timeout_ms);
         if (rc == 1) {
-            fmt(err, errlen, "nccl: rendezvous timed out after %d ms waiting for '%s' (rank 0 "
+            px_err_set(err, errlen, "nccl: rendezvous timed out after %d ms waiting for '%s' (rank 0 "
                              "missing?)", timeout_ms, key);
             return NULL;
         }
         if (rc != 0 || len != sizeof(id)) {
-            fmt(err, errlen, "nccl: bad unique id under '%s' (rc %d, %zu bytes)", key, rc, len);
+            px_err_set(err, errlen, "nccl: bad unique id under '%s' (rc %d, %zu bytes)", key, rc, len);
             return NULL;
         }
     }
 
     px_nccl_t *x = calloc(1, sizeof(*x));
     if (!x) {
-        fmt(err, errlen, "nccl: out of memory");
+        px_err_set(err, errlen, "nccl: out of memory");
         return NULL;
     }
     x->device = device;
@@ -368,11 +359,11 @@ void *px_nccl_new(const px_store_t *store, const char *prefix, int rank, int siz
     if (r != ncclSuccess && r != ncclInProgress) async = r;
     if (async != ncclSuccess) {
         if (async == ncclInProgress)
-            fmt(err, errlen, "nccl: communicator init timed out after %d ms (rank %d of %d)",
-                timeout_ms, rank, size);
+            px_err_set(err, errlen, "nccl: communicator init timed out after %d ms (rank %d of %d)",
+                       timeout_ms, rank, size);
         else
-            fmt(err, errlen, "nccl: communicator init failed: %s (%s)", ncclGetErrorString(async),
-                x->comm ? ncclGetLastError(x->comm) : "");
+            px_err_set(err, errlen, "nccl: communicator init failed: %s (%s)", ncclGetErrorString(async),
+                       x->comm ? ncclGetLastError(x->comm) : "");
         abort_now(x);
         free(x);
         return NULL;
@@ -380,7 +371,7 @@ void *px_nccl_new(const px_store_t *store, const char *prefix, int rank, int siz
     if ((ce = cudaStreamCreate(&x->stream)) != cudaSuccess ||
         (ce = cudaMalloc((void **)&x->barrier_buf, sizeof(float))) != cudaSuccess ||
         (ce = cudaMemset(x->barrier_buf, 0, sizeof(float))) != cudaSuccess) {
-        fmt(err, errlen, "nccl: CUDA setup failed: %s", cudaGetErrorString(ce));
+        px_err_set(err, errlen, "nccl: CUDA setup failed: %s", cudaGetErrorString(ce));
         abort_now(x);
         if (x->barrier_buf) cudaFree(x->barrier_buf);
         if (x->stream) cudaStreamDestroy(x->stream);

@@ -546,11 +546,6 @@ void px_shard_set_comms(px_shard_t *sh, px_comm_t *fsdp, px_comm_t *tp, px_comm_
 
 const char *px_shard_last_error(const px_shard_t *sh) { return sh->error; }
 
-float *px_shard_outer_grads(px_shard_t *sh, size_t *n) {
-    *n = sh->units[0].piece;
-    return sh->d.grads + sh->units[0].shard_off;
-}
-
 int px_shard_tie_outer(px_shard_t *sh, px_comm_t *c, int peer, int send_first) {
     size_t n = sh->units[0].piece;
     if (n == 0) return 0;

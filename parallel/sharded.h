@@ -47,7 +47,7 @@ typedef struct {
      * the units of its layers and, on the first and the last stage, unit 0
      * (the tied embedding: the first stage's copy counts as the unique one
      * in norms and checkpoints; the two copies' gradients are summed by the
-     * caller before the step, px_shard_outer_grads). */
+     * caller before the step, px_shard_tie_outer). */
     px_gpt_stage_t stage;
 } px_shard_layout_t;
 
@@ -113,9 +113,6 @@ void px_shard_load(px_shard_t *sh, const px_gpt_t *src);
  * the whole model's params on every rank. 0, or -1 on a communicator error. */
 int px_shard_gather(px_shard_t *sh, px_gpt_t *dst);
 
-/* Unit 0's gradient piece on a first or last pipeline stage (*n 0 when the
- * rank does not hold unit 0), in the compute memory. */
-float *px_shard_outer_grads(px_shard_t *sh, size_t *n);
 /* The two copies of the tied embedding get the sum of their gradients:
  * this rank's unit 0 gradient piece is exchanged with the same piece of
  * rank `peer` of c (the other end of the pipeline; send_first on one end,

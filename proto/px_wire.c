@@ -47,6 +47,41 @@ int px_wire_worker_event_kind_ok(const char *kind) {
     return 0;
 }
 
+const char *px_wire_ckpt_event(const char *kind) {
+    const size_t n = strlen(PX_WIRE_CKPT_PREFIX);
+    return kind && !strncmp(kind, PX_WIRE_CKPT_PREFIX, n) ? kind + n : NULL;
+}
+
+/* Appends s[0..n) to out at *at, a separator turned into a space, leaving
+ * room for the terminating NUL. */
+static void put_field(char *out, size_t outlen, size_t *at, const char *s, size_t n) {
+    for (size_t i = 0; i < n && *at + 1 < outlen; i++) out[(*at)++] = s[i] == PX_WIRE_CKPT_SEP ? ' ' : s[i];
+}
+
+void px_wire_ckpt_rejected_join(char *out, size_t outlen, const char *path, const char *file, const char *fault) {
+    if (outlen == 0) return;
+    const char *field[PX_WIRE_CKPT_FIELDS] = {path, file, fault};
+    size_t rest = strlen(file) + strlen(fault) + PX_WIRE_CKPT_FIELDS - 1, n = strlen(path);
+    size_t room = outlen - 1 > rest ? outlen - 1 - rest : 0;
+    if (n > room) field[PX_WIRE_CKPT_PATH] += n - room;
+    size_t at = 0;
+    for (int i = 0; i < PX_WIRE_CKPT_FIELDS; i++) {
+        if (i > 0 && at + 1 < outlen) out[at++] = PX_WIRE_CKPT_SEP;
+        put_field(out, outlen, &at, field[i], strlen(field[i]));
+    }
+    out[at] = '\0';
+}
+
+void px_wire_ckpt_rejected_split(char *detail, const char *field[PX_WIRE_CKPT_FIELDS]) {
+    char *p = detail;
+    for (int i = 0; i < PX_WIRE_CKPT_FIELDS; i++) {
+        field[i] = p ? p : "";
+        char *sep = p && i + 1 < PX_WIRE_CKPT_FIELDS ? strchr(p, PX_WIRE_CKPT_SEP) : NULL;
+        if (sep) *sep = '\0';
+        p = sep ? sep + 1 : NULL;
+    }
+}
+
 static int str_ok(const char *s, size_t max) { return s && strlen(s) <= max; }
 
 int px_wire_endpoint_split(const char *ep, char *host, size_t hlen, char *port, size_t plen) {

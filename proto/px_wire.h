@@ -62,6 +62,29 @@ int px_wire_endpoint_split(const char *ep, char *host, size_t hlen, char *port, 
 /* A WorkerEvent kind the coordinator records. */
 int px_wire_worker_event_kind_ok(const char *kind);
 
+/* Checkpoint events: WorkerEvent kinds PX_WIRE_CKPT_PREFIX + what ("saved",
+ * "rejected", ...). Their detail holds a path (started, saved, restored), a
+ * reason (failed) or, for "rejected", three fields in the order of
+ * px_wire_ckpt_field_t separated by PX_WIRE_CKPT_SEP: the checkpoint's path,
+ * the file that failed and the fault. One WorkerEvent carries them all, so
+ * the protocol needs no message of its own for a rejection. */
+#define PX_WIRE_CKPT_PREFIX "checkpoint_"
+#define PX_WIRE_CKPT_SEP '\t'
+typedef enum { PX_WIRE_CKPT_PATH, PX_WIRE_CKPT_FILE, PX_WIRE_CKPT_FAULT, PX_WIRE_CKPT_FIELDS } px_wire_ckpt_field_t;
+
+/* What follows PX_WIRE_CKPT_PREFIX in kind ("saved"), or NULL when kind is
+ * not a checkpoint event's. */
+const char *px_wire_ckpt_event(const char *kind);
+/* The worker's side: a rejection's detail into out[outlen] (outlen of
+ * PX_REASON_MAX + 1 makes a valid detail). file and fault come whole when
+ * they fit, and the tail of a long path, which is what tells checkpoints
+ * apart; a separator inside a field becomes a space, so the fields after it
+ * stay in place. */
+void px_wire_ckpt_rejected_join(char *out, size_t outlen, const char *path, const char *file, const char *fault);
+/* The coordinator's side: splits detail in place into
+ * field[PX_WIRE_CKPT_FIELDS] (pointers into detail; a missing one is ""). */
+void px_wire_ckpt_rejected_split(char *detail, const char *field[PX_WIRE_CKPT_FIELDS]);
+
 const char *px_wire_body_name(const px_msg_t *msg);
 const char *px_wire_error_name(Phalanx__ErrorCode code);
 

@@ -1,12 +1,8 @@
 # px_comm tests (parallel/): real rank processes on loopback, real signals,
 # every wait bounded. One binary, one ctest per scenario; all labelled "comm"
 # (ctest -L comm). The whole suite takes well under a minute on 2 cores.
-add_library(px_comm_testutil STATIC comm/px_dir_store.c comm/px_procs.c)
-target_include_directories(px_comm_testutil PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/comm)
-target_link_libraries(px_comm_testutil PUBLIC px_comm px_common)
-
 add_executable(comm_test comm/comm_test.c)
-target_link_libraries(comm_test PRIVATE px_comm_testutil Threads::Threads)
+target_link_libraries(comm_test PRIVATE px_testlib Threads::Threads)
 
 # The in-group mesh as tables (pure), and its axis communicators for real.
 add_executable(test_mesh comm/test_mesh.c)
@@ -22,7 +18,7 @@ target_link_libraries(test_outer_codec PRIVATE px_outer_codec m)
 add_test(NAME comm_outer_codec COMMAND test_outer_codec)
 set_tests_properties(comm_outer_codec PROPERTIES TIMEOUT 60 LABELS comm)
 add_executable(test_outer_allreduce comm/test_outer_allreduce.c)
-target_link_libraries(test_outer_allreduce PRIVATE px_outer_codec px_comm_testutil m)
+target_link_libraries(test_outer_allreduce PRIVATE px_outer_codec px_testlib m)
 add_test(NAME comm_outer_allreduce COMMAND test_outer_allreduce)
 set_tests_properties(comm_outer_allreduce PROPERTIES TIMEOUT 240 LABELS comm)
 

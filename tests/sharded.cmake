@@ -14,7 +14,7 @@ add_test(NAME sharded_init COMMAND test_shard_init)
 # A shard computing in a memory of its own (the GPU's path, with host
 # operations): 4 rank processes, Gloo, equal to the default bit for bit.
 add_executable(test_shard_memory ${CMAKE_CURRENT_LIST_DIR}/sharded/test_shard_memory.c)
-target_link_libraries(test_shard_memory PRIVATE px_sharded px_comm_testutil px_model m)
+target_link_libraries(test_shard_memory PRIVATE px_sharded px_testlib px_model m)
 add_test(NAME sharded_memory COMMAND test_shard_memory)
 set_tests_properties(sharded_memory PROPERTIES TIMEOUT 180)
 

@@ -28,7 +28,7 @@
 #include "px_err.h"
 #include "px_flags.h"
 #include "safetensors.h"
-#include "shard.h"
+#include "px_file.h"
 
 #define PATH_MAX_LEN 4000 /* checkpoint paths are built in 4200-byte buffers */
 

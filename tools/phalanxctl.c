@@ -43,7 +43,7 @@
 #include <zmq.h>
 
 #include "ctl_kafka.h"
-#include "events.h"
+#include "px_events_spec.h"
 #include "px_flags.h"
 #include "px_keys.h"
 #include "px_time.h"

@@ -147,11 +147,6 @@ void px_compute_host_wait(px_compute_t *c) {
     if (c->gpu) px_compute_gpu_download_wait(c->gpu);
 }
 
-void px_compute_host_state(px_compute_t *c) {
-    px_compute_host_state_begin(c);
-    px_compute_host_wait(c);
-}
-
 int px_compute_state_on_host(const px_compute_t *c) { return !c->gpu; }
 
 void px_compute_host_written(px_compute_t *c) {

@@ -18,12 +18,13 @@
  * Training state on the host. Healing, checkpoints, checksums and --save
  * work on host buffers (model/train_state.h): the host px_gpt_t's params, m
  * and v. On the CPU they are the live state. On the GPU they are a mirror
- * (pinned, where the driver allows): px_compute_host_state downloads them
- * when the mirror is stale (every optimizer step makes it stale), and
+ * (pinned, where the driver allows): px_compute_host_state_begin starts
+ * downloading them when the mirror is stale (every optimizer step makes it
+ * stale) and px_compute_host_wait waits for the download, and
  * px_compute_host_written uploads them after the host state was written (a
  * heal, a restore, a rebuild of the initial state). A checkpoint's download
- * overlaps the next step: px_compute_host_state_begin, and the saver calls
- * px_compute_host_wait before it reads. All are no-ops on the CPU.
+ * overlaps the next step: the saver calls px_compute_host_wait before it
+ * reads. All are no-ops on the CPU.
  *
  * A build without CUDA links compute_nocuda.c instead of compute_cuda.c:
  * asking for cuda there fails with "built without CUDA". */
@@ -114,13 +115,10 @@ void px_compute_state_changed(px_compute_t *c);
 /* 1 when the host copy is older than the device's state (cuda, after an
  * optimizer step); always 0 on the CPU. */
 int px_compute_host_stale(const px_compute_t *c);
-/* Makes the host model's params, m and v current (downloads when stale,
- * and waits for a download begun before). */
-void px_compute_host_state(px_compute_t *c);
 /* Starts making them current and returns at once: on the GPU the download
  * runs while the next step's forward and backward compute (its optimizer
  * step waits for it on the device). Nothing may read the host copy before
- * px_compute_host_wait (or px_compute_host_state) returns. */
+ * px_compute_host_wait returns. */
 void px_compute_host_state_begin(px_compute_t *c);
 /* Blocks until the download begun last has landed; any thread (a
  * checkpoint saver's) may call it. No-op on the CPU. */

@@ -329,5 +329,3 @@ px_msg_t *px_liveness_link_recv(px_liveness_link_t *k, int64_t now_ms) {
         return msg;
     }
 }
-
-const char *px_liveness_link_endpoint(const px_liveness_link_t *k) { return k->endpoint; }

@@ -77,6 +77,5 @@ void px_liveness_link_send(px_liveness_link_t *k, const void *buf, size_t len);
 /* Receives one frame from the leader (NULL: none); an answer counts as the
  * leader being up. The caller frees it with px_wire_free. */
 px_msg_t *px_liveness_link_recv(px_liveness_link_t *k, int64_t now_ms);
-const char *px_liveness_link_endpoint(const px_liveness_link_t *k);
 
 #endif

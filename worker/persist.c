@@ -57,11 +57,10 @@ static void on_reject(void *ctx, const char *path, const px_ckpt_fault_t *f) {
     p->rejected++;
     px_log_warn("checkpoint_rejected path=%s file=%s fault=\"%s\": trying the previous one", path, f->file, f->fault);
     if (p->cfg->rank != 0) return;
-    char detail[5000];
-    /* path, file and fault travel tab-separated; the coordinator splits them. */
-    snprintf(detail, sizeof detail, "%s\t%s\t%s", path, strrchr(f->file, '/') ? strrchr(f->file, '/') + 1 : f->file,
-             f->fault);
-    px_agent_notify(p->agent, "checkpoint_rejected", 0, 0, "", 0, 0, fit(detail));
+    char detail[PX_REASON_MAX + 1];
+    px_wire_ckpt_rejected_join(detail, sizeof detail, path, strrchr(f->file, '/') ? strrchr(f->file, '/') + 1 : f->file,
+                               f->fault);
+    px_agent_notify(p->agent, "checkpoint_rejected", 0, 0, "", 0, 0, detail);
     printf("event kind=checkpoint_rejected group=%s path=%s file=%s fault=\"%s\"\n", p->cfg->group, path, f->file,
            f->fault);
     fflush(stdout);

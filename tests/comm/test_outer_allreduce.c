@@ -1,6 +1,6 @@
 /* px_outer_allreduce_mean (parallel/outer_codec.h) over Gloo, with 3 real
  * rank processes on loopback and a directory store (the comm tests'
- * harness, tests/comm/px_procs.h).
+ * harness, tests/lib/px_procs.h).
  *
  *   test_outer_allreduce [--small]
  *

@@ -1,5 +1,5 @@
-/* Table tests of two small rules peers can reach: the event rate limit
- * (common/px_rate.c) and the freshness of failure-report evidence
+/* Table tests of small rules peers can reach: the rate limits of events and
+ * of log lines (common/px_rate.c) and the freshness of failure-report evidence
  * (px_member_report_fresh in coordinator/membership.c). */
 #include <stdio.h>
 #include <string.h>
@@ -34,6 +34,17 @@ static void rate_limit_cases(void) {
     summarised += px_rate_take(&q, 20000, 1);
     CHECK(logged + summarised == total, "every frame is counted once, logged or summarised");
     CHECK(logged <= 4 * 200, "a 3.2 s flood logs at most 200 events a second");
+    /* log lines: per_s a second, and a new second admits again with no summary taken */
+    px_rate_t l = {.name = "line", .per_s = 2};
+    int lines = 0;
+    for (int i = 0; i < 10; i++) lines += px_rate_log_ok(&l, 5000 + i);
+    CHECK(lines == 2, "2 of 10 log lines in one second written, got %d", lines);
+    lines = 0;
+    for (int i = 0; i < 10; i++) lines += px_rate_log_ok(&l, 6000 + i);
+    CHECK(lines == 2, "the next second writes 2 lines again, got %d", lines);
+    lines = 0;
+    for (int i = 0; i < 100; i++) lines += px_rate_log_ok(&l, 7000 + i * 40); /* 100 lines over 4 s */
+    CHECK(lines == 8, "a 4 s flood writes 2 lines a second, got %d", lines);
 }
 
 static void report_freshness_cases(void) {

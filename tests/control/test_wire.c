@@ -238,6 +238,48 @@ static void check_endpoint_split(void) {
     CHECK(px_wire_endpoint_split(NULL, small, sizeof small, port, sizeof port) != 0, "endpoint: NULL split");
 }
 
+/* A checkpoint rejection's detail (px_wire.h): the worker's join and the
+ * coordinator's split give back the three fields in order, also when a field
+ * holds the separator, a field is empty, or the path is too long to fit. */
+static void check_ckpt_detail(void) {
+    CHECK(px_wire_ckpt_event("checkpoint_saved") && !strcmp(px_wire_ckpt_event("checkpoint_saved"), "saved"),
+          "ckpt: the kind after its prefix");
+    CHECK(!px_wire_ckpt_event("heal_started") && !px_wire_ckpt_event(NULL), "ckpt: a kind of another event");
+    static char long_path[2 * PX_REASON_MAX];
+    memset(long_path, 'p', sizeof long_path - 2);
+    long_path[0] = '/';
+    long_path[sizeof long_path - 2] = 'Z'; /* the tail tells checkpoints apart */
+    const struct {
+        const char *path, *file, *fault; /* joined */
+        const char *want[PX_WIRE_CKPT_FIELDS]; /* NULL: the path's tail */
+    } T[] = {
+        {"/ck/step_00000010", "data-0001.bin", "xxh3 mismatch", {"/ck/step_00000010", "data-0001.bin", "xxh3 mismatch"}},
+        {"", "manifest.json", "not valid JSON", {"", "manifest.json", "not valid JSON"}},
+        {"/ck/a\tb", "f\tg", "x\ty", {"/ck/a b", "f g", "x y"}},
+        {"/ck/s", "", "", {"/ck/s", "", ""}},
+        {long_path, "model.bin", "short (torn or truncated)", {NULL, "model.bin", "short (torn or truncated)"}},
+    };
+    for (size_t i = 0; i < sizeof T / sizeof T[0]; i++) {
+        char detail[PX_REASON_MAX + 1];
+        const char *field[PX_WIRE_CKPT_FIELDS];
+        px_wire_ckpt_rejected_join(detail, sizeof detail, T[i].path, T[i].file, T[i].fault);
+        CHECK(strlen(detail) <= PX_REASON_MAX, "ckpt %zu: a detail of %zu bytes", i, strlen(detail));
+        px_wire_ckpt_rejected_split(detail, field);
+        for (int f = 0; f < PX_WIRE_CKPT_FIELDS; f++) {
+            if (T[i].want[f])
+                CHECK(!strcmp(field[f], T[i].want[f]), "ckpt %zu: field %d '%s', want '%s'", i, f, field[f], T[i].want[f]);
+            else
+                CHECK(strlen(field[f]) > 0 && field[f][strlen(field[f]) - 1] == 'Z' &&
+                          !strncmp(field[f], long_path + strlen(long_path) - strlen(field[f]), strlen(field[f])),
+                      "ckpt %zu: field %d '%.20s...' is not the path's tail", i, f, field[f]);
+        }
+    }
+    char one[] = "only a path";
+    const char *field[PX_WIRE_CKPT_FIELDS];
+    px_wire_ckpt_rejected_split(one, field);
+    CHECK(!strcmp(field[0], "only a path") && !field[1][0] && !field[2][0], "ckpt: a detail of one field");
+}
+
 /* The sealed UDP heartbeat (proto/px_hbudp.h): a round trip; every single
  * byte altered, the wrong key, a cut or padded datagram, a header with
  * another seq or identity: each refused. */
@@ -359,6 +401,7 @@ int main(void) {
     check_drain_request();
     check_hbudp();
     check_endpoint_split();
+    check_ckpt_detail();
     printf("test_wire: %d failed\n", failed);
     return failed ? 1 : 0;
 }

@@ -16,7 +16,7 @@
 #include "dataprep.h"
 #include "dataset.h"
 #include "px_err.h"
-#include "shard.h"
+#include "token_file.h"
 
 static int g_failures;
 
@@ -109,9 +109,9 @@ static void test_dataprep_and_fill(void) {
     uint16_t *tr = NULL, *va = NULL;
     size_t ntr = 0, nva = 0;
     snprintf(p, sizeof p, "%s/train_000000.bin", out);
-    CHECK(px_shard_read(p, 256, &tr, &ntr, err, sizeof err) == 0, "%s", err);
+    CHECK(px_token_file_read(p, 256, &tr, &ntr, err, sizeof err) == 0, "%s", err);
     snprintf(p, sizeof p, "%s/val_000000.bin", out);
-    CHECK(px_shard_read(p, 256, &va, &nva, err, sizeof err) == 0, "%s", err);
+    CHECK(px_token_file_read(p, 256, &va, &nva, err, sizeof err) == 0, "%s", err);
     /* train = head(a) head(b), val = tail(a) tail(b); a's cut is after a newline */
     char *joined = malloc(ntr + nva + 1);
     size_t k = 0, cut1 = 0;

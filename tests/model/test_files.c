@@ -16,7 +16,7 @@
 #include "gpt.h"
 #include "llmc.h"
 #include "px_err.h"
-#include "shard.h"
+#include "token_file.h"
 
 static int g_failures;
 static char g_dir[64];
@@ -82,7 +82,7 @@ static void expect_shard_error(const char *path, int vocab, const char *words) {
     uint16_t *t = NULL;
     size_t n = 0;
     char err[PX_ERRLEN] = "";
-    int rc = px_shard_read(path, vocab, &t, &n, err, sizeof err);
+    int rc = px_token_file_read(path, vocab, &t, &n, err, sizeof err);
     if (rc == 0) {
         fail("shard %s accepted (expected an error about '%s')", path, words);
         free(t);
@@ -158,13 +158,13 @@ static void test_shards(void) {
     for (int i = 0; i < N; i++) tok[i] = (uint16_t)((i * 37) % 256);
     char err[PX_ERRLEN];
     const char *good = path_of("good_shard.bin");
-    if (px_shard_write(good, tok, N, err, sizeof err) != 0) {
+    if (px_token_file_write(good, tok, N, err, sizeof err) != 0) {
         fail("%s%s", "shard write failed: ", err);
         return;
     }
     uint16_t *back;
     size_t nb;
-    if (px_shard_read(good, 256, &back, &nb, err, sizeof err) != 0) {
+    if (px_token_file_read(good, 256, &back, &nb, err, sizeof err) != 0) {
         fail("%s%s", "good shard refused: ", err);
     } else if (nb != N || memcmp(back, tok, sizeof tok) != 0) {
         fail("%s%s", "shard round trip changed the tokens", "");
@@ -210,7 +210,7 @@ static void test_shards(void) {
     snprintf(cmd, sizeof cmd, "mkdir -p %s", sub);
     if (system(cmd) != 0) abort();
     snprintf(cmd, sizeof cmd, "%s/train_000000.bin", sub);
-    px_shard_write(cmd, tok, N, err, sizeof err);
+    px_token_file_write(cmd, tok, N, err, sizeof err);
     px_dataset_t *ds = px_dataset_open(sub, "train", 256, 65, err, sizeof err);
     if (!ds || px_dataset_num_tokens(ds) != N) fail("%s%s", "dataset over a good shard: ", err);
     px_dataset_destroy(&ds);

@@ -1,22 +1,22 @@
-/* Token shard reader and writer (shard.h). The reader validates the header
+/* Token file reader and writer (token_file.h). The reader validates the header
  * against the file size before allocating, and every token against the
  * vocabulary before the model can index an embedding row with it. */
-#include "shard.h"
+#include "token_file.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include "px_err.h"
+#include "px_file.h"
 
 #define HEADER_INTS 256
 #define HEADER_BYTES (HEADER_INTS * (long long)sizeof(int32_t))
 
-int px_shard_read(const char *path, int vocab_size, uint16_t **tokens, size_t *n, char *err,
-                  size_t errlen) {
+int px_token_file_read(const char *path, int vocab_size, uint16_t **tokens, size_t *n, char *err,
+                       size_t errlen) {
     *tokens = NULL;
     *n = 0;
     FILE *f = fopen(path, "rb");
@@ -38,12 +38,12 @@ int px_shard_read(const char *path, int vocab_size, uint16_t **tokens, size_t *n
     }
     const char *problem = NULL;
     char buf[256];
-    if (h[0] != PX_SHARD_MAGIC) {
+    if (h[0] != PX_TOKEN_FILE_MAGIC) {
         snprintf(buf, sizeof buf, "bad magic %d (expected %d): not a token shard", h[0],
-                 PX_SHARD_MAGIC);
+                 PX_TOKEN_FILE_MAGIC);
         problem = buf;
-    } else if (h[1] != PX_SHARD_VERSION) {
-        snprintf(buf, sizeof buf, "unsupported version %d (expected %d)", h[1], PX_SHARD_VERSION);
+    } else if (h[1] != PX_TOKEN_FILE_VERSION) {
+        snprintf(buf, sizeof buf, "unsupported version %d (expected %d)", h[1], PX_TOKEN_FILE_VERSION);
         problem = buf;
     } else if (h[2] < 0) {
         snprintf(buf, sizeof buf, "bad token count %d (negative)", h[2]);
@@ -95,40 +95,13 @@ int px_shard_read(const char *path, int vocab_size, uint16_t **tokens, size_t *n
     return 0;
 }
 
-int px_shard_write(const char *path, const uint16_t *tokens, size_t n, char *err, size_t errlen) {
+int px_token_file_write(const char *path, const uint16_t *tokens, size_t n, char *err, size_t errlen) {
     if (n > (size_t)INT32_MAX)
         return px_err_set(err, errlen, "shard '%s': %zu tokens do not fit one shard (max %d)", path,
                           n, INT32_MAX);
     int32_t h[HEADER_INTS] = {0};
-    h[0] = PX_SHARD_MAGIC;
-    h[1] = PX_SHARD_VERSION;
+    h[0] = PX_TOKEN_FILE_MAGIC;
+    h[1] = PX_TOKEN_FILE_VERSION;
     h[2] = (int32_t)n;
     return px_file_write_atomic(path, h, sizeof h, tokens, n * sizeof(uint16_t), "shard", err, errlen);
-}
-
-int px_file_write_atomic(const char *path, const void *header, size_t hlen, const void *data, size_t dlen,
-                         const char *what, char *err, size_t errlen) {
-    size_t plen = strlen(path) + 32;
-    char *tmp = malloc(plen);
-    if (!tmp) return px_err_set(err, errlen, "%s '%s': out of memory", what, path);
-    snprintf(tmp, plen, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        px_err_set(err, errlen, "cannot create '%s': %s", tmp, strerror(errno));
-        free(tmp);
-        return -1;
-    }
-    int ok = fwrite(header, 1, hlen, f) == hlen && (dlen == 0 || fwrite(data, 1, dlen, f) == dlen) &&
-             fflush(f) == 0 && fsync(fileno(f)) == 0;
-    int saved_errno = errno;
-    if (fclose(f) != 0) ok = 0;
-    if (!ok || rename(tmp, path) != 0) {
-        if (ok) saved_errno = errno;
-        unlink(tmp);
-        px_err_set(err, errlen, "cannot write %s '%s': %s", what, path, strerror(saved_errno));
-        free(tmp);
-        return -1;
-    }
-    free(tmp);
-    return 0;
 }

@@ -1,8 +1,9 @@
-/* Error reporting for the model library: functions that can fail on bad input
- * (files, configs) write one human-readable line into a caller's buffer and
- * return -1 (or NULL) instead of exiting, so a worker can decide what a bad
- * file means (skip a torn checkpoint, refuse a peer) and tests can check the
- * message. Messages name the file and the problem, and hint at a fix. */
+/* Error reporting into a caller's buffer: functions that can fail on bad
+ * input (files, configs, a peer's data) write one human-readable line into
+ * err[errlen] and return -1 (or NULL) instead of exiting, so a worker can
+ * decide what a bad file means (skip a torn checkpoint, refuse a peer) and
+ * tests can check the message. Messages name the file and the problem, and
+ * hint at a fix. Header only, libc only: every library may use it. */
 #ifndef PX_ERR_H
 #define PX_ERR_H
 

@@ -1,0 +1,37 @@
+/* Atomic whole-file writes (px_file.h). */
+#include "px_file.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "px_err.h"
+
+int px_file_write_atomic(const char *path, const void *header, size_t hlen, const void *data, size_t dlen,
+                         const char *what, char *err, size_t errlen) {
+    size_t plen = strlen(path) + 32;
+    char *tmp = malloc(plen);
+    if (!tmp) return px_err_set(err, errlen, "%s '%s': out of memory", what, path);
+    snprintf(tmp, plen, "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "wb");
+    if (!f) {
+        px_err_set(err, errlen, "cannot create '%s': %s", tmp, strerror(errno));
+        free(tmp);
+        return -1;
+    }
+    int ok = fwrite(header, 1, hlen, f) == hlen && (dlen == 0 || fwrite(data, 1, dlen, f) == dlen) &&
+             fflush(f) == 0 && fsync(fileno(f)) == 0;
+    int saved_errno = errno;
+    if (fclose(f) != 0) ok = 0;
+    if (!ok || rename(tmp, path) != 0) {
+        if (ok) saved_errno = errno;
+        unlink(tmp);
+        px_err_set(err, errlen, "cannot write %s '%s': %s", what, path, strerror(saved_errno));
+        free(tmp);
+        return -1;
+    }
+    free(tmp);
+    return 0;
+}
