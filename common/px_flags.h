@@ -39,19 +39,6 @@ void px_flag_unknown(const char *prog, const char *arg) __attribute__((noreturn)
 /* Prints "PROG: flag X needs a value" and exits 2 when val is NULL. */
 const char *px_flag_need(const char *prog, const char *flag, const char *val);
 
-/* The environment form of every flag: PHALANX_SOME_FLAG=value stands for
- * `--some-flag value` (upper case, '_' for '-'). Rewrites argc and argv so
- * that the flags from PHALANX_ variables come first (sorted by name) and the
- * command line after them. A flag given on the command line wins: its
- * variable is not read at all. Only flags that print_usage (the program's
- * --help, written to a FILE) documents are taken; any other PHALANX_ variable
- * is reported on stderr and ignored, since one environment may serve several
- * programs. `booleans` (NULL-terminated names without the dashes) take no
- * value: 1 or true gives the flag, 0, false or empty leaves it out. A bad
- * value is reported naming the variable, exit 2. */
-void px_flags_from_env(const char *prog, void (*print_usage)(FILE *), const char *const *booleans, int *argc,
-                       char ***argv);
-
 /* ---- tables ----------------------------------------------------------------- */
 
 typedef enum {
