@@ -138,14 +138,21 @@ static void on_signal(int sig) { g_signal = sig; }
 
 #define CFG(member) PX_FLAG_AT(launch_cfg_t, member)
 
-/* Passed to every worker, checked with phalanx-worker's entries. */
-static const px_flag_t WORKER_PASS[] = {
+/* The job: what phalanx-launch acts on itself (it starts the ranks,
+ * prepares the data, reads the steps), passed to every worker as it is
+ * here; checked with phalanx-worker's entries, as the tables below. */
+static const px_flag_t JOB[] = {
     {"--ranks-per-group", PX_FLAG_LIKE, .like = &px_agent_flags, .help = "ranks per group", CFG(ranks_text)},
     {"--steps", PX_FLAG_LIKE, .like = &px_train_flags, .def = "200", .help = "optimizer steps", CFG(steps_text)},
     {"--model", PX_FLAG_LIKE, .like = &px_train_flags, .def = "small",
      .help = "tiny, small, gpt2-124m or an llm.c model file", CFG(model)},
     {"--data", PX_FLAG_LIKE, .like = &px_train_flags,
      .help = "token shards; prepared from the demo corpus when empty", CFG(data)},
+};
+static const px_flag_table_t JOB_FLAGS = PX_FLAG_TABLE("the job (every worker gets these flags):", JOB);
+
+/* Passed to every worker when given (pass_on). */
+static const px_flag_t WORKER_PASS[] = {
     {"--seed", PX_FLAG_LIKE, .like = &px_train_flags, .help = "seed of initialisation and data order", CFG(seed)},
     {"--mode", PX_FLAG_LIKE, .like = &px_worker_train_flags,
      .help = "how the groups train, given to the coordinator and every worker (a worker --mode after -- "
@@ -166,25 +173,29 @@ static const px_flag_t WORKER_PASS[] = {
     {"--checkpoint-keep", PX_FLAG_LIKE, .like = &px_worker_train_flags, .help = "checkpoints kept",
      CFG(ckpt_keep)},
 };
-static const px_flag_table_t WORKER_PASS_FLAGS = PX_FLAG_TABLE("the job (passed to every worker):", WORKER_PASS);
+static const px_flag_table_t WORKER_PASS_FLAGS = PX_FLAG_TABLE("", WORKER_PASS);
 
-/* Passed to the coordinator started here, checked with its entries. */
+/* The coordinator started here: its endpoint and job (which the workers
+ * are told too), and what is passed to it as it is here. */
+static const px_flag_t COORDINATOR[] = {
+    {"--bind", PX_FLAG_LIKE, .like = &px_coordinator_flags, .help = "endpoint of the coordinator started here",
+     CFG(bind)},
+    {"--job", PX_FLAG_LIKE, .like = &px_coordinator_flags, .help = "job name (workers get it too)", CFG(job)},
+};
+static const px_flag_table_t COORDINATOR_FLAGS = PX_FLAG_TABLE("the coordinator started here:", COORDINATOR);
+
 static const px_flag_t COORDINATOR_PASS[] = {
     {"--http", PX_FLAG_LIKE, .like = &px_coordinator_flags, .def = "127.0.0.1:8080",
      .help = "coordinator status server", CFG(http)},
     {"--events", PX_FLAG_LIKE, .like = &px_coordinator_flags, .note = "file:LOG_DIR/events.jsonl",
      .help = "coordinator event log (file:PATH, kafka:..., none)", CFG(events)},
-    {"--bind", PX_FLAG_LIKE, .like = &px_coordinator_flags, .help = "endpoint of the coordinator started here",
-     CFG(bind)},
-    {"--job", PX_FLAG_LIKE, .like = &px_coordinator_flags, .help = "job name (workers get it too)", CFG(job)},
     {"--insecure", PX_FLAG_LIKE, .like = &px_coordinator_flags,
      .help = "let the coordinator started here bind a non-loopback --bind without CURVE (see docs/security.md)",
      CFG(insecure)},
 };
-static const px_flag_table_t COORDINATOR_PASS_FLAGS =
-    PX_FLAG_TABLE("the coordinator started here:", COORDINATOR_PASS);
+static const px_flag_table_t COORDINATOR_PASS_FLAGS = PX_FLAG_TABLE("", COORDINATOR_PASS);
 
-/* With --mode auto: passed to the coordinator started here when given. */
+/* With --mode auto: passed to the coordinator started here when given (pass_on). */
 static const px_flag_t AUTO_PASS[] = {
     {"--auto-failures-per-hour", PX_FLAG_LIKE, .like = &px_coordinator_auto_flags,
      .help = "group losses per hour that switch to diloco", CFG(auto_failures)},
@@ -255,15 +266,17 @@ static const char EPILOGUE[] =
     "Exit status: 0 the job reached --steps; 1 it did not; 2 a configuration error;\n"
     "130/143 stopped by SIGINT/SIGTERM.\n";
 
-/* The flags of table t that hold a value (a LIKE switch: its name), as argv
- * words from argv[n] on; returns the new n. only_given: only those given
- * here, leaving the others to the defaults of the program they go to. */
-static int pass_on(const px_flag_table_t *t, const launch_cfg_t *c, int only_given, const char **argv, int n) {
+/* The flags of table t to pass on, as argv words from argv[n] on (a
+ * switch: its name alone); returns the new n. all: every one with a value;
+ * else only those given here: the others stand at the other program's
+ * default, which is left to it (and to its PHALANX_* variables). */
+static int pass_on(const px_flag_table_t *t, const launch_cfg_t *c, int all, const char **argv, int n) {
     for (int i = 0; i < t->n; i++) {
-        const char *v = *(const char *const *)((const char *)c + t->flags[i].offset);
-        if (!v || (only_given && !px_flags_given(&c->given, t->flags[i].name))) continue;
-        argv[n++] = t->flags[i].name;
-        if (v != t->flags[i].name) argv[n++] = v;
+        const px_flag_t *f = &t->flags[i];
+        const char *v = *(const char *const *)((const char *)c + f->offset);
+        if (!v || !(all || px_flags_given(&c->given, f->name))) continue;
+        argv[n++] = f->name;
+        if (v != f->name) argv[n++] = v;
     }
     return n;
 }
@@ -343,13 +356,14 @@ static void start_worker(launch_t *L, worker_t *w) {
     snprintf(path, sizeof path, "%s/phalanx-worker", c->bindir);
     worker_log_path(L, w, log, sizeof log);
     snprintf(rank, sizeof rank, "%d", w->rank);
-    const char *argv[16 + 2 * (sizeof WORKER_PASS / sizeof *WORKER_PASS) + MAX_PASS];
+    const char *argv[16 + 2 * (sizeof JOB / sizeof *JOB + sizeof WORKER_PASS / sizeof *WORKER_PASS) + MAX_PASS];
     int n = 0;
     argv[n++] = path;
     argv[n++] = "--coordinator", argv[n++] = c->join ? c->coordinator : c->bind;
     argv[n++] = "--group", argv[n++] = w->group;
     argv[n++] = "--rank", argv[n++] = rank;
     argv[n++] = "--job", argv[n++] = c->job;
+    n = pass_on(&JOB_FLAGS, c, 1, argv, n);
     n = pass_on(&WORKER_PASS_FLAGS, c, 0, argv, n); /* before the flags after --, which win */
     if (c->curve_secret)
         argv[n++] = "--curve-secret-key-file", argv[n++] = c->curve_secret,
@@ -371,10 +385,12 @@ static int start_coordinator(launch_t *L) {
     char key[4300], authorized[4300];
     snprintf(key, sizeof key, "%s/coordinator.key", c->curve_dir);
     snprintf(authorized, sizeof authorized, "%s/authorized_keys", c->curve_dir);
-    const char *argv[32] = {path, "--spill-dir", c->log_dir, "--mode", c->mode};
-    int n = 5;
-    n = pass_on(&COORDINATOR_PASS_FLAGS, c, 0, argv, n);
-    n = pass_on(&AUTO_PASS_FLAGS, c, 1, argv, n); /* --auto-* need --mode auto there */
+    const char *argv[32] = {path, "--spill-dir", c->log_dir};
+    int n = 3;
+    if (px_flags_given(&c->given, "--mode")) argv[n++] = "--mode", argv[n++] = c->mode;
+    n = pass_on(&COORDINATOR_FLAGS, c, 1, argv, n);
+    n = pass_on(&COORDINATOR_PASS_FLAGS, c, 1, argv, n);
+    n = pass_on(&AUTO_PASS_FLAGS, c, 0, argv, n); /* --auto-*: only with --mode auto there */
     if (c->curve) argv[n++] = "--curve-secret-key-file", argv[n++] = key, argv[n++] = "--authorized-keys", argv[n++] = authorized;
     argv[n] = NULL;
     L->coord_pid = spawn(path, (char *const *)argv, log, NULL);
@@ -787,8 +803,9 @@ static void json_num(char *out, size_t len, double v) {
 
 static void parse(launch_cfg_t *c, int argc, char **argv) {
     const px_flag_section_t sections[] = {
-        {&LAUNCH_FLAGS, c, NULL},         {&WORKER_PASS_FLAGS, c, NULL}, {&COORDINATOR_PASS_FLAGS, c, NULL},
-        {&JOIN_FLAGS, c, NULL},           {&AUTO_PASS_FLAGS, c, NULL},
+        {&LAUNCH_FLAGS, c, NULL},      {&JOB_FLAGS, c, NULL},  {&WORKER_PASS_FLAGS, c, NULL},
+        {&COORDINATOR_FLAGS, c, NULL}, {&COORDINATOR_PASS_FLAGS, c, NULL}, {&JOIN_FLAGS, c, NULL},
+        {&AUTO_PASS_FLAGS, c, NULL},
     };
     const px_flags_spec_t spec = {.prog = PROG, .usage = USAGE, .epilogue = EPILOGUE, .sections = sections,
                                   .n_sections = (int)(sizeof sections / sizeof *sections), .rest = 1};
