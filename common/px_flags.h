@@ -115,7 +115,8 @@ typedef struct {
     int rest;                  /* "--" ends the flags; the words after it are the caller's */
 } px_flags_spec_t;
 
-/* What px_flags_parse found besides the values it stored. */
+/* What px_flags_parse found besides the values it stored (its arrays live
+ * as long as the program). */
 typedef struct {
     char **operands;           /* the words that are not flags, in order */
     int n_operands;

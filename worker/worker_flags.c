@@ -61,7 +61,8 @@ static const px_flag_t TRAIN[] = {
              "first step",
      TC(eval_every)},
     {"--eval-batches", PX_FLAG_INT, "N", .min = 0, .max = 1000000, .def = "4",
-     .help = "micro-batches of validation data per eval (always the same windows), 0 = no eval",
+     .help = "batches of validation data per eval (of --micro-batch samples; --standalone: of --batch), always "
+             "the same windows, 0 = no eval",
      TC(eval_batches)},
     {"--device", PX_FLAG_CHOICE, .words = DEVICES, .def = "cpu",
      .help = "where the replica computes. cuda: one GPU per rank (GPU rank % the GPUs visible), gradients, "
