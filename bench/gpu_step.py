@@ -36,7 +36,7 @@ def phalanx(args):
     n = args.warmup + args.steps
     cmd = [os.path.join(args.bindir, "phalanx-worker"), "--standalone", "--device", "cuda",
            "--model", args.model, "--batch", str(args.batch), "--seq", str(args.seq),
-           "--steps", str(n), "--eval-every", "0", "--data", args.data]
+           "--steps", str(n), "--eval-batches", "0", "--data", args.data]
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
     if r.returncode != 0:
         sys.exit("phalanx-worker failed (%d):\n%s" % (r.returncode, r.stdout[-3000:]))

@@ -13,6 +13,11 @@ static int g_quiet;
 void px_log_set_prog(const char *prog) { g_prog = prog; }
 void px_log_set_quiet(int quiet) { g_quiet = quiet; }
 
+static const px_flag_t QUIET[] = {
+    {"--quiet", PX_FLAG_SWITCH, .help = "log warnings and errors only", .size = sizeof(int)},
+};
+const px_flag_table_t px_log_flags = PX_FLAG_TABLE(NULL, QUIET);
+
 void px_logv(const char *level, const char *fmt, va_list ap) {
     if (g_quiet && (strcmp(level, "info") == 0 || strcmp(level, "debug") == 0)) return;
     struct timeval tv;

@@ -8,12 +8,17 @@
 
 #include <stdarg.h>
 
+#include "px_flags.h"
+
 void px_log_set_prog(const char *prog);
 void px_log_set_quiet(int quiet); /* 1: suppress info/debug lines */
 void px_logv(const char *level, const char *fmt, va_list ap);
 void px_log(const char *level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void px_die_at(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4), noreturn));
+
+/* --quiet, the daemons' flag for px_log_set_quiet: fills an int. */
+extern const px_flag_table_t px_log_flags;
 
 #define px_log_info(...) px_log("info", __VA_ARGS__)
 #define px_log_warn(...) px_log("warn", __VA_ARGS__)

@@ -33,3 +33,10 @@ file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/dashboard_html.c.tmp
      "const size_t PX_DASHBOARD_HTML_LEN = sizeof PX_DASHBOARD_HTML - 1;\n")
 configure_file(${CMAKE_CURRENT_BINARY_DIR}/dashboard_html.c.tmp ${CMAKE_CURRENT_BINARY_DIR}/dashboard_html.c COPYONLY)
 target_sources(px_coordlogic PRIVATE ${CMAKE_CURRENT_BINARY_DIR}/dashboard_html.c)
+
+# The command line's tables, a library of their own: phalanx-launch checks the
+# coordinator flags it passes on with them.
+add_library(px_coordinator_flags STATIC ${CMAKE_CURRENT_LIST_DIR}/coordinator_flags.c)
+target_include_directories(px_coordinator_flags PUBLIC ${CMAKE_CURRENT_LIST_DIR})
+target_link_libraries(px_coordinator_flags PUBLIC px_proto px_common)
+target_link_libraries(phalanx-coordinator PRIVATE px_coordinator_flags)

@@ -6,11 +6,10 @@
 
 #include "auth.h"
 #include "coordinator.h"
+#include "coordinator_flags.h"
 #include "mode_policy.h"
-#include "px_flags.h"
 #include "px_keys.h"
 #include "px_log.h"
-#include "px_wire.h"
 
 static const char *PROG = "phalanx-coordinator";
 static volatile sig_atomic_t g_stop;
@@ -29,71 +28,16 @@ static void on_sighup(int sig) {
     atomic_store(&g_reload_token, 1);
 }
 
-/* --mode auto defaults (mode_policy.h) */
-#define AUTO_FAILURES_PER_HOUR 6.0
-#define AUTO_COMM_SHARE 0.5
-#define AUTO_WINDOW_S 600
-#define AUTO_HOLD_S 60
+static const char USAGE[] =
+    "usage: phalanx-coordinator [flags]\n\n"
+    "The phalanx coordinator: tracks workers and replica groups, forms quorums,\n"
+    "hosts the rendezvous store, serves /status and /metrics, logs events.\n";
 
-static void usage(FILE *f) {
-    fprintf(f, "usage: %s [flags]\n\n"
-           "The phalanx coordinator: tracks workers and replica groups, forms quorums,\n"
-           "hosts the rendezvous store, serves /status and /metrics, logs events.\n\n"
-           "flags (default in brackets):\n"
-           "  --bind ENDPOINT             ZeroMQ endpoint workers connect to [tcp://127.0.0.1:7777]\n"
-           "  --http HOST:PORT            status server; port 0 picks a free one [off]\n"
-           "  --job NAME                  job id, [A-Za-z0-9_.-]{1,63} [phalanx]\n"
-           "  --events SPEC               file:PATH, kafka:HOST:PORT[,HOST:PORT...]/TOPIC or none [none]\n"
-           "  --spill-dir DIR             where undelivered Kafka events spill [.]\n"
-           "  --token-file PATH           require a job token: any line of the file is admitted (workers\n"
-           "                              present their file's first line); re-read when it changes and on\n"
-           "                              SIGHUP, so a token is rotated without a restart [none]\n"
-           "  --curve-secret-key-file PATH  encrypt the control plane with CURVE using this secret key\n"
-           "                              (phalanxctl keygen; mode 0600) [off]\n"
-           "  --authorized-keys PATH      with CURVE: public keys of the clients admitted, one per line [none]\n"
-           "  --insecure                  allow a non-loopback --bind with neither CURVE nor a token [off]\n"
-           "  --heartbeat-interval-ms N   interval workers heartbeat at, 10..10000 [100]\n"
-           "  --heartbeat-timeout-ms N    silence after which a member is lost, 50..600000 [1000]\n"
-           "  --heartbeat-udp on|off      offer workers sealed UDP heartbeats on the --bind address and port\n"
-           "                              (UDP; each registration gets its own key); a worker whose datagrams\n"
-           "                              do not arrive is told to heartbeat over ZeroMQ (docs/protocol.md) [on]\n"
-           "  --min-replicas N            groups needed for a quorum, 1..100000 [1]\n"
-           "  --join-timeout-ms N         wait for healthy groups not yet joined, 0..600000 [500]\n"
-           "  --rebuild-settle-ms N       wait before re-forming an unchanged quorum, 0..60000 [300]\n"
-           "  --stall-timeout-ms N        drop a quorum member that has not joined the quorum's\n"
-           "                              rendezvous this long after others did; keep above two\n"
-           "                              step times, 100..3600000 [60000]\n"
-           "  --mode sync|diloco|auto     announced in quorums and shown by /status until groups train; the\n"
-           "                              groups' own --mode decides how they train, and /status then shows it;\n"
-           "                              auto: announce sync, and switch to diloco (workers started with\n"
-           "                              --mode auto follow at a step boundary) when either figure below\n"
-           "                              reaches its threshold, back to sync when both are below half of\n"
-           "                              theirs; each switch is a new quorum and a mode_switched event [sync]\n"
-           "  --auto-failures-per-hour F  auto: group losses per hour (over --auto-window) that switch to\n"
-           "                              diloco, 0 = not a signal, 0..100000 [%g]\n"
-           "  --auto-comm-share S         auto: share of step time in cross-group communication (the mean of\n"
-           "                              what the groups' rank 0 report) that switches to diloco, 0 = not a\n"
-           "                              signal, 0..1 [%g]\n"
-           "  --auto-window SECONDS       auto: the window losses are counted over, 1..86400 [%d]\n"
-           "  --auto-hold SECONDS         auto: the least time between two switches, and from the start to\n"
-           "                              the first, 0..86400 [%d]\n"
-           "  --max-members N             members (live and recently lost), 1..1000000 [%d]\n"
-           "  --max-store-keys N          rendezvous keys per quorum, 1..10000000 [%d]\n"
-           "  --max-store-bytes N         rendezvous key+value bytes per quorum, 65536..17179869184 [%lld]\n"
-           "  --max-store-waiters N       store reads waiting per quorum, 1..10000000 [%d]\n"
-           "  --quiet                     log warnings and errors only\n"
-           "  --help                      this text\n\n"
-           "Every flag can be given as an environment variable instead: PHALANX_MIN_REPLICAS=3 for\n"
-           "--min-replicas 3, PHALANX_QUIET=1 for --quiet; the command line wins.\n"
-           "Past a limit, requests are refused RESOURCE_LIMIT (event limit_reached).\n"
-           "SIGTERM or SIGINT: stop after flushing events (up to 5 s for Kafka).\n"
-           "SIGHUP: re-read --authorized-keys (with CURVE) and --token-file; a file that does not parse\n"
-           "keeps the old keys or tokens.\n"
-           "See docs/security.md.\n",
-           PROG, AUTO_FAILURES_PER_HOUR, AUTO_COMM_SHARE, AUTO_WINDOW_S, AUTO_HOLD_S, PX_DEFAULT_MAX_MEMBERS,
-           PX_DEFAULT_MAX_STORE_KEYS, (long long)PX_DEFAULT_MAX_STORE_BYTES,
-           PX_DEFAULT_MAX_STORE_WAITERS);
-}
+static const char EPILOGUE[] =
+    "SIGTERM or SIGINT: stop after flushing events (up to 5 s for Kafka).\n"
+    "SIGHUP: re-read --authorized-keys (with CURVE) and --token-file; a file that does not parse\n"
+    "keeps the old keys or tokens.\n"
+    "See docs/security.md.\n";
 
 /* The --auto-* flags go with --mode auto, and the loss ring must hold the
  * losses a window needs to reach the threshold. */
@@ -173,98 +117,37 @@ static int check_security(px_coordinator_config_t *cfg, const char *secret_path,
 
 int main(int argc, char **argv) {
     px_log_set_prog(PROG);
-    px_coordinator_config_t cfg = {
-        .bind = "tcp://127.0.0.1:7777",
-        .job = "phalanx",
-        .spill_dir = ".",
-        .mode = "sync",
-        .auto_failures_per_hour = AUTO_FAILURES_PER_HOUR,
-        .auto_comm_share = AUTO_COMM_SHARE,
-        .auto_window_ms = AUTO_WINDOW_S * 1000LL,
-        .auto_hold_ms = AUTO_HOLD_S * 1000LL,
-        .heartbeat_interval_ms = 100,
-        .heartbeat_timeout_ms = 1000,
-        .heartbeat_udp = 1,
-        .min_replicas = 1,
-        .join_timeout_ms = 500,
-        .rebuild_settle_ms = 300,
-        .stall_timeout_ms = 60000,
-        .max_members = PX_DEFAULT_MAX_MEMBERS,
-        .max_store_keys = PX_DEFAULT_MAX_STORE_KEYS,
-        .max_store_bytes = PX_DEFAULT_MAX_STORE_BYTES,
-        .max_store_waiters = PX_DEFAULT_MAX_STORE_WAITERS,
+    static px_coordinator_options_t o = {
+        .cfg = {.max_members = PX_DEFAULT_MAX_MEMBERS,
+                .max_store_keys = PX_DEFAULT_MAX_STORE_KEYS,
+                .max_store_bytes = PX_DEFAULT_MAX_STORE_BYTES,
+                .max_store_waiters = PX_DEFAULT_MAX_STORE_WAITERS},
+        .http = {.port = -1},
     };
-    static char http_host[256];
+    const px_flag_section_t sections[] = {
+        {&px_coordinator_flags, &o, NULL},
+        {&px_log_flags, &o.quiet, ""},
+        {&px_coordinator_auto_flags, &o, NULL},
+        {&px_coordinator_limit_flags, &o, NULL},
+    };
+    const px_flags_spec_t spec = {.prog = PROG, .usage = USAGE, .epilogue = EPILOGUE, .sections = sections,
+                                  .n_sections = 4, .env = 1};
+    px_flags_parsed_t given;
+    px_flags_parse(&spec, argc, argv, &given);
+    px_coordinator_config_t cfg = o.cfg;
+    px_log_set_quiet(o.quiet);
+    cfg.mode = px_coordinator_modes[o.mode];
+    if (o.http.port >= 0) cfg.http_host = o.http.host, cfg.http_port = o.http.port;
+    const px_flag_t *auto_flag = px_flags_last_given(&given, &px_coordinator_auto_flags);
     static px_keypair_t curve;
-    const char *secret_path = NULL;
-    int insecure = 0;
-    const char *auto_flag = NULL; /* the last --auto-* flag given */
-    static const char *const booleans[] = {"quiet", "insecure", NULL};
-    px_flags_from_env(PROG, usage, booleans, &argc, &argv);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--quiet")) {
-            px_log_set_quiet(1);
-            continue;
-        } else if (!strcmp(a, "--insecure")) {
-            insecure = 1;
-            continue;
-        }
-        if (!strcmp(a, "--bind")) cfg.bind = px_flag_str(PROG, a, v, 512);
-        else if (!strcmp(a, "--http")) cfg.http_port = px_flag_hostport0(PROG, a, v, http_host, sizeof http_host), cfg.http_host = http_host;
-        else if (!strcmp(a, "--job")) {
-            cfg.job = px_flag_str(PROG, a, v, 63);
-            if (!px_wire_group_name_ok(cfg.job)) {
-                fprintf(stderr, "%s: --job: bad value '%s': expected [A-Za-z0-9_.-]{1,63}\n", PROG, cfg.job);
-                return 2;
-            }
-        } else if (!strcmp(a, "--events")) cfg.events = px_flag_str(PROG, a, v, 4096);
-        else if (!strcmp(a, "--spill-dir")) cfg.spill_dir = px_flag_str(PROG, a, v, 4096);
-        else if (!strcmp(a, "--token-file")) cfg.token_file = px_flag_str(PROG, a, v, 4096);
-        else if (!strcmp(a, "--curve-secret-key-file")) secret_path = px_flag_str(PROG, a, v, 4096);
-        else if (!strcmp(a, "--authorized-keys")) cfg.authorized_keys = px_flag_str(PROG, a, v, 4096);
-        else if (!strcmp(a, "--heartbeat-interval-ms")) cfg.heartbeat_interval_ms = px_flag_int(PROG, a, v, 10, 10000);
-        else if (!strcmp(a, "--heartbeat-timeout-ms")) cfg.heartbeat_timeout_ms = px_flag_int(PROG, a, v, 50, 600000);
-        else if (!strcmp(a, "--heartbeat-udp")) {
-            const char *u = px_flag_str(PROG, a, v, 8);
-            if (strcmp(u, "on") && strcmp(u, "off")) {
-                fprintf(stderr, "%s: --heartbeat-udp: bad value '%s': expected on or off\n", PROG, u);
-                return 2;
-            }
-            cfg.heartbeat_udp = !strcmp(u, "on");
-        } else if (!strcmp(a, "--min-replicas")) cfg.min_replicas = (int)px_flag_int(PROG, a, v, 1, 100000);
-        else if (!strcmp(a, "--join-timeout-ms")) cfg.join_timeout_ms = px_flag_int(PROG, a, v, 0, 600000);
-        else if (!strcmp(a, "--rebuild-settle-ms")) cfg.rebuild_settle_ms = px_flag_int(PROG, a, v, 0, 60000);
-        else if (!strcmp(a, "--stall-timeout-ms")) cfg.stall_timeout_ms = px_flag_int(PROG, a, v, 100, 3600000);
-        else if (!strcmp(a, "--max-members")) cfg.max_members = (int)px_flag_int(PROG, a, v, 1, 1000000);
-        else if (!strcmp(a, "--max-store-keys")) cfg.max_store_keys = px_flag_int(PROG, a, v, 1, 10000000);
-        else if (!strcmp(a, "--max-store-bytes")) cfg.max_store_bytes = px_flag_int(PROG, a, v, 65536, 16LL << 30);
-        else if (!strcmp(a, "--max-store-waiters")) cfg.max_store_waiters = px_flag_int(PROG, a, v, 1, 10000000);
-        else if (!strcmp(a, "--mode")) {
-            cfg.mode = px_flag_str(PROG, a, v, 16);
-            if (strcmp(cfg.mode, "sync") && strcmp(cfg.mode, "diloco") && strcmp(cfg.mode, "auto")) {
-                fprintf(stderr, "%s: --mode: bad value '%s': expected sync, diloco or auto\n", PROG, cfg.mode);
-                return 2;
-            }
-        } else if (!strcmp(a, "--auto-failures-per-hour"))
-            cfg.auto_failures_per_hour = px_flag_double(PROG, a, v, 0, 100000), auto_flag = a;
-        else if (!strcmp(a, "--auto-comm-share")) cfg.auto_comm_share = px_flag_double(PROG, a, v, 0, 1), auto_flag = a;
-        else if (!strcmp(a, "--auto-window")) cfg.auto_window_ms = px_flag_int(PROG, a, v, 1, 86400) * 1000, auto_flag = a;
-        else if (!strcmp(a, "--auto-hold")) cfg.auto_hold_ms = px_flag_int(PROG, a, v, 0, 86400) * 1000, auto_flag = a;
-        else px_flag_unknown(PROG, a);
-        i++;
-    }
     if (cfg.heartbeat_timeout_ms <= cfg.heartbeat_interval_ms) {
         fprintf(stderr, "%s: --heartbeat-timeout-ms (%lld) must exceed --heartbeat-interval-ms (%lld)\n", PROG,
                 (long long)cfg.heartbeat_timeout_ms, (long long)cfg.heartbeat_interval_ms);
         return 2;
     }
-    if (check_auto(&cfg, auto_flag) != 0) return 2;
+    if (check_auto(&cfg, auto_flag ? auto_flag->name : NULL) != 0) return 2;
     if (cfg.events && strcmp(cfg.events, "none") == 0) cfg.events = NULL;
-    if (check_security(&cfg, secret_path, &curve, insecure) != 0) return 2;
+    if (check_security(&cfg, o.curve_secret, &curve, o.insecure) != 0) return 2;
 
     struct sigaction sa = {0};
     sa.sa_handler = on_signal;

@@ -42,10 +42,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "coordinator_flags.h"
 #include "px_child.h"
+#include "px_client_flags.h"
 #include "px_flags.h"
 #include "px_keys.h"
 #include "px_time.h"
+#include "worker_flags.h"
 
 static const char *PROG = "phalanx-launch";
 static volatile sig_atomic_t g_signal;
@@ -77,13 +80,18 @@ typedef struct {
 } worker_t;
 
 typedef struct {
-    int groups, ranks, steps, max_restarts, restart_backoff_ms, connect_timeout_s;
-    const char *model, *data, *http, *events, *coordinator, *bind, *log_dir, *job, *ledger;
-    const char *ckpt_dir, *ckpt_every, *ckpt_keep; /* passed to the workers as given */
-    const char *mode;                      /* sync, diloco or auto: to the coordinator and the workers */
-    const char *auto_flags[8];             /* --auto-* NAME VALUE pairs for the coordinator, as given */
-    int n_auto;
-    uint64_t seed, chaos_seed;
+    int groups, max_restarts, restart_backoff_ms;
+    int ranks, steps;                      /* --ranks-per-group and --steps as numbers */
+    /* What is passed on, as given: to every worker (WORKER_PASS), to the
+     * coordinator started here (COORDINATOR_PASS, AUTO_PASS). */
+    const char *ranks_text, *steps_text, *model, *data, *seed, *connect_timeout, *ledger;
+    const char *ckpt_dir, *ckpt_every, *ckpt_keep, *mode;
+    const char *bind, *http, *job, *events, *insecure;
+    const char *auto_failures, *auto_comm_share, *auto_window, *auto_hold;
+    const char *coordinator;               /* given: join that coordinator instead of starting one */
+    int join;
+    const char *log_dir;
+    uint64_t chaos_seed;
     double chaos_every_s;
     int chaos_every_steps;
     int chaos_max_kills;
@@ -91,10 +99,11 @@ typedef struct {
     const char *pass[MAX_PASS];
     int n_pass;
     int quiet;
-    int curve, insecure;                   /* --curve: throwaway keys in LOG_DIR/curve */
+    int curve;                             /* --curve: throwaway keys in LOG_DIR/curve */
     const char *curve_secret, *curve_server; /* workers' key and the coordinator's public key */
     char curve_dir[4200];
     char bindir[4096];
+    px_flags_parsed_t given;               /* which flags were given */
 } launch_cfg_t;
 
 typedef struct {
@@ -127,74 +136,149 @@ typedef struct {
 
 static void on_signal(int sig) { g_signal = sig; }
 
-/* An --auto-* flag for the coordinator: checked against the range it takes
- * there, kept as given (a repeated flag replaces its value). */
-static void auto_flag(launch_cfg_t *c, const char *a, const char *v) {
-    if (!strcmp(a, "--auto-failures-per-hour")) px_flag_double(PROG, a, v, 0, 100000);
-    else if (!strcmp(a, "--auto-comm-share")) px_flag_double(PROG, a, v, 0, 1);
-    else px_flag_int(PROG, a, v, !strcmp(a, "--auto-window") ? 1 : 0, 86400);
-    int i = 0;
-    while (i < c->n_auto && strcmp(c->auto_flags[i], a)) i += 2;
-    c->auto_flags[i] = a, c->auto_flags[i + 1] = v;
-    if (i == c->n_auto) c->n_auto += 2;
-}
+#define CFG(member) PX_FLAG_AT(launch_cfg_t, member)
 
-static void usage(void) {
-    printf("usage: %s [flags] [-- extra worker flags]\n\n"
-           "Runs a phalanx job on this machine: a coordinator and groups x ranks workers,\n"
-           "restarting workers that die. Prints a line per committed step, every drop and\n"
-           "heal, and a final JSON summary.\n\n"
-           "flags (default in brackets):\n"
-           "  --groups R               replica groups, 1..256 [3]\n"
-           "  --ranks-per-group W      ranks per group, 1..64 [1]\n"
-           "  --steps N                optimizer steps, 1..100000000 [200]\n"
-           "  --model NAME|PATH        tiny, small, gpt2-124m or an llm.c model file [small]\n"
-           "  --data DIR               token shards; prepared from the demo corpus when empty [data/demo]\n"
-           "  --seed N                 seed of initialisation and data order [1337]\n"
-           "  --http HOST:PORT         coordinator status server [127.0.0.1:8080]\n"
-           "  --events SPEC            coordinator event log (file:PATH, kafka:..., none) [file:LOG_DIR/events.jsonl]\n"
-           "  --bind ENDPOINT          endpoint of the coordinator started here [tcp://127.0.0.1:7777]\n"
-           "  --coordinator ENDPOINT   join a running coordinator instead of starting one [start one]\n"
-           "  --job NAME               job name [phalanx]\n"
-           "  --mode sync|diloco|auto  how the groups train, given to the coordinator and every worker (a\n"
-           "                           worker --mode after -- wins); auto: the coordinator switches the job\n"
-           "                           between sync and diloco on failures or communication [sync]\n"
-           "  --auto-failures-per-hour F, --auto-comm-share S, --auto-window SECONDS, --auto-hold SECONDS\n"
-           "                           with --mode auto: the coordinator's thresholds, window and hold\n"
-           "                           (phalanx-coordinator --help) [6, 0.5, 600, 60]\n"
-           "  --curve                  encrypt and authenticate the control plane with throwaway CURVE keys\n"
-           "                           made in LOG_DIR/curve for this job [off: the default bind is loopback]\n"
-           "  --curve-secret-key-file PATH  with --coordinator: the workers' CURVE secret key [none]\n"
-           "  --coordinator-public-key-file PATH  with --coordinator: that coordinator's public key [none]\n"
-           "  --insecure               let the coordinator started here bind a non-loopback --bind\n"
-           "                           without CURVE (see docs/security.md) [off]\n"
-           "  --chaos-kill-every S     SIGKILL a random worker about every S seconds, 0 = off [0];\n"
-           "                           never one whose loss would leave no group holding the job's state\n"
-           "  --chaos-kill-every-steps K  instead: about every K committed steps, at a random\n"
-           "                           moment within 250 ms (independent of machine speed), 0 = off [0]\n"
-           "  --chaos-seed N           seed of the chaos schedule [1]\n"
-           "  --chaos-max-kills N      stop killing after N kills, 0 = no limit [0]\n"
-           "  --chaos-until-step N     no kills once step N is committed, 0 = no limit [0]\n"
-           "  --max-restarts N         restarts per worker before giving up, 0..100000 [100]\n"
-           "  --restart-backoff-ms N   first restart delay, doubled per quick crash (not per chaos kill), 0..60000 [200]\n"
-           "  --connect-timeout S      workers give up when no coordinator answers within S seconds,\n"
-           "                           0 = wait forever, 0..86400 [300]; meanwhile they say whom they wait for\n"
-           "  --log-dir DIR            worker and coordinator logs [phalanx-run]\n"
-           "  --sample-ledger PATH     workers append the samples of each committed step [off]\n"
-           "  --checkpoint-dir DIR     workers restore from and save checkpoints in DIR (%%g: the group's\n"
-           "                           name, for a folder per group) [off]\n"
-           "  --checkpoint-every N     save every N committed steps (phalanx-worker's default: 100)\n"
-           "  --checkpoint-keep K      checkpoints kept (phalanx-worker's default: 3)\n"
-           "  --quiet                  no per-step lines, only events and the summary\n"
-           "  --help                   this text\n\n"
-           "Flags after -- go to every worker (e.g. -- --global-batch 24 --lr 3e-4).\n"
-           "SIGINT/SIGTERM: forwarded to every process; the summary is printed.\n"
-           "A worker exiting with status 2 (bad flag, model or data; no coordinator) is not restarted:\n"
-           "the job stops and its log's last lines are shown. Every process started here dies with\n"
-           "this one, even after SIGKILL.\n"
-           "Exit status: 0 the job reached --steps; 1 it did not; 2 a configuration error;\n"
-           "130/143 stopped by SIGINT/SIGTERM.\n",
-           PROG);
+/* The job: what phalanx-launch acts on itself (it starts the ranks,
+ * prepares the data, reads the steps), passed to every worker as it is
+ * here; checked with phalanx-worker's entries, as the tables below. */
+static const px_flag_t JOB[] = {
+    {"--ranks-per-group", PX_FLAG_LIKE, .like = &px_agent_flags, .help = "ranks per group", CFG(ranks_text)},
+    {"--steps", PX_FLAG_LIKE, .like = &px_train_flags, .def = "200", .help = "optimizer steps", CFG(steps_text)},
+    {"--model", PX_FLAG_LIKE, .like = &px_train_flags, .def = "small",
+     .help = "tiny, small, gpt2-124m or an llm.c model file", CFG(model)},
+    {"--data", PX_FLAG_LIKE, .like = &px_train_flags,
+     .help = "token shards; prepared from the demo corpus when empty", CFG(data)},
+};
+static const px_flag_table_t JOB_FLAGS = PX_FLAG_TABLE("the job (every worker gets these flags):", JOB);
+
+/* Passed to every worker when given (pass_on). */
+static const px_flag_t WORKER_PASS[] = {
+    {"--seed", PX_FLAG_LIKE, .like = &px_train_flags, .help = "seed of initialisation and data order", CFG(seed)},
+    {"--mode", PX_FLAG_LIKE, .like = &px_worker_train_flags,
+     .help = "how the groups train, given to the coordinator and every worker (a worker --mode after -- "
+             "wins); auto: the coordinator switches the job between sync and diloco on failures or "
+             "communication",
+     CFG(mode)},
+    {"--connect-timeout", PX_FLAG_LIKE, .like = &px_agent_flags,
+     .help = "workers give up when no coordinator answers within S seconds, 0 = wait forever; meanwhile they "
+             "say whom they wait for",
+     CFG(connect_timeout)},
+    {"--sample-ledger", PX_FLAG_LIKE, .like = &px_worker_train_flags,
+     .help = "workers append the samples of each committed step", CFG(ledger)},
+    {"--checkpoint-dir", PX_FLAG_LIKE, .like = &px_worker_train_flags,
+     .help = "workers restore from and save checkpoints in DIR (%g: the group's name, for a folder per group)",
+     CFG(ckpt_dir)},
+    {"--checkpoint-every", PX_FLAG_LIKE, .like = &px_worker_train_flags, .help = "save every N committed steps",
+     CFG(ckpt_every)},
+    {"--checkpoint-keep", PX_FLAG_LIKE, .like = &px_worker_train_flags, .help = "checkpoints kept",
+     CFG(ckpt_keep)},
+};
+static const px_flag_table_t WORKER_PASS_FLAGS = PX_FLAG_TABLE("", WORKER_PASS);
+
+/* The coordinator started here: its endpoint and job (which the workers
+ * are told too), and what is passed to it as it is here. */
+static const px_flag_t COORDINATOR[] = {
+    {"--bind", PX_FLAG_LIKE, .like = &px_coordinator_flags, .help = "endpoint of the coordinator started here",
+     CFG(bind)},
+    {"--job", PX_FLAG_LIKE, .like = &px_coordinator_flags, .help = "job name (workers get it too)", CFG(job)},
+};
+static const px_flag_table_t COORDINATOR_FLAGS = PX_FLAG_TABLE("the coordinator started here:", COORDINATOR);
+
+static const px_flag_t COORDINATOR_PASS[] = {
+    {"--http", PX_FLAG_LIKE, .like = &px_coordinator_flags, .def = "127.0.0.1:8080",
+     .help = "coordinator status server", CFG(http)},
+    {"--events", PX_FLAG_LIKE, .like = &px_coordinator_flags, .note = "file:LOG_DIR/events.jsonl",
+     .help = "coordinator event log (file:PATH, kafka:..., none)", CFG(events)},
+    {"--insecure", PX_FLAG_LIKE, .like = &px_coordinator_flags,
+     .help = "let the coordinator started here bind a non-loopback --bind without CURVE (see docs/security.md)",
+     CFG(insecure)},
+};
+static const px_flag_table_t COORDINATOR_PASS_FLAGS = PX_FLAG_TABLE("", COORDINATOR_PASS);
+
+/* With --mode auto: passed to the coordinator started here when given (pass_on). */
+static const px_flag_t AUTO_PASS[] = {
+    {"--auto-failures-per-hour", PX_FLAG_LIKE, .like = &px_coordinator_auto_flags,
+     .help = "group losses per hour that switch to diloco", CFG(auto_failures)},
+    {"--auto-comm-share", PX_FLAG_LIKE, .like = &px_coordinator_auto_flags,
+     .help = "share of step time in cross-group communication that switches to diloco", CFG(auto_comm_share)},
+    {"--auto-window", PX_FLAG_LIKE, .like = &px_coordinator_auto_flags, .help = "the window losses are counted over",
+     CFG(auto_window)},
+    {"--auto-hold", PX_FLAG_LIKE, .like = &px_coordinator_auto_flags, .help = "the least time between two switches",
+     CFG(auto_hold)},
+};
+static const px_flag_table_t AUTO_PASS_FLAGS =
+    PX_FLAG_TABLE("--mode auto: the coordinator's thresholds, window and hold (phalanx-coordinator --help):",
+                  AUTO_PASS);
+
+/* Joining a running coordinator: where, and the workers' CURVE keys. */
+static const px_flag_t JOIN[] = {
+    {"--coordinator", PX_FLAG_LIKE, .like = &px_client_flags, .note = "start one",
+     .help = "join a running coordinator instead of starting one", CFG(coordinator)},
+    {"--curve", PX_FLAG_SWITCH,
+     .help = "encrypt and authenticate the control plane with throwaway CURVE keys made in LOG_DIR/curve for "
+             "this job (the default bind is loopback)",
+     CFG(curve)},
+    {"--curve-secret-key-file", PX_FLAG_LIKE, .like = &px_client_flags,
+     .help = "with --coordinator: the workers' CURVE secret key", CFG(curve_secret)},
+    {"--coordinator-public-key-file", PX_FLAG_LIKE, .like = &px_client_flags,
+     .help = "with --coordinator: that coordinator's public key", CFG(curve_server)},
+};
+static const px_flag_table_t JOIN_FLAGS = PX_FLAG_TABLE("", JOIN);
+
+static const px_flag_t LAUNCH[] = {
+    {"--groups", PX_FLAG_INT, "R", .min = 1, .max = 256, .def = "3", .help = "replica groups", CFG(groups)},
+    {"--chaos-kill-every", PX_FLAG_REAL, "S", .lo = 0, .hi = 86400, .def = "0",
+     .help = "SIGKILL a random worker about every S seconds, 0 = off; never one whose loss would leave no "
+             "group holding the job's state",
+     CFG(chaos_every_s)},
+    {"--chaos-kill-every-steps", PX_FLAG_INT, "K", .min = 0, .max = 100000000, .def = "0",
+     .help = "instead: about every K committed steps, at a random moment within 250 ms (independent of "
+             "machine speed), 0 = off",
+     CFG(chaos_every_steps)},
+    {"--chaos-seed", PX_FLAG_INT, "N", .min = 0, .max = INT64_MAX, .def = "1", .help = "seed of the chaos schedule",
+     CFG(chaos_seed)},
+    {"--chaos-max-kills", PX_FLAG_INT, "N", .min = 0, .max = 1000000, .def = "0",
+     .help = "stop killing after N kills, 0 = no limit", CFG(chaos_max_kills)},
+    {"--chaos-until-step", PX_FLAG_INT, "N", .min = 0, .max = INT64_MAX, .def = "0",
+     .help = "no kills once step N is committed, 0 = no limit", CFG(chaos_until_step)},
+    {"--max-restarts", PX_FLAG_INT, "N", .min = 0, .max = 100000, .def = "100",
+     .help = "restarts per worker before giving up", CFG(max_restarts)},
+    {"--restart-backoff-ms", PX_FLAG_INT, "N", .min = 0, .max = 60000, .def = "200",
+     .help = "first restart delay, doubled per quick crash (not per chaos kill)", CFG(restart_backoff_ms)},
+    {"--log-dir", PX_FLAG_STR, "DIR", .max = 4000, .def = "phalanx-run", .help = "worker and coordinator logs",
+     CFG(log_dir)},
+    {"--quiet", PX_FLAG_SWITCH, .help = "no per-step lines, only events and the summary", CFG(quiet)},
+};
+static const px_flag_table_t LAUNCH_FLAGS = PX_FLAG_TABLE("flags (default in brackets):", LAUNCH);
+
+static const char USAGE[] =
+    "usage: phalanx-launch [flags] [-- extra worker flags]\n\n"
+    "Runs a phalanx job on this machine: a coordinator and groups x ranks workers,\n"
+    "restarting workers that die. Prints a line per committed step, every drop and\n"
+    "heal, and a final JSON summary.\n";
+
+static const char EPILOGUE[] =
+    "Flags after -- go to every worker (e.g. -- --global-batch 24 --lr 3e-4).\n"
+    "SIGINT/SIGTERM: forwarded to every process; the summary is printed.\n"
+    "A worker exiting with status 2 (bad flag, model or data; no coordinator) is not restarted:\n"
+    "the job stops and its log's last lines are shown. Every process started here dies with\n"
+    "this one, even after SIGKILL.\n"
+    "Exit status: 0 the job reached --steps; 1 it did not; 2 a configuration error;\n"
+    "130/143 stopped by SIGINT/SIGTERM.\n";
+
+/* The flags of table t to pass on, as argv words from argv[n] on (a
+ * switch: its name alone); returns the new n. all: every one with a value;
+ * else only those given here: the others stand at the other program's
+ * default, which is left to it (and to its PHALANX_* variables). */
+static int pass_on(const px_flag_table_t *t, const launch_cfg_t *c, int all, const char **argv, int n) {
+    for (int i = 0; i < t->n; i++) {
+        const px_flag_t *f = &t->flags[i];
+        const char *v = *(const char *const *)((const char *)c + f->offset);
+        if (!v || !(all || px_flags_given(&c->given, f->name))) continue;
+        argv[n++] = f->name;
+        if (v != f->name) argv[n++] = v;
+    }
+    return n;
 }
 
 static uint64_t rng_next(uint64_t *s) {
@@ -268,33 +352,19 @@ static void worker_log_path(const launch_t *L, const worker_t *w, char *out, siz
 
 static void start_worker(launch_t *L, worker_t *w) {
     const launch_cfg_t *c = &L->cfg;
-    char path[4200], log[4200], rank[16], rpg[16], steps[16], seed[32], wait_s[16];
+    char path[4200], log[4200], rank[16];
     snprintf(path, sizeof path, "%s/phalanx-worker", c->bindir);
     worker_log_path(L, w, log, sizeof log);
     snprintf(rank, sizeof rank, "%d", w->rank);
-    snprintf(rpg, sizeof rpg, "%d", c->ranks);
-    snprintf(steps, sizeof steps, "%d", c->steps);
-    snprintf(seed, sizeof seed, "%llu", (unsigned long long)c->seed);
-    snprintf(wait_s, sizeof wait_s, "%d", c->connect_timeout_s);
-    const char *coord = c->coordinator ? c->coordinator : c->bind;
-    const char *argv[40 + MAX_PASS]; /* 37 at most, then the flags after -- */
+    const char *argv[16 + 2 * (sizeof JOB / sizeof *JOB + sizeof WORKER_PASS / sizeof *WORKER_PASS) + MAX_PASS];
     int n = 0;
     argv[n++] = path;
-    argv[n++] = "--coordinator", argv[n++] = coord;
+    argv[n++] = "--coordinator", argv[n++] = c->join ? c->coordinator : c->bind;
     argv[n++] = "--group", argv[n++] = w->group;
     argv[n++] = "--rank", argv[n++] = rank;
-    argv[n++] = "--ranks-per-group", argv[n++] = rpg;
     argv[n++] = "--job", argv[n++] = c->job;
-    argv[n++] = "--steps", argv[n++] = steps;
-    argv[n++] = "--model", argv[n++] = c->model;
-    argv[n++] = "--data", argv[n++] = c->data;
-    argv[n++] = "--seed", argv[n++] = seed;
-    argv[n++] = "--connect-timeout", argv[n++] = wait_s;
-    if (c->ledger) argv[n++] = "--sample-ledger", argv[n++] = c->ledger;
-    if (c->ckpt_dir) argv[n++] = "--checkpoint-dir", argv[n++] = c->ckpt_dir;
-    if (c->ckpt_every) argv[n++] = "--checkpoint-every", argv[n++] = c->ckpt_every;
-    if (c->ckpt_keep) argv[n++] = "--checkpoint-keep", argv[n++] = c->ckpt_keep;
-    if (c->mode) argv[n++] = "--mode", argv[n++] = c->mode; /* before the flags after --, which win */
+    n = pass_on(&JOB_FLAGS, c, 1, argv, n);
+    n = pass_on(&WORKER_PASS_FLAGS, c, 0, argv, n); /* before the flags after --, which win */
     if (c->curve_secret)
         argv[n++] = "--curve-secret-key-file", argv[n++] = c->curve_secret,
         argv[n++] = "--coordinator-public-key-file", argv[n++] = c->curve_server;
@@ -315,13 +385,13 @@ static int start_coordinator(launch_t *L) {
     char key[4300], authorized[4300];
     snprintf(key, sizeof key, "%s/coordinator.key", c->curve_dir);
     snprintf(authorized, sizeof authorized, "%s/authorized_keys", c->curve_dir);
-    const char *argv[32] = {path, "--bind", c->bind, "--http", c->http, "--job", c->job, "--events", c->events,
-                            "--spill-dir", c->log_dir};
-    int n = 11;
+    const char *argv[32] = {path, "--spill-dir", c->log_dir};
+    int n = 3;
+    if (px_flags_given(&c->given, "--mode")) argv[n++] = "--mode", argv[n++] = c->mode;
+    n = pass_on(&COORDINATOR_FLAGS, c, 1, argv, n);
+    n = pass_on(&COORDINATOR_PASS_FLAGS, c, 1, argv, n);
+    n = pass_on(&AUTO_PASS_FLAGS, c, 0, argv, n); /* --auto-*: only with --mode auto there */
     if (c->curve) argv[n++] = "--curve-secret-key-file", argv[n++] = key, argv[n++] = "--authorized-keys", argv[n++] = authorized;
-    if (c->insecure) argv[n++] = "--insecure";
-    if (c->mode) argv[n++] = "--mode", argv[n++] = c->mode;
-    for (int i = 0; i < c->n_auto; i++) argv[n++] = c->auto_flags[i];
     argv[n] = NULL;
     L->coord_pid = spawn(path, (char *const *)argv, log, NULL);
     if (L->coord_pid < 0) return -1;
@@ -732,86 +802,39 @@ static void json_num(char *out, size_t len, double v) {
 }
 
 static void parse(launch_cfg_t *c, int argc, char **argv) {
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage();
-            exit(0);
-        } else if (!strcmp(a, "--quiet")) {
-            c->quiet = 1;
-            continue;
-        } else if (!strcmp(a, "--curve")) {
-            c->curve = 1;
-            continue;
-        } else if (!strcmp(a, "--insecure")) {
-            c->insecure = 1;
-            continue;
-        } else if (!strcmp(a, "--")) {
-            for (int k = i + 1; k < argc; k++) {
-                if (c->n_pass == MAX_PASS) {
-                    fprintf(stderr, "%s: more than %d worker flags after --\n", PROG, MAX_PASS);
-                    exit(2);
-                }
-                c->pass[c->n_pass++] = argv[k];
-            }
-            break;
-        }
-        char host[256];
-        if (!strcmp(a, "--groups")) c->groups = (int)px_flag_int(PROG, a, v, 1, 256);
-        else if (!strcmp(a, "--ranks-per-group")) c->ranks = (int)px_flag_int(PROG, a, v, 1, 64);
-        else if (!strcmp(a, "--steps")) c->steps = (int)px_flag_int(PROG, a, v, 1, 100000000);
-        else if (!strcmp(a, "--model")) c->model = px_flag_str(PROG, a, v, 4096);
-        else if (!strcmp(a, "--data")) c->data = px_flag_str(PROG, a, v, 4096);
-        else if (!strcmp(a, "--seed")) c->seed = (uint64_t)px_flag_int(PROG, a, v, 0, INT64_MAX);
-        else if (!strcmp(a, "--http")) px_flag_hostport0(PROG, a, v, host, sizeof host), c->http = v;
-        else if (!strcmp(a, "--events")) c->events = px_flag_str(PROG, a, v, 4096);
-        else if (!strcmp(a, "--bind")) c->bind = px_flag_str(PROG, a, v, 512);
-        else if (!strcmp(a, "--coordinator")) c->coordinator = px_flag_str(PROG, a, v, 512);
-        else if (!strcmp(a, "--job")) c->job = px_flag_str(PROG, a, v, 63);
-        else if (!strcmp(a, "--mode")) {
-            c->mode = px_flag_str(PROG, a, v, 16);
-            if (strcmp(c->mode, "sync") && strcmp(c->mode, "diloco") && strcmp(c->mode, "auto")) {
-                fprintf(stderr, "%s: --mode: bad value '%s': expected sync, diloco or auto\n", PROG, c->mode);
-                exit(2);
-            }
-        } else if (!strcmp(a, "--auto-failures-per-hour") || !strcmp(a, "--auto-comm-share") ||
-                   !strcmp(a, "--auto-window") || !strcmp(a, "--auto-hold"))
-            auto_flag(c, a, v);
-        else if (!strcmp(a, "--curve-secret-key-file")) c->curve_secret = px_flag_str(PROG, a, v, 4096);
-        else if (!strcmp(a, "--coordinator-public-key-file")) c->curve_server = px_flag_str(PROG, a, v, 4096);
-        else if (!strcmp(a, "--chaos-kill-every-steps")) c->chaos_every_steps = (int)px_flag_int(PROG, a, v, 0, 100000000);
-        else if (!strcmp(a, "--chaos-kill-every")) c->chaos_every_s = px_flag_double(PROG, a, v, 0, 86400);
-        else if (!strcmp(a, "--chaos-max-kills")) c->chaos_max_kills = (int)px_flag_int(PROG, a, v, 0, 1000000);
-        else if (!strcmp(a, "--chaos-until-step")) c->chaos_until_step = px_flag_int(PROG, a, v, 0, INT64_MAX);
-        else if (!strcmp(a, "--chaos-seed")) c->chaos_seed = (uint64_t)px_flag_int(PROG, a, v, 0, INT64_MAX);
-        else if (!strcmp(a, "--max-restarts")) c->max_restarts = (int)px_flag_int(PROG, a, v, 0, 100000);
-        else if (!strcmp(a, "--restart-backoff-ms")) c->restart_backoff_ms = (int)px_flag_int(PROG, a, v, 0, 60000);
-        else if (!strcmp(a, "--connect-timeout")) c->connect_timeout_s = (int)px_flag_int(PROG, a, v, 0, 86400);
-        else if (!strcmp(a, "--log-dir")) c->log_dir = px_flag_str(PROG, a, v, 4000);
-        else if (!strcmp(a, "--sample-ledger")) c->ledger = px_flag_str(PROG, a, v, 4096);
-        else if (!strcmp(a, "--checkpoint-dir")) c->ckpt_dir = px_flag_str(PROG, a, v, 3800);
-        else if (!strcmp(a, "--checkpoint-every")) px_flag_int(PROG, a, v, 0, 100000000), c->ckpt_every = v;
-        else if (!strcmp(a, "--checkpoint-keep")) px_flag_int(PROG, a, v, 0, 1000000), c->ckpt_keep = v;
-        else px_flag_unknown(PROG, a);
-        i++;
+    const px_flag_section_t sections[] = {
+        {&LAUNCH_FLAGS, c, NULL},      {&JOB_FLAGS, c, NULL},  {&WORKER_PASS_FLAGS, c, NULL},
+        {&COORDINATOR_FLAGS, c, NULL}, {&COORDINATOR_PASS_FLAGS, c, NULL}, {&JOIN_FLAGS, c, NULL},
+        {&AUTO_PASS_FLAGS, c, NULL},
+    };
+    const px_flags_spec_t spec = {.prog = PROG, .usage = USAGE, .epilogue = EPILOGUE, .sections = sections,
+                                  .n_sections = (int)(sizeof sections / sizeof *sections), .rest = 1};
+    px_flags_parse(&spec, argc, argv, &c->given);
+    if (c->given.n_rest > MAX_PASS) {
+        fprintf(stderr, "%s: more than %d worker flags after --\n", PROG, MAX_PASS);
+        exit(2);
     }
-    const char *bad = c->curve && c->coordinator ? "--curve makes keys for the coordinator started here; with "
+    for (int i = 0; i < c->given.n_rest; i++) c->pass[c->n_pass++] = c->given.rest[i];
+    c->ranks = atoi(c->ranks_text), c->steps = atoi(c->steps_text); /* checked: in range */
+    c->join = px_flags_given(&c->given, "--coordinator");
+    const px_flag_t *auto_flag = px_flags_last_given(&c->given, &AUTO_PASS_FLAGS);
+    const char *bad = c->curve && c->join ? "--curve makes keys for the coordinator started here; with "
                                                    "--coordinator give --curve-secret-key-file and "
                                                    "--coordinator-public-key-file"
                       : !c->curve_secret != !c->curve_server ? "--curve-secret-key-file and "
                                                                "--coordinator-public-key-file go together"
-                      : c->curve_secret && !c->coordinator ? "--curve-secret-key-file is for --coordinator (use --curve "
+                      : c->curve_secret && !c->join ? "--curve-secret-key-file is for --coordinator (use --curve "
                                                              "for the coordinator started here)"
-                      : c->insecure && c->coordinator ? "--insecure applies to the coordinator started here, not to "
+                      : c->insecure && c->join ? "--insecure applies to the coordinator started here, not to "
                                                         "--coordinator"
                                                       : NULL;
     if (bad) {
         fprintf(stderr, "%s: %s\n", PROG, bad);
         exit(2);
     }
-    if (c->n_auto && (c->coordinator || !c->mode || strcmp(c->mode, "auto"))) {
-        fprintf(stderr, "%s: %s %s\n", PROG, c->auto_flags[0],
-                c->coordinator ? "applies to the coordinator started here, not to --coordinator" : "needs --mode auto");
+    if (auto_flag && (c->join || strcmp(c->mode, "auto"))) {
+        fprintf(stderr, "%s: %s %s\n", PROG, auto_flag->name,
+                c->join ? "applies to the coordinator started here, not to --coordinator" : "needs --mode auto");
         exit(2);
     }
     if (c->groups * c->ranks > MAX_WORKERS) {
@@ -823,10 +846,6 @@ static void parse(launch_cfg_t *c, int argc, char **argv) {
 int main(int argc, char **argv) {
     static launch_t L;
     launch_cfg_t *c = &L.cfg;
-    *c = (launch_cfg_t){.groups = 3, .ranks = 1, .steps = 200, .max_restarts = 100, .restart_backoff_ms = 200,
-                        .connect_timeout_s = 300,
-                        .model = "small", .data = "data/demo", .http = "127.0.0.1:8080", .bind = "tcp://127.0.0.1:7777",
-                        .log_dir = "phalanx-run", .job = "phalanx", .seed = 1337, .chaos_seed = 1};
     parse(c, argc, argv);
     /* Sibling binaries live next to this one. */
     ssize_t n = readlink("/proc/self/exe", c->bindir, sizeof c->bindir - 1);
@@ -866,7 +885,7 @@ int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
 
     if (ensure_data(&L) != 0) return 1;
-    if (!c->coordinator) {
+    if (!c->join) {
         if (start_coordinator(&L) != 0) return 1;
         say(&L, "coordinator on %s, status http://%s/ (events %s, logs in %s/)", c->bind, c->http, c->events, c->log_dir);
     }
@@ -879,7 +898,8 @@ int main(int argc, char **argv) {
             start_worker(&L, w);
         }
     say(&L, "started %d groups x %d ranks: model %s, %d steps%s%s%s", c->groups, c->ranks, c->model, c->steps,
-        c->mode ? ", mode " : "", c->mode ? c->mode : "", c->chaos_every_s > 0 || c->chaos_every_steps > 0 ? ", chaos on" : "");
+        px_flags_given(&c->given, "--mode") ? ", mode " : "", px_flags_given(&c->given, "--mode") ? c->mode : "",
+        c->chaos_every_s > 0 || c->chaos_every_steps > 0 ? ", chaos on" : "");
     if (c->chaos_every_steps > 0) {
         L.next_kill_step = 1 + (int64_t)((double)c->chaos_every_steps * (0.5 + rng_unit(&L.rng)));
         say(&L, "chaos: killing a random worker about every %d steps (seed %llu)", c->chaos_every_steps,

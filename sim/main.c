@@ -16,84 +16,105 @@
 
 static const char *const PROG = "phalanx-sim";
 
-static void usage(void) {
-    px_sim_config_t d;
-    px_sim_config_default(&d);
-    printf("usage: phalanx-sim --accelerators N --policy POLICY [flags]\n"
-           "\n"
-           "A discrete-event simulation of one training job: failures arrive per accelerator\n"
-           "(Poisson), and POLICY handles each. Prints goodput (share of wall time that made\n"
-           "committed, non-repeated progress), ETTR (share of wall time the job ran steps),\n"
-           "failures seen and the time lost by cause; --csv writes the same as one CSV row.\n"
-           "\n"
-           "policies:\n"
-           "  restart-all          torchrun: every failure restarts the job from its checkpoint\n"
-           "  drop-group-timeout   torchft: heartbeat-timeout detection, the batch shrinks while\n"
-           "                       a group is out, heal from a live peer\n"
-           "  phalanx-sync         ours: measured detection + re-quorum and heal rate, fixed\n"
-           "                       global batch; whole-job restart below --min-replicas groups\n"
-           "  phalanx-diloco       ours, DiLoCo: a failure costs the lost group's inner steps\n"
-           "\n"
-           "the job:\n"
-           "  --accelerators N             accelerators, a multiple of --gpus-per-group and of 8 (required)\n"
-           "  --policy NAME                one of the above (required)\n"
-           "  --gpus-per-group N           accelerators per replica group [%" PRId64 "]\n"
-           "  --wall-days D                simulated wall time [%.0f]\n"
-           "  --step-s S                   one optimizer step with every group present [%.0f]\n"
-           "  --inner-steps H              DiLoCo inner steps per round [%" PRId64 "]\n"
-           "  --state-bytes B              training state of one replica, params + optimizer\n"
-           "                               [%.3g: 8B parameters x 16 bytes (fp32 params, Adam m, v, grads)]\n"
-           "  --min-replicas N             fewer live groups restart the whole job [%" PRId64 "]\n"
-           "  --checkpoint-interval-s S    0 = Young/Daly sqrt(2 C MTBF) with C the policy's checkpoint\n"
-           "                               stall and MTBF the job's; default: Young/Daly for\n"
-           "                               restart-all, 3600 for the others (only a backstop there)\n"
-           "failures:\n"
-           "  --accel-mtbf-h H             mean hours between interruptions of one accelerator; 0 turns\n"
-           "                               failures off [%.0f: Llama 3, 419 unexpected interruptions in\n"
-           "                               54 days on 16,384 GPUs, so 54 x 24 x 16384 / 419; at 16,384\n"
-           "                               accelerators one every 3.1 h, at 100,000 every 30 min]\n"
-           "  --node-failure-share P       share of interruptions that take a whole node of 8 [0]\n"
-           "  --repair-s S                 a lost group's wait for a replacement and a started process [%.0f]\n"
-           "  --restart-s S                a whole-job restart: reschedule, start, load checkpoint [%.0f]\n"
-           "  --seed N                     seed of the PRNG; a seed reproduces a run exactly [1]\n"
-           "our measured figures (required where the policy uses them):\n"
-           "  --figures FILE               JSON written by bench/sim_figures.py; the flags below override it\n"
-           "  --detect-s S                 SIGKILL to the survivors' failed step\n"
-           "  --requorum-s S               detection to the survivors' rebuilt communicators\n"
-           "  --heal-bytes-per-s B         heal rate of one rank pair (a group's ranks heal in parallel)\n"
-           "  --checkpoint-write-bytes-per-s B   one rank's durable write (restart-all's checkpoint cost)\n"
-           "  --checkpoint-hold-bytes-per-s B    one rank's snapshot copy that holds training\n"
-           "drop-group-timeout's figures:\n"
-           "  --timeout-s S                heartbeat timeout [%.0f: torchft's default]\n"
-           "  --timeout-heal-bytes-per-s B heal rate per rank pair [%.0e: torchft's 12 GB in ~3 s]\n"
-           "output:\n"
-           "  --csv FILE                   write a header and one row\n"
-           "  --help\n",
-           d.gpus_per_group, d.wall_s / 86400, d.step_s, d.inner_steps, d.state_bytes,
-           d.min_replicas, d.accel_mtbf_s / 3600, d.repair_s, d.restart_s, d.timeout_s, d.timeout_heal_bytes_per_s);
-}
-
-/* Every flag that takes a value: an unknown one is named as such before its
- * value is looked for. */
-static const char *const VALUE_FLAGS[] = {
-    "--accelerators", "--policy", "--gpus-per-group", "--wall-days", "--step-s", "--inner-steps", "--state-bytes",
-    "--min-replicas", "--checkpoint-interval-s", "--accel-mtbf-h", "--node-failure-share", "--repair-s", "--restart-s",
-    "--seed", "--figures", "--detect-s", "--requorum-s", "--heal-bytes-per-s", "--checkpoint-write-bytes-per-s",
-    "--checkpoint-hold-bytes-per-s", "--timeout-s", "--timeout-heal-bytes-per-s", "--csv", NULL};
-
-static int known(const char *flag) {
-    for (int i = 0; VALUE_FLAGS[i]; i++) {
-        if (!strcmp(flag, VALUE_FLAGS[i])) return 1;
-    }
-    return 0;
-}
-
-/* The figures a flag gave, applied over the figures file whatever the order. */
+/* Everything the command line sets: the simulation's config (its defaults
+ * px_sim_config_default's), and what main() applies itself. */
 typedef struct {
-    const char *flag;
-    double *dst;
-    double given;
-} figure_flag_t;
+    px_sim_config_t c;
+    const char *policy, *figures, *csv;
+    /* Our measured figures given as flags: applied over the --figures file
+     * whatever the order; NaN: not given. */
+    double detect_s, requorum_s, heal_bytes_per_s, checkpoint_write_bytes_per_s, checkpoint_hold_bytes_per_s;
+} cli_t;
+
+#define CLI(member) PX_FLAG_AT(cli_t, member)
+
+static const px_flag_t JOB[] = {
+    {"--accelerators", PX_FLAG_INT, "N", .min = 1, .max = 100000000, .note = "required",
+     .help = "accelerators, a multiple of --gpus-per-group and of 8", CLI(c.accelerators)},
+    {"--policy", PX_FLAG_STR, "NAME", .max = 64, .note = "required", .help = "one of the above", CLI(policy)},
+    {"--gpus-per-group", PX_FLAG_INT, "N", .min = 1, .max = 1000000, .help = "accelerators per replica group",
+     CLI(c.gpus_per_group)},
+    {"--wall-days", PX_FLAG_REAL, "D", .lo = 1e-3, .hi = 36500, .scale = 86400, .help = "simulated wall time",
+     CLI(c.wall_s)},
+    {"--step-s", PX_FLAG_REAL, "S", .lo = 1e-3, .hi = 86400,
+     .help = "one optimizer step with every group present", CLI(c.step_s)},
+    {"--inner-steps", PX_FLAG_INT, "H", .min = 1, .max = 1000000, .help = "DiLoCo inner steps per round",
+     CLI(c.inner_steps)},
+    {"--state-bytes", PX_FLAG_REAL, "B", .lo = 1, .hi = 1e18,
+     .help = "training state of one replica, params + optimizer (the default: 8B parameters x 16 bytes: fp32 "
+             "params, Adam m, v, grads)",
+     CLI(c.state_bytes)},
+    {"--min-replicas", PX_FLAG_INT, "N", .min = 1, .max = 100000000,
+     .help = "fewer live groups restart the whole job", CLI(c.min_replicas)},
+    {"--checkpoint-interval-s", PX_FLAG_REAL, "S", .lo = 0, .hi = 1e9,
+     .note = "Young/Daly for restart-all, 3600 for the others (only a backstop there)",
+     .help = "0 = Young/Daly sqrt(2 C MTBF) with C the policy's checkpoint stall and MTBF the job's",
+     CLI(c.checkpoint_interval_s)},
+};
+static const px_flag_table_t JOB_FLAGS = PX_FLAG_TABLE("the job:", JOB);
+
+static const px_flag_t FAILURES[] = {
+    {"--accel-mtbf-h", PX_FLAG_REAL, "H", .lo = 0, .hi = 1e9, .scale = 3600,
+     .help = "mean hours between interruptions of one accelerator; 0 turns failures off (the default: Llama 3, "
+             "419 unexpected interruptions in 54 days on 16,384 GPUs, so 54 x 24 x 16384 / 419; at 16,384 "
+             "accelerators one every 3.1 h, at 100,000 every 30 min)",
+     CLI(c.accel_mtbf_s)},
+    {"--node-failure-share", PX_FLAG_REAL, "P", .lo = 0, .hi = 1,
+     .help = "share of interruptions that take a whole node of 8", CLI(c.node_failure_share)},
+    {"--repair-s", PX_FLAG_REAL, "S", .lo = 0, .hi = 1e9,
+     .help = "a lost group's wait for a replacement and a started process", CLI(c.repair_s)},
+    {"--restart-s", PX_FLAG_REAL, "S", .lo = 0, .hi = 1e9,
+     .help = "a whole-job restart: reschedule, start, load checkpoint", CLI(c.restart_s)},
+    {"--seed", PX_FLAG_INT, "N", .min = 0, .max = INT64_MAX, .help = "seed of the PRNG; a seed reproduces a run exactly",
+     CLI(c.seed)},
+};
+static const px_flag_table_t FAILURE_FLAGS = PX_FLAG_TABLE("failures:", FAILURES);
+
+static const px_flag_t FIGURES[] = {
+    {"--figures", PX_FLAG_STR, "FILE", .max = 4096, .note = "none",
+     .help = "JSON written by bench/sim_figures.py; the flags below override it", CLI(figures)},
+    {"--detect-s", PX_FLAG_REAL, "S", .lo = 0, .hi = 1e15, .note = "--figures'", .help = "SIGKILL to the survivors' failed step",
+     CLI(detect_s)},
+    {"--requorum-s", PX_FLAG_REAL, "S", .lo = 0, .hi = 1e15,
+     .note = "--figures'", .help = "detection to the survivors' rebuilt communicators", CLI(requorum_s)},
+    {"--heal-bytes-per-s", PX_FLAG_REAL, "B", .lo = 0, .hi = 1e15,
+     .note = "--figures'", .help = "heal rate of one rank pair (a group's ranks heal in parallel)", CLI(heal_bytes_per_s)},
+    {"--checkpoint-write-bytes-per-s", PX_FLAG_REAL, "B", .lo = 0, .hi = 1e15,
+     .note = "--figures'", .help = "one rank's durable write (restart-all's checkpoint cost)", CLI(checkpoint_write_bytes_per_s)},
+    {"--checkpoint-hold-bytes-per-s", PX_FLAG_REAL, "B", .lo = 0, .hi = 1e15,
+     .note = "--figures'", .help = "one rank's snapshot copy that holds training", CLI(checkpoint_hold_bytes_per_s)},
+};
+static const px_flag_table_t FIGURE_FLAGS =
+    PX_FLAG_TABLE("our measured figures (required where the policy uses them):", FIGURES);
+
+static const px_flag_t TIMEOUT[] = {
+    {"--timeout-s", PX_FLAG_REAL, "S", .lo = 0, .hi = 1e6, .help = "heartbeat timeout (the default: torchft's)",
+     CLI(c.timeout_s)},
+    {"--timeout-heal-bytes-per-s", PX_FLAG_REAL, "B", .lo = 1, .hi = 1e15,
+     .help = "heal rate per rank pair (the default: torchft's 12 GB in ~3 s)", CLI(c.timeout_heal_bytes_per_s)},
+};
+static const px_flag_table_t TIMEOUT_FLAGS = PX_FLAG_TABLE("drop-group-timeout's figures:", TIMEOUT);
+
+static const px_flag_t OUTPUT[] = {
+    {"--csv", PX_FLAG_STR, "FILE", .max = 4096, .note = "none", .help = "write a header and one row", CLI(csv)},
+};
+static const px_flag_table_t OUTPUT_FLAGS = PX_FLAG_TABLE("output:", OUTPUT);
+
+static const char USAGE[] =
+    "usage: phalanx-sim --accelerators N --policy POLICY [flags]\n"
+    "\n"
+    "A discrete-event simulation of one training job: failures arrive per accelerator\n"
+    "(Poisson), and POLICY handles each. Prints goodput (share of wall time that made\n"
+    "committed, non-repeated progress), ETTR (share of wall time the job ran steps),\n"
+    "failures seen and the time lost by cause; --csv writes the same as one CSV row.\n"
+    "\n"
+    "policies:\n"
+    "  restart-all          torchrun: every failure restarts the job from its checkpoint\n"
+    "  drop-group-timeout   torchft: heartbeat-timeout detection, the batch shrinks while\n"
+    "                       a group is out, heal from a live peer\n"
+    "  phalanx-sync         ours: measured detection + re-quorum and heal rate, fixed\n"
+    "                       global batch; whole-job restart below --min-replicas groups\n"
+    "  phalanx-diloco       ours, DiLoCo: a failure costs the lost group's inner steps\n";
 
 static int write_csv(const char *path, const px_sim_config_t *c, const px_sim_result_t *r) {
     FILE *f = fopen(path, "w");
@@ -128,76 +149,46 @@ static void print_summary(const px_sim_config_t *c, const px_sim_result_t *r) {
 }
 
 int main(int argc, char **argv) {
-    px_sim_config_t c;
-    px_sim_config_default(&c);
-    const char *figures = NULL, *csv = NULL;
-    int have_n = 0, have_policy = 0;
-    figure_flag_t figs[] = {
-        {"--detect-s", &c.detect_s, NAN},
-        {"--requorum-s", &c.requorum_s, NAN},
-        {"--heal-bytes-per-s", &c.heal_bytes_per_s, NAN},
-        {"--checkpoint-write-bytes-per-s", &c.checkpoint_write_bytes_per_s, NAN},
-        {"--checkpoint-hold-bytes-per-s", &c.checkpoint_hold_bytes_per_s, NAN},
+    cli_t o = {.detect_s = NAN, .requorum_s = NAN, .heal_bytes_per_s = NAN, .checkpoint_write_bytes_per_s = NAN,
+               .checkpoint_hold_bytes_per_s = NAN};
+    px_sim_config_default(&o.c);
+    const px_flag_section_t sections[] = {
+        {&JOB_FLAGS, &o, NULL},     {&FAILURE_FLAGS, &o, NULL}, {&FIGURE_FLAGS, &o, NULL},
+        {&TIMEOUT_FLAGS, &o, NULL}, {&OUTPUT_FLAGS, &o, NULL},
     };
-    const size_t nfigs = sizeof figs / sizeof figs[0];
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage();
-            return 0;
-        }
-        if (!known(a)) px_flag_unknown(PROG, a);
-        const char *v = px_flag_need(PROG, a, i + 1 < argc ? argv[i + 1] : NULL);
-        size_t f = 0;
-        while (f < nfigs && strcmp(a, figs[f].flag)) f++;
-        i++;
-        if (f < nfigs) figs[f].given = px_flag_double(PROG, a, v, 0, 1e15);
-        else if (!strcmp(a, "--accelerators")) c.accelerators = px_flag_int(PROG, a, v, 1, INT64_C(100000000)), have_n = 1;
-        else if (!strcmp(a, "--policy")) {
-            if (px_sim_policy_parse(v, &c.policy)) {
-                fprintf(stderr, "%s: --policy '%s' is not one of restart-all, drop-group-timeout, phalanx-sync, "
-                                "phalanx-diloco\n", PROG, v);
-                return 2;
-            }
-            have_policy = 1;
-        } else if (!strcmp(a, "--gpus-per-group")) c.gpus_per_group = px_flag_int(PROG, a, v, 1, INT64_C(1000000));
-        else if (!strcmp(a, "--wall-days")) c.wall_s = 86400 * px_flag_double(PROG, a, v, 1e-3, 36500);
-        else if (!strcmp(a, "--step-s")) c.step_s = px_flag_double(PROG, a, v, 1e-3, 86400);
-        else if (!strcmp(a, "--inner-steps")) c.inner_steps = px_flag_int(PROG, a, v, 1, 1000000);
-        else if (!strcmp(a, "--state-bytes")) c.state_bytes = px_flag_double(PROG, a, v, 1, 1e18);
-        else if (!strcmp(a, "--min-replicas")) c.min_replicas = px_flag_int(PROG, a, v, 1, INT64_C(100000000));
-        else if (!strcmp(a, "--checkpoint-interval-s")) c.checkpoint_interval_s = px_flag_double(PROG, a, v, 0, 1e9);
-        else if (!strcmp(a, "--accel-mtbf-h")) c.accel_mtbf_s = 3600 * px_flag_double(PROG, a, v, 0, 1e9);
-        else if (!strcmp(a, "--node-failure-share")) c.node_failure_share = px_flag_double(PROG, a, v, 0, 1);
-        else if (!strcmp(a, "--repair-s")) c.repair_s = px_flag_double(PROG, a, v, 0, 1e9);
-        else if (!strcmp(a, "--restart-s")) c.restart_s = px_flag_double(PROG, a, v, 0, 1e9);
-        else if (!strcmp(a, "--seed")) c.seed = (uint64_t)px_flag_int(PROG, a, v, 0, INT64_MAX);
-        else if (!strcmp(a, "--figures")) figures = px_flag_str(PROG, a, v, 4096);
-        else if (!strcmp(a, "--timeout-s")) c.timeout_s = px_flag_double(PROG, a, v, 0, 1e6);
-        else if (!strcmp(a, "--timeout-heal-bytes-per-s")) c.timeout_heal_bytes_per_s = px_flag_double(PROG, a, v, 1, 1e15);
-        else if (!strcmp(a, "--csv")) csv = px_flag_str(PROG, a, v, 4096);
-        else px_flag_unknown(PROG, a);
+    const px_flags_spec_t spec = {.prog = PROG, .usage = USAGE, .sections = sections,
+                                  .n_sections = (int)(sizeof sections / sizeof *sections)};
+    px_flags_parsed_t given;
+    px_flags_parse(&spec, argc, argv, &given);
+    px_sim_config_t c = o.c;
+    if (!px_flags_given(&given, "--accelerators") || !o.policy) {
+        fprintf(stderr, "%s: %s is required (see --help)\n", PROG, o.policy ? "--accelerators" : "--policy");
+        return 2;
     }
-    if (!have_n || !have_policy) {
-        fprintf(stderr, "%s: %s is required (see --help)\n", PROG, have_n ? "--policy" : "--accelerators");
+    if (px_sim_policy_parse(o.policy, &c.policy)) {
+        fprintf(stderr, "%s: --policy '%s' is not one of restart-all, drop-group-timeout, phalanx-sync, "
+                        "phalanx-diloco\n", PROG, o.policy);
         return 2;
     }
     char err[512];
-    if (figures && px_sim_figures_load(figures, &c, err, sizeof err)) {
+    if (o.figures && px_sim_figures_load(o.figures, &c, err, sizeof err)) {
         fprintf(stderr, "%s: --figures: %s\n", PROG, err);
         return 2;
     }
-    for (size_t f = 0; f < nfigs; f++) {
-        if (!isnan(figs[f].given)) *figs[f].dst = figs[f].given;
-    }
+    const double given_figures[] = {o.detect_s, o.requorum_s, o.heal_bytes_per_s, o.checkpoint_write_bytes_per_s,
+                                    o.checkpoint_hold_bytes_per_s};
+    double *const figures[] = {&c.detect_s, &c.requorum_s, &c.heal_bytes_per_s, &c.checkpoint_write_bytes_per_s,
+                               &c.checkpoint_hold_bytes_per_s};
+    for (size_t f = 0; f < sizeof figures / sizeof *figures; f++)
+        if (!isnan(given_figures[f])) *figures[f] = given_figures[f];
     px_sim_result_t r;
     if (px_sim_run(&c, &r, err, sizeof err)) {
         fprintf(stderr, "%s: %s (see --help)\n", PROG, err);
         return 2;
     }
     print_summary(&c, &r);
-    if (csv && write_csv(csv, &c, &r)) {
-        fprintf(stderr, "%s: cannot write --csv '%s'\n", PROG, csv);
+    if (o.csv && write_csv(o.csv, &c, &r)) {
+        fprintf(stderr, "%s: cannot write --csv '%s'\n", PROG, o.csv);
         return 1;
     }
     return 0;

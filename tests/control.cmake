@@ -6,6 +6,12 @@ foreach(t quorum membership store wire ratelimit map mode_policy history)
   add_test(NAME control_${t} COMMAND test_${t})
 endforeach()
 
+# The flag tables' parser (common/px_flags.h): values, ranges, the
+# environment, unknown flags, --help.
+add_executable(test_flags ${CMAKE_CURRENT_LIST_DIR}/control/test_flags.c)
+target_link_libraries(test_flags PRIVATE px_common)
+add_test(NAME control_flags COMMAND test_flags)
+
 foreach(t integration coordinator_restart cli auth connect_timeout env_flags)
   px_add_py_test(control_${t} ${CMAKE_CURRENT_LIST_DIR}/control/test_${t}.py $<TARGET_FILE_DIR:phalanx-coordinator>)
   set_tests_properties(control_${t} PROPERTIES TIMEOUT 120)

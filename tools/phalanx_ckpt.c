@@ -26,9 +26,9 @@
 #include "ckpt.h"
 #include "llmc.h"
 #include "px_err.h"
+#include "px_file.h"
 #include "px_flags.h"
 #include "safetensors.h"
-#include "px_file.h"
 
 #define PATH_MAX_LEN 4000 /* checkpoint paths are built in 4200-byte buffers */
 
@@ -43,8 +43,8 @@ typedef struct {
 typedef struct {
     const char *name;
     const char *operand;          /* "DIR", "PATH", or NULL when it takes none */
-    const char *flags;            /* the flags it accepts, space separated */
-    const char *help;
+    const px_flag_table_t *flags; /* the flags it accepts (NULL: none) */
+    const char *usage, *epilogue; /* its --help around the flags */
     int (*run)(const opts_t *o);
 } command_t;
 
@@ -342,59 +342,81 @@ static int cmd_import(const opts_t *o) {
 
 /* ---- the command line ----------------------------------------------------- */
 
+#define OPT(member) PX_FLAG_AT(opts_t, member)
+
+static const px_flag_t LIST[] = {
+    {"--verify", PX_FLAG_SWITCH, .help = "also hash every data file (what `verify` does)", OPT(verify)},
+};
+static const px_flag_t INSPECT[] = {
+    {"--json", PX_FLAG_SWITCH,
+     .help = "print manifest.json as it is on disk (\"outer_momentum\": true or false in what this version writes)",
+     OPT(json)},
+};
+static const px_flag_t EXPORT[] = {
+    {"--llmc", PX_FLAG_STR, "FILE", .max = PATH_MAX_LEN, .note = "none",
+     .help = "an llm.c model file (version 3, fp32, padded vocabulary), which phalanx-worker --model FILE and "
+             "llm.c load; the parameters only",
+     OPT(llmc)},
+    {"--safetensors", PX_FLAG_STR, "FILE", .max = PATH_MAX_LEN, .note = "none",
+     .help = "the parameters in Hugging Face GPT-2 names and orientation: Conv1D weights (in, out), wte cut to "
+             "the real vocabulary; a DiLoCo checkpoint's outer momentum too, as outer.momentum.NAME in its "
+             "parameter's orientation",
+     OPT(safetensors)},
+};
+static const px_flag_t IMPORT[] = {
+    {"--llmc", PX_FLAG_STR, "FILE", .max = PATH_MAX_LEN, .note = "required",
+     .help = "the llm.c model file (version 3) to import", OPT(llmc)},
+    {"--out", PX_FLAG_STR, "DIR", .max = PATH_MAX_LEN, .note = "required",
+     .help = "the checkpoint folder; it must hold no checkpoint after step 0, which a job would restore instead",
+     OPT(out)},
+    {"--job", PX_FLAG_STR, "NAME", .max = 63, .note = "none: any job", .help = "the job it belongs to", OPT(job)},
+    {"--seed", PX_FLAG_INT, "N", .min = 0, .max = INT64_MAX, .def = "1337",
+     .help = "the job's seed (data order), which the job must use", OPT(seed)},
+};
+
+static const px_flag_table_t LIST_FLAGS = PX_FLAG_TABLE("", LIST);
+static const px_flag_table_t INSPECT_FLAGS = PX_FLAG_TABLE("", INSPECT);
+static const px_flag_table_t EXPORT_FLAGS = PX_FLAG_TABLE("", EXPORT);
+static const px_flag_table_t IMPORT_FLAGS = PX_FLAG_TABLE("", IMPORT);
+
 static const command_t commands[] = {
-    {"list", "DIR", "--verify",
+    {"list", "DIR", &LIST_FLAGS,
      "usage: phalanx-ckpt list DIR [--verify]\n"
      "One line per step_N folder of DIR, newest first: step, job, creation time (UTC),\n"
      "data bytes, writer group, and `ok` or `bad: FILE: FAULT`. Without --verify the\n"
      "check reads no data: the manifest, the folder's step, each data file's size.\n"
-     "Writers' temporary folders (.tmp-*) are listed as in progress or abandoned.\n"
-     "  --verify   also hash every data file (what `verify` does) [off]\n"
+     "Writers' temporary folders (.tmp-*) are listed as in progress or abandoned.\n",
      "Exit status: 0 when DIR was listed (bad checkpoints are in their lines), 2 when\n"
      "DIR cannot be read.\n",
      cmd_list},
-    {"verify", "PATH", "",
+    {"verify", "PATH", NULL,
      "usage: phalanx-ckpt verify PATH\n"
      "The full check of the checkpoint folder PATH (DIR/step_N), the one a restoring\n"
      "worker makes: the manifest (the outer momentum, when there, whole) and every\n"
-     "data file's size and XXH3-64.\n"
+     "data file's size and XXH3-64.\n",
      "Prints `ok step=N bytes=B files=F` and exits 0; a bad checkpoint exits 2 with\n"
      "`phalanx-ckpt: FILE: FAULT` on stderr.\n",
      cmd_verify},
-    {"inspect", "PATH", "--json",
+    {"inspect", "PATH", &INSPECT_FLAGS,
      "usage: phalanx-ckpt inspect PATH [--json]\n"
      "What the checkpoint folder PATH holds, from its manifest (no data is read): step,\n"
      "job, seed, quorum id, model config, layout, the state's buffers (params, m, v, and\n"
      "a DiLoCo job's outer momentum when it has one), each file (name, bytes, XXH3-64)\n"
-     "and each tensor (name, shape, slices).\n"
-     "  --json     print manifest.json as it is on disk (\"outer_momentum\": true or\n"
-     "             false in what this version writes) [off]\n"
+     "and each tensor (name, shape, slices).\n",
      "Exit status: 0, or 2 when the manifest is missing or corrupt.\n",
      cmd_inspect},
-    {"export", "PATH", "--llmc --safetensors",
+    {"export", "PATH", &EXPORT_FLAGS,
      "usage: phalanx-ckpt export PATH [--llmc FILE] [--safetensors FILE]\n"
      "Verifies the checkpoint folder PATH, loads its parameters and writes them\n"
-     "(atomically: a temporary file beside FILE, fsync, rename):\n"
-     "  --llmc FILE         an llm.c model file (version 3, fp32, padded vocabulary),\n"
-     "                      which phalanx-worker --model FILE and llm.c load; the\n"
-     "                      parameters only [none]\n"
-     "  --safetensors FILE  the parameters in Hugging Face GPT-2 names and orientation:\n"
-     "                      Conv1D weights (in, out), wte cut to the real vocabulary;\n"
-     "                      a DiLoCo checkpoint's outer momentum too, as\n"
-     "                      outer.momentum.NAME in its parameter's orientation [none]\n"
+     "(atomically: a temporary file beside FILE, fsync, rename):\n",
      "At least one of the two. Exit status: 0; 1 when a file cannot be written; 2 when\n"
      "the checkpoint is bad (file and fault on stderr).\n",
      cmd_export},
-    {"import", NULL, "--llmc --out --job --seed",
+    {"import", NULL, &IMPORT_FLAGS,
      "usage: phalanx-ckpt import --llmc FILE --out DIR [--job NAME] [--seed N]\n"
      "Writes the weights of an llm.c model file as the step-0 checkpoint DIR/step_00000000\n"
      "(AdamW moments zero), so that a job started with --checkpoint-dir DIR --seed N\n"
-     "trains on from those weights.\n"
-     "  --llmc FILE   the llm.c model file (version 3) to import (required)\n"
-     "  --out DIR     the checkpoint folder; it must hold no checkpoint after step 0,\n"
-     "                which a job would restore instead (required)\n"
-     "  --job NAME    the job it belongs to, at most 63 bytes [none: any job]\n"
-     "  --seed N      the job's seed (data order), which the job must use [1337]\n"
+     "trains on from those weights.\n",
      "Exit status: 0; 1 when the checkpoint cannot be written; 2 when FILE is bad.\n",
      cmd_import},
 };
@@ -416,35 +438,14 @@ static void usage(void) {
            "input that is missing, unreadable or corrupt (stderr names the file and the fault).\n");
 }
 
-/* Does the command accept this flag? */
-static int accepts(const command_t *c, const char *flag) {
-    size_t n = strlen(flag);
-    for (const char *p = c->flags; (p = strstr(p, flag)); p += n)
-        if ((p == c->flags || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0')) return 1;
-    return 0;
-}
-
+/* The command's flags and its operand, from the words after the command. */
 static void parse(const command_t *c, int argc, char **argv, opts_t *o) {
-    for (int i = 2; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            fputs(c->help, stdout);
-            exit(0);
-        }
-        if (a[0] != '-') {
-            if (!c->operand || o->path) usage_error(o, "unexpected argument '%s'", a);
-            o->path = px_flag_str(o->prog, c->operand, a, PATH_MAX_LEN);
-            continue;
-        }
-        if (!accepts(c, a)) px_flag_unknown(o->prog, a);
-        if (!strcmp(a, "--verify")) o->verify = 1;
-        else if (!strcmp(a, "--json")) o->json = 1;
-        else if (i++, !strcmp(a, "--llmc")) o->llmc = px_flag_str(o->prog, a, v, PATH_MAX_LEN);
-        else if (!strcmp(a, "--safetensors")) o->safetensors = px_flag_str(o->prog, a, v, PATH_MAX_LEN);
-        else if (!strcmp(a, "--out")) o->out = px_flag_str(o->prog, a, v, PATH_MAX_LEN);
-        else if (!strcmp(a, "--job")) o->job = px_flag_str(o->prog, a, v, 63);
-        else if (!strcmp(a, "--seed")) o->seed = (uint64_t)px_flag_int(o->prog, a, v, 0, INT64_MAX);
-    }
+    const px_flag_section_t flags = {c->flags, o, NULL};
+    const px_flags_spec_t spec = {.prog = o->prog, .usage = c->usage, .epilogue = c->epilogue, .sections = &flags,
+                                  .n_sections = c->flags ? 1 : 0, .max_operands = c->operand ? 1 : 0};
+    px_flags_parsed_t given;
+    px_flags_parse(&spec, argc, argv, &given);
+    if (given.n_operands) o->path = px_flag_str(o->prog, c->operand, given.operands[0], PATH_MAX_LEN);
     if (c->operand && !o->path) usage_error(o, "missing %s", c->operand);
 }
 
@@ -457,9 +458,9 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof commands / sizeof *commands; i++) {
         const command_t *c = &commands[i];
         if (strcmp(argv[1], c->name)) continue;
-        opts_t o = {.seed = 1337};
+        opts_t o = {0};
         snprintf(o.prog, sizeof o.prog, "phalanx-ckpt %s", c->name);
-        parse(c, argc, argv, &o);
+        parse(c, argc - 1, argv + 1, &o);
         return c->run(&o);
     }
     fprintf(stderr, "phalanx-ckpt: unknown command '%s' (see phalanx-ckpt --help)\n", argv[1]);

@@ -43,6 +43,7 @@
 #include <zmq.h>
 
 #include "ctl_kafka.h"
+#include "px_client_flags.h"
 #include "px_events_spec.h"
 #include "px_flags.h"
 #include "px_keys.h"
@@ -50,72 +51,74 @@
 #include "px_wire.h"
 
 static const char *PROG = "phalanxctl";
-static const char *DEFAULT_COORDINATOR = "tcp://127.0.0.1:7777"; /* the coordinator's default --bind */
-
-#define MAX_TYPES 16
-
 typedef struct {
     const char *cmd, *target, *out;
-    char host[256];
-    int port, json, sig, timeout_ms;
+    px_hostport_t http;
+    int json, sig, timeout_ms;
     int follow, wait_s;
     const char *events, *group, *log_dir;
-    const char *types[MAX_TYPES];
-    int n_types;
-    const char *coordinator;           /* ZeroMQ endpoint: status over the control plane */
-    const char *secret, *server_file, *server_key;
-    char *token;
+    px_flag_list_t types;
+    px_client_flags_t client;          /* --coordinator and the credentials to present */
+    int over_zmq;                      /* --coordinator given: status over the control plane */
 } opts_t;
 
-static void usage(void) {
-    printf("usage: %s COMMAND [flags]   (%s COMMAND --help: the same text)\n\n"
-           "commands:\n"
-           "  status                 print the job's quorum and members\n"
-           "  events                 print the coordinator's event log (JSON lines), optionally filtered,\n"
-           "                         from its file sink (--events file:PATH) or its Kafka topic (--events\n"
-           "                         kafka:BROKERS/TOPIC: read from the beginning to the end of every\n"
-           "                         partition; in order within a partition, partitions interleaved)\n"
-           "  kill GROUP/RANK        send a signal to that worker (chaos drills); refused unless /status\n"
-           "                         places it on this host and its pid is that group's phalanx-worker\n"
-           "  drain GROUP            planned maintenance: ask the coordinator (over the control plane, from any\n"
-           "                         host) to take GROUP out of the job: the others go on without losing a step,\n"
-           "                         GROUP's workers leave at a step boundary and exit 0 (a planned leave, not a\n"
-           "                         failure); refused when the quorum would fall below --min-replicas; waits\n"
-           "                         until it has left\n"
-           "  plot --out FILE.png    draw train and eval loss over steps, with a mark at each group drop and\n"
-           "                         heal, from a phalanx-launch log folder (python3 with matplotlib)\n"
-           "  keygen --out PREFIX    write a CURVE key pair: PREFIX.key (secret, mode 0600) and PREFIX.pub\n\n"
-           "flags (default in brackets):\n"
-           "  --http HOST:PORT       the coordinator's status server [127.0.0.1:8080]\n"
-           "  --coordinator ENDPOINT read status over the ZeroMQ control plane instead of HTTP [off]; drain:\n"
-           "                         where its request goes [tcp://127.0.0.1:7777]\n"
-           "  --curve-secret-key-file PATH   with --coordinator (and drain): this tool's CURVE secret key [none]\n"
-           "  --coordinator-public-key-file PATH  with --coordinator (and drain): the coordinator's public key [none]\n"
-           "  --coordinator-key Z85  the same, given inline [none]\n"
-           "  --token-file PATH      with --coordinator (and drain): the job token to present [none]\n"
-           "  --timeout-ms N         with --coordinator (and drain): wait for the answer; events from Kafka:\n"
-           "                         wait for the brokers and the topic (and, without --follow, for each next\n"
-           "                         message), 100..600000 [5000]\n"
-           "  --json                 status: print the raw /status JSON (always so with --coordinator)\n"
-           "  --events SPEC          events: the coordinator's --events: file:PATH, PATH, or\n"
-           "                         kafka:HOST:PORT[,HOST:PORT...]/TOPIC[?...] [file:LOG_DIR/events.jsonl]\n"
-           "  --log-dir DIR          events, plot: phalanx-launch's --log-dir [phalanx-run]\n"
-           "  --follow               events: keep printing new events as they come (until SIGINT or\n"
-           "                         SIGTERM, then exit 0)\n"
-           "  --type T               events: only events of type T (repeatable, up to %d)\n"
-           "  --group G              events: only events whose \"group\" is G\n"
-           "  --signal N             kill: signal number [9]\n"
-           "  --wait-s N             drain: wait up to N s for the group to leave, 0 = do not wait,\n"
-           "                         0..86400 [120]\n"
-           "  --out PATH             keygen: where to write the key pair (refuses to overwrite); plot: the PNG\n"
-           "  --help                 this text\n\n"
-           "exit status: 0 done; 1 it could not be done (coordinator unreachable or refusing, no such live\n"
-           "member, a member not on this host or not a phalanx-worker, signal refused, event log unreadable,\n"
-           "Kafka brokers unreachable or no such topic within --timeout-ms,\n"
-           "drain: the group still there after --wait-s, plot: no data or no matplotlib); 2 bad usage (unknown\n"
-           "command or flag, bad value, a malformed --events spec)\n",
-           PROG, PROG, MAX_TYPES);
-}
+#define OPT(member) PX_FLAG_AT(opts_t, member)
+
+static const px_flag_t FLAGS[] = {
+    {"--http", PX_FLAG_HOSTPORT, "HOST:PORT", .min = 1, .def = "127.0.0.1:8080",
+     .help = "the coordinator's status server", OPT(http)},
+    {"--timeout-ms", PX_FLAG_INT, "N", .min = 100, .max = 600000, .def = "5000",
+     .help = "with --coordinator (and drain): wait for the answer; events from Kafka: wait for the brokers and "
+             "the topic (and, without --follow, for each next message)",
+     OPT(timeout_ms)},
+    {"--json", PX_FLAG_SWITCH, .help = "status: print the raw /status JSON (always so with --coordinator)",
+     OPT(json)},
+    {"--events", PX_FLAG_STR, "SPEC", .max = 4000, .note = "file:LOG_DIR/events.jsonl",
+     .help = "events: the coordinator's --events: file:PATH, PATH, or kafka:HOST:PORT[,HOST:PORT...]/TOPIC[?...]",
+     OPT(events)},
+    {"--log-dir", PX_FLAG_STR, "DIR", .max = 4000, .def = "phalanx-run",
+     .help = "events, plot: phalanx-launch's --log-dir", OPT(log_dir)},
+    {"--follow", PX_FLAG_SWITCH,
+     .help = "events: keep printing new events as they come (until SIGINT or SIGTERM, then exit 0)", OPT(follow)},
+    {"--type", PX_FLAG_LIST, "T", .max = 63, .note = "all",
+     .help = "events: only events of type T (repeatable, up to 16)", OPT(types)},
+    {"--group", PX_FLAG_STR, "G", .max = 63, .note = "all", .help = "events: only events whose \"group\" is G",
+     OPT(group)},
+    {"--signal", PX_FLAG_INT, "N", .min = 1, .max = 64, .def = "9", .help = "kill: signal number", OPT(sig)},
+    {"--wait-s", PX_FLAG_INT, "N", .min = 0, .max = 86400, .def = "120",
+     .help = "drain: wait up to N s for the group to leave, 0 = do not wait", OPT(wait_s)},
+    {"--out", PX_FLAG_STR, "PATH", .max = 4000, .note = "none",
+     .help = "keygen: where to write the key pair (refuses to overwrite); plot: the PNG", OPT(out)},
+};
+static const px_flag_table_t CTL_FLAGS = PX_FLAG_TABLE("flags (default in brackets):", FLAGS);
+
+static const char USAGE[] =
+    "usage: phalanxctl COMMAND [flags]   (phalanxctl COMMAND --help: the same text)\n\n"
+    "commands:\n"
+    "  status                 print the job's quorum and members\n"
+    "  events                 print the coordinator's event log (JSON lines), optionally filtered,\n"
+    "                         from its file sink (--events file:PATH) or its Kafka topic (--events\n"
+    "                         kafka:BROKERS/TOPIC: read from the beginning to the end of every\n"
+    "                         partition; in order within a partition, partitions interleaved)\n"
+    "  kill GROUP/RANK        send a signal to that worker (chaos drills); refused unless /status\n"
+    "                         places it on this host and its pid is that group's phalanx-worker\n"
+    "  drain GROUP            planned maintenance: ask the coordinator (over the control plane, from any\n"
+    "                         host) to take GROUP out of the job: the others go on without losing a step,\n"
+    "                         GROUP's workers leave at a step boundary and exit 0 (a planned leave, not a\n"
+    "                         failure); refused when the quorum would fall below --min-replicas; waits\n"
+    "                         until it has left\n"
+    "  plot --out FILE.png    draw train and eval loss over steps, with a mark at each group drop and\n"
+    "                         heal, from a phalanx-launch log folder (python3 with matplotlib)\n"
+    "  keygen --out PREFIX    write a CURVE key pair: PREFIX.key (secret, mode 0600) and PREFIX.pub\n"
+    "status and kill read the coordinator's /status over HTTP (--http), or over the control plane\n"
+    "when --coordinator is given; drain always goes over the control plane.\n";
+
+static const char EPILOGUE[] =
+    "exit status: 0 done; 1 it could not be done (coordinator unreachable or refusing, no such live\n"
+    "member, a member not on this host or not a phalanx-worker, signal refused, event log unreadable,\n"
+    "Kafka brokers unreachable or no such topic within --timeout-ms,\n"
+    "drain: the group still there after --wait-s, plot: no data or no matplotlib); 2 bad usage (unknown\n"
+    "command or flag, bad value, a malformed --events spec)\n";
 
 /* ---- fetching /status --------------------------------------------------- */
 
@@ -208,13 +211,14 @@ static px_msg_t *await_reply(void *sock, void *mon, const opts_t *o, const px_cu
 static px_msg_t *zmq_call(const opts_t *o, Phalanx__Envelope *env) {
     px_curve_client_t k;
     char err[600];
-    if (px_curve_client_load(o->secret, o->server_file, o->server_key, &k, err, sizeof err) != 0) {
+    if (px_curve_client_load(o->client.curve_secret, o->client.curve_server_file, o->client.curve_server_key, &k, err,
+                             sizeof err) != 0) {
         fprintf(stderr, "%s: %s\n", PROG, err);
         exit(2);
     }
     env->has_request_id = 1;
     env->request_id = 1;
-    env->token = o->token;
+    env->token = o->client.token;
     void *ctx = zmq_ctx_new(), *sock = zmq_socket(ctx, ZMQ_DEALER), *mon = zmq_socket(ctx, ZMQ_PAIR);
     int zero = 0;
     zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero);
@@ -227,12 +231,12 @@ static px_msg_t *zmq_call(const opts_t *o, Phalanx__Envelope *env) {
         zmq_socket_monitor(sock, "inproc://phalanxctl-monitor",
                            ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
                                ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) != 0 ||
-        zmq_connect(mon, "inproc://phalanxctl-monitor") != 0 || zmq_connect(sock, o->coordinator) != 0 || !buf) {
-        fprintf(stderr, "%s: --coordinator: cannot connect to '%s': %s\n", PROG, o->coordinator, zmq_strerror(errno));
+        zmq_connect(mon, "inproc://phalanxctl-monitor") != 0 || zmq_connect(sock, o->client.coordinator) != 0 || !buf) {
+        fprintf(stderr, "%s: --coordinator: cannot connect to '%s': %s\n", PROG, o->client.coordinator, zmq_strerror(errno));
     } else {
         zmq_send(sock, buf, len, ZMQ_DONTWAIT);
         reply = await_reply(sock, mon, o, &k, why, sizeof why);
-        if (!reply) fprintf(stderr, "%s: %s: %s\n", PROG, o->coordinator, why);
+        if (!reply) fprintf(stderr, "%s: %s: %s\n", PROG, o->client.coordinator, why);
     }
     free(buf);
     zmq_socket_monitor(sock, NULL, 0);
@@ -245,7 +249,7 @@ static px_msg_t *zmq_call(const opts_t *o, Phalanx__Envelope *env) {
 /* Prints a refusal (an Error reply) and returns 1 when reply is one. */
 static int refused(const opts_t *o, const px_msg_t *r) {
     if (r->body_case != PHALANX__ENVELOPE__BODY_ERROR) return 0;
-    fprintf(stderr, "%s: %s: the coordinator refused: %s: %s\n", PROG, o->coordinator,
+    fprintf(stderr, "%s: %s: the coordinator refused: %s: %s\n", PROG, o->client.coordinator,
             px_wire_error_name(r->error->code), r->error->message ? r->error->message : "");
     return 1;
 }
@@ -262,15 +266,15 @@ static char *zmq_status(const opts_t *o) {
     if (r->body_case == PHALANX__ENVELOPE__BODY_STATUS && r->status->json) {
         json = strdup(r->status->json);
     } else if (!refused(o, r)) {
-        fprintf(stderr, "%s: %s: answered '%s', not a status\n", PROG, o->coordinator, px_wire_body_name(r));
+        fprintf(stderr, "%s: %s: answered '%s', not a status\n", PROG, o->client.coordinator, px_wire_body_name(r));
     }
     px_wire_free(r);
     return json;
 }
 
 static char *fetch_status(const opts_t *o, int want_json) {
-    if (o->coordinator) return zmq_status(o);
-    return http_get(o->host, o->port, want_json ? "/status" : "/status.txt");
+    if (o->over_zmq) return zmq_status(o);
+    return http_get(o->http.host, o->http.port, want_json ? "/status" : "/status.txt");
 }
 
 /* ---- kill --------------------------------------------------------------- */
@@ -432,7 +436,6 @@ static int cmd_drain(const opts_t *o) {
         return 2;
     }
     opts_t zo = *o;
-    if (!zo.coordinator) zo.coordinator = DEFAULT_COORDINATOR;
     Phalanx__Envelope env = PHALANX__ENVELOPE__INIT;
     Phalanx__DrainRequest req = PHALANX__DRAIN_REQUEST__INIT;
     req.group = (char *)group;
@@ -442,7 +445,7 @@ static int cmd_drain(const opts_t *o) {
     if (!r) return 1;
     int ok = r->body_case == PHALANX__ENVELOPE__BODY_ACK;
     if (!ok && !refused(&zo, r))
-        fprintf(stderr, "%s: %s: answered '%s' to the drain request\n", PROG, zo.coordinator, px_wire_body_name(r));
+        fprintf(stderr, "%s: %s: answered '%s' to the drain request\n", PROG, zo.client.coordinator, px_wire_body_name(r));
     px_wire_free(r);
     if (!ok) return 1;
     printf("draining %s: the coordinator forms the quorum without it; it leaves at the next step boundary\n", group);
@@ -488,9 +491,9 @@ static const char *events_path(const opts_t *o, char *buf, size_t cap) {
  * "groups" do not match "group". */
 static int event_wanted(const opts_t *o, const char *line) {
     char pat[160];
-    int ok = o->n_types == 0;
-    for (int i = 0; i < o->n_types && !ok; i++) {
-        snprintf(pat, sizeof pat, "\"type\":\"%s\"", o->types[i]);
+    int ok = o->types.n == 0;
+    for (int i = 0; i < o->types.n && !ok; i++) {
+        snprintf(pat, sizeof pat, "\"type\":\"%s\"", o->types.v[i]);
         ok = strstr(line, pat) != NULL;
     }
     if (ok && o->group) {
@@ -609,47 +612,27 @@ static int cmd_keygen(const opts_t *o) {
 
 /* ---- flags -------------------------------------------------------------- */
 
+/* The command line after the command word (argv[0] here): flags and at
+ * most one operand (kill's GROUP/RANK, drain's GROUP). */
 static void parse(opts_t *o, int argc, char **argv) {
-    for (int i = 2; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help")) {
-            usage();
-            exit(0);
-        } else if (!strcmp(a, "--json")) {
-            o->json = 1;
-            continue;
-        } else if (!strcmp(a, "--follow")) {
-            o->follow = 1;
-            continue;
-        } else if (a[0] != '-' && !o->target) {
-            o->target = a;
-            continue;
-        }
-        if (!strcmp(a, "--http")) o->port = px_flag_hostport(PROG, a, v, o->host, sizeof o->host);
-        else if (!strcmp(a, "--signal")) o->sig = (int)px_flag_int(PROG, a, v, 1, 64);
-        else if (!strcmp(a, "--coordinator")) o->coordinator = px_flag_str(PROG, a, v, 512);
-        else if (!strcmp(a, "--curve-secret-key-file")) o->secret = px_flag_str(PROG, a, v, 4096);
-        else if (!strcmp(a, "--coordinator-public-key-file")) o->server_file = px_flag_str(PROG, a, v, 4096);
-        else if (!strcmp(a, "--coordinator-key")) o->server_key = px_flag_str(PROG, a, v, 64);
-        else if (!strcmp(a, "--token-file")) o->token = px_flag_token_file(PROG, a, v);
-        else if (!strcmp(a, "--timeout-ms")) o->timeout_ms = (int)px_flag_int(PROG, a, v, 100, 600000);
-        else if (!strcmp(a, "--out")) o->out = px_flag_str(PROG, a, v, 4000);
-        else if (!strcmp(a, "--events")) o->events = px_flag_str(PROG, a, v, 4000);
-        else if (!strcmp(a, "--log-dir")) o->log_dir = px_flag_str(PROG, a, v, 4000);
-        else if (!strcmp(a, "--group")) o->group = px_flag_str(PROG, a, v, 63);
-        else if (!strcmp(a, "--wait-s")) o->wait_s = (int)px_flag_int(PROG, a, v, 0, 86400);
-        else if (!strcmp(a, "--type")) {
-            if (o->n_types == MAX_TYPES) {
-                fprintf(stderr, "%s: --type: at most %d types\n", PROG, MAX_TYPES);
-                exit(2);
-            }
-            o->types[o->n_types++] = px_flag_str(PROG, a, v, 63);
-        }
-        else px_flag_unknown(PROG, a);
-        i++;
+    const px_flag_section_t sections[] = {
+        {&CTL_FLAGS, o, NULL},
+        {&px_client_flags, &o->client, "the control plane (status and kill with --coordinator given; drain always):"},
+    };
+    const px_flags_spec_t spec = {.prog = PROG, .usage = USAGE, .epilogue = EPILOGUE, .sections = sections,
+                                  .n_sections = 2, .max_operands = 1};
+    if (argc < 1 || argv[0][0] == '-') { /* no command: phalanxctl, phalanxctl --help */
+        px_flags_help(&spec, stdout);
+        exit(argc >= 1 && (!strcmp(argv[0], "--help") || !strcmp(argv[0], "-h")) ? 0 : 2);
     }
-    int drain = o->cmd && !strcmp(o->cmd, "drain"); /* its request is on the control plane whatever --coordinator */
-    if (!o->coordinator && !drain && (o->secret || o->server_file || o->server_key || o->token)) {
+    o->cmd = argv[0];
+    px_flags_parsed_t given;
+    px_flags_parse(&spec, argc, argv, &given);
+    o->target = given.n_operands ? given.operands[0] : NULL;
+    o->over_zmq = px_flags_given(&given, "--coordinator");
+    int drain = !strcmp(o->cmd, "drain"); /* its request is on the control plane whatever --coordinator */
+    const px_client_flags_t *k = &o->client;
+    if (!o->over_zmq && !drain && (k->curve_secret || k->curve_server_file || k->curve_server_key || k->token)) {
         fprintf(stderr, "%s: keys and --token-file are for the control plane: give --coordinator ENDPOINT "
                 "(HTTP /status needs no credentials)\n", PROG);
         exit(2);
@@ -657,18 +640,13 @@ static void parse(opts_t *o, int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        usage();
-        return argc < 2 ? 2 : 0;
-    }
-    opts_t o = {.cmd = argv[1], .host = "127.0.0.1", .port = 8080, .sig = SIGKILL, .timeout_ms = 5000,
-                .wait_s = 120, .log_dir = "phalanx-run"};
-    parse(&o, argc, argv);
+    static opts_t o;
+    parse(&o, argc - 1, argv + 1);
     int rc = 2;
     if (!strcmp(o.cmd, "status")) {
         char *body = fetch_status(&o, o.json);
         if (body) fputs(body, stdout);
-        if (body && o.coordinator) fputc('\n', stdout);
+        if (body && o.over_zmq) fputc('\n', stdout);
         rc = body ? 0 : 1;
         free(body);
     } else if (!strcmp(o.cmd, "kill")) {
@@ -684,6 +662,6 @@ int main(int argc, char **argv) {
     } else {
         fprintf(stderr, "%s: unknown command '%s' (see %s --help)\n", PROG, o.cmd, PROG);
     }
-    free(o.token);
+    free(o.client.token);
     return rc;
 }

@@ -21,6 +21,8 @@
 #include "agent.h"
 #include "compute.h"
 #include "trainer.h"
+#include "worker_flags.h"
+#include "px_client_flags.h"
 #include "px_flags.h"
 #include "px_keys.h"
 #include "px_log.h"
@@ -38,138 +40,44 @@ static void on_signal(int sig) {
     g_stop = 1;
 }
 
-static void usage(FILE *f) {
-    fprintf(f, "usage: %s --group NAME --rank R [flags]\n"
-           "       %s --standalone [flags]   (single-process training; see --standalone --help)\n\n"
-           "One rank of a phalanx job. Registers with the coordinator, heartbeats, and\n"
-           "follows the job's quorum.\n\n"
-           "flags (default in brackets):\n"
-           "  --coordinator ENDPOINT   coordinator's ZeroMQ endpoint [tcp://127.0.0.1:7777]\n"
-           "  --group NAME             replica group, [A-Za-z0-9_.-]{1,63} (required)\n"
-           "  --rank R                 rank inside the group, 0..ranks-per-group-1 [0]\n"
-           "  --ranks-per-group W      ranks in each group, 1..1024 [1]\n"
-           "  --job NAME               refuse a coordinator running another job [any]\n"
-           "  --token-file PATH        job token to present (first line of the file) [none]\n"
-           "  --connect-timeout S      give up (exit 2) if no coordinator answers the first registration\n"
-           "                           within S seconds, 0 = wait forever, 0..86400 [300]; says every few\n"
-           "                           seconds that it is waiting; once registered, outages are waited out\n"
-           "  --curve-secret-key-file PATH  CURVE: this worker's secret key (phalanxctl keygen) [off]\n"
-           "  --coordinator-public-key-file PATH  CURVE: the coordinator's public key [none]\n"
-           "  --coordinator-key Z85    CURVE: the coordinator's public key, inline [none]\n"
-           "  --data-host HOST         address this rank's data plane (Gloo) listens on and gives its\n"
-           "                           group peers; on Kubernetes the pod IP [127.0.0.1]\n"
-           "  --liveness rank|group    rank: every rank heartbeats the coordinator; group: ranks heartbeat\n"
-           "                           their group's rank 0 (on --data-host), which reports for them, so\n"
-           "                           the coordinator's load grows with groups; every rank of a group\n"
-           "                           must say the same; not with CURVE [rank]\n"
-           "  --stop-exit-code N       exit status when SIGTERM or SIGINT stops the worker before the\n"
-           "                           job's --steps are done, 0..255 [0]; on Kubernetes non-zero, so\n"
-           "                           that the group's Job replaces the pod instead of counting its\n"
-           "                           rank complete (deploy/k8s uses 143)\n"
-           "  --quiet                  log warnings and errors only\n"
-           "  --help                   this text\n\n"
-           "training (with --steps N; without it the worker only holds its place in the quorum):\n"
-           "  --steps N                optimizer steps of the whole job, 1..100000000\n"
-           "  --model NAME|PATH        preset (tiny, small, gpt2-124m) or llm.c model file [tiny]\n"
-           "  --data DIR               token shards train_*.bin, val_*.bin [data/demo]\n"
-           "  --global-batch N         samples per step over all groups, fixed under failures, 1..65536 [16]\n"
-           "  --micro-batch N          samples per forward/backward, 1..4096 [4]\n"
-           "  --seq T                  sequence length, 0 = the model's context [0]\n"
-           "  --lr X                   peak learning rate, 0..1 [0.001]\n"
-           "  --min-lr X               final learning rate of the cosine decay, 0..1 [0.0001]\n"
-           "  --warmup N               linear warmup steps, 0..1000000 [10]\n"
-           "  --weight-decay X         AdamW decoupled weight decay (2-D weights), 0..1 [0.1]\n"
-           "  --grad-clip X            global gradient-norm clip, 0 = off, 0..1000 [1.0]\n"
-           "  --beta1 X                AdamW's first-moment decay, 0..0.999999 [0.9]\n"
-           "  --beta2 X                AdamW's second-moment decay, 0..0.999999 [0.95]\n"
-           "  --eps X                  AdamW's denominator epsilon, 1e-30..1 [1e-8]\n"
-           "  --seed N                 seed of initialisation and data order [1337]\n"
-           "  --device cpu|cuda        where the replica computes [cpu]. cuda: one GPU per rank (GPU rank %% the\n"
-           "                           GPUs visible), gradients, --pp/--fsdp/--tp collectives and links over\n"
-           "                           NCCL (DiLoCo's outer steps over Gloo, through host memory); not with\n"
-           "                           --recompute block or --bucket-mb; no usable GPU is a configuration\n"
-           "                           error (exit 2)\n"
-           "  --threads N              OpenMP threads, 1..256 [1]\n"
-           "  --recompute none|block   block: keep only each layer's input from the forward and run the layer's\n"
-           "                           forward again in its backward (less activation memory, about one more\n"
-           "                           forward per step, the same results bit for bit); --device cpu only [none]\n"
-           "  --eval-every N           eval loss every N steps on group replica 0, 0 = only at the end [0]\n"
-           "  --eval-batches N         micro-batches of validation data per eval, 0..10000 [4]\n"
-           "  --progress-format text|json  rank 0's line per committed step (and eval, DiLoCo outer step) on\n"
-           "                           stdout: text key=value lines, or one JSON object a line with \"kind\" and\n"
-           "                           full-precision loss and gradient norm (%%.9g); see docs/operations.md [text]\n"
-           "  --comm-timeout-ms N      bound on every collective and rendezvous, 100..3600000 [30000]\n"
-           "  --cross-link-mbps X      emulate a slow link between groups: each rank's cross-group traffic\n"
-           "                           paced to X megabits/s, heals from another group included (benchmarks;\n"
-           "                           0 = off), 0..1000000 [0]\n"
-           "  --bucket-mb X            whole replicas: reduce the gradients in buckets of X MiB while the\n"
-           "                           backward runs (overlap, as PyTorch DDP); 0 = once after it, 0..4096 [0]\n"
-           "  --sample-ledger PATH     append one line per committed step: which samples this group took [off]\n"
-           "  --save PATH              write the final model as an llm.c file (rank 0) [off]\n"
-           "  --checkpoint-dir DIR     restore the newest valid checkpoint from DIR at start, and save\n"
-           "                           checkpoints there (the quorum's first group writes); %%g in DIR\n"
-           "                           stands for the group's name (per-group folders) [off]\n"
-           "  --checkpoint-every N     save every N committed steps; 0 = only at the end and on SIGTERM,\n"
-           "                           0..100000000 [100]\n"
-           "  --checkpoint-keep K      checkpoints to keep (the newest valid one always stays), 0 = all,\n"
-           "                           0..1000000 [3]\n"
-           "  --checkpoint-copy held|overlap  how a save takes its snapshot: held = the optimizer step that makes\n"
-           "                           the state copies it as it goes (a save at a stop or after a heal: every\n"
-           "                           core copies it while training waits); best where training fills the\n"
-           "                           cores; overlap = the saver copies it during the next forward and\n"
-           "                           backward (best with spare cores); with --device cuda the state is\n"
-           "                           downloaded while the next step computes either way [held; overlap with\n"
-           "                           --device cuda]\n"
-           "  --mode sync|diloco|auto  sync: every step's gradients are averaged over the groups; diloco: each\n"
-           "                           group trains alone for --inner-steps (AdamW on its share of each\n"
-           "                           step's batch), then an outer step averages the groups' pseudo-gradients\n"
-           "                           (global minus local parameters) and applies SGD with Nesterov momentum;\n"
-           "                           auto: the mode each quorum announces (the coordinator's --mode auto\n"
-           "                           switches it on failures or communication share), changed at a step\n"
-           "                           boundary (to sync: after an outer step); every group of a job must use\n"
-           "                           the same mode; any layout; --device cpu without --bucket-mb, for now [sync]\n"
-           "  --inner-steps H          diloco: inner steps per outer step, 1..1000000 [50]\n"
-           "  --fragments F            diloco: Streaming DiLoCo: layer l in fragment l mod F (the embeddings\n"
-           "                           and final norm in 0); an outer step every H/F steps syncs one fragment,\n"
-           "                           in turn, so each is synced every H steps with 1/F of the bytes at a time;\n"
-           "                           F divides H, F <= layers, 1..64 [1]\n"
-           "  --outer-overlap          diloco: a round's pseudo-gradients travel while the next round trains\n"
-           "                           (on a thread of their own), and its outer step is applied at that round's\n"
-           "                           end, each synced parameter set halfway between its local and new global\n"
-           "                           value (Streaming DiLoCo's overlap; the last outer step, a save's, a\n"
-           "                           quorum change's and auto's way back to sync stay synchronous) [off]\n"
-           "  --sync-warmup N          diloco: train the first N steps in sync, DiLoCo from step N on (as the\n"
-           "                           DiLoCo paper starts from a model trained in sync), 0..100000000 [0]\n"
-           "  --outer-lr X             diloco: the outer SGD's learning rate, 0..10 [0.7]\n"
-           "  --outer-momentum X       diloco: the outer SGD's Nesterov momentum, 0..0.999 [0.9]\n"
-           "  --outer-dtype fp32|bf16|int8  diloco: how pseudo-gradients travel between groups: fp32 (a ring\n"
-           "                           all-reduce), bf16 or int8 with a scale per 256 values (all-gathered and\n"
-           "                           decoded alike everywhere; fewer bytes only for a few groups, see\n"
-           "                           docs/comm.md) [fp32]\n\n"
-           "layout of a group (--ranks-per-group W = pp x fsdp x tp; none given: each rank holds a whole\n"
-           "replica and the W ranks split the group's samples):\n"
-           "  --fsdp F                 shard every parameter, gradient and AdamW moment over F ranks (ZeRO-3),\n"
-           "                           1..1024 [1]\n"
-           "  --tp T                   Megatron tensor parallelism over T ranks: attention heads and MLP\n"
-           "                           columns split (T must divide the model's heads), 1..1024 [1]\n"
-           "  --pp P                   pipeline stages: the layers cut into P contiguous runs balanced by\n"
-           "                           compute (the embedding on the first, the head on the last), P <= layers [1]\n"
-           "  --microbatches M         with --pp > 1: micro-batches per step that the pipeline schedule\n"
-           "                           interleaves, 1..65536 [P]\n"
-           "  --schedule KIND          with --pp > 1: the pipeline schedule, gpipe, 1f1b or zb-h1 (see\n"
-           "                           docs/architecture.md, \"Pipeline schedules\") [1f1b]\n"
-           "  --print-schedule         print the schedule of --pp, --microbatches and --schedule as a timeline,\n"
-           "                           one row per stage, and exit; needs no --group or coordinator\n"
-           "  --fsdp-keep-params       keep each layer's gathered parameters from the forward for the\n"
-           "                           backward (one all-gather per layer and step instead of two; more memory)\n\n"
-           "Every flag can be given as an environment variable instead: PHALANX_CHECKPOINT_DIR=DIR\n"
-           "for --checkpoint-dir DIR, PHALANX_QUIET=1 for --quiet; the command line wins.\n"
-           "SIGTERM or SIGINT: leave the quorum (the coordinator drops the group at once) and exit 0\n"
-           "(or --stop-exit-code). A drain (phalanxctl drain GROUP, asked of the coordinator): leave at\n"
-           "the step boundary where the other groups move to the quorum without this one, and exit 0.\n"
-           "Exit status: 0 done (or drained), 1 failed (worth a restart), 2 cannot work as configured (do not restart).\n",
-           PROG, PROG);
-}
+static const char USAGE[] =
+    "usage: phalanx-worker --group NAME --rank R [flags]\n"
+    "       phalanx-worker --standalone [flags]   (single-process training; see --standalone --help)\n\n"
+    "One rank of a phalanx job. Registers with the coordinator, heartbeats, and\n"
+    "follows the job's quorum.\n";
+
+static const char EPILOGUE[] =
+    "SIGTERM or SIGINT: leave the quorum (the coordinator drops the group at once) and exit 0\n"
+    "(or --stop-exit-code). A drain (phalanxctl drain GROUP, asked of the coordinator): leave at\n"
+    "the step boundary where the other groups move to the quorum without this one, and exit 0.\n"
+    "Exit status: 0 done (or drained), 1 failed (worth a restart), 2 cannot work as configured (do not restart).\n";
+
+/* The distributed worker's own flags beside the tables it shares. */
+typedef struct {
+    const char *data_host;
+    int stop_exit_code, print_schedule, quiet;
+} worker_opts_t;
+
+static const px_flag_t LOCAL[] = {
+    {"--data-host", PX_FLAG_STR, "HOST", .max = 255, .note = "127.0.0.1",
+     .help = "address this rank's data plane (Gloo) listens on and gives its group peers; on Kubernetes the "
+             "pod IP",
+     PX_FLAG_AT(worker_opts_t, data_host)},
+    {"--stop-exit-code", PX_FLAG_INT, "N", .min = 0, .max = 255, .def = "0",
+     .help = "exit status when SIGTERM or SIGINT stops the worker before the job's --steps are done; on "
+             "Kubernetes non-zero, so that the group's Job replaces the pod instead of counting its rank "
+             "complete (deploy/k8s uses 143)",
+     PX_FLAG_AT(worker_opts_t, stop_exit_code)},
+};
+static const px_flag_table_t LOCAL_FLAGS = PX_FLAG_TABLE(NULL, LOCAL);
+
+static const px_flag_t PRINT_SCHEDULE[] = {
+    {"--print-schedule", PX_FLAG_SWITCH,
+     .help = "print the schedule of --pp, --microbatches and --schedule as a timeline, one row per stage, and "
+             "exit; needs no --group or coordinator",
+     PX_FLAG_AT(worker_opts_t, print_schedule)},
+};
+static const px_flag_table_t PRINT_SCHEDULE_FLAGS = PX_FLAG_TABLE(NULL, PRINT_SCHEDULE);
 
 /* --print-schedule: the pipeline schedule as a text timeline on stdout. 0, or 1 when it cannot be built or
  * written. */
@@ -221,148 +129,35 @@ static void log_quorum(const char *what, const px_quorum_t *q) {
 }
 
 int px_worker_main(int argc, char **argv) {
-    px_agent_config_t cfg = {
-        .coordinator = "tcp://127.0.0.1:7777", .rank = 0, .group_size = 1, .connect_timeout_s = 300,
+    px_agent_config_t cfg = {0};
+    px_trainer_config_t tc = {.progress = 1, .checkpoint_overlap = -1};
+    px_client_flags_t client = {0};
+    worker_opts_t o = {0};
+    const px_flag_section_t sections[] = {
+        {&px_agent_flags, &cfg, NULL},
+        {&LOCAL_FLAGS, &o, ""},
+        {&px_log_flags, &o.quiet, ""},
+        {&px_client_flags, &client, NULL},
+        {&px_train_flags, &tc, NULL},
+        {&px_worker_train_flags, &tc, ""},
+        {&px_worker_layout_flags, &tc, NULL},
+        {&PRINT_SCHEDULE_FLAGS, &o, ""},
     };
-    px_trainer_config_t tc = {
-        .model = "tiny", .data = "data/demo", .global_batch = 16, .micro_batch = 4, .lr = 1e-3f, .min_lr = 1e-4f,
-        .warmup = 10, .weight_decay = 0.1f, .grad_clip = 1.0f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
-        .seed = 1337, .threads = 1, .eval_batches = 4,
-        .comm_timeout_ms = 30000, .progress = 1, .checkpoint_every = 100, .checkpoint_keep = 3, .checkpoint_overlap = -1,
-        .schedule = PX_SCHED_1F1B, .mode = PX_MODE_SYNC, .inner_steps = 50, .fragments = 1, .outer_lr = 0.7f, .outer_momentum = 0.9f,
-    };
-    char *token = NULL;
-    const char *curve_secret = NULL, *curve_server_file = NULL, *curve_server_key = NULL;
-    static const char *const booleans[] = {"quiet", "fsdp-keep-params", "print-schedule", "outer-overlap", NULL};
-    px_flags_from_env(PROG, usage, booleans, &argc, &argv);
-    const char *data_host = NULL;
-    int stop_exit_code = 0, print_sched = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--quiet")) {
-            px_log_set_quiet(1);
-            continue;
-        } else if (!strcmp(a, "--fsdp-keep-params")) {
-            tc.fsdp_keep_params = 1;
-            continue;
-        } else if (!strcmp(a, "--outer-overlap")) {
-            tc.outer_overlap = 1;
-            continue;
-        } else if (!strcmp(a, "--print-schedule")) {
-            print_sched = 1;
-            continue;
-        }
-        if (!strcmp(a, "--coordinator")) cfg.coordinator = px_flag_str(PROG, a, v, 512);
-        else if (!strcmp(a, "--group")) cfg.group = px_flag_str(PROG, a, v, 63);
-        else if (!strcmp(a, "--rank")) cfg.rank = (int)px_flag_int(PROG, a, v, 0, 1023);
-        else if (!strcmp(a, "--ranks-per-group")) cfg.group_size = (int)px_flag_int(PROG, a, v, 1, 1024);
-        else if (!strcmp(a, "--job")) cfg.job = px_flag_str(PROG, a, v, 63);
-        else if (!strcmp(a, "--token-file")) token = px_flag_token_file(PROG, a, v);
-        else if (!strcmp(a, "--data-host")) data_host = px_flag_str(PROG, a, v, 255);
-        else if (!strcmp(a, "--liveness")) {
-            const char *l = px_flag_str(PROG, a, v, 16);
-            if (strcmp(l, "rank") != 0 && strcmp(l, "group") != 0) {
-                fprintf(stderr, "%s: --liveness: '%s' is not rank or group\n", PROG, l);
-                return 2;
-            }
-            cfg.liveness_group = !strcmp(l, "group");
-        }
-        else if (!strcmp(a, "--stop-exit-code")) stop_exit_code = (int)px_flag_int(PROG, a, v, 0, 255);
-        else if (!strcmp(a, "--connect-timeout")) cfg.connect_timeout_s = (int)px_flag_int(PROG, a, v, 0, 86400);
-        else if (!strcmp(a, "--curve-secret-key-file")) curve_secret = px_flag_str(PROG, a, v, 4096);
-        else if (!strcmp(a, "--coordinator-public-key-file")) curve_server_file = px_flag_str(PROG, a, v, 4096);
-        else if (!strcmp(a, "--coordinator-key")) curve_server_key = px_flag_str(PROG, a, v, 64);
-        else if (!strcmp(a, "--steps")) tc.steps = px_flag_int(PROG, a, v, 1, 100000000);
-        else if (!strcmp(a, "--model")) tc.model = px_flag_str(PROG, a, v, 4096);
-        else if (!strcmp(a, "--data")) tc.data = px_flag_str(PROG, a, v, 4096);
-        else if (!strcmp(a, "--global-batch")) tc.global_batch = (int)px_flag_int(PROG, a, v, 1, 65536);
-        else if (!strcmp(a, "--micro-batch")) tc.micro_batch = (int)px_flag_int(PROG, a, v, 1, 4096);
-        else if (!strcmp(a, "--seq")) tc.seq_len = (int)px_flag_int(PROG, a, v, 0, 1 << 20);
-        else if (!strcmp(a, "--lr")) tc.lr = (float)px_flag_double(PROG, a, v, 0, 1);
-        else if (!strcmp(a, "--min-lr")) tc.min_lr = (float)px_flag_double(PROG, a, v, 0, 1);
-        else if (!strcmp(a, "--warmup")) tc.warmup = (int)px_flag_int(PROG, a, v, 0, 1000000);
-        else if (!strcmp(a, "--weight-decay")) tc.weight_decay = (float)px_flag_double(PROG, a, v, 0, 1);
-        else if (!strcmp(a, "--grad-clip")) tc.grad_clip = (float)px_flag_double(PROG, a, v, 0, 1000);
-        else if (!strcmp(a, "--beta1")) tc.beta1 = (float)px_flag_double(PROG, a, v, 0, 0.999999);
-        else if (!strcmp(a, "--beta2")) tc.beta2 = (float)px_flag_double(PROG, a, v, 0, 0.999999);
-        else if (!strcmp(a, "--eps")) tc.eps = (float)px_flag_double(PROG, a, v, 1e-30, 1);
-        else if (!strcmp(a, "--progress-format")) {
-            if (px_progress_format_parse(v, &tc.progress_format) != 0) {
-                fprintf(stderr, "%s: --progress-format: bad value '%s': expected text or json\n", PROG, v ? v : "");
-                return 2;
-            }
-        }
-        else if (!strcmp(a, "--seed")) tc.seed = (uint64_t)px_flag_int(PROG, a, v, 0, INT64_MAX);
-        else if (!strcmp(a, "--threads")) tc.threads = (int)px_flag_int(PROG, a, v, 1, 256);
-        else if (!strcmp(a, "--eval-every")) tc.eval_every = (int)px_flag_int(PROG, a, v, 0, 100000000);
-        else if (!strcmp(a, "--eval-batches")) tc.eval_batches = (int)px_flag_int(PROG, a, v, 0, 10000);
-        else if (!strcmp(a, "--comm-timeout-ms")) tc.comm_timeout_ms = (int)px_flag_int(PROG, a, v, 100, 3600000);
-        else if (!strcmp(a, "--cross-link-mbps")) tc.cross_link_mbps = px_flag_double(PROG, a, v, 0, 1e6);
-        else if (!strcmp(a, "--sample-ledger")) tc.ledger = px_flag_str(PROG, a, v, 4096);
-        else if (!strcmp(a, "--save")) tc.save = px_flag_str(PROG, a, v, 4096);
-        else if (!strcmp(a, "--checkpoint-dir")) tc.checkpoint_dir = px_flag_str(PROG, a, v, 3800);
-        else if (!strcmp(a, "--checkpoint-every")) tc.checkpoint_every = (int)px_flag_int(PROG, a, v, 0, 100000000);
-        else if (!strcmp(a, "--bucket-mb")) tc.bucket_mb = px_flag_double(PROG, a, v, 0, 4096);
-        else if (!strcmp(a, "--device")) {
-            if (!v || px_device_parse(v, &tc.device) != 0) {
-                fprintf(stderr, "%s: --device: bad value '%s': expected cpu or cuda\n", PROG, v ? v : "");
-                return 2;
-            }
-        }
-        else if (!strcmp(a, "--fsdp")) tc.fsdp = (int)px_flag_int(PROG, a, v, 1, 1024);
-        else if (!strcmp(a, "--tp")) tc.tp = (int)px_flag_int(PROG, a, v, 1, 1024);
-        else if (!strcmp(a, "--pp")) tc.pp = (int)px_flag_int(PROG, a, v, 1, 1024);
-        else if (!strcmp(a, "--microbatches"))
-            tc.microbatches = (int)px_flag_int(PROG, a, v, 1, PX_SCHED_MAX_MICROBATCHES);
-        else if (!strcmp(a, "--schedule")) {
-            px_sched_kind_t kind;
-            if (!v || px_sched_parse(v, &kind) != 0) {
-                fprintf(stderr, "%s: --schedule: bad value '%s': expected gpipe, 1f1b or zb-h1\n", PROG, v ? v : "");
-                return 2;
-            }
-            tc.schedule = (int)kind;
-        }
-        else if (!strcmp(a, "--recompute")) {
-            if (!v || (strcmp(v, "none") && strcmp(v, "block"))) {
-                fprintf(stderr, "%s: --recompute: bad value '%s': expected none or block\n", PROG, v ? v : "");
-                return 2;
-            }
-            tc.recompute = !strcmp(v, "block");
-        }
-        else if (!strcmp(a, "--checkpoint-copy")) {
-            if (!v || (strcmp(v, "held") && strcmp(v, "overlap"))) {
-                fprintf(stderr, "%s: --checkpoint-copy: bad value '%s': expected held or overlap\n", PROG, v ? v : "");
-                return 2;
-            }
-            tc.checkpoint_overlap = !strcmp(v, "overlap");
-        }
-        else if (!strcmp(a, "--mode")) {
-            if (!v || (strcmp(v, "sync") && strcmp(v, "diloco") && strcmp(v, "auto"))) {
-                fprintf(stderr, "%s: --mode: bad value '%s': expected sync, diloco or auto\n", PROG, v ? v : "");
-                return 2;
-            }
-            tc.mode = !strcmp(v, "diloco") ? PX_MODE_DILOCO : !strcmp(v, "auto") ? PX_MODE_AUTO : PX_MODE_SYNC;
-        }
-        else if (!strcmp(a, "--outer-dtype")) {
-            if (!v || px_outer_dtype_parse(v) < 0) {
-                fprintf(stderr, "%s: --outer-dtype: bad value '%s': expected fp32, bf16 or int8\n", PROG, v ? v : "");
-                return 2;
-            }
-            tc.outer_dtype = px_outer_dtype_parse(v);
-        }
-        else if (!strcmp(a, "--inner-steps")) tc.inner_steps = (int)px_flag_int(PROG, a, v, 1, 1000000);
-        else if (!strcmp(a, "--fragments")) tc.fragments = (int)px_flag_int(PROG, a, v, 1, PX_MAX_FRAGMENTS);
-        else if (!strcmp(a, "--sync-warmup")) tc.sync_warmup = px_flag_int(PROG, a, v, 0, 100000000);
-        else if (!strcmp(a, "--outer-lr")) tc.outer_lr = (float)px_flag_double(PROG, a, v, 0, 10);
-        else if (!strcmp(a, "--outer-momentum")) tc.outer_momentum = (float)px_flag_double(PROG, a, v, 0, 0.999);
-        else if (!strcmp(a, "--checkpoint-keep")) tc.checkpoint_keep = (int)px_flag_int(PROG, a, v, 0, 1000000);
-        else px_flag_unknown(PROG, a);
-        i++;
+    const px_flags_spec_t spec = {.prog = PROG, .usage = USAGE, .epilogue = EPILOGUE, .sections = sections,
+                                  .n_sections = (int)(sizeof sections / sizeof *sections), .env = 1};
+    px_flags_parsed_t given;
+    px_flags_parse(&spec, argc, argv, &given);
+    px_log_set_quiet(o.quiet);
+    cfg.coordinator = client.coordinator;
+    char *token = client.token;
+    const char *data_host = o.data_host;
+    int stop_exit_code = o.stop_exit_code;
+    char ferr[256];
+    if (px_train_flags_check(&tc, ferr, sizeof ferr) != 0) {
+        fprintf(stderr, "%s: %s (see %s --help)\n", PROG, ferr, PROG);
+        return 2;
     }
-    if (print_sched) return print_schedule(&tc);
+    if (o.print_schedule) return print_schedule(&tc);
     if (!cfg.group) {
         fprintf(stderr, "%s: --group is required (see %s --help)\n", PROG, PROG);
         return 2;
@@ -417,7 +212,8 @@ int px_worker_main(int argc, char **argv) {
     cfg.print_waiting = cfg.rank == 0; /* rank 0's stdout is what phalanx-launch reads */
     static px_curve_client_t curve;
     char kerr[600];
-    if (px_curve_client_load(curve_secret, curve_server_file, curve_server_key, &curve, kerr, sizeof kerr) != 0) {
+    if (px_curve_client_load(client.curve_secret, client.curve_server_file, client.curve_server_key, &curve, kerr,
+                             sizeof kerr) != 0) {
         fprintf(stderr, "%s: %s\n", PROG, kerr);
         return 2;
     }

@@ -42,7 +42,7 @@ BAD = [
      "--auto-failures-per-hour"),  # more losses in a window than the ring counts
     ("phalanx-coordinator", ["--bind"], "--bind"),
     ("phalanx-worker", ["--group", "g", "--rank", "-1"], "--rank"),
-    ("phalanx-worker", ["--group", "g", "--steps", "1", "--lr", "2"], "--lr"),
+    ("phalanx-worker", ["--group", "g", "--steps", "1", "--lr", "20"], "--lr"),  # 0..10, as --standalone
     ("phalanx-worker", ["--group", "g", "--rank", "2", "--ranks-per-group", "2"], "--rank"),
     ("phalanx-worker", ["--group", "g", "--steps", "1", "--beta1", "1"], "--beta1"),
     ("phalanx-worker", ["--group", "g", "--steps", "1", "--beta2", "-0.1"], "--beta2"),
