@@ -1800,7 +1800,7 @@ int main(int argc, char **argv) {
 
     print_loadavg("at end");
 
-    /* Targets from issue 2. */
+    /* The coordinator's load targets (docs/benchmarks.md). */
     double det_p99 = n_rep ? pct(rep_first, n_rep, 0.99) : NAN;
     printf("\ntargets:\n");
     printf("  %d members at %d Hz within one core: %.1f%% of one core, %.1f%% of heartbeats handled -> %s\n", C.members,

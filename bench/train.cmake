@@ -1,4 +1,4 @@
-# Training-step benchmark (issue 3): bench_train_step times one CPU training
+# Training-step benchmark: bench_train_step times one CPU training
 # step of the model; bench/train_step.sh runs it beside PyTorch on the same
 # model, weights and batch. bench_recompute compares a step with and without
 # block activation recomputation. Built with the project, run by hand.

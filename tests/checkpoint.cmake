@@ -1,4 +1,4 @@
-# Checkpoint tests (issue 8): the library against real files (round trip,
+# Checkpoint tests: the library against real files (round trip,
 # sliced layouts, every kind of damage, retention, a full disk).
 add_executable(test_ckpt ${CMAKE_CURRENT_LIST_DIR}/checkpoint/test_ckpt.c)
 target_include_directories(test_ckpt PRIVATE ${CMAKE_CURRENT_LIST_DIR}/lib)
@@ -24,3 +24,12 @@ px_add_py_scenarios(checkpoint_tool ${CMAKE_CURRENT_LIST_DIR}/checkpoint/test_ck
 # minute on 2 cores).
 px_add_py_test(checkpoint_kill_during_save ${CMAKE_CURRENT_LIST_DIR}/checkpoint/test_ckpt_kill.py ${CMAKE_BINARY_DIR}/bin)
 set_tests_properties(checkpoint_kill_during_save PROPERTIES TIMEOUT 300)
+
+# Tiers (tests/CMakeLists.txt).
+px_tier(unit checkpoint_format)
+px_tier(process checkpoint_job_fewer checkpoint_job_corrupt checkpoint_job_diskfull checkpoint_tool_roundtrip
+        checkpoint_tool_safetensors checkpoint_tool_eval checkpoint_tool_job checkpoint_tool_damage
+        checkpoint_tool_usage checkpoint_tool_diloco)
+px_tier(chaos checkpoint_job_resume checkpoint_job_resume_overlap checkpoint_job_pergroup checkpoint_job_mixed
+        checkpoint_job_sigterm checkpoint_job_rotate)
+px_tier(slow checkpoint_kill_during_save)

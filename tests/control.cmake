@@ -103,4 +103,18 @@ set_tests_properties(control_phalanxctl_plot PROPERTIES SKIP_RETURN_CODE 77) # n
 
 # A quorum of 3,000 groups: its quorum_formed event is cut to fit, not dropped.
 px_add_py_test(control_large_quorum ${CMAKE_CURRENT_LIST_DIR}/control/test_large_quorum.py $<TARGET_FILE_DIR:phalanx-coordinator>)
-set_tests_properties(control_large_quorum PROPERTIES TIMEOUT 180 RUN_SERIAL TRUE)
+set_tests_properties(control_large_quorum PROPERTIES TIMEOUT 180 RESOURCE_LOCK cores)
+
+# Tiers (tests/CMakeLists.txt).
+px_tier(unit control_quorum control_membership control_store control_wire control_ratelimit control_map
+        control_mode_policy control_history control_flags control_auth_keys control_zap control_http)
+px_tier(process control_integration control_cli control_auth control_env_flags control_mode_auto_comm control_fuzz
+        control_fuzz_hostile_strings control_fuzz_flood control_fuzz_disconnect_race control_fuzz_reconnect
+        control_fuzz_drain control_hostile_impersonation control_hostile_forged_finish control_hostile_stale_report
+        control_hostile_stalled_member control_hostile_auth_flood control_hostile_late_adoption
+        control_udp_heartbeats_workers control_udp_heartbeats_forged control_curve control_http_slowloris
+        control_http_lazy_readers control_phalanxctl_drain control_phalanxctl_plot)
+px_tier(chaos control_coordinator_restart control_udp_heartbeats_blocked control_phalanxctl_kill_events
+        control_phalanxctl_drain_frozen)
+px_tier(slow control_limits control_connect_timeout control_mode_auto_failures control_phalanxctl_drain_layouts
+        control_large_quorum)

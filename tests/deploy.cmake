@@ -1,4 +1,4 @@
-# Kubernetes manifests (issue 9), checked offline: deploy/k8s renders with
+# Kubernetes manifests, checked offline: deploy/k8s renders with
 # `kubectl kustomize` (kustomize v5 needed: missing is a failure, not a skip),
 # every object passes the strict Kubernetes 1.33 and newest schemas of
 # kubernetes-validate, phalanx's own lint (tests/deploy/k8s_lint.py) finds
@@ -8,11 +8,16 @@
 px_add_py_scenarios(deploy_k8s ${CMAKE_CURRENT_LIST_DIR}/deploy/test_k8s_manifests.py ${PROJECT_SOURCE_DIR}/deploy/k8s 120
                     render validate lint lint-selftest refs groups)
 
-# The manifests exercised (issue 9, item 4): the cpu-demo's own commands,
+# The manifests exercised: the cpu-demo's own commands,
 # environment and volumes run as containers of the image scripts/image.sh
 # builds (podman; plain processes, said so, where podman is missing); one
 # worker container is SIGKILLed, its group is dropped, the replacement pod
 # heals, the job finishes. The first run on a machine builds the image
 # (debootstrap, then compiling in the build stage): minutes.
 px_add_py_test(deploy_k8s_run ${CMAKE_CURRENT_LIST_DIR}/deploy/test_k8s_run.py $<TARGET_FILE_DIR:phalanx-worker>)
-set_tests_properties(deploy_k8s_run PROPERTIES TIMEOUT 1800)
+set_tests_properties(deploy_k8s_run PROPERTIES TIMEOUT 1800 RESOURCE_LOCK cores)
+
+# Tiers (tests/CMakeLists.txt).
+px_tier(unit deploy_k8s_render deploy_k8s_validate deploy_k8s_lint deploy_k8s_lint_selftest deploy_k8s_refs
+        deploy_k8s_groups)
+px_tier(slow deploy_k8s_run)

@@ -5,7 +5,7 @@
 foreach(t chaos_kills chaos_ranks buckets sigstop coordinator_outage coordinator_stall heal_kill job_finished
           launch_sigkill launch_config_error launch_incomplete)
   px_add_py_test(ft_${t} ${CMAKE_CURRENT_LIST_DIR}/ft/test_${t}.py $<TARGET_FILE_DIR:phalanx-launch>)
-  set_tests_properties(ft_${t} PROPERTIES TIMEOUT 600 RUN_SERIAL TRUE)
+  set_tests_properties(ft_${t} PROPERTIES TIMEOUT 600 RESOURCE_LOCK cores)
 endforeach()
 
 # DiLoCo: identity with synchronous training, a group killed during inner
@@ -16,10 +16,8 @@ px_add_py_scenarios(ft_diloco ${CMAKE_CURRENT_LIST_DIR}/ft/test_diloco.py $<TARG
                     auto-chaos-overlap auto-restart fragments overlap warmup quality refused)
 foreach(s identity kill chaos chaos_overlap checkpoint dtype layouts long_round auto auto_fragments auto_chaos
           auto_chaos_overlap auto_restart fragments overlap warmup quality refused)
-  set_tests_properties(ft_diloco_${s} PROPERTIES RUN_SERIAL TRUE)
+  set_tests_properties(ft_diloco_${s} PROPERTIES RESOURCE_LOCK cores)
 endforeach()
-# quality trains `small` three times on 1.6M tokens: about 10 minutes on 2 cores
-set_tests_properties(ft_diloco_quality PROPERTIES TIMEOUT 2400)
 
 # What an operator watches, during a real 3-group job with a kill: /metrics
 # through Prometheus' own parser (prometheus_client) and the dashboard
@@ -28,10 +26,21 @@ set_tests_properties(ft_diloco_quality PROPERTIES TIMEOUT 2400)
 # with the reason when its tool is missing; scripts/install-deps.sh installs both.
 px_add_py_scenarios(ft_dashboard ${CMAKE_CURRENT_LIST_DIR}/ft/test_dashboard.py $<TARGET_FILE_DIR:phalanx-launch> 300
                     metrics browser scale restart)
-set_tests_properties(ft_dashboard_metrics ft_dashboard_browser ft_dashboard_scale ft_dashboard_restart PROPERTIES RUN_SERIAL TRUE SKIP_RETURN_CODE 77)
+set_tests_properties(ft_dashboard_metrics ft_dashboard_browser ft_dashboard_scale ft_dashboard_restart PROPERTIES RESOURCE_LOCK cores SKIP_RETURN_CODE 77)
 
 # Group-level liveness: ranks heartbeat their group's rank 0, which reports
 # for them; a killed rank, a frozen leader, a restarted coordinator.
 px_add_py_scenarios(ft_liveness ${CMAKE_CURRENT_LIST_DIR}/ft/test_liveness_group.py $<TARGET_FILE_DIR:phalanx-launch> 300
                     train restart)
-set_tests_properties(ft_liveness_train ft_liveness_restart PROPERTIES RUN_SERIAL TRUE)
+set_tests_properties(ft_liveness_train ft_liveness_restart PROPERTIES RESOURCE_LOCK cores)
+
+# Tiers (tests/CMakeLists.txt).
+px_tier(process ft_buckets ft_job_finished ft_launch_config_error ft_diloco_identity ft_diloco_dtype
+        ft_diloco_checkpoint ft_diloco_fragments ft_diloco_warmup ft_diloco_refused ft_dashboard_metrics
+        ft_dashboard_browser ft_dashboard_scale)
+px_tier(chaos ft_chaos_ranks ft_coordinator_outage ft_launch_sigkill ft_launch_incomplete ft_diloco_kill
+        ft_diloco_chaos ft_diloco_chaos_overlap ft_diloco_auto_restart ft_liveness_train ft_liveness_restart
+        ft_dashboard_restart)
+px_tier(slow ft_chaos_kills ft_sigstop ft_coordinator_stall ft_heal_kill ft_diloco_layouts ft_diloco_long_round
+        ft_diloco_auto ft_diloco_auto_fragments ft_diloco_auto_chaos ft_diloco_auto_chaos_overlap ft_diloco_overlap
+        ft_diloco_quality)

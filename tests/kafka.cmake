@@ -44,3 +44,9 @@ set_tests_properties(events_slow_disk PROPERTIES TIMEOUT 120 LABELS events)
 px_add_py_test(events_kafka_slow_disk ${PX_KAFKA_TESTS}/test_events_slow_disk.py
                $<TARGET_FILE_DIR:phalanx-coordinator> $<TARGET_FILE:px_slow_fsync> kafka)
 set_tests_properties(events_kafka_slow_disk PROPERTIES TIMEOUT 120 LABELS "events;kafka")
+
+# Tiers (tests/CMakeLists.txt).
+px_tier(unit events_json events_spec events_file)
+px_tier(process events_kafka_backlog events_kafka_delivery_error events_kafka_coordinator events_kafka_phalanxctl
+        events_slow_disk events_kafka_slow_disk)
+px_tier(chaos events_kafka_order_outage events_kafka_crash)

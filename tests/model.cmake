@@ -1,4 +1,4 @@
-# Model tests (issue 3): ops against finite differences, the tiny model against
+# Model tests: ops against finite differences, the tiny model against
 # a committed PyTorch fixture, determinism, file readers against corrupt input,
 # the sampler, and a short standalone training run. All run on 2 cores without
 # a GPU; `ctest -R model_` runs just these.
@@ -49,4 +49,10 @@ add_test(NAME model_standalone_train
 # --recompute block trains a short job (a whole replica, fsdp 2 x tp 2, and
 # pp 2 under zb-h1) to the same per-step losses and final checksum as without it.
 px_add_py_test(model_recompute_job ${PX_MODEL_TEST_DIR}/test_recompute_job.py ${CMAKE_BINARY_DIR}/bin)
-set_tests_properties(model_recompute_job PROPERTIES TIMEOUT 600 RUN_SERIAL TRUE)
+set_tests_properties(model_recompute_job PROPERTIES TIMEOUT 600 RESOURCE_LOCK cores)
+
+# Tiers (tests/CMakeLists.txt).
+px_tier(unit model_ops_gradcheck model_ops_isa_clones model_reference_pytorch model_train_state model_gpt_determinism
+        model_files_corrupt model_data_sampler)
+px_tier(process model_standalone_train)
+px_tier(slow model_recompute_job)

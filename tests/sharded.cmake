@@ -3,7 +3,7 @@
 px_add_py_scenarios(sharded ${CMAKE_CURRENT_LIST_DIR}/sharded/test_layouts.py ${CMAKE_BINARY_DIR}/bin 600 layouts flags mismatch)
 px_add_py_scenarios(sharded ${CMAKE_CURRENT_LIST_DIR}/sharded/test_sharded_kill.py ${CMAKE_BINARY_DIR}/bin 600 kill stop)
 foreach(t layouts flags mismatch kill stop)
-  set_tests_properties(sharded_${t} PROPERTIES RUN_SERIAL TRUE)
+  set_tests_properties(sharded_${t} PROPERTIES RESOURCE_LOCK cores)
 endforeach()
 
 # The drawn initial shard against the whole model's cut (pure, no sockets).
@@ -21,9 +21,9 @@ set_tests_properties(sharded_memory PROPERTIES TIMEOUT 180)
 # Checkpoints written in parts by a sharded group and restored into other layouts;
 # a rank of the writing group killed while the parts are written.
 px_add_py_test(sharded_checkpoint ${CMAKE_CURRENT_LIST_DIR}/sharded/test_sharded_ckpt.py ${CMAKE_BINARY_DIR}/bin)
-set_tests_properties(sharded_checkpoint PROPERTIES TIMEOUT 600 RUN_SERIAL TRUE)
+set_tests_properties(sharded_checkpoint PROPERTIES TIMEOUT 600 RESOURCE_LOCK cores)
 px_add_py_test(sharded_part_kill ${CMAKE_CURRENT_LIST_DIR}/sharded/test_part_kill.py ${CMAKE_BINARY_DIR}/bin)
-set_tests_properties(sharded_part_kill PROPERTIES TIMEOUT 600 RUN_SERIAL TRUE)
+set_tests_properties(sharded_part_kill PROPERTIES TIMEOUT 600 RESOURCE_LOCK cores)
 
 # Pipeline schedules as tables: every kind for P 1..8 and M 1..32 checked,
 # measured against the theory, and broken schedules rejected (pure).
@@ -41,5 +41,12 @@ set_tests_properties(pp_print_schedule PROPERTIES TIMEOUT 60)
 # checkpoints moved into and out of pipelined layouts.
 px_add_py_scenarios(pipeline ${CMAKE_CURRENT_LIST_DIR}/sharded/test_pipeline.py ${CMAKE_BINARY_DIR}/bin 600 layouts refused kill stop checkpoint)
 foreach(t layouts refused kill stop checkpoint)
-  set_tests_properties(pipeline_${t} PROPERTIES RUN_SERIAL TRUE)
+  set_tests_properties(pipeline_${t} PROPERTIES RESOURCE_LOCK cores)
 endforeach()
+
+# Tiers (tests/CMakeLists.txt).
+px_tier(unit sharded_init pp_schedule_table)
+px_tier(process sharded_flags sharded_mismatch sharded_memory sharded_checkpoint pp_print_schedule pipeline_refused
+        pipeline_checkpoint)
+px_tier(chaos sharded_kill sharded_stop pipeline_kill pipeline_stop)
+px_tier(slow sharded_layouts sharded_part_kill pipeline_layouts)

@@ -1,4 +1,4 @@
-# phalanx-sim (issue 14): the simulator against Daly's closed form, with
+# phalanx-sim: the simulator against Daly's closed form, with
 # failures off, the Llama 3 rate, seeds; the command line (flags named in
 # errors, a seed reproducing the CSV byte for byte). Seconds each.
 add_executable(test_sim ${CMAKE_CURRENT_LIST_DIR}/sim/test_sim.c)
@@ -9,3 +9,7 @@ add_test(NAME sim_model COMMAND test_sim)
 add_test(NAME sim_cli COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/sim/test_sim_cli.sh $<TARGET_FILE:phalanx-sim>
                               ${CMAKE_SOURCE_DIR}/bench/sim_figures.json)
 set_tests_properties(sim_model sim_cli PROPERTIES TIMEOUT 120)
+
+# Tiers (tests/CMakeLists.txt).
+px_tier(unit sim_model)
+px_tier(process sim_cli)

@@ -24,3 +24,7 @@ set_tests_properties(worker_train_flags PROPERTIES TIMEOUT 300)
 add_executable(test_liveness ${CMAKE_CURRENT_LIST_DIR}/worker/test_liveness.c)
 target_link_libraries(test_liveness PRIVATE px_agent)
 add_test(NAME worker_liveness COMMAND test_liveness)
+
+# Tiers (tests/CMakeLists.txt).
+px_tier(unit worker_vote worker_liveness)
+px_tier(process worker_agent worker_device_flag worker_train_flags)

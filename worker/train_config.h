@@ -12,7 +12,7 @@
 
 #define PX_MAX_FRAGMENTS 64 /* --fragments */
 
-/* How groups combine their work (DESIGN.md "DiLoCo"). */
+/* How groups combine their work (docs/architecture.md, "DiLoCo: inner rounds and outer steps"). */
 typedef enum {
     PX_MODE_SYNC,   /* every step's gradients reduced across groups */
     PX_MODE_DILOCO, /* inner steps inside each group, an outer step across groups every inner_steps */

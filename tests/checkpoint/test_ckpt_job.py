@@ -35,6 +35,10 @@ from phalanx_test import Launch, check, main_scenarios, make_corpus, wait_until 
 
 WORKER = ["--", "--global-batch", "12", "--micro-batch", "2", "--threads", "1"]
 STEPS = 60
+# A job compared bit for bit with another must train every step with both
+# groups: its first quorum waits for both (on a loaded machine a group that
+# starts late would otherwise see the other train alone first, then heal).
+BOTH_GROUPS = {"PHALANX_MIN_REPLICAS": "2"}
 
 
 def base(data, ckpt, groups=2, steps=STEPS, every=10, keep=0):
@@ -42,8 +46,8 @@ def base(data, ckpt, groups=2, steps=STEPS, every=10, keep=0):
             "--checkpoint-dir", ckpt, "--checkpoint-every", str(every), "--checkpoint-keep", str(keep)]
 
 
-def run(bindir, args, name, timeout=180):
-    launch = Launch(bindir, args, name=name)
+def run(bindir, args, name, timeout=180, env=None):
+    launch = Launch(bindir, args, env=env, name=name)
     try:
         rc = launch.wait(timeout)
     finally:
@@ -72,10 +76,10 @@ def restored_steps(launch):
             for m in [re.search(r"restored step (\d+) from", line)] if m]
 
 
-def kill_when(bindir, args, name, ready):
+def kill_when(bindir, args, name, ready, env=None):
     """Starts a job and SIGKILLs phalanx-launch (its whole tree dies with it)
     once ready() holds."""
-    launch = Launch(bindir, args, name=name)
+    launch = Launch(bindir, args, env=env, name=name)
     try:
         wait_until(ready, 120, "the moment to kill (%s)" % name)
         os.kill(launch.proc.pid, signal.SIGKILL)
@@ -91,14 +95,14 @@ def has(ckpt, step):
 
 def reference(bindir, data, **kw):
     ref_dir = tempfile.mkdtemp(prefix="phalanx-ckpt-ref-")
-    rc, ref = run(bindir, base(data, ref_dir, **kw) + WORKER, "ckpt-ref")
+    rc, ref = run(bindir, base(data, ref_dir, **kw) + WORKER, "ckpt-ref", env=BOTH_GROUPS)
     check(rc == 0, "the reference job completes:\n%s" % ref.tail())
     return ref
 
 
 def check_continuation(ref, again, after):
     check(checksum(again) == checksum(ref), "final state checksum %s after the restart, %s without one"
-          % (checksum(again), checksum(ref)))
+          " (summaries: %s; %s)\n%s" % (checksum(again), checksum(ref), again.summary(), ref.summary(), again.tail()))
     a, r = losses(again), losses(ref)
     later = [s for s in a if s > after]
     check(later and all(a[s] == r.get(s) for s in later),
@@ -107,11 +111,12 @@ def check_continuation(ref, again, after):
 
 
 def killed_and_resumed(bindir, data, ckpt, kill_at, damage=None, restart_args=None, worker=()):
-    kill_when(bindir, base(data, ckpt) + WORKER + list(worker), "ckpt-killed", lambda: has(ckpt, kill_at))
+    kill_when(bindir, base(data, ckpt) + WORKER + list(worker), "ckpt-killed", lambda: has(ckpt, kill_at),
+              env=BOTH_GROUPS)
     check(not os.path.exists(os.path.join(ckpt, "step_%08d" % STEPS)), "the kill came before the end")
     if damage:
         damage(ckpt)
-    rc, again = run(bindir, restart_args or base(data, ckpt) + WORKER + list(worker), "ckpt-again")
+    rc, again = run(bindir, restart_args or base(data, ckpt) + WORKER + list(worker), "ckpt-again", env=BOTH_GROUPS)
     check(rc == 0 and again.summary()["completed"], "the restarted job completes:\n%s" % again.tail())
     return again
 
@@ -210,10 +215,11 @@ def test_pergroup(bindir):
     ref = reference(bindir, data)
     root = tempfile.mkdtemp(prefix="phalanx-ckpt-")
     ckpt = os.path.join(root, "%g")
-    kill_when(bindir, base(data, ckpt) + WORKER, "ckpt-pergroup", lambda: has(os.path.join(root, "g0"), 30))
+    kill_when(bindir, base(data, ckpt) + WORKER, "ckpt-pergroup", lambda: has(os.path.join(root, "g0"), 30),
+              env=BOTH_GROUPS)
     check(not os.path.exists(os.path.join(root, "g1")) or not os.listdir(os.path.join(root, "g1")),
           "only the writer (g0) saved: %s" % os.listdir(root))
-    rc, again = run(bindir, base(data, ckpt) + WORKER, "ckpt-pergroup-again")
+    rc, again = run(bindir, base(data, ckpt) + WORKER, "ckpt-pergroup-again", env=BOTH_GROUPS)
     check(rc == 0 and again.summary()["completed"], "the restarted job completes:\n%s" % again.tail())
     got = restored_steps(again)
     check(len(got) == 1 and got[0] >= 30, "g0 alone restored (g1 has no checkpoint): %s" % got)
@@ -232,13 +238,14 @@ def test_mixed(bindir):
     ref = reference(bindir, data)
     root = tempfile.mkdtemp(prefix="phalanx-ckpt-")
     ckpt = os.path.join(root, "%g")
-    kill_when(bindir, base(data, ckpt) + WORKER, "ckpt-mixed", lambda: has(os.path.join(root, "g0"), 30))
+    kill_when(bindir, base(data, ckpt) + WORKER, "ckpt-mixed", lambda: has(os.path.join(root, "g0"), 30),
+              env=BOTH_GROUPS)
     g0 = sorted(d for d in os.listdir(os.path.join(root, "g0")) if d.startswith("step_"))
     check(len(g0) >= 2, "g0 saved at least two checkpoints: %s" % g0)
     os.makedirs(os.path.join(root, "g1"), exist_ok=True)
     shutil.copytree(os.path.join(root, "g0", g0[0]), os.path.join(root, "g1", g0[0]))
     older, newest = int(g0[0][5:]), int(g0[-1][5:])
-    rc, again = run(bindir, base(data, ckpt) + WORKER, "ckpt-mixed-again")
+    rc, again = run(bindir, base(data, ckpt) + WORKER, "ckpt-mixed-again", env=BOTH_GROUPS)
     check(rc == 0 and again.summary()["completed"], "the restarted job completes:\n%s" % again.tail())
     got = sorted(restored_steps(again))
     check(got == sorted([older, newest]), "g1 restored step %d and g0 step %d: %s" % (older, newest, got))

@@ -11,7 +11,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
-from phalanx_test import Launch, check, main, make_corpus, wait_until  # noqa: E402
+from phalanx_test import Fail, Launch, check, main, make_corpus, wait_until  # noqa: E402
 
 WORKER = ["--", "--global-batch", "8", "--micro-batch", "4"]
 
@@ -34,7 +34,10 @@ def run(bindir, args, name, during=None):
     launch = Launch(bindir, args, name=name)
     try:
         if during:
-            during(launch)
+            try:
+                during(launch)
+            except Fail as e:
+                raise Fail("%s: %s\n%s" % (name, e, launch.tail()))
         rc = launch.wait(120)
         return rc, launch
     finally:
