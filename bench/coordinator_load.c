@@ -66,6 +66,7 @@
 #include <zmq.h>
 
 #include "px_child.h"
+#include "px_file.h"
 #include "px_hbudp.h"
 #include "px_wire.h"
 
@@ -177,26 +178,11 @@ typedef struct {
 _Static_assert(sizeof(report_t) <= PIPE_BUF, "reports must be written atomically");
 
 static void write_full(int fd, const void *p, size_t n) {
-    const char *c = p;
-    while (n) {
-        ssize_t w = write(fd, c, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) _exit(3); /* the other side is gone */
-        c += w;
-        n -= (size_t)w;
-    }
+    if (px_fd_write_all(fd, p, n) != 0) _exit(3); /* the other side is gone */
 }
 
 static int read_full(int fd, void *p, size_t n) {
-    char *c = p;
-    while (n) {
-        ssize_t r = read(fd, c, n);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return -1;
-        c += r;
-        n -= (size_t)r;
-    }
-    return 0;
+    return px_fd_read_full(fd, p, n) == (ssize_t)n ? 0 : -1;
 }
 
 /* ---- protobuf scanning (cheaper than a full decode for 100k msgs/s) ------- */

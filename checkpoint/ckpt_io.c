@@ -18,6 +18,7 @@
 #include "ckpt.h"
 #include "ckpt_int.h"
 #include "px_err.h"
+#include "px_file.h"
 #include "px_time.h"
 
 #define IO_BLOCK ((size_t)16 << 20) /* bytes per read or write call */
@@ -56,32 +57,6 @@ static int mkdirs(const char *dir) {
         *s = '/';
     }
     return mkdir(p, 0755) != 0 && errno != EEXIST ? -1 : 0;
-}
-
-static int write_all(int fd, const void *buf, size_t len) {
-    const char *p = buf;
-    while (len) {
-        ssize_t w = write(fd, p, len);
-        if (w < 0 && errno == EINTR) continue;
-        if (w < 0) return -1;
-        if (w == 0) return errno = EIO, -1;
-        p += w, len -= (size_t)w;
-    }
-    return 0;
-}
-
-/* Reads up to len bytes, fewer only at the end of the file. */
-static ssize_t read_full(int fd, void *buf, size_t len) {
-    char *p = buf;
-    size_t got = 0;
-    while (got < len) {
-        ssize_t r = read(fd, p + got, len - got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) return -1;
-        if (r == 0) break;
-        got += (size_t)r;
-    }
-    return (ssize_t)got;
 }
 
 /* ---- writing ------------------------------------------------------------- */
@@ -132,11 +107,11 @@ static int write_direct(writer_t *w, const char *p, size_t len) {
     while (len) {
         ssize_t n = write(w->fd, p, len);
         if (n < 0 && errno == EINTR) continue;
-        if (n < 0 && errno == EINVAL) return writer_buffered(w) != 0 ? -1 : write_all(w->fd, p, len);
+        if (n < 0 && errno == EINVAL) return writer_buffered(w) != 0 ? -1 : px_fd_write_all(w->fd, p, len);
         if (n < 0) return -1;
         if (n == 0) return errno = EIO, -1;
         p += n, len -= (size_t)n;
-        if (len && (size_t)n % DIRECT_ALIGN) return writer_buffered(w) != 0 ? -1 : write_all(w->fd, p, len);
+        if (len && (size_t)n % DIRECT_ALIGN) return writer_buffered(w) != 0 ? -1 : px_fd_write_all(w->fd, p, len);
     }
     return 0;
 }
@@ -144,11 +119,11 @@ static int write_direct(writer_t *w, const char *p, size_t len) {
 /* The buffer's whole blocks out, direct; with last, the rest too, buffered. */
 static int writer_flush(writer_t *w, int last) {
     size_t whole = w->direct ? w->used / DIRECT_ALIGN * DIRECT_ALIGN : w->used;
-    if (whole && (w->direct ? write_direct(w, w->buf, whole) : write_all(w->fd, w->buf, whole)) != 0) return -1;
+    if (whole && (w->direct ? write_direct(w, w->buf, whole) : px_fd_write_all(w->fd, w->buf, whole)) != 0) return -1;
     memmove(w->buf, w->buf + whole, w->used - whole);
     w->used -= whole;
     if (!last || !w->used) return 0;
-    int rc = writer_buffered(w) != 0 ? -1 : write_all(w->fd, w->buf, w->used);
+    int rc = writer_buffered(w) != 0 ? -1 : px_fd_write_all(w->fd, w->buf, w->used);
     w->used = 0;
     return rc;
 }
@@ -161,14 +136,14 @@ static int writer_flush(writer_t *w, int last) {
  * source and the file line up, if they ever do. */
 static int writer_put(writer_t *w, const char *p, size_t len) {
     if (!w->direct && w->used && writer_flush(w, 0) != 0) return -1; /* turned buffered with bytes held */
-    if (!w->direct) return write_all(w->fd, p, len);
+    if (!w->direct) return px_fd_write_all(w->fd, p, len);
     while (len) {
         size_t mis = (size_t)((DIRECT_ALIGN - (uintptr_t)p % DIRECT_ALIGN) % DIRECT_ALIGN);
         if (w->used == 0 && mis == 0 && len >= DIRECT_ALIGN) {
             size_t whole = len / DIRECT_ALIGN * DIRECT_ALIGN;
             if (write_direct(w, p, whole) != 0) return -1;
             p += whole, len -= whole;
-            if (!w->direct) return write_all(w->fd, p, len); /* turned buffered on the way */
+            if (!w->direct) return px_fd_write_all(w->fd, p, len); /* turned buffered on the way */
             continue;
         }
         size_t take = IO_BLOCK - w->used < len ? IO_BLOCK - w->used : len;
@@ -254,7 +229,7 @@ static int write_runs(const char *path, const px_train_state_t *s, const size_t 
 static int write_text(const char *path, const char *text, char *err, size_t errlen) {
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return px_err_set(err, errlen, "creating %s: %s", path, strerror(errno));
-    if (write_all(fd, text, strlen(text)) != 0 || fsync(fd) != 0) {
+    if (px_fd_write_all(fd, text, strlen(text)) != 0 || fsync(fd) != 0) {
         int e = errno;
         close(fd);
         return px_err_set(err, errlen, "writing %s: %s", path, strerror(e));
@@ -535,7 +510,7 @@ static int read_manifest_fd(const char *path, px_ckpt_manifest_t *m, px_ckpt_fau
         return fault(f, mpath, 0, "not a regular file of at most %zu bytes", PX_CKPT_MANIFEST_MAX);
     }
     char *text = malloc((size_t)st.st_size + 1);
-    ssize_t got = text ? read_full(fd, text, (size_t)st.st_size) : -1;
+    ssize_t got = text ? px_fd_read_full(fd, text, (size_t)st.st_size) : -1;
     if (got != st.st_size) {
         free(text);
         close(fd);
@@ -628,7 +603,7 @@ static int load_file(const char *path, const px_ckpt_manifest_t *m, int f, piece
         while (left && rc == 0) {
             size_t len = left < IO_BLOCK ? (size_t)left : IO_BLOCK;
             char *p = direct ? out + done : whole ? (char *)whole + done : buf;
-            ssize_t got = read_full(fd, p, len);
+            ssize_t got = px_fd_read_full(fd, p, len);
             if (got != (ssize_t)len) {
                 rc = fault(fl, fpath, 0, "cannot read: %s", got < 0 ? strerror(errno) : "short read");
                 break;

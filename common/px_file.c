@@ -1,4 +1,4 @@
-/* Atomic whole-file writes (px_file.h). */
+/* Atomic whole-file writes and whole descriptor reads and writes (px_file.h). */
 #include "px_file.h"
 
 #include <errno.h>
@@ -34,4 +34,29 @@ int px_file_write_atomic(const char *path, const void *header, size_t hlen, cons
     }
     free(tmp);
     return 0;
+}
+
+int px_fd_write_all(int fd, const void *buf, size_t len) {
+    const char *p = buf;
+    while (len) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) return -1;
+        if (w == 0) return errno = EIO, -1;
+        p += w, len -= (size_t)w;
+    }
+    return 0;
+}
+
+ssize_t px_fd_read_full(int fd, void *buf, size_t len) {
+    char *p = buf;
+    size_t got = 0;
+    while (got < len) {
+        ssize_t r = read(fd, p + got, len - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return -1;
+        if (r == 0) break;
+        got += (size_t)r;
+    }
+    return (ssize_t)got;
 }

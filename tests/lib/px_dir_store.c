@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "px_file.h"
 #include "px_time.h"
 
 static int mkdir_p(const char *dir) {
@@ -43,18 +44,6 @@ static int key_path(const px_dir_store_t *s, const char *key, char *path, size_t
     return 0;
 }
 
-static int write_all(int fd, const void *buf, size_t len) {
-    const char *p = buf;
-    while (len > 0) {
-        ssize_t w = write(fd, p, len);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return -1;
-        p += w;
-        len -= (size_t)w;
-    }
-    return 0;
-}
-
 static int dir_set(void *ctx, const char *key, const void *value, size_t len) {
     px_dir_store_t *s = ctx;
     char path[1024], tmp[1100];
@@ -64,7 +53,7 @@ static int dir_set(void *ctx, const char *key, const void *value, size_t len) {
     snprintf(tmp, sizeof(tmp), "%s/t_%d_%u", s->dir, (int)getpid(), id);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     if (fd < 0) return -1;
-    int rc = write_all(fd, value, len);
+    int rc = px_fd_write_all(fd, value, len);
     if (close(fd) != 0) rc = -1;
     if (rc == 0) rc = rename(tmp, path);
     if (rc != 0) unlink(tmp);
@@ -81,15 +70,10 @@ static int try_read(const char *path, void *buf, size_t cap, size_t *len) {
         return -1;
     }
     *len = (size_t)st.st_size;
-    size_t want = *len < cap ? *len : cap, got = 0;
-    while (got < want) {
-        ssize_t r = read(fd, (char *)buf + got, want - got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) break;
-        got += (size_t)r;
-    }
+    size_t want = *len < cap ? *len : cap;
+    ssize_t got = px_fd_read_full(fd, buf, want);
     close(fd);
-    return got == want ? 0 : -1;
+    return got == (ssize_t)want ? 0 : -1;
 }
 
 static int dir_get(void *ctx, const char *key, void *buf, size_t cap, size_t *len,
