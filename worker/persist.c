@@ -81,9 +81,16 @@ px_restore_result_t px_persist_restore(px_persist_t *p, px_train_state_t *st, co
                      p->dir);
         return PX_RESTORE_REFUSED;
     }
+    if (r < 0 && !p->cfg->allow_fresh_start) {
+        px_log_error("--checkpoint-dir %s: none of its %d checkpoint(s) verifies (see the rejections above); "
+                     "refusing to start from the initial state, which would train the job again and overwrite "
+                     "them: restore a good copy, move them away, or give --allow-fresh-start",
+                     p->dir, p->rejected);
+        return PX_RESTORE_REFUSED;
+    }
     if (r < 0) {
         px_log_warn("checkpoint_none_valid dir=%s rejected=%d: every checkpoint was rejected, starting from the "
-                    "initial state", p->dir, p->rejected);
+                    "initial state (--allow-fresh-start)", p->dir, p->rejected);
         return PX_RESTORE_REBUILD;
     }
     /* The outer momentum where the state and the checkpoint differ: a

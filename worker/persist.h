@@ -63,10 +63,10 @@ int px_persist_set_shard(px_persist_t *p, px_shard_t *sh, const px_shard_layout_
 typedef enum {
     PX_RESTORE_NONE,     /* no checkpoints (or checkpoints off): st untouched, start from the initial state */
     PX_RESTORE_LOADED,   /* st holds the newest valid checkpoint; st->step is its step */
-    PX_RESTORE_REFUSED,  /* only another job's, seed's or model's checkpoints: refuse to start (starting from
-                            scratch would overwrite them) */
-    PX_RESTORE_REBUILD,  /* every checkpoint was rejected after being partly read: the caller rebuilds the
-                            initial state */
+    PX_RESTORE_REFUSED,  /* only another job's, seed's or model's checkpoints, or none that verifies without
+                            --allow-fresh-start: refuse to start (starting from scratch would overwrite them) */
+    PX_RESTORE_REBUILD,  /* every checkpoint was rejected, with --allow-fresh-start: the caller rebuilds the
+                            initial state (a rejected one may have been partly read into st) */
 } px_restore_result_t;
 
 /* Restores into st (views into a fresh model), or with a sink (a sharded

@@ -109,6 +109,10 @@ static const px_flag_t WORKER_TRAIN[] = {
      .help = "save every N committed steps; 0 = only at the end and on SIGTERM", TC(checkpoint_every)},
     {"--checkpoint-keep", PX_FLAG_INT, "K", .min = 0, .max = 1000000, .def = "3",
      .help = "checkpoints to keep (the newest valid one always stays), 0 = all", TC(checkpoint_keep)},
+    {"--allow-fresh-start", PX_FLAG_SWITCH,
+     .help = "start from the initial state when --checkpoint-dir holds checkpoints and none of them verifies; "
+             "without it the worker refuses to start (exit 2), naming each checkpoint and its fault",
+     TC(allow_fresh_start)},
     {"--checkpoint-copy", PX_FLAG_CHOICE, .words = COPIES, .note = "held; overlap with --device cuda",
      .help = "how a save takes its snapshot: held = the optimizer step that makes the state copies it as it goes "
              "(a save at a stop or after a heal: every core copies it while training waits); best where "

@@ -20,7 +20,12 @@ sigterm   SIGTERM stops the job: the writer saves the step it reached, and a
 rotate    the writer (g0) is SIGKILLed: the next quorum lists g1 first, and g1
           saves at its next commit instead of waiting for the next interval.
 diskfull  saves fail (RLIMIT_FSIZE: EFBIG) with checkpoint_failed while the job
-          trains on to the end; the checkpoint from before stays intact."""
+          trains on to the end; the checkpoint from before stays intact.
+allcorrupt every checkpoint damaged: the job refuses to start (the workers
+          exit 2 naming each checkpoint's fault and --allow-fresh-start) and
+          leaves them byte for byte; with --allow-fresh-start it trains from
+          the initial state."""
+import glob
 import hashlib
 import os
 import re
@@ -155,16 +160,20 @@ def test_resume(bindir, worker=()):
           "one writer (g0) saves, with bytes and MB/s: %s" % saved)
 
 
-def flip_newest(ckpt):
-    newest = sorted(d for d in os.listdir(ckpt) if d.startswith("step_"))[-1]
-    path = os.path.join(ckpt, newest, "data00000.bin")
+def flip_byte(folder):
+    path = os.path.join(folder, "data00000.bin")
     with open(path, "r+b") as f:
         f.seek(4096)
         b = f.read(1)
         f.seek(4096)
         f.write(bytes([b[0] ^ 0x40]))
-    flip_newest.damaged = int(newest[5:])
     print("flipped a byte of %s" % path)
+
+
+def flip_newest(ckpt):
+    newest = sorted(d for d in os.listdir(ckpt) if d.startswith("step_"))[-1]
+    flip_byte(os.path.join(ckpt, newest))
+    flip_newest.damaged = int(newest[5:])
 
 
 def test_corrupt(bindir):
@@ -343,8 +352,46 @@ def test_diskfull(bindir):
     print("saves failed (%s); step 20 intact" % failed[0].split("reason=")[-1])
 
 
+def test_allcorrupt(bindir):
+    data = make_corpus(bindir, tempfile.mkdtemp(prefix="phalanx-ckpt-data-"))
+    ckpt = tempfile.mkdtemp(prefix="phalanx-ckpt-")
+    rc, first = run(bindir, base(data, ckpt, steps=20) + WORKER, "ckpt-allcorrupt-first")
+    saved = sorted(d for d in os.listdir(ckpt) if d.startswith("step_"))
+    check(rc == 0 and saved == ["step_00000010", "step_00000020"], "the first job saved steps 10 and 20: %s\n%s"
+          % (saved, first.tail()))
+    for d in saved:
+        flip_byte(os.path.join(ckpt, d))
+    before = {d: digest(os.path.join(ckpt, d)) for d in saved}
+
+    rc, again = run(bindir, base(data, ckpt, steps=40) + WORKER, "ckpt-allcorrupt", timeout=120)
+    logs = ""
+    for path in sorted(glob.glob(os.path.join(again.dir, "worker-*.log"))):
+        with open(path) as f:
+            logs += f.read()
+    s = again.summary()
+    check(rc != 0 and not (s and s["completed"]), "a job whose checkpoints are all corrupt does not run: rc %s, %s\n%s"
+          % (rc, s, again.tail()))
+    check("none of its 2 checkpoint(s) verifies" in logs and "--allow-fresh-start" in logs,
+          "the workers say why and how to go on:\n%s" % logs[-2000:])
+    for d in saved:
+        check(re.search(r"checkpoint_rejected path=\S*%s file=\S*data00000.bin fault=\"checksum mismatch" % d, logs),
+              "the rejection of %s names its file and fault:\n%s" % (d, logs[-2000:]))
+    check(again.last_step() == 0, "no step was trained (last %d)" % again.last_step())
+    after = sorted(d for d in os.listdir(ckpt) if d.startswith("step_"))
+    check(after == saved and all(digest(os.path.join(ckpt, d)) == before[d] for d in saved),
+          "the corrupt checkpoints stay byte for byte: %s" % after)
+
+    # The operator's way on: the job trains from the initial state (saving only at its end here, a new folder).
+    rc, fresh = run(bindir, base(data, ckpt, steps=40, every=0) + WORKER + ["--allow-fresh-start"], "ckpt-fresh")
+    check(rc == 0 and fresh.summary()["completed"], "with --allow-fresh-start the job completes:\n%s" % fresh.tail())
+    check(not restored_steps(fresh) and has(ckpt, 40), "it restored nothing and saved step 40: %s"
+          % os.listdir(ckpt))
+    print("all %d checkpoints corrupt: refused, kept; --allow-fresh-start trained 40 steps" % len(saved))
+
+
 if __name__ == "__main__":
     main_scenarios({"resume": test_resume,
                     # the saver copying the state while the next step computes (--checkpoint-copy overlap)
                     "resume_overlap": lambda bindir: test_resume(bindir, ["--checkpoint-copy", "overlap"]), "corrupt": test_corrupt, "fewer": test_fewer,
-                    "pergroup": test_pergroup, "mixed": test_mixed, "sigterm": test_sigterm, "rotate": test_rotate, "diskfull": test_diskfull})
+                    "pergroup": test_pergroup, "mixed": test_mixed, "sigterm": test_sigterm, "rotate": test_rotate, "diskfull": test_diskfull,
+                    "allcorrupt": test_allcorrupt})
