@@ -36,14 +36,11 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
-from phalanx_test import Launch, check, main_scenarios, make_corpus, wait_until  # noqa: E402
+from phalanx_test import Launch, check, full_quorum_env, main_scenarios, make_corpus, wait_until  # noqa: E402
 
 WORKER = ["--", "--global-batch", "12", "--micro-batch", "2", "--threads", "1"]
 STEPS = 60
-# A job compared bit for bit with another must train every step with both
-# groups: its first quorum waits for both (on a loaded machine a group that
-# starts late would otherwise see the other train alone first, then heal).
-BOTH_GROUPS = {"PHALANX_MIN_REPLICAS": "2"}
+BOTH_GROUPS = full_quorum_env(2)  # the jobs compared bit for bit
 
 
 def base(data, ckpt, groups=2, steps=STEPS, every=10, keep=0):

@@ -236,6 +236,15 @@ class LineCollector:
         self._thread.join(timeout=timeout_s)
 
 
+def full_quorum_env(groups):
+    """The environment of a job that is compared bit for bit with another:
+    its coordinator forms no quorum with fewer than all `groups`
+    (PHALANX_MIN_REPLICAS), so on a loaded machine a group that starts late
+    cannot watch the others train alone first and then heal (which changes
+    the sums, and the final checksum)."""
+    return {"PHALANX_MIN_REPLICAS": str(groups)}
+
+
 class Launch:
     """phalanx-launch as a real process; its stdout is collected line by line
     on a thread so a test can wait for progress while the job runs."""

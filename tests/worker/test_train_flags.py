@@ -18,18 +18,16 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
-from phalanx_test import Launch, check, main, make_corpus  # noqa: E402
+from phalanx_test import Launch, check, full_quorum_env, main, make_corpus  # noqa: E402
 
 STEPS = 6
 COMMON = ["--groups", "2", "--model", "tiny", "--steps", str(STEPS)]
 WORKER = ["--", "--global-batch", "4", "--micro-batch", "2", "--eval-batches", "1", "--seq", "32"]
-# Runs compared bit for bit train every step with both groups: the first
-# quorum waits for both (a group starting late would otherwise heal).
-BOTH_GROUPS = {"PHALANX_MIN_REPLICAS": "2"}
 
 
 def run(bindir, data, extra, name):
-    launch = Launch(bindir, COMMON + ["--data", data] + WORKER + extra, env=BOTH_GROUPS, name=name)
+    # the runs are compared bit for bit: both groups from the first step
+    launch = Launch(bindir, COMMON + ["--data", data] + WORKER + extra, env=full_quorum_env(2), name=name)
     try:
         rc = launch.wait(180)
     finally:
