@@ -253,11 +253,18 @@ typedef struct {
 int px_ckpt_write_part(const char *dir, const px_train_state_t *s, const px_ckpt_meta_t *meta,
                        const px_ckpt_part_t *part, px_ckpt_result_t *res, char *err, size_t errlen);
 
+/* Why a checkpoint cannot be used. */
+typedef enum {
+    PX_CKPT_DAMAGED,     /* its files are not what was written: checksum, size, missing, unparsable */
+    PX_CKPT_MISMATCH,    /* sound, but of another job, seed or model */
+    PX_CKPT_UNAVAILABLE  /* this reader could not read it (permission, memory): nothing says it is bad */
+} px_ckpt_fault_kind_t;
+
 /* A checkpoint that cannot be used: which file and what is wrong with it. */
 typedef struct {
     char file[4200];                 /* the path of the faulty file (or folder) */
     char fault[512];
-    int mismatch;                    /* 1: another job, seed or model (not damage) */
+    px_ckpt_fault_kind_t kind;
 } px_ckpt_fault_t;
 
 /* Reads the manifest of the checkpoint at path. 0, or -1 with the fault. */
@@ -323,6 +330,18 @@ int64_t px_ckpt_restore_newest(const char *dir, const px_gpt_config_t *cfg, cons
 int64_t px_ckpt_restore_newest_to(const char *dir, const px_gpt_config_t *cfg, const char *job, uint64_t seed,
                                   px_train_state_t *dst, const px_ckpt_sink_t *sink, px_ckpt_manifest_t *m,
                                   px_ckpt_reject_fn on_reject, void *ctx);
+
+/* Moves the checkpoint folder at path aside, to path.WHY-YYYYMMDDTHHMMSSZ
+ * (UTC; a -N suffix when that exists), where listing, restore and retention
+ * no longer see it: a damaged one ("corrupt"), or one a new save of the
+ * same step meets ("replaced"). Nothing is deleted. With unless_read, a
+ * folder another process is reading (its manifest locked) stays: the last
+ * reader to find it damaged moves it. moved (may be NULL) receives the new
+ * path. 0, or -1 with errno (ENOENT: somebody else moved it first; EBUSY:
+ * being read). */
+int px_ckpt_move_aside(const char *path, const char *why, int unless_read, char *moved, size_t len);
+/* How many step folders in dir were moved aside as WHY. */
+int px_ckpt_count_aside(const char *dir, const char *why);
 
 /* Retention: keeps the `keep` newest step folders and always the one of step
  * `protect`; deletes the others that no reader holds (renamed away, then

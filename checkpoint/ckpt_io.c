@@ -238,17 +238,40 @@ static int write_text(const char *path, const char *text, char *err, size_t errl
     return 0;
 }
 
-/* Renames tmp to final; an existing final (a corrupt copy of the same step
- * that restore skipped) is moved aside first and removed after. */
-static int publish(const char *dir, const char *tmp, const char *final, char *err, size_t errlen) {
+/* Whether the checkpoint at path lists the same data files as m, byte
+ * counts and checksums alike: another save of the same state. */
+static int same_content(const char *path, const px_ckpt_manifest_t *m) {
+    px_ckpt_manifest_t old;
+    px_ckpt_fault_t f;
+    if (px_ckpt_read_manifest(path, &old, &f) != 0) return 0;
+    int same = old.step == m->step && old.nfiles == m->nfiles;
+    for (int i = 0; same && i < m->nfiles; i++)
+        same = old.files[i].bytes == m->files[i].bytes && old.files[i].xxh3 == m->files[i].xxh3 &&
+               !strcmp(old.files[i].name, m->files[i].name);
+    px_ckpt_manifest_free(&old);
+    return same;
+}
+
+/* Renames tmp (manifest m) to final. An existing final that holds the same
+ * bytes (the same state saved again: a stop right after a restore, a new
+ * writer catching up) is replaced; one that differs (a copy restore could
+ * not read, another writer's) is kept, moved aside as
+ * step_N.replaced-<time>. Nothing that differs is deleted. */
+static int publish(const char *dir, const char *tmp, const char *final, const px_ckpt_manifest_t *m, char *err,
+                   size_t errlen) {
     if (rename(tmp, final) == 0) return 0;
     if (errno != ENOTEMPTY && errno != EEXIST) return px_err_set(err, errlen, "renaming %s: %s", tmp, strerror(errno));
-    char old[4200], host[64] = "host";
-    gethostname(host, sizeof host - 1);
-    snprintf(old, sizeof old, "%s/.old-%s-%s-%d", dir, strrchr(final, '/') + 1, host, (int)getpid());
-    if (rename(final, old) != 0 || rename(tmp, final) != 0)
+    if (same_content(final, m)) {
+        char old[4200], host[64] = "host";
+        gethostname(host, sizeof host - 1);
+        snprintf(old, sizeof old, "%s/.old-%s-%s-%d", dir, strrchr(final, '/') + 1, host, (int)getpid());
+        if (rename(final, old) != 0 || rename(tmp, final) != 0)
+            return px_err_set(err, errlen, "replacing %s: %s", final, strerror(errno));
+        rm_rf(old);
+        return 0;
+    }
+    if ((px_ckpt_move_aside(final, "replaced", 0, NULL, 0) != 0 && errno != ENOENT) || rename(tmp, final) != 0)
         return px_err_set(err, errlen, "replacing %s: %s", final, strerror(errno));
-    rm_rf(old);
     return 0;
 }
 
@@ -342,7 +365,7 @@ static int finish(const char *dir, const char *tmp, const char *final, px_ckpt_m
         px_err_set(err, errlen, "syncing %s: %s", tmp, strerror(errno));
         goto bad;
     }
-    if (publish(dir, tmp, final, err, errlen) != 0) goto bad;
+    if (publish(dir, tmp, final, m, err, errlen) != 0) goto bad;
     if (fsync_path(dir) != 0) {
         /* Published but perhaps not durable: say so, it is not an error a retry fixes. */
         px_err_set(err, errlen, "syncing %s: %s", dir, strerror(errno));
@@ -445,18 +468,25 @@ int px_ckpt_write_part(const char *dir, const px_train_state_t *s, const px_ckpt
 
 /* ---- reading ------------------------------------------------------------- */
 
-static int fault(px_ckpt_fault_t *f, const char *file, int mismatch, const char *fmt, ...) {
+static int fault(px_ckpt_fault_t *f, const char *file, px_ckpt_fault_kind_t kind, const char *fmt, ...) {
     snprintf(f->file, sizeof f->file, "%s", file);
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(f->fault, sizeof f->fault, fmt, ap);
     va_end(ap);
-    f->mismatch = mismatch;
+    f->kind = kind;
     return -1;
 }
 
+/* What an errno from opening or reading a checkpoint's file says of it:
+ * gone or unreadable media is damage; permissions and exhausted resources
+ * are the reader's trouble. */
+static px_ckpt_fault_kind_t errno_kind(int e) {
+    return e == ENOENT || e == ENOTDIR || e == EISDIR || e == EIO || e == ELOOP ? PX_CKPT_DAMAGED : PX_CKPT_UNAVAILABLE;
+}
+
 static int size_fault(px_ckpt_fault_t *f, const char *file, uint64_t size, uint64_t want) {
-    return fault(f, file, 0, "%s: %" PRIu64 " bytes, the manifest says %" PRIu64,
+    return fault(f, file, PX_CKPT_DAMAGED, "%s: %" PRIu64 " bytes, the manifest says %" PRIu64,
                  size < want ? "short (torn or truncated)" : "too long", size, want);
 }
 
@@ -485,12 +515,12 @@ int px_ckpt_check_files(const char *path, const px_ckpt_manifest_t *m, px_ckpt_f
     int64_t step = px_ckpt_folder_step(path);
     if (step >= 0 && step != m->step) {
         snprintf(file, sizeof file, "%s/%s", path, PX_CKPT_MANIFEST);
-        return fault(f, file, 0, "says step %lld, its folder step %lld", (long long)m->step, (long long)step);
+        return fault(f, file, PX_CKPT_DAMAGED, "says step %lld, its folder step %lld", (long long)m->step, (long long)step);
     }
     for (int i = 0; i < m->nfiles; i++) {
         snprintf(file, sizeof file, "%s/%s", path, m->files[i].name);
         struct stat st;
-        if (stat(file, &st) != 0) return fault(f, file, 0, "missing or unreadable: %s", strerror(errno));
+        if (stat(file, &st) != 0) return fault(f, file, errno_kind(errno), "missing or unreadable: %s", strerror(errno));
         if ((uint64_t)st.st_size != m->files[i].bytes) return size_fault(f, file, (uint64_t)st.st_size, m->files[i].bytes);
     }
     return 0;
@@ -502,25 +532,26 @@ static int read_manifest_fd(const char *path, px_ckpt_manifest_t *m, px_ckpt_fau
     char mpath[4200], err[512];
     snprintf(mpath, sizeof mpath, "%s/%s", path, PX_CKPT_MANIFEST);
     int fd = open(mpath, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return fault(f, mpath, 0, "cannot open: %s", strerror(errno));
+    if (fd < 0) return fault(f, mpath, errno_kind(errno), "cannot open: %s", strerror(errno));
     if (fd_out) flock(fd, LOCK_SH);
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (size_t)st.st_size > PX_CKPT_MANIFEST_MAX) {
         close(fd);
-        return fault(f, mpath, 0, "not a regular file of at most %zu bytes", PX_CKPT_MANIFEST_MAX);
+        return fault(f, mpath, PX_CKPT_DAMAGED, "not a regular file of at most %zu bytes", PX_CKPT_MANIFEST_MAX);
     }
     char *text = malloc((size_t)st.st_size + 1);
     ssize_t got = text ? px_fd_read_full(fd, text, (size_t)st.st_size) : -1;
     if (got != st.st_size) {
         free(text);
         close(fd);
-        return fault(f, mpath, 0, "cannot read: %s", got < 0 ? strerror(errno) : "short read");
+        return fault(f, mpath, got < 0 ? errno_kind(errno) : PX_CKPT_DAMAGED, "cannot read: %s",
+                     got < 0 ? strerror(errno) : "short read");
     }
     int rc = px_ckpt_manifest_decode(text, (size_t)got, m, err, sizeof err);
     free(text);
     if (rc != 0) {
         close(fd);
-        return fault(f, mpath, 0, "unparsable manifest: %s", err);
+        return fault(f, mpath, PX_CKPT_DAMAGED, "unparsable manifest: %s", err);
     }
     if (fd_out) *fd_out = fd;
     else close(fd);
@@ -576,7 +607,7 @@ static int load_file(const char *path, const px_ckpt_manifest_t *m, int f, piece
     char fpath[4300];
     snprintf(fpath, sizeof fpath, "%s/%s", path, m->files[f].name);
     int fd = open(fpath, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return fault(fl, fpath, 0, "missing or unreadable: %s", strerror(errno));
+    if (fd < 0) return fault(fl, fpath, errno_kind(errno), "missing or unreadable: %s", strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0 || (uint64_t)st.st_size != m->files[f].bytes) { /* changed since the check */
         close(fd);
@@ -597,7 +628,7 @@ static int load_file(const char *path, const px_ckpt_manifest_t *m, int f, piece
         uint64_t left = s->bytes, done = 0;
         float *whole = NULL;
         if ((to_sink || (base && !direct)) && !(whole = malloc(s->bytes ? s->bytes : 1))) {
-            rc = fault(fl, fpath, 0, "out of memory");
+            rc = fault(fl, fpath, PX_CKPT_UNAVAILABLE, "out of memory");
             break;
         }
         while (left && rc == 0) {
@@ -605,14 +636,15 @@ static int load_file(const char *path, const px_ckpt_manifest_t *m, int f, piece
             char *p = direct ? out + done : whole ? (char *)whole + done : buf;
             ssize_t got = px_fd_read_full(fd, p, len);
             if (got != (ssize_t)len) {
-                rc = fault(fl, fpath, 0, "cannot read: %s", got < 0 ? strerror(errno) : "short read");
+                rc = fault(fl, fpath, got < 0 ? errno_kind(errno) : PX_CKPT_DAMAGED, "cannot read: %s",
+                           got < 0 ? strerror(errno) : "short read");
                 break;
             }
             XXH3_64bits_update(h, p, len);
             left -= len, done += len;
         }
         if (rc == 0 && to_sink) {
-            if (sink->place(sink->ctx, l, s, whole) != 0) rc = fault(fl, fpath, 0, "out of memory");
+            if (sink->place(sink->ctx, l, s, whole) != 0) rc = fault(fl, fpath, PX_CKPT_UNAVAILABLE, "out of memory");
         } else if (rc == 0 && whole) {
             scatter(base, t->ndim, t->shape, s, whole);
         }
@@ -622,7 +654,7 @@ static int load_file(const char *path, const px_ckpt_manifest_t *m, int f, piece
     XXH3_freeState(h);
     close(fd);
     if (rc == 0 && got != m->files[f].xxh3)
-        rc = fault(fl, fpath, 0, "checksum mismatch: xxh3_64 %016" PRIx64 ", the manifest says %016" PRIx64, got,
+        rc = fault(fl, fpath, PX_CKPT_DAMAGED, "checksum mismatch: xxh3_64 %016" PRIx64 ", the manifest says %016" PRIx64, got,
                    m->files[f].xxh3);
     return rc;
 }
@@ -644,12 +676,12 @@ int px_ckpt_load_to(const char *path, const px_gpt_config_t *cfg, px_train_state
     px_ckpt_logical_t *lt = NULL;
     int *logical = NULL; /* per manifest tensor: its logical tensor in dst, or -1 */
     if (cfg && px_ckpt_manifest_matches(&m, cfg, err, sizeof err) != 0) {
-        rc = fault(fl, mpath, 1, "%s", err);
+        rc = fault(fl, mpath, PX_CKPT_MISMATCH, "%s", err);
         goto out;
     }
     if ((rc = px_ckpt_check_files(path, &m, fl)) != 0) goto out;
     if (dst && dst->nbuf != PX_STATE_NBUF && dst->nbuf != PX_STATE_MAXBUF) {
-        rc = fault(fl, path, 1, "cannot load into a state of %d buffers (%d or %d)", dst->nbuf, PX_STATE_NBUF,
+        rc = fault(fl, path, PX_CKPT_MISMATCH, "cannot load into a state of %d buffers (%d or %d)", dst->nbuf, PX_STATE_NBUF,
                    PX_STATE_MAXBUF);
         goto out;
     }
@@ -663,14 +695,14 @@ int px_ckpt_load_to(const char *path, const px_gpt_config_t *cfg, px_train_state
     for (int i = 0; i < m.ntensors; i++) total += m.tensors[i].nslices;
     logical = malloc((size_t)m.ntensors * sizeof *logical);
     if (!logical || (dst && !lt)) {
-        rc = fault(fl, path, 0, "out of memory");
+        rc = fault(fl, path, PX_CKPT_UNAVAILABLE, "out of memory");
         goto out;
     }
     if (dst) {
         size_t sizes[PX_GPT_NUM_TENSORS];
         size_t n = px_gpt_tensor_sizes(&m.model, sizes);
         if (n != dst->n) {
-            rc = fault(fl, mpath, 1, "the checkpoint's model has %zu parameters, this one %zu", n, dst->n);
+            rc = fault(fl, mpath, PX_CKPT_MISMATCH, "the checkpoint's model has %zu parameters, this one %zu", n, dst->n);
             goto out;
         }
     }
@@ -699,7 +731,7 @@ int px_ckpt_load_to(const char *path, const px_gpt_config_t *cfg, px_train_state
             if (first_bad >= 0 && f > first_bad) continue;
             int frc;
             if (!tbuf || !tp) {
-                frc = fault(&mine, path, 0, "out of memory");
+                frc = fault(&mine, path, PX_CKPT_UNAVAILABLE, "out of memory");
             } else {
                 int np = 0;
                 for (int i = 0; i < m.ntensors; i++)
@@ -792,9 +824,9 @@ int64_t px_ckpt_restore_newest_to(const char *dir, const px_gpt_config_t *cfg, c
             char mpath[4300];
             snprintf(mpath, sizeof mpath, "%s/%s", path, PX_CKPT_MANIFEST);
             if (job && job[0] && m.job[0] && strcmp(job, m.job))
-                rc = fault(&f, mpath, 1, "written by job \"%s\", this is job \"%s\"", m.job, job);
+                rc = fault(&f, mpath, PX_CKPT_MISMATCH, "written by job \"%s\", this is job \"%s\"", m.job, job);
             else if (m.seed != seed)
-                rc = fault(&f, mpath, 1, "written with seed %" PRIu64 ", this job's is %" PRIu64
+                rc = fault(&f, mpath, PX_CKPT_MISMATCH, "written with seed %" PRIu64 ", this job's is %" PRIu64
                            " (the data order would differ)", m.seed, seed);
             px_ckpt_manifest_free(&m);
         }
@@ -803,12 +835,77 @@ int64_t px_ckpt_restore_newest_to(const char *dir, const px_gpt_config_t *cfg, c
             restored = steps[i];
             break;
         }
-        mismatches += f.mismatch;
+        struct stat st;
+        if (f.kind == PX_CKPT_DAMAGED && stat(path, &st) != 0 && errno == ENOENT)
+            continue; /* moved away while being read (by another reader that found it damaged) */
+        mismatches += f.kind == PX_CKPT_MISMATCH;
         if (on_reject) on_reject(ctx, path, &f);
     }
     free(steps);
     if (restored >= 0) return restored;
     return mismatches ? -2 : -1;
+}
+
+int px_ckpt_move_aside(const char *path, const char *why, int unless_read, char *moved, size_t len) {
+    char stamp[32], to[4300];
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &tm);
+    int fd = -1;
+    if (unless_read) { /* readers hold the manifest shared (px_ckpt_load_to) */
+        snprintf(to, sizeof to, "%s/%s", path, PX_CKPT_MANIFEST);
+        fd = open(to, O_RDONLY | O_CLOEXEC);
+        if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            close(fd);
+            errno = EBUSY;
+            return -1;
+        }
+    }
+    int rc = -1, e = EEXIST;
+    for (int n = 1; n < 100; n++) {
+        if (n == 1) snprintf(to, sizeof to, "%s.%s-%s", path, why, stamp);
+        else snprintf(to, sizeof to, "%s.%s-%s-%d", path, why, stamp, n);
+        struct stat st;
+        if (lstat(to, &st) == 0) continue; /* never onto another: rename would replace an empty one */
+        rc = rename(path, to);
+        e = errno;
+        break;
+    }
+    if (fd >= 0) close(fd);
+    if (rc != 0) {
+        errno = e;
+        return -1;
+    }
+    char *slash = strrchr(to, '/');
+    if (slash && slash != to) { /* the rename survives a crash */
+        *slash = '\0';
+        fsync_path(to);
+        *slash = '/';
+    }
+    if (moved) snprintf(moved, len, "%s", to);
+    return 0;
+}
+
+int px_ckpt_count_aside(const char *dir, const char *why) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    char mark[64];
+    snprintf(mark, sizeof mark, ".%s-", why);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        const char *dot = strchr(e->d_name, '.');
+        int64_t s;
+        char stem[64];
+        size_t k = dot ? (size_t)(dot - e->d_name) : 0;
+        if (!dot || k >= sizeof stem || strncmp(dot, mark, strlen(mark)) != 0) continue;
+        memcpy(stem, e->d_name, k);
+        stem[k] = '\0';
+        n += step_of(stem, &s);
+    }
+    closedir(d);
+    return n;
 }
 
 static int aside_name(const char *name) {

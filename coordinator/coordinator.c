@@ -1316,7 +1316,7 @@ static void emit_checkpoint_event(px_coordinator_t *c, const px_member_t *m, con
     char parts[PX_WIRE_CKPT_FIELDS][PX_REASON_MAX * 2 + 8], raw[PX_REASON_MAX + 1];
     const char *field[PX_WIRE_CKPT_FIELDS] = {raw, "", ""};
     snprintf(raw, sizeof raw, "%s", w->detail ? w->detail : "");
-    if (!strcmp(k, "rejected")) px_wire_ckpt_rejected_split(raw, field);
+    if (!strcmp(k, "rejected") || !strcmp(k, "moved_aside")) px_wire_ckpt_rejected_split(raw, field);
     for (int i = 0; i < PX_WIRE_CKPT_FIELDS; i++) px_json_escape(field[i], parts[i], sizeof parts[i]);
     double s = w->ms / 1000.0;
     if (!strcmp(k, "saved"))
@@ -1329,6 +1329,9 @@ static void emit_checkpoint_event(px_coordinator_t *c, const px_member_t *m, con
     else if (!strcmp(k, "rejected"))
         emit(c, w->kind, "\"group\":\"%s\",\"rank\":%d,\"path\":\"%s\",\"file\":\"%s\",\"fault\":\"%s\"", m->group,
              m->rank, parts[PX_WIRE_CKPT_PATH], parts[PX_WIRE_CKPT_FILE], parts[PX_WIRE_CKPT_FAULT]);
+    else if (!strcmp(k, "moved_aside")) /* the file field holds the new folder name */
+        emit(c, w->kind, "\"group\":\"%s\",\"rank\":%d,\"path\":\"%s\",\"moved_to\":\"%s\"", m->group, m->rank,
+             parts[PX_WIRE_CKPT_PATH], parts[PX_WIRE_CKPT_FILE]);
     else if (!strcmp(k, "failed"))
         emit(c, w->kind, "\"group\":\"%s\",\"rank\":%d,\"step\":%lld,\"reason\":\"%s\"", m->group, m->rank,
              (long long)w->step, parts[0] /* the whole detail */);

@@ -66,8 +66,10 @@ int px_wire_worker_event_kind_ok(const char *kind);
  * "rejected", ...). Their detail holds a path (started, saved, restored), a
  * reason (failed) or, for "rejected", three fields in the order of
  * px_wire_ckpt_field_t separated by PX_WIRE_CKPT_SEP: the checkpoint's path,
- * the file that failed and the fault. One WorkerEvent carries them all, so
- * the protocol needs no message of its own for a rejection. */
+ * the file that failed and the fault; for "moved_aside", the same fields
+ * with the folder's new name in place of the file and no fault. One
+ * WorkerEvent carries them all, so the protocol needs no message of its own
+ * for a rejection. */
 #define PX_WIRE_CKPT_PREFIX "checkpoint_"
 #define PX_WIRE_CKPT_SEP '\t'
 typedef enum { PX_WIRE_CKPT_PATH, PX_WIRE_CKPT_FILE, PX_WIRE_CKPT_FAULT, PX_WIRE_CKPT_FIELDS } px_wire_ckpt_field_t;

@@ -98,14 +98,23 @@ static void list_row(int64_t step, const px_ckpt_manifest_t *m, const px_ckpt_fa
     else printf("ok\n");
 }
 
-/* Writers' temporary folders: a save in progress, or one whose writer died. */
-static void list_temporaries(const char *dir) {
+/* Folders listing skips: writers' temporary folders (a save in progress,
+ * or one whose writer died) and checkpoints moved aside (damaged, or met
+ * by a new save of their step), kept until somebody removes them. */
+static void list_aside(const char *dir) {
     DIR *d = opendir(dir);
     struct dirent *e;
-    while (d && (e = readdir(d)))
+    while (d && (e = readdir(d))) {
         if (!strncmp(e->d_name, ".tmp-", 5))
             printf("%s/%s: in progress or abandoned (a writer's temporary folder; retention removes it after an "
                    "hour)\n", dir, e->d_name);
+        else if (!strncmp(e->d_name, "step_", 5) && strstr(e->d_name, ".corrupt-"))
+            printf("%s/%s: moved aside: it failed verification when a worker restored (kept; remove it when "
+                   "done with it)\n", dir, e->d_name);
+        else if (!strncmp(e->d_name, "step_", 5) && strstr(e->d_name, ".replaced-"))
+            printf("%s/%s: moved aside: a later save of the same step replaced it (kept; remove it when done "
+                   "with it)\n", dir, e->d_name);
+    }
     if (d) closedir(d);
 }
 
@@ -136,7 +145,7 @@ static int cmd_list(const opts_t *o) {
         if (have) px_ckpt_manifest_free(&m);
     }
     if (n == 0) printf("(no checkpoints in %s)\n", o->path);
-    list_temporaries(o->path);
+    list_aside(o->path);
     free(steps);
     return 0;
 }
@@ -385,7 +394,8 @@ static const command_t commands[] = {
      "One line per step_N folder of DIR, newest first: step, job, creation time (UTC),\n"
      "data bytes, writer group, and `ok` or `bad: FILE: FAULT`. Without --verify the\n"
      "check reads no data: the manifest, the folder's step, each data file's size.\n"
-     "Writers' temporary folders (.tmp-*) are listed as in progress or abandoned.\n",
+     "Writers' temporary folders (.tmp-*) are listed as in progress or abandoned, and checkpoints\n"
+     "moved aside (step_N.corrupt-TIME, step_N.replaced-TIME) as such.\n",
      "Exit status: 0 when DIR was listed (bad checkpoints are in their lines), 2 when\n"
      "DIR cannot be read.\n",
      cmd_list},

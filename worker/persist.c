@@ -2,6 +2,7 @@
  * (see persist.h). */
 #include "persist.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,6 +53,24 @@ static const char *fit(const char *s) {
     return n > PX_REASON_MAX ? s + (n - PX_REASON_MAX) : s;
 }
 
+/* A damaged checkpoint is moved aside (px_ckpt_move_aside) by the group's
+ * rank 0, so that no save of its step and no retention touches it. */
+static void move_aside(px_persist_t *p, const char *path) {
+    char moved[4400];
+    if (px_ckpt_move_aside(path, "corrupt", 1, moved, sizeof moved) != 0) {
+        /* ENOENT: another group sharing the folder moved it first; EBUSY: one is reading it and moves it after */
+        if (errno != ENOENT && errno != EBUSY)
+            px_log_warn("checkpoint_move_aside_failed path=%s: %s; it stays where it is", path, strerror(errno));
+        return;
+    }
+    px_log_warn("checkpoint_moved_aside path=%s moved_to=%s: kept for inspection, never deleted", path, moved);
+    char detail[PX_REASON_MAX + 1];
+    px_wire_ckpt_rejected_join(detail, sizeof detail, path, strrchr(moved, '/') + 1, "");
+    px_agent_notify(p->agent, "checkpoint_moved_aside", 0, 0, "", 0, 0, detail);
+    printf("event kind=checkpoint_moved_aside group=%s path=%s moved_to=%s\n", p->cfg->group, path, moved);
+    fflush(stdout);
+}
+
 static void on_reject(void *ctx, const char *path, const px_ckpt_fault_t *f) {
     px_persist_t *p = ctx;
     p->rejected++;
@@ -64,6 +83,7 @@ static void on_reject(void *ctx, const char *path, const px_ckpt_fault_t *f) {
     printf("event kind=checkpoint_rejected group=%s path=%s file=%s fault=\"%s\"\n", p->cfg->group, path, f->file,
            f->fault);
     fflush(stdout);
+    if (f->kind == PX_CKPT_DAMAGED) move_aside(p, path);
 }
 
 px_restore_result_t px_persist_restore(px_persist_t *p, px_train_state_t *st, const px_ckpt_sink_t *sink) {
@@ -71,7 +91,8 @@ px_restore_result_t px_persist_restore(px_persist_t *p, px_train_state_t *st, co
     int64_t t0 = px_now_ms();
     px_ckpt_manifest_t m;
     int64_t r = px_ckpt_restore_newest_to(p->dir, &p->model, p->cfg->job, p->cfg->seed, st, sink, &m, on_reject, p);
-    if (r == -1 && p->rejected == 0) {
+    int aside = r == -1 && p->rejected == 0 ? px_ckpt_count_aside(p->dir, "corrupt") : 0;
+    if (r == -1 && p->rejected == 0 && aside == 0) {
         px_log_info("checkpoint_none dir=%s: starting from the initial state", p->dir);
         return PX_RESTORE_NONE;
     }
@@ -82,16 +103,20 @@ px_restore_result_t px_persist_restore(px_persist_t *p, px_train_state_t *st, co
         return PX_RESTORE_REFUSED;
     }
     if (r < 0 && !p->cfg->allow_fresh_start) {
-        px_log_error("--checkpoint-dir %s: none of its %d checkpoint(s) verifies (see the rejections above); "
-                     "refusing to start from the initial state, which would train the job again and overwrite "
-                     "them: restore a good copy, move them away, or give --allow-fresh-start",
-                     p->dir, p->rejected);
+        if (aside)
+            px_log_error("--checkpoint-dir %s holds no checkpoint that verifies, only %d moved aside as damaged "
+                         "(step_N.corrupt-TIME); refusing to start from the initial state, which would train the job "
+                         "again: restore a good copy as step_N, or give --allow-fresh-start", p->dir, aside);
+        else
+            px_log_error("--checkpoint-dir %s: none of its %d checkpoint(s) verifies (see the rejections above); "
+                         "refusing to start from the initial state, which would train the job again: restore a "
+                         "good copy, or give --allow-fresh-start", p->dir, p->rejected);
         return PX_RESTORE_REFUSED;
     }
     if (r < 0) {
-        px_log_warn("checkpoint_none_valid dir=%s rejected=%d: every checkpoint was rejected, starting from the "
-                    "initial state (--allow-fresh-start)", p->dir, p->rejected);
-        return PX_RESTORE_REBUILD;
+        px_log_warn("checkpoint_none_valid dir=%s rejected=%d moved_aside_before=%d: no checkpoint verifies, starting "
+                    "from the initial state (--allow-fresh-start)", p->dir, p->rejected, aside);
+        return p->rejected ? PX_RESTORE_REBUILD : PX_RESTORE_NONE;
     }
     /* The outer momentum where the state and the checkpoint differ: a
      * DiLoCo state from a synchronous job's checkpoint starts it at zero (the
@@ -112,6 +137,7 @@ px_restore_result_t px_persist_restore(px_persist_t *p, px_train_state_t *st, co
                (long long)ms);
         fflush(stdout);
     }
+    p->submitted = r; /* on disk already: a stop before the next step need not write it again */
     return PX_RESTORE_LOADED;
 }
 

@@ -31,7 +31,7 @@ typedef struct {
     char dir[4096];                  /* --checkpoint-dir with %g expanded; "" when off */
     px_gpt_config_t model;
     px_ckpt_saver_t *saver;
-    int64_t submitted;               /* step of the last save handed to the saver (-1: none) */
+    int64_t submitted;               /* step of the last save handed to the saver, or restored (-1: none) */
     char prev_writer[64];            /* the writer named by the last quorum joined */
     int catch_up;                    /* became the writer: save at the next commit */
     int64_t last_commit;             /* the step of the previous commit seen (-1: none) */

@@ -99,14 +99,20 @@ static void test_round_trip(px_train_state_t *s, px_train_state_t *d) {
     CHECK(k >= 0 && m.tensors[k].ndim == 2 && m.tensors[k].shape[0] == 4 * cfg.channels &&
               m.tensors[k].shape[1] == cfg.channels, "fc weight shape");
     px_ckpt_manifest_free(&m);
-    /* Writing the same step again replaces it (restore skipped a bad copy). */
+    /* The same state saved again replaces its copy; another state of the
+     * same step is published and the old one kept aside as
+     * step_N.replaced-TIME, where listing no longer sees it. */
     fill_state(s, 42);
+    CHECK(px_ckpt_write(dir, s, &cfg, &meta, &res, err, sizeof err) == 0, "the same again: %s", err);
+    CHECK(px_ckpt_count_aside(dir, "replaced") == 0, "a copy of the same bytes kept aside");
     s->buf[0][0] = 123.0f;
     CHECK(px_ckpt_write(dir, s, &cfg, &meta, &res, err, sizeof err) == 0, "rewrite: %s", err);
     CHECK(px_ckpt_load(path, &cfg, d, NULL, &f) == 0 && d->buf[0][0] == 123.0f, "rewrite did not replace");
     int64_t *steps;
     CHECK(px_ckpt_list(dir, &steps) == 1 && steps[0] == 42, "list after rewrite");
     free(steps);
+    CHECK(px_ckpt_count_aside(dir, "replaced") == 1 && px_ckpt_count_aside(dir, "corrupt") == 0,
+          "the replaced copy is kept aside, once");
 }
 
 /* A state written by "two ranks": wte split by columns (dim 1), the
@@ -356,6 +362,41 @@ static void test_retention(px_train_state_t *s) {
     CHECK(stat(p, &st) == 0, "a fresh temporary folder (a live writer's) was removed");
     close(fd);
     CHECK(px_ckpt_retain(dir, 2, 20) == 1 && !exists(dir, 10), "released step 10 should go now");
+}
+
+/* A damaged folder moved aside: renamed, not copied or deleted; listing,
+ * restore and retention no longer see it; a folder being read stays; two
+ * moves of one step in one second get distinct names. */
+static void test_move_aside(px_train_state_t *s, px_train_state_t *d) {
+    char dir[300], path[4200], moved[4400], again[4400], mpath[4300];
+    snprintf(dir, sizeof dir, "%s/aside", root);
+    save(dir, s, 10);
+    save(dir, s, 20);
+    px_ckpt_path(dir, 20, path, sizeof path);
+    struct stat before, after;
+    CHECK(stat(path, &before) == 0, "step 20 saved");
+    snprintf(mpath, sizeof mpath, "%s/%s", path, PX_CKPT_MANIFEST);
+    int fd = open(mpath, O_RDONLY);
+    flock(fd, LOCK_SH); /* a reader */
+    CHECK(px_ckpt_move_aside(path, "corrupt", 1, moved, sizeof moved) == -1 && errno == EBUSY && exists(dir, 20),
+          "a folder being read was moved");
+    close(fd);
+    CHECK(px_ckpt_move_aside(path, "corrupt", 1, moved, sizeof moved) == 0 && !exists(dir, 20), "move: %s",
+          strerror(errno));
+    CHECK(strstr(moved, "/step_00000020.corrupt-") && stat(moved, &after) == 0 && after.st_ino == before.st_ino,
+          "moved to '%s', the same folder", moved);
+    CHECK(px_ckpt_move_aside(path, "corrupt", 1, NULL, 0) == -1 && errno == ENOENT, "moving a moved one: ENOENT");
+    save(dir, s, 20);
+    CHECK(px_ckpt_move_aside(path, "corrupt", 0, again, sizeof again) == 0 && strcmp(again, moved) != 0,
+          "a second move of step 20: '%s' after '%s'", again, moved);
+    CHECK(px_ckpt_count_aside(dir, "corrupt") == 2, "two aside");
+    int64_t *steps;
+    CHECK(px_ckpt_list(dir, &steps) == 1 && steps[0] == 10, "listing sees only step 10");
+    free(steps);
+    CHECK(px_ckpt_restore_newest(dir, &cfg, "job1", 1337, d, NULL, NULL) == 10, "restore takes step 10");
+    CHECK(px_ckpt_retain(dir, 1, -1) == 0 && stat(moved, &after) == 0 && stat(again, &after) == 0,
+          "retention left the folders aside alone");
+    printf("moved aside: %s\n", strrchr(moved, '/') + 1);
 }
 
 /* A full disk: writes fail with EFBIG, the save reports it, nothing is
@@ -921,6 +962,7 @@ int main(void) {
     test_mismatch(&s, &d);
     test_decode_table(&s);
     test_retention(&s);
+    test_move_aside(&s, &d);
     test_disk_full(&s, &d);
     test_direct(&s, &d);
     test_direct_layouts(&s);

@@ -7,8 +7,9 @@ resume    every process of a job is SIGKILLed (coordinator included); the job
           of a job that never stopped. Its saves' snapshots were taken by the
           optimizer steps (resume_overlap: by the saver during the next step).
 corrupt   the newest checkpoint is damaged before the restart: it is rejected
-          (event naming the file and the fault), the previous one is restored,
-          and the continuation is still identical.
+          (event naming the file and the fault), moved aside (kept byte for
+          byte through the save of its step and retention), the previous one
+          is restored, and the continuation is still identical.
 fewer     a 3-group job restored into 2 groups: the fixed global batch is
           re-split (the sample ledger covers every sample of every step once).
 pergroup  a folder per group (%g): only the writer's holds checkpoints; after
@@ -22,9 +23,10 @@ rotate    the writer (g0) is SIGKILLed: the next quorum lists g1 first, and g1
 diskfull  saves fail (RLIMIT_FSIZE: EFBIG) with checkpoint_failed while the job
           trains on to the end; the checkpoint from before stays intact.
 allcorrupt every checkpoint damaged: the job refuses to start (the workers
-          exit 2 naming each checkpoint's fault and --allow-fresh-start) and
-          leaves them byte for byte; with --allow-fresh-start it trains from
-          the initial state."""
+          exit 2 naming each checkpoint's fault and --allow-fresh-start),
+          moves them aside byte for byte and refuses again when restarted;
+          with --allow-fresh-start it trains from the initial state and saves
+          the same steps beside them."""
 import glob
 import hashlib
 import os
@@ -173,11 +175,25 @@ def flip_newest(ckpt):
     flip_newest.damaged = int(newest[5:])
 
 
+def aside(ckpt, step):
+    """The folders step `step` was moved aside to as damaged."""
+    return sorted(glob.glob(os.path.join(ckpt, "step_%08d.corrupt-*" % step)))
+
+
 def test_corrupt(bindir):
     data = make_corpus(bindir, tempfile.mkdtemp(prefix="phalanx-ckpt-data-"))
     ref = reference(bindir, data)
     ckpt = tempfile.mkdtemp(prefix="phalanx-ckpt-")
-    again = killed_and_resumed(bindir, data, ckpt, 30, damage=flip_newest)
+    digests = {}
+
+    def damage(ckpt):
+        flip_newest(ckpt)
+        digests["bad"] = digest(os.path.join(ckpt, "step_%08d" % flip_newest.damaged))
+
+    # The restarted job keeps 2 checkpoints: retention deletes valid ones
+    # around the damaged one, never the damaged one.
+    again = killed_and_resumed(bindir, data, ckpt, 30, damage=damage,
+                               restart_args=base(data, ckpt, keep=2) + WORKER)
     bad = flip_newest.damaged
     got = restored_steps(again)
     check(got and all(s == bad - 10 for s in got), "restored the previous checkpoint (%d): %s" % (bad - 10, got))
@@ -186,6 +202,18 @@ def test_corrupt(bindir):
                       and e["path"].endswith("step_%08d" % bad) for e in rej),
           "checkpoint_rejected names the folder, the file and the fault: %s" % rej)
     check_continuation(ref, again, bad - 10)
+    # The damaged folder was moved aside, once, before the job saved its step
+    # again: it is kept byte for byte beside the new one.
+    moved = aside(ckpt, bad)
+    evs = [e for e in again.read_events() if e["type"] == "checkpoint_moved_aside"]
+    check(len(moved) == 1 and digest(moved[0]) == digests["bad"],
+          "step %d moved aside unchanged: %s" % (bad, sorted(os.listdir(ckpt))))
+    check(len(evs) == 1 and evs[0]["path"].endswith("step_%08d" % bad)
+          and evs[0]["moved_to"] == os.path.basename(moved[0]), "checkpoint_moved_aside event: %s" % evs)
+    left = sorted(d for d in os.listdir(ckpt) if not d.startswith("."))
+    check(left == sorted(["step_%08d" % (STEPS - 10), "step_%08d" % STEPS, os.path.basename(moved[0])]),
+          "retention kept the 2 newest and the damaged one: %s" % left)
+    print("step %d damaged: moved aside to %s, kept through the re-save and retention" % (bad, moved[0]))
 
 
 def ledger_steps(path):
@@ -374,16 +402,34 @@ def test_allcorrupt(bindir):
         check(re.search(r"checkpoint_rejected path=\S*%s file=\S*data00000.bin fault=\"checksum mismatch" % d, logs),
               "the rejection of %s names its file and fault:\n%s" % (d, logs[-2000:]))
     check(again.last_step() == 0, "no step was trained (last %d)" % again.last_step())
-    after = sorted(d for d in os.listdir(ckpt) if d.startswith("step_"))
-    check(after == saved and all(digest(os.path.join(ckpt, d)) == before[d] for d in saved),
-          "the corrupt checkpoints stay byte for byte: %s" % after)
+    moved = {d: aside(ckpt, int(d[5:])) for d in saved}
+    check(not [d for d in os.listdir(ckpt) if re.fullmatch(r"step_\d+", d)]
+          and all(len(m) == 1 and digest(m[0]) == before[d] for d, m in moved.items()),
+          "the corrupt checkpoints are moved aside, byte for byte: %s" % sorted(os.listdir(ckpt)))
+    evs = [e for e in again.read_events() if e["type"] == "checkpoint_moved_aside"]
+    check(sorted(e["moved_to"] for e in evs) == sorted(os.path.basename(m[0]) for m in moved.values()),
+          "a checkpoint_moved_aside event for each: %s" % evs)
 
-    # The operator's way on: the job trains from the initial state (saving only at its end here, a new folder).
-    rc, fresh = run(bindir, base(data, ckpt, steps=40, every=0) + WORKER + ["--allow-fresh-start"], "ckpt-fresh")
+    # Started again as it was (a restart policy would): still refused, the
+    # folders moved aside count as checkpoints that did not verify.
+    rc, third = run(bindir, base(data, ckpt, steps=40) + WORKER, "ckpt-allcorrupt-again", timeout=120)
+    logs = ""
+    for path in sorted(glob.glob(os.path.join(third.dir, "worker-*.log"))):
+        with open(path) as f:
+            logs += f.read()
+    check(rc != 0 and third.last_step() == 0 and "only 2 moved aside as damaged" in logs,
+          "restarted, it refuses again: rc %s\n%s" % (rc, logs[-2000:]))
+
+    # The operator's way on: the job trains from the initial state and saves
+    # steps 10 and 20 again, beside the damaged copies, which stay.
+    rc, fresh = run(bindir, base(data, ckpt, steps=40) + WORKER + ["--allow-fresh-start"], "ckpt-fresh")
     check(rc == 0 and fresh.summary()["completed"], "with --allow-fresh-start the job completes:\n%s" % fresh.tail())
-    check(not restored_steps(fresh) and has(ckpt, 40), "it restored nothing and saved step 40: %s"
-          % os.listdir(ckpt))
-    print("all %d checkpoints corrupt: refused, kept; --allow-fresh-start trained 40 steps" % len(saved))
+    check(not restored_steps(fresh) and all(has(ckpt, s) for s in (10, 20, 30, 40)),
+          "it restored nothing and saved steps 10 to 40: %s" % sorted(os.listdir(ckpt)))
+    check(all(aside(ckpt, int(d[5:])) == m and digest(m[0]) == before[d] for d, m in moved.items()),
+          "the damaged copies of steps 10 and 20 stay byte for byte: %s" % sorted(os.listdir(ckpt)))
+    print("all %d checkpoints corrupt: refused twice, moved aside and kept; --allow-fresh-start trained 40 steps"
+          % len(saved))
 
 
 if __name__ == "__main__":

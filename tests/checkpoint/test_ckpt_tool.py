@@ -147,6 +147,7 @@ def test_roundtrip(bindir):
     check(len(json.loads(r.stdout)["tensors"]) == len(every), "the manifest lists %d tensors" % len(every))
 
     os.mkdir(os.path.join(ckdir, ".tmp-step_00000005-host-1"))
+    os.mkdir(os.path.join(ckdir, "step_00000003.corrupt-20261128T120000Z"))
     for extra in [[], ["--verify"]]:
         r = tool(bindir, "list", ckdir, *extra)
         check(r.returncode == 0, "list %s exits 0: %s" % (extra, r.stderr))
@@ -154,6 +155,8 @@ def test_roundtrip(bindir):
         check(len(rows) == 1 and rows[0][0] == "0" and rows[0][4] == "phalanx-ckpt" and rows[0][-1] == "ok",
               "list %s: one row, step 0, ok:\n%s" % (extra, r.stdout))
         check("step_00000005-host-1: in progress or abandoned" in r.stdout, "list mentions the temporary folder")
+        check("step_00000003.corrupt-20261128T120000Z: moved aside: it failed verification" in r.stdout,
+              "list mentions the folder moved aside:\n%s" % r.stdout)
 
     b = os.path.join(work, "B.bin")
     r = tool(bindir, "export", path, "--llmc", b)
