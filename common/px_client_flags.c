@@ -1,9 +1,11 @@
 /* The coordinator client's flag table (px_client_flags.h). */
 #include "px_client_flags.h"
 
+#include "px_endpoint.h"
+
 static const px_flag_t FLAGS[] = {
     {"--coordinator", PX_FLAG_STR, "ENDPOINT", .max = 512, .def = "tcp://127.0.0.1:7777",
-     .help = "the coordinator's ZeroMQ endpoint", PX_FLAG_AT(px_client_flags_t, coordinator)},
+     .check = px_endpoint_check_connect, .help = "the coordinator's ZeroMQ endpoint (tcp://HOST:PORT or ipc://PATH)", PX_FLAG_AT(px_client_flags_t, coordinator)},
     {"--curve-secret-key-file", PX_FLAG_STR, "PATH", .max = 4096, .note = "off",
      .help = "CURVE: this client's secret key (phalanxctl keygen)", PX_FLAG_AT(px_client_flags_t, curve_secret)},
     {"--coordinator-public-key-file", PX_FLAG_STR, "PATH", .max = 4096, .note = "none",

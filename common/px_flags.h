@@ -81,6 +81,8 @@ typedef struct px_flag {
     const char *help;          /* one line of --help (wrapped); the range and default are appended */
     int (*valid)(const char *); /* STR: a further check, with `expect` saying what it wants */
     const char *expect;
+    int (*check)(const char *val, char *why, size_t len); /* STR: a further check that says what is wrong
+                                                              (0, or -1 with why) */
     const struct px_flag_table *like; /* LIKE: the table whose entry checks the value */
     size_t offset, size;       /* where the value goes: offset in the section's struct, and its size */
 } px_flag_t;

@@ -80,10 +80,16 @@ static void store(const char *prog, const px_flag_t *f, const char *label, const
         else table_error(f, "a real flag needs a float or double");
         break;
     }
-    case PX_FLAG_STR:
+    case PX_FLAG_STR: {
         if (f->valid && !f->valid(px_flag_need(prog, label, val))) not_one_of(prog, label, val, f->expect);
         *(const char **)dst = px_flag_str(prog, label, val, (int)f->max);
+        char why[512];
+        if (f->check && f->check(val, why, sizeof why) != 0) {
+            fprintf(stderr, "%s: %s: bad value '%s': %s\n", prog, label, val, why);
+            exit(2);
+        }
         break;
+    }
     case PX_FLAG_SWITCH:
         *(int *)dst = 1;
         break;

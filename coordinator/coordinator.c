@@ -2024,7 +2024,8 @@ int px_coordinator_run(px_coordinator_t *c, volatile sig_atomic_t *stop) {
 
 /* ---- construction ------------------------------------------------------ */
 
-px_coordinator_t *px_coordinator_new(const px_coordinator_config_t *cfg, char *err, size_t errlen) {
+px_coordinator_t *px_coordinator_new(const px_coordinator_config_t *cfg, char *err, size_t errlen, int *bad_config) {
+    *bad_config = 0;
     px_coordinator_t *c = calloc(1, sizeof *c);
     if (!c) {
         snprintf(err, errlen, "out of memory");
@@ -2070,7 +2071,10 @@ px_coordinator_t *px_coordinator_new(const px_coordinator_config_t *cfg, char *e
     zmq_setsockopt(c->router, ZMQ_RCVHWM, &hwm, sizeof hwm);
     zmq_setsockopt(c->router, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
     if (cfg->token_file) {
-        if (px_auth_tokens_load(cfg->token_file, &c->tokens, err, errlen) != 0) goto fail;
+        if (px_auth_tokens_load(cfg->token_file, &c->tokens, err, errlen) != 0) {
+            *bad_config = 1;
+            goto fail;
+        }
         stat(cfg->token_file, &c->token_st);
         c->token_checked_ms = px_now_ms();
     }
@@ -2087,7 +2091,11 @@ px_coordinator_t *px_coordinator_new(const px_coordinator_config_t *cfg, char *e
         }
     }
     if (zmq_bind(c->router, cfg->bind) != 0) {
-        snprintf(err, errlen, "--bind: cannot bind '%s': %s", cfg->bind, zmq_strerror(errno));
+        int e = errno;
+        /* in use or not permitted: the moment's; no such address or interface here: the configuration's */
+        *bad_config = e != EADDRINUSE && e != EACCES && e != ENOMEM && e != EMFILE && e != ENFILE;
+        snprintf(err, errlen, "--bind: cannot bind '%s': %s%s", cfg->bind, zmq_strerror(e),
+                 e == EADDRINUSE ? " (another process listens there: stop it, or choose another port)" : "");
         goto fail;
     }
     if (cfg->heartbeat_udp && !strncmp(cfg->bind, "tcp://", 6)) {

@@ -38,5 +38,5 @@ target_sources(px_coordlogic PRIVATE ${CMAKE_CURRENT_BINARY_DIR}/dashboard_html.
 # coordinator flags it passes on with them.
 add_library(px_coordinator_flags STATIC ${CMAKE_CURRENT_LIST_DIR}/coordinator_flags.c)
 target_include_directories(px_coordinator_flags PUBLIC ${CMAKE_CURRENT_LIST_DIR})
-target_link_libraries(px_coordinator_flags PUBLIC px_proto px_common)
+target_link_libraries(px_coordinator_flags PUBLIC px_proto px_common px_events_spec)
 target_link_libraries(phalanx-coordinator PRIVATE px_coordinator_flags)

@@ -48,7 +48,11 @@ typedef struct {
 
 typedef struct px_coordinator px_coordinator_t;
 
-px_coordinator_t *px_coordinator_new(const px_coordinator_config_t *cfg, char *err, size_t errlen);
+/* The coordinator, bound and listening; NULL with err when it cannot start,
+ * and *bad_config 1 when the configuration is at fault (an address that is
+ * no interface of this host, a token file that does not load), 0 when the
+ * moment is (a port in use, out of memory): exit status 2 or 1. */
+px_coordinator_t *px_coordinator_new(const px_coordinator_config_t *cfg, char *err, size_t errlen, int *bad_config);
 /* Runs until *stop becomes non-zero. Returns 0 on a clean stop. */
 int px_coordinator_run(px_coordinator_t *c, volatile sig_atomic_t *stop);
 /* Flushes events (waiting up to flush_ms for Kafka delivery) and frees everything. */

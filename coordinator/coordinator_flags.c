@@ -1,6 +1,14 @@
 /* The coordinator's flag tables (coordinator_flags.h). */
 #include "coordinator_flags.h"
 
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "px_endpoint.h"
+#include "px_events_spec.h"
 #include "px_wire.h"
 
 #define OPT(member) PX_FLAG_AT(px_coordinator_options_t, member)
@@ -8,14 +16,40 @@
 const char *const px_coordinator_modes[] = {"sync", "diloco", "auto", NULL};
 static const char *const ON_OFF[] = {"off", "on", NULL}; /* index = cfg.heartbeat_udp */
 
+/* --events: the spec's syntax, and a file's folder (which the file is
+ * created in): both wrong before the coordinator starts. */
+static int events_spec_ok(const char *val, char *why, size_t len) {
+    px_events_spec_t spec;
+    if (px_events_spec_parse(val, &spec, why, len) != 0) return -1;
+    if (spec.sink != PX_EVENTS_SINK_FILE) return 0;
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s", spec.path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == dir) dir[1] = '\0';
+    else *slash = '\0';
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        snprintf(why, len, "the folder '%s' of the event log does not exist", dir);
+        return -1;
+    }
+    if (access(dir, W_OK | X_OK) != 0) {
+        snprintf(why, len, "the folder '%s' of the event log is not writable: %s", dir, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
 static const px_flag_t FLAGS[] = {
-    {"--bind", PX_FLAG_STR, "ENDPOINT", .max = 512, .def = "tcp://127.0.0.1:7777",
-     .help = "ZeroMQ endpoint workers connect to", OPT(cfg.bind)},
+    {"--bind", PX_FLAG_STR, "ENDPOINT", .max = 512, .def = "tcp://127.0.0.1:7777", .check = px_endpoint_check_bind,
+     .help = "ZeroMQ endpoint workers connect to (tcp://HOST:PORT, HOST * for every interface, PORT 0 or * for a "
+             "free one; or ipc://PATH)",
+     OPT(cfg.bind)},
     {"--http", PX_FLAG_HOSTPORT, "HOST:PORT", .min = 0, .note = "off",
      .help = "status server; port 0 picks a free one", OPT(http)},
     {"--job", PX_FLAG_STR, "NAME", .max = 63, .def = "phalanx", .valid = px_wire_group_name_ok,
      .expect = "[A-Za-z0-9_.-]{1,63}", .help = "job id, [A-Za-z0-9_.-]{1,63}", OPT(cfg.job)},
-    {"--events", PX_FLAG_STR, "SPEC", .max = 4096, .note = "none",
+    {"--events", PX_FLAG_STR, "SPEC", .max = 4096, .note = "none", .check = events_spec_ok,
      .help = "file:PATH, kafka:HOST:PORT[,HOST:PORT...]/TOPIC or none", OPT(cfg.events)},
     {"--spill-dir", PX_FLAG_STR, "DIR", .max = 4096, .def = ".", .help = "where undelivered Kafka events spill",
      OPT(cfg.spill_dir)},

@@ -1,4 +1,5 @@
 /* phalanx-coordinator: flags, signals, and the run loop. See coordinator.h. */
+#include <arpa/inet.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -138,6 +139,12 @@ int main(int argc, char **argv) {
     px_log_set_quiet(o.quiet);
     cfg.mode = px_coordinator_modes[o.mode];
     if (o.http.port >= 0) cfg.http_host = o.http.host, cfg.http_port = o.http.port;
+    struct in_addr http_addr;
+    if (cfg.http_host && inet_pton(AF_INET, cfg.http_host, &http_addr) != 1) {
+        fprintf(stderr, "%s: --http: bad value '%s:%d': the host must be an IPv4 address (0.0.0.0 for every "
+                "interface)\n", PROG, cfg.http_host, cfg.http_port);
+        return 2;
+    }
     const px_flag_t *auto_flag = px_flags_last_given(&given, &px_coordinator_auto_flags);
     static px_keypair_t curve;
     if (cfg.heartbeat_timeout_ms <= cfg.heartbeat_interval_ms) {
@@ -163,10 +170,11 @@ int main(int argc, char **argv) {
     }
 
     char err[512];
-    px_coordinator_t *c = px_coordinator_new(&cfg, err, sizeof err);
+    int bad_config;
+    px_coordinator_t *c = px_coordinator_new(&cfg, err, sizeof err, &bad_config);
     if (!c) {
         fprintf(stderr, "%s: %s\n", PROG, err);
-        return 1;
+        return bad_config ? 2 : 1;
     }
     if (cfg.http_host) {
         /* Tests and tools started with port 0 read the chosen port from here. */

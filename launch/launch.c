@@ -377,6 +377,30 @@ static void start_worker(launch_t *L, worker_t *w) {
     if (w->pid < 0) say(L, "cannot start worker %s/%d: %s", w->group, w->rank, strerror(errno));
 }
 
+/* Prints the last lines of a log (a worker's, the coordinator's): what it
+ * said before it exited. */
+static void show_log_tail(launch_t *L, const char *path) {
+    char buf[8192];
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        say(L, "    (no log at %s: %s)", path, strerror(errno));
+        return;
+    }
+    long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : 0;
+    long from = size > (long)sizeof buf - 1 ? size - (long)sizeof buf + 1 : 0;
+    fseek(f, from, SEEK_SET);
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    while (n > 0 && buf[n - 1] == '\n') buf[--n] = '\0';
+    char *start = buf + n;
+    for (int lines = 0; start > buf && lines < LOG_TAIL_LINES; start--)
+        if (start[-1] == '\n' && ++lines == LOG_TAIL_LINES) break;
+    if (from > 0 && start == buf) start += strcspn(buf, "\n") + (buf[strcspn(buf, "\n")] != '\0'); /* partial line */
+    say(L, "    %s ends with:", path);
+    for (char *line = strtok(start, "\n"); line; line = strtok(NULL, "\n")) say(L, "    | %s", line);
+}
+
 static int start_coordinator(launch_t *L) {
     const launch_cfg_t *c = &L->cfg;
     char path[4200], log[4200];
@@ -398,9 +422,12 @@ static int start_coordinator(launch_t *L) {
     px_sleep_ms(200);
     int st;
     if (waitpid(L->coord_pid, &st, WNOHANG) == L->coord_pid) {
-        fprintf(stderr, "%s: the coordinator exited at start; see %s\n", PROG, log);
+        int code = WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+        say(L, "  x the coordinator exited at start with status %d%s", code,
+            code == EXIT_CONFIG ? " (a configuration error)" : "");
+        show_log_tail(L, log);
         L->coord_pid = 0;
-        return -1;
+        return code == EXIT_CONFIG ? EXIT_CONFIG : 1;
     }
     return 0;
 }
@@ -567,37 +594,15 @@ static void read_events(launch_t *L) {
 
 /* ---- supervision --------------------------------------------------------- */
 
-/* Prints the last lines of a worker's log: what it said before it exited. */
-static void show_log_tail(launch_t *L, const worker_t *w) {
-    char path[4200], buf[8192];
-    worker_log_path(L, w, path, sizeof path);
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        say(L, "    (no log at %s: %s)", path, strerror(errno));
-        return;
-    }
-    long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : 0;
-    long from = size > (long)sizeof buf - 1 ? size - (long)sizeof buf + 1 : 0;
-    fseek(f, from, SEEK_SET);
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    while (n > 0 && buf[n - 1] == '\n') buf[--n] = '\0';
-    char *start = buf + n;
-    for (int lines = 0; start > buf && lines < LOG_TAIL_LINES; start--)
-        if (start[-1] == '\n' && ++lines == LOG_TAIL_LINES) break;
-    if (from > 0 && start == buf) start += strcspn(buf, "\n") + (buf[strcspn(buf, "\n")] != '\0'); /* partial line */
-    say(L, "    %s ends with:", path);
-    for (char *line = strtok(start, "\n"); line; line = strtok(NULL, "\n")) say(L, "    | %s", line);
-}
-
 /* A worker that cannot work as configured (or cannot be run at all) would
  * fail the same way after a restart: stop the job and show why. */
 static int config_error(launch_t *L, const worker_t *w, int st) {
     if (!WIFEXITED(st) || (WEXITSTATUS(st) != WORKER_EXIT_CONFIG && WEXITSTATUS(st) != EXEC_FAILED)) return 0;
     say(L, "  x worker %s/%d exited with status %d (a configuration error: restarting cannot help); stopping the job",
         w->group, w->rank, WEXITSTATUS(st));
-    show_log_tail(L, w);
+    char path[4200];
+    worker_log_path(L, w, path, sizeof path);
+    show_log_tail(L, path);
     L->stop_rc = EXIT_CONFIG;
     return 1;
 }
@@ -641,7 +646,9 @@ static void reap(launch_t *L) {
                 say(L, "  x worker %s/%d died (%s %d) and reached --max-restarts %d: giving up", w->group, w->rank,
                     WIFSIGNALED(st) ? "signal" : "status", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st),
                     L->cfg.max_restarts);
-                show_log_tail(L, w);
+                char path[4200];
+                worker_log_path(L, w, path, sizeof path);
+                show_log_tail(L, path);
                 L->stop_rc = EXIT_INCOMPLETE;
                 break;
             }
@@ -886,7 +893,8 @@ int main(int argc, char **argv) {
 
     if (ensure_data(&L) != 0) return 1;
     if (!c->join) {
-        if (start_coordinator(&L) != 0) return 1;
+        int rc = start_coordinator(&L);
+        if (rc != 0) return rc < 0 ? 1 : rc;
         say(&L, "coordinator on %s, status http://%s/ (events %s, logs in %s/)", c->bind, c->http, c->events, c->log_dir);
     }
     for (int g = 0; g < c->groups; g++)

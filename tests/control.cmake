@@ -101,6 +101,12 @@ px_add_py_scenarios(control_phalanxctl ${CMAKE_CURRENT_LIST_DIR}/control/test_ph
                     $<TARGET_FILE_DIR:phalanx-coordinator> 300 kill_events drain drain_layouts drain_frozen plot)
 set_tests_properties(control_phalanxctl_plot PROPERTIES SKIP_RETURN_CODE 77) # no matplotlib
 
+# Input checked before anything connects or joins: impossible endpoints in
+# every program, the coordinator's configuration (exit 2; a port in use: 1),
+# workers that cannot train never registering.
+px_add_py_scenarios(control_validate ${CMAKE_CURRENT_LIST_DIR}/control/test_validate.py
+                    $<TARGET_FILE_DIR:phalanx-coordinator> 120 endpoints coordinator worker)
+
 # A quorum of 3,000 groups: its quorum_formed event is cut to fit, not dropped.
 px_add_py_test(control_large_quorum ${CMAKE_CURRENT_LIST_DIR}/control/test_large_quorum.py $<TARGET_FILE_DIR:phalanx-coordinator>)
 set_tests_properties(control_large_quorum PROPERTIES TIMEOUT 180 RESOURCE_LOCK cores)
@@ -113,7 +119,8 @@ px_tier(process control_integration control_cli control_auth control_env_flags c
         control_fuzz_drain control_hostile_impersonation control_hostile_forged_finish control_hostile_stale_report
         control_hostile_stalled_member control_hostile_auth_flood control_hostile_late_adoption
         control_udp_heartbeats_workers control_udp_heartbeats_forged control_curve control_http_slowloris
-        control_http_lazy_readers control_phalanxctl_drain control_phalanxctl_plot)
+        control_http_lazy_readers control_phalanxctl_drain control_phalanxctl_plot control_validate_endpoints
+        control_validate_coordinator control_validate_worker)
 px_tier(chaos control_coordinator_restart control_udp_heartbeats_blocked control_phalanxctl_kill_events
         control_phalanxctl_drain_frozen)
 px_tier(slow control_limits control_connect_timeout control_mode_auto_failures control_phalanxctl_drain_layouts

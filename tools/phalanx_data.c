@@ -2,9 +2,12 @@
  * byte-level tokenizer, for `phalanx-worker --data DIR` (model/dataprep.h).
  *   phalanx-data --out data/mytext --val-fraction 0.1 a.txt b.txt
  *   phalanx-data --out data/demo --demo      (Debian's fortunes, English) */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "dataprep.h"
 #include "px_err.h"
@@ -51,7 +54,19 @@ int main(int argc, char **argv) {
     char **files = calloc((size_t)given.n_operands + 1, sizeof(char *));
     if (!files) return 1;
     int nfiles = 0;
-    for (int i = 0; i < given.n_operands; i++) files[nfiles++] = given.operands[i];
+    for (int i = 0; i < given.n_operands; i++) {
+        struct stat st;
+        const char *bad = stat(given.operands[i], &st) != 0            ? strerror(errno)
+                          : !S_ISREG(st.st_mode)                       ? "not a regular file"
+                          : access(given.operands[i], R_OK) != 0       ? strerror(errno)
+                                                                       : NULL;
+        if (bad) { /* a typo is bad input (2), found before anything is written */
+            fprintf(stderr, "%s: input '%s': %s\n", PROG, given.operands[i], bad);
+            free(files);
+            return 2;
+        }
+        files[nfiles++] = given.operands[i];
+    }
     char err[PX_ERRLEN];
     char **demo_files = NULL;
     int ndemo = 0;

@@ -723,8 +723,6 @@ px_agent_t *px_agent_new(const px_agent_config_t *cfg, char *err, size_t errlen)
     a->comm_share = -1; /* not measured until the trainer says */
     phalanx__train_stats__init(&a->train);
     a->next_id = 1;
-    a->started_ms = px_now_ms();
-    a->next_notice_ms = a->started_ms + WAIT_FIRST_NOTICE_MS;
     px_quorum_init(&a->latest);
     pthread_mutex_init(&a->mu, NULL);
     pthread_condattr_t ca;
@@ -757,8 +755,8 @@ px_agent_t *px_agent_new(const px_agent_config_t *cfg, char *err, size_t errlen)
                                             ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH);
     a->monitor = zmq_socket(a->zctx, ZMQ_PAIR);
     zmq_setsockopt(a->monitor, ZMQ_LINGER, &zero, sizeof zero);
-    if (a->wake_fd < 0 || zmq_connect(a->monitor, mon_ep) != 0 || zmq_connect(a->sock, cfg->coordinator) != 0) {
-        snprintf(err, errlen, "--coordinator: cannot connect to '%s': %s", cfg->coordinator, zmq_strerror(errno));
+    if (a->wake_fd < 0 || zmq_connect(a->monitor, mon_ep) != 0) {
+        snprintf(err, errlen, "cannot set up the agent's sockets: %s", zmq_strerror(errno));
         px_agent_destroy(&a);
         return NULL;
     }
@@ -776,13 +774,22 @@ px_agent_t *px_agent_new(const px_agent_config_t *cfg, char *err, size_t errlen)
             return NULL;
         }
     }
+    return a;
+}
+
+int px_agent_start(px_agent_t *a, char *err, size_t errlen) {
+    if (zmq_connect(a->sock, a->cfg.coordinator) != 0) {
+        snprintf(err, errlen, "--coordinator: cannot connect to '%s': %s", a->cfg.coordinator, zmq_strerror(errno));
+        return -1;
+    }
+    a->started_ms = px_now_ms(); /* --connect-timeout counts from here */
+    a->next_notice_ms = a->started_ms + WAIT_FIRST_NOTICE_MS;
     if (pthread_create(&a->thread, NULL, agent_main, a) != 0) {
         snprintf(err, errlen, "cannot start the agent thread");
         a->thread = 0;
-        px_agent_destroy(&a);
-        return NULL;
+        return -1;
     }
-    return a;
+    return 0;
 }
 
 void px_agent_destroy(px_agent_t **self) {
@@ -992,6 +999,7 @@ void px_agent_set_quorum_hook(px_agent_t *a, px_agent_quorum_hook_fn fn, void *c
 }
 
 int px_agent_flush(px_agent_t *a, int timeout_ms) {
+    if (!a->thread) return 1; /* not started: nothing is sent */
     struct timespec ts;
     deadline_ts(&ts, timeout_ms);
     pthread_mutex_lock(&a->mu);

@@ -33,7 +33,13 @@ typedef struct {
 
 typedef struct px_agent px_agent_t;
 
+/* The agent, ready but silent: nothing reaches the coordinator (no
+ * connection, no registration) until px_agent_start, so a worker checks its
+ * whole configuration first. Events and reports posted before then wait in
+ * its outbox. */
 px_agent_t *px_agent_new(const px_agent_config_t *cfg, char *err, size_t errlen);
+/* Connects and starts the thread, which registers. 0, or -1 with err. */
+int px_agent_start(px_agent_t *a, char *err, size_t errlen);
 void px_agent_destroy(px_agent_t **self);
 
 /* What the heartbeats carry: committed step, member state, quorum id held. */

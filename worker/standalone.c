@@ -210,7 +210,7 @@ int px_standalone_main(int argc, char **argv) {
     /* The host model always exists: it is initialised or loaded here, and
      * it is what --save writes (after px_compute_host_state on a GPU). */
     px_gpt_t *model = load_model(tc);
-    if (!model) return 1;
+    if (!model) return 2; /* a model file that does not load: bad input */
     if (tc->steps == 0 && !o.so.eval_only) {
         fprintf(stderr, "%s: --steps N is required (see %s --help)\n", PROG, PROG);
         px_gpt_destroy(&model);
@@ -240,9 +240,9 @@ int px_standalone_main(int argc, char **argv) {
         goto out;
     }
     train = px_dataset_open(tc->data, "train", cfg->vocab_size, (size_t)T + 1, err, sizeof err);
-    if (!train) {
-        fprintf(stderr, "%s: %s\n", PROG, err);
-        rc = 1;
+    if (!train) { /* no shards, or shards that are not this model's: bad input */
+        fprintf(stderr, "%s: --data: %s\n", PROG, err);
+        rc = 2;
         goto out;
     }
     if (tc->eval_batches > 0) {

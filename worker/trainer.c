@@ -750,11 +750,16 @@ px_train_result_t px_trainer_run(px_agent_t *agent, const px_trainer_config_t *c
         teardown(&t);
         return PX_TRAIN_CONFIG_ERROR;
     }
-    if (setup(&t) != 0) {
+    if (setup(&t) != 0) { /* the coordinator never heard of us: the agent starts below */
         teardown(&t);
         return PX_TRAIN_CONFIG_ERROR;
     }
     px_agent_set_quorum_hook(agent, px_follow_on_quorum_news, &t);
+    if (px_agent_start(agent, err, sizeof err) != 0) {
+        px_log_error("%s", err);
+        teardown(&t);
+        return PX_TRAIN_CONFIG_ERROR;
+    }
     px_log_info("trainer_started group=%s rank=%d model=%s params=%zu steps=%lld global_batch=%d micro_batch=%d T=%d "
                 "device=%s", cfg->group, cfg->rank, cfg->model, t.model->num_params, (long long)cfg->steps,
                 cfg->global_batch, cfg->micro_batch, t.T, px_compute_name(t.dev));

@@ -29,7 +29,10 @@ typedef enum {
  * --bucket-mb. 0, or -1 with the reason in err (a configuration error). */
 int px_trainer_check(const px_trainer_config_t *cfg, char *err, size_t errlen);
 
-/* Trains until cfg->steps are committed or *stop is set. */
+/* Sets training up (model, layout, data, checkpoint restore), then starts
+ * the agent (px_agent_start), which registers with the coordinator: a
+ * configuration that cannot train (PX_TRAIN_CONFIG_ERROR) never reaches it.
+ * Trains until cfg->steps are committed or *stop is set. */
 px_train_result_t px_trainer_run(px_agent_t *agent, const px_trainer_config_t *cfg, volatile sig_atomic_t *stop);
 
 #endif

@@ -232,9 +232,10 @@ int px_worker_main(int argc, char **argv) {
 
     if (tc.device == PX_DEVICE_CUDA && tc.steps > 0) px_compute_warm(cfg.rank); /* before registering: see there */
     char err[256];
-    px_agent_t *agent = px_agent_new(&cfg, err, sizeof err);
-    if (!agent) {
+    px_agent_t *agent = px_agent_new(&cfg, err, sizeof err); /* silent until started: training sets up first */
+    if (!agent || (tc.steps == 0 && px_agent_start(agent, err, sizeof err) != 0)) {
         fprintf(stderr, "%s: %s\n", PROG, err);
+        px_agent_destroy(&agent);
         return 2;
     }
     if (tc.steps > 0) {
@@ -243,7 +244,8 @@ int px_worker_main(int argc, char **argv) {
         tc.ranks_per_group = cfg.group_size;
         tc.job = cfg.job;
         px_train_result_t rc = px_trainer_run(agent, &tc, &g_stop);
-        /* Leaving: tell the coordinator at once so nobody waits for our heartbeats to stop. */
+        /* Leaving: tell the coordinator at once so nobody waits for our heartbeats to stop (unless the
+         * configuration failed before the agent started: then it never heard of us). */
         px_agent_report_failure(agent, cfg.group, cfg.rank, 0, 0, departure_reason(rc));
         px_agent_flush(agent, 500); /* bounded: wait until the coordinator has the departure notice */
         /* Refused for good (wrong job, token or key) or never answered: a

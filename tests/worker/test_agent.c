@@ -111,6 +111,10 @@ static px_agent_t *new_agent(const char *group, const char *job) {
     char err[256];
     px_agent_t *a = px_agent_new(&cfg, err, sizeof err);
     if (!a) printf("px_agent_new: %s\n", err);
+    if (a && px_agent_start(a, err, sizeof err) != 0) {
+        printf("px_agent_start: %s\n", err);
+        px_agent_destroy(&a);
+    }
     return a;
 }
 
