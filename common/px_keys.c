@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -281,7 +282,8 @@ int px_curve_client_apply(void *sock, const px_curve_client_t *k) {
     return 0;
 }
 
-int px_keys_make_local_set(const char *dir, char *err, size_t errlen) {
+/* dir, created if missing, readable by its owner only. */
+static int private_dir(const char *dir, char *err, size_t errlen) {
     if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
         snprintf(err, errlen, "%s: cannot create: %s", dir, strerror(errno));
         return -1;
@@ -290,6 +292,32 @@ int px_keys_make_local_set(const char *dir, char *err, size_t errlen) {
         snprintf(err, errlen, "%s: cannot chmod: %s", dir, strerror(errno));
         return -1;
     }
+    return 0;
+}
+
+int px_keys_make_local_token(const char *dir, char *err, size_t errlen) {
+    if (private_dir(dir, err, errlen) != 0) return -1;
+    unsigned char raw[32];
+    size_t got = 0;
+    while (got < sizeof raw) {
+        ssize_t n = getrandom(raw + got, sizeof raw - got, 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            snprintf(err, errlen, "no random bytes for a job token: %s", strerror(errno));
+            return -1;
+        }
+        got += (size_t)n;
+    }
+    char text[sizeof raw * 2 + 2], path[4200];
+    for (size_t i = 0; i < sizeof raw; i++) snprintf(text + 2 * i, 3, "%02x", raw[i]);
+    strcat(text, "\n");
+    snprintf(path, sizeof path, "%s/token", dir);
+    unlink(path); /* the token of an earlier run */
+    return write_new(path, text, 0600, err, errlen);
+}
+
+int px_keys_make_local_set(const char *dir, char *err, size_t errlen) {
+    if (private_dir(dir, err, errlen) != 0) return -1;
     static const char *const names[] = {"coordinator.key", "coordinator.pub", "worker.key", "worker.pub",
                                         "authorized_keys"};
     char path[4200], prefix[4200], text[256];

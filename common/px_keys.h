@@ -91,5 +91,9 @@ void px_curve_handshake_why(uint16_t event, uint32_t value, const px_curve_clien
  * replaced): coordinator.key/.pub, worker.key/.pub, and authorized_keys
  * admitting worker.pub. 0 ok, -1 with err. */
 int px_keys_make_local_set(const char *dir, char *err, size_t errlen);
+/* A throwaway job token for one local job: dir/token (dir created 0700, the
+ * file 0600, an old one replaced), 64 hex digits from the kernel's random
+ * source. 0 ok, -1 with err. */
+int px_keys_make_local_token(const char *dir, char *err, size_t errlen);
 
 #endif

@@ -109,6 +109,10 @@ static int check_security(px_coordinator_config_t *cfg, const char *secret_path,
     if (exposed && !secret_path && !cfg->token_file)
         px_log_warn("insecure_bind bind=%s: --insecure: anyone who can reach it can join, evict members and end the job",
                     cfg->bind);
+    if (!exposed && !secret_path && !cfg->token_file)
+        px_log_warn("no_credentials bind=%s: any local user of this machine can register, join the quorum and end "
+                    "the job; give --curve-secret-key-file with --authorized-keys, or --token-file (phalanx-launch "
+                    "makes CURVE keys for its coordinator unless --insecure)", cfg->bind);
     if (cfg->http_host && !px_auth_host_is_loopback(cfg->http_host))
         px_log_warn("http_exposed http=%s: /status, /metrics and the dashboard have no authentication and show the "
                     "job's members, hosts and pids to anyone who can reach them (read-only)",

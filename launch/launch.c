@@ -99,7 +99,9 @@ typedef struct {
     const char *pass[MAX_PASS];
     int n_pass;
     int quiet;
-    int curve;                             /* --curve: throwaway keys in LOG_DIR/curve */
+    int curve;                             /* throwaway CURVE keys in LOG_DIR/curve (the default) */
+    int use_token;                         /* instead, a throwaway job token in LOG_DIR/credentials/token */
+    char token_file[4200];
     const char *curve_secret, *curve_server; /* workers' key and the coordinator's public key */
     char curve_dir[4200];
     char bindir[4096];
@@ -190,7 +192,9 @@ static const px_flag_t COORDINATOR_PASS[] = {
     {"--events", PX_FLAG_LIKE, .like = &px_coordinator_flags, .note = "file:LOG_DIR/events.jsonl",
      .help = "coordinator event log (file:PATH, kafka:..., none)", CFG(events)},
     {"--insecure", PX_FLAG_LIKE, .like = &px_coordinator_flags,
-     .help = "let the coordinator started here bind a non-loopback --bind without CURVE (see docs/security.md)",
+     .help = "run the coordinator started here without credentials (no CURVE keys): any process that reaches "
+             "--bind, on loopback every local user, can register, join the quorum and end the job; also lets a "
+             "non-loopback --bind start (see docs/security.md)",
      CFG(insecure)},
 };
 static const px_flag_table_t COORDINATOR_PASS_FLAGS = PX_FLAG_TABLE("", COORDINATOR_PASS);
@@ -215,8 +219,8 @@ static const px_flag_t JOIN[] = {
     {"--coordinator", PX_FLAG_LIKE, .like = &px_client_flags, .note = "start one",
      .help = "join a running coordinator instead of starting one", CFG(coordinator)},
     {"--curve", PX_FLAG_SWITCH,
-     .help = "encrypt and authenticate the control plane with throwaway CURVE keys made in LOG_DIR/curve for "
-             "this job (the default bind is loopback)",
+     .help = "encrypt and authenticate the control plane with CURVE keys made for this job in LOG_DIR/curve "
+             "(0700): the default for the coordinator started here; --insecure turns it off",
      CFG(curve)},
     {"--curve-secret-key-file", PX_FLAG_LIKE, .like = &px_client_flags,
      .help = "with --coordinator: the workers' CURVE secret key", CFG(curve_secret)},
@@ -368,6 +372,7 @@ static void start_worker(launch_t *L, worker_t *w) {
     if (c->curve_secret)
         argv[n++] = "--curve-secret-key-file", argv[n++] = c->curve_secret,
         argv[n++] = "--coordinator-public-key-file", argv[n++] = c->curve_server;
+    if (c->use_token) argv[n++] = "--token-file", argv[n++] = c->token_file;
     for (int i = 0; i < c->n_pass; i++) argv[n++] = c->pass[i];
     argv[n] = NULL;
     w->used = 0;
@@ -416,6 +421,7 @@ static int start_coordinator(launch_t *L) {
     n = pass_on(&COORDINATOR_PASS_FLAGS, c, 1, argv, n);
     n = pass_on(&AUTO_PASS_FLAGS, c, 0, argv, n); /* --auto-*: only with --mode auto there */
     if (c->curve) argv[n++] = "--curve-secret-key-file", argv[n++] = key, argv[n++] = "--authorized-keys", argv[n++] = authorized;
+    if (c->use_token) argv[n++] = "--token-file", argv[n++] = c->token_file;
     argv[n] = NULL;
     L->coord_pid = spawn(path, (char *const *)argv, log, NULL);
     if (L->coord_pid < 0) return -1;
@@ -808,6 +814,16 @@ static void json_num(char *out, size_t len, double v) {
     else snprintf(out, len, "%.6f", v);
 }
 
+/* Whether the workers are given --liveness group (after --). */
+static int liveness_group(const launch_cfg_t *c) {
+    int on = 0;
+    for (int i = 0; i < c->n_pass; i++) {
+        if (!strcmp(c->pass[i], "--liveness") && i + 1 < c->n_pass) on = !strcmp(c->pass[i + 1], "group");
+        else if (!strncmp(c->pass[i], "--liveness=", 11)) on = !strcmp(c->pass[i] + 11, "group");
+    }
+    return on;
+}
+
 static void parse(launch_cfg_t *c, int argc, char **argv) {
     const px_flag_section_t sections[] = {
         {&LAUNCH_FLAGS, c, NULL},      {&JOB_FLAGS, c, NULL},  {&WORKER_PASS_FLAGS, c, NULL},
@@ -834,6 +850,7 @@ static void parse(launch_cfg_t *c, int argc, char **argv) {
                                                              "for the coordinator started here)"
                       : c->insecure && c->join ? "--insecure applies to the coordinator started here, not to "
                                                         "--coordinator"
+                      : c->insecure && c->curve ? "--curve and --insecure: choose one (CURVE is the default)"
                                                       : NULL;
     if (bad) {
         fprintf(stderr, "%s: %s\n", PROG, bad);
@@ -844,6 +861,11 @@ static void parse(launch_cfg_t *c, int argc, char **argv) {
                 c->join ? "applies to the coordinator started here, not to --coordinator" : "needs --mode auto");
         exit(2);
     }
+    /* The coordinator started here gets credentials unless told otherwise:
+     * CURVE keys, or a job token for workers whose group liveness socket
+     * cannot take CURVE. */
+    c->use_token = !c->join && !c->insecure && liveness_group(c);
+    c->curve = !c->join && !c->insecure && !c->use_token;
     if (c->groups * c->ranks > MAX_WORKERS) {
         fprintf(stderr, "%s: --groups x --ranks-per-group must be at most %d\n", PROG, MAX_WORKERS);
         exit(2);
@@ -875,6 +897,15 @@ int main(int argc, char **argv) {
         snprintf(cpub, sizeof cpub, "%s/coordinator.pub", c->curve_dir);
         c->curve_secret = wkey, c->curve_server = cpub;
     }
+    if (c->use_token) {
+        char err[600], dir[4100];
+        snprintf(dir, sizeof dir, "%s/credentials", c->log_dir);
+        if (px_keys_make_local_token(dir, err, sizeof err) != 0) {
+            fprintf(stderr, "%s: job token: %s\n", PROG, err);
+            return 1;
+        }
+        snprintf(c->token_file, sizeof c->token_file, "%s/token", dir);
+    }
     static char events_default[4200];
     if (!c->events) {
         snprintf(events_default, sizeof events_default, "file:%s/events.jsonl", c->log_dir);
@@ -896,6 +927,16 @@ int main(int argc, char **argv) {
         int rc = start_coordinator(&L);
         if (rc != 0) return rc < 0 ? 1 : rc;
         say(&L, "coordinator on %s, status http://%s/ (events %s, logs in %s/)", c->bind, c->http, c->events, c->log_dir);
+        if (c->curve)
+            say(&L, "control plane: CURVE, keys made for this job in %s/ (phalanxctl drain/status --coordinator %s "
+                "--curve-secret-key-file %s --coordinator-public-key-file %s)", c->curve_dir, c->bind,
+                c->curve_secret, c->curve_server);
+        else if (c->use_token)
+            say(&L, "control plane: a job token made for this job in %s (--liveness group cannot use CURVE; "
+                "phalanxctl drain/status --coordinator %s --token-file %s)", c->token_file, c->bind, c->token_file);
+        else
+            say(&L, "! --insecure: the control plane has no credentials: any process that can reach %s (on "
+                "loopback, every local user) can register, join the quorum, stall it and end the job", c->bind);
     }
     for (int g = 0; g < c->groups; g++)
         for (int r = 0; r < c->ranks; r++) {

@@ -68,6 +68,7 @@ BAD = [
     ("phalanx-worker", ["--group", "g", "--curve-secret-key-file", "/nonexistent"], "--coordinator-public-key-file"),
     ("phalanx-launch", ["--curve", "--coordinator", "tcp://127.0.0.1:1"], "--curve"),
     ("phalanx-launch", ["--insecure", "--coordinator", "tcp://127.0.0.1:1"], "--insecure"),
+    ("phalanx-launch", ["--curve", "--insecure"], "--insecure"),
     ("phalanx-launch", ["--curve-secret-key-file", "k", "--coordinator", "tcp://127.0.0.1:1"],
      "--coordinator-public-key-file"),
     ("phalanxctl", ["keygen"], "--out"),

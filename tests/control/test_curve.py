@@ -13,7 +13,10 @@
   and starts with --insecure or a token;
 - phalanxctl kill refuses a member whose host is not this host (a worker in its
   own UTS namespace with another hostname);
-- phalanx-launch --curve runs a short job encrypted with throwaway keys."""
+- phalanx-launch by default runs its job with CURVE keys made for it: a local
+  process without them cannot register, join the quorum or end the job;
+  --insecure opts out (and says why that is dangerous); workers with
+  --liveness group get a job token instead."""
 import os
 import signal
 import stat
@@ -209,19 +212,75 @@ def check_kill_elsewhere(bindir, d):
         job.stop()
 
 
-def check_launch_curve(bindir):
+def rogue(bindir, endpoint, args, hold_ms=2500):
+    """A local process without the job's credentials: registers as 'rogue',
+    then does what args say; its key=value lines."""
+    r = subprocess.run([os.path.join(bindir, "rogue_client"), "--endpoint", endpoint, "--group", "rogue",
+                        "--hold-ms", str(hold_ms)] + args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True, timeout=30)
+    return r.stdout
+
+
+def check_launch_default(bindir):
+    """phalanx-launch with no security flag: its coordinator and workers get
+    CURVE keys made for the job; a local process without them can neither
+    register, nor join the quorum, nor end the job."""
     data = make_corpus(bindir, tempfile.mkdtemp(prefix="phalanx-curve-data-"))
-    launch = Launch(bindir, ["--curve", "--groups", "2", "--model", "tiny", "--steps", "6", "--data", data,
+    steps = 100000  # ended by the test: the rogues' claims name this length
+    launch = Launch(bindir, ["--groups", "2", "--model", "tiny", "--steps", str(steps), "--data", data,
                              "--", "--global-batch", "4", "--micro-batch", "2", "--seq", "32"], name="curve-launch")
     try:
-        rc = launch.wait(180)
-        check(rc == 0, "phalanx-launch --curve exited %s:\n%s" % (rc, launch.tail()))
-        s = launch.summary()
-        check(s and s["completed"] and s["steps"] == 6, "the job completed: %s" % s)
-        started = [e for e in launch.read_events() if e["type"] == "coordinator_started"]
+        wait_until(lambda: launch.last_step() >= 5, 120, "5 steps of the default job")
+        outs = [rogue(bindir, launch.endpoint(), ["--request-quorum", "--finish", str(steps)]),
+                rogue(bindir, launch.endpoint(), ["--finish", str(steps)]),
+                rogue(bindir, launch.endpoint(), ["--accuse", "g0"])]
+        check(all("register=" not in o and "quorum" not in o for o in outs),
+              "a process without the job's keys is never answered: %s" % outs)
+        after = launch.last_step()
+        wait_until(lambda: launch.last_step() >= after + 5, 60, "the job training on after the rogues")
+        check(launch.proc.poll() is None, "the job was not ended:\n%s" % launch.tail())
+        st = launch.status()
+        check(not [m for m in st["members"] if m["group"] == "rogue"], "no rogue member in /status")
+        check(sorted(st["quorum"]["groups"]) == ["g0", "g1"], "the quorum is the job's two groups: %s" % st["quorum"])
+        evs = launch.read_events()
+        started = [e for e in evs if e["type"] == "coordinator_started"]
         check(started and started[0]["auth"] == "curve", "the coordinator ran with CURVE: %s" % started)
+        check([e for e in evs if e["type"] == "auth_rejected"], "the refused handshakes are in the event log")
+        check(not [e for e in evs if e.get("group") == "rogue" or e["type"] in ("member_lost", "run_finished")],
+              "the rogue never became a member, nobody was lost or finished: %s"
+              % [e for e in evs if e["type"] not in ("heartbeat",)][-10:])
         key = os.path.join(launch.dir, "curve", "worker.key")
-        check(stat.S_IMODE(os.stat(key).st_mode) == 0o600, "throwaway secret key is 0600")
+        check(stat.S_IMODE(os.stat(key).st_mode) == 0o600 and
+              stat.S_IMODE(os.stat(os.path.dirname(key)).st_mode) == 0o700, "the job's keys are private (0600, 0700)")
+        check(any("control plane: CURVE" in l for l in launch.output()), "the launcher says how the job is protected")
+    finally:
+        launch.terminate()
+
+    # --insecure opts out, says why that is dangerous, and a local process
+    # can then register: the protection above came from the keys.
+    launch = Launch(bindir, ["--insecure", "--groups", "1", "--model", "tiny", "--steps", "400", "--data", data,
+                             "--", "--global-batch", "4", "--micro-batch", "2", "--seq", "32"], name="insecure-launch")
+    try:
+        wait_until(lambda: launch.last_step() >= 2, 120, "2 steps of the insecure job")
+        out = rogue(bindir, launch.endpoint(), [], hold_ms=500)
+        check("register=ok" in out, "without credentials a local process registers: %s" % out)
+        check(any("--insecure: the control plane has no credentials" in l for l in launch.output()),
+              "the launcher warns:\n%s" % launch.tail())
+    finally:
+        launch.terminate()
+
+    # Workers whose liveness socket cannot take CURVE get a job token instead.
+    launch = Launch(bindir, ["--groups", "1", "--ranks-per-group", "2", "--model", "tiny", "--steps", "400",
+                             "--data", data, "--", "--global-batch", "4", "--micro-batch", "2", "--seq", "32",
+                             "--liveness", "group"], name="token-launch")
+    try:
+        wait_until(lambda: launch.last_step() >= 2, 120, "2 steps of the --liveness group job")
+        out = rogue(bindir, launch.endpoint(), [], hold_ms=500)
+        check("register=AUTH_REJECTED" in out, "without the token a local process is refused: %s" % out)
+        token = os.path.join(launch.dir, "credentials", "token")
+        check(stat.S_IMODE(os.stat(token).st_mode) == 0o600, "the job token is 0600")
+        started = [e for e in launch.read_events() if e["type"] == "coordinator_started"]
+        check(started and started[0]["auth"] == "token", "the coordinator ran with a token: %s" % started)
     finally:
         launch.terminate()
 
@@ -231,7 +290,7 @@ def test(bindir):
     for name, fn in (("keygen", lambda: check_keygen(bindir, d)), ("curve job", lambda: check_curve_job(bindir, d)),
                      ("bind policy", lambda: check_bind_policy(bindir, d)),
                      ("kill elsewhere", lambda: check_kill_elsewhere(bindir, d)),
-                     ("launch --curve", lambda: check_launch_curve(bindir))):
+                     ("launch defaults", lambda: check_launch_default(bindir))):
         try:
             fn()
         except Fail as e:

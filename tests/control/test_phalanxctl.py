@@ -123,8 +123,8 @@ def drain_one(bindir, name, ranks, args):
                              "--seq", "64"] + args, name=name)
     try:
         wait_until(lambda: launch.last_step() >= 20, 120, "%s: 20 steps" % name)
-        r = ctl(bindir, "drain", "g2", "--coordinator", "tcp://127.0.0.1:%d" % launch.zmq_port, "--http", launch.http,
-                "--wait-s", "60")
+        r = ctl(bindir, "drain", "g2", "--coordinator", launch.endpoint(), "--http", launch.http,
+                "--wait-s", "60", *launch.ctl_keys())
         check(r.returncode == 0 and "left the job" in r.stdout, "%s: drain g2: %d %r %r" % (name, r.returncode, r.stdout,
                                                                                            r.stderr))
         rc = launch.wait(300)
@@ -166,7 +166,7 @@ def drain_frozen(bindir):
         pid = launch.pid_of("g2")
         os.kill(pid, signal.SIGSTOP)
         stopped_at = launch.last_step()
-        r = ctl(bindir, "drain", "g2", "--coordinator", "tcp://127.0.0.1:%d" % launch.zmq_port, "--wait-s", "0")
+        r = ctl(bindir, "drain", "g2", "--coordinator", launch.endpoint(), "--wait-s", "0", *launch.ctl_keys())
         check(r.returncode == 0, "drain g2 (frozen): %d %r" % (r.returncode, r.stderr))
         wait_until(lambda: launch.last_step() >= stopped_at + 20, 120, "g0 and g1 going on without the frozen g2")
         os.kill(pid, signal.SIGCONT)
@@ -202,10 +202,11 @@ def drain(bindir):
     steps = 400
     launch = Launch(bindir, ["--groups", "3", "--model", "tiny", "--steps", str(steps), "--data", data, "--",
                              "--global-batch", "12", "--micro-batch", "4", "--seq", "64"], name="drain")
-    coord = "tcp://127.0.0.1:%d" % launch.zmq_port
+    coord = launch.endpoint()
     try:
         wait_until(lambda: any("groups 3/3" in l for l in launch.output()), 120, "a step of all three groups")
-        r = ctl(bindir, "drain", "g2", "--coordinator", coord, "--http", launch.http, "--wait-s", "60")
+        keys = launch.ctl_keys()  # made by the launcher before it started anything
+        r = ctl(bindir, "drain", "g2", "--coordinator", coord, "--http", launch.http, "--wait-s", "60", *keys)
         check(r.returncode == 0 and "left the job" in r.stdout, "drain g2: %d %r %r" % (r.returncode, r.stdout, r.stderr))
         drained_at = launch.last_step()
         gone = [m for m in launch.status()["members"] if m["group"] == "g2"]
@@ -220,15 +221,15 @@ def drain(bindir):
               [l for l in metrics.splitlines() if l.startswith("phalanx_failures_per_hour")])
         # A second drain in a row: g1 leaves, g0 trains on alone.
         wait_until(lambda: launch.last_step() >= drained_at + 5, 60, "steps of g0 and g1 after the drain")
-        r = ctl(bindir, "drain", "g1", "--coordinator", coord, "--http", launch.http, "--wait-s", "60")
+        r = ctl(bindir, "drain", "g1", "--coordinator", coord, "--http", launch.http, "--wait-s", "60", *keys)
         check(r.returncode == 0, "drain g1: %d %r %r" % (r.returncode, r.stdout, r.stderr))
         # The last group: refused, the job would stop (min_replicas 1).
-        r = ctl(bindir, "drain", "g0", "--coordinator", coord, "--http", launch.http, "--wait-s", "5")
+        r = ctl(bindir, "drain", "g0", "--coordinator", coord, "--http", launch.http, "--wait-s", "5", *keys)
         check(r.returncode == 1 and "below --min-replicas 1" in r.stderr and "RESOURCE_LIMIT" in r.stderr,
               "draining the last group is refused: %d %r" % (r.returncode, r.stderr))
-        r = ctl(bindir, "drain", "g7", "--coordinator", coord, "--wait-s", "0")
+        r = ctl(bindir, "drain", "g7", "--coordinator", coord, "--wait-s", "0", *keys)
         check(r.returncode == 1 and "no live member of group 'g7'" in r.stderr, "an unknown group: %r" % r.stderr)
-        r = ctl(bindir, "drain", "g/0", "--coordinator", coord)
+        r = ctl(bindir, "drain", "g/0", "--coordinator", coord, *keys)
         check(r.returncode == 2 and "GROUP name" in r.stderr, "a bad group name is bad usage: %r" % r.stderr)
         rc = launch.wait(300)
     finally:

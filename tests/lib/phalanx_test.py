@@ -334,3 +334,18 @@ class Launch:
 
     def tail(self, n=40):
         return "\n".join(self.output()[-n:])
+
+    def endpoint(self):
+        return "tcp://127.0.0.1:%d" % self.zmq_port
+
+    def ctl_keys(self):
+        """The flags a control-plane client (phalanxctl --coordinator) needs
+        for the credentials the launcher made for its coordinator: CURVE
+        keys, or a job token (workers with --liveness group), or none
+        (--insecure)."""
+        key = os.path.join(self.dir, "curve", "worker.key")
+        token = os.path.join(self.dir, "credentials", "token")
+        if os.path.exists(key):
+            return ["--curve-secret-key-file", key,
+                    "--coordinator-public-key-file", os.path.join(self.dir, "curve", "coordinator.pub")]
+        return ["--token-file", token] if os.path.exists(token) else []
