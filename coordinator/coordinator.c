@@ -98,6 +98,8 @@ struct px_coordinator {
     int has_comm_share;
     double comm_share;
     int rendezvous_checked;    /* detect_stalled has judged the current quorum */
+    float step_ring[64];       /* the job's recent step times, seconds (rank 0s' TrainStats): the stall limit */
+    int step_ring_n, step_ring_at;
     char wait_reason[256];
     px_coord_stats_t stats;
     int64_t hb_window_start_ms;
@@ -705,15 +707,21 @@ static void member_lost(px_coordinator_t *c, px_member_t *m, const char *why) {
  * other group in the rendezvous forever. Once some member has used the store
  * under the current quorum, every member of it has stall_timeout_ms to do
  * the same; one that has not is lost as "stalled" and its group dropped. A
- * trainer adopts a new quorum at its next step boundary, so the timeout must
- * exceed about two step times (docs/operations.md). */
+ * trainer adopts a new quorum at its next step boundary, so the limit
+ * follows the job's step time (px_stall_limit_ms): a rogue or a hung
+ * trainer costs seconds, a slow model's step does not look like a stall. */
 static void detect_stalled(px_coordinator_t *c, int64_t now) {
-    if (c->rendezvous_checked || !c->first_store_ms || now - c->first_store_ms <= c->cfg.stall_timeout_ms) return;
+    if (c->rendezvous_checked || !c->first_store_ms) return;
+    int64_t limit = px_stall_limit_ms(c->cfg.stall_timeout_ms, c->step_ring, c->step_ring_n);
+    if (now - c->first_store_ms <= limit) return;
     for (int i = 0; i < c->members.n; i++) {
         px_member_t *m = &c->members.members[i];
         if (m->state == PX_STATE_LOST || m->store_qid == c->quorum.id) continue;
         if (px_quorum_find(&c->quorum, m->group) < 0) continue;
         c->stats.members_stalled++;
+        px_log_warn("member_stalled group=%s rank=%d quorum_id=%lld limit_ms=%lld%s: not in the rendezvous the "
+                    "others joined", m->group, m->rank, (long long)c->quorum.id, (long long)limit,
+                    c->cfg.stall_timeout_ms > 0 ? " (--stall-timeout-ms)" : " (adaptive)");
         member_lost(c, m, "stalled");
     }
     /* Whoever was stalled is lost now (a new quorum follows); the others took
@@ -956,6 +964,9 @@ static void on_register(px_coordinator_t *c, const void *ident, size_t ident_len
      * earlier one (a replaced process, our restart) opens no more. */
     m->udp_watch = c->udp && px_hbudp_keygen(m->udp_key) == 0;
     m->udp_seq = 0;
+    m->udp_ok_ms = now;
+    m->udp_stale = 0;
+    m->udp_refused = 0;
     m->registered_ms = m->last_hb_ms = now;
     m->acked_ms = 0; /* its first heartbeat is answered */
     char host_esc[PX_HOST_MAX * 6 + 8];
@@ -1055,6 +1066,11 @@ static void note_train_stats(px_coordinator_t *c, px_member_t *m, const Phalanx_
     p.groups = c->quorum.n;
     p.diloco = t->has_diloco && t->diloco;
     if (!px_history_add_point(c->history, &p)) return;
+    if (p.step_seconds > 0) { /* a new step's time (a DiLoCo round's commit has none): the stall limit's */
+        c->step_ring[c->step_ring_at] = p.step_seconds;
+        c->step_ring_at = (c->step_ring_at + 1) % NBOUNDS(c->step_ring);
+        if (c->step_ring_n < NBOUNDS(c->step_ring)) c->step_ring_n++;
+    }
     px_train_metrics_t *tm = &c->train;
     if (!isnan(p.loss)) tm->has_loss = 1, tm->loss = p.loss;
     if (!isnan(p.tokens_per_s)) tm->has_tokens_per_s = 1, tm->tokens_per_s = p.tokens_per_s;
@@ -1137,6 +1153,26 @@ static void on_heartbeat(px_coordinator_t *c, const void *ident, size_t ident_le
     if (m) heartbeat(c, m, fd, msg);
 }
 
+/* A datagram of m refused as not newer than the last one taken. When no
+ * datagram of it was taken for two intervals and these keep coming sealed
+ * under its own key, the real worker is sending them: somebody holding the
+ * key pushed the sequence ahead. Its datagrams can no longer be told from
+ * the forger's, so it is told to heartbeat over its authenticated
+ * connection (udp_off) and its datagrams count no more. Only a member
+ * already going quiet costs a decryption here, so a flood of replays does
+ * not. */
+static void check_sequence_pushed(px_coordinator_t *c, px_member_t *m, const uint8_t *buf, size_t len) {
+    int64_t now = px_now_ms();
+    if (m->state == PX_STATE_LOST || now - m->udp_ok_ms <= 2 * c->live.heartbeat_interval_ms) return;
+    uint8_t plain[PX_HBUDP_MAX];
+    size_t plain_len;
+    if (px_hbudp_open(m->udp_key, buf, len, plain, sizeof plain, &plain_len) != 0) return;
+    if (++m->udp_stale < 2) return;
+    px_log_warn("udp_sequence_pushed group=%s rank=%d seq_taken=%llu: its own datagrams are refused as replays; "
+                "told to heartbeat over its connection", m->group, m->rank, (unsigned long long)m->udp_seq);
+    tell_udp_off(c, m);
+}
+
 /* A datagram on the UDP socket: a heartbeat sealed with its sender's key
  * (proto/px_hbudp.h), or something to count and drop without an answer
  * (UDP sources are not authenticated: answering would reflect floods). */
@@ -1153,15 +1189,23 @@ static void on_datagram(void *ctx, const uint8_t *buf, size_t len) {
     if (px_hbudp_peek(buf, len, &ident, &ident_len, &seq) == 0) {
         m = px_members_by_ident(&c->members, ident, ident_len);
         why = "unknown sender";
-        if (m) {
+        if (m && m->conn_closed && m->state != PX_STATE_LOST) {
+            why = "its connection is closed"; /* a dead process's key in other hands proves nothing */
+        } else if (m && m->udp_refused && m->state != PX_STATE_LOST) {
+            why = "told to heartbeat over its connection";
+        } else if (m) {
             why = "forged or replayed";
             if (seq > m->udp_seq && px_hbudp_open(m->udp_key, buf, len, plain, sizeof plain, &plain_len) == 0) {
                 m->udp_seq = seq;
+                m->udp_ok_ms = px_now_ms();
+                m->udp_stale = 0;
                 Phalanx__ErrorCode code;
                 char w[128];
                 msg = px_wire_decode(plain, plain_len, &code, w, sizeof w);
                 why = "not a heartbeat";
                 if (msg && msg->body_case == PHALANX__ENVELOPE__BODY_HB) why = NULL;
+            } else if (seq <= m->udp_seq) {
+                check_sequence_pushed(c, m, buf, len);
             }
         }
     }
@@ -1195,6 +1239,7 @@ static void on_datagram(void *ctx, const uint8_t *buf, size_t len) {
  * by the loss rule like any other. */
 static void tell_udp_off(px_coordinator_t *c, px_member_t *m) {
     m->udp_watch = 0;
+    m->udp_refused = 1; /* from now on only its connection speaks for it */
     c->stats.udp_off++;
     if (px_rate_log_ok(&c->log_udp_off, px_now_ms()))
         px_log_warn("udp_heartbeats_silent group=%s rank=%d: told to heartbeat over its connection (total=%llu)",
@@ -2070,6 +2115,14 @@ px_coordinator_t *px_coordinator_new(const px_coordinator_config_t *cfg, char *e
     zmq_setsockopt(c->router, ZMQ_SNDHWM, &hwm, sizeof hwm);
     zmq_setsockopt(c->router, ZMQ_RCVHWM, &hwm, sizeof hwm);
     zmq_setsockopt(c->router, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
+    /* ZMTP pings, answered by the peer's own ZeroMQ thread: a process that
+     * is frozen (SIGSTOP, swapped out) or gone without a FIN stops
+     * answering, and its connection is closed within two timeouts. Closed,
+     * its datagrams no longer count (on_datagram): a leaked heartbeat key
+     * cannot keep it alive. */
+    int ping_ms = (int)(2 * cfg->heartbeat_timeout_ms);
+    zmq_setsockopt(c->router, ZMQ_HEARTBEAT_IVL, &ping_ms, sizeof ping_ms);
+    zmq_setsockopt(c->router, ZMQ_HEARTBEAT_TIMEOUT, &ping_ms, sizeof ping_ms);
     if (cfg->token_file) {
         if (px_auth_tokens_load(cfg->token_file, &c->tokens, err, errlen) != 0) {
             *bad_config = 1;

@@ -79,9 +79,10 @@ static const px_flag_t FLAGS[] = {
      .help = "wait for healthy groups not yet joined", OPT(cfg.join_timeout_ms)},
     {"--rebuild-settle-ms", PX_FLAG_INT, "N", .min = 0, .max = 60000, .def = "300",
      .help = "wait before re-forming an unchanged quorum", OPT(cfg.rebuild_settle_ms)},
-    {"--stall-timeout-ms", PX_FLAG_INT, "N", .min = 100, .max = 3600000, .def = "60000",
-     .help = "drop a quorum member that has not joined the quorum's rendezvous this long after others did; "
-             "keep above two step times",
+    {"--stall-timeout-ms", PX_FLAG_INT, "N", .min = 0, .max = 3600000, .def = "0",
+     .help = "drop a quorum member that has not joined the quorum's rendezvous this long after others did; 0: "
+             "adaptive, the larger of 10 s and 10 times the job's recent median step time (60 s until a step time "
+             "is known)",
      OPT(cfg.stall_timeout_ms)},
     {"--mode", PX_FLAG_CHOICE, .words = px_coordinator_modes, .def = "sync",
      .help = "announced in quorums and shown by /status until groups train; the groups' own --mode decides how "

@@ -26,6 +26,24 @@ const char *px_member_loss_reason(const px_member_t *m, int64_t now_ms, const px
     return NULL;
 }
 
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+int64_t px_stall_limit_ms(int64_t fixed_ms, const float *step_seconds, int n) {
+    if (fixed_ms > 0) return fixed_ms;
+    if (n <= 0) return PX_STALL_UNKNOWN_MS;
+    float sorted[256];
+    if (n > (int)(sizeof sorted / sizeof *sorted)) n = (int)(sizeof sorted / sizeof *sorted);
+    memcpy(sorted, step_seconds, (size_t)n * sizeof *sorted);
+    qsort(sorted, (size_t)n, sizeof *sorted, cmp_float);
+    double median_ms = (n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0) * 1000.0;
+    double ms = PX_STALL_STEPS * median_ms;
+    if (!(ms > PX_STALL_FLOOR_MS)) return PX_STALL_FLOOR_MS; /* NaN too */
+    return ms < PX_STALL_UNKNOWN_MS * 60.0 ? (int64_t)ms : PX_STALL_UNKNOWN_MS * 60; /* an hour at most */
+}
+
 int px_members_init(px_members_t *t) {
     memset(t, 0, sizeof *t);
     t->by_ident = px_map_new();

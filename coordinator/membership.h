@@ -91,6 +91,9 @@ typedef struct {
     uint64_t leader_gen;
     uint8_t udp_key[32];  /* this registration's key for sealed UDP heartbeats (proto/px_hbudp.h) */
     uint64_t udp_seq;     /* highest sequence number accepted under it (replays are refused) */
+    int64_t udp_ok_ms;    /* when a datagram of it was last accepted */
+    int udp_stale;        /* authentic datagrams refused as stale since then (a sequence pushed ahead) */
+    int udp_refused;      /* told to heartbeat over its connection: its datagrams count no more */
     char lost_reason[48];
     int64_t lost_ms;    /* when it was declared lost (monotonic) */
     char liveness_ep[PX_LIVENESS_EP_MAX + 1]; /* rank 0 under --liveness group: where its ranks heartbeat */
@@ -100,6 +103,17 @@ typedef struct {
     int64_t heartbeat_interval_ms;
     int64_t heartbeat_timeout_ms;
 } px_liveness_config_t;
+
+/* Stall detection: how long a quorum member may take to join the quorum's
+ * rendezvous after another did. fixed_ms > 0 (--stall-timeout-ms): that.
+ * 0, adaptive: the larger of PX_STALL_FLOOR_MS and PX_STALL_STEPS times the
+ * median of the job's recent step times (seconds, n of them; a trainer
+ * adopts a new quorum at its next step boundary), PX_STALL_UNKNOWN_MS
+ * while no step time is known. */
+#define PX_STALL_FLOOR_MS 10000
+#define PX_STALL_STEPS 10
+#define PX_STALL_UNKNOWN_MS 60000
+int64_t px_stall_limit_ms(int64_t fixed_ms, const float *step_seconds, int n);
 
 /* Whether a failure report naming m still counts at now_ms while quorum qid is in force. */
 int px_member_report_fresh(const px_member_t *m, int64_t now_ms, const px_liveness_config_t *cfg, int64_t qid);

@@ -108,6 +108,9 @@ constexpr auto kForever = std::chrono::hours(24 * 365);
 // is already here: the operation completes within microseconds unless it is
 // truly stuck on the closed connection.
 constexpr auto kDrainGrace = Ms(20);
+// A pair's handshake during rendezvous, once every address is in the store
+// (create): far above a live peer's, short for a peer that died.
+constexpr int kConnectPairMs = 1000;
 
 // Blocks SIGPIPE on this thread for the guard's lifetime; a SIGPIPE raised
 // meanwhile (by Gloo writing to a reset socket) is consumed on the way out.
@@ -787,9 +790,14 @@ extern "C" void *px_gloo_new(const px_store_t *store, const char *prefix, int ra
         auto *tcpDev = dynamic_cast<gloo::transport::tcp::Device *>(g->dev.get());
         if (tcpDev) g->kicker.reset(new LoopKicker(*tcpDev));
         g->ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
-        // Gloo waits up to 5x the context timeout for a pair to connect,
-        // after the store wait: keep the whole creation near timeout_ms.
-        g->ctx->setTimeout(Ms(std::max(1, timeout_ms / 5)));
+        // The store wait above holds the whole timeout: once it returns, every
+        // peer has published its address from inside connectFullMesh, so a
+        // pair's handshake takes milliseconds, unless that peer died in
+        // between. Gloo waits up to 5x the context timeout for a pair and
+        // cannot be interrupted, so that wait is kept short (at most 5 s in
+        // all): the coordinator drops members that miss a new quorum's
+        // rendezvous for longer than a few seconds.
+        g->ctx->setTimeout(Ms(std::max(1, std::min(timeout_ms / 5, kConnectPairMs))));
         g->ctx->connectFullMesh(cstore, g->dev);
         g->connected = true;
         g->ctx->setTimeout(Ms(timeout_ms));

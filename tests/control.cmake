@@ -63,7 +63,7 @@ px_add_py_scenarios(control_hostile ${CMAKE_CURRENT_LIST_DIR}/control/test_hosti
 add_executable(udp_rogue ${CMAKE_CURRENT_LIST_DIR}/control/udp_rogue.c)
 target_link_libraries(udp_rogue PRIVATE px_proto PkgConfig::ZMQ)
 px_add_py_scenarios(control_udp_heartbeats ${CMAKE_CURRENT_LIST_DIR}/control/test_udp_heartbeats.py
-                    $<TARGET_FILE_DIR:phalanx-coordinator> 90 workers forged blocked)
+                    $<TARGET_FILE_DIR:phalanx-coordinator> 90 workers forged blocked dead frozen burst)
 # CURVE and the bind policy: the authorized-keys parser, token comparison,
 # loopback classification and key files as tables (test_auth_keys.c); real
 # coordinators, workers and phalanxctl with keys (test_curve.py).
@@ -121,7 +121,8 @@ px_tier(process control_integration control_cli control_auth control_env_flags c
         control_udp_heartbeats_workers control_udp_heartbeats_forged control_curve control_http_slowloris
         control_http_lazy_readers control_phalanxctl_drain control_phalanxctl_plot control_validate_endpoints
         control_validate_coordinator control_validate_worker)
-px_tier(chaos control_coordinator_restart control_udp_heartbeats_blocked control_phalanxctl_kill_events
+px_tier(chaos control_coordinator_restart control_udp_heartbeats_blocked control_udp_heartbeats_dead
+        control_udp_heartbeats_frozen control_udp_heartbeats_burst control_phalanxctl_kill_events
         control_phalanxctl_drain_frozen)
 px_tier(slow control_limits control_connect_timeout control_mode_auto_failures control_phalanxctl_drain_layouts
         control_large_quorum)

@@ -14,10 +14,13 @@ against a real coordinator and real workers. One scenario per run:
                   outside the quorum is refused outright.
   stalled_member  a rogue joins the quorum of a training job and heartbeats but
                   never joins the rendezvous: it is dropped as "stalled" after
-                  --stall-timeout-ms and the job commits steps again within
-                  seconds (the workers abort the superseded rendezvous).
+                  the adaptive stall limit (here its floor, 10 s: the job's
+                  steps take milliseconds) and the job commits steps again
+                  within seconds (the workers abort the superseded
+                  rendezvous).
 """
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -150,13 +153,18 @@ def test_stale_report(bindir):
 
 
 def test_stalled_member(bindir):
-    job = training_job(bindir, "stalled", ["g0", "g1"], ["--stall-timeout-ms", "2000"])
+    job = training_job(bindir, "stalled", ["g0", "g1"])  # the adaptive stall limit
     try:
         wait_until(lambda: step_of(job, "g0") >= 3, 60, "3 committed steps")
         r = Rogue(job, ["--group", "g9", "--request-quorum", "--hold-ms", "60000"])
         wait_until(lambda: "g9" in job.status()["quorum"]["groups"], 15, "the rogue is in the quorum")
-        lost = wait_until(lambda: events(job, "member_lost", group="g9"), 15, "the rogue dropped")
+        # Well inside the 60 s a fixed limit gave: the job's steps take
+        # milliseconds, so the limit is its floor of a few seconds.
+        lost = wait_until(lambda: events(job, "member_lost", group="g9"), 30, "the rogue dropped")
         check(lost[0]["reason"] == "stalled", "dropped as stalled, got %r" % lost[0]["reason"])
+        with open(os.path.join(job.dir, "coordinator.log")) as f:
+            limits = re.findall(r"member_stalled group=g9 .* limit_ms=(\d+) \(adaptive\)", f.read())
+        check(limits and int(limits[0]) == 10000, "the adaptive limit was its 10 s floor: %s" % limits)
         t_drop = time.monotonic()
         before = step_of(job, "g0")
         wait_until(lambda: step_of(job, "g0") > before, 5,

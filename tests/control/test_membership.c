@@ -3,7 +3,8 @@
  * group aggregation that feeds the quorum rule, and the table's bounds: lost
  * members leave after their grace period, the table refuses members past its
  * limit (evicting the longest-lost first), and both indexes stay consistent
- * while entries move. */
+ * while entries move. And the stall limit (px_stall_limit_ms). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -238,8 +239,40 @@ static int test_limit(void) {
     return failed;
 }
 
+/* The stall limit: fixed when given, else the larger of the floor and ten
+ * median step times, the old minute while no step time is known. */
+static int test_stall_limit(void) {
+    static const float fast[] = {0.010f, 0.012f, 0.011f, 0.5f /* an eval step */, 0.009f};
+    static const float slow[] = {3.0f, 2.0f, 4.0f, 2.5f};
+    static const float junk[] = {NAN};
+    static const float huge[] = {1e9f};
+    struct {
+        const char *what;
+        int64_t fixed;
+        const float *t;
+        int n;
+        int64_t want;
+    } rows[] = {
+        {"given: fixed", 2000, slow, 4, 2000},
+        {"no step time yet", 0, NULL, 0, PX_STALL_UNKNOWN_MS},
+        {"millisecond steps: the floor", 0, fast, 5, PX_STALL_FLOOR_MS},
+        {"seconds-long steps: ten medians (median of 2, 2.5, 3, 4 is 2.75 s)", 0, slow, 4, 27500},
+        {"a NaN median: the floor", 0, junk, 1, PX_STALL_FLOOR_MS},
+        {"an absurd step time: an hour at most", 0, huge, 1, 3600000},
+    };
+    int failed = 0;
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        int64_t got = px_stall_limit_ms(rows[i].fixed, rows[i].t, rows[i].n);
+        if (got != rows[i].want) {
+            printf("FAIL stall limit: %s: %lld, want %lld\n", rows[i].what, (long long)got, (long long)rows[i].want);
+            failed++;
+        }
+    }
+    return failed;
+}
+
 int main(void) {
-    int failed = test_loss_rule() + test_candidates() + test_expiry() + test_limit();
+    int failed = test_loss_rule() + test_candidates() + test_expiry() + test_limit() + test_stall_limit();
     printf("test_membership: %d failed\n", failed);
     return failed ? 1 : 0;
 }

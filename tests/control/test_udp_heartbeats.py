@@ -10,9 +10,10 @@ against a real coordinator and real workers. One scenario per run:
             sends two good heartbeats and every kind of bad datagram, then
             only replays and forgeries: the coordinator takes exactly the two
             good ones, drops every other (counted in /metrics), and loses it
-            at the heartbeat timeout: replays keep nobody alive (and, its
-            datagrams having arrived before, it is not told udp_off: the
-            silence is its own, not the path's). A
+            at the heartbeat timeout: replays keep nobody alive. (Replays of
+            its own datagrams while none is taken look like a real worker
+            behind a sequence pushed ahead: it is told udp_off, once, and
+            since nothing comes over its connection that changes nothing.) A
             good heartbeat from it once lost is answered UNKNOWN_MEMBER over
             its connection (so a worker frozen past the timeout registers
             again).
@@ -22,6 +23,15 @@ against a real coordinator and real workers. One scenario per run:
             arrives, the coordinator tells it udp_off at half the timeout, it
             goes back to heartbeating over ZeroMQ, and it is never lost. With no UDP listener at all (ICMP port unreachable) it falls
             back by itself.
+  dead      a leaked key keeps sending good datagrams for a member whose
+            process is gone (connection closed): lost by the two signals
+            while they still come (udp_rogue --mode dead).
+  frozen    the same for a SIGSTOPped member whose connection stays open:
+            the coordinator's ZeroMQ pings go unanswered, the connection is
+            closed, and it is lost while the datagrams still come.
+  burst     a burst of datagrams with sequence numbers far ahead under the
+            real worker's key: the worker is told to heartbeat over its
+            connection and is never lost.
 """
 import os
 import signal
@@ -32,7 +42,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
-from phalanx_test import Job, check, main_scenarios, wait_until  # noqa: E402
+from phalanx_test import Job, check, die_with_test, main_scenarios, wait_until  # noqa: E402
 
 
 def events(job, kind, **match):
@@ -110,7 +120,10 @@ def scenario_forged(bindir):
         check(int(kv["udp_port"]) == job.port, "UDP offered on port %s, not the bind's %d" % (kv["udp_port"], job.port))
         check(int(kv["key_bytes"]) == 32, "key of %s bytes" % kv["key_bytes"])
         check(int(kv["bad"]) == 13, "the rogue sent %s kinds of bad datagram, not the 13 it has" % kv["bad"])
-        check("udp_off_ms" not in kv, "the rogue was told udp_off although its datagrams had arrived")
+        # Its own key's datagrams arriving stale while none is taken are what a
+        # real worker behind a pushed sequence sends: it is told to heartbeat
+        # over its connection, which it does not, so that changes nothing.
+        check("udp_off_ms" in kv, "the rogue, quiet but for stale datagrams under its key, was told udp_off")
         wait_until(lambda: events(job, "member_lost", group="rogue"), 5, "rogue lost")
         lost = events(job, "member_lost", group="rogue")[0]
         check(lost["reason"] == "heartbeat_timeout", "rogue lost as %s" % lost["reason"])
@@ -121,11 +134,102 @@ def scenario_forged(bindir):
         check(m["phalanx_udp_datagrams_dropped_total"] == int(kv["forged_total"]),
               "dropped %s, the rogue sent %s bad datagrams" % (m["phalanx_udp_datagrams_dropped_total"],
                                                                kv["forged_total"]))
-        check(m["phalanx_udp_off_total"] == 0, "udp_off sent %s times" % m["phalanx_udp_off_total"])
+        check(m["phalanx_udp_off_total"] == 1, "udp_off sent %s times" % m["phalanx_udp_off_total"])
         check(kv.get("unknown_member") == "1", "a good heartbeat after the loss was not answered UNKNOWN_MEMBER")
         check(job.coord.poll() is None, "the coordinator died")
         print("forged: %s bad datagrams dropped, 2 taken, lost at the timeout" % kv["forged_total"])
     finally:
+        job.stop()
+
+
+def rogue_play(job, mode, hold_ms):
+    """udp_rogue --mode MODE against job: its process and the lines it has
+    printed so far (read on a thread)."""
+    p = subprocess.Popen([os.path.join(job.bindir, "udp_rogue"), "--endpoint", job.endpoint, "--group", "rogue",
+                          "--mode", mode, "--hold-ms", str(hold_ms)], stdout=subprocess.PIPE, text=True,
+                         start_new_session=True, preexec_fn=die_with_test)  # its own group: see end_group
+    lines = []
+    threading.Thread(target=lambda: [lines.append(l.strip()) for l in p.stdout], daemon=True).start()
+    return p, lines
+
+
+def scenario_dead(bindir):
+    """A member whose process is gone (its connection closed) while its key,
+    in other hands, keeps sending good datagrams: lost by the two signals, as
+    if nothing came, long before the forger stops."""
+    job = Job(bindir, "udp-dead")
+    p = None
+    try:
+        job.start_coordinator()
+        p, lines = rogue_play(job, "dead", 8000)
+        wait_until(lambda: "closed=1" in lines, 10, "the rogue's connection closed")
+        wait_until(lambda: events(job, "member_lost", group="rogue"), 6, "the dead member lost while forged "
+                   "datagrams still come")
+        lost = events(job, "member_lost", group="rogue")[0]
+        check(lost["reason"] == "disconnected_and_silent", "lost as %s" % lost["reason"])
+        check(p.poll() is None, "the forger was still sending when the member was lost")
+        print("dead member with a leaked key: lost as %s after %d ms silent" % (lost["reason"], lost["silent_ms"]))
+    finally:
+        if p:
+            end_group(p)
+        job.stop()
+
+
+def end_group(p):
+    """Kills udp_rogue and whatever it forked (a stopped process too)."""
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except OSError:
+        pass
+    p.wait()
+
+
+def scenario_frozen(bindir):
+    """A member frozen (SIGSTOP: its ZeroMQ thread answers nothing, its
+    connection stays open) while its key keeps sending good datagrams: the
+    coordinator's pings go unanswered, the connection is closed, and the
+    member is lost while the forger still sends."""
+    job = Job(bindir, "udp-frozen")
+    p = None
+    try:
+        job.start_coordinator()
+        p, lines = rogue_play(job, "frozen", 15000)
+        wait_until(lambda: "frozen=1" in lines, 10, "the rogue frozen")
+        wait_until(lambda: events(job, "member_lost", group="rogue"), 12, "the frozen member lost while forged "
+                   "datagrams still come")
+        lost = events(job, "member_lost", group="rogue")[0]
+        check(lost["reason"] == "disconnected_and_silent", "lost as %s" % lost["reason"])
+        check("sent=" not in " ".join(lines), "the forger was still sending when the member was lost")
+        print("frozen member with a leaked key: lost as %s" % lost["reason"])
+    finally:
+        if p:
+            end_group(p)
+        job.stop()
+
+
+def scenario_burst(bindir):
+    """Someone holding a member's key sends a burst of datagrams with
+    sequence numbers far ahead: the real worker's next datagrams look like
+    replays. The coordinator notices its own key's datagrams arriving stale
+    while none is taken, tells it to heartbeat over its connection, and it
+    is never lost."""
+    job = Job(bindir, "udp-burst")
+    p = None
+    try:
+        job.start_coordinator()
+        p, lines = rogue_play(job, "burst", 4000)
+        wait_until(lambda: "done=1" in lines, 15, "the rogue's run")
+        lost = events(job, "member_lost", group="rogue")
+        out = " ".join(lines)
+        check(not lost and "unknown_member=1" not in out, "the real worker was lost: %s %s" % (lost, out))
+        check("burst=1" in out and "udp_off_ms=" in out, "told udp_off after the burst: %s" % out)
+        with open(os.path.join(job.dir, "coordinator.log")) as f:
+            check("udp_sequence_pushed group=rogue" in f.read(), "the coordinator says why")
+        print("sequence pushed ahead: %s; never lost" % [l for l in lines if l.startswith("udp_off_ms")])
+        p.wait(timeout=10)
+    finally:
+        if p:
+            end_group(p)
         job.stop()
 
 
@@ -230,4 +334,5 @@ def scenario_blocked(bindir):
 
 
 if __name__ == "__main__":
-    main_scenarios({"workers": scenario_workers, "forged": scenario_forged, "blocked": scenario_blocked})
+    main_scenarios({"workers": scenario_workers, "forged": scenario_forged, "blocked": scenario_blocked,
+                    "dead": scenario_dead, "frozen": scenario_frozen, "burst": scenario_burst})

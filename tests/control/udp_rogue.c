@@ -19,13 +19,30 @@
  *   unknown_member=1                   (a good heartbeat sent once lost, at the end
  *                                       of --hold-ms, is answered UNKNOWN_MEMBER over
  *                                       the connection: register again)
- * Exit 0, or 1 when the coordinator offered no UDP (prints udp=none). */
+ * Exit 0, or 1 when the coordinator offered no UDP (prints udp=none).
+ *
+ * --mode picks another play, each sending only good datagrams under the
+ * member's own key (a leaked key) every 100 ms for --hold-ms:
+ *   dead    the connection closed at once after registering (the process
+ *           is gone; the key is in other hands); prints closed=1
+ *   frozen  a forked child sends them while this process stops itself
+ *           (SIGSTOP: its ZeroMQ thread answers nothing, its connection
+ *           stays open); the child prints frozen=1, then sent=N at the end
+ *   burst   this process is the real worker, sending seq 1, 2, 3, ...; after
+ *           1 s a burst of 20 datagrams with sequence numbers 2^40 + k (the
+ *           forger), then the real sequence goes on. Told udp_off, it
+ *           heartbeats over its connection as a worker does. Prints
+ *           burst=1, udp_off_ms=T (after the burst) and, at the end,
+ *           unknown_member=1 if it was ever declared lost. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -82,15 +99,95 @@ static size_t seal(const uint8_t *key, const char *ident, size_t ident_len, uint
     return px_hbudp_seal(key, ident, ident_len, seq, plain, plen, out, PX_HBUDP_MAX);
 }
 
+/* A heartbeat over the connection, as a worker told udp_off sends. */
+static void send_direct(int64_t qid) {
+    size_t len;
+    void *hb = heartbeat_bytes(qid, &len);
+    zmq_send(g_sock, hb, len, 0);
+    free(hb);
+}
+
+/* --mode dead, frozen, burst (see the top of this file). */
+static int play(const char *mode, int hold_ms, int64_t qid, void *ctx) {
+    size_t hlen;
+    void *hb = heartbeat_bytes(qid, &hlen);
+    uint8_t d[PX_HBUDP_MAX];
+    uint64_t seq = 1;
+    int64_t start = px_now_ms(), end = start + hold_ms;
+    if (!strcmp(mode, "dead")) {
+        zmq_close(g_sock); /* linger 0: the connection closes now */
+        zmq_ctx_term(ctx);
+        printf("closed=1\n");
+        fflush(stdout);
+        for (; px_now_ms() < end; px_sleep_ms(100)) send_dgram(d, seal(g_key, g_ident, g_ident_len, seq++, hb, hlen, d), 0);
+        printf("sent=%llu\n", (unsigned long long)(seq - 1));
+        free(hb);
+        return 0;
+    }
+    if (!strcmp(mode, "frozen")) {
+        fflush(stdout);
+        pid_t child = fork();
+        if (child == 0) { /* touches only the UDP socket and the key; dies with us */
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            printf("frozen=1\n");
+            fflush(stdout);
+            for (; px_now_ms() < end; px_sleep_ms(100))
+                send_dgram(d, seal(g_key, g_ident, g_ident_len, seq++, hb, hlen, d), 0);
+            printf("sent=%llu\n", (unsigned long long)(seq - 1));
+            fflush(stdout);
+            _exit(0);
+        }
+        raise(SIGSTOP); /* the test SIGCONTs or kills us */
+        waitpid(child, NULL, 0);
+        free(hb);
+        return 0;
+    }
+    int told = 0, lost = 0, burst = 0;
+    int64_t burst_ms = 0;
+    for (int64_t next = start; px_now_ms() < end;) {
+        if (px_now_ms() >= next) {
+            if (!burst && px_now_ms() - start >= 1000) {
+                for (uint64_t k = 0; k < 20; k++)
+                    send_dgram(d, seal(g_key, g_ident, g_ident_len, (1ull << 40) + k, hb, hlen, d), 0);
+                burst = 1;
+                burst_ms = px_now_ms();
+                printf("burst=1\n");
+                fflush(stdout);
+            }
+            if (told) send_direct(qid);
+            else send_dgram(d, seal(g_key, g_ident, g_ident_len, seq++, hb, hlen, d), 0);
+            next += 100;
+        }
+        px_msg_t *msg = next_reply(10);
+        if (msg && msg->body_case == PHALANX__ENVELOPE__BODY_HB_ACK && msg->hb_ack->udp_off && !told) {
+            told = 1;
+            printf("udp_off_ms=%lld\n", (long long)(px_now_ms() - burst_ms));
+            fflush(stdout);
+        }
+        if (msg && msg->body_case == PHALANX__ENVELOPE__BODY_ERROR &&
+            msg->error->code == PHALANX__ERROR_CODE__UNKNOWN_MEMBER)
+            lost = 1;
+        px_wire_free(msg);
+    }
+    if (lost) printf("unknown_member=1\n");
+    printf("done=1\n");
+    fflush(stdout);
+    free(hb);
+    return 0;
+}
+
 int main(int argc, char **argv) {
-    const char *endpoint = NULL;
+    const char *endpoint = NULL, *mode = NULL;
     int hold_ms = 3000;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--endpoint")) endpoint = argv[i + 1];
         else if (!strcmp(argv[i], "--group")) g_group = argv[i + 1];
         else if (!strcmp(argv[i], "--hold-ms")) hold_ms = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--mode")) mode = argv[i + 1];
         else return fprintf(stderr, "udp_rogue: unknown flag '%s'\n", argv[i]), 2;
     }
+    if (mode && strcmp(mode, "dead") && strcmp(mode, "frozen") && strcmp(mode, "burst"))
+        return fprintf(stderr, "udp_rogue: --mode dead, frozen or burst\n"), 2;
     if (!endpoint || strncmp(endpoint, "tcp://127.0.0.1:", 16) != 0)
         return fprintf(stderr, "usage: udp_rogue --endpoint tcp://127.0.0.1:PORT [--group G] [--hold-ms MS]\n"), 2;
     void *ctx = zmq_ctx_new();
@@ -138,6 +235,7 @@ int main(int argc, char **argv) {
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
     if (connect(g_udp, (struct sockaddr *)&sa, sizeof sa) != 0) return perror("udp_rogue: connect"), 1;
+    if (mode) return play(mode, hold_ms, qid, ctx);
 
     size_t hlen;
     void *hb = heartbeat_bytes(qid, &hlen);
