@@ -153,28 +153,6 @@ def rogue_play(job, mode, hold_ms):
     return p, lines
 
 
-def scenario_dead(bindir):
-    """A member whose process is gone (its connection closed) while its key,
-    in other hands, keeps sending good datagrams: lost by the two signals, as
-    if nothing came, long before the forger stops."""
-    job = Job(bindir, "udp-dead")
-    p = None
-    try:
-        job.start_coordinator()
-        p, lines = rogue_play(job, "dead", 8000)
-        wait_until(lambda: "closed=1" in lines, 10, "the rogue's connection closed")
-        wait_until(lambda: events(job, "member_lost", group="rogue"), 6, "the dead member lost while forged "
-                   "datagrams still come")
-        lost = events(job, "member_lost", group="rogue")[0]
-        check(lost["reason"] == "disconnected_and_silent", "lost as %s" % lost["reason"])
-        check(p.poll() is None, "the forger was still sending when the member was lost")
-        print("dead member with a leaked key: lost as %s after %d ms silent" % (lost["reason"], lost["silent_ms"]))
-    finally:
-        if p:
-            end_group(p)
-        job.stop()
-
-
 def end_group(p):
     """Kills udp_rogue and whatever it forked (a stopped process too)."""
     try:
@@ -184,27 +162,41 @@ def end_group(p):
     p.wait()
 
 
+def lost_while_forged(bindir, mode, hold_ms, ready, within_s):
+    """udp_rogue --mode MODE sends good datagrams under a member's key for
+    hold_ms once `ready` is printed; the member must be lost as
+    disconnected_and_silent within within_s, while they still come."""
+    job = Job(bindir, "udp-%s" % mode)
+    p = None
+    try:
+        job.start_coordinator()
+        p, lines = rogue_play(job, mode, hold_ms)
+        wait_until(lambda: ready in lines, 10, "the rogue's %s" % ready)
+        wait_until(lambda: events(job, "member_lost", group="rogue"), within_s,
+                   "the %s member lost while forged datagrams still come" % mode)
+        lost = events(job, "member_lost", group="rogue")[0]
+        check(lost["reason"] == "disconnected_and_silent", "lost as %s" % lost["reason"])
+        check(not [l for l in lines if l.startswith("sent=")], "the forger was still sending when it was lost")
+        print("%s member with a leaked key: lost as %s after %d ms silent" % (mode, lost["reason"], lost["silent_ms"]))
+    finally:
+        if p:
+            end_group(p)
+        job.stop()
+
+
+def scenario_dead(bindir):
+    """A member whose process is gone (its connection closed) while its key,
+    in other hands, keeps sending good datagrams: lost by the two signals, as
+    if nothing came, long before the forger stops."""
+    lost_while_forged(bindir, "dead", 8000, "closed=1", 6)
+
+
 def scenario_frozen(bindir):
     """A member frozen (SIGSTOP: its ZeroMQ thread answers nothing, its
     connection stays open) while its key keeps sending good datagrams: the
     coordinator's pings go unanswered, the connection is closed, and the
     member is lost while the forger still sends."""
-    job = Job(bindir, "udp-frozen")
-    p = None
-    try:
-        job.start_coordinator()
-        p, lines = rogue_play(job, "frozen", 15000)
-        wait_until(lambda: "frozen=1" in lines, 10, "the rogue frozen")
-        wait_until(lambda: events(job, "member_lost", group="rogue"), 12, "the frozen member lost while forged "
-                   "datagrams still come")
-        lost = events(job, "member_lost", group="rogue")[0]
-        check(lost["reason"] == "disconnected_and_silent", "lost as %s" % lost["reason"])
-        check("sent=" not in " ".join(lines), "the forger was still sending when the member was lost")
-        print("frozen member with a leaked key: lost as %s" % lost["reason"])
-    finally:
-        if p:
-            end_group(p)
-        job.stop()
+    lost_while_forged(bindir, "frozen", 15000, "frozen=1", 12)
 
 
 def scenario_burst(bindir):

@@ -99,6 +99,17 @@ static size_t seal(const uint8_t *key, const char *ident, size_t ident_len, uint
     return px_hbudp_seal(key, ident, ident_len, seq, plain, plen, out, PX_HBUDP_MAX);
 }
 
+static int is_udp_off(const px_msg_t *msg) {
+    return msg && msg->body_case == PHALANX__ENVELOPE__BODY_HB_ACK && msg->hb_ack->udp_off;
+}
+
+/* Prints how long after `since` the coordinator said udp_off; 1. */
+static int say_udp_off(int64_t since) {
+    printf("udp_off_ms=%lld\n", (long long)(px_now_ms() - since));
+    fflush(stdout);
+    return 1;
+}
+
 /* A heartbeat over the connection, as a worker told udp_off sends. */
 static void send_direct(int64_t qid) {
     size_t len;
@@ -159,11 +170,7 @@ static int play(const char *mode, int hold_ms, int64_t qid, void *ctx) {
             next += 100;
         }
         px_msg_t *msg = next_reply(10);
-        if (msg && msg->body_case == PHALANX__ENVELOPE__BODY_HB_ACK && msg->hb_ack->udp_off && !told) {
-            told = 1;
-            printf("udp_off_ms=%lld\n", (long long)(px_now_ms() - burst_ms));
-            fflush(stdout);
-        }
+        if (!told && is_udp_off(msg)) told = say_udp_off(burst_ms);
         if (msg && msg->body_case == PHALANX__ENVELOPE__BODY_ERROR &&
             msg->error->code == PHALANX__ERROR_CODE__UNKNOWN_MEMBER)
             lost = 1;
@@ -299,11 +306,7 @@ int main(int argc, char **argv) {
             next += 100;
         }
         px_msg_t *msg = next_reply(10);
-        if (msg && msg->body_case == PHALANX__ENVELOPE__BODY_HB_ACK && msg->hb_ack->udp_off && !told) {
-            told = 1;
-            printf("udp_off_ms=%lld\n", (long long)(px_now_ms() - last_good));
-            fflush(stdout);
-        }
+        if (!told && is_udp_off(msg)) told = say_udp_off(last_good);
         px_wire_free(msg);
     }
     printf("forged_total=%ld\n", g_bad);
