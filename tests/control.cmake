@@ -6,6 +6,11 @@ foreach(t quorum membership store wire ratelimit map mode_policy history)
   add_test(NAME control_${t} COMMAND test_${t})
 endforeach()
 
+# The heap trimmer's rule, and its thread started and stopped.
+add_executable(test_heap_trim ${CMAKE_CURRENT_LIST_DIR}/control/test_heap_trim.c)
+target_link_libraries(test_heap_trim PRIVATE px_coordinator)
+add_test(NAME control_heap_trim COMMAND test_heap_trim)
+
 # The flag tables' parser (common/px_flags.h): values, ranges, the
 # environment, unknown flags, --help.
 add_executable(test_flags ${CMAKE_CURRENT_LIST_DIR}/control/test_flags.c)
@@ -112,7 +117,7 @@ px_add_py_test(control_large_quorum ${CMAKE_CURRENT_LIST_DIR}/control/test_large
 set_tests_properties(control_large_quorum PROPERTIES TIMEOUT 180 RESOURCE_LOCK cores)
 
 # Tiers (tests/CMakeLists.txt).
-px_tier(unit control_quorum control_membership control_store control_wire control_ratelimit control_map
+px_tier(unit control_quorum control_membership control_store control_wire control_ratelimit control_map control_heap_trim
         control_mode_policy control_history control_flags control_auth_keys control_zap control_http)
 px_tier(process control_integration control_cli control_auth control_env_flags control_mode_auto_comm control_fuzz
         control_fuzz_hostile_strings control_fuzz_flood control_fuzz_disconnect_race control_fuzz_reconnect
