@@ -117,9 +117,9 @@ def test(bindir):
               % (client.returncode, out_text[-3000:]))
         out = client_fields(out_text)
         replaced = int(out.get("reborn_new", 0)) + int(out.get("reborn_same", 0)) + int(out.get("silenced", 0))
-        print("client: registered=%s replaced=%d in %s ms (%.0f a second) unknown_member=%s" % (
-            out.get("registered"), replaced, out.get("churn_ms"), replaced * 1000.0 / max(1, int(out.get("churn_ms", 1))),
-            out.get("unknown_member")))
+        churn_ms = max(1, int(out.get("churn_ms", 1)))
+        print("client: registered=%s replaced=%d in %d ms (%.0f a second) unknown_member=%s" % (
+            out.get("registered"), replaced, churn_ms, replaced * 1000.0 / churn_ms, out.get("unknown_member")))
         print("rss_mb every 5 s of churn: %s" % " ".join("%.0f" % s[1] for s in samples[::5]))
         print("heap_mb (in use) every 5 s: %s" % " ".join("-" if h is None else "%.0f" % h for h in heap))
         check(replaced >= CHURN_SHARE * PER_S * CHURN_S,
@@ -130,8 +130,9 @@ def test(bindir):
         check(len(warm) >= WINDOW_S // 2 and len(end) >= WINDOW_S // 2,
               "too few RSS samples: %d in the warm-up's last %d s, %d in the churn's" % (len(warm), WINDOW_S, len(end)))
         warm_mb, end_mb = max(warm), max(end)
-        print("rss_mb: peak %.1f over the %d s before %d s of churn, %.1f over the last %d s (%+.1f%%); highest %.1f" % (
-            warm_mb, WINDOW_S, WARMUP_S, end_mb, WINDOW_S, 100.0 * (end_mb / warm_mb - 1), max(r for _, r in samples)))
+        print("rss_mb: peak %.1f over the %d s before %d s of churn, %.1f over the last %d s (%+.1f%%); "
+              "highest %.1f" % (warm_mb, WINDOW_S, WARMUP_S, end_mb, WINDOW_S, 100.0 * (end_mb / warm_mb - 1),
+                                max(r for _, r in samples)))
         check(end_mb <= warm_mb * (1 + PLATEAU_SHARE),
               "coordinator RSS still climbing under churn: peak %.1f MB over the last %d s against %.1f MB after the "
               "%d s warm-up (more than %.0f%% up; series above; scratch dir %s)"
