@@ -13,6 +13,7 @@ target_link_libraries(px_coordlogic PUBLIC px_quorum px_common)
 add_library(px_coordinator STATIC
   ${CMAKE_CURRENT_LIST_DIR}/coordinator.c
   ${CMAKE_CURRENT_LIST_DIR}/auth.c
+  ${CMAKE_CURRENT_LIST_DIR}/heap_trim.c
   ${CMAKE_CURRENT_LIST_DIR}/http.c
   ${CMAKE_CURRENT_LIST_DIR}/udp.c)
 target_include_directories(px_coordinator PUBLIC ${CMAKE_CURRENT_LIST_DIR})

@@ -8,6 +8,7 @@
 #include "auth.h"
 #include "coordinator.h"
 #include "coordinator_flags.h"
+#include "heap_trim.h"
 #include "mode_policy.h"
 #include "px_keys.h"
 #include "px_log.h"
@@ -185,8 +186,12 @@ int main(int argc, char **argv) {
         printf("http=%s:%d\n", cfg.http_host, px_coordinator_http_port(c));
         fflush(stdout);
     }
+    char trim_err[200] = "";
+    px_heap_trimmer_t *trimmer = px_heap_trimmer_start(trim_err, sizeof trim_err);
+    if (!trimmer) px_log_warn("heap_trim_off: %s", trim_err);
     int rc = px_coordinator_run(c, &g_stop);
     px_log_info("coordinator_stopping reason=%s", g_stop ? "signal" : "error");
+    px_heap_trimmer_stop(&trimmer);
     px_coordinator_destroy(&c, 5000);
     return rc;
 }

@@ -6,6 +6,11 @@ foreach(t quorum membership store wire ratelimit map mode_policy history)
   add_test(NAME control_${t} COMMAND test_${t})
 endforeach()
 
+# The heap trimmer's rule, and its thread started and stopped.
+add_executable(test_heap_trim ${CMAKE_CURRENT_LIST_DIR}/control/test_heap_trim.c)
+target_link_libraries(test_heap_trim PRIVATE px_coordinator)
+add_test(NAME control_heap_trim COMMAND test_heap_trim)
+
 # The flag tables' parser (common/px_flags.h): values, ranges, the
 # environment, unknown flags, --help.
 add_executable(test_flags ${CMAKE_CURRENT_LIST_DIR}/control/test_flags.c)
@@ -94,6 +99,13 @@ set_tests_properties(control_http PROPERTIES TIMEOUT 60)
 # PHALANX_CHURN_S shortens the churn for a quick run.
 px_add_py_test(control_limits ${CMAKE_CURRENT_LIST_DIR}/control/test_limits.py $<TARGET_FILE_DIR:phalanx-coordinator>)
 set_tests_properties(control_limits PROPERTIES TIMEOUT 180)
+# RSS under register/leave churn: 1,000 members, 500 replaced a second for a
+# minute; RSS after a warm-up stays on its plateau (coordinator/heap_trim.c).
+# PHALANX_CHURN_S, PHALANX_CHURN_WARMUP_S, PHALANX_CHURN_PER_S and
+# PHALANX_CHURN_MEMBERS make it the ten-minute measurement
+# (docs/benchmarks-coordinator.md).
+px_add_py_test(control_churn_rss ${CMAKE_CURRENT_LIST_DIR}/control/test_churn_rss.py $<TARGET_FILE_DIR:phalanx-coordinator>)
+set_tests_properties(control_churn_rss PROPERTIES TIMEOUT 240 RESOURCE_LOCK cores)
 # phalanxctl's operator commands against real processes: kill's host and
 # process checks, events with filters and --follow, drain as a planned leave,
 # plot from a short real run (skips without matplotlib).
@@ -112,7 +124,7 @@ px_add_py_test(control_large_quorum ${CMAKE_CURRENT_LIST_DIR}/control/test_large
 set_tests_properties(control_large_quorum PROPERTIES TIMEOUT 180 RESOURCE_LOCK cores)
 
 # Tiers (tests/CMakeLists.txt).
-px_tier(unit control_quorum control_membership control_store control_wire control_ratelimit control_map
+px_tier(unit control_quorum control_membership control_store control_wire control_ratelimit control_map control_heap_trim
         control_mode_policy control_history control_flags control_auth_keys control_zap control_http)
 px_tier(process control_integration control_cli control_auth control_env_flags control_mode_auto_comm control_fuzz
         control_fuzz_hostile_strings control_fuzz_flood control_fuzz_disconnect_race control_fuzz_reconnect
@@ -124,5 +136,5 @@ px_tier(process control_integration control_cli control_auth control_env_flags c
 px_tier(chaos control_coordinator_restart control_udp_heartbeats_blocked control_udp_heartbeats_dead
         control_udp_heartbeats_frozen control_udp_heartbeats_burst control_phalanxctl_kill_events
         control_phalanxctl_drain_frozen)
-px_tier(slow control_limits control_connect_timeout control_mode_auto_failures control_phalanxctl_drain_layouts
-        control_large_quorum)
+px_tier(slow control_limits control_churn_rss control_connect_timeout control_mode_auto_failures
+        control_phalanxctl_drain_layouts control_large_quorum)

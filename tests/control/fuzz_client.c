@@ -1357,7 +1357,9 @@ static void churn_probe(void) {
 
 static void churn(void) {
     int n = O.members;
-    zmq_ctx_set(g_ctx, ZMQ_MAX_SOCKETS, n + O.probe_members + SILENT_MAX + 64);
+    /* A closed socket keeps its slot until libzmq's reaper thread has torn
+     * it down, which lags behind fast churn: room for 10 s of closed ones. */
+    zmq_ctx_set(g_ctx, ZMQ_MAX_SOCKETS, n + O.probe_members + SILENT_MAX + 64 + 10 * O.churn_per_s);
     churn_member_t *ms = calloc((size_t)n, sizeof *ms);
     g_members = ms;
     int64_t t0 = px_now_ms();

@@ -24,13 +24,14 @@ rate-limited and adding up to the counters, and a fresh member can still
 join.
 
 About the memory check: ZeroMQ allocates about 75 KB of queues and buffers
-per connection when it opens, and the pages are touched gradually as
-messages pass (malloc_stats shows "in use" flat while RSS creeps up by
-~0.3 MB/s with 2,000 connections), so RSS approaches a fixed ceiling rather
-than standing still. The RSS check allows that creep; the heap in use must
-stay flat (within a few connections' worth) over the second half, while a
-coordinator without limits would grow it by the refused store requests
-(800 KB/s)."""
+per connection when it opens, and their pages are touched gradually as
+messages pass, so RSS rises towards the heap in use for a while; the pages
+that closed connections freed are handed back by the heap trimmer
+(coordinator/heap_trim.c), which lets RSS rise by a sixteenth between two
+trims. The RSS check allows for both (control_churn_rss asserts the plateau
+under churn itself); the heap in use must stay flat (within a few
+connections' worth) over the second half, while a coordinator without
+limits would grow it by the refused store requests (800 KB/s)."""
 import json
 import os
 import re
@@ -51,7 +52,7 @@ MAX_BYTES = 8 << 20
 MAX_WAITERS = 5000
 CHURN_S = int(os.environ.get("PHALANX_CHURN_S", "60"))
 RSS_CAP_MB = 400          # generous: the bounded state itself is a few tens of MB
-GROWTH_SLACK_MB = 24      # RSS: ZeroMQ's per-connection pages being touched (see above)
+GROWTH_SLACK_MB = 24      # RSS: connections' pages being touched, and trims' sawtooth (see above)
 HEAP_SLACK_MB = 8         # heap in use: connections open and closing (~75 KB each)
 LIMIT_EVENTS_PER_S = 10   # coordinator.c: limit_reached events per limit per second
 KINDS = ("members", "store_keys", "store_bytes", "store_waiters")
