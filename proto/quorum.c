@@ -240,9 +240,12 @@ int px_quorum_compute(const px_quorum_candidate_t *cands, int n, const px_quorum
                  "waiting: %d participating groups are not more than half of %d healthy groups (split-brain guard)",
                  n_parts, n_healthy);
     } else if (n_parts < n_healthy && any_request && now_ms - first_request < cfg->join_timeout_ms) {
-        snprintf(reason, reason_len,
-                 "waiting: %d of %d healthy groups joined; join window open %lld ms more",
-                 n_parts, n_healthy, (long long)(cfg->join_timeout_ms - (now_ms - first_request)));
+        /* no countdown in the reason: the coordinator logs each new reason once */
+        snprintf(reason, reason_len, "waiting: %d of %d healthy groups joined; join window open (%lld ms from the "
+                 "first request)", n_parts, n_healthy, (long long)cfg->join_timeout_ms);
+    } else if (prev->id == 0 && any_request && now_ms - first_request < cfg->join_timeout_ms) {
+        snprintf(reason, reason_len, "waiting: the first quorum: %d groups joined; join window open (%lld ms from "
+                 "the first request) for groups still starting", n_parts, (long long)cfg->join_timeout_ms);
     } else {
         rc = build(parts, n_parts, prev, next);
         snprintf(reason, reason_len, "formed: %d of %d healthy groups%s", n_parts, n_healthy,

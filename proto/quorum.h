@@ -19,7 +19,11 @@
  *  - Otherwise: at least min_replicas participants; split-brain guard:
  *    participants must be more than half of the healthy groups; when some
  *    healthy groups have not joined, wait for them until join_timeout after the
- *    first request.
+ *    first request. The first quorum of a run always waits that window: the
+ *    groups of a job started together register once each has set up, so a
+ *    group still setting up is not yet healthy, and forming at once would
+ *    start the job as a cascade of quorums (one group, then two, ...), each
+ *    superseding the last one's rendezvous.
  *  - The quorum id changes only when the set of participating groups changes.
  *  - max_step is the highest step among participants. Groups behind it heal,
  *    each from an up-to-date group chosen round robin (in name order). Among

@@ -44,8 +44,12 @@ typedef struct {
 #define CK(n, h, r, rms, st, ck) {n, h, r, rms, st, 0, 1, ck, 0}
 
 static const row_t ROWS[] = {
-    {"first quorum, all requested", {C("a", 1, 1, 0, 0), C("b", 1, 1, 0, 0)}, 0, "", 1, 500, 10,
-     1, 1, "a,b", 0, "", "formed"},
+    {"first quorum, all requested, after the join window", {C("a", 1, 1, 0, 0), C("b", 1, 1, 0, 0)}, 0, "", 1, 500,
+     500, 1, 1, "a,b", 0, "", "formed"},
+    {"the first quorum waits the join window for groups still starting", {C("a", 1, 1, 0, 0), C("b", 1, 1, 0, 0)},
+     0, "", 1, 500, 499, 0, 0, "", 0, "", "first quorum"},
+    {"the first quorum without a join window forms at once", {C("a", 1, 1, 0, 0)}, 0, "", 1, 0, 0,
+     1, 1, "a", 0, "", "formed: 1 of 1"},
     {"below min_replicas waits", {C("a", 1, 1, 0, 0)}, 0, "", 2, 500, 10, 0, 0, "", 0, "", "min_replicas"},
     {"exactly min_replicas forms", {C("a", 1, 1, 0, 0), C("b", 1, 1, 0, 0)}, 0, "", 2, 0, 10,
      1, 1, "a,b", 0, "", "formed"},
