@@ -36,7 +36,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
-from phalanx_test import Fail, Job, check, die_with_test, main  # noqa: E402
+from phalanx_test import Job, check, die_with_test, key_values, main, rss_mb  # noqa: E402
 
 MEMBERS = int(os.environ.get("PHALANX_CHURN_MEMBERS", "1000"))
 MAX_MEMBERS = 4 * MEMBERS  # full within seconds of churn: lost members are evicted from then on
@@ -48,14 +48,6 @@ PLATEAU_SHARE = 0.10      # the end's peak may exceed the warm-up's by this shar
 CHURN_SHARE = 0.5         # replacements done, of PER_S * CHURN_S, for the run to count
 
 
-def rss_mb(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024.0
-    raise Fail("no VmRSS for pid %d" % pid)
-
-
 def heap_mb(job):
     """phalanx_heap_bytes (malloc'd and in use), for the log; None when /metrics does not answer."""
     try:
@@ -63,16 +55,6 @@ def heap_mb(job):
     except Exception:  # noqa: BLE001 - a busy coordinator; the RSS series is what is checked
         return None
     return float(m.group(1)) / (1 << 20) if m else None
-
-
-def client_fields(text):
-    out = {}
-    for line in text.splitlines():
-        for kv in line.split():
-            if "=" in kv:
-                k, v = kv.split("=", 1)
-                out[k] = v
-    return out
 
 
 def test(bindir):
@@ -115,7 +97,7 @@ def test(bindir):
             out_text = f.read()
         check(client.returncode == 0, "fuzz_client --mode churn failed (rc %d):\n%s"
               % (client.returncode, out_text[-3000:]))
-        out = client_fields(out_text)
+        out = key_values(out_text)
         replaced = int(out.get("reborn_new", 0)) + int(out.get("reborn_same", 0)) + int(out.get("silenced", 0))
         churn_ms = max(1, int(out.get("churn_ms", 1)))
         print("client: registered=%s replaced=%d in %d ms (%.0f a second) unknown_member=%s" % (

@@ -42,7 +42,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
-from phalanx_test import Fail, Job, check, main, wait_until  # noqa: E402
+from phalanx_test import Fail, Job, check, key_values, main, rss_mb, wait_until  # noqa: E402
 
 MEMBERS = 2000
 PROBE = 500
@@ -58,14 +58,6 @@ LIMIT_EVENTS_PER_S = 10   # coordinator.c: limit_reached events per limit per se
 KINDS = ("members", "store_keys", "store_bytes", "store_waiters")
 
 
-def rss_mb(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024.0
-    raise Fail("no VmRSS for pid %d" % pid)
-
-
 def status_members(job):
     t0 = time.monotonic()
     with urllib.request.urlopen("http://%s/status" % job.http, timeout=5) as r:
@@ -79,18 +71,6 @@ def heap_mb(job):
     m = re.search(r"^phalanx_heap_bytes (\S+)$", text, re.M)
     check(m, "/metrics lacks phalanx_heap_bytes")
     return float(m.group(1)) / (1 << 20)
-
-
-def parse_kv(text):
-    out = {}
-    for line in text.splitlines():
-        if line.startswith("FAIL"):
-            continue
-        for kv in line.split():
-            if "=" in kv:
-                k, v = kv.split("=", 1)
-                out[k] = v
-    return out
 
 
 def limit_metrics(job):
@@ -144,7 +124,7 @@ def test(bindir):
         with open(out_path) as f:
             out_text = f.read()
         check(client.returncode == 0, "fuzz_client --mode churn failed (rc %d):\n%s" % (client.returncode, out_text[-3000:]))
-        out = parse_kv(out_text)
+        out = key_values(out_text)
         print("client: %s" % " ".join("%s=%s" % kv for kv in sorted(out.items())))
         churn_start = next((s[0] for s in samples if s[3] >= MEMBERS), samples[0][0])
         during = [s for s in samples if s[0] >= churn_start]

@@ -81,6 +81,29 @@ def wait_until(pred, timeout_s, what, interval_s=0.01):
         time.sleep(interval_s)
 
 
+def rss_mb(pid):
+    """The resident memory of process `pid` (VmRSS), in MiB."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024.0
+    raise Fail("no VmRSS for pid %d" % pid)
+
+
+def key_values(text):
+    """Every key=value word of a tool's output (the last value of a key
+    wins); FAIL lines are left out."""
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("FAIL"):
+            continue
+        for kv in line.split():
+            if "=" in kv:
+                k, v = kv.split("=", 1)
+                out[k] = v
+    return out
+
+
 class Job:
     """A coordinator plus workers in a scratch directory."""
 
