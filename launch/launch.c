@@ -149,7 +149,7 @@ static const px_flag_t JOB[] = {
     {"--model", PX_FLAG_LIKE, .like = &px_train_flags, .def = "small",
      .help = "tiny, small, gpt2-124m or an llm.c model file", CFG(model)},
     {"--data", PX_FLAG_LIKE, .like = &px_train_flags,
-     .help = "token shards; prepared from the demo corpus when empty", CFG(data)},
+     .help = "token shards; when not given, data/demo, prepared from the demo corpus on first use", CFG(data)},
 };
 static const px_flag_table_t JOB_FLAGS = PX_FLAG_TABLE("the job (every worker gets these flags):", JOB);
 
@@ -766,13 +766,20 @@ static void stop_all(launch_t *L, int sig) {
     }
 }
 
-static int ensure_data(launch_t *L) {
+static int has_shards(const char *dir) {
     char pattern[4200];
-    snprintf(pattern, sizeof pattern, "%s/train_*.bin", L->cfg.data);
+    snprintf(pattern, sizeof pattern, "%s/train_*.bin", dir);
     glob_t g;
     int found = glob(pattern, 0, NULL, &g) == 0 && g.gl_pathc > 0;
     globfree(&g);
-    if (found) return 0;
+    return found;
+}
+
+/* The default data folder is filled with the demo corpus on first use; a
+ * folder named by --data never is (checked at parse time), so a typo in it
+ * is an error rather than a job trained on the wrong text. */
+static int ensure_data(launch_t *L) {
+    if (has_shards(L->cfg.data)) return 0;
     say(L, "no training data in %s: preparing the demo corpus (phalanx-data --demo)", L->cfg.data);
     char dir[4200];
     snprintf(dir, sizeof dir, "%s", L->cfg.data);
@@ -854,6 +861,13 @@ static void parse(launch_cfg_t *c, int argc, char **argv) {
                                                       : NULL;
     if (bad) {
         fprintf(stderr, "%s: %s\n", PROG, bad);
+        exit(2);
+    }
+    if (px_flags_given(&c->given, "--data") && !has_shards(c->data)) {
+        struct stat st;
+        fprintf(stderr, "%s: --data %s: %s; make shards with `phalanx-data --out %s FILES...`, or leave --data "
+                "out to train on the demo corpus\n", PROG, c->data,
+                stat(c->data, &st) != 0 ? "no such folder" : "no token shards (train_*.bin) in it", c->data);
         exit(2);
     }
     if (auto_flag && (c->join || strcmp(c->mode, "auto"))) {

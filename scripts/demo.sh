@@ -22,7 +22,7 @@ rm -f phalanx-run/worker-*.out # the plot draws this run's lines only
 # background, SIGINT and SIGTERM are passed on to it (it stops the job), and
 # its exit status is this script's.
 "$BUILD/bin/phalanx-launch" \
-  --groups 3 --model small --steps 250 --data data/demo \
+  --groups 3 --model small --steps 250 \
   --chaos-kill-every 10 --chaos-seed 1 --chaos-until-step 100 \
   --mode auto --auto-failures-per-hour 60 --auto-window 15 --auto-hold 5 \
   --http 127.0.0.1:8080 --bind tcp://127.0.0.1:7777 --log-dir phalanx-run \

@@ -17,7 +17,9 @@ worker     a worker whose training cannot start (unknown model, --tp that
            does not divide the heads, --pp beyond the layers, --seq beyond
            the context, no data) exits 2 naming the input, and the
            coordinator never hears of it: no member_joined or member_lost
-           event, no member in /status."""
+           event, no member in /status. phalanx-launch --data naming a
+           folder that does not exist or holds no shards exits 2 and writes
+           nothing there (only the default folder gets the demo corpus)."""
 import os
 import subprocess
 import sys
@@ -128,6 +130,17 @@ def test_worker(bindir):
         print("%d worker configurations refused before registering; events: %s" % (len(cases), kinds))
     finally:
         job.stop()
+    # A typo in phalanx-launch --data is an error, never a job on the demo corpus.
+    typo = os.path.join(data, "shrads")
+    empty = tempfile.mkdtemp(prefix="phalanx-validate-empty-")
+    for folder, why in ((typo, "no such folder"), (empty, "no token shards")):
+        log_dir = tempfile.mkdtemp(prefix="phalanx-validate-launch-")
+        r = run(bindir, "phalanx-launch", ["--groups", "1", "--model", "tiny", "--steps", "5", "--data", folder,
+                                           "--log-dir", log_dir])
+        refused(r, "--data %s" % folder, "phalanx-launch --data %s" % folder, why)
+        check(not os.path.exists(os.path.join(log_dir, "coordinator.log")),
+              "nothing was started for --data %s" % folder)
+    check(not os.path.exists(typo) and not os.listdir(empty), "no demo corpus was written into --data")
 
 
 if __name__ == "__main__":
