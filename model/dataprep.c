@@ -1,6 +1,7 @@
-/* Byte-level corpus preparation (dataprep.h). Bytes are tokens, so there is
- * nothing to train or download: any text, in any encoding, becomes a valid
- * shard for a vocabulary-256 model. */
+/* Corpus preparation (dataprep.h): documents from text_source.c, through
+ * the tokenizer hook, into two sinks (train, val) that write a shard each
+ * PX_SHARD_MAX_TOKENS tokens. Without a tokenizer bytes are tokens, so any
+ * text in any encoding becomes a valid shard for a vocabulary-256 model. */
 #include "dataprep.h"
 
 #include <dirent.h>
@@ -12,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "px_err.h"
+#include "px_time.h"
 #include "token_file.h"
 
 /* Growable token buffer for one split; flushed as a shard when full. */
@@ -38,93 +40,130 @@ static int sink_flush(sink_t *s, char *err, size_t errlen) {
     return 0;
 }
 
-static int sink_add(sink_t *s, const unsigned char *bytes, size_t len, char *err, size_t errlen) {
-    for (size_t i = 0; i < len; i++) {
-        if (s->n == s->cap) {
-            if (s->cap == PX_SHARD_MAX_TOKENS) {
-                if (sink_flush(s, err, errlen) != 0) return -1;
-            } else {
-                size_t cap = s->cap ? s->cap * 2 : 1 << 20;
-                if (cap > PX_SHARD_MAX_TOKENS) cap = PX_SHARD_MAX_TOKENS;
-                uint16_t *b = realloc(s->buf, cap * sizeof(uint16_t));
-                if (!b) return px_err_set(err, errlen, "out of memory");
-                s->buf = b;
-                s->cap = cap;
-            }
+/* Room for one more token (a full shard is written first). */
+static int sink_room(sink_t *s, char *err, size_t errlen) {
+    if (s->n < s->cap) return 0;
+    if (s->cap == PX_SHARD_MAX_TOKENS) return sink_flush(s, err, errlen);
+    size_t cap = s->cap ? s->cap * 2 : 1 << 20;
+    if (cap > PX_SHARD_MAX_TOKENS) cap = PX_SHARD_MAX_TOKENS;
+    uint16_t *b = realloc(s->buf, cap * sizeof(uint16_t));
+    if (!b) return px_err_set(err, errlen, "out of memory");
+    s->buf = b;
+    s->cap = cap;
+    return 0;
+}
+
+typedef struct {
+    const px_dataprep_opts_t *o;
+    sink_t train, val;
+    int32_t *ids; /* the encoder's output, reused */
+    size_t ids_cap;
+    size_t train_bytes, val_bytes; /* of JSONL records, for their split */
+    px_dataprep_summary_t *sum;
+    int64_t t0_ms, last_ms;
+} prep_t;
+
+/* Tokenizes text[len] into the sink, after the end-of-text token if any. */
+static int add_text(prep_t *p, sink_t *s, const unsigned char *text, size_t len, char *err, size_t errlen) {
+    const px_encoder_t *e = p->o->encoder;
+    if (!e) { /* the byte-level tokenizer */
+        for (size_t i = 0; i < len; i++) {
+            if (sink_room(s, err, errlen) != 0) return -1;
+            s->buf[s->n++] = text[i];
         }
-        s->buf[s->n++] = bytes[i]; /* the byte-level tokenizer */
+        return 0;
+    }
+    size_t n = 0;
+    if (e->eot_id >= 0) {
+        if (sink_room(s, err, errlen) != 0) return -1;
+        s->buf[s->n++] = (uint16_t)e->eot_id;
+    }
+    if (len > 0 && e->encode(e->arg, (const char *)text, len, &p->ids, &n, &p->ids_cap, err, errlen) != 0) return -1;
+    for (size_t i = 0; i < n; i++) {
+        if (p->ids[i] < 0 || p->ids[i] >= e->vocab_size)
+            return px_err_set(err, errlen, "the tokenizer gave id %d, outside its vocabulary of %d", (int)p->ids[i],
+                              e->vocab_size);
+        if (sink_room(s, err, errlen) != 0) return -1;
+        s->buf[s->n++] = (uint16_t)p->ids[i];
     }
     return 0;
 }
 
-static int read_file(const char *path, unsigned char **data, size_t *len, char *err,
-                     size_t errlen) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return px_err_set(err, errlen, "cannot open '%s': %s", path, strerror(errno));
-    size_t cap = 1 << 16, n = 0;
-    unsigned char *buf = malloc(cap);
-    while (buf) {
-        n += fread(buf + n, 1, cap - n, f);
-        if (n < cap) break;
-        unsigned char *b = realloc(buf, cap * 2);
-        if (!b) {
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        buf = b;
-        cap *= 2;
-    }
-    int bad = !buf || ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        return px_err_set(err, errlen, "cannot read '%s'", path);
-    }
-    *data = buf;
-    *len = n;
-    return 0;
+static void progress(prep_t *p, int last) {
+    int64_t now = px_now_ms();
+    if (!p->o->verbose || (!last && now - p->last_ms < 1000)) return;
+    p->last_ms = now;
+    double s = (double)(now - p->t0_ms) / 1000.0;
+    size_t tokens = p->train.total + p->train.n + p->val.total + p->val.n;
+    fprintf(stderr, "progress docs=%zu bytes=%zu tokens=%zu MB/s=%.1f tokens/s=%.0f%s\n", p->sum->docs, p->sum->bytes,
+            tokens, s > 0 ? (double)p->sum->bytes / 1e6 / s : 0.0, s > 0 ? (double)tokens / s : 0.0,
+            last ? " done" : "");
 }
 
-int px_dataprep_run(const char *out_dir, char *const *files, int nfiles, double val_fraction,
-                    int verbose, px_dataprep_summary_t *summary, char *err, size_t errlen) {
-    memset(summary, 0, sizeof *summary);
-    if (nfiles < 1) return px_err_set(err, errlen, "no input files");
-    if (!(val_fraction >= 0.0 && val_fraction < 1.0))
-        return px_err_set(err, errlen, "val fraction %g out of range [0, 1)", val_fraction);
-    if (mkdir(out_dir, 0777) != 0 && errno != EEXIST)
-        return px_err_set(err, errlen, "cannot create output directory '%s': %s", out_dir,
-                          strerror(errno));
-    sink_t train = {.dir = out_dir, .split = "train"}, val = {.dir = out_dir, .split = "val"};
-    int rc = -1;
-    for (int i = 0; i < nfiles; i++) {
-        unsigned char *data = NULL;
-        size_t len = 0;
-        if (read_file(files[i], &data, &len, err, errlen) != 0) goto done;
-        /* Cut after the first newline at or past the (1 - val_fraction) mark. */
+static int on_doc(void *arg, const char *source, px_doc_kind_t kind, const unsigned char *text, size_t len, char *err,
+                  size_t errlen) {
+    (void)source;
+    prep_t *p = arg;
+    double f = p->o->val_fraction;
+    int rc;
+    if (kind == PX_DOC_FILE) { /* cut after the first newline at or past the (1 - f) mark */
         size_t cut = len;
-        if (val_fraction > 0.0) {
-            cut = (size_t)((double)len * (1.0 - val_fraction));
-            while (cut > 0 && cut < len && data[cut - 1] != '\n') cut++;
+        if (f > 0.0) {
+            cut = (size_t)((double)len * (1.0 - f));
+            while (cut > 0 && cut < len && text[cut - 1] != '\n') cut++;
         }
-        int ok = sink_add(&train, data, cut, err, errlen) == 0 &&
-                 sink_add(&val, data + cut, len - cut, err, errlen) == 0;
-        free(data);
-        if (!ok) goto done;
-        summary->files++;
-        summary->bytes += len;
-        if (verbose)
-            printf("file=%s bytes=%zu train=%zu val=%zu\n", files[i], len, cut, len - cut);
+        rc = add_text(p, &p->train, text, cut, err, errlen);
+        if (rc == 0 && cut < len) rc = add_text(p, &p->val, text + cut, len - cut, err, errlen);
+    } else { /* a record goes whole to val while val stays within its share */
+        int to_val = (double)(p->val_bytes + len) <= f * (double)(p->train_bytes + p->val_bytes + len);
+        *(to_val ? &p->val_bytes : &p->train_bytes) += len;
+        rc = add_text(p, to_val ? &p->val : &p->train, text, len, err, errlen);
     }
-    if (sink_flush(&train, err, errlen) != 0 || sink_flush(&val, err, errlen) != 0) goto done;
-    summary->train_tokens = train.total;
-    summary->val_tokens = val.total;
-    summary->train_shards = train.shards;
-    summary->val_shards = val.shards;
-    rc = 0;
-done:
-    free(train.buf);
-    free(val.buf);
+    p->sum->docs++;
+    progress(p, 0);
+    return rc;
+}
+
+int px_dataprep_run(const char *out_dir, char *const *inputs, int ninputs, const px_dataprep_opts_t *o,
+                    px_dataprep_summary_t *summary, char *err, size_t errlen) {
+    memset(summary, 0, sizeof *summary);
+    if (!(o->val_fraction >= 0.0 && o->val_fraction < 1.0))
+        return px_err_set(err, errlen, "val fraction %g out of range [0, 1)", o->val_fraction);
+    if (o->encoder && (o->encoder->vocab_size < 1 || o->encoder->vocab_size > PX_TOKEN_FILE_MAX_VOCAB))
+        return px_err_set(err, errlen, "a vocabulary of %d tokens does not fit token shards (1..%d: ids are 16-bit)",
+                          o->encoder->vocab_size, PX_TOKEN_FILE_MAX_VOCAB);
+    char **files = NULL;
+    int nfiles = 0;
+    if (px_text_inputs_expand(inputs, ninputs, &files, &nfiles, err, errlen) != 0) return -1;
+    if (nfiles < 1) {
+        px_text_files_free(files);
+        return px_err_set(err, errlen, "no input files");
+    }
+    if (mkdir(out_dir, 0777) != 0 && errno != EEXIST) {
+        px_text_files_free(files);
+        return px_err_set(err, errlen, "cannot create output directory '%s': %s", out_dir, strerror(errno));
+    }
+    prep_t p = {.o = o, .train = {.dir = out_dir, .split = "train"}, .val = {.dir = out_dir, .split = "val"},
+                .sum = summary, .t0_ms = px_now_ms()};
+    p.last_ms = p.t0_ms;
+    const char *key = o->jsonl_key ? o->jsonl_key : "text";
+    int rc = 0;
+    for (int i = 0; rc == 0 && i < nfiles; i++) {
+        rc = px_text_source_read(files[i], o->format, key, on_doc, &p, &summary->bytes, err, errlen);
+        summary->files++;
+    }
+    if (rc == 0 && (sink_flush(&p.train, err, errlen) != 0 || sink_flush(&p.val, err, errlen) != 0)) rc = -1;
+    if (rc == 0) {
+        progress(&p, 1);
+        summary->train_tokens = p.train.total;
+        summary->val_tokens = p.val.total;
+        summary->train_shards = p.train.shards;
+        summary->val_shards = p.val.shards;
+    }
+    free(p.train.buf);
+    free(p.val.buf);
+    free(p.ids);
+    px_text_files_free(files);
     return rc;
 }
 

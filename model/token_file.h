@@ -12,6 +12,7 @@
 
 #define PX_TOKEN_FILE_MAGIC 20240520
 #define PX_TOKEN_FILE_VERSION 1
+#define PX_TOKEN_FILE_MAX_VOCAB 65536 /* ids are uint16 */
 
 /* Reads a whole token file into a new array (*tokens, free() it). Rejects a short
  * header, bad magic, bad version, a negative count, a count larger than the

@@ -7,7 +7,7 @@ set -eu
 # What compiling and linking the programs needs (the image's build stage
 # installs only these: `install-deps.sh --build`; fortunes is the demo corpus).
 BUILD_PKGS="build-essential cmake pkg-config libzmq3-dev libsodium-dev libprotobuf-c-dev protobuf-c-compiler \
-librdkafka-dev libxxhash-dev libjansson-dev libopenblas-dev libgloo-dev fortunes"
+librdkafka-dev libxxhash-dev libjansson-dev zlib1g-dev libopenblas-dev libgloo-dev fortunes"
 # What the tests and the demo use besides: kcat reads Kafka, valgrind checks
 # memory, podman/runc/debootstrap build and run the image (deploy/), chromium
 # renders the dashboard headless (tests/ft/test_dashboard.py),

@@ -42,6 +42,10 @@ add_executable(test_data ${PX_MODEL_TEST_DIR}/test_data.c)
 target_link_libraries(test_data PRIVATE px_model)
 add_test(NAME model_data_sampler COMMAND test_data WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
 
+# phalanx-data's inputs (folders, gzip, JSON Lines, stdin) and split, checked
+# token for token; bad input exits 2 naming it.
+px_add_py_test(model_phalanx_data ${PX_MODEL_TEST_DIR}/test_phalanx_data.py ${CMAKE_BINARY_DIR}/bin)
+
 add_test(NAME model_standalone_train
          COMMAND sh ${PX_MODEL_TEST_DIR}/standalone_train.sh $<TARGET_FILE_DIR:phalanx-worker>
                  ${CMAKE_CURRENT_BINARY_DIR}/standalone_train)
@@ -54,5 +58,5 @@ set_tests_properties(model_recompute_job PROPERTIES TIMEOUT 600 RESOURCE_LOCK co
 # Tiers (tests/CMakeLists.txt).
 px_tier(unit model_ops_gradcheck model_ops_isa_clones model_reference_pytorch model_train_state model_gpt_determinism
         model_files_corrupt model_data_sampler)
-px_tier(process model_standalone_train)
+px_tier(process model_standalone_train model_phalanx_data)
 px_tier(slow model_recompute_job)

@@ -129,7 +129,8 @@ static int prepare_demo(const char *dir, int quiet) {
     }
     printf("prepare_demo out=%s files=%d source=%s\n", dir, n, PX_DEMO_CORPUS_DIR);
     px_dataprep_summary_t sum;
-    int rc = px_dataprep_run(dir, files, n, 0.1, !quiet, &sum, err, sizeof err);
+    const px_dataprep_opts_t opts = {.val_fraction = 0.1, .verbose = !quiet};
+    int rc = px_dataprep_run(dir, files, n, &opts, &sum, err, sizeof err);
     px_dataprep_free_list(files);
     if (rc != 0) {
         fprintf(stderr, "%s: preparing the demo corpus: %s\n", PROG, err);

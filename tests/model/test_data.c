@@ -100,7 +100,8 @@ static void test_dataprep_and_fill(void) {
     char *files[] = {f1, f2, NULL};
     px_dataprep_summary_t sum;
     char err[PX_ERRLEN];
-    int rc = px_dataprep_run(out, files, 2, 0.25, 0, &sum, err, sizeof err);
+    const px_dataprep_opts_t opts = {.val_fraction = 0.25};
+    int rc = px_dataprep_run(out, files, 2, &opts, &sum, err, sizeof err);
     CHECK(rc == 0, "dataprep failed: %s", err);
     size_t n1 = strlen(text1), n2 = strlen(text2);
     CHECK(sum.files == 2 && sum.bytes == n1 + n2 && sum.train_tokens + sum.val_tokens == n1 + n2,
