@@ -84,7 +84,7 @@ typedef struct {
     int ranks, steps;                      /* --ranks-per-group and --steps as numbers */
     /* What is passed on, as given: to every worker (WORKER_PASS), to the
      * coordinator started here (COORDINATOR_PASS, AUTO_PASS). */
-    const char *ranks_text, *steps_text, *model, *data, *seed, *connect_timeout, *ledger;
+    const char *ranks_text, *steps_text, *model, *model_config, *data, *seed, *connect_timeout, *ledger;
     const char *ckpt_dir, *ckpt_every, *ckpt_keep, *mode;
     const char *bind, *http, *job, *events, *insecure;
     const char *auto_failures, *auto_comm_share, *auto_window, *auto_hold;
@@ -146,8 +146,10 @@ static void on_signal(int sig) { g_signal = sig; }
 static const px_flag_t JOB[] = {
     {"--ranks-per-group", PX_FLAG_LIKE, .like = &px_agent_flags, .help = "ranks per group", CFG(ranks_text)},
     {"--steps", PX_FLAG_LIKE, .like = &px_train_flags, .def = "200", .help = "optimizer steps", CFG(steps_text)},
-    {"--model", PX_FLAG_LIKE, .like = &px_train_flags, .def = "small",
-     .help = "tiny, small, gpt2-124m or an llm.c model file", CFG(model)},
+    {"--model", PX_FLAG_LIKE, .like = &px_train_flags, .note = "small",
+     .help = "tiny, small, gpt2-124m, a JSON model config or an llm.c model file", CFG(model)},
+    {"--model-config", PX_FLAG_LIKE, .like = &px_train_flags, .note = "none",
+     .help = "a JSON model config (Hugging Face GPT-2 config.json keys) instead of --model", CFG(model_config)},
     {"--data", PX_FLAG_LIKE, .like = &px_train_flags,
      .help = "token shards; when not given, data/demo, prepared from the demo corpus on first use", CFG(data)},
 };
@@ -863,6 +865,13 @@ static void parse(launch_cfg_t *c, int argc, char **argv) {
         fprintf(stderr, "%s: %s\n", PROG, bad);
         exit(2);
     }
+    if (c->model_config && c->model && strcmp(c->model, c->model_config) != 0) {
+        fprintf(stderr, "%s: --model %s and --model-config %s name two models: give one\n", PROG, c->model,
+                c->model_config);
+        exit(2);
+    }
+    if (c->model_config) c->model = c->model_config;
+    if (!c->model) c->model = "small";
     if (px_flags_given(&c->given, "--data") && !has_shards(c->data)) {
         struct stat st;
         fprintf(stderr, "%s: --data %s: %s; make shards with `phalanx-data --out %s FILES...`, or leave --data "

@@ -46,6 +46,11 @@ add_test(NAME model_data_sampler COMMAND test_data WORKING_DIRECTORY ${CMAKE_CUR
 # token for token; bad input exits 2 naming it.
 px_add_py_test(model_phalanx_data ${PX_MODEL_TEST_DIR}/test_phalanx_data.py ${CMAKE_BINARY_DIR}/bin)
 
+# A model from a JSON config (odd sizes) through every layout, chaos with
+# checkpoints, and a vocabulary that follows the data's tokenizer.
+px_add_py_scenarios(model_config ${PX_MODEL_TEST_DIR}/test_model_config.py ${CMAKE_BINARY_DIR}/bin 600 layouts chaos
+                    vocab)
+
 add_test(NAME model_standalone_train
          COMMAND sh ${PX_MODEL_TEST_DIR}/standalone_train.sh $<TARGET_FILE_DIR:phalanx-worker>
                  ${CMAKE_CURRENT_BINARY_DIR}/standalone_train)
@@ -58,5 +63,6 @@ set_tests_properties(model_recompute_job PROPERTIES TIMEOUT 600 RESOURCE_LOCK co
 # Tiers (tests/CMakeLists.txt).
 px_tier(unit model_ops_gradcheck model_ops_isa_clones model_reference_pytorch model_train_state model_gpt_determinism
         model_files_corrupt model_data_sampler)
-px_tier(process model_standalone_train model_phalanx_data)
+px_tier(process model_standalone_train model_phalanx_data model_config_layouts model_config_vocab)
+px_tier(chaos model_config_chaos)
 px_tier(slow model_recompute_job)

@@ -32,6 +32,7 @@
 #include "dataset.h"
 #include "gpt.h"
 #include "llmc.h"
+#include "model_config.h"
 #include "px_err.h"
 #include "progress.h"
 #include "px_flags.h"
@@ -93,17 +94,19 @@ static void parse(int argc, char **argv, opts_t *o) {
     }
 }
 
-/* A preset by name, else an llm.c model file; exits 2 when it is neither. */
+/* A preset or a JSON config drawn from the seed (its vocabulary following
+ * the data's tokenizer), else an llm.c model file; exits 2 when it is
+ * neither, or when the config and the data disagree. */
 static px_gpt_t *load_model(const px_trainer_config_t *o) {
     px_gpt_config_t cfg;
-    if (px_gpt_config_preset(o->model, &cfg) == 0) return px_gpt_new(&cfg, o->seed);
-    if (access(o->model, F_OK) != 0) {
-        fprintf(stderr, "%s: --model: bad value '%s': expected a preset (%s) or an llm.c model "
-                        "file\n", PROG, o->model, px_gpt_preset_names());
+    char err[PX_ERRLEN];
+    px_model_source_t src = px_model_resolve(o->model, o->data, &cfg, err, sizeof err);
+    if (src == PX_MODEL_BAD) {
+        fprintf(stderr, "%s: --model: %s\n", PROG, err);
         exit(2);
     }
+    if (src == PX_MODEL_DRAWN) return px_gpt_new(&cfg, o->seed);
     px_gpt_t *m = NULL;
-    char err[PX_ERRLEN];
     if (px_gpt_load(o->model, &m, err, sizeof err) != 0) {
         fprintf(stderr, "%s: %s\n", PROG, err);
         return NULL;

@@ -22,7 +22,8 @@ typedef enum {
 typedef struct {
     const char *group;
     int rank, ranks_per_group;
-    const char *model;        /* preset name or llm.c model file */
+    const char *model;        /* preset name, JSON model config or llm.c model file */
+    const char *model_config; /* --model-config: a JSON model config, copied to model (NULL: none) */
     const char *data;         /* directory with train_*.bin / val_*.bin */
     int64_t steps;            /* total optimizer steps of the job */
     int global_batch;         /* samples per step, over all groups (fixed) */

@@ -67,6 +67,7 @@
 #include <string.h>
 
 #include "llmc.h"
+#include "model_config.h"
 #include "px_log.h"
 #include "px_time.h"
 #include "trainer_int.h"
@@ -122,17 +123,28 @@ static void save_model(trainer_t *t) {
 
 /* ---- setup and the loop ------------------------------------------------ */
 
-/* The model at the job's start: a seeded preset, or an llm.c model file.
- * NULL (logged) when it cannot be had. */
+/* Whether --model is drawn from the seed (a preset or a JSON config, in
+ * *mc, its vocabulary following the data's tokenizer) rather than loaded
+ * from an llm.c model file. */
+static int drawn_model(const px_trainer_config_t *cfg, px_gpt_config_t *mc) {
+    return px_model_resolve(cfg->model, cfg->data, mc, NULL, 0) == PX_MODEL_DRAWN;
+}
+
+/* The model at the job's start: a seeded preset or config, or an llm.c
+ * model file. NULL (logged) when it cannot be had. */
 static px_gpt_t *initial_model(const px_trainer_config_t *cfg) {
     char err[512];
     px_gpt_config_t mc;
     px_gpt_t *m = NULL;
-    if (px_gpt_config_preset(cfg->model, &mc) == 0) {
+    px_model_source_t src = px_model_resolve(cfg->model, cfg->data, &mc, err, sizeof err);
+    if (src == PX_MODEL_BAD) {
+        px_log_error("--model: %s", err);
+        return NULL;
+    }
+    if (src == PX_MODEL_DRAWN) {
         m = px_gpt_new(&mc, cfg->seed);
     } else if (px_gpt_load(cfg->model, &m, err, sizeof err) != 0) {
-        px_log_error("--model: '%s' is neither a preset (%s) nor a readable model file: %s", cfg->model,
-                     px_gpt_preset_names(), err);
+        px_log_error("--model: '%s' is not a readable model file: %s", cfg->model, err);
         return NULL;
     }
     if (!m) px_log_error("out of memory creating the model");
@@ -154,7 +166,7 @@ static int rebuild_initial_state(void *ctx, px_train_state_t *s) {
     px_gpt_config_t preset;
     if (t->cfg->mode == PX_MODE_AUTO || t->cfg->sync_warmup > 0) /* the job starts in sync; a heal in place */
         px_diloco_set_state_mode(t, 0);                                       /* may have brought another mode */
-    if (t->shard && px_gpt_config_preset(t->cfg->model, &preset) == 0) { /* drawn shard by shard */
+    if (t->shard && drawn_model(t->cfg, &preset)) { /* drawn shard by shard */
         s->step = 0;
         t->pending_step = -1;
         if (px_shard_init(t->shard, t->cfg->seed) != 0) return -1;
@@ -302,7 +314,7 @@ static int setup(trainer_t *t) {
     /* A sharded group with a preset never holds the whole model: each rank
      * draws its own shard (setup_shard). */
     px_gpt_config_t mc;
-    int draw = layout_given(cfg) && cfg->ranks_per_group > 1 && px_gpt_config_preset(cfg->model, &mc) == 0;
+    int draw = layout_given(cfg) && cfg->ranks_per_group > 1 && drawn_model(cfg, &mc);
     if (!draw) {
         if (!(t->model = initial_model(cfg))) return -1;
         mc = t->model->config;
@@ -433,7 +445,7 @@ static void teardown(trainer_t *t) {
  * is checked once loaded, setup_shard). */
 static int check_stages(const px_trainer_config_t *cfg, char *err, size_t errlen) {
     px_gpt_config_t mc;
-    if (cfg->pp <= 1 || px_gpt_config_preset(cfg->model, &mc) != 0 || cfg->pp <= mc.num_layers) return 0;
+    if (cfg->pp <= 1 || !drawn_model(cfg, &mc) || cfg->pp <= mc.num_layers) return 0;
     snprintf(err, errlen, "--pp %d: the model has %d layers, and every pipeline stage needs at least one", cfg->pp,
              mc.num_layers);
     return -1;
@@ -454,7 +466,7 @@ static int check_fragments(const px_trainer_config_t *cfg, char *err, size_t err
     else if (cfg->inner_steps % cfg->fragments != 0)
         snprintf(err, errlen, "--fragments %d: --inner-steps %d is not a multiple of it (every fragment is synced "
                  "every H steps, one every H/F)", cfg->fragments, cfg->inner_steps);
-    else if (px_gpt_config_preset(cfg->model, &mc) == 0 && cfg->fragments > mc.num_layers)
+    else if (drawn_model(cfg, &mc) && cfg->fragments > mc.num_layers)
         snprintf(err, errlen, "--fragments %d: the model has %d layers, and every fragment holds at least one",
                  cfg->fragments, mc.num_layers);
     else
@@ -463,6 +475,12 @@ static int check_fragments(const px_trainer_config_t *cfg, char *err, size_t err
 }
 
 int px_trainer_check(const px_trainer_config_t *cfg, char *err, size_t errlen) {
+    px_gpt_config_t mc;
+    char bad[600];
+    if (px_model_resolve(cfg->model, cfg->data, &mc, bad, sizeof bad) == PX_MODEL_BAD) {
+        snprintf(err, errlen, "--model: %s", bad);
+        return -1;
+    }
     if (check_stages(cfg, err, errlen) != 0) return -1;
     if (check_fragments(cfg, err, errlen) != 0) return -1;
     if (cfg->outer_overlap && cfg->mode == PX_MODE_SYNC) {

@@ -1,7 +1,10 @@
 /* phalanx-worker's flag tables (worker_flags.h). */
 #include "worker_flags.h"
 
+#include <errno.h>
 #include <stdio.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "agent.h"
 #include "px_wire.h"
@@ -24,13 +27,27 @@ static const char *const RECOMPUTE[] = {"none", "block", NULL};  /* cfg.recomput
 static const char *const COPIES[] = {"held", "overlap", NULL};   /* cfg.checkpoint_overlap 0, 1 */
 static const char *const LIVENESS[] = {"rank", "group", NULL};   /* cfg.liveness_group 0, 1 */
 
+/* --model-config: a file that can be read (its keys are checked with the
+ * rest of the training configuration, px_trainer_check). */
+static int model_config_ok(const char *path, char *why, size_t len) {
+    if (access(path, R_OK) == 0) return 0;
+    snprintf(why, len, "cannot read '%s': %s", path, strerror(errno));
+    return -1;
+}
+
 static const px_flag_t TRAIN[] = {
     {"--steps", PX_FLAG_INT, "N", .min = 1, .max = 1000000000, .note = "none",
      .help = "optimizer steps of the whole job; without it the distributed worker only holds its place in the "
              "quorum, and --standalone needs it unless --eval-only",
      TC(steps)},
-    {"--model", PX_FLAG_STR, "NAME|PATH", .max = 4096, .def = "tiny",
-     .help = "preset (tiny, small, gpt2-124m) or llm.c model file", TC(model)},
+    {"--model", PX_FLAG_STR, "NAME|PATH", .max = 4096, .note = "tiny",
+     .help = "preset (tiny, small, gpt2-124m), JSON model config (as --model-config) or llm.c model file; a "
+             "preset's vocabulary follows the data's tokenizer.json",
+     TC(model)},
+    {"--model-config", PX_FLAG_STR, "FILE", .max = 4096, .note = "none", .check = model_config_ok,
+     .help = "the model's shape from a JSON file with the keys of Hugging Face's GPT-2 config.json (n_layer, "
+             "n_head, n_embd, n_positions, vocab_size: left out, it follows the data), instead of --model",
+     TC(model_config)},
     {"--data", PX_FLAG_STR, "DIR", .max = 4096, .def = "data/demo",
      .help = "token shards train_*.bin, val_*.bin (--standalone prepares the default from the demo corpus on "
              "first use, as phalanx-data --demo)",
@@ -207,7 +224,13 @@ static const px_flag_t AGENT[] = {
 };
 const px_flag_table_t px_agent_flags = PX_FLAG_TABLE("flags (default in brackets):", AGENT);
 
-int px_train_flags_check(const px_trainer_config_t *c, char *err, size_t len) {
+int px_train_flags_check(px_trainer_config_t *c, char *err, size_t len) {
+    if (c->model_config && c->model && strcmp(c->model, c->model_config) != 0) {
+        snprintf(err, len, "--model %s and --model-config %s name two models: give one", c->model, c->model_config);
+        return -1;
+    }
+    if (c->model_config) c->model = c->model_config;
+    if (!c->model) c->model = "tiny";
     if (c->min_lr > c->lr) {
         snprintf(err, len, "--min-lr: bad value %g: expected at most --lr (%g)", c->min_lr, c->lr);
         return -1;

@@ -25,7 +25,8 @@ extern const px_flag_table_t px_worker_layout_flags;
 extern const px_flag_table_t px_agent_flags;
 
 /* What px_train_flags alone cannot check, for both modes: --min-lr at most
- * --lr. 0, or -1 with the message in err. */
-int px_train_flags_check(const px_trainer_config_t *c, char *err, size_t len);
+ * --lr; --model and --model-config naming one model (c->model becomes it,
+ * "tiny" when neither is given). 0, or -1 with the message in err. */
+int px_train_flags_check(px_trainer_config_t *c, char *err, size_t len);
 
 #endif
