@@ -311,6 +311,17 @@ typedef struct {
 int px_ckpt_load_to(const char *path, const px_gpt_config_t *cfg, px_train_state_t *dst, const px_ckpt_sink_t *sink,
                     px_ckpt_manifest_t *m, px_ckpt_fault_t *fault);
 
+/* The model a checkpoint holds, for a tool outside training: path is a
+ * checkpoint (step_N), or a checkpoint folder whose newest checkpoint that
+ * verifies is taken (its path into used[usedlen], when used is not NULL).
+ * *model gets a new model with the parameters and AdamW moments; s is the
+ * state over its buffers (with outer, a DiLoCo checkpoint's outer momentum
+ * too, in s->buf[PX_STATE_OUTER_M], malloc'd: free it; else s->nbuf is 3).
+ * 0, or -1 with the fault (the oldest one's, when none of a folder's
+ * checkpoints verifies). */
+int px_ckpt_open_model(const char *path, int outer, px_gpt_t **model, px_train_state_t *s, char *used,
+                       size_t usedlen, px_ckpt_fault_t *fault);
+
 /* Steps of the step_N folders in dir, newest first (*steps malloc'd). The
  * count, or -1 when dir cannot be read (0 when it does not exist). */
 int px_ckpt_list(const char *dir, int64_t **steps);

@@ -269,31 +269,14 @@ static int write_safetensors(const char *path, const px_gpt_config_t *cfg, const
 static int cmd_export(const opts_t *o) {
     if (!o->llmc && !o->safetensors)
         usage_error(o, "%s", "nothing to export: give --llmc FILE, --safetensors FILE or both");
-    px_ckpt_manifest_t m;
     px_ckpt_fault_t f;
-    /* The sizes first: a manifest describing a huge model with no data
-     * behind it must not make us allocate that model. */
-    if (px_ckpt_read_manifest(o->path, &m, &f) != 0) return bad_input(o->path, &f);
-    if (px_ckpt_check_files(o->path, &m, &f) != 0) {
-        px_ckpt_manifest_free(&m);
-        return bad_input(o->path, &f);
-    }
-    px_gpt_t *model = px_gpt_new_zeroed(&m.model);
-    /* The state is loaded straight into the model's buffers (params, m, v),
-     * and a DiLoCo state's outer momentum into one of its own. */
-    px_train_state_t s = model ? px_state_of_model(model, 0, 0) : (px_train_state_t){0};
-    if (model && m.outer_momentum && (s.buf[PX_STATE_OUTER_M] = malloc(s.n * sizeof(float))))
-        s.nbuf = PX_STATE_MAXBUF;
-    int complete = model && s.nbuf == (m.outer_momentum ? PX_STATE_MAXBUF : PX_STATE_NBUF);
-    px_ckpt_manifest_free(&m);
-    if (!complete) {
-        fprintf(stderr, "phalanx-ckpt: %s: out of memory for its model\n", o->path);
-        px_gpt_destroy(&model);
-        return 1;
-    }
-    if (px_ckpt_load(o->path, &model->config, &s, NULL, &f) != 0) {
-        free(s.buf[PX_STATE_OUTER_M]);
-        px_gpt_destroy(&model);
+    px_gpt_t *model = NULL;
+    px_train_state_t s;
+    if (px_ckpt_open_model(o->path, 1, &model, &s, NULL, 0, &f) != 0) {
+        if (f.kind == PX_CKPT_UNAVAILABLE && strstr(f.fault, "out of memory")) {
+            fprintf(stderr, "phalanx-ckpt: %s: out of memory for its model\n", o->path);
+            return 1;
+        }
         return bad_input(o->path, &f);
     }
     char err[PX_ERRLEN];
@@ -304,7 +287,7 @@ static int cmd_export(const opts_t *o) {
         (rc = write_safetensors(o->safetensors, &model->config, &s, err, sizeof err)) == 0)
         printf("exported format=safetensors path=%s step=%" PRId64 " tensors=%d\n", o->safetensors, s.step,
                px_safetensors_tensors(&model->config, s.nbuf, NULL));
-    free(s.buf[PX_STATE_OUTER_M]);
+    free(s.nbuf == PX_STATE_MAXBUF ? s.buf[PX_STATE_OUTER_M] : NULL);
     px_gpt_destroy(&model);
     if (rc != 0) fprintf(stderr, "phalanx-ckpt: %s\n", err);
     return rc == 0 ? 0 : 1;
@@ -417,8 +400,9 @@ static const command_t commands[] = {
      cmd_inspect},
     {"export", "PATH", &EXPORT_FLAGS,
      "usage: phalanx-ckpt export PATH [--llmc FILE] [--safetensors FILE]\n"
-     "Verifies the checkpoint folder PATH, loads its parameters and writes them\n"
-     "(atomically: a temporary file beside FILE, fsync, rename):\n",
+     "Verifies the checkpoint folder PATH (or, for a folder of checkpoints, its newest\n"
+     "one that verifies), loads its parameters and writes them (atomically: a\n"
+     "temporary file beside FILE, fsync, rename):\n",
      "At least one of the two. Exit status: 0; 1 when a file cannot be written; 2 when\n"
      "the checkpoint is bad (file and fault on stderr).\n",
      cmd_export},
