@@ -38,6 +38,10 @@ add_executable(test_files ${PX_MODEL_TEST_DIR}/test_files.c)
 target_link_libraries(test_files PRIVATE px_model)
 add_test(NAME model_files_corrupt COMMAND test_files WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
 
+add_executable(test_sample ${PX_MODEL_TEST_DIR}/test_sample.c)
+target_link_libraries(test_sample PRIVATE px_model)
+add_test(NAME model_sample COMMAND test_sample)
+
 add_executable(test_data ${PX_MODEL_TEST_DIR}/test_data.c)
 target_link_libraries(test_data PRIVATE px_model)
 add_test(NAME model_data_sampler COMMAND test_data WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
@@ -45,6 +49,9 @@ add_test(NAME model_data_sampler COMMAND test_data WORKING_DIRECTORY ${CMAKE_CUR
 # phalanx-data's inputs (folders, gzip, JSON Lines, stdin) and split, checked
 # token for token; bad input exits 2 naming it.
 px_add_py_test(model_phalanx_data ${PX_MODEL_TEST_DIR}/test_phalanx_data.py ${CMAKE_BINARY_DIR}/bin)
+
+# phalanx-sample on a model trained here: its text, seeds, checkpoints.
+px_add_py_test(model_phalanx_sample ${PX_MODEL_TEST_DIR}/test_phalanx_sample.py ${CMAKE_BINARY_DIR}/bin)
 
 # A model from a JSON config (odd sizes) through every layout, chaos with
 # checkpoints, and a vocabulary that follows the data's tokenizer.
@@ -62,7 +69,8 @@ set_tests_properties(model_recompute_job PROPERTIES TIMEOUT 600 RESOURCE_LOCK co
 
 # Tiers (tests/CMakeLists.txt).
 px_tier(unit model_ops_gradcheck model_ops_isa_clones model_reference_pytorch model_train_state model_gpt_determinism
-        model_files_corrupt model_data_sampler)
-px_tier(process model_standalone_train model_phalanx_data model_config_layouts model_config_vocab)
+        model_files_corrupt model_data_sampler model_sample)
+px_tier(process model_standalone_train model_phalanx_data model_phalanx_sample model_config_layouts
+        model_config_vocab)
 px_tier(chaos model_config_chaos)
 px_tier(slow model_recompute_job)

@@ -1,0 +1,87 @@
+"""phalanx-sample on a model trained here: `tiny` trained for 300 steps on
+a corpus of a few words (make_corpus) writes text from that corpus's
+alphabet at top-k 3 (an untrained model's bytes are anywhere in 0..255);
+the same seed prints the same text and another seed other text; a
+checkpoint of the same weights (phalanx-ckpt import), given as its step_N
+folder or as the folder above, prints the same text as the model file;
+top-k 1 prints temperature 0's text; a prompt longer than the context is
+continued. Bad input exits 2 naming it: neither or both of --checkpoint
+and --model, a folder with no checkpoint, a damaged checkpoint."""
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
+from phalanx_test import check, main, make_corpus  # noqa: E402
+
+
+def run(bindir, prog, args, timeout=300):
+    return subprocess.run([os.path.join(bindir, prog)] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          timeout=timeout)
+
+
+def sample(bindir, args):
+    r = run(bindir, "phalanx-sample", args)
+    check(r.returncode == 0, "phalanx-sample %s: exit %d %s" % (args, r.returncode, r.stderr.decode()[-300:]))
+    return r.stdout
+
+
+def test(bindir):
+    work = tempfile.mkdtemp(prefix="phalanx-sample-")
+    data = make_corpus(bindir, os.path.join(work, "corpus"))
+    with open(os.path.join(work, "corpus", "corpus.txt"), "rb") as f:
+        alphabet = set(f.read())
+    model = os.path.join(work, "tiny.bin")
+    r = run(bindir, "phalanx-worker", ["--standalone", "--model", "tiny", "--data", data, "--steps", "300",
+                                       "--batch", "8", "--lr", "0.003", "--save", model, "--threads", "1"])
+    check(r.returncode == 0, "training: %s" % r.stderr.decode()[-300:])
+
+    prompt = "the quick "
+    text = sample(bindir, ["--model", model, "--prompt", prompt, "--tokens", "120", "--top-k", "3", "--seed", "4"])
+    check(text.startswith(prompt.encode()) and len(text) == len(prompt) + 120 + 1,
+          "the prompt, 120 tokens and a newline: %r" % text)
+    gen = text[len(prompt):-1]
+    outside = sorted(set(gen) - alphabet)
+    check(not outside, "a trained model writes the corpus's alphabet: bytes %s outside it in %r" % (outside, gen))
+    check(sample(bindir, ["--model", model, "--prompt", prompt, "--tokens", "120", "--top-k", "3", "--seed", "4"])
+          == text, "the same seed, the same text")
+    other = sample(bindir, ["--model", model, "--prompt", prompt, "--tokens", "120", "--top-k", "3", "--seed", "5"])
+    check(other != text, "another seed, other text")
+
+    ckdir = os.path.join(work, "ckpt")
+    r = run(bindir, "phalanx-ckpt", ["import", "--llmc", model, "--out", ckdir])
+    check(r.returncode == 0, "import: %s" % r.stderr.decode())
+    for path in (ckdir, os.path.join(ckdir, "step_00000000")):
+        got = sample(bindir, ["--checkpoint", path, "--prompt", prompt, "--tokens", "120", "--top-k", "3",
+                              "--seed", "4"])
+        check(got == text, "--checkpoint %s prints the model file's text: %r vs %r" % (path, got, text))
+
+    greedy = sample(bindir, ["--model", model, "--prompt", prompt, "--tokens", "40", "--temperature", "0"])
+    check(sample(bindir, ["--model", model, "--prompt", prompt, "--tokens", "40", "--top-k", "1", "--seed", "9"])
+          == greedy, "top-k 1 is temperature 0")
+    long_prompt = "the lazy dog " * 10  # 130 bytes, past tiny's context of 64
+    got = sample(bindir, ["--model", model, "--prompt", long_prompt, "--tokens", "10"])
+    check(got.startswith(long_prompt.encode()) and len(got) == len(long_prompt) + 11, "a long prompt: %r" % got)
+
+    empty = tempfile.mkdtemp(prefix="phalanx-sample-empty-")
+    damaged = os.path.join(work, "damaged")
+    r = run(bindir, "phalanx-ckpt", ["import", "--llmc", model, "--out", damaged])
+    data_file = os.path.join(damaged, "step_00000000", sorted(f for f in os.listdir(os.path.join(
+        damaged, "step_00000000")) if f.endswith(".bin"))[0])
+    with open(data_file, "r+b") as f:
+        f.seek(2000)
+        b = f.read(1)
+        f.seek(2000)
+        f.write(bytes([b[0] ^ 0xFF]))
+    for args, why in (([], "give one of --checkpoint"), (["--checkpoint", ckdir, "--model", model], "give one"),
+                      (["--checkpoint", empty], "no checkpoint"), (["--checkpoint", damaged], "checksum"),
+                      (["--model", os.path.join(work, "nope.bin")], "nope.bin")):
+        r = run(bindir, "phalanx-sample", args)
+        err = r.stderr.decode()
+        check(r.returncode == 2 and why in err, "%s: exit 2 saying %r: %d %s" % (args, why, r.returncode, err))
+    print("phalanx-sample: the corpus's alphabet, seeds, checkpoints, greedy, long prompts; bad input named")
+
+
+if __name__ == "__main__":
+    main(test)
