@@ -46,6 +46,12 @@ static records_t read_records(const char *path) {
     return r;
 }
 
+static void free_records(records_t *r) {
+    for (size_t i = 0; i < r->n; i++) free(r->text[i]);
+    free(r->text);
+    free(r->len);
+}
+
 static px_tok_t *load(const char *path) {
     char err[512];
     px_tok_t *t = px_tok_load(path, err, sizeof err);
@@ -70,6 +76,8 @@ int main(int argc, char **argv) {
             fwrite(ids, 4, n, out);
         }
         if (fclose(out) != 0) die("cannot write '%s'", argv[4]);
+        free(ids);
+        free_records(&r);
         px_tok_free(&t);
         return 0;
     }
@@ -90,6 +98,9 @@ int main(int argc, char **argv) {
             }
         }
         printf("roundtrip: %zu records equal\n", r.n);
+        free(ids);
+        free(buf);
+        free_records(&r);
         px_tok_free(&t);
         return 0;
     }
@@ -103,6 +114,7 @@ int main(int argc, char **argv) {
         if (!t || px_tok_save(t, argv[6], err, sizeof err) < 0) die("%s", err);
         px_tok_free(&t);
         px_tok_trainer_free(&tr);
+        free_records(&r);
         return 0;
     }
     fprintf(stderr, "usage: tok_tool encode TOKENIZER.json RECORDS OUT | roundtrip TOKENIZER.json RECORDS |"
