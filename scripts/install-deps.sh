@@ -5,9 +5,10 @@
 # everything present does nothing and succeeds.
 set -eu
 # What compiling and linking the programs needs (the image's build stage
-# installs only these: `install-deps.sh --build`; fortunes is the demo corpus).
+# installs only these: `install-deps.sh --build`; fortunes is the demo corpus;
+# libpcre2-dev runs the tokenizer's pre-tokenizer regexes, \p{L} and lookahead).
 BUILD_PKGS="build-essential cmake pkg-config libzmq3-dev libsodium-dev libprotobuf-c-dev protobuf-c-compiler \
-librdkafka-dev libxxhash-dev libjansson-dev zlib1g-dev libopenblas-dev libgloo-dev fortunes"
+librdkafka-dev libxxhash-dev libjansson-dev zlib1g-dev libopenblas-dev libgloo-dev fortunes libpcre2-dev"
 # What the tests and the demo use besides: kcat reads Kafka, valgrind checks
 # memory, podman/runc/debootstrap build and run the image (deploy/), chromium
 # renders the dashboard headless (tests/ft/test_dashboard.py),
@@ -18,7 +19,8 @@ TEST_PKGS="kcat curl python3 python3-pip python3-matplotlib valgrind podman runc
 # kubernetes-validate: the rendered manifests are checked against Kubernetes' schemas.
 # prometheus-client: /metrics is parsed by Prometheus' own text-format parser.
 # matplotlib: for a python3 on PATH other than Debian's (which has python3-matplotlib).
-PYPKGS="safetensors:safetensors numpy:numpy kubernetes-validate:kubernetes_validate prometheus-client:prometheus_client matplotlib:matplotlib"
+# tokenizers: the tokenizer's ids are checked against Hugging Face's own (tests/tokenizer).
+PYPKGS="safetensors:safetensors numpy:numpy kubernetes-validate:kubernetes_validate prometheus-client:prometheus_client matplotlib:matplotlib tokenizers:tokenizers"
 
 PKGS="$BUILD_PKGS $TEST_PKGS"
 BUILD_ONLY=0
