@@ -9,7 +9,10 @@ standard input, plain standard input, and the validation split (a text
 file's tail cut at a line; JSONL records whole while val holds at most its
 share). Bad input exits 2 naming it before anything is written (a missing
 path, an empty folder, no inputs); a malformed record names its file and
-line."""
+line. With a tokenizer (--train-tokenizer, or --tokenizer FILE) the shards
+are, document by document, the end-of-text id and Hugging Face's encoding
+of the text, and DIR/tokenizer.json is written (the given file unchanged);
+byte-level shards over such a folder remove it."""
 import gzip
 import json
 import os
@@ -19,7 +22,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
-from phalanx_test import check, main  # noqa: E402
+from phalanx_test import Fail, check, main  # noqa: E402
 
 
 def shard_tokens(path):
@@ -134,6 +137,49 @@ def test(bindir):
         check(r.returncode != 0 and "bad.jsonl" in err and why in err, "a bad record: %r, got %d %s" %
               (why, r.returncode, err))
     print("phalanx-data: folders, gzip, JSON Lines, stdin and the split give the documents' bytes; bad input named")
+    bpe(bindir, d)
+
+
+def bpe(bindir, d):
+    """--train-tokenizer and --tokenizer: the shards are, document by
+    document, the end-of-text id then Hugging Face's encoding of the text."""
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        raise Fail("the tokenizers package is missing (scripts/install-deps.sh installs it)")
+    docs = ["caf\u00e9 au lait, don't stop %d \U0001F600" % i for i in range(300)] + ["\u4e2d\u6587 text  \t end"]
+    src = os.path.join(d, "bpe.jsonl")
+    write(src, "\n".join(json.dumps({"text": t}) for t in docs).encode())
+    out = os.path.join(d, "o-bpe")
+    s = ok(data(bindir, ["--out", out, "--val-fraction", "0", "--train-tokenizer", "300", src]), "--train-tokenizer")
+    tok_path = os.path.join(out, "tokenizer.json")
+    check(s["vocab"] == "300" and s["tokenizer"] == "trained" and os.path.exists(tok_path), "a tokenizer: %s" % s)
+    hf = Tokenizer.from_file(tok_path)
+    eot = hf.token_to_id("<|endoftext|>")
+    want = [t for doc in docs for t in [eot] + hf.encode(doc, add_special_tokens=False).ids]
+    got = [t for name in sorted(os.listdir(out)) if name.startswith("train_")
+           for t in shard_tokens(os.path.join(out, name))]
+    check(eot is not None and got == want, "shards = <eot> + HF's ids per document (%d vs %d ids)" % (len(got),
+                                                                                                    len(want)))
+    # The tokenizer given: copied byte for byte beside the shards, the same ids.
+    again = os.path.join(d, "o-bpe-given")
+    s = ok(data(bindir, ["--out", again, "--val-fraction", "0", "--tokenizer", tok_path, src]), "--tokenizer")
+    with open(tok_path, "rb") as a, open(os.path.join(again, "tokenizer.json"), "rb") as b:
+        check(a.read() == b.read(), "the given tokenizer.json is copied as it is")
+    check(shard_tokens(os.path.join(again, "train_000000.bin")) == want, "the given tokenizer gives the same ids")
+    # Bytes again into the same folder: the stale tokenizer.json goes.
+    ok(data(bindir, ["--out", again, "--val-fraction", "0", src]), "bytes over a BPE folder")
+    check(not os.path.exists(os.path.join(again, "tokenizer.json")), "byte-level shards leave no tokenizer.json")
+    bad_tok = os.path.join(d, "bad-tokenizer.json")
+    write(bad_tok, b'{"model": {"type": "WordPiece"}}')
+    for args, why in ((["--tokenizer", tok_path, "--train-tokenizer", "300", src], "give one"),
+                      (["--train-tokenizer", "300", "-"], "standard input can be read once"),
+                      (["--tokenizer", bad_tok, src], "bad-tokenizer.json"),
+                      (["--tokenizer", os.path.join(d, "none.json"), src], "none.json")):
+        r = data(bindir, ["--out", os.path.join(d, "o-bpe-bad")] + args, b"")
+        err = r.stderr.decode()
+        check(r.returncode == 2 and why in err, "%s: exit 2 saying %r: %d %s" % (args, why, r.returncode, err))
+    print("phalanx-data with a BPE: <eot> + HF's ids per document, trained or given; bad tokenizers named")
 
 
 if __name__ == "__main__":
