@@ -311,6 +311,19 @@ typedef struct {
 int px_ckpt_load_to(const char *path, const px_gpt_config_t *cfg, px_train_state_t *dst, const px_ckpt_sink_t *sink,
                     px_ckpt_manifest_t *m, px_ckpt_fault_t *fault);
 
+/* The run's tokenizer beside its checkpoints: DIR/tokenizer.json, a copy
+ * of the data's (phalanx-data writes DATA/tokenizer.json), made when a job
+ * starts, so that a tool reading a checkpoint can turn its model's ids into
+ * text (phalanx-sample, the Hugging Face export). */
+#define PX_CKPT_TOKENIZER "tokenizer.json"
+/* Copies DATA/tokenizer.json into dir (created if missing). 1 copied, 0
+ * when the data has none, -1 with err. */
+int px_ckpt_keep_tokenizer(const char *dir, const char *data_dir, char *err, size_t errlen);
+/* The tokenizer of the checkpoint at path (a step_N folder or the folder of
+ * checkpoints): path/tokenizer.json, else its parent's. 1 with its path in
+ * out, 0 when there is none. */
+int px_ckpt_find_tokenizer(const char *path, char *out, size_t len);
+
 /* The model a checkpoint holds, for a tool outside training: path is a
  * checkpoint (step_N), or a checkpoint folder whose newest checkpoint that
  * verifies is taken (its path into used[usedlen], when used is not NULL).

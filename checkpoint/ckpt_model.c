@@ -1,14 +1,18 @@
-/* A checkpoint as a model (ckpt.h, px_ckpt_open_model): what a tool that
- * reads a checkpoint outside training needs (phalanx-ckpt export,
- * phalanx-sample). The sizes come from the manifest and the files are
+/* A checkpoint as a model (ckpt.h, px_ckpt_open_model) and the run's
+ * tokenizer kept beside it: what a tool that reads a checkpoint outside
+ * training needs (phalanx-ckpt export, phalanx-sample). The sizes come from the manifest and the files are
  * checked before the model is allocated, so a manifest describing a huge
  * model with no data behind it never makes a reader allocate that model. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "ckpt.h"
+#include "ckpt_int.h"
+#include "px_err.h"
+#include "px_file.h"
 
 static int open_one(const char *path, int outer, px_gpt_t **model, px_train_state_t *s, px_ckpt_fault_t *f) {
     px_ckpt_manifest_t m;
@@ -67,4 +71,23 @@ int px_ckpt_open_model(const char *path, int outer, px_gpt_t **model, px_train_s
     }
     free(steps);
     return rc;
+}
+
+int px_ckpt_keep_tokenizer(const char *dir, const char *data_dir, char *err, size_t errlen) {
+    char src[4200], dst[4200];
+    snprintf(src, sizeof src, "%s/" PX_CKPT_TOKENIZER, data_dir);
+    struct stat st;
+    if (stat(src, &st) != 0) return 0;
+    if (px_ckpt_mkdirs(dir) != 0)
+        return px_err_set(err, errlen, "creating the checkpoint folder %s: %s", dir, strerror(errno));
+    snprintf(dst, sizeof dst, "%s/" PX_CKPT_TOKENIZER, dir);
+    return px_file_copy_atomic(src, dst, "tokenizer file", err, errlen) == 0 ? 1 : -1;
+}
+
+int px_ckpt_find_tokenizer(const char *path, char *out, size_t len) {
+    struct stat st;
+    snprintf(out, len, "%s/" PX_CKPT_TOKENIZER, path);
+    if (stat(out, &st) == 0) return 1;
+    snprintf(out, len, "%s/../" PX_CKPT_TOKENIZER, path);
+    return stat(out, &st) == 0;
 }

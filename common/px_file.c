@@ -36,6 +36,24 @@ int px_file_write_atomic(const char *path, const void *header, size_t hlen, cons
     return 0;
 }
 
+int px_file_copy_atomic(const char *src, const char *dst, const char *what, char *err, size_t errlen) {
+    FILE *f = fopen(src, "rb");
+    if (!f) return px_err_set(err, errlen, "cannot read %s '%s': %s", what, src, strerror(errno));
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    while (buf && (n += fread(buf + n, 1, cap - n, f)) == cap) {
+        char *b = realloc(buf, cap * 2);
+        if (!b) free(buf);
+        buf = b, cap *= 2;
+    }
+    int bad = !buf || ferror(f);
+    fclose(f);
+    int rc = bad ? px_err_set(err, errlen, "cannot read %s '%s'%s", what, src, buf ? "" : ": out of memory")
+                 : px_file_write_atomic(dst, buf, n, NULL, 0, what, err, errlen);
+    free(buf);
+    return rc;
+}
+
 int px_fd_write_all(int fd, const void *buf, size_t len) {
     const char *p = buf;
     while (len) {

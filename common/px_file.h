@@ -16,6 +16,10 @@
 int px_file_write_atomic(const char *path, const void *header, size_t hlen, const void *data, size_t dlen,
                          const char *what, char *err, size_t errlen);
 
+/* Copies the file src to dst atomically (whole, as px_file_write_atomic
+ * writes). For files that fit in memory. 0, or -1 with a message. */
+int px_file_copy_atomic(const char *src, const char *dst, const char *what, char *err, size_t errlen);
+
 /* Writes all len bytes to fd, through short writes and EINTR. 0, or -1 with
  * errno set (EIO when a write took nothing). */
 int px_fd_write_all(int fd, const void *buf, size_t len);

@@ -768,6 +768,18 @@ static void stop_all(launch_t *L, int sig) {
     }
 }
 
+/* mkdir -p of the folders above path (a failure shows in the use that follows). */
+static void mkdir_parents(const char *path) {
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s", path);
+    for (char *p = dir + 1; *p; p++)
+        if (*p == '/') {
+            *p = '\0';
+            mkdir(dir, 0755);
+            *p = '/';
+        }
+}
+
 static int has_shards(const char *dir) {
     char pattern[4200];
     snprintf(pattern, sizeof pattern, "%s/train_*.bin", dir);
@@ -783,14 +795,7 @@ static int has_shards(const char *dir) {
 static int ensure_data(launch_t *L) {
     if (has_shards(L->cfg.data)) return 0;
     say(L, "no training data in %s: preparing the demo corpus (phalanx-data --demo)", L->cfg.data);
-    char dir[4200];
-    snprintf(dir, sizeof dir, "%s", L->cfg.data);
-    for (char *p = dir + 1; *p; p++) /* mkdir -p of the parents */
-        if (*p == '/') {
-            *p = '\0';
-            mkdir(dir, 0755);
-            *p = '/';
-        }
+    mkdir_parents(L->cfg.data);
     char path[4200];
     snprintf(path, sizeof path, "%s/phalanx-data", L->cfg.bindir);
     pid_t parent = getpid();
@@ -907,6 +912,7 @@ int main(int argc, char **argv) {
         char *slash = strrchr(c->bindir, '/');
         if (slash) *slash = '\0';
     }
+    mkdir_parents(c->log_dir);
     mkdir(c->log_dir, 0755);
     if (c->curve) {
         char err[600];

@@ -154,21 +154,7 @@ static int write_tokenizer(const opts_t *o, const px_tok_t *t, char *err, size_t
         return 0;
     }
     if (!o->tokenizer) return px_tok_save(t, path, err, errlen);
-    FILE *f = fopen(o->tokenizer, "rb");
-    if (!f) return px_err_set(err, errlen, "cannot read '%s': %s", o->tokenizer, strerror(errno));
-    size_t cap = 1 << 20, n = 0;
-    char *buf = malloc(cap);
-    while (buf && (n += fread(buf + n, 1, cap - n, f)) == cap) {
-        char *b = realloc(buf, cap *= 2);
-        if (!b) free(buf);
-        buf = b;
-    }
-    int bad = !buf || ferror(f);
-    fclose(f);
-    int rc = bad ? px_err_set(err, errlen, "cannot read '%s'", o->tokenizer)
-                 : px_file_write_atomic(path, buf, n, NULL, 0, "tokenizer file", err, errlen);
-    free(buf);
-    return rc;
+    return px_file_copy_atomic(o->tokenizer, path, "tokenizer file", err, errlen);
 }
 
 /* The inputs named, plus the demo corpus with --demo: exits 2 when there

@@ -2,8 +2,8 @@
  *   phalanx-sample --checkpoint ckpt --prompt "The " --tokens 200 --top-k 40
  * The model comes from a checkpoint (a step_N folder, or a checkpoint folder
  * whose newest good checkpoint is taken) or an llm.c model file. Tokens are
- * bytes unless a tokenizer.json is given (or lies beside the data the
- * checkpoint was trained on, see --tokenizer). */
+ * bytes unless there is a tokenizer: --tokenizer FILE, or the run's, which a
+ * job keeps beside its checkpoints (checkpoint/ckpt.h). */
 #include <errno.h>
 #include <inttypes.h>
 #include <omp.h>
@@ -18,12 +18,13 @@
 #include "px_err.h"
 #include "px_flags.h"
 #include "px_log.h"
+#include "px_tok.h"
 #include "sample.h"
 
 static const char *PROG = "phalanx-sample";
 
 typedef struct {
-    const char *checkpoint, *model, *prompt;
+    const char *checkpoint, *model, *prompt, *tokenizer;
     int tokens, top_k, threads;
     double temperature;
     uint64_t seed;
@@ -35,8 +36,10 @@ static const px_flag_t FLAGS[] = {
      .help = "a checkpoint (step_N), or a folder of them: its newest one that verifies", O(checkpoint)},
     {"--model", PX_FLAG_STR, "FILE", .max = 4096, .note = "none", .help = "an llm.c model file instead",
      O(model)},
-    {"--prompt", PX_FLAG_STR, "TEXT", .max = 1 << 16, .note = "a newline", .help = "the text to continue",
-     O(prompt)},
+    {"--tokenizer", PX_FLAG_STR, "FILE", .max = 4096, .note = "the checkpoint's, else bytes",
+     .help = "a Hugging Face tokenizer.json for the model's ids", O(tokenizer)},
+    {"--prompt", PX_FLAG_STR, "TEXT", .max = 1 << 16, .note = "end-of-text, or a newline for bytes",
+     .help = "the text to continue", O(prompt)},
     {"--tokens", PX_FLAG_INT, "N", .min = 1, .max = 1000000, .def = "64", .help = "tokens to generate", O(tokens)},
     {"--temperature", PX_FLAG_REAL, "T", .lo = 0, .hi = 100, .def = "1.0",
      .help = "softmax temperature; 0 = always the most likely token", O(temperature)},
@@ -53,18 +56,99 @@ static const char USAGE[] =
     "usage: phalanx-sample (--checkpoint PATH | --model FILE) [--prompt TEXT] [--tokens N]\n"
     "                      [--temperature T] [--top-k K] [--seed S] [--threads N]\n"
     "Prints the prompt and the model's continuation of it, token by token, on the CPU.\n"
-    "Tokens are bytes (vocabulary 256). The same model, flags and seed give the same\n"
-    "text.\n";
+    "Ids become text with the tokenizer a job keeps beside its checkpoints (or\n"
+    "--tokenizer), else as bytes. The same model, flags and seed give the same text.\n";
 
 static const char EPILOGUE[] =
     "Exit status: 0; 1 when the model cannot be run (out of memory); 2 for bad flags, a\n"
     "checkpoint or model file that cannot be read, or a prompt outside the vocabulary.\n";
 
+typedef struct {
+    const px_tok_t *tok; /* NULL: bytes */
+    char *buf;
+    size_t len, cap;
+} printer_t;
+
 static int print_token(void *arg, int token) {
-    (void)arg;
-    putchar(token); /* byte-level: the token is the byte */
+    printer_t *p = arg;
+    if (!p->tok) {
+        putchar(token); /* byte-level: the token is the byte */
+    } else {
+        int32_t id = token;
+        char err[PX_ERRLEN];
+        p->len = 0;
+        if (px_tok_decode(p->tok, &id, 1, &p->buf, &p->len, &p->cap, err, sizeof err) != 0) {
+            fprintf(stderr, "%s: %s\n", PROG, err);
+            return -1;
+        }
+        fwrite(p->buf, 1, p->len, stdout);
+    }
     fflush(stdout);
     return 0;
+}
+
+/* --tokenizer, or the checkpoint's; NULL for bytes. Exits 2 when it cannot
+ * be read or does not fit the model. */
+static px_tok_t *open_tokenizer(const opts_t *o, const px_gpt_t *m) {
+    char found[4300];
+    const char *path = o->tokenizer;
+    if (!path && o->checkpoint && px_ckpt_find_tokenizer(o->checkpoint, found, sizeof found)) path = found;
+    if (!path) return NULL;
+    char err[PX_ERRLEN];
+    px_tok_t *t = px_tok_load(path, err, sizeof err);
+    if (!t) {
+        fprintf(stderr, "%s: tokenizer: %s\n", PROG, err);
+        exit(2);
+    }
+    if (px_tok_vocab_size(t) > m->config.vocab_size) {
+        fprintf(stderr, "%s: tokenizer %s has %d tokens, the model's vocabulary %d\n", PROG, path,
+                px_tok_vocab_size(t), m->config.vocab_size);
+        exit(2);
+    }
+    fprintf(stderr, "%s: tokenizer %s (%d tokens)\n", PROG, path, px_tok_vocab_size(t));
+    return t;
+}
+
+/* The prompt's ids: the tokenizer's (its end-of-text id when no prompt is
+ * given), or bytes (a newline when none is given). Exits 2 when an id is
+ * outside the model's vocabulary. */
+static int *prompt_ids(const opts_t *o, const px_tok_t *tok, const px_gpt_t *m, int *np) {
+    int32_t *ids = NULL;
+    size_t n = 0, cap = 0;
+    char err[PX_ERRLEN];
+    const char *text = o->prompt ? o->prompt : tok ? "" : "\n";
+    if (tok && !o->prompt) {
+        if (px_tok_eot_id(tok) < 0) {
+            fprintf(stderr, "%s: the tokenizer has no end-of-text token to start from: give --prompt\n", PROG);
+            exit(2);
+        }
+        ids = malloc(sizeof *ids);
+        if (ids) ids[n++] = px_tok_eot_id(tok);
+    } else if (tok) {
+        if (px_tok_encode(tok, text, strlen(text), &ids, &n, &cap, err, sizeof err) != 0) {
+            fprintf(stderr, "%s: --prompt: %s\n", PROG, err);
+            exit(1);
+        }
+    } else if ((ids = malloc((strlen(text) + 1) * sizeof *ids))) {
+        for (; text[n]; n++) ids[n] = (unsigned char)text[n];
+    }
+    if (!ids || n == 0) {
+        fprintf(stderr, "%s: --prompt: %s\n", PROG, ids ? "empty; give at least one character" : "out of memory");
+        exit(2);
+    }
+    int *out = malloc(n * sizeof *out);
+    if (!out) exit(1);
+    for (size_t i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= m->config.vocab_size) {
+            fprintf(stderr, "%s: --prompt: token %d is outside the model's vocabulary of %d\n", PROG, (int)ids[i],
+                    m->config.vocab_size);
+            exit(2);
+        }
+        out[i] = ids[i];
+    }
+    free(ids);
+    *np = (int)n;
+    return out;
 }
 
 static px_gpt_t *open_model(const opts_t *o) {
@@ -101,30 +185,19 @@ int main(int argc, char **argv) {
         return 2;
     }
     if (o.threads > 0) omp_set_num_threads(o.threads);
-    if (!o.prompt) o.prompt = "\n";
     px_gpt_t *m = open_model(&o);
-    size_t np = strlen(o.prompt);
-    if (np == 0) {
-        fprintf(stderr, "%s: --prompt: empty; give at least one character\n", PROG);
-        px_gpt_destroy(&m);
-        return 2;
-    }
-    int *prompt = malloc(np * sizeof *prompt);
-    if (!prompt) return 1;
-    for (size_t i = 0; i < np; i++) prompt[i] = (unsigned char)o.prompt[i];
-    for (size_t i = 0; i < np; i++)
-        if (prompt[i] >= m->config.vocab_size) {
-            fprintf(stderr, "%s: --prompt: byte %d is outside the model's vocabulary of %d\n", PROG, prompt[i],
-                    m->config.vocab_size);
-            free(prompt);
-            px_gpt_destroy(&m);
-            return 2;
-        }
-    fwrite(o.prompt, 1, np, stdout);
+    px_tok_t *tok = open_tokenizer(&o, m);
+    int np = 0;
+    int *prompt = prompt_ids(&o, tok, m, &np);
+    if (o.prompt) fputs(o.prompt, stdout);
+    else if (!tok) putchar('\n');
+    printer_t pr = {.tok = tok};
     const px_sample_opts_t so = {.temperature = (float)o.temperature, .top_k = o.top_k, .seed = (uint64_t)o.seed};
-    int rc = px_sample_generate(m, prompt, (int)np, o.tokens, &so, print_token, NULL);
+    int rc = px_sample_generate(m, prompt, np, o.tokens, &so, print_token, &pr);
     putchar('\n');
+    free(pr.buf);
     free(prompt);
+    px_tok_free(&tok);
     px_gpt_destroy(&m);
     if (rc != 0) fprintf(stderr, "%s: the model could not be run (out of memory?)\n", PROG);
     return rc == 0 ? 0 : 1;

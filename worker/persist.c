@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "ckpt.h"
+#include "px_err.h"
 #include "px_log.h"
 #include "px_time.h"
 #include "px_wire.h"
@@ -41,6 +42,13 @@ int px_persist_init(px_persist_t *p, const px_trainer_config_t *cfg, px_agent_t 
     if (!cfg->checkpoint_dir || !cfg->checkpoint_dir[0]) return 0;
     if (expand_dir(cfg->checkpoint_dir, cfg->group, p->dir, sizeof p->dir) != 0) {
         px_log_error("--checkpoint-dir: '%s' is too long", cfg->checkpoint_dir);
+        return -1;
+    }
+    /* The data's tokenizer beside the checkpoints: tools that read them
+     * turn the model's ids into text with it. */
+    char err[PX_ERRLEN];
+    if (px_ckpt_keep_tokenizer(p->dir, cfg->data, err, sizeof err) < 0) {
+        px_log_error("--checkpoint-dir: keeping the data's tokenizer: %s", err);
         return -1;
     }
     return 0;

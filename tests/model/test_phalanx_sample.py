@@ -6,7 +6,10 @@ checkpoint of the same weights (phalanx-ckpt import), given as its step_N
 folder or as the folder above, prints the same text as the model file;
 top-k 1 prints temperature 0's text; a prompt longer than the context is
 continued. Bad input exits 2 naming it: neither or both of --checkpoint
-and --model, a folder with no checkpoint, a damaged checkpoint."""
+and --model, a folder with no checkpoint, a damaged checkpoint. A job on
+BPE shards (phalanx-data --train-tokenizer) keeps the tokenizer beside
+its checkpoints, where phalanx-sample finds it and prints text; a
+tokenizer larger than the model's vocabulary exits 2."""
 import os
 import subprocess
 import sys
@@ -81,6 +84,39 @@ def test(bindir):
         err = r.stderr.decode()
         check(r.returncode == 2 and why in err, "%s: exit 2 saying %r: %d %s" % (args, why, r.returncode, err))
     print("phalanx-sample: the corpus's alphabet, seeds, checkpoints, greedy, long prompts; bad input named")
+    bpe(bindir, work, alphabet, model)
+
+
+def bpe(bindir, work, alphabet, byte_model):
+    """A job on BPE shards keeps the data's tokenizer beside its checkpoints;
+    phalanx-sample finds it there and prints text, not ids."""
+    corpus = os.path.join(work, "corpus", "corpus.txt")
+    data = os.path.join(work, "bpe")
+    r = run(bindir, "phalanx-data", ["--out", data, "--train-tokenizer", "400", corpus])
+    check(r.returncode == 0, "phalanx-data --train-tokenizer: %s" % r.stderr.decode()[-300:])
+    vocab = int(r.stdout.decode().split("vocab=")[1].split()[0])  # at most 400: the corpus has few words
+    ckpt = os.path.join(work, "bpe-ckpt")
+    r = run(bindir, "phalanx-launch", ["--groups", "1", "--model", "tiny", "--steps", "200", "--data", data,
+                                       "--checkpoint-dir", ckpt, "--checkpoint-every", "200", "--log-dir",
+                                       os.path.join(work, "bpe-logs"), "--quiet", "--", "--global-batch", "8",
+                                       "--lr", "0.003"], timeout=600)
+    check(r.returncode == 0, "the BPE job: %s" % r.stdout.decode()[-500:])
+    with open(os.path.join(data, "tokenizer.json"), "rb") as a, open(os.path.join(ckpt, "tokenizer.json"), "rb") as b:
+        check(a.read() == b.read(), "the job keeps the data's tokenizer beside its checkpoints")
+    args = ["--checkpoint", ckpt, "--prompt", "the ", "--tokens", "40", "--top-k", "3", "--seed", "3"]
+    r = run(bindir, "phalanx-sample", args)
+    check(r.returncode == 0 and ("tokenizer.json (%d tokens)" % vocab).encode() in r.stderr, "the checkpoint's tokenizer is used: %s"
+          % r.stderr.decode())
+    text = r.stdout
+    gen = text[len("the "):-1]
+    check(text.startswith(b"the ") and len(gen) > 40, "40 BPE tokens are more than 40 bytes of text: %r" % text)
+    check(not set(gen) - alphabet, "the text is in the corpus's alphabet: %r" % gen)
+    given = sample(bindir, args + ["--tokenizer", os.path.join(data, "tokenizer.json")])
+    check(given == text, "--tokenizer FILE gives the same text")
+    r = run(bindir, "phalanx-sample", ["--model", byte_model, "--tokenizer", os.path.join(data, "tokenizer.json")])
+    check(r.returncode == 2 and ("%d tokens, the model's vocabulary 256" % vocab).encode() in r.stderr,
+          "a tokenizer larger than the model's vocabulary: %d %s" % (r.returncode, r.stderr.decode()))
+    print("phalanx-sample with the run's BPE tokenizer: text in the corpus's alphabet")
 
 
 if __name__ == "__main__":
