@@ -493,6 +493,9 @@ static void on_line(launch_t *L, worker_t *w, const char *line) {
             field(line, "groups", ep, sizeof ep) ? ep : "?", field(line, "contributors", c, sizeof c) ? c : "?",
             field(line, "loss", d, sizeof d) ? d : "?", field(line, "wire_bytes", e, sizeof e) ? e : "?",
             streaming ? " | fragment " : "", streaming ? f : "");
+    } else if (!strncmp(line, "sample ", 7)) { /* --sample-every: the text as the worker escaped it */
+        const char *text = strstr(line, " text=");
+        say(L, "  > sample at step %s: %s", field(line, "step", a, sizeof a) ? a : "?", text ? text + 6 : "?");
     } else if (!strncmp(line, "event kind=step_failed", 22)) {
         say(L, "  ! group %s: step %s failed (%s), retrying without the lost group", w->group,
             field(line, "step", a, sizeof a) ? a : "?", field(line, "status", b, sizeof b) ? b : "?");

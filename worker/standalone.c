@@ -35,6 +35,7 @@
 #include "model_config.h"
 #include "px_err.h"
 #include "progress.h"
+#include "sample_line.h"
 #include "px_flags.h"
 #include "px_log.h"
 #include "px_time.h"
@@ -288,6 +289,7 @@ int px_standalone_main(int argc, char **argv) {
         rc = val && isfinite(val_loss) ? 0 : 1;
         goto out;
     }
+    px_tok_t *sample_tok = tc->sample_every > 0 ? px_sample_line_tokenizer(tc->data) : NULL;
     int64_t t_start = px_now_us();
     for (int step = 0; step < steps && !g_stop; step++) {
         int64_t t0 = px_now_us();
@@ -318,6 +320,11 @@ int px_standalone_main(int argc, char **argv) {
             val_loss = eval_loss(dev, val, tc->eval_batches, B, T, x, y);
             print_eval(tc, done, val_loss);
         }
+        if (tc->sample_every > 0 && done % tc->sample_every == 0) {
+            px_compute_host_state_begin(dev); /* a GPU's state into the host model; nothing on the CPU */
+            px_compute_host_wait(dev);
+            px_sample_line(model, sample_tok, tc->sample_tokens, tc->seed, done);
+        }
     }
     double wall_s = (double)(px_now_us() - t_start) / 1e6;
     if (g_stop) printf("stopping signal=%d after_step=%d\n", (int)g_stop, done);
@@ -336,6 +343,7 @@ int px_standalone_main(int argc, char **argv) {
            done, steps, loss_n ? loss_sum / loss_n : (double)loss, first_val, val_loss, wall_s,
            done ? train_ms / done : 0.0, done ? (double)bt * done / (train_ms / 1000.0) : 0.0,
            rc ? "error" : g_stop ? "signal" : "completed");
+    px_tok_free(&sample_tok);
 out:
     free(x);
     free(y);

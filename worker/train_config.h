@@ -35,6 +35,7 @@ typedef struct {
     uint64_t seed;
     int threads;
     int eval_every, eval_batches;
+    int sample_every, sample_tokens; /* a sample line every N steps (0: none), of this many tokens */
     int comm_timeout_ms;
     double cross_link_mbps;   /* benchmarks: the cross-group communicators (heals' too) paced to this many
                                  megabits/s per rank (px_comm_set_rate_limit); 0: not paced */

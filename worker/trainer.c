@@ -70,6 +70,7 @@
 #include "model_config.h"
 #include "px_log.h"
 #include "px_time.h"
+#include "sample_line.h"
 #include "trainer_int.h"
 
 /* After committing a step: the checkpoint due at it, if this group writes. */
@@ -311,6 +312,7 @@ static int setup(trainer_t *t) {
     const px_trainer_config_t *cfg = t->cfg;
     char err[512];
     if (cfg->threads > 0) omp_set_num_threads(cfg->threads);
+    if (cfg->sample_every > 0 && cfg->rank == 0) t->sample_tok = px_sample_line_tokenizer(cfg->data);
     /* A sharded group with a preset never holds the whole model: each rank
      * draws its own shard (setup_shard). */
     px_gpt_config_t mc;
@@ -426,6 +428,7 @@ static void teardown(trainer_t *t) {
     if (t->shard) t->model = NULL; /* the shard's */
     px_shard_destroy(&t->shard);
     px_gpt_destroy(&t->model);
+    px_tok_free(&t->sample_tok);
     px_dataset_destroy(&t->train);
     px_dataset_destroy(&t->val);
     free(t->inputs);
@@ -483,6 +486,10 @@ int px_trainer_check(const px_trainer_config_t *cfg, char *err, size_t errlen) {
     }
     if (check_stages(cfg, err, errlen) != 0) return -1;
     if (check_fragments(cfg, err, errlen) != 0) return -1;
+    if (cfg->sample_every > 0 && layout_given(cfg)) {
+        snprintf(err, errlen, "--sample-every needs the whole model on a rank: not with --fsdp, --tp or --pp");
+        return -1;
+    }
     if (cfg->outer_overlap && cfg->mode == PX_MODE_SYNC) {
         snprintf(err, errlen, "--outer-overlap: overlapped outer steps need --mode diloco or auto");
         return -1;
@@ -637,6 +644,18 @@ static iter_t join_next(trainer_t *t, loop_t *L) {
 /* A sharded group evaluates together (its forward is collective). */
 static int evaluates(const trainer_t *t) { return t->my_index == 0 && (t->cfg->rank == 0 || t->shard); }
 
+/* --sample-every: replica 0's rank 0 prints the model's text when the step
+ * passed a multiple of N since `from` (the model is whole there: a layout
+ * is refused with the flag, px_trainer_check). */
+static void maybe_sample(trainer_t *t, int64_t from) {
+    const px_trainer_config_t *cfg = t->cfg;
+    int every = cfg->sample_every;
+    if (every <= 0 || t->st.step / every == from / every || t->my_index != 0 || cfg->rank != 0 || !t->model) return;
+    px_compute_host_state_begin(t->dev); /* a GPU's state into the host model; nothing on the CPU */
+    px_compute_host_wait(t->dev);
+    px_sample_line(t->model, t->sample_tok, cfg->sample_tokens, cfg->seed, t->st.step);
+}
+
 /* A DiLoCo round's next step: an inner step, or the outer step at its end. */
 static void diloco_iteration(trainer_t *t, loop_t *L, int64_t t0) {
     const px_trainer_config_t *cfg = t->cfg;
@@ -676,6 +695,7 @@ static void diloco_iteration(trainer_t *t, loop_t *L, int64_t t0) {
             px_agent_set_eval_loss(t->agent, t->st.step, L->ev);
             if (cfg->rank == 0) px_progress_eval(cfg->progress_format, t->st.step, L->ev, cfg->group);
         }
+        maybe_sample(t, from);
         if (!t->pend.active) checkpoint_commit(t); /* never missing a committed round's outer step */
     }
     /* every group's local parameters are the global ones now: where auto goes back to sync */
@@ -715,6 +735,7 @@ static void sync_iteration(trainer_t *t, loop_t *L, int64_t t0) {
             .quorum = t->qid, .group = cfg->group, .mode = "sync", .show_mode = cfg->mode == PX_MODE_AUTO,
             .eval_loss = L->ev, .has_eval = eval_now});
     }
+    maybe_sample(t, t->st.step - 1);
     checkpoint_commit(t);
     if (out.adopt) L->need = 1; /* everyone saw the flag: all switch now */
 }

@@ -33,6 +33,7 @@
 #include "persist.h"
 #include "pipeline.h"
 #include "px_comm.h"
+#include "px_tok.h"
 #include "px_wire.h"
 #include "quorum.h"
 #include "reducer.h"
@@ -82,6 +83,7 @@ typedef struct {
     px_agent_t *agent;
     volatile sig_atomic_t *stop;
     px_gpt_t *model;      /* the replica on the host; owned by shard when sharded */
+    px_tok_t *sample_tok; /* --sample-every: the data's tokenizer (NULL: bytes) */
     px_compute_t *dev;    /* computes with model (cpu) or a GPU copy of it (cuda) */
     px_dataset_t *train, *val;
     /* A sharded group (cfg->fsdp/tp set): this rank's place in the mesh,

@@ -81,6 +81,12 @@ static const px_flag_t TRAIN[] = {
      .help = "batches of validation data per eval (of --micro-batch samples; --standalone: of --batch), always "
              "the same windows, 0 = no eval",
      TC(eval_batches)},
+    {"--sample-every", PX_FLAG_INT, "N", .min = 0, .max = 1000000000, .def = "0",
+     .help = "print a sample of the model's text every N steps (sample step=... text=\"...\"; on group replica "
+             "0's rank 0; not with --fsdp, --tp or --pp), 0 = none",
+     TC(sample_every)},
+    {"--sample-tokens", PX_FLAG_INT, "N", .min = 1, .max = 100000, .def = "64", .help = "tokens per sample",
+     TC(sample_tokens)},
     {"--device", PX_FLAG_CHOICE, .words = DEVICES, .def = "cpu",
      .help = "where the replica computes. cuda: one GPU per rank (GPU rank % the GPUs visible), gradients, "
              "--pp/--fsdp/--tp collectives and links over NCCL (DiLoCo's outer steps over Gloo, through host "

@@ -9,8 +9,12 @@ continued. Bad input exits 2 naming it: neither or both of --checkpoint
 and --model, a folder with no checkpoint, a damaged checkpoint. A job on
 BPE shards (phalanx-data --train-tokenizer) keeps the tokenizer beside
 its checkpoints, where phalanx-sample finds it and prints text; a
-tokenizer larger than the model's vocabulary exits 2."""
+tokenizer larger than the model's vocabulary exits 2. --sample-every
+prints a sample line every N steps (the same in two runs, decoded with the
+data's tokenizer), phalanx-launch shows it, and a sharded layout refuses it."""
+import ast
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -117,6 +121,43 @@ def bpe(bindir, work, alphabet, byte_model):
     check(r.returncode == 2 and ("%d tokens, the model's vocabulary 256" % vocab).encode() in r.stderr,
           "a tokenizer larger than the model's vocabulary: %d %s" % (r.returncode, r.stderr.decode()))
     print("phalanx-sample with the run's BPE tokenizer: text in the corpus's alphabet")
+    sample_every(bindir, work, data)
+
+
+def sample_lines(text):
+    """{step: text} of the `sample step=N tokens=K text="..."` lines (C escapes)."""
+    out = {}
+    for m in re.finditer(r'^.*sample (?:step=|at step )(\d+)(?: tokens=\d+ text=|: )("(?:[^"\\]|\\.)*")$', text,
+                         re.M):
+        out[int(m.group(1))] = ast.literal_eval(m.group(2))
+    return out
+
+
+def sample_every(bindir, work, data):
+    """--sample-every: a sample line every N steps, decoded with the data's
+    tokenizer, the same in two runs; phalanx-launch shows it; a sharded
+    layout is refused."""
+    args = ["--standalone", "--model", "tiny", "--data", data, "--steps", "60", "--batch", "8", "--lr", "0.003",
+            "--sample-every", "20", "--sample-tokens", "30", "--quiet"]
+    runs = [run(bindir, "phalanx-worker", args) for _ in range(2)]
+    for r in runs:
+        check(r.returncode == 0, "--standalone --sample-every: %s" % r.stderr.decode()[-300:])
+    got = [sample_lines(r.stdout.decode()) for r in runs]
+    check(sorted(got[0]) == [20, 40, 60] and got[0] == got[1], "samples at 20, 40, 60, the same twice: %s" % got)
+    # temperature 1 over the whole vocabulary: any token may come, each at least a byte of text
+    check(all(len(t) >= 15 for t in got[0].values()), "30 tokens of text each (two may share a character): %s" % got[0])
+    r = run(bindir, "phalanx-launch", ["--groups", "2", "--model", "tiny", "--steps", "20", "--data", data,
+                                       "--log-dir", os.path.join(work, "sample-every-logs"), "--",
+                                       "--global-batch", "8", "--sample-every", "10", "--sample-tokens", "12"],
+            timeout=300)
+    shown = sample_lines(r.stdout.decode())
+    check(r.returncode == 0 and sorted(shown) == [10, 20], "phalanx-launch shows each sample once: %s\n%s" %
+          (shown, r.stdout.decode()[-800:]))
+    r = run(bindir, "phalanx-worker", ["--coordinator", "tcp://127.0.0.1:1", "--group", "g0", "--ranks-per-group",
+                                       "2", "--fsdp", "2", "--steps", "5", "--data", data, "--sample-every", "5"])
+    check(r.returncode == 2 and b"--sample-every" in r.stderr, "--sample-every with --fsdp: %d %s" %
+          (r.returncode, r.stderr.decode()))
+    print("--sample-every: samples at their steps, deterministic, shown by the launcher; refused when sharded")
 
 
 if __name__ == "__main__":
