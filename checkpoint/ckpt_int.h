@@ -19,7 +19,4 @@
 /* Values in a tensor of that shape. */
 int64_t px_ckpt_volume(int ndim, const int64_t *shape);
 
-/* mkdir -p dir. 0, or -1 with errno. */
-int px_ckpt_mkdirs(const char *dir);
-
 #endif

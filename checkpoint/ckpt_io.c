@@ -46,17 +46,6 @@ static int fsync_path(const char *path) {
     return rc;
 }
 
-int px_ckpt_mkdirs(const char *dir) {
-    char p[4096];
-    if (snprintf(p, sizeof p, "%s", dir) >= (int)sizeof p) return errno = ENAMETOOLONG, -1;
-    for (char *s = p + 1; *s; s++) {
-        if (*s != '/') continue;
-        *s = 0;
-        if (mkdir(p, 0755) != 0 && errno != EEXIST) return -1;
-        *s = '/';
-    }
-    return mkdir(p, 0755) != 0 && errno != EEXIST ? -1 : 0;
-}
 
 /* ---- writing ------------------------------------------------------------- */
 
@@ -305,7 +294,7 @@ int px_ckpt_write_files(const char *dir, const px_train_state_t *s, const px_gpt
         px_ckpt_manifest_free(&m);
         return px_err_set(err, errlen, "state of %zu floats does not fit the model's %" PRIu64 " bytes", s->n, total);
     }
-    if (px_ckpt_mkdirs(dir) != 0) {
+    if (px_mkdirs(dir) != 0) {
         px_ckpt_manifest_free(&m);
         return px_err_set(err, errlen, "creating the checkpoint folder %s: %s", dir, strerror(errno));
     }
@@ -408,7 +397,7 @@ int px_ckpt_write_part(const char *dir, const px_train_state_t *s, const px_ckpt
     if (part->plan && part->plan->outer_momentum != (s->nbuf == PX_STATE_MAXBUF))
         return px_err_set(err, errlen, "a state of %d buffers, a plan for %d", s->nbuf,
                             part->plan->outer_momentum ? PX_STATE_MAXBUF : PX_STATE_NBUF);
-    if (px_ckpt_mkdirs(dir) != 0) return px_err_set(err, errlen, "creating the checkpoint folder %s: %s", dir, strerror(errno));
+    if (px_mkdirs(dir) != 0) return px_err_set(err, errlen, "creating the checkpoint folder %s: %s", dir, strerror(errno));
     char tmp[4200], path[4300], done[4300], final[4200];
     px_ckpt_path(dir, s->step, final, sizeof final);
     snprintf(tmp, sizeof tmp, "%s/.tmp-%s-%s-q%lld", dir, strrchr(final, '/') + 1,

@@ -10,7 +10,6 @@
 #include <sys/stat.h>
 
 #include "ckpt.h"
-#include "ckpt_int.h"
 #include "px_err.h"
 #include "px_file.h"
 
@@ -78,7 +77,7 @@ int px_ckpt_keep_tokenizer(const char *dir, const char *data_dir, char *err, siz
     snprintf(src, sizeof src, "%s/" PX_CKPT_TOKENIZER, data_dir);
     struct stat st;
     if (stat(src, &st) != 0) return 0;
-    if (px_ckpt_mkdirs(dir) != 0)
+    if (px_mkdirs(dir) != 0)
         return px_err_set(err, errlen, "creating the checkpoint folder %s: %s", dir, strerror(errno));
     snprintf(dst, sizeof dst, "%s/" PX_CKPT_TOKENIZER, dir);
     return px_file_copy_atomic(src, dst, "tokenizer file", err, errlen) == 0 ? 1 : -1;

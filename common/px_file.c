@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "px_err.h"
@@ -34,6 +35,18 @@ int px_file_write_atomic(const char *path, const void *header, size_t hlen, cons
     }
     free(tmp);
     return 0;
+}
+
+int px_mkdirs(const char *dir) {
+    char p[4096];
+    if (snprintf(p, sizeof p, "%s", dir) >= (int)sizeof p) return errno = ENAMETOOLONG, -1;
+    for (char *s = p + 1; *s; s++) {
+        if (*s != '/') continue;
+        *s = 0;
+        if (mkdir(p, 0755) != 0 && errno != EEXIST) return -1;
+        *s = '/';
+    }
+    return mkdir(p, 0755) != 0 && errno != EEXIST ? -1 : 0;
 }
 
 int px_file_copy_atomic(const char *src, const char *dst, const char *what, char *err, size_t errlen) {

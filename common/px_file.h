@@ -16,6 +16,9 @@
 int px_file_write_atomic(const char *path, const void *header, size_t hlen, const void *data, size_t dlen,
                          const char *what, char *err, size_t errlen);
 
+/* mkdir -p dir (mode 0755). 0, or -1 with errno set. */
+int px_mkdirs(const char *dir);
+
 /* Copies the file src to dst atomically (whole, as px_file_write_atomic
  * writes). For files that fit in memory. 0, or -1 with a message. */
 int px_file_copy_atomic(const char *src, const char *dst, const char *what, char *err, size_t errlen);

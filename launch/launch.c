@@ -45,6 +45,7 @@
 #include "coordinator_flags.h"
 #include "px_child.h"
 #include "px_client_flags.h"
+#include "px_file.h"
 #include "px_flags.h"
 #include "px_keys.h"
 #include "px_time.h"
@@ -771,18 +772,6 @@ static void stop_all(launch_t *L, int sig) {
     }
 }
 
-/* mkdir -p of the folders above path (a failure shows in the use that follows). */
-static void mkdir_parents(const char *path) {
-    char dir[4200];
-    snprintf(dir, sizeof dir, "%s", path);
-    for (char *p = dir + 1; *p; p++)
-        if (*p == '/') {
-            *p = '\0';
-            mkdir(dir, 0755);
-            *p = '/';
-        }
-}
-
 static int has_shards(const char *dir) {
     char pattern[4200];
     snprintf(pattern, sizeof pattern, "%s/train_*.bin", dir);
@@ -798,7 +787,7 @@ static int has_shards(const char *dir) {
 static int ensure_data(launch_t *L) {
     if (has_shards(L->cfg.data)) return 0;
     say(L, "no training data in %s: preparing the demo corpus (phalanx-data --demo)", L->cfg.data);
-    mkdir_parents(L->cfg.data);
+    px_mkdirs(L->cfg.data); /* a failure shows in phalanx-data's message */
     char path[4200];
     snprintf(path, sizeof path, "%s/phalanx-data", L->cfg.bindir);
     pid_t parent = getpid();
@@ -915,8 +904,7 @@ int main(int argc, char **argv) {
         char *slash = strrchr(c->bindir, '/');
         if (slash) *slash = '\0';
     }
-    mkdir_parents(c->log_dir);
-    mkdir(c->log_dir, 0755);
+    px_mkdirs(c->log_dir); /* a failure shows when the first file is made there */
     if (c->curve) {
         char err[600];
         snprintf(c->curve_dir, sizeof c->curve_dir, "%s/curve", c->log_dir);

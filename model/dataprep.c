@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "px_err.h"
+#include "px_file.h"
 #include "px_time.h"
 #include "token_file.h"
 
@@ -139,7 +140,7 @@ int px_dataprep_run(const char *out_dir, char *const *inputs, int ninputs, const
         px_text_files_free(files);
         return px_err_set(err, errlen, "no input files");
     }
-    if (mkdir(out_dir, 0777) != 0 && errno != EEXIST) {
+    if (px_mkdirs(out_dir) != 0) {
         px_text_files_free(files);
         return px_err_set(err, errlen, "cannot create output directory '%s': %s", out_dir, strerror(errno));
     }

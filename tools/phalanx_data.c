@@ -229,6 +229,13 @@ int main(int argc, char **argv) {
     int nfiles = 0;
     char **files = inputs(&o, &given, &nfiles, &demo);
     int rc = 0;
+    if (px_mkdirs(o.out) != 0) { /* before a tokenizer is learned for nothing */
+        fprintf(stderr, "%s: cannot create output directory '%s': %s\n", PROG, o.out, strerror(errno));
+        free(files);
+        px_dataprep_free_list(demo);
+        px_tok_free(&tok);
+        return 1;
+    }
     if (o.train_vocab && !(tok = train(&o, files, nfiles, err, sizeof err))) {
         fprintf(stderr, "%s: --train-tokenizer: %s\n", PROG, err);
         rc = -1;

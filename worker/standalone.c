@@ -123,14 +123,6 @@ static int prepare_demo(const char *dir, int quiet) {
         fprintf(stderr, "%s: %s\n", PROG, err);
         return -1;
     }
-    /* data/demo may need its parent */
-    char parent[4096];
-    snprintf(parent, sizeof parent, "%s", dir);
-    char *slash = strrchr(parent, '/');
-    if (slash) {
-        *slash = '\0';
-        mkdir(parent, 0777);
-    }
     printf("prepare_demo out=%s files=%d source=%s\n", dir, n, PX_DEMO_CORPUS_DIR);
     px_dataprep_summary_t sum;
     const px_dataprep_opts_t opts = {.val_fraction = 0.1, .verbose = !quiet};
