@@ -29,7 +29,8 @@ import subprocess
 import sys
 import time
 
-CORPUS_DIR = "/usr/share/games/fortunes"  # PX_DEMO_CORPUS_DIR in model/dataprep.h
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "lib"))
+from phalanx_test import fortune_docs  # noqa: E402
 
 HF_SIDE = r"""
 import os, struct, sys, time
@@ -51,17 +52,6 @@ with open(sys.argv[3], "wb") as f:
         f.write(struct.pack("<I", len(e.ids)) + struct.pack(f"<{len(e.ids)}i", *e.ids))
 print(best)
 """
-
-
-def corpus_docs():
-    docs = []
-    for name in sorted(os.listdir(CORPUS_DIR)):
-        path = os.path.join(CORPUS_DIR, name)
-        if name.endswith((".dat", ".u8")) or not os.path.isfile(path) or os.path.islink(path):
-            continue
-        text = open(path, encoding="utf-8", errors="replace").read()
-        docs += [d for d in text.split("\n%\n") if d]
-    return docs
 
 
 def train_hf(docs, vocab, path):
@@ -91,7 +81,7 @@ def main():
         if not lo <= v <= hi:
             ap.error(f"{flag} {v}: out of range {lo}-{hi}")
     os.makedirs(a.workdir, exist_ok=True)
-    docs = corpus_docs()
+    docs = fortune_docs()
     tok = a.tokenizer
     if not tok:
         tok = os.path.join(a.workdir, f"hf_bpe_{a.vocab}.json")

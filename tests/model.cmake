@@ -39,7 +39,7 @@ target_link_libraries(test_files PRIVATE px_model)
 add_test(NAME model_files_corrupt COMMAND test_files WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
 
 add_executable(test_sample ${PX_MODEL_TEST_DIR}/test_sample.c)
-target_link_libraries(test_sample PRIVATE px_model)
+target_link_libraries(test_sample PRIVATE px_model px_testlib)
 add_test(NAME model_sample COMMAND test_sample)
 
 add_executable(test_data ${PX_MODEL_TEST_DIR}/test_data.c)

@@ -1,7 +1,7 @@
 # Tokenizer tests (docs/tokenizer.md, "Tests"): the C table test, then the
 # equality with Hugging Face `tokenizers` (skipped, 77, when it is missing).
 add_executable(test_tokenizer ${CMAKE_CURRENT_LIST_DIR}/tokenizer/test_tokenizer.c)
-target_link_libraries(test_tokenizer PRIVATE px_tokenizer)
+target_link_libraries(test_tokenizer PRIVATE px_tokenizer px_testlib)
 add_test(NAME tokenizer_unit COMMAND test_tokenizer)
 
 # tok_tool: encodes, decodes and trains for the Python test.

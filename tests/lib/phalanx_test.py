@@ -216,6 +216,25 @@ def main_scenarios(scenarios, default=None):
     main(scenarios[which])
 
 
+FORTUNES_DIR = "/usr/share/games/fortunes"  # PX_DEMO_CORPUS_DIR in model/dataprep.h
+
+
+def fortune_docs():
+    """The demo corpus as documents: every English fortune file (as
+    phalanx-data --demo takes them: no .dat indexes, no .u8 links), split at
+    its "%" lines. Fail when Debian's fortunes package is missing."""
+    if not os.path.isdir(FORTUNES_DIR):
+        raise Fail("the demo corpus %s is missing (apt-get install fortunes)" % FORTUNES_DIR)
+    docs = []
+    for name in sorted(os.listdir(FORTUNES_DIR)):
+        path = os.path.join(FORTUNES_DIR, name)
+        if name.endswith((".dat", ".u8")) or not os.path.isfile(path) or os.path.islink(path):
+            continue
+        with open(path, encoding="utf-8", errors="replace") as f:
+            docs += [d for d in f.read().split("\n%\n") if d]
+    return docs
+
+
 def make_corpus(bindir, out_dir, seed=1, words=60000):
     """A small deterministic text corpus turned into shards by phalanx-data."""
     import random

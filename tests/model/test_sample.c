@@ -8,19 +8,10 @@
 #include <stdlib.h>
 
 #include "gpt.h"
+#include "px_check.h"
 #include "sample.h"
 
-static int g_failures;
-
-#define CHECK(cond, ...)                                \
-    do {                                                \
-        if (!(cond)) {                                  \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-            printf(__VA_ARGS__);                        \
-            printf("\n");                               \
-            g_failures++;                               \
-        }                                               \
-    } while (0)
+static int failed;
 
 /* The share of a fine sweep of coins that draws each token. */
 static void shares(const float *logits, int V, float temp, int k, double *out) {
@@ -93,7 +84,7 @@ static void test_generate(void) {
 int main(void) {
     test_pick();
     test_generate();
-    if (g_failures) return 1;
+    if (failed) return 1;
     printf("ok   sampling: argmax, top-k, temperature shares, seeds\n");
     return 0;
 }

@@ -27,7 +27,8 @@ except ImportError as e:
     print(f"SKIP: Hugging Face tokenizers cannot be imported ({e}); pip install tokenizers")
     sys.exit(77)
 
-CORPUS_DIR = "/usr/share/games/fortunes"  # PX_DEMO_CORPUS_DIR in model/dataprep.h
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
+from phalanx_test import fortune_docs  # noqa: E402
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                   r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 
@@ -49,20 +50,6 @@ HANDWRITTEN = [
     " ",
     "Ǆungla ǅ ǆ ΣΑΣ σας ſ K İstanbul",
 ]
-
-
-def corpus_docs():
-    if not os.path.isdir(CORPUS_DIR):
-        print(f"FAIL: the demo corpus {CORPUS_DIR} is missing (apt-get install fortunes)")
-        sys.exit(1)
-    docs = []
-    for name in sorted(os.listdir(CORPUS_DIR)):
-        path = os.path.join(CORPUS_DIR, name)
-        if name.endswith((".dat", ".u8")) or not os.path.isfile(path) or os.path.islink(path):
-            continue
-        text = open(path, encoding="utf-8", errors="replace").read()
-        docs += [d for d in text.split("\n%\n") if d]
-    return docs
 
 
 def write_records(path, texts):
@@ -122,7 +109,7 @@ def main():
         print(__doc__)
         return 2
     tool = os.path.join(sys.argv[1], "tok_tool")
-    docs = corpus_docs()
+    docs = fortune_docs()
     texts = docs + HANDWRITTEN
     with tempfile.TemporaryDirectory() as tmp:
         # 1. GPT-2 style, trained by HF.

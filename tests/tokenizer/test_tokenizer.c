@@ -9,18 +9,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "px_check.h"
 #include "px_tok.h"
 
-static int failures;
-#define CHECK(cond, ...)                                                  \
-    do {                                                                  \
-        if (!(cond)) {                                                    \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);          \
-            fprintf(stderr, __VA_ARGS__);                                 \
-            fprintf(stderr, "\n");                                        \
-            failures++;                                                   \
-        }                                                                 \
-    } while (0)
+static int failed;
 
 static char tmpdir[] = "/tmp/px_tok_test.XXXXXX";
 
@@ -119,7 +111,7 @@ static void write_file(const char *name, const char *text, char *path, size_t pl
 static void test_merge_rank(void) {
     /* "b c" ranks first: abc -> a bc -> abc. */
     px_tok_t *t = load(write_json("rank1.json", EXTRA, "\"b c\",\"a b\",\"a bc\"", "", "false"));
-    if (!t) return failures++, (void)0;
+    if (!t) return failed++, (void)0;
     expect_ids(t, "abc", 3, (int[]){258, -1}, "b c first");
     expect_ids(t, "abd", 3, (int[]){256, 'd', -1}, "abd without ignore_merges");
     CHECK(px_tok_vocab_size(t) == 260, "vocab size %d", px_tok_vocab_size(t));
@@ -127,11 +119,11 @@ static void test_merge_rank(void) {
     px_tok_free(&t);
     /* "a b" first: abc -> ab c, and "a bc" never applies. The [a, b] form. */
     t = load(write_json("rank2.json", EXTRA, "[\"a\",\"b\"],[\"b\",\"c\"],[\"a\",\"bc\"]", "", "false"));
-    if (!t) return failures++, (void)0;
+    if (!t) return failed++, (void)0;
     expect_ids(t, "abc", 3, (int[]){256, 'c', -1}, "a b first");
     px_tok_free(&t);
     t = load(write_json("ignore.json", EXTRA, "\"b c\",\"a b\",\"a bc\"", "", "true"));
-    if (!t) return failures++, (void)0;
+    if (!t) return failed++, (void)0;
     expect_ids(t, "abd", 3, (int[]){259, -1}, "ignore_merges: a whole pre-token in the vocabulary");
     /* A long pre-token goes through the heap path: 100 x "abc". */
     char longw[301];
@@ -152,7 +144,7 @@ static void test_added(void) {
                         "{\"id\":301,\"content\":\"<|x|>\",\"special\":true},"
                         "{\"id\":302,\"content\":\"<|x|>y\",\"special\":true}";
     px_tok_t *t = load(write_json("added.json", EXTRA, "\"a b\"", added, "false"));
-    if (!t) return failures++, (void)0;
+    if (!t) return failed++, (void)0;
     CHECK(px_tok_eot_id(t) == 300, "eot id %d", px_tok_eot_id(t));
     CHECK(px_tok_eot_text(t) && strcmp(px_tok_eot_text(t), "<|endoftext|>") == 0, "eot text");
     CHECK(px_tok_vocab_size(t) == 303, "vocab size with added tokens %d", px_tok_vocab_size(t));
@@ -331,8 +323,8 @@ int main(void) {
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
-    if (failures) {
-        fprintf(stderr, "%d failure(s)\n", failures);
+    if (failed) {
+        fprintf(stderr, "%d failure(s)\n", failed);
         return 1;
     }
     printf("tokenizer: all cases passed\n");
