@@ -42,12 +42,11 @@ int px_sample_pick(const float *logits, int V, float temperature, int top_k, dou
     return scratch[k - 1];
 }
 
-int px_sample_generate(px_gpt_t *m, const int *prompt, int np, int n, const px_sample_opts_t *o,
-                       int (*on_token)(void *arg, int token), void *arg) {
-    const px_gpt_config_t *c = &m->config;
+int px_sample_generate_with(const px_gpt_config_t *c, px_sample_forward_fn forward, void *ctx, const int *prompt,
+                            int np, int n, const px_sample_opts_t *o, int (*on_token)(void *arg, int token),
+                            void *arg) {
     int T = c->max_seq_len, V = c->vocab_size, Vp = c->padded_vocab_size;
-    int cap = np + n;
-    int *seq = malloc((size_t)cap * sizeof *seq);
+    int *seq = malloc((size_t)(np + n) * sizeof *seq);
     int *window = calloc((size_t)T, sizeof *window);
     int *scratch = malloc((size_t)V * sizeof *scratch);
     int rc = seq && window && scratch ? 0 : -1;
@@ -57,13 +56,14 @@ int px_sample_generate(px_gpt_t *m, const int *prompt, int np, int n, const px_s
         int start = len > T ? len - T : 0, used = len - start;
         memcpy(window, seq + start, (size_t)used * sizeof *window);
         memset(window + used, 0, (size_t)(T - used) * sizeof *window);
-        if (isnan(px_gpt_forward(m, window, NULL, 1, T))) {
+        const float *logits = NULL;
+        if (forward(ctx, window, T, &logits) != 0) {
             rc = -1;
             break;
         }
-        const float *logits = px_gpt_logits(m) + (size_t)(used - 1) * (size_t)Vp;
         px_rng_t r = {px_hash4(o->seed, 0x73616d706c65ull, (uint64_t)i, 0)}; /* "sample" */
-        int tok = px_sample_pick(logits, V, o->temperature, o->top_k, 1.0 - px_rng_uniform(&r), scratch);
+        int tok = px_sample_pick(logits + (size_t)(used - 1) * (size_t)Vp, V, o->temperature, o->top_k,
+                                 1.0 - px_rng_uniform(&r), scratch);
         seq[len++] = tok;
         if (on_token && on_token(arg, tok) != 0) break;
     }
@@ -71,4 +71,16 @@ int px_sample_generate(px_gpt_t *m, const int *prompt, int np, int n, const px_s
     free(window);
     free(scratch);
     return rc;
+}
+
+static int cpu_forward(void *ctx, const int *window, int T, const float **logits) {
+    px_gpt_t *m = ctx;
+    if (isnan(px_gpt_forward(m, window, NULL, 1, T))) return -1;
+    *logits = px_gpt_logits(m);
+    return 0;
+}
+
+int px_sample_generate(px_gpt_t *m, const int *prompt, int np, int n, const px_sample_opts_t *o,
+                       int (*on_token)(void *arg, int token), void *arg) {
+    return px_sample_generate_with(&m->config, cpu_forward, m, prompt, np, n, o, on_token, arg);
 }

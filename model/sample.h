@@ -29,10 +29,18 @@ typedef struct {
  * argmax at temperature 0. scratch holds V ints. Pure. */
 int px_sample_pick(const float *logits, int V, float temperature, int top_k, double coin, int *scratch);
 
-/* Continues prompt[np] (np >= 1) with n tokens, handing each to on_token
- * (which may stop the generation by returning non-zero). Forward passes of
- * one sequence on the model's CPU path. 0, or -1 when out of memory or
- * the forward fails. */
+/* A forward pass of one sequence window[T] (T the model's context): its
+ * logits (T, Vp) into *logits, valid until the next call. 0, or -1. */
+typedef int (*px_sample_forward_fn)(void *ctx, const int *window, int T, const float **logits);
+
+/* Continues prompt[np] (np >= 1) with n tokens of the model of config c,
+ * whose forward is `forward`, handing each token to on_token (which may
+ * stop the generation by returning non-zero). 0, or -1 when out of memory
+ * or a forward fails. */
+int px_sample_generate_with(const px_gpt_config_t *c, px_sample_forward_fn forward, void *ctx, const int *prompt,
+                            int np, int n, const px_sample_opts_t *o, int (*on_token)(void *arg, int token),
+                            void *arg);
+/* The same on the model's CPU path. */
 int px_sample_generate(px_gpt_t *m, const int *prompt, int np, int n, const px_sample_opts_t *o,
                        int (*on_token)(void *arg, int token), void *arg);
 

@@ -6,6 +6,7 @@
  * job keeps beside its checkpoints (checkpoint/ckpt.h). */
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include "ckpt.h"
+#include "device.h"
 #include "gpt.h"
 #include "llmc.h"
 #include "px_err.h"
@@ -25,12 +27,13 @@ static const char *PROG = "phalanx-sample";
 
 typedef struct {
     const char *checkpoint, *model, *prompt, *tokenizer;
-    int tokens, top_k, threads;
+    int tokens, top_k, threads, device;
     double temperature;
     uint64_t seed;
 } opts_t;
 
 #define O(member) PX_FLAG_AT(opts_t, member)
+static const char *const DEVICES[] = {[PX_DEVICE_CPU] = "cpu", [PX_DEVICE_CUDA] = "cuda", NULL};
 static const px_flag_t FLAGS[] = {
     {"--checkpoint", PX_FLAG_STR, "PATH", .max = 4096, .note = "none",
      .help = "a checkpoint (step_N), or a folder of them: its newest one that verifies", O(checkpoint)},
@@ -48,20 +51,23 @@ static const px_flag_t FLAGS[] = {
     {"--seed", PX_FLAG_INT, "S", .min = 0, .max = INT64_MAX, .def = "1337", .help = "the same seed, the same text",
      O(seed)},
     {"--threads", PX_FLAG_INT, "N", .min = 0, .max = 1024, .def = "1",
-     .help = "OpenMP threads for the forward passes, 0 = all cores", O(threads)},
+     .help = "OpenMP threads for the forward passes on the CPU, 0 = all cores", O(threads)},
+    {"--device", PX_FLAG_CHOICE, .words = DEVICES, .def = "cpu",
+     .help = "where the forward passes run (cuda: the first GPU)", O(device)},
 };
 static const px_flag_table_t SAMPLE_FLAGS = PX_FLAG_TABLE(NULL, FLAGS);
 
 static const char USAGE[] =
     "usage: phalanx-sample (--checkpoint PATH | --model FILE) [--prompt TEXT] [--tokens N]\n"
-    "                      [--temperature T] [--top-k K] [--seed S] [--threads N]\n"
-    "Prints the prompt and the model's continuation of it, token by token, on the CPU.\n"
+    "                      [--temperature T] [--top-k K] [--seed S] [--threads N] [--device cpu|cuda]\n"
+    "Prints the prompt and the model's continuation of it, token by token.\n"
     "Ids become text with the tokenizer a job keeps beside its checkpoints (or\n"
     "--tokenizer), else as bytes. The same model, flags and seed give the same text.\n";
 
 static const char EPILOGUE[] =
     "Exit status: 0; 1 when the model cannot be run (out of memory); 2 for bad flags, a\n"
-    "checkpoint or model file that cannot be read, or a prompt outside the vocabulary.\n";
+    "checkpoint or model file that cannot be read, a prompt outside the vocabulary, or\n"
+    "--device cuda without a usable GPU.\n";
 
 typedef struct {
     const px_tok_t *tok; /* NULL: bytes */
@@ -151,6 +157,45 @@ static int *prompt_ids(const opts_t *o, const px_tok_t *tok, const px_gpt_t *m, 
     return out;
 }
 
+#ifdef PX_SAMPLE_CUDA
+#include "gpt_cuda.h"
+
+/* --device cuda: the model on the GPU, its logits copied back each token. */
+typedef struct {
+    px_gpt_cuda_t *m;
+    float *logits;
+    size_t n;
+} gpu_t;
+
+static int gpu_forward(void *ctx, const int *window, int T, const float **logits) {
+    gpu_t *g = ctx;
+    if (isnan(px_gpt_cuda_forward(g->m, window, NULL, 1, T)) ||
+        px_gpt_cuda_download_logits(g->m, g->logits, g->n) != 0)
+        return -1;
+    *logits = g->logits;
+    return 0;
+}
+
+static int generate_on_gpu(px_gpt_t *host, const int *prompt, int np, int n, const px_sample_opts_t *so,
+                           int (*on_token)(void *, int), void *arg) {
+    const px_gpt_config_t *c = &host->config;
+    gpu_t g = {px_gpt_cuda_new(c), NULL, (size_t)c->max_seq_len * (size_t)c->padded_vocab_size};
+    int rc = -1;
+    if (g.m && (g.logits = malloc(g.n * sizeof *g.logits)) &&
+        px_gpt_cuda_upload(g.m, PX_GPT_CUDA_PARAMS, host->params, host->num_params) == 0)
+        rc = px_sample_generate_with(c, gpu_forward, &g, prompt, np, n, so, on_token, arg);
+    free(g.logits);
+    px_gpt_cuda_destroy(&g.m);
+    return rc;
+}
+#else
+static int generate_on_gpu(px_gpt_t *host, const int *prompt, int np, int n, const px_sample_opts_t *so,
+                           int (*on_token)(void *, int), void *arg) {
+    (void)host, (void)prompt, (void)np, (void)n, (void)so, (void)on_token, (void)arg;
+    return -1; /* unreachable: px_cuda_available says no in a build without CUDA */
+}
+#endif
+
 static px_gpt_t *open_model(const opts_t *o) {
     px_gpt_t *m = NULL;
     if (o->model) {
@@ -185,6 +230,11 @@ int main(int argc, char **argv) {
         return 2;
     }
     if (o.threads > 0) omp_set_num_threads(o.threads);
+    char why[256];
+    if (o.device == PX_DEVICE_CUDA && !px_cuda_available(why, sizeof why)) { /* before any work */
+        fprintf(stderr, "%s: --device cuda: %s\n", PROG, why);
+        return 2;
+    }
     px_gpt_t *m = open_model(&o);
     px_tok_t *tok = open_tokenizer(&o, m);
     int np = 0;
@@ -193,7 +243,8 @@ int main(int argc, char **argv) {
     else if (!tok) putchar('\n');
     printer_t pr = {.tok = tok};
     const px_sample_opts_t so = {.temperature = (float)o.temperature, .top_k = o.top_k, .seed = (uint64_t)o.seed};
-    int rc = px_sample_generate(m, prompt, np, o.tokens, &so, print_token, &pr);
+    int rc = o.device == PX_DEVICE_CUDA ? generate_on_gpu(m, prompt, np, o.tokens, &so, print_token, &pr)
+                                        : px_sample_generate(m, prompt, np, o.tokens, &so, print_token, &pr);
     putchar('\n');
     free(pr.buf);
     free(prompt);

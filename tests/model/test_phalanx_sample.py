@@ -67,6 +67,13 @@ def test(bindir):
     greedy = sample(bindir, ["--model", model, "--prompt", prompt, "--tokens", "40", "--temperature", "0"])
     check(sample(bindir, ["--model", model, "--prompt", prompt, "--tokens", "40", "--top-k", "1", "--seed", "9"])
           == greedy, "top-k 1 is temperature 0")
+    r = run(bindir, "phalanx-sample", ["--model", model, "--prompt", prompt, "--tokens", "40", "--temperature", "0",
+                                       "--device", "cuda"])
+    if r.returncode == 2:  # no GPU here, or a build without CUDA: said before any work
+        check(b"--device cuda: " in r.stderr and not r.stdout, "--device cuda without a GPU: %s" % r.stderr)
+    else:
+        check(r.returncode == 0 and r.stdout.startswith(prompt.encode()) and len(r.stdout) == len(greedy),
+              "--device cuda on a GPU: %d %r" % (r.returncode, r.stdout))
     long_prompt = "the lazy dog " * 10  # 130 bytes, past tiny's context of 64
     got = sample(bindir, ["--model", model, "--prompt", long_prompt, "--tokens", "10"])
     check(got.startswith(long_prompt.encode()) and len(got) == len(long_prompt) + 11, "a long prompt: %r" % got)
