@@ -8,6 +8,7 @@
  * program's entry of the same name (same range, same words) and kept as the
  * text given, to be passed on unchanged. */
 #include "px_flags.h"
+#include "px_version.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -266,6 +267,10 @@ static void help_if_asked(const px_flags_spec_t *s, int argc, char **argv) {
             px_flags_help(s, stdout);
             exit(0);
         }
+        if (!strcmp(argv[i], "--version")) {
+            printf("%s %s\n", s->prog, px_version());
+            exit(0);
+        }
     }
 }
 
@@ -441,6 +446,7 @@ void px_flags_help(const px_flags_spec_t *s, FILE *to) {
         for (int i = 0; i < sec->table->n; i++) help_entry(to, &sec->table->flags[i], sec->base, col);
     }
     help_line(to, "-h, --help", "this text", col);
+    help_line(to, "--version", "the version (git describe of the source it was built from)", col);
     if (s->env)
         fputs("\nEvery flag can also be given as an environment variable: " ENV_PREFIX " and its name in upper\n"
               "case, '_' for '-' (" ENV_PREFIX "CHECKPOINT_DIR=DIR for --checkpoint-dir DIR; 1 or true turns a\n"

@@ -28,6 +28,7 @@
 #include "px_err.h"
 #include "px_file.h"
 #include "px_flags.h"
+#include "px_version.h"
 #include "safetensors.h"
 
 #define PATH_MAX_LEN 4000 /* checkpoint paths are built in 4200-byte buffers */
@@ -444,6 +445,10 @@ static void parse(const command_t *c, int argc, char **argv, opts_t *o) {
 }
 
 int main(int argc, char **argv) {
+    if (argc >= 2 && !strcmp(argv[1], "--version")) {
+        printf("phalanx-ckpt %s\n", px_version());
+        return 0;
+    }
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         usage();
         return argc < 2 ? 2 : 0;

@@ -46,6 +46,7 @@
 #include "px_client_flags.h"
 #include "px_events_spec.h"
 #include "px_flags.h"
+#include "px_version.h"
 #include "px_keys.h"
 #include "px_time.h"
 #include "px_wire.h"
@@ -621,6 +622,10 @@ static void parse(opts_t *o, int argc, char **argv) {
     };
     const px_flags_spec_t spec = {.prog = PROG, .usage = USAGE, .epilogue = EPILOGUE, .sections = sections,
                                   .n_sections = 2, .max_operands = 1};
+    if (argc >= 1 && !strcmp(argv[0], "--version")) {
+        printf("%s %s\n", PROG, px_version());
+        exit(0);
+    }
     if (argc < 1 || argv[0][0] == '-') { /* no command: phalanxctl, phalanxctl --help */
         px_flags_help(&spec, stdout);
         exit(argc >= 1 && (!strcmp(argv[0], "--help") || !strcmp(argv[0], "-h")) ? 0 : 2);

@@ -1,5 +1,7 @@
-"""Every program answers --help with exit 0 and lists its flags; a bad flag
-value exits 2 with a message naming the flag; an unknown flag exits 2."""
+"""Every program answers --help with exit 0 and lists its flags, and
+--version with its name and the build's version (the same in every
+program); a bad flag value exits 2 with a message naming the flag; an
+unknown flag exits 2."""
 import os
 import subprocess
 import sys
@@ -94,6 +96,19 @@ def test(bindir):
             check(f in r.stdout, "%s --help mentions %s" % (prog, f))
         r = run(bindir, prog, ["--no-such-flag"] if prog != "phalanxctl" else ["status", "--no-such-flag"])
         check(r.returncode == 2 and "--no-such-flag" in r.stderr, "%s rejects an unknown flag: %d %r" % (prog, r.returncode, r.stderr))
+    versions = {}
+    for prog in list(HELP) + ["phalanx-ckpt", "phalanx-sim"]:
+        for args in (["--version"], ["status", "--version"] if prog == "phalanxctl" else None,
+                     ["--standalone", "--version"] if prog == "phalanx-worker" else None):
+            if args is None:
+                continue
+            r = run(bindir, prog, args)
+            words = r.stdout.split()
+            check(r.returncode == 0 and len(words) >= 2 and r.stdout.startswith(prog),
+                  "%s %s prints the program and its version: %d %r" % (prog, args, r.returncode, r.stdout))
+            versions["%s %s" % (prog, args)] = words[-1]
+    check(len(set(versions.values())) == 1 and "unknown" not in versions.values(),
+          "every program says the same version: %s" % versions)
     for prog, args, flag in BAD:
         r = run(bindir, prog, args)
         check(r.returncode == 2, "%s %s exits 2, got %d (%s)" % (prog, args, r.returncode, r.stderr.strip()))
