@@ -45,6 +45,7 @@
 #include "coordinator_flags.h"
 #include "px_child.h"
 #include "px_client_flags.h"
+#include "px_buf.h"
 #include "px_file.h"
 #include "px_flags.h"
 #include "px_keys.h"
@@ -100,6 +101,8 @@ typedef struct {
     const char *pass[MAX_PASS];
     int n_pass;
     int quiet;
+    int progress;                          /* PROGRESS_*: how committed steps are shown */
+    int progress_every_s;                  /* PROGRESS_INTERVAL: seconds between progress lines */
     int curve;                             /* throwaway CURVE keys in LOG_DIR/curve (the default) */
     int use_token;                         /* instead, a throwaway job token in LOG_DIR/credentials/token */
     char token_file[4200];
@@ -135,7 +138,13 @@ typedef struct {
     int64_t finished_ms; /* when the first group reported its final line */
     int checkpoints;     /* checkpoints saved */
     int mode_switches;   /* mode_switched events (--mode auto) */
+    double loss_ema, tok_s_ema; /* smoothed over the last ~20 committed steps (NAN before the first) */
+    int64_t last_progress_ms;   /* PROGRESS_INTERVAL: when the last line was printed */
 } launch_t;
+
+enum { PROGRESS_INTERVAL, PROGRESS_STEPS, PROGRESS_JSON }; /* --progress, in PROGRESS_WORDS' order */
+static const char *const PROGRESS_WORDS[] = {"interval", "steps", "json", NULL};
+#define SMOOTHING 0.1 /* the exponential moving averages' weight of a new step: about 20 steps' memory */
 
 static void on_signal(int sig) { g_signal = sig; }
 
@@ -254,7 +263,14 @@ static const px_flag_t LAUNCH[] = {
      .help = "first restart delay, doubled per quick crash (not per chaos kill)", CFG(restart_backoff_ms)},
     {"--log-dir", PX_FLAG_STR, "DIR", .max = 4000, .def = "phalanx-run", .help = "worker and coordinator logs",
      CFG(log_dir)},
-    {"--quiet", PX_FLAG_SWITCH, .help = "no per-step lines, only events and the summary", CFG(quiet)},
+    {"--quiet", PX_FLAG_SWITCH, .help = "no progress lines, only events and the summary", CFG(quiet)},
+    {"--progress", PX_FLAG_CHOICE, .words = PROGRESS_WORDS, .def = "interval",
+     .help = "interval: a progress line every --progress-every-s seconds (step/total, smoothed loss and tokens/s, "
+             "groups, ETA); steps: a line per committed step; json: one JSON object a line for every line "
+             "(docs/operations.md has the schema)",
+     CFG(progress)},
+    {"--progress-every-s", PX_FLAG_INT, "S", .min = 1, .max = 3600, .def = "5",
+     .help = "seconds between progress lines with --progress interval", CFG(progress_every_s)},
 };
 static const px_flag_table_t LAUNCH_FLAGS = PX_FLAG_TABLE("flags (default in brackets):", LAUNCH);
 
@@ -308,15 +324,32 @@ static void append_ms(int64_t **arr, int *n, int *cap, int64_t v) {
     (*arr)[(*n)++] = v;
 }
 
+/* A line on the terminal: "[   12.3s] text", or with --progress json
+ * {"kind":"log","elapsed_s":12.3,"text":"..."}. */
 static void say(launch_t *L, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void say(launch_t *L, const char *fmt, ...) {
     double t = (double)(px_now_ms() - L->t_start) / 1000.0;
-    printf("[%7.1fs] ", t);
     va_list ap;
     va_start(ap, fmt);
-    vprintf(fmt, ap);
+    if (L->cfg.progress == PROGRESS_JSON) {
+        px_buf_t text, line;
+        px_buf_init(&text);
+        px_buf_vprintf(&text, fmt, ap);
+        char *s = px_buf_take(&text, NULL);
+        px_buf_init(&line);
+        px_buf_printf(&line, "{\"kind\":\"log\",\"elapsed_s\":%.1f,\"text\":", t);
+        px_buf_json_str(&line, s ? s : "");
+        px_buf_append(&line, "}", 1);
+        char *out = px_buf_take(&line, NULL);
+        if (out) puts(out);
+        free(out);
+        free(s);
+    } else {
+        printf("[%7.1fs] ", t);
+        vprintf(fmt, ap);
+        printf("\n");
+    }
     va_end(ap);
-    printf("\n");
     fflush(stdout);
 }
 
@@ -470,6 +503,77 @@ static int is_kind(const char *line, const char *text_prefix, const char *kind) 
     return !strncmp(line, text_prefix, strlen(text_prefix)) || !strncmp(line, pat, strlen(pat));
 }
 
+/* JSON has no NaN: an unknown number is null. */
+static void json_num(char *out, size_t len, double v) {
+    if (isnan(v) || isinf(v)) snprintf(out, len, "null");
+    else snprintf(out, len, "%.6f", v);
+}
+
+/* An exponential moving average that starts at its first finite value. */
+static void smooth(double *avg, double v) {
+    if (!isfinite(v)) return;
+    *avg = isnan(*avg) ? v : *avg + SMOOTHING * (v - *avg);
+}
+
+/* Seconds to --steps at the pace of the last minute of commits (-1 unknown). */
+static double eta_s(const launch_t *L) {
+    if (L->n_commits < 2 || L->last_step >= L->cfg.steps) return L->last_step >= L->cfg.steps ? 0 : -1;
+    int64_t now = L->commit_ms[L->n_commits - 1];
+    int k = L->n_commits - 1;
+    while (k > 0 && now - L->commit_ms[k - 1] <= 60000) k--;
+    int steps = L->n_commits - 1 - k;
+    if (steps < 1) return -1;
+    return (double)(L->cfg.steps - L->last_step) * (double)(now - L->commit_ms[k]) / 1000.0 / steps;
+}
+
+static void format_duration(double s, char *out, size_t len) {
+    if (s < 0) snprintf(out, len, "?");
+    else if (s < 60) snprintf(out, len, "%.0fs", s);
+    else if (s < 3600) snprintf(out, len, "%dm%02ds", (int)s / 60, (int)s % 60);
+    else snprintf(out, len, "%dh%02dm", (int)(s / 3600), (int)s % 3600 / 60);
+}
+
+/* The committed step just read, as --progress says: every step, or every
+ * --progress-every-s seconds (and the first and last steps), or JSON. */
+static void show_progress(launch_t *L, long long quorum, double tok_s, int has_eval) {
+    const launch_cfg_t *c = &L->cfg;
+    int64_t now = px_now_ms();
+    if (c->quiet) return;
+    double eta = eta_s(L);
+    if (c->progress == PROGRESS_JSON) {
+        char loss[32], ls[32], ts[32], tss[32], ev[32], et[32];
+        json_num(loss, sizeof loss, L->last_loss);
+        json_num(ls, sizeof ls, L->loss_ema);
+        json_num(ts, sizeof ts, tok_s);
+        json_num(tss, sizeof tss, L->tok_s_ema);
+        json_num(ev, sizeof ev, has_eval ? L->eval_loss : NAN);
+        json_num(et, sizeof et, eta);
+        printf("{\"kind\":\"progress\",\"elapsed_s\":%.1f,\"step\":%lld,\"steps\":%d,\"loss\":%s,"
+               "\"loss_smoothed\":%s,\"tok_s\":%s,\"tok_s_smoothed\":%s,\"groups\":%d,\"groups_started\":%d,"
+               "\"quorum_id\":%lld,\"eta_s\":%s,\"eval_loss\":%s}\n",
+               (double)(now - L->t_start) / 1000.0, (long long)L->last_step, c->steps, loss, ls, ts, tss,
+               L->last_groups, c->groups, quorum, eta < 0 ? "null" : et, ev);
+        fflush(stdout);
+        return;
+    }
+    if (c->progress == PROGRESS_STEPS) {
+        say(L, "step %5lld | groups %d/%d | loss %.4f | %.0f tok/s | quorum %lld%s%.4f", (long long)L->last_step,
+            L->last_groups, c->groups, L->last_loss, tok_s, quorum, has_eval ? " | eval " : "",
+            has_eval ? L->eval_loss : 0.0);
+        return;
+    }
+    int first = L->n_commits == 1, last = L->last_step >= c->steps;
+    if (!first && !last && !has_eval && now - L->last_progress_ms < (int64_t)c->progress_every_s * 1000) return;
+    L->last_progress_ms = now;
+    char eta_text[32], ev[48] = "";
+    format_duration(eta, eta_text, sizeof eta_text);
+    if (has_eval) snprintf(ev, sizeof ev, " | eval %.4f", L->eval_loss);
+    say(L, "step %lld/%d (%3.0f%%) | loss %.4f (smoothed %.4f) | %.0f tok/s (smoothed) | groups %d/%d | quorum "
+           "%lld | ETA %s%s",
+        (long long)L->last_step, c->steps, 100.0 * (double)L->last_step / c->steps, L->last_loss, L->loss_ema,
+        L->tok_s_ema, L->last_groups, c->groups, quorum, eta_text, ev);
+}
+
 static void on_line(launch_t *L, worker_t *w, const char *line) {
     char a[64], b[64], c[64], d[64], e[64], ep[512];
     if (is_kind(line, "progress ", "progress")) {
@@ -479,12 +583,12 @@ static void on_line(launch_t *L, worker_t *w, const char *line) {
             L->last_loss = field(line, "loss", b, sizeof b) ? atof(b) : NAN;
             L->last_groups = field(line, "groups", c, sizeof c) ? atoi(c) : 0;
             append_ms(&L->commit_ms, &L->n_commits, &L->cap_commits, px_now_ms());
-            if (field(line, "eval_loss", e, sizeof e)) L->eval_loss = atof(e);
-            if (!L->cfg.quiet)
-                say(L, "step %5lld | groups %s/%d | loss %.4f | %s tok/s | quorum %s%s%s", step,
-                    field(line, "groups", c, sizeof c) ? c : "?", L->cfg.groups, L->last_loss,
-                    field(line, "tok_s", d, sizeof d) ? d : "?", field(line, "quorum", a, sizeof a) ? a : "?",
-                    field(line, "eval_loss", e, sizeof e) ? " | eval " : "", field(line, "eval_loss", e, sizeof e) ? e : "");
+            int has_eval = field(line, "eval_loss", e, sizeof e) != NULL;
+            if (has_eval) L->eval_loss = atof(e);
+            double tok_s = field(line, "tok_s", d, sizeof d) ? atof(d) : NAN;
+            smooth(&L->loss_ema, L->last_loss);
+            smooth(&L->tok_s_ema, tok_s);
+            show_progress(L, field(line, "quorum", a, sizeof a) ? atoll(a) : -1, tok_s, has_eval);
         }
     } else if (is_kind(line, "event kind=outer_step", "outer_step")) {
         char f[32]; /* Streaming DiLoCo: which fragment ("0/1" without) */
@@ -530,7 +634,8 @@ static void on_line(launch_t *L, worker_t *w, const char *line) {
                 field(line, "steps", c, sizeof c) ? c : "?", L->cfg.steps);
         if (field(line, "loss", a, sizeof a)) L->final_loss = atof(a);
         if (field(line, "eval_loss", b, sizeof b)) L->eval_loss = atof(b);
-        say(L, "group %s finished: %s", w->group, line + 6);
+        say(L, "group %s finished: %s (this group's own: failures = steps it retried, heals = heals it took)",
+            w->group, line + 6);
     }
 }
 
@@ -814,12 +919,6 @@ static const char *incomplete_reason(const launch_t *L) {
     return "every worker left before the end";
 }
 
-/* JSON has no NaN: an unknown number is null. */
-static void json_num(char *out, size_t len, double v) {
-    if (isnan(v) || isinf(v)) snprintf(out, len, "null");
-    else snprintf(out, len, "%.6f", v);
-}
-
 /* Whether the workers are given --liveness group (after --). */
 static int liveness_group(const launch_cfg_t *c) {
     int on = 0;
@@ -935,6 +1034,7 @@ int main(int argc, char **argv) {
     L.t_start = px_now_ms();
     L.last_step = 0;
     L.eval_loss = L.final_loss = L.last_loss = NAN;
+    L.loss_ema = L.tok_s_ema = NAN;
     L.rng = c->chaos_seed ^ 0x6368616f73ull;
     struct sigaction sa = {0};
     sa.sa_handler = on_signal;

@@ -297,8 +297,10 @@ class Launch:
         self.zmq_port = free_port()
         self.http = "127.0.0.1:%d" % self.http_port
         self.events_path = os.path.join(self.dir, "events.jsonl")
+        # a line a committed step (the default is a line every few seconds), which last_step() and the tests read
+        progress = [] if "--progress" in args else ["--progress", "steps"]
         full = [os.path.join(bindir, "phalanx-launch"), "--log-dir", self.dir, "--http", self.http,
-                "--bind", "tcp://127.0.0.1:%d" % self.zmq_port] + list(args)
+                "--bind", "tcp://127.0.0.1:%d" % self.zmq_port] + progress + list(args)
         e = dict(os.environ)
         e.update(env or {})
         self.proc = subprocess.Popen(full, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=e,
