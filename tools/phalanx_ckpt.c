@@ -445,7 +445,7 @@ static const px_flag_t EXPORT[] = {
      .help = "with --format hf, the tokenizer.json to put in OUTDIR", OPT(tokenizer)},
 };
 static const px_flag_t IMPORT[] = {
-    {"--llmc", PX_FLAG_STR, "FILE", .max = PATH_MAX_LEN, .note = "required",
+    {"--llmc", PX_FLAG_STR, "FILE", .max = PATH_MAX_LEN, .note = "this or --format hf",
      .help = "the llm.c model file (version 3) to import", OPT(llmc)},
     {"--format", PX_FLAG_STR, "hf", .max = 8, .note = "none", .valid = is_hf, .expect = "hf",
      .help = "hf: import the Hugging Face GPT-2 folder HFDIR (config.json, model.safetensors in F32, F16 or BF16, "
