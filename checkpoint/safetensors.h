@@ -56,4 +56,37 @@ uint64_t px_safetensors_data_bytes(const px_safetensors_tensor_t *t, int n);
  * transposing the Conv1D weights. */
 void px_safetensors_fill(const px_safetensors_tensor_t *t, int n, const px_train_state_t *s, float *data);
 
+/* ---- reading: what a file holds, and a tensor placed back ----------------
+ * The import side (checkpoint/hf.h reads a Hugging Face folder with these).
+ * A header is checked whole before any data is read: every entry's dtype,
+ * shape and offsets, inside the data section, the byte count its shape and
+ * dtype make. */
+
+typedef struct {
+    char name[128];
+    char dtype[8];     /* as the header says: "F32", "BF16", ... */
+    int ndim;          /* 0..4 */
+    int64_t shape[4];
+    uint64_t begin;    /* data_offsets, bytes into the data section */
+    uint64_t end;
+} px_safetensors_entry_t;
+
+/* Bytes per element of a dtype safetensors defines, 0 for an unknown one. */
+int px_safetensors_dtype_bytes(const char *dtype);
+/* 1 for the dtypes a reader here turns into float32 exactly: F32, and the
+ * two it widens, F16 and BF16. */
+int px_safetensors_dtype_readable(const char *dtype);
+/* Parses the header's JSON (the len bytes after its length prefix) of a
+ * file whose data section is data_bytes long: every tensor ("__metadata__"
+ * skipped) into *out (malloc'd, in the header's order). The count, or -1
+ * with err naming the tensor at fault. */
+int px_safetensors_parse(const char *json, size_t len, uint64_t data_bytes, px_safetensors_entry_t **out, char *err,
+                         size_t errlen);
+/* n elements of dtype (readable) at src, little-endian, as float32. */
+void px_safetensors_to_f32(const char *dtype, const void *src, size_t n, float *dst);
+/* The inverse of px_safetensors_fill for one tensor: values, in the file's
+ * orientation and rows, into buffer (px_gpt_t's layout), Conv1D weights
+ * transposed back. */
+void px_safetensors_place(const px_safetensors_tensor_t *t, const float *values, float *buffer);
+
 #endif

@@ -20,7 +20,15 @@ TEST_PKGS="kcat curl python3 python3-pip python3-matplotlib valgrind podman runc
 # prometheus-client: /metrics is parsed by Prometheus' own text-format parser.
 # matplotlib: for a python3 on PATH other than Debian's (which has python3-matplotlib).
 # tokenizers: the tokenizer's ids are checked against Hugging Face's own (tests/tokenizer).
-PYPKGS="safetensors:safetensors numpy:numpy kubernetes-validate:kubernetes_validate prometheus-client:prometheus_client matplotlib:matplotlib tokenizers:tokenizers"
+# transformers: phalanx-ckpt's Hugging Face folders are loaded by its own from_pretrained (tests/checkpoint).
+# torch: what transformers runs those models with, on the CPU (installed apart: see TORCH_INDEX).
+PYPKGS="safetensors:safetensors numpy:numpy kubernetes-validate:kubernetes_validate prometheus-client:prometheus_client matplotlib:matplotlib tokenizers:tokenizers transformers:transformers"
+# PyPI's Linux torch wheel is built for CUDA and pulls the NVIDIA runtime
+# wheels with it (about 5.3 GB installed, about 2 minutes on a fast link),
+# though the tests run it on the CPU only. PyTorch's own CPU-only wheel index
+# (about 0.2 GB of download) is used when PHALANX_TORCH_INDEX names it, on a
+# machine that can reach it.
+TORCH_INDEX="${PHALANX_TORCH_INDEX:-}"
 
 PKGS="$BUILD_PKGS $TEST_PKGS"
 BUILD_ONLY=0
@@ -55,6 +63,21 @@ if [ -n "$missing" ]; then
 fi
 
 [ "$BUILD_ONLY" = 1 ] && exit 0
+# The tests run this python3; Debian's refuses pip outside a virtual
+# environment (PEP 668) unless told, which a test machine may do.
+pip_install() {
+  PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --quiet --root-user-action=ignore "$@"
+}
+if ! python3 -c "import torch" 2>/dev/null; then
+  need_root "Python packages" " torch"
+  if [ -n "$TORCH_INDEX" ]; then
+    echo "install-deps: installing torch (CPU) from $TORCH_INDEX"
+    pip_install torch --index-url "$TORCH_INDEX" || { echo "install-deps: pip could not install torch" >&2; exit 1; }
+  else
+    echo "install-deps: installing torch from PyPI (with its CUDA runtime wheels, about 5 GB)"
+    pip_install torch || { echo "install-deps: pip could not install torch (is PyPI reachable?)" >&2; exit 1; }
+  fi
+fi
 pymissing=""
 for p in $PYPKGS; do
   python3 -c "import ${p#*:}" 2>/dev/null || pymissing="$pymissing ${p%%:*}"
@@ -62,10 +85,8 @@ done
 [ -z "$pymissing" ] && exit 0
 echo "install-deps: installing from PyPI:$pymissing"
 need_root "Python packages" "$pymissing"
-# The tests run this python3; Debian's refuses pip outside a virtual
-# environment (PEP 668) unless told, which a test machine may do.
 # shellcheck disable=SC2086
-if ! PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --quiet --root-user-action=ignore $pymissing; then
+if ! pip_install $pymissing; then
   echo "install-deps: pip could not install$pymissing (is PyPI reachable?)" >&2
   exit 1
 fi

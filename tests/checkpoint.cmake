@@ -19,6 +19,15 @@ px_add_py_scenarios(checkpoint_job ${CMAKE_CURRENT_LIST_DIR}/checkpoint/test_ckp
 px_add_py_scenarios(checkpoint_tool ${CMAKE_CURRENT_LIST_DIR}/checkpoint/test_ckpt_tool.py ${CMAKE_BINARY_DIR}/bin 300
                     roundtrip safetensors eval job damage usage diloco)
 
+# phalanx-ckpt and transformers both ways (export --format hf of a trained
+# BPE model loaded by AutoModelForCausalLM and AutoTokenizer, the same eval
+# loss; a GPT2LMHeadModel saved by transformers imported and fine-tuned,
+# twice alike; bad folders refused). export and import skip (77) without
+# torch and transformers; refuse needs numpy and safetensors only.
+px_add_py_scenarios(checkpoint_hf ${CMAKE_CURRENT_LIST_DIR}/checkpoint/test_hf_roundtrip.py ${CMAKE_BINARY_DIR}/bin 300
+                    export import refuse)
+set_tests_properties(checkpoint_hf_export checkpoint_hf_import PROPERTIES SKIP_RETURN_CODE 77)
+
 # SIGKILL of the writer mid-save, 20 seeds: nothing published loads wrong,
 # and the restarted worker restores the newest published step (about a
 # minute on 2 cores).
@@ -30,7 +39,7 @@ px_tier(unit checkpoint_format)
 px_tier(process checkpoint_job_fewer checkpoint_job_corrupt checkpoint_job_diskfull checkpoint_job_allcorrupt
         checkpoint_tool_roundtrip
         checkpoint_tool_safetensors checkpoint_tool_eval checkpoint_tool_job checkpoint_tool_damage
-        checkpoint_tool_usage checkpoint_tool_diloco)
+        checkpoint_tool_usage checkpoint_tool_diloco checkpoint_hf_export checkpoint_hf_import checkpoint_hf_refuse)
 px_tier(chaos checkpoint_job_resume checkpoint_job_resume_overlap checkpoint_job_pergroup checkpoint_job_mixed
         checkpoint_job_sigterm checkpoint_job_rotate)
 px_tier(slow checkpoint_kill_during_save)

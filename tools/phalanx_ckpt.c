@@ -3,13 +3,16 @@
  *   phalanx-ckpt verify PATH              the full check a restoring worker makes
  *   phalanx-ckpt inspect PATH [--json]    what a checkpoint holds
  *   phalanx-ckpt export PATH --llmc FILE | --safetensors FILE
+ *   phalanx-ckpt export PATH OUTDIR --format hf [--tokenizer FILE]
  *   phalanx-ckpt import --llmc FILE --out DIR [--job NAME] [--seed N]
+ *   phalanx-ckpt import --format hf HFDIR --out DIR [--job NAME] [--seed N]
  * The verdict on a checkpoint is always px_ckpt_load's (sizes and XXH3 of
  * every data file, the manifest's every check), so this tool and a worker
  * never disagree about one; `list` adds a cheap look that reads no data (the
  * manifest and the data files' sizes). Export and import move weights between
- * checkpoints and the llm.c and Hugging Face (safetensors) worlds; the
- * safetensors layout is checkpoint/safetensors.c, pure.
+ * checkpoints and the llm.c and Hugging Face worlds: a safetensors file
+ * (checkpoint/safetensors.c, pure) or a whole Hugging Face model folder
+ * with the run's tokenizer (checkpoint/hf.c).
  *
  * Exit status: 0 done; 1 an output could not be written (disk full,
  * permissions); 2 a bad command line, or an input that is missing,
@@ -24,10 +27,12 @@
 #include <time.h>
 
 #include "ckpt.h"
+#include "hf.h"
 #include "llmc.h"
 #include "px_err.h"
 #include "px_file.h"
 #include "px_flags.h"
+#include "px_tok.h"
 #include "px_version.h"
 #include "safetensors.h"
 
@@ -35,8 +40,9 @@
 
 typedef struct {
     char prog[64];                /* "phalanx-ckpt CMD": messages point at that command's --help */
-    const char *path;             /* the operand: DIR or PATH */
-    const char *llmc, *safetensors, *out, *job;
+    const char *path;             /* the operand: DIR or PATH (import --format hf: HFDIR) */
+    const char *outdir;           /* export's second operand (--format hf) */
+    const char *llmc, *safetensors, *out, *job, *format, *tokenizer;
     uint64_t seed;
     int json, verify;
 } opts_t;
@@ -44,6 +50,7 @@ typedef struct {
 typedef struct {
     const char *name;
     const char *operand;          /* "DIR", "PATH", or NULL when it takes none */
+    int min_operands, max_operands;
     const px_flag_table_t *flags; /* the flags it accepts (NULL: none) */
     const char *usage, *epilogue; /* its --help around the flags */
     int (*run)(const opts_t *o);
@@ -267,13 +274,36 @@ static int write_safetensors(const char *path, const px_gpt_config_t *cfg, const
     return rc;
 }
 
+/* The Hugging Face folder: the tokenizer is --tokenizer's, else the run's
+ * beside the checkpoint (none for a byte-level run). 0, 1 (write) or 2 (a
+ * tokenizer that cannot be used). */
+static int export_hf(const opts_t *o, const px_gpt_t *model, int64_t step, const char *used) {
+    char found[4300];
+    const char *tok = o->tokenizer;
+    if (!tok && px_ckpt_find_tokenizer(used, found, sizeof found)) tok = found;
+    char err[PX_ERRLEN];
+    int files = 0;
+    px_hf_status_t st = px_hf_write(o->outdir, model, step, tok, &files, err, sizeof err);
+    if (st != PX_HF_OK) {
+        fprintf(stderr, "phalanx-ckpt: %s\n", err);
+        return st == PX_HF_BAD_INPUT ? 2 : 1;
+    }
+    printf("exported format=hf path=%s step=%" PRId64 " files=%d vocab=%d tokenizer=%s\n", o->outdir, step, files,
+           model->config.vocab_size, tok ? tok : "none");
+    return 0;
+}
+
 static int cmd_export(const opts_t *o) {
-    if (!o->llmc && !o->safetensors)
-        usage_error(o, "%s", "nothing to export: give --llmc FILE, --safetensors FILE or both");
+    if (o->format && !o->outdir) usage_error(o, "%s", "--format hf needs OUTDIR: export PATH OUTDIR --format hf");
+    if (o->outdir && !o->format) usage_error(o, "unexpected argument '%s' (OUTDIR goes with --format hf)", o->outdir);
+    if (o->tokenizer && !o->format) usage_error(o, "%s", "--tokenizer goes with --format hf");
+    if (!o->llmc && !o->safetensors && !o->format)
+        usage_error(o, "%s", "nothing to export: give --llmc FILE, --safetensors FILE, --format hf OUTDIR or more");
     px_ckpt_fault_t f;
     px_gpt_t *model = NULL;
     px_train_state_t s;
-    if (px_ckpt_open_model(o->path, 1, &model, &s, NULL, 0, &f) != 0) {
+    char used[4300];
+    if (px_ckpt_open_model(o->path, 1, &model, &s, used, sizeof used, &f) != 0) {
         if (f.kind == PX_CKPT_UNAVAILABLE && strstr(f.fault, "out of memory")) {
             fprintf(stderr, "phalanx-ckpt: %s: out of memory for its model\n", o->path);
             return 1;
@@ -288,16 +318,60 @@ static int cmd_export(const opts_t *o) {
         (rc = write_safetensors(o->safetensors, &model->config, &s, err, sizeof err)) == 0)
         printf("exported format=safetensors path=%s step=%" PRId64 " tensors=%d\n", o->safetensors, s.step,
                px_safetensors_tensors(&model->config, s.nbuf, NULL));
+    if (rc != 0) fprintf(stderr, "phalanx-ckpt: %s\n", err);
+    int status = rc == 0 ? 0 : 1;
+    if (status == 0 && o->format) status = export_hf(o, model, s.step, used);
     free(s.nbuf == PX_STATE_MAXBUF ? s.buf[PX_STATE_OUTER_M] : NULL);
     px_gpt_destroy(&model);
-    if (rc != 0) fprintf(stderr, "phalanx-ckpt: %s\n", err);
-    return rc == 0 ? 0 : 1;
+    return status;
 }
 
 /* ---- import --------------------------------------------------------------- */
 
+/* The tokenizer.json of a Hugging Face folder, when it has one: 1 (path in
+ * out), 0 none, -1 one that cannot be used with the model (err). */
+static int hf_tokenizer(const char *dir, const px_gpt_config_t *cfg, char *out, size_t len, char *err,
+                        size_t errlen) {
+    struct stat st;
+    snprintf(out, len, "%s/" PX_HF_TOKENIZER, dir);
+    if (stat(out, &st) != 0) return 0;
+    char why[PX_ERRLEN];
+    px_tok_t *tok = px_tok_load(out, why, sizeof why);
+    if (!tok) return px_err_set(err, errlen, "tokenizer: %s", why);
+    int vocab = px_tok_vocab_size(tok);
+    px_tok_free(&tok);
+    if (vocab > cfg->vocab_size)
+        return px_err_set(err, errlen, "tokenizer '%s' has %d tokens, config.json's vocab_size is %d", out, vocab,
+                          cfg->vocab_size);
+    return 1;
+}
+
+/* The model to import: --llmc FILE, or the Hugging Face folder (with its
+ * tokenizer's path in tok, "" for none). 0, or the exit status. */
+static int import_model(const opts_t *o, px_gpt_t **model, char *tok, size_t toklen, char widened[8]) {
+    char err[PX_ERRLEN];
+    tok[0] = widened[0] = '\0';
+    if (o->llmc) {
+        if (px_gpt_load(o->llmc, model, err, sizeof err) == 0) return 0;
+        fprintf(stderr, "phalanx-ckpt: %s\n", err);
+        return 2;
+    }
+    px_hf_status_t st = px_hf_read(o->path, model, widened, err, sizeof err);
+    int has = st == PX_HF_OK ? hf_tokenizer(o->path, &(*model)->config, tok, toklen, err, sizeof err) : 0;
+    if (st == PX_HF_OK && has >= 0) {
+        if (!has) tok[0] = '\0';
+        return 0;
+    }
+    fprintf(stderr, "phalanx-ckpt: %s\n", err);
+    px_gpt_destroy(model);
+    return st == PX_HF_IO_FAILED ? 1 : 2;
+}
+
 static int cmd_import(const opts_t *o) {
-    if (!o->llmc) usage_error(o, "%s", "import needs --llmc FILE");
+    if (o->format && o->llmc) usage_error(o, "%s", "give --llmc FILE or --format hf HFDIR, not both");
+    if (o->format && !o->path) usage_error(o, "%s", "--format hf needs HFDIR: import --format hf HFDIR --out DIR");
+    if (!o->format && o->path) usage_error(o, "unexpected argument '%s' (HFDIR goes with --format hf)", o->path);
+    if (!o->format && !o->llmc) usage_error(o, "%s", "import needs --llmc FILE or --format hf HFDIR");
     if (!o->out) usage_error(o, "%s", "import needs --out DIR");
     int64_t *steps;
     int n = px_ckpt_list(o->out, &steps);
@@ -314,21 +388,26 @@ static int cmd_import(const opts_t *o) {
         return 2;
     }
     px_gpt_t *model = NULL;
-    char err[PX_ERRLEN];
-    if (px_gpt_load(o->llmc, &model, err, sizeof err) != 0) {
-        fprintf(stderr, "phalanx-ckpt: %s\n", err);
-        return 2;
-    }
+    char err[PX_ERRLEN], tok[4300], widened[8];
+    int rc = import_model(o, &model, tok, sizeof tok, widened);
+    if (rc != 0) return rc;
     px_train_state_t s = px_state_of_model(model, 0, o->seed); /* step 0, moments zero */
     px_ckpt_meta_t meta = {.job = o->job ? o->job : "", .groups = 1, .ranks_per_group = 1,
                            .writer_group = "phalanx-ckpt"};
     px_ckpt_result_t res;
-    int rc = px_ckpt_write(o->out, &s, &model->config, &meta, &res, err, sizeof err);
-    if (rc == 0)
-        printf("imported path=%s step=0 params=%zu bytes=%" PRIu64 " job=%s seed=%" PRIu64 "\n", res.path,
+    rc = px_ckpt_write(o->out, &s, &model->config, &meta, &res, err, sizeof err);
+    /* the run's tokenizer beside its checkpoints, where a job and the tools look */
+    if (rc == 0 && tok[0] && px_ckpt_keep_tokenizer(o->out, o->path, err, sizeof err) < 0) rc = -1;
+    if (rc == 0) {
+        printf("imported path=%s step=0 params=%zu bytes=%" PRIu64 " job=%s seed=%" PRIu64, res.path,
                model->num_params, res.bytes, meta.job[0] ? meta.job : "-", o->seed);
-    else
+        if (o->format)
+            printf(" vocab=%d tokenizer=%s%s%s", model->config.vocab_size, tok[0] ? tok : "none",
+                   widened[0] ? " widened=" : "", widened);
+        printf("\n");
+    } else {
         fprintf(stderr, "phalanx-ckpt: %s\n", err);
+    }
     px_gpt_destroy(&model);
     return rc == 0 ? 0 : 1;
 }
@@ -345,6 +424,8 @@ static const px_flag_t INSPECT[] = {
      .help = "print manifest.json as it is on disk (\"outer_momentum\": true or false in what this version writes)",
      OPT(json)},
 };
+static int is_hf(const char *v) { return !strcmp(v, "hf"); }
+
 static const px_flag_t EXPORT[] = {
     {"--llmc", PX_FLAG_STR, "FILE", .max = PATH_MAX_LEN, .note = "none",
      .help = "an llm.c model file (version 3, fp32, padded vocabulary), which phalanx-worker --model FILE and "
@@ -355,10 +436,21 @@ static const px_flag_t EXPORT[] = {
              "the real vocabulary; a DiLoCo checkpoint's outer momentum too, as outer.momentum.NAME in its "
              "parameter's orientation",
      OPT(safetensors)},
+    {"--format", PX_FLAG_STR, "hf", .max = 8, .note = "none", .valid = is_hf, .expect = "hf",
+     .help = "hf: a Hugging Face model folder OUTDIR (model.safetensors with GPT2LMHeadModel's names, config.json, "
+             "generation_config.json, and the run's tokenizer.json with tokenizer_config.json), which "
+             "transformers' from_pretrained loads as it is",
+     OPT(format)},
+    {"--tokenizer", PX_FLAG_STR, "FILE", .max = PATH_MAX_LEN, .note = "the run's: tokenizer.json beside the checkpoint",
+     .help = "with --format hf, the tokenizer.json to put in OUTDIR", OPT(tokenizer)},
 };
 static const px_flag_t IMPORT[] = {
-    {"--llmc", PX_FLAG_STR, "FILE", .max = PATH_MAX_LEN, .note = "required",
+    {"--llmc", PX_FLAG_STR, "FILE", .max = PATH_MAX_LEN, .note = "this or --format hf",
      .help = "the llm.c model file (version 3) to import", OPT(llmc)},
+    {"--format", PX_FLAG_STR, "hf", .max = 8, .note = "none", .valid = is_hf, .expect = "hf",
+     .help = "hf: import the Hugging Face GPT-2 folder HFDIR (config.json, model.safetensors in F32, F16 or BF16, "
+             "and tokenizer.json when there is one, which goes beside the checkpoint as DIR/tokenizer.json)",
+     OPT(format)},
     {"--out", PX_FLAG_STR, "DIR", .max = PATH_MAX_LEN, .note = "required",
      .help = "the checkpoint folder; it must hold no checkpoint after step 0, which a job would restore instead",
      OPT(out)},
@@ -373,7 +465,7 @@ static const px_flag_table_t EXPORT_FLAGS = PX_FLAG_TABLE("", EXPORT);
 static const px_flag_table_t IMPORT_FLAGS = PX_FLAG_TABLE("", IMPORT);
 
 static const command_t commands[] = {
-    {"list", "DIR", &LIST_FLAGS,
+    {"list", "DIR", 1, 1, &LIST_FLAGS,
      "usage: phalanx-ckpt list DIR [--verify]\n"
      "One line per step_N folder of DIR, newest first: step, job, creation time (UTC),\n"
      "data bytes, writer group, and `ok` or `bad: FILE: FAULT`. Without --verify the\n"
@@ -383,7 +475,7 @@ static const command_t commands[] = {
      "Exit status: 0 when DIR was listed (bad checkpoints are in their lines), 2 when\n"
      "DIR cannot be read.\n",
      cmd_list},
-    {"verify", "PATH", NULL,
+    {"verify", "PATH", 1, 1, NULL,
      "usage: phalanx-ckpt verify PATH\n"
      "The full check of the checkpoint folder PATH (DIR/step_N), the one a restoring\n"
      "worker makes: the manifest (the outer momentum, when there, whole) and every\n"
@@ -391,7 +483,7 @@ static const command_t commands[] = {
      "Prints `ok step=N bytes=B files=F` and exits 0; a bad checkpoint exits 2 with\n"
      "`phalanx-ckpt: FILE: FAULT` on stderr.\n",
      cmd_verify},
-    {"inspect", "PATH", &INSPECT_FLAGS,
+    {"inspect", "PATH", 1, 1, &INSPECT_FLAGS,
      "usage: phalanx-ckpt inspect PATH [--json]\n"
      "What the checkpoint folder PATH holds, from its manifest (no data is read): step,\n"
      "job, seed, quorum id, model config, layout, the state's buffers (params, m, v, and\n"
@@ -399,20 +491,26 @@ static const command_t commands[] = {
      "and each tensor (name, shape, slices).\n",
      "Exit status: 0, or 2 when the manifest is missing or corrupt.\n",
      cmd_inspect},
-    {"export", "PATH", &EXPORT_FLAGS,
+    {"export", "PATH", 1, 2, &EXPORT_FLAGS,
      "usage: phalanx-ckpt export PATH [--llmc FILE] [--safetensors FILE]\n"
+     "       phalanx-ckpt export PATH OUTDIR --format hf [--tokenizer FILE]\n"
      "Verifies the checkpoint folder PATH (or, for a folder of checkpoints, its newest\n"
-     "one that verifies), loads its parameters and writes them (atomically: a\n"
-     "temporary file beside FILE, fsync, rename):\n",
-     "At least one of the two. Exit status: 0; 1 when a file cannot be written; 2 when\n"
-     "the checkpoint is bad (file and fault on stderr).\n",
+     "one that verifies), loads its parameters and writes them (each file atomically:\n"
+     "a temporary file beside it, fsync, rename):\n",
+     "At least one of the three. docs/huggingface.md describes the Hugging Face folder.\n"
+     "Exit status: 0; 1 when a file cannot be written; 2 when the checkpoint or the\n"
+     "tokenizer is bad (file and fault on stderr).\n",
      cmd_export},
-    {"import", NULL, &IMPORT_FLAGS,
+    {"import", "HFDIR", 0, 1, &IMPORT_FLAGS,
      "usage: phalanx-ckpt import --llmc FILE --out DIR [--job NAME] [--seed N]\n"
-     "Writes the weights of an llm.c model file as the step-0 checkpoint DIR/step_00000000\n"
-     "(AdamW moments zero), so that a job started with --checkpoint-dir DIR --seed N\n"
-     "trains on from those weights.\n",
-     "Exit status: 0; 1 when the checkpoint cannot be written; 2 when FILE is bad.\n",
+     "       phalanx-ckpt import --format hf HFDIR --out DIR [--job NAME] [--seed N]\n"
+     "Writes the weights of an llm.c model file, or of a Hugging Face GPT-2 folder, as\n"
+     "the step-0 checkpoint DIR/step_00000000 (AdamW moments zero), so that a job\n"
+     "started with --checkpoint-dir DIR --seed N and the same model (for a Hugging Face\n"
+     "folder: --model HFDIR/config.json) trains on from those weights.\n",
+     "A config or tensor that is not GPT-2 as phalanx has it is refused, naming it\n"
+     "(docs/huggingface.md). Exit status: 0; 1 when the checkpoint cannot be written;\n"
+     "2 when the input is bad.\n",
      cmd_import},
 };
 
@@ -425,8 +523,13 @@ static void usage(void) {
            "  inspect PATH [--json]               its step, job, seed, model, files and tensors\n"
            "  export PATH --llmc FILE | --safetensors FILE\n"
            "                                      its weights as an llm.c or safetensors file\n"
+           "  export PATH OUTDIR --format hf [--tokenizer FILE]\n"
+           "                                      a Hugging Face model folder (weights, config,\n"
+           "                                      tokenizer) that transformers loads\n"
            "  import --llmc FILE --out DIR [--job NAME] [--seed N]\n"
            "                                      an llm.c model file as a step-0 checkpoint\n"
+           "  import --format hf HFDIR --out DIR [--job NAME] [--seed N]\n"
+           "                                      a Hugging Face GPT-2 folder as a step-0 checkpoint\n"
            "PATH is one checkpoint folder, DIR/step_<8 digits>.\n"
            "`phalanx-ckpt COMMAND --help` describes each command.\n\n"
            "Exit status: 0 done; 1 an output could not be written; 2 a bad command line, or an\n"
@@ -437,11 +540,12 @@ static void usage(void) {
 static void parse(const command_t *c, int argc, char **argv, opts_t *o) {
     const px_flag_section_t flags = {c->flags, o, NULL};
     const px_flags_spec_t spec = {.prog = o->prog, .usage = c->usage, .epilogue = c->epilogue, .sections = &flags,
-                                  .n_sections = c->flags ? 1 : 0, .max_operands = c->operand ? 1 : 0};
+                                  .n_sections = c->flags ? 1 : 0, .max_operands = c->max_operands};
     px_flags_parsed_t given;
     px_flags_parse(&spec, argc, argv, &given);
     if (given.n_operands) o->path = px_flag_str(o->prog, c->operand, given.operands[0], PATH_MAX_LEN);
-    if (c->operand && !o->path) usage_error(o, "missing %s", c->operand);
+    if (given.n_operands > 1) o->outdir = px_flag_str(o->prog, "OUTDIR", given.operands[1], PATH_MAX_LEN);
+    if (given.n_operands < c->min_operands) usage_error(o, "missing %s", c->operand);
 }
 
 int main(int argc, char **argv) {
