@@ -67,10 +67,16 @@ add_test(NAME model_standalone_train
 px_add_py_test(model_recompute_job ${PX_MODEL_TEST_DIR}/test_recompute_job.py ${CMAKE_BINARY_DIR}/bin)
 set_tests_properties(model_recompute_job PROPERTIES TIMEOUT 600 RESOURCE_LOCK cores)
 
+# docs/training.md's walkthrough, its shell block run as written: text to a
+# tokenizer and shards, a job under chaos with samples, a sample from the
+# checkpoint, the Hugging Face export opened by transformers (77 without it).
+px_add_py_test(model_walkthrough ${PX_MODEL_TEST_DIR}/test_walkthrough.py ${CMAKE_BINARY_DIR}/bin)
+set_tests_properties(model_walkthrough PROPERTIES TIMEOUT 900 SKIP_RETURN_CODE 77 RESOURCE_LOCK cores)
+
 # Tiers (tests/CMakeLists.txt).
 px_tier(unit model_ops_gradcheck model_ops_isa_clones model_reference_pytorch model_train_state model_gpt_determinism
         model_files_corrupt model_data_sampler model_sample)
 px_tier(process model_standalone_train model_phalanx_data model_phalanx_sample model_config_layouts
         model_config_vocab)
 px_tier(chaos model_config_chaos)
-px_tier(slow model_recompute_job)
+px_tier(slow model_recompute_job model_walkthrough)

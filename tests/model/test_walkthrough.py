@@ -32,6 +32,11 @@ def walkthrough_block():
 
 
 def test(bindir):
+    try:
+        import transformers  # noqa: F401
+    except ImportError as e:
+        print("SKIP: step 6 needs transformers (%s): scripts/install-deps.sh installs it" % e)
+        sys.exit(77)
     work = tempfile.mkdtemp(prefix="phalanx-walkthrough-")
     texts = os.path.join(work, "my_texts")
     os.makedirs(texts)
