@@ -33,6 +33,7 @@
 #include "px_keys.h"
 #include "px_log.h"
 #include "px_time.h"
+#include "px_version.h"
 #include "px_hbudp.h"
 #include "px_wire.h"
 #include "quorum.h"
@@ -114,6 +115,7 @@ struct px_coordinator {
     char run_id[17];           /* this run's id: a page seeing another knows we restarted */
     px_train_metrics_t train;
     int64_t job_step;          /* highest step a quorum member heartbeated (-1: none yet) */
+    px_progress_t progress;    /* the job's step, pace, smoothed tokens/s, newest checkpoint */
     int64_t expired_ms;        /* last px_members_expire */
     int64_t next_recompute_ms; /* a quorum compute waits until then (tick) */
     int64_t last_eval_step;    /* the newest eval loss put in a point (-1: none) */
@@ -1022,6 +1024,7 @@ static void note_comm_share(px_coordinator_t *c, px_member_t *m, const Phalanx__
 static void note_job_step(px_coordinator_t *c, const px_member_t *m, int64_t step) {
     if (c->job_step >= 0 && step <= c->job_step) return; /* the common case, before the quorum lookup */
     if (m->state == PX_STATE_LOST || px_quorum_find(&c->quorum, m->group) < 0) return;
+    px_progress_step(&c->progress, step, px_now_ms());
     if (c->job_step < 0) { /* the baseline: steps before this run are not ours to count */
         c->job_step = step;
         return;
@@ -1073,7 +1076,11 @@ static void note_train_stats(px_coordinator_t *c, px_member_t *m, const Phalanx_
     }
     px_train_metrics_t *tm = &c->train;
     if (!isnan(p.loss)) tm->has_loss = 1, tm->loss = p.loss;
-    if (!isnan(p.tokens_per_s)) tm->has_tokens_per_s = 1, tm->tokens_per_s = p.tokens_per_s;
+    if (!isnan(p.tokens_per_s)) {
+        tm->has_tokens_per_s = 1;
+        tm->tokens_per_s = p.tokens_per_s;
+        px_progress_tokens(&c->progress, p.tokens_per_s, px_now_ms());
+    }
     if (!isnan(p.eval_loss)) {
         tm->has_eval_loss = 1;
         tm->eval_loss = p.eval_loss;
@@ -1395,8 +1402,10 @@ static void note_history_event(px_coordinator_t *c, const px_member_t *m, const 
                       (double)w->bytes / 1e6, w->ms / 1000.0);
     else if (!strcmp(k, "outer_step"))
         history_event(c, k, NULL, w->step, "outer step to %lld", (long long)w->step);
-    else if (!strcmp(k, "checkpoint_saved"))
+    else if (!strcmp(k, "checkpoint_saved")) {
         history_event(c, k, m->group, w->step, "%s saved a checkpoint at step %lld", m->group, (long long)w->step);
+        px_progress_checkpoint(&c->progress, w->step, px_wall_ms());
+    }
 }
 
 static void on_worker_event(px_coordinator_t *c, const void *ident, size_t ident_len, const px_msg_t *msg) {
@@ -1568,6 +1577,10 @@ static px_status_view_t status_view(px_coordinator_t *c) {
     v.heap_bytes = px_status_heap_bytes();
     v.now_ms = px_now_ms();
     v.uptime_ms = v.now_ms - c->started_ms;
+    v.wall_ms = px_wall_ms();
+    v.version = px_version();
+    v.progress = &c->progress;
+    v.target_step = px_status_target_step(&c->members);
     return v;
 }
 
@@ -1916,24 +1929,15 @@ static char *history_json(px_coordinator_t *c, const px_status_view_t *v, uint64
     px_buf_json_str(&b, c->mode_reason);
     px_buf_printf(&b, ",\"outer_steps\":%llu,\"outer_wire_bytes\":%llu", (unsigned long long)c->stats.outer_steps,
                   (unsigned long long)c->stats.outer_wire_bytes);
+    px_status_progress_json(&b, v);
     px_buf_printf(&b, ",\"quorum\":{\"id\":%lld,\"groups\":[", (long long)c->quorum.id);
     for (int i = 0; i < c->quorum.n; i++) {
         if (i) px_buf_append(&b, ",", 1);
         px_buf_json_str(&b, c->quorum.groups[i].name);
     }
-    px_buf_printf(&b, "]},\"groups\":[");
-    for (int i = 0, k = 0; i < c->members.n; i++) { /* a group is its rank 0 */
-        const px_member_t *m = &c->members.members[i];
-        if (m->rank != 0) continue;
-        px_buf_printf(&b, "%s{\"name\":", k++ ? "," : "");
-        px_buf_json_str(&b, m->group);
-        px_buf_printf(&b, ",\"state\":\"%s\",\"step\":%lld,\"heals\":%u,\"heal_bytes\":%llu,\"loss\":",
-                      px_status_member_state(m, &c->quorum), (long long)m->step, m->heals,
-                      (unsigned long long)m->heal_bytes);
-        if (m->has_train && isfinite(m->train_loss)) px_buf_printf(&b, "%.6g}", (double)m->train_loss);
-        else px_buf_printf(&b, "null}");
-    }
-    px_buf_printf(&b, "],");
+    px_buf_printf(&b, "]},");
+    px_status_groups_json(&b, &c->members, &c->quorum);
+    px_buf_printf(&b, ",");
     px_history_json(c->history, since, &b);
     px_buf_printf(&b, "}\n");
     return px_buf_take(&b, len);
@@ -2097,6 +2101,7 @@ px_coordinator_t *px_coordinator_new(const px_coordinator_config_t *cfg, char *e
     c->kv = px_kv_new();
     c->history = px_history_new(PX_HISTORY_POINTS, PX_HISTORY_EVENTS);
     c->job_step = c->last_eval_step = -1;
+    px_progress_init(&c->progress);
     px_histo_init(&c->train.step_seconds, STEP_BOUNDS, NBOUNDS(STEP_BOUNDS));
     px_histo_init(&c->train.recovery_seconds, RECOVERY_BOUNDS, NBOUNDS(RECOVERY_BOUNDS));
     px_histo_init(&c->train.heal_seconds, HEAL_BOUNDS, NBOUNDS(HEAL_BOUNDS));

@@ -10,6 +10,8 @@
 #include <stdint.h>
 
 #include "membership.h"
+#include "px_buf.h"
+#include "progress.h"
 #include "quorum.h"
 
 /* The limits on state peers can grow (coordinator flags --max-members,
@@ -79,8 +81,16 @@ typedef struct {
     px_status_events_t events;
     size_t store_keys, store_bytes, store_waiters;
     size_t heap_bytes; /* malloc'd and in use, all threads (px_status_heap_bytes) */
-    int64_t now_ms, uptime_ms;
+    int64_t now_ms, uptime_ms; /* monotonic */
+    int64_t wall_ms;           /* wall clock (checkpoint ages) */
+    const char *version;       /* the coordinator's build (git describe) */
+    const px_progress_t *progress; /* how far and how fast (NULL: nothing known) */
+    int64_t target_step;       /* the job's length its workers were told (0: unknown) */
 } px_status_view_t;
+
+/* The job's length as its live workers were told it: the largest --steps a
+ * live member registered with (0: none registered one). */
+int64_t px_status_target_step(const px_members_t *members);
 
 /* Bytes malloc'd and not freed, over every thread's arena (glibc
  * mallinfo2; 0 elsewhere). Unlike RSS it does not creep while allocated
@@ -89,6 +99,13 @@ size_t px_status_heap_bytes(void);
 /* "joining" | "healthy" | "healing" | "lost" for member m given the quorum. */
 const char *px_status_member_state(const px_member_t *m, const px_quorum_t *q);
 char *px_status_json(const px_status_view_t *v, size_t *len);
+/* "groups":[...]: each group as its rank 0 says (name, state, step, ranks,
+ * latest loss, heals and their bytes), appended to b; /status and
+ * /api/history carry it (docs/protocol.md). */
+void px_status_groups_json(px_buf_t *b, const px_members_t *members, const px_quorum_t *quorum);
+/* ,"progress":{...}: the job's step, target, fraction, loss, eval loss,
+ * smoothed tokens/s, pace, ETA and newest checkpoint (null: unknown). */
+void px_status_progress_json(px_buf_t *b, const px_status_view_t *v);
 char *px_status_metrics(const px_status_view_t *v, size_t *len);
 /* A plain-text table for terminals (phalanxctl status). */
 char *px_status_text(const px_status_view_t *v, size_t *len);
