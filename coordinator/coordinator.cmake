@@ -4,7 +4,7 @@
 add_library(px_coordlogic STATIC
   ${CMAKE_CURRENT_LIST_DIR}/membership.c
   ${CMAKE_CURRENT_LIST_DIR}/mode_policy.c
-  ${CMAKE_CURRENT_LIST_DIR}/progress.c
+  ${CMAKE_CURRENT_LIST_DIR}/job_progress.c
   ${CMAKE_CURRENT_LIST_DIR}/store.c
   ${CMAKE_CURRENT_LIST_DIR}/status.c
   ${CMAKE_CURRENT_LIST_DIR}/history.c)

@@ -11,7 +11,7 @@
 
 #include "membership.h"
 #include "px_buf.h"
-#include "progress.h"
+#include "job_progress.h"
 #include "quorum.h"
 
 /* The limits on state peers can grow (coordinator flags --max-members,

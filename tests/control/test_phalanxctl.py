@@ -79,7 +79,7 @@ def kill_events(bindir):
 
         # --follow: started before the kill, sees the loss as it happens
         follow = subprocess.Popen([os.path.join(bindir, "phalanxctl"), "events", "--follow", "--events",
-                                   "file:" + job.events_path, "--type", "member_lost", "--group", "g0"],
+                                   "file:" + job.events_path, "--type", "member_lost", "--group", "g0", "--json"],
                                   stdout=subprocess.PIPE, text=True, preexec_fn=die_with_test)
         r = ctl(bindir, "kill", "g0/0", *http)
         check(r.returncode == 0 and "sent signal 9" in r.stdout, "kill g0/0: %d %r" % (r.returncode, r.stderr))
@@ -90,14 +90,30 @@ def kill_events(bindir):
         follow.send_signal(signal.SIGINT)
         check(follow.wait(timeout=10) == 0, "events --follow exits 0 on SIGINT")
 
-        r = ctl(bindir, "events", "--events", "file:" + job.events_path)
+        r = ctl(bindir, "events", "--events", "file:" + job.events_path, "--json")
         all_lines = r.stdout.splitlines()
-        check(r.returncode == 0 and len(all_lines) == len(job.read_events()), "events prints the whole log")
-        r = ctl(bindir, "events", "--events", job.events_path, "--type", "member_joined", "--type", "member_lost")
+        with open(job.events_path) as f:
+            written = f.read().splitlines()
+        check(r.returncode == 0 and all_lines == written[:len(all_lines)] and len(all_lines) == len(job.read_events()),
+              "events --json prints the whole log as written")
+        r = ctl(bindir, "events", "--events", job.events_path, "--type", "member_joined", "--type", "member_lost",
+                "--json")
         types = {l.split('"type":"')[1].split('"')[0] for l in r.stdout.splitlines()}
         check(types == {"member_joined", "member_lost"}, "--type twice: %s" % types)
-        r = ctl(bindir, "events", "--log-dir", job.dir, "--group", "g1")
+        r = ctl(bindir, "events", "--log-dir", job.dir, "--group", "g1", "--json")
         check(r.stdout and all('"group":"g1"' in l for l in r.stdout.splitlines()), "--group: %r" % r.stdout)
+        # without --json: a line for people per event, in the log's order
+        r = ctl(bindir, "events", "--events", job.events_path)
+        people = r.stdout.splitlines()
+        evs = job.read_events()
+        check(r.returncode == 0 and len(people) == len(evs), "events prints a line per event: %d of %d" %
+              (len(people), len(evs)))
+        for line, e in zip(people, evs):
+            check(re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}Z  #%d +%s " % (e["seq"], e["type"]), line) and
+                  "{" not in line.split("  ")[0], "a readable line for %s: %r" % (e["type"], line))
+        lost = [l for l, e in zip(people, evs) if e["type"] == "member_lost" and e.get("group") == "g0"]
+        check(lost and " g0/0  step " in lost[0] and "reason=" in lost[0], "member_lost names g0/0, its step and "
+              "reason: %r" % lost)
         r = ctl(bindir, "events", "--events", "none")  # Kafka: tests/kafka/test_ctl_kafka.py
         check(r.returncode == 2 and "none" in r.stderr, "--events none (no log) is refused: %d" % r.returncode)
         r = ctl(bindir, "events", "--log-dir", os.path.join(job.dir, "nowhere"))

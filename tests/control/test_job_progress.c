@@ -1,4 +1,4 @@
-/* The job's progress as the coordinator reckons it (coordinator/progress.c)
+/* The job's progress as the coordinator reckons it (coordinator/job_progress.c)
  * on a clock the test drives: the pace over the last minute (steady, then
  * stalled, then resumed), the ETA from it, the tokens/s smoothing against a
  * swinging input, the newest checkpoint; and how /status and /status.txt
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "progress.h"
+#include "job_progress.h"
 #include "status.h"
 #include "../lib/px_check.h"
 

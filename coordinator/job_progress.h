@@ -3,8 +3,8 @@
  * and the ETA it gives, and the newest checkpoint. /status, /status.txt,
  * /metrics and the dashboard show these (status.c, coordinator.c).
  * Pure: every call takes the time it is about, so tests drive the clock. */
-#ifndef PX_PROGRESS_H
-#define PX_PROGRESS_H
+#ifndef PX_JOB_PROGRESS_H
+#define PX_JOB_PROGRESS_H
 
 #include <stdint.h>
 

@@ -1,5 +1,5 @@
-/* Implementation of progress.h. */
-#include "progress.h"
+/* Implementation of job_progress.h. */
+#include "job_progress.h"
 
 #include <math.h>
 #include <string.h>
