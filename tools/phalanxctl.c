@@ -1,8 +1,9 @@
 /* phalanxctl: the operator's command line for a running job.
- *   phalanxctl status [--json]          what the coordinator knows
- *   phalanxctl events [--follow] [--type T]... [--group G]
+ *   phalanxctl status [--json]          what the coordinator knows: progress, groups, members
+ *   phalanxctl events [--follow] [--json] [--type T]... [--group G]
  *                                       the coordinator's event log (file or Kafka
- *                                       sink; Kafka read by ctl_kafka.c)
+ *                                       sink; Kafka read by ctl_kafka.c), a line for
+ *                                       people per event (ctl_event_line.c)
  *   phalanxctl kill GROUP/RANK [--signal N]
  *                                       signal a worker on this host (chaos drills)
  *   phalanxctl drain GROUP              ask the coordinator to drain a group: it
@@ -44,6 +45,7 @@
 
 #include "ctl_kafka.h"
 #include "px_client_flags.h"
+#include "ctl_event_line.h"
 #include "px_events_spec.h"
 #include "px_flags.h"
 #include "px_version.h"
@@ -72,7 +74,9 @@ static const px_flag_t FLAGS[] = {
      .help = "with --coordinator (and drain): wait for the answer; events from Kafka: wait for the brokers and "
              "the topic (and, without --follow, for each next message)",
      OPT(timeout_ms)},
-    {"--json", PX_FLAG_SWITCH, .help = "status: print the raw /status JSON (always so with --coordinator)",
+    {"--json", PX_FLAG_SWITCH,
+     .help = "status: print the raw /status JSON (always so with --coordinator); events: print each event as "
+             "the JSON line the coordinator wrote, not as a line for people",
      OPT(json)},
     {"--events", PX_FLAG_STR, "SPEC", .max = 4000, .note = "file:LOG_DIR/events.jsonl",
      .help = "events: the coordinator's --events: file:PATH, PATH, or kafka:HOST:PORT[,HOST:PORT...]/TOPIC[?...]",
@@ -97,7 +101,9 @@ static const char USAGE[] =
     "usage: phalanxctl COMMAND [flags]   (phalanxctl COMMAND --help: the same text)\n\n"
     "commands:\n"
     "  status                 print the job's quorum and members\n"
-    "  events                 print the coordinator's event log (JSON lines), optionally filtered,\n"
+    "  events                 print the coordinator's event log, a line for people per event (time,\n"
+    "                         sequence number, type, member, step, the other fields; --json: the\n"
+    "                         JSON lines as written), optionally filtered,\n"
     "                         from its file sink (--events file:PATH) or its Kafka topic (--events\n"
     "                         kafka:BROKERS/TOPIC: read from the beginning to the end of every\n"
     "                         partition; in order within a partition, partitions interleaved)\n"
@@ -504,11 +510,22 @@ static int event_wanted(const opts_t *o, const char *line) {
     return ok;
 }
 
+/* One event line as asked: as written (--json) or for people. */
+static void put_event(const opts_t *o, const char *line) {
+    if (!event_wanted(o, line)) return;
+    if (o->json) {
+        fputs(line, stdout);
+    } else {
+        char text[8192];
+        px_ctl_event_line(line, text, sizeof text);
+        puts(text);
+    }
+}
+
 /* ctl_kafka's callback for each event: the file sink's filter and output. */
 static void print_event(void *ctx, const char *line) {
     const opts_t *o = ctx;
-    if (!event_wanted(o, line)) return;
-    fputs(line, stdout);
+    put_event(o, line);
     if (o->follow) fflush(stdout); /* someone watches each event as it comes */
 }
 
@@ -556,7 +573,7 @@ static int cmd_events(const opts_t *o) {
         long at = ftell(f);
         ssize_t n = getline(&line, &cap, f);
         if (n > 0 && line[n - 1] == '\n') {
-            if (event_wanted(o, line)) fputs(line, stdout);
+            put_event(o, line);
             continue;
         }
         if (!o->follow) break; /* the end (a line being written is left out) */

@@ -42,7 +42,7 @@ def kcat_lines(boot, topic):
 
 def ctl(bindir, *args):
     t = time.monotonic()
-    r = subprocess.run([os.path.join(bindir, "phalanxctl"), "events"] + list(args), capture_output=True,
+    r = subprocess.run([os.path.join(bindir, "phalanxctl"), "events", "--json"] + list(args), capture_output=True,
                        text=True, timeout=60)
     return r, time.monotonic() - t
 
@@ -51,7 +51,7 @@ class Follower:
     """phalanxctl events --follow, its stdout collected on a thread."""
 
     def __init__(self, bindir, spec):
-        self.p = subprocess.Popen([os.path.join(bindir, "phalanxctl"), "events", "--follow", "--events", spec],
+        self.p = subprocess.Popen([os.path.join(bindir, "phalanxctl"), "events", "--json", "--follow", "--events", spec],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                   preexec_fn=die_with_test)
         self.out = LineCollector(self.p.stdout)
@@ -102,6 +102,11 @@ def run(bindir, mock):
         evs = [json.loads(l) for l in got]
         check([e["seq"] for e in evs] == list(range(1, 9)), "seq 1..8: %s" % [e["seq"] for e in evs])
         check([e["type"] for e in evs] == FIRST, "types: %s" % [e["type"] for e in evs])
+        people = subprocess.run([os.path.join(bindir, "phalanxctl"), "events", "--events", spec], capture_output=True,
+                                text=True, timeout=60).stdout.splitlines()
+        check([l.split()[3] for l in people] == FIRST and all(l.split()[2] == "#%d" % e["seq"] for l, e in
+                                                              zip(people, evs)),
+              "without --json: a line for people per event, in order: %s" % people)
 
         # 2. filters: exactly the matching lines, in the topic's order
         r, _ = ctl(bindir, "--events", spec, "--type", "member_joined", "--type", "member_lost")
