@@ -50,6 +50,7 @@
 #include "px_flags.h"
 #include "px_keys.h"
 #include "px_time.h"
+#include "ports.h"
 #include "worker_flags.h"
 
 static const char *PROG = "phalanx-launch";
@@ -442,6 +443,37 @@ static void show_log_tail(launch_t *L, const char *path) {
     for (char *line = strtok(start, "\n"); line; line = strtok(NULL, "\n")) say(L, "    | %s", line);
 }
 
+/* A default address (--bind tcp://HOST:PORT, --http HOST:PORT) whose port
+ * is taken here moves to a free one, said aloud; prefix is "tcp://" or "". */
+static const char *move_taken_default(launch_t *L, const char *flag, const char *addr, const char *prefix,
+                                      char *buf, size_t cap) {
+    if (px_flags_given(&L->cfg.given, flag) || strncmp(addr, prefix, strlen(prefix)) != 0) return addr;
+    const char *hostport = addr + strlen(prefix), *colon = strrchr(hostport, ':');
+    char host[64];
+    if (!colon || (size_t)(colon - hostport) >= sizeof host) return addr;
+    snprintf(host, sizeof host, "%.*s", (int)(colon - hostport), hostport);
+    int other = 0;
+    if (px_port_taken(host, atoi(colon + 1), &other) != 1) return addr;
+    snprintf(buf, cap, "%s%s:%d", prefix, host, other);
+    say(L, "! %s %s is taken on this machine (another job?): using %s instead (give %s to choose)", flag, addr, buf,
+        flag);
+    return buf;
+}
+
+/* The coordinator's own words on why it stopped: its last line that starts
+ * with "phalanx-coordinator: " (its fatal errors), or "" when none. */
+static void coordinator_reason(const char *log, char *out, size_t cap) {
+    out[0] = '\0';
+    FILE *f = fopen(log, "r");
+    if (!f) return;
+    char line[1024];
+    const char *tag = "phalanx-coordinator: ";
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, tag, strlen(tag))) snprintf(out, cap, "%s", line + strlen(tag));
+    fclose(f);
+    out[strcspn(out, "\n")] = '\0';
+}
+
 static int start_coordinator(launch_t *L) {
     const launch_cfg_t *c = &L->cfg;
     char path[4200], log[4200];
@@ -464,12 +496,15 @@ static int start_coordinator(launch_t *L) {
     px_sleep_ms(200);
     int st;
     if (waitpid(L->coord_pid, &st, WNOHANG) == L->coord_pid) {
-        int code = WIFEXITED(st) ? WEXITSTATUS(st) : 1;
-        say(L, "  x the coordinator exited at start with status %d%s", code,
-            code == EXIT_CONFIG ? " (a configuration error)" : "");
+        /* Nothing ran yet: whatever stopped it (an address taken or not
+         * here, a bad flag, a key) is this launch's configuration. */
+        char why[1024];
+        coordinator_reason(log, why, sizeof why);
+        say(L, "  x the coordinator could not start (exit status %d): %s", WIFEXITED(st) ? WEXITSTATUS(st) : -1,
+            why[0] ? why : "it said nothing; its log follows");
         show_log_tail(L, log);
         L->coord_pid = 0;
-        return code == EXIT_CONFIG ? EXIT_CONFIG : 1;
+        return EXIT_CONFIG;
     }
     return 0;
 }
@@ -1044,6 +1079,9 @@ int main(int argc, char **argv) {
 
     if (ensure_data(&L) != 0) return 1;
     if (!c->join) {
+        static char bind_buf[600], http_buf[600];
+        c->bind = move_taken_default(&L, "--bind", c->bind, "tcp://", bind_buf, sizeof bind_buf);
+        c->http = move_taken_default(&L, "--http", c->http, "", http_buf, sizeof http_buf);
         int rc = start_coordinator(&L);
         if (rc != 0) return rc < 0 ? 1 : rc;
         say(&L, "coordinator on %s, status http://%s/ (events %s, logs in %s/)", c->bind, c->http, c->events, c->log_dir);

@@ -4,15 +4,18 @@ endpoints  impossible endpoints (no scheme, a port out of range, '*' to
            connect to, an unclosed IPv6 bracket, another scheme) make every
            program that takes one exit 2 at once with a message naming the
            flag and what is wrong, instead of waiting out the connect timeout
-           (300 s): phalanx-worker and phalanxctl --coordinator,
+           (60 s by default): phalanx-worker and phalanxctl --coordinator,
            phalanx-coordinator and phalanx-launch --bind. Endpoints that are
            fine (a host name, IPv6, ipc://) are accepted.
 coordinator the coordinator's own configuration exits 2 naming it: an
            events spec that does not parse, an event log in a folder that
            does not exist, an --http host that is not an IPv4 address, a
            --bind address that is no interface of this host; a port in use
-           exits 1 (the moment's fault) naming it. phalanx-launch passes the
-           coordinator's status on and shows its reason.
+           exits 1 (the moment's fault) naming it. phalanx-launch shows the
+           coordinator's reason on its own terminal and exits 2 whatever
+           stopped it (the address given is taken, a bad flag); a default
+           port that is taken (7777, 8080) moves to a free one, said aloud,
+           and the job runs.
 worker     a worker whose training cannot start (unknown model, --tp that
            does not divide the heads, --pp beyond the layers, --seq beyond
            the context, no data) exits 2 naming the input, and the
@@ -21,6 +24,8 @@ worker     a worker whose training cannot start (unknown model, --tp that
            folder that does not exist or holds no shards exits 2 and writes
            nothing there (only the default folder gets the demo corpus)."""
 import os
+import re
+import socket
 import subprocess
 import sys
 import tempfile
@@ -103,9 +108,57 @@ def test_coordinator(bindir):
     finally:
         launch.terminate()
     out = "\n".join(launch.output())
-    check(rc == 2 and "coordinator exited at start with status 2" in out and "must be an IPv4 address" in out,
+    check(rc == 2 and "x the coordinator could not start (exit status 2): --http" in out and
+          "must be an IPv4 address" in out,
           "phalanx-launch exits 2 with the coordinator's reason: rc %s\n%s" % (rc, launch.tail()))
+    test_launch_ports(bindir)
     print("coordinator: %d configuration errors exit 2, a port in use exits 1; launch shows why" % len(cases))
+
+
+def listen(port):
+    """A TCP listener on 127.0.0.1:port (0: any), or None when the port is
+    already taken (by another test's job: taken either way)."""
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", port))
+        s.listen(1)
+        return s
+    except OSError:
+        s.close()
+        return None
+
+
+def test_launch_ports(bindir):
+    logs = tempfile.mkdtemp(prefix="phalanx-validate-ports-")
+    data = make_corpus(bindir, tempfile.mkdtemp(prefix="phalanx-validate-ports-data-"))
+    held = listen(0)
+    port = held.getsockname()[1]
+    try:
+        r = run(bindir, "phalanx-launch", ["--groups", "1", "--steps", "1", "--data", data, "--log-dir",
+                                           os.path.join(logs, "given"), "--bind", "tcp://127.0.0.1:%d" % port])
+        check(r.returncode == 2 and "x the coordinator could not start (exit status 1): --bind: cannot bind "
+              "'tcp://127.0.0.1:%d': Address already in use" % port in r.stdout + r.stderr,
+              "a --bind given and taken: exit 2 with the reason on the launcher's terminal: %d\n%s%s" %
+              (r.returncode, r.stdout[-1500:], r.stderr[-500:]))
+    finally:
+        held.close()
+    # the defaults taken (by us, or by a job already there): they move, the job runs
+    mine = [listen(7777), listen(8080)]
+    try:
+        r = run(bindir, "phalanx-launch", ["--groups", "1", "--steps", "2", "--model", "tiny", "--data", data,
+                                           "--log-dir", os.path.join(logs, "defaults"), "--", "--global-batch",
+                                           "4", "--micro-batch", "4", "--seq", "32"], timeout=120)
+        out = r.stdout + r.stderr
+        moved = re.search(r"! --bind tcp://127\.0\.0\.1:7777 is taken on this machine \(another job\?\): using "
+                          r"tcp://127\.0\.0\.1:(\d+) instead", out)
+        check(r.returncode == 0 and moved and "! --http 127.0.0.1:8080 is taken" in out and
+              "coordinator on tcp://127.0.0.1:%s" % moved.group(1) in out,
+              "default ports taken: moved, said, the job ran: %d\n%s" % (r.returncode, out[-2000:]))
+    finally:
+        for s in mine:
+            if s:
+                s.close()
+    print("phalanx-launch: a taken --bind given exits 2 with the reason; taken defaults move")
 
 
 def test_worker(bindir):
