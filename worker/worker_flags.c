@@ -136,6 +136,11 @@ static const px_flag_t WORKER_TRAIN[] = {
      .help = "start from the initial state when --checkpoint-dir holds checkpoints and none of them verifies; "
              "without it the worker refuses to start (exit 2), naming each checkpoint and its fault",
      TC(allow_fresh_start)},
+    {"--allow-schedule-change", PX_FLAG_SWITCH,
+     .help = "resume from a checkpoint written under another --steps, --lr, --min-lr, --warmup, --global-batch or "
+             "--seq (the steps left then follow these); without it such a resume is refused (exit 2), naming "
+             "each flag and both values",
+     TC(allow_schedule_change)},
     {"--checkpoint-copy", PX_FLAG_CHOICE, .words = COPIES, .note = "held; overlap with --device cuda",
      .help = "how a save takes its snapshot: held = the optimizer step that makes the state copies it as it goes "
              "(a save at a stop or after a heal: every core copies it while training waits); best where "
@@ -218,7 +223,7 @@ static const px_flag_t AGENT[] = {
      AGENT(group_size)},
     {"--job", PX_FLAG_STR, "NAME", .max = 63, .note = "any", .help = "refuse a coordinator running another job",
      AGENT(job)},
-    {"--connect-timeout", PX_FLAG_INT, "S", .min = 0, .max = 86400, .def = "300",
+    {"--connect-timeout", PX_FLAG_INT, "S", .min = 0, .max = 86400, .def = "60",
      .help = "give up (exit 2) if no coordinator answers the first registration within S seconds, 0 = wait "
              "forever; says every few seconds that it is waiting; once registered, outages are waited out",
      AGENT(connect_timeout_s)},

@@ -12,7 +12,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
-from phalanx_test import Job, Launch, check, free_port, main, make_corpus, wait_until  # noqa: E402
+from phalanx_test import Job, Launch, check, die_with_test, free_port, main, make_corpus, wait_until  # noqa: E402
 
 TIMEOUT_S = 8
 
@@ -45,6 +45,21 @@ def test(bindir):
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=30)
         check(r.returncode == 2 and "--connect-timeout" in r.stderr, "--connect-timeout %s refused: %d %r" %
               (bad, r.returncode, r.stderr))
+
+    # the default limit is a minute: a mistyped address is an error within one, said from the first line
+    p = subprocess.Popen([os.path.join(bindir, "phalanx-worker"), "--coordinator", nobody, "--group", "g0"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=die_with_test)
+    try:
+        first = ""
+        while "waiting_for_coordinator" not in first:
+            first = p.stderr.readline()
+            if not first:
+                break
+    finally:
+        p.kill()
+        p.wait()
+    check("waiting_for_coordinator coordinator=%s" % nobody in first and "timeout_s=60:" in first,
+          "by default the first waiting line names the address and a 60 s limit: %r" % first)
 
     r, took = worker(bindir, nobody, [])
     check_gave_up("control-only worker", r, took, nobody)
