@@ -80,6 +80,15 @@ typedef struct {
     uint64_t xxh3;
 } px_ckpt_file_t;
 
+/* The flags that shape a job's learning-rate schedule and its batches,
+ * recorded in each checkpoint so that a resume under other values is
+ * noticed (a longer --steps stretches the cosine decay of the steps left,
+ * another batch changes what the data cursor means). */
+typedef struct {
+    int64_t steps, warmup, global_batch, seq_len;
+    double lr, min_lr;
+} px_ckpt_schedule_t;
+
 typedef struct {
     int format_version;
     char job[64];
@@ -98,6 +107,8 @@ typedef struct {
      * refuses a manifest with some outer tensors but not all, one whose
      * shape is not its parameter's, or a key that disagrees. */
     int outer_momentum;
+    int has_schedule;                /* 0: written without one (an import, an older build) */
+    px_ckpt_schedule_t schedule;     /* JSON "schedule" */
     int ntensors;
     px_ckpt_tensor_t *tensors;
     int nfiles;
@@ -163,6 +174,10 @@ int px_ckpt_manifest_decode(const char *text, size_t len, px_ckpt_manifest_t *m,
 int px_ckpt_manifest_matches(const px_ckpt_manifest_t *m, const px_gpt_config_t *cfg, char *err, size_t errlen);
 /* Index of the tensor named name, or -1. */
 int px_ckpt_manifest_find(const px_ckpt_manifest_t *m, const char *name);
+/* How schedule `now` differs from `was` (a checkpoint's): the number of
+ * flags that differ, each written to out as "--steps 2000 (the checkpoint's:
+ * 1000)", joined by ", " (cut to cap). Pure. */
+int px_ckpt_schedule_diff(const px_ckpt_schedule_t *was, const px_ckpt_schedule_t *now, char *out, size_t cap);
 
 /* ---- files (I/O) -------------------------------------------------------- */
 
@@ -172,6 +187,8 @@ typedef struct {
     int groups, ranks_per_group;
     const char *writer_group;
     int fsdp, tp, pp;                /* the writing layout (0: 1) */
+    int has_schedule;                /* 1: record schedule */
+    px_ckpt_schedule_t schedule;
 } px_ckpt_meta_t;
 
 typedef struct {

@@ -3,6 +3,7 @@
  * reader needs before it trusts a byte range (see ckpt.h). */
 #include <inttypes.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -246,6 +247,13 @@ char *px_ckpt_manifest_encode(const px_ckpt_manifest_t *m) {
     json_object_set_new(layout, "pp", json_integer(m->pp));
     json_object_set_new(layout, "writer_group", json_string(m->writer_group));
     json_object_set_new(root, "layout", layout);
+    if (m->has_schedule) {
+        const px_ckpt_schedule_t *sc = &m->schedule;
+        json_object_set_new(root, "schedule",
+                            json_pack("{s:I, s:f, s:f, s:I, s:I, s:I}", "steps", (json_int_t)sc->steps, "lr", sc->lr,
+                                      "min_lr", sc->min_lr, "warmup", (json_int_t)sc->warmup, "global_batch",
+                                      (json_int_t)sc->global_batch, "seq_len", (json_int_t)sc->seq_len));
+    }
     json_t *files = json_array();
     for (int i = 0; i < m->nfiles; i++) {
         char hex[17];
@@ -477,6 +485,53 @@ static void dims_text(int ndim, const int64_t *shape, char *out, size_t len) {
         n += (size_t)snprintf(out + n, len - n, "%s%" PRId64, d ? "x" : "", shape[d]);
 }
 
+/* The optional "schedule" object: absent is fine (has_schedule 0); present,
+ * every member must be there and in range. */
+static int decode_schedule(json_t *root, px_ckpt_manifest_t *m, char *err, size_t errlen) {
+    json_t *sc = json_object_get(root, "schedule");
+    m->has_schedule = 0;
+    if (!sc) return 0;
+    if (!json_is_object(sc)) return px_err_set(err, errlen, "\"schedule\" is not an object");
+    px_ckpt_schedule_t *d = &m->schedule;
+    const char *ik[] = {"steps", "warmup", "global_batch", "seq_len"};
+    int64_t *iv[] = {&d->steps, &d->warmup, &d->global_batch, &d->seq_len};
+    for (int i = 0; i < 4; i++)
+        if (get_int(sc, ik[i], 0, (int64_t)1 << 40, iv[i], "schedule", err, errlen)) return -1;
+    const char *rk[] = {"lr", "min_lr"};
+    double *rv[] = {&d->lr, &d->min_lr};
+    for (int i = 0; i < 2; i++) {
+        json_t *x = json_object_get(sc, rk[i]);
+        if (!json_is_number(x) || !isfinite(json_number_value(x)) || json_number_value(x) < 0)
+            return px_err_set(err, errlen, "schedule: \"%s\" missing or not a finite number >= 0", rk[i]);
+        *rv[i] = json_number_value(x);
+    }
+    m->has_schedule = 1;
+    return 0;
+}
+
+int px_ckpt_schedule_diff(const px_ckpt_schedule_t *was, const px_ckpt_schedule_t *now, char *out, size_t cap) {
+    int n = 0;
+    size_t at = 0;
+    if (cap) out[0] = '\0';
+    const char *ik[] = {"--steps", "--warmup", "--global-batch", "--seq"};
+    const int64_t iw[] = {was->steps, was->warmup, was->global_batch, was->seq_len};
+    const int64_t in[] = {now->steps, now->warmup, now->global_batch, now->seq_len};
+    const char *rk[] = {"--lr", "--min-lr"};
+    const double rw[] = {was->lr, was->min_lr}, rn[] = {now->lr, now->min_lr};
+    for (int i = 0; i < 6; i++) {
+        char one[160];
+        if (i < 4 && iw[i] != in[i])
+            snprintf(one, sizeof one, "%s %lld (the checkpoint's: %lld)", ik[i], (long long)in[i], (long long)iw[i]);
+        else if (i >= 4 && rw[i - 4] != rn[i - 4])
+            snprintf(one, sizeof one, "%s %g (the checkpoint's: %g)", rk[i - 4], rn[i - 4], rw[i - 4]);
+        else
+            continue;
+        if (at < cap) at += (size_t)snprintf(out + at, cap - at, "%s%s", n ? ", " : "", one);
+        n++;
+    }
+    return n;
+}
+
 /* The outer momentum is whole or absent: outer.momentum.NAME for every
  * parameter of the manifest's model, each with its parameter's shape, or
  * none (a state half there must never be loaded; which of the other
@@ -549,6 +604,7 @@ static int decode_root(json_t *root, px_ckpt_manifest_t *m, char *err, size_t er
         *ld[i] = (int)v;
     }
     if (get_str(layout, "writer_group", m->writer_group, sizeof m->writer_group, "layout", err, errlen)) return -1;
+    if (decode_schedule(root, m, err, errlen)) return -1;
     if (decode_files(root, m, err, errlen)) return -1;
     json_t *tensors = json_object_get(root, "tensors");
     if (!json_is_array(tensors) || json_array_size(tensors) < 1 || json_array_size(tensors) > 1000000)

@@ -343,6 +343,8 @@ static int finish(const char *dir, const char *tmp, const char *final, px_ckpt_m
     if (meta->tp > 0) m->tp = meta->tp;
     if (meta->pp > 0) m->pp = meta->pp;
     snprintf(m->writer_group, sizeof m->writer_group, "%s", meta->writer_group ? meta->writer_group : "");
+    m->has_schedule = meta->has_schedule;
+    m->schedule = meta->schedule;
     if (!(text = px_ckpt_manifest_encode(m))) {
         px_err_set(err, errlen, "out of memory");
         goto bad;

@@ -208,6 +208,12 @@ static void print_manifest(const char *path, const px_ckpt_manifest_t *m) {
            c->max_seq_len, c->vocab_size, c->padded_vocab_size, px_gpt_tensor_sizes(c, sizes));
     printf("layout       groups=%d ranks_per_group=%d fsdp=%d tp=%d pp=%d writer_group=%s\n", m->groups,
            m->ranks_per_group, m->fsdp, m->tp, m->pp, m->writer_group[0] ? m->writer_group : "-");
+    if (m->has_schedule)
+        printf("schedule     steps=%lld lr=%g min_lr=%g warmup=%lld global_batch=%lld seq=%lld\n",
+               (long long)m->schedule.steps, m->schedule.lr, m->schedule.min_lr, (long long)m->schedule.warmup,
+               (long long)m->schedule.global_batch, (long long)m->schedule.seq_len);
+    else
+        printf("schedule     - (not recorded: an import, or an older build)\n");
     printf("state        params, m, v%s\n",
            m->outer_momentum ? ", outer momentum (DiLoCo: " PX_CKPT_OUTER_PREFIX "NAME)" : " (no outer momentum)");
     printf("\nfiles (%d, %" PRIu64 " bytes)\n  %-32s %14s  %s\n", m->nfiles, data_bytes(m), "NAME", "BYTES",

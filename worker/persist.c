@@ -94,6 +94,15 @@ static void on_reject(void *ctx, const char *path, const px_ckpt_fault_t *f) {
     if (f->kind == PX_CKPT_DAMAGED) move_aside(p, path);
 }
 
+/* The schedule-shaping flags as checkpoints record them (--seq 0: the
+ * model's context, what the trainer uses). */
+static px_ckpt_schedule_t schedule_of(const px_persist_t *p) {
+    const px_trainer_config_t *cfg = p->cfg;
+    return (px_ckpt_schedule_t){.steps = cfg->steps, .warmup = cfg->warmup, .global_batch = cfg->global_batch,
+                                .seq_len = cfg->seq_len > 0 ? cfg->seq_len : p->model.max_seq_len, .lr = cfg->lr,
+                                .min_lr = cfg->min_lr};
+}
+
 px_restore_result_t px_persist_restore(px_persist_t *p, px_train_state_t *st, const px_ckpt_sink_t *sink) {
     if (!p->dir[0]) return PX_RESTORE_NONE;
     int64_t t0 = px_now_ms();
@@ -125,6 +134,20 @@ px_restore_result_t px_persist_restore(px_persist_t *p, px_train_state_t *st, co
         px_log_warn("checkpoint_none_valid dir=%s rejected=%d moved_aside_before=%d: no checkpoint verifies, starting "
                     "from the initial state (--allow-fresh-start)", p->dir, p->rejected, aside);
         return p->rejected ? PX_RESTORE_REBUILD : PX_RESTORE_NONE;
+    }
+    if (m.has_schedule) {
+        px_ckpt_schedule_t now = schedule_of(p);
+        char diff[1024];
+        int n = px_ckpt_schedule_diff(&m.schedule, &now, diff, sizeof diff);
+        if (n && !p->cfg->allow_schedule_change) {
+            px_log_error("--checkpoint-dir %s: resuming step %lld under another schedule: %s; the steps left would "
+                         "train under a learning rate or batch the run did not have: give the checkpoint's values, "
+                         "or --allow-schedule-change to resume under these",
+                         p->dir, (long long)r, diff);
+            px_ckpt_manifest_free(&m);
+            return PX_RESTORE_REFUSED;
+        }
+        if (n) px_log_warn("schedule_changed step=%lld %s (--allow-schedule-change)", (long long)r, diff);
     }
     /* The outer momentum where the state and the checkpoint differ: a
      * DiLoCo state from a synchronous job's checkpoint starts it at zero (the
@@ -246,7 +269,8 @@ static void save(px_persist_t *p, const px_train_state_t *st, const px_quorum_t 
         px_ckpt_saver_wait(p->saver);
         __atomic_store_n(&p->group_failed, 0, __ATOMIC_RELEASE);
     }
-    px_ckpt_meta_t meta = {p->cfg->job, q->id, q->n, p->cfg->ranks_per_group, p->cfg->group, p->fsdp, p->tp, p->pp};
+    px_ckpt_meta_t meta = {p->cfg->job, q->id, q->n, p->cfg->ranks_per_group, p->cfg->group, p->fsdp, p->tp, p->pp,
+                           1, schedule_of(p)};
     double held_ms = 0;
     char path[4200];
     px_ckpt_path(p->dir, st->step, path, sizeof path);

@@ -64,7 +64,8 @@ typedef enum {
     PX_RESTORE_NONE,     /* no checkpoints (or checkpoints off): st untouched, start from the initial state */
     PX_RESTORE_LOADED,   /* st holds the newest valid checkpoint; st->step is its step */
     PX_RESTORE_REFUSED,  /* only another job's, seed's or model's checkpoints, or none that verifies without
-                            --allow-fresh-start: refuse to start (starting from scratch would overwrite them) */
+                            --allow-fresh-start: refuse to start (starting from scratch would overwrite them);
+                            or the newest's schedule differs without --allow-schedule-change */
     PX_RESTORE_REBUILD,  /* every checkpoint was rejected, with --allow-fresh-start: the caller rebuilds the
                             initial state (a rejected one may have been partly read into st) */
 } px_restore_result_t;
@@ -74,7 +75,10 @@ typedef enum {
  * through it. A DiLoCo state (nbuf 4) restored from a checkpoint without the
  * outer momentum gets it zero (the sink's owner zeroes its own), logged as
  * outer_momentum=zero; a state of 3 from one with it leaves it out
- * (outer_momentum=ignored). */
+ * (outer_momentum=ignored). A checkpoint whose recorded schedule (--steps,
+ * --lr, --min-lr, --warmup, --global-batch, --seq) differs from cfg's is
+ * refused, naming each flag and both values, unless
+ * --allow-schedule-change (then logged as schedule_changed). */
 px_restore_result_t px_persist_restore(px_persist_t *p, px_train_state_t *st, const px_ckpt_sink_t *sink);
 /* A state whose host copy may still be arriving when a save is asked for
  * (a GPU's, downloaded while the next step computes): the saver calls

@@ -47,6 +47,8 @@ typedef struct {
     const char *checkpoint_dir; /* NULL: no checkpoints; "%g" in it stands for the group's name */
     int checkpoint_every;     /* save every N committed steps; 0: only at the end and on SIGTERM */
     int checkpoint_keep;      /* checkpoints kept by retention; 0: all */
+    int allow_schedule_change; /* 1: resume a checkpoint whose --steps, --lr, --min-lr, --warmup,
+                                  --global-batch or --seq differ (else refused) */
     int allow_fresh_start;    /* 1: every checkpoint in checkpoint_dir failing verification starts the job
                                  from the initial state; 0: refuse to start (they stay as they are) */
     int checkpoint_overlap;   /* 1: the saver copies the state while the next step computes;

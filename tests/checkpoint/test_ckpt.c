@@ -59,7 +59,7 @@ static int same_state(const px_train_state_t *a, const px_train_state_t *b) {
     return a->nbuf == b->nbuf && same_buffers(a, b, a->nbuf);
 }
 
-static px_ckpt_meta_t meta = {"job1", 5, 3, 1, "a", 1, 1, 1};
+static px_ckpt_meta_t meta = {"job1", 5, 3, 1, "a", 1, 1, 1, 1, {1000, 10, 12, 64, 0.001f, 0.0001f}};
 
 static void save(const char *dir, px_train_state_t *s, int64_t step) {
     char err[600];
@@ -942,6 +942,61 @@ static void test_source_wait(px_train_state_t *s, px_train_state_t *d) {
     px_state_free(&landed);
 }
 
+/* The schedule a checkpoint records: written, read back exactly (a float
+ * --lr compares equal after the JSON round trip), optional (a manifest
+ * without one reads as has_schedule 0), refused when malformed; and the
+ * difference named flag by flag. */
+static void test_schedule(px_train_state_t *s) {
+    char dir[300], path[4300], err[600];
+    snprintf(dir, sizeof dir, "%s/schedule", root);
+    save(dir, s, 3);
+    snprintf(path, sizeof path, "%s/step_00000003/%s", dir, PX_CKPT_MANIFEST);
+    FILE *f = fopen(path, "r");
+    static char good[1 << 20], bad[1 << 20];
+    size_t len = f ? fread(good, 1, sizeof good - 1, f) : 0;
+    good[len] = 0;
+    if (f) fclose(f);
+    px_ckpt_manifest_t m;
+    CHECK(px_ckpt_manifest_decode(good, len, &m, err, sizeof err) == 0 && m.has_schedule, "schedule read: %s", err);
+    char diff[512];
+    CHECK(px_ckpt_schedule_diff(&m.schedule, &meta.schedule, diff, sizeof diff) == 0 && !diff[0],
+          "the schedule reads back exactly: %s", diff);
+    px_ckpt_manifest_free(&m);
+    px_ckpt_schedule_t now = meta.schedule;
+    now.steps = 2000;
+    now.lr = 0.003f;
+    CHECK(px_ckpt_schedule_diff(&meta.schedule, &now, diff, sizeof diff) == 2 &&
+              !strcmp(diff, "--steps 2000 (the checkpoint's: 1000), --lr 0.003 (the checkpoint's: 0.001)"),
+          "the difference: %s", diff);
+    now = meta.schedule;
+    now.global_batch = 24;
+    now.seq_len = 128;
+    now.warmup = 0;
+    now.min_lr = 0;
+    CHECK(px_ckpt_schedule_diff(&meta.schedule, &now, diff, 20) == 4 && strlen(diff) == 19,
+          "four differences, cut to the buffer: %s", diff);
+    /* absent: fine; malformed: refused naming the member */
+    char *at = strstr(good, "\"schedule\"");
+    CHECK(at != NULL, "the manifest has a schedule");
+    if (!at) return;
+    char *end = strchr(at, '}');
+    snprintf(bad, sizeof bad, "%.*s\"no_schedule\": 0%s", (int)(at - good), good, end + 1);
+    CHECK(px_ckpt_manifest_decode(bad, strlen(bad), &m, err, sizeof err) == 0 && !m.has_schedule,
+          "without a schedule: %s", err);
+    px_ckpt_manifest_free(&m);
+    const char *cases[][2] = {{"\"steps\": 1000", "\"steps\": -1"}, {"\"lr\": 0.0010000000474974513", "\"lr\": \"x\""},
+                              {"\"global_batch\": 12", "\"global_batch\": 1.5"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *p = strstr(good, cases[i][0]);
+        CHECK(p != NULL, "schedule case %zu: '%s' not in the manifest", i, cases[i][0]);
+        if (!p) continue;
+        snprintf(bad, sizeof bad, "%.*s%s%s", (int)(p - good), good, cases[i][1], p + strlen(cases[i][0]));
+        int rc = px_ckpt_manifest_decode(bad, strlen(bad), &m, err, sizeof err);
+        CHECK(rc != 0 && strstr(err, "schedule"), "schedule case %zu refused naming it: rc %d %s", i, rc, err);
+        if (rc == 0) px_ckpt_manifest_free(&m);
+    }
+}
+
 int main(void) {
     snprintf(root, sizeof root, "/tmp/px-test-ckpt-%d", (int)getpid());
     sh("rm -rf %s && mkdir -p %s", root, root);
@@ -961,6 +1016,7 @@ int main(void) {
     test_damage(&s, &d);
     test_mismatch(&s, &d);
     test_decode_table(&s);
+    test_schedule(&s);
     test_retention(&s);
     test_move_aside(&s, &d);
     test_disk_full(&s, &d);

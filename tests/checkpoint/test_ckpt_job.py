@@ -22,6 +22,10 @@ rotate    the writer (g0) is SIGKILLed: the next quorum lists g1 first, and g1
           saves at its next commit instead of waiting for the next interval.
 diskfull  saves fail (RLIMIT_FSIZE: EFBIG) with checkpoint_failed while the job
           trains on to the end; the checkpoint from before stays intact.
+schedule  a resume under a longer --steps and another --lr is refused (exit
+          2, each flag named with both values, nobody joins); the same flags
+          resume; --allow-schedule-change resumes under the new schedule,
+          which the next checkpoints record.
 allcorrupt every checkpoint damaged: the job refuses to start (the workers
           exit 2 naming each checkpoint's fault and --allow-fresh-start),
           moves them aside byte for byte and refuses again when restarted;
@@ -29,6 +33,7 @@ allcorrupt every checkpoint damaged: the job refuses to start (the workers
           the same steps beside them."""
 import glob
 import hashlib
+import json
 import os
 import re
 import resource
@@ -436,9 +441,56 @@ def test_allcorrupt(bindir):
           % len(saved))
 
 
+def test_schedule(bindir):
+    """A resume under another schedule is refused, naming each flag and both
+    values, before any worker joins; --allow-schedule-change resumes under the
+    new one and the next checkpoints record it."""
+    data = make_corpus(bindir, tempfile.mkdtemp(prefix="phalanx-ckpt-data-"))
+    ckpt = tempfile.mkdtemp(prefix="phalanx-ckpt-")
+    rc, first = run(bindir, base(data, ckpt, steps=20) + WORKER, "ckpt-schedule-first")
+    check(rc == 0 and has(ckpt, 20), "the first job saved step 20:\n%s" % first.tail())
+    with open(os.path.join(ckpt, "step_%08d" % 20, "manifest.json")) as f:
+        recorded = json.load(f).get("schedule")
+    check(recorded and recorded["steps"] == 20 and recorded["global_batch"] == 12 and recorded["warmup"] == 10 and
+          abs(recorded["lr"] - 0.001) < 1e-9 and abs(recorded["min_lr"] - 0.0001) < 1e-9 and recorded["seq_len"] > 0,
+          "the checkpoint records the schedule: %s" % recorded)
+
+    rc, longer = run(bindir, base(data, ckpt, steps=40) + WORKER + ["--lr", "0.002"], "ckpt-schedule-refused",
+                     timeout=120)
+    out = "\n".join(longer.output())
+    check(rc == 2 and "--steps 40 (the checkpoint's: 20)" in out and "--lr 0.002 (the checkpoint's: 0.001)" in out
+          and "--allow-schedule-change" in out,
+          "a longer --steps and another --lr are refused, each named with both values: rc %s\n%s" % (rc, out[-2500:]))
+    check("--warmup" not in out.split("another schedule:")[-1].split("\n")[0],
+          "flags that did not change are not named:\n%s" % out[-1500:])
+    check(longer.last_step() == 0 and not [e for e in longer.read_events() if e["type"] == "member_joined"],
+          "nothing trained, nobody joined: %s" % longer.read_events())
+
+    rc, same = run(bindir, base(data, ckpt, steps=20) + WORKER, "ckpt-schedule-same", timeout=120)
+    check(rc == 0 and restored_steps(same) and set(restored_steps(same)) == {20},
+          "the same flags resume as before: rc %s, restored %s\n%s" % (rc, restored_steps(same), same.tail()))
+
+    rc, changed = run(bindir, base(data, ckpt, steps=40) + WORKER + ["--lr", "0.002", "--allow-schedule-change"],
+                      "ckpt-schedule-allowed")
+    logs = ""
+    for path in sorted(glob.glob(os.path.join(changed.dir, "worker-*.log"))):
+        with open(path) as f:
+            logs += f.read()
+    check(rc == 0 and changed.summary()["completed"] and set(restored_steps(changed)) == {20} and
+          changed.last_step() == 40, "with --allow-schedule-change it resumes at 20 and trains to 40: rc %s\n%s" %
+          (rc, changed.tail()))
+    check("schedule_changed step=20 --steps 40 (the checkpoint's: 20), --lr 0.002 (the checkpoint's: 0.001)" in logs,
+          "the change is logged:\n%s" % logs[-1500:])
+    with open(os.path.join(ckpt, "step_%08d" % 40, "manifest.json")) as f:
+        now = json.load(f)["schedule"]
+    check(now["steps"] == 40 and abs(now["lr"] - 0.002) < 1e-9, "the next checkpoints record the new schedule: %s" % now)
+    print("schedule: a longer --steps and another --lr refused naming both values; the same flags resume; "
+          "--allow-schedule-change resumes under the new schedule, recorded")
+
+
 if __name__ == "__main__":
     main_scenarios({"resume": test_resume,
                     # the saver copying the state while the next step computes (--checkpoint-copy overlap)
                     "resume_overlap": lambda bindir: test_resume(bindir, ["--checkpoint-copy", "overlap"]), "corrupt": test_corrupt, "fewer": test_fewer,
                     "pergroup": test_pergroup, "mixed": test_mixed, "sigterm": test_sigterm, "rotate": test_rotate, "diskfull": test_diskfull,
-                    "allcorrupt": test_allcorrupt})
+                    "allcorrupt": test_allcorrupt, "schedule": test_schedule})
