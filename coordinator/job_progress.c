@@ -13,6 +13,7 @@ void px_progress_init(px_progress_t *p) {
 void px_progress_step(px_progress_t *p, int64_t step, int64_t now_ms) {
     if (step < 0 || step <= p->step) return;
     p->step = step;
+    p->step_ms = now_ms;
     int last = (p->pace_at + PX_PROGRESS_PACE_SAMPLES - 1) % PX_PROGRESS_PACE_SAMPLES;
     if (p->pace_n > 0 && now_ms - p->pace_ms[last] < 1000) return; /* one sample a second is enough */
     p->pace_ms[p->pace_at] = now_ms;
@@ -46,6 +47,7 @@ double px_progress_steps_per_s(const px_progress_t *p, int64_t now_ms) {
      * far apart across a stall); the oldest sample when the window reaches
      * further back than the samples. */
     int64_t from = now_ms - PX_PROGRESS_PACE_WINDOW_MS;
+    if (p->step_ms <= from) return 0.0; /* no step in the window */
     int oldest = (p->pace_at + PX_PROGRESS_PACE_SAMPLES - p->pace_n) % PX_PROGRESS_PACE_SAMPLES;
     int before = -1, after = -1;
     for (int k = 0; k < p->pace_n; k++) {

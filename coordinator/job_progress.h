@@ -14,6 +14,7 @@
 
 typedef struct {
     int64_t step; /* the job's committed step (-1: none heard yet) */
+    int64_t step_ms; /* ... when it was heard (monotonic) */
     /* the pace: a ring of (monotonic ms, step) samples */
     int64_t pace_ms[PX_PROGRESS_PACE_SAMPLES], pace_step[PX_PROGRESS_PACE_SAMPLES];
     int pace_n, pace_at;

@@ -356,7 +356,8 @@ static void progress_text(px_buf_t *b, const px_status_view_t *v) {
         human_duration(t, sizeof t, f.eta_s);
         px_buf_printf(b, "  ETA %s", f.eta_s > 0 ? t : "done");
     } else if (f.target > 0 && f.step >= 0) {
-        px_buf_printf(b, "  ETA unknown (no steps in the last minute)");
+        px_buf_printf(b, isfinite(f.steps_per_s) ? "  ETA unknown (no step in the last minute)"
+                                                 : "  ETA unknown (too early to tell)");
     }
     if (f.checkpoint_step >= 0) {
         human_duration(t, sizeof t, f.checkpoint_age_s);

@@ -177,6 +177,21 @@ static void test_status_views(void) {
     CHECK(text && strstr(text, "progress: no step heard yet\ncheckpoint: none saved while this coordinator ran\n"),
           "/status.txt with nothing known:\n%s", text ? text : "(null)");
     free(text);
+    /* a target, steps for under a second: too early; then a minute without a step: stalled */
+    v.target_step = 5000;
+    px_progress_step(&p, 10, 100000);
+    px_progress_step(&p, 12, 100500);
+    v.now_ms = 100600;
+    text = px_status_text(&v, NULL);
+    CHECK(text && strstr(text, "progress: step 12 of 5000 (0.2%)  ETA unknown (too early to tell)\n"),
+          "/status.txt in the first second:\n%s", text ? text : "(null)");
+    free(text);
+    v.now_ms = 200000;
+    text = px_status_text(&v, NULL);
+    CHECK(text && strstr(text, "progress: step 12 of 5000 (0.2%)  0 steps/s (last minute)  ETA unknown (no step in "
+                               "the last minute)\n"),
+          "/status.txt stalled:\n%s", text ? text : "(null)");
+    free(text);
 }
 
 int main(void) {

@@ -243,6 +243,19 @@ def drain(bindir):
         gone = [m for m in launch.status()["members"] if m["group"] == "g2"]
         check(gone and all(m["state"] == "left" and m["lost_reason"] == "drained" for m in gone),
               "/status shows g2 left (drained), not lost: %s" % gone)
+        # phalanxctl status: the job's step against its --steps, pace and ETA, the groups by state
+        # (the pace needs a second of steps)
+        wait_until(lambda: launch.status()["progress"]["eta_s"] is not None, 60, "an ETA in /status")
+        r = ctl(bindir, "status", "--http", launch.http)
+        m = re.search(r"^progress: step (\d+) of %d \((\d+\.\d)%%\)  loss \d+\.\d+  tokens/s [\d.]+k?  "
+                      r"[\d.e+]+ steps/s \(last minute\)  ETA \d+[smhd]" % steps, r.stdout, re.M)
+        check(r.returncode == 0 and m and int(m.group(1)) >= drained_at, "status shows progress: %r" % r.stdout[:600])
+        check(re.search(r"^g2 +left +\d+ +1 ", r.stdout, re.M) and re.search(r"^g0 +healthy +\d+ +1 ", r.stdout, re.M),
+              "status lists the groups with their states: %r" % r.stdout)
+        check("checkpoint: none saved while this coordinator ran" in r.stdout, "no checkpoint in this job")
+        prog = launch.status()["progress"]
+        check(prog["target_step"] == steps and prog["step"] >= drained_at and prog["eta_s"] > 0 and
+              prog["checkpoint_step"] is None, "/status progress: %s" % prog)
         hist = json.loads(urllib.request.urlopen("http://%s/api/history?since=0" % launch.http, timeout=5).read())
         kinds = {(e["type"], e.get("group")) for e in hist["events"]}
         check(("group_drained", "g2") in kinds and ("member_left", "g2") in kinds and ("member_lost", "g2") not in kinds,
