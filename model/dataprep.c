@@ -62,6 +62,7 @@ typedef struct {
     size_t train_bytes, val_bytes; /* of JSONL records, for their split */
     px_dataprep_summary_t *sum;
     int64_t t0_ms, last_ms;
+    int output_failed; /* a document could not be tokenized or written (the output's fault, not the input's) */
 } prep_t;
 
 /* Tokenizes text[len] into the sink, after the end-of-text token if any. */
@@ -122,6 +123,7 @@ static int on_doc(void *arg, const char *source, px_doc_kind_t kind, const unsig
     }
     p->sum->docs++;
     progress(p, 0);
+    if (rc != 0) p->output_failed = 1;
     return rc;
 }
 
@@ -151,6 +153,7 @@ int px_dataprep_run(const char *out_dir, char *const *inputs, int ninputs, const
     int rc = 0;
     for (int i = 0; rc == 0 && i < nfiles; i++) {
         rc = px_text_source_read(files[i], o->format, key, on_doc, &p, &summary->bytes, err, errlen);
+        if (rc != 0 && !p.output_failed) rc = -2; /* the reader's own fault: the input */
         summary->files++;
     }
     if (rc == 0 && (sink_flush(&p.train, err, errlen) != 0 || sink_flush(&p.val, err, errlen) != 0)) rc = -1;

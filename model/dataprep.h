@@ -49,8 +49,10 @@ typedef struct {
  * train and its tail to val, so both splits cover every file; a JSONL record
  * goes whole to val when that keeps val's share of the bytes within
  * val_fraction, else to train. With an end-of-text token, each document (and
- * each of a cut file's two parts) starts with it. 0, or -1 with a message
- * naming the input. */
+ * each of a cut file's two parts) starts with it. 0; -2 with a message
+ * naming the input when an input is at fault (unreadable, not gzip, a
+ * malformed JSONL record or one without the key); -1 with a message for
+ * the rest (a shard that cannot be written, out of memory). */
 int px_dataprep_run(const char *out_dir, char *const *inputs, int ninputs, const px_dataprep_opts_t *opts,
                     px_dataprep_summary_t *summary, char *err, size_t errlen);
 

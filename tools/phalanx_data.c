@@ -81,9 +81,9 @@ static const char USAGE[] =
     "whole to val while val holds at most F of the bytes. Progress goes to stderr.\n";
 
 static const char EPILOGUE[] =
-    "Exit status: 0; 1 when the shards cannot be written, a JSONL record is malformed or\n"
-    "the inputs hold no text; 2 for bad flags, an input that does not exist, a folder\n"
-    "with no files, or a tokenizer file that cannot be used.\n";
+    "Exit status: 0; 1 when the shards cannot be written; 2 for bad flags, an input\n"
+    "that does not exist or cannot be read, a malformed JSONL record, inputs that hold\n"
+    "no text, a folder with no files, or a tokenizer file that cannot be used.\n";
 
 static int tok_encode(void *arg, const char *text, size_t len, int32_t **ids, size_t *n, size_t *cap, char *err,
                       size_t errlen) {
@@ -249,7 +249,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "%s: %s\n", PROG, err);
     } else if (rc == 0 && sum.train_tokens == 0) {
         fprintf(stderr, "%s: the inputs hold no text for training (%zu bytes read)\n", PROG, sum.bytes);
-        rc = -1;
+        rc = -2;
     } else if (rc == 0 && (rc = write_tokenizer(&o, tok, err, sizeof err)) != 0) {
         fprintf(stderr, "%s: %s\n", PROG, err);
     } else if (rc == 0) {
@@ -262,5 +262,5 @@ int main(int argc, char **argv) {
     px_tok_free(&tok);
     px_dataprep_free_list(demo);
     free(files);
-    return rc == 0 ? 0 : 1;
+    return rc == 0 ? 0 : rc == -2 ? 2 : 1; /* -2: an input's fault */
 }

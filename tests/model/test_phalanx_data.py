@@ -134,8 +134,12 @@ def test(bindir):
         write(os.path.join(d, "bad.jsonl"), content)
         r = data(bindir, ["--out", os.path.join(d, "o-badrec"), os.path.join(d, "bad.jsonl")])
         err = r.stderr.decode()
-        check(r.returncode != 0 and "bad.jsonl" in err and why in err, "a bad record: %r, got %d %s" %
+        check(r.returncode == 2 and "bad.jsonl" in err and why in err, "a bad record: exit 2 saying %r, got %d %s" %
               (why, r.returncode, err))
+    write(os.path.join(d, "blank.txt"), b"")
+    r = data(bindir, ["--out", os.path.join(d, "o-blank"), os.path.join(d, "blank.txt")])
+    check(r.returncode == 2 and "hold no text" in r.stderr.decode(), "no text: exit 2: %d %s" %
+          (r.returncode, r.stderr.decode()))
     print("phalanx-data: folders, gzip, JSON Lines, stdin and the split give the documents' bytes; bad input named")
     bpe(bindir, d)
 
