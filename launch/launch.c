@@ -924,25 +924,42 @@ static int has_shards(const char *dir) {
 /* The default data folder is filled with the demo corpus on first use; a
  * folder named by --data never is (checked at parse time), so a typo in it
  * is an error rather than a job trained on the wrong text. */
+/* The summary line phalanx-data printed into its log (its last line
+ * starting "summary "), "" when none. */
+static void data_summary(const char *log, char *out, size_t cap) {
+    out[0] = '\0';
+    FILE *f = fopen(log, "r");
+    if (!f) return;
+    char line[1024];
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "summary ", 8)) snprintf(out, cap, "%s", line + 8);
+    fclose(f);
+    out[strcspn(out, "\n")] = '\0';
+}
+
+/* The demo corpus in --data when it holds no shards (only the default
+ * folder gets here: parse refuses another that is missing): phalanx-data's
+ * progress goes to LOG_DIR/data.log, the terminal gets one line. */
 static int ensure_data(launch_t *L) {
     if (has_shards(L->cfg.data)) return 0;
-    say(L, "no training data in %s: preparing the demo corpus (phalanx-data --demo)", L->cfg.data);
     px_mkdirs(L->cfg.data); /* a failure shows in phalanx-data's message */
-    char path[4200];
+    char path[4200], log[4200];
     snprintf(path, sizeof path, "%s/phalanx-data", L->cfg.bindir);
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid == 0) {
-        px_child_die_with_parent(parent);
-        execl(path, path, "--demo", "--out", L->cfg.data, (char *)NULL);
-        fprintf(stderr, "%s: cannot run %s: %s\n", PROG, path, strerror(errno));
-        _exit(127);
-    }
+    snprintf(log, sizeof log, "%s/data.log", L->cfg.log_dir);
+    unlink(log);
+    char *const argv[] = {path, "--demo", "--out", (char *)L->cfg.data, NULL};
+    int64_t t0 = px_now_ms();
+    pid_t pid = spawn(path, argv, log, NULL);
     int st;
     if (pid < 0 || waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-        fprintf(stderr, "%s: preparing data in %s failed\n", PROG, L->cfg.data);
+        say(L, "  x preparing the demo corpus in %s failed", L->cfg.data);
+        show_log_tail(L, log);
         return -1;
     }
+    char sum[1024];
+    data_summary(log, sum, sizeof sum);
+    say(L, "prepared the demo corpus in %s in %.1f s (phalanx-data --demo: %s; log %s)", L->cfg.data,
+        (double)(px_now_ms() - t0) / 1000.0, sum[0] ? sum : "no summary", log);
     return 0;
 }
 
@@ -1168,6 +1185,11 @@ int main(int argc, char **argv) {
     char fl[32], el[32];
     json_num(fl, sizeof fl, isnan(L.final_loss) ? L.last_loss : L.final_loss);
     json_num(el, sizeof el, L.eval_loss);
+    say(&L, "job %s: step %lld of %d in %.1f s; %d worker failure%s (processes that died), %d heal%s, %d chaos "
+        "kill%s, %d checkpoint%s saved, %.1f s lost to failures", completed ? "completed" : "stopped",
+        (long long)L.last_step, c->steps, elapsed, L.failures, L.failures == 1 ? "" : "s", L.heals,
+        L.heals == 1 ? "" : "s", L.kills, L.kills == 1 ? "" : "s", L.checkpoints, L.checkpoints == 1 ? "" : "s",
+        time_lost_s(&L));
     printf("{\"steps\":%lld,\"failures\":%d,\"heals\":%d,\"final_loss\":%s,\"eval_loss\":%s,"
            "\"time_lost_s\":%.3f,\"elapsed_s\":%.1f,\"completed\":%s,\"chaos_kills\":%d,\"chaos_seed\":%llu,"
            "\"checkpoints\":%d,\"mode_switches\":%d}\n",

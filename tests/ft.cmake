@@ -38,12 +38,14 @@ px_add_py_scenarios(ft_liveness ${CMAKE_CURRENT_LIST_DIR}/ft/test_liveness_group
 set_tests_properties(ft_liveness_train ft_liveness_restart PROPERTIES RESOURCE_LOCK cores)
 
 # phalanx-launch's terminal: a progress line every few seconds (not every
-# step) with the failures still shown, and --progress json.
+# step) with the failures still shown, --progress json, data preparation in
+# one line.
 px_add_py_scenarios(ft_launch_progress ${CMAKE_CURRENT_LIST_DIR}/ft/test_launch_progress.py
-                    $<TARGET_FILE_DIR:phalanx-launch> 300 interval json)
+                    $<TARGET_FILE_DIR:phalanx-launch> 300 interval json dataprep)
 
 # Tiers (tests/CMakeLists.txt).
-px_tier(process ft_launch_progress_json ft_buckets ft_job_finished ft_launch_config_error ft_diloco_identity ft_diloco_dtype
+px_tier(process ft_launch_progress_json ft_launch_progress_dataprep
+        ft_buckets ft_job_finished ft_launch_config_error ft_diloco_identity ft_diloco_dtype
         ft_diloco_checkpoint ft_diloco_warmup ft_diloco_refused ft_dashboard_metrics ft_dashboard_browser)
 px_tier(chaos ft_launch_progress_interval ft_chaos_ranks ft_coordinator_outage ft_launch_sigkill ft_launch_incomplete ft_diloco_kill
         ft_diloco_chaos ft_diloco_chaos_overlap ft_diloco_auto_restart ft_liveness_train ft_liveness_restart
