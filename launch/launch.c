@@ -460,16 +460,17 @@ static const char *move_taken_default(launch_t *L, const char *flag, const char 
     return buf;
 }
 
-/* The coordinator's own words on why it stopped: its last line that starts
- * with "phalanx-coordinator: " (its fatal errors), or "" when none. */
-static void coordinator_reason(const char *log, char *out, size_t cap) {
+/* What follows `prefix` on the last line of a log that starts with it ("":
+ * none): the coordinator's fatal error ("phalanx-coordinator: "),
+ * phalanx-data's summary ("summary "). */
+static void last_line_after(const char *log, const char *prefix, char *out, size_t cap) {
     out[0] = '\0';
     FILE *f = fopen(log, "r");
     if (!f) return;
     char line[1024];
-    const char *tag = "phalanx-coordinator: ";
+    size_t n = strlen(prefix);
     while (fgets(line, sizeof line, f))
-        if (!strncmp(line, tag, strlen(tag))) snprintf(out, cap, "%s", line + strlen(tag));
+        if (!strncmp(line, prefix, n)) snprintf(out, cap, "%s", line + n);
     fclose(f);
     out[strcspn(out, "\n")] = '\0';
 }
@@ -499,7 +500,7 @@ static int start_coordinator(launch_t *L) {
         /* Nothing ran yet: whatever stopped it (an address taken or not
          * here, a bad flag, a key) is this launch's configuration. */
         char why[1024];
-        coordinator_reason(log, why, sizeof why);
+        last_line_after(log, "phalanx-coordinator: ", why, sizeof why);
         say(L, "  x the coordinator could not start (exit status %d): %s", WIFEXITED(st) ? WEXITSTATUS(st) : -1,
             why[0] ? why : "it said nothing; its log follows");
         show_log_tail(L, log);
@@ -923,22 +924,7 @@ static int has_shards(const char *dir) {
 
 /* The default data folder is filled with the demo corpus on first use; a
  * folder named by --data never is (checked at parse time), so a typo in it
- * is an error rather than a job trained on the wrong text. */
-/* The summary line phalanx-data printed into its log (its last line
- * starting "summary "), "" when none. */
-static void data_summary(const char *log, char *out, size_t cap) {
-    out[0] = '\0';
-    FILE *f = fopen(log, "r");
-    if (!f) return;
-    char line[1024];
-    while (fgets(line, sizeof line, f))
-        if (!strncmp(line, "summary ", 8)) snprintf(out, cap, "%s", line + 8);
-    fclose(f);
-    out[strcspn(out, "\n")] = '\0';
-}
-
-/* The demo corpus in --data when it holds no shards (only the default
- * folder gets here: parse refuses another that is missing): phalanx-data's
+ * is an error rather than a job trained on the wrong text. phalanx-data's
  * progress goes to LOG_DIR/data.log, the terminal gets one line. */
 static int ensure_data(launch_t *L) {
     if (has_shards(L->cfg.data)) return 0;
@@ -957,7 +943,7 @@ static int ensure_data(launch_t *L) {
         return -1;
     }
     char sum[1024];
-    data_summary(log, sum, sizeof sum);
+    last_line_after(log, "summary ", sum, sizeof sum);
     say(L, "prepared the demo corpus in %s in %.1f s (phalanx-data --demo: %s; log %s)", L->cfg.data,
         (double)(px_now_ms() - t0) / 1000.0, sum[0] ? sum : "no summary", log);
     return 0;

@@ -32,7 +32,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
-from phalanx_test import Launch, check, main_scenarios, make_corpus  # noqa: E402
+from phalanx_test import check, launch_losses_checksum, main_scenarios, make_corpus  # noqa: E402
 
 # Shared test machines: spinning OpenMP threads slow everything else down.
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")
@@ -228,20 +228,6 @@ def test_eval(bindir):
     shutil.rmtree(work)
 
 
-def job_run(bindir, args, name):
-    launch = Launch(bindir, args, name=name)
-    try:
-        rc = launch.wait(240)
-    finally:
-        launch.terminate()
-    check(rc == 0, "%s completes:\n%s" % (name, launch.tail()))
-    losses = [m.group(1) for line in launch.output()
-              for m in [re.search(r"\bstep\s+\d+ \| groups \S+ \| loss (\S+)", line)] if m]
-    sums = {kv["checksum"] for kv in launch.finals().values()}
-    check(len(losses) == 6 and len(sums) == 1, "%s: 6 losses and one final checksum:\n%s" % (name, launch.tail()))
-    return launch, losses, sums.pop()
-
-
 def test_job(bindir):
     """The imported checkpoint is what a job resumes from: it trains exactly
     as a job started from the llm.c file itself (step 0, moments zero)."""
@@ -249,9 +235,10 @@ def test_job(bindir):
     ckdir, _ = imported(bindir, work, a)
     common = ["--groups", "1", "--data", data, "--steps", "6", "--", "--global-batch", "8", "--micro-batch", "4",
               "--threads", "1"]
-    ref, ref_losses, ref_sum = job_run(bindir, ["--model", a] + common, "ckpt-tool-ref")
-    resumed, losses, final = job_run(bindir, ["--model", "tiny", "--checkpoint-dir", ckdir,
-                                              "--checkpoint-every", "0"] + common, "ckpt-tool-resumed")
+    ref, ref_losses, ref_sum = launch_losses_checksum(bindir, ["--model", a] + common, "ckpt-tool-ref", 6)
+    resumed, losses, final = launch_losses_checksum(bindir, ["--model", "tiny", "--checkpoint-dir", ckdir,
+                                                             "--checkpoint-every", "0"] + common, "ckpt-tool-resumed",
+                                                    6)
     check(any(re.search(r"restored step 0 from", line) for line in resumed.output()),
           "the job restored the imported step 0:\n%s" % resumed.tail())
     check(losses == ref_losses and final == ref_sum, "from the checkpoint: losses %s checksum %s; from A.bin: %s %s"
@@ -408,9 +395,10 @@ def test_diloco(bindir):
     # A job without DiLoCo resumes from it: the outer momentum is read, verified and left out.
     common = ["--groups", "1", "--data", data, "--steps", "6", "--", "--global-batch", "8", "--micro-batch", "4",
               "--threads", "1"]
-    ref, ref_losses, ref_sum = job_run(bindir, ["--model", a] + common, "ckpt-tool-diloco-ref")
-    resumed, losses, final = job_run(bindir, ["--model", "tiny", "--checkpoint-dir", ckdir,
-                                              "--checkpoint-every", "0"] + common, "ckpt-tool-diloco-resumed")
+    ref, ref_losses, ref_sum = launch_losses_checksum(bindir, ["--model", a] + common, "ckpt-tool-diloco-ref", 6)
+    resumed, losses, final = launch_losses_checksum(bindir, ["--model", "tiny", "--checkpoint-dir", ckdir,
+                                                             "--checkpoint-every", "0"] + common,
+                                                    "ckpt-tool-diloco-resumed", 6)
     check(any("restored step 0 from" in line for line in resumed.output()),
           "the job restored the DiLoCo step 0:\n%s" % resumed.tail())
     logs = ""

@@ -36,7 +36,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
-from phalanx_test import Launch, check, main_scenarios  # noqa: E402
+from phalanx_test import check, launch_losses_checksum, main_scenarios  # noqa: E402
 
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is fetched: every folder is local
@@ -105,20 +105,6 @@ def eot_of(tokenizer_json):
     return special[0]["id"], special[0]["content"]
 
 
-def job(bindir, args, name, steps):
-    launch = Launch(bindir, args, name=name)
-    try:
-        rc = launch.wait(240)
-    finally:
-        launch.terminate()
-    check(rc == 0, "%s completes:\n%s" % (name, launch.tail()))
-    losses = [m.group(1) for line in launch.output()
-              for m in [re.search(r"\bstep\s+\d+ \| groups \S+ \| loss (\S+)", line)] if m]
-    sums = {kv["checksum"] for kv in launch.finals().values()}
-    check(len(losses) == steps and len(sums) == 1, "%s: %d losses and one checksum:\n%s" % (name, steps, launch.tail()))
-    return launch, losses, sums.pop()
-
-
 def phalanx_eval(bindir, work, ckpt, data):
     """phalanx-worker --eval-only's loss for the checkpoint's model (through
     an llm.c export) on the validation windows hf_eval reads."""
@@ -174,8 +160,9 @@ def test_export(bindir):
     text = corpus(work)
     data = bpe_data(bindir, work, text, 500, "data")
     ckdir = os.path.join(work, "ckpt")
-    job(bindir, ["--groups", "1", "--model", "tiny", "--steps", "30", "--data", data, "--checkpoint-dir", ckdir,
-                 "--checkpoint-every", "30", "--", "--global-batch", "8", "--threads", "1"], "hf-export", 30)
+    launch_losses_checksum(bindir, ["--groups", "1", "--model", "tiny", "--steps", "30", "--data", data,
+                                    "--checkpoint-dir", ckdir, "--checkpoint-every", "30", "--", "--global-batch", "8",
+                                    "--threads", "1"], "hf-export", 30)
 
     out = os.path.join(work, "hf")
     r = tool(bindir, "export", ckdir, out, "--format", "hf")
@@ -270,10 +257,10 @@ def test_import(bindir):
     for name in ["a", "b"]:
         d = os.path.join(work, "ckpt-" + name)
         shutil.copytree(ckdir, d)
-        launch, losses, final = job(bindir, ["--groups", "1", "--model", os.path.join(hfdir, "config.json"),
-                                             "--data", data, "--steps", "4", "--checkpoint-dir", d,
-                                             "--checkpoint-every", "0", "--", "--global-batch", "8", "--threads",
-                                             "1"], "hf-import-" + name, 4)
+        launch, losses, final = launch_losses_checksum(
+            bindir, ["--groups", "1", "--model", os.path.join(hfdir, "config.json"), "--data", data, "--steps", "4",
+                     "--checkpoint-dir", d, "--checkpoint-every", "0", "--", "--global-batch", "8", "--threads", "1"],
+            "hf-import-" + name, 4)
         check(any("restored step 0 from" in line for line in launch.output()),
               "the job restored the imported step 0:\n%s" % launch.tail())
         runs.append((losses, final))

@@ -4,6 +4,7 @@ conditions with deadlines. Nothing here mocks a phalanx component."""
 import ctypes
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -393,3 +394,20 @@ class Launch:
             return ["--curve-secret-key-file", key,
                     "--coordinator-public-key-file", os.path.join(self.dir, "curve", "coordinator.pub")]
         return ["--token-file", token] if os.path.exists(token) else []
+
+
+def launch_losses_checksum(bindir, args, name, steps):
+    """A phalanx-launch job that must complete with `steps` per-step loss
+    lines and one final checksum over its groups: (launch, losses, checksum)."""
+    launch = Launch(bindir, args, name=name)
+    try:
+        rc = launch.wait(240)
+    finally:
+        launch.terminate()
+    check(rc == 0, "%s completes:\n%s" % (name, launch.tail()))
+    losses = [m.group(1) for line in launch.output()
+              for m in [re.search(r"\bstep\s+\d+ \| groups \S+ \| loss (\S+)", line)] if m]
+    sums = {kv["checksum"] for kv in launch.finals().values()}
+    check(len(losses) == steps and len(sums) == 1, "%s: %d losses and one final checksum:\n%s" %
+          (name, steps, launch.tail()))
+    return launch, losses, sums.pop()
