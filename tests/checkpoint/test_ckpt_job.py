@@ -363,7 +363,7 @@ def test_diskfull(bindir):
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
     resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 10, hard))
     try:
-        launch = Launch(bindir, base(data, ckpt, steps=40) + WORKER, name="ckpt-full")
+        launch = Launch(bindir, base(data, ckpt, steps=40) + WORKER + ["--allow-schedule-change"], name="ckpt-full")
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
     try:
