@@ -1,5 +1,5 @@
 # Control-plane tests: pure logic as tables, then real processes on loopback.
-foreach(t quorum membership store wire ratelimit map mode_policy history job_progress)
+foreach(t quorum membership store wire ratelimit map mode_policy history job_progress metrics)
   add_executable(test_${t} ${CMAKE_CURRENT_LIST_DIR}/control/test_${t}.c)
   target_link_libraries(test_${t} PRIVATE px_coordlogic px_proto)
   target_include_directories(test_${t} PRIVATE ${CMAKE_CURRENT_LIST_DIR}/lib)
@@ -130,7 +130,8 @@ set_tests_properties(control_large_quorum PROPERTIES TIMEOUT 180 RESOURCE_LOCK c
 
 # Tiers (tests/CMakeLists.txt).
 px_tier(unit control_quorum control_membership control_store control_wire control_ratelimit control_map control_heap_trim
-        control_mode_policy control_history control_job_progress control_event_line control_flags control_auth_keys control_zap control_http)
+        control_mode_policy control_history control_job_progress control_metrics control_event_line control_flags
+        control_auth_keys control_zap control_http)
 px_tier(process control_integration control_cli control_auth control_env_flags control_mode_auto_comm control_fuzz
         control_fuzz_hostile_strings control_fuzz_flood control_fuzz_disconnect_race control_fuzz_reconnect
         control_fuzz_drain control_hostile_impersonation control_hostile_forged_finish control_hostile_stale_report
