@@ -124,6 +124,16 @@ set_tests_properties(control_phalanxctl_plot PROPERTIES SKIP_RETURN_CODE 77) # n
 px_add_py_scenarios(control_validate ${CMAKE_CURRENT_LIST_DIR}/control/test_validate.py
                     $<TARGET_FILE_DIR:phalanx-coordinator> 120 endpoints coordinator worker)
 
+# Prometheus and Grafana: the alert rules (deploy/prometheus) checked and
+# unit-tested with promtool (tests/control/phalanx_alerts_test.yaml), the
+# dashboard (deploy/grafana) and the rules against a live job's /metrics,
+# which passes `promtool check metrics`, then a Prometheus server scraping it
+# as deploy/prometheus/README.md says and running every query and rule.
+# Skipped (77) without promtool (Debian prometheus, scripts/install-deps.sh).
+px_add_py_test(control_metrics_rules ${CMAKE_CURRENT_LIST_DIR}/control/test_metrics_rules.py
+               $<TARGET_FILE_DIR:phalanx-coordinator>)
+set_tests_properties(control_metrics_rules PROPERTIES TIMEOUT 240 SKIP_RETURN_CODE 77)
+
 # A quorum of 3,000 groups: its quorum_formed event is cut to fit, not dropped.
 px_add_py_test(control_large_quorum ${CMAKE_CURRENT_LIST_DIR}/control/test_large_quorum.py $<TARGET_FILE_DIR:phalanx-coordinator>)
 set_tests_properties(control_large_quorum PROPERTIES TIMEOUT 180 RESOURCE_LOCK cores)
@@ -138,7 +148,7 @@ px_tier(process control_integration control_cli control_auth control_env_flags c
         control_hostile_stalled_member control_hostile_auth_flood control_hostile_late_adoption
         control_udp_heartbeats_workers control_udp_heartbeats_forged control_curve control_http_slowloris
         control_http_lazy_readers control_phalanxctl_drain control_phalanxctl_plot control_validate_endpoints
-        control_validate_coordinator control_validate_worker)
+        control_validate_coordinator control_validate_worker control_metrics_rules)
 px_tier(chaos control_coordinator_restart control_udp_heartbeats_blocked control_udp_heartbeats_dead
         control_udp_heartbeats_frozen control_udp_heartbeats_burst control_phalanxctl_kill_events
         control_phalanxctl_drain_frozen)
