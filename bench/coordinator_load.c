@@ -1244,10 +1244,22 @@ static char *http_get(const char *path, size_t *len_out, double *ms_out) {
     return buf;
 }
 
+/* A series' value in /metrics text, the series named without the job label
+ * every sample starts with: "phalanx_heartbeats_total",
+ * "phalanx_members{state=\"lost\"}". */
 static double metric(const char *text, const char *name) {
-    size_t n = strlen(name);
-    for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
-        if (strncmp(p, name, n) == 0 && p[n] == ' ') return atof(p + n + 1);
+    const char *brace = strchr(name, '{');
+    size_t base = brace ? (size_t)(brace - name) : strlen(name);
+    const char *rest = brace ? brace + 1 : "}"; /* the labels after job's, and the brace */
+    size_t rest_n = strlen(rest);
+    for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
+        if (strncmp(p, name, base) != 0 || strncmp(p + base, "{job=\"", 6) != 0) continue;
+        const char *q = strchr(p + base + 6, '"');
+        if (!q) continue;
+        q++;
+        if (brace && *q++ != ',') continue;
+        if (strncmp(q, rest, rest_n) == 0 && q[rest_n] == ' ') return atof(q + rest_n + 1);
+    }
     return NAN;
 }
 

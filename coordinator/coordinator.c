@@ -686,7 +686,12 @@ static void member_lost(px_coordinator_t *c, px_member_t *m, const char *why) {
         c->stats.last_loss_ms = px_now_ms();
         history_event(c, "group_dropped", m->group, m->step, "%s dropped from quorum %lld: rank %d %s", m->group,
                       (long long)c->quorum.id, m->rank, why);
+        if (strcmp(why, "drained") != 0) { /* counted on the group's rank 0 (/metrics phalanx_group_drops_total) */
+            px_member_t *leader = m->rank == 0 ? m : px_members_by_name(&c->members, m->group, 0);
+            if (leader) leader->group_drops++;
+        }
         if (strcmp(why, "self_reported") != 0 && strcmp(why, "drained") != 0) { /* a failure, not a planned leave: --mode auto counts it */
+            c->stats.failures++;
             px_loss_ring_add(&c->losses, c->stats.last_loss_ms);
             c->loss_noted = 1;
             if (!c->recovery_from_ms) c->recovery_from_ms = c->stats.last_loss_ms; /* timed to the next commit */
@@ -1581,6 +1586,8 @@ static px_status_view_t status_view(px_coordinator_t *c) {
     v.version = px_version();
     v.progress = &c->progress;
     v.target_step = px_status_target_step(&c->members);
+    v.job_finished = c->finished_step > 0;
+    v.metrics_groups = c->cfg.metrics_groups;
     return v;
 }
 

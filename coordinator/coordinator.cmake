@@ -7,6 +7,7 @@ add_library(px_coordlogic STATIC
   ${CMAKE_CURRENT_LIST_DIR}/job_progress.c
   ${CMAKE_CURRENT_LIST_DIR}/store.c
   ${CMAKE_CURRENT_LIST_DIR}/status.c
+  ${CMAKE_CURRENT_LIST_DIR}/metrics.c
   ${CMAKE_CURRENT_LIST_DIR}/history.c)
 target_include_directories(px_coordlogic PUBLIC ${CMAKE_CURRENT_LIST_DIR})
 target_link_libraries(px_coordlogic PUBLIC px_quorum px_common)

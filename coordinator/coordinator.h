@@ -35,6 +35,7 @@ typedef struct {
     int64_t rebuild_settle_ms; /* wait before re-forming an unchanged quorum on request */
     int64_t stall_timeout_ms;  /* a quorum member not in its rendezvous this long is dropped (0: adaptive,
                                   px_stall_limit_ms) */
+    int metrics_groups;        /* /metrics lists each group while there are at most this many (0: none) */
     /* Limits on state peers grow; 0: the default. The store ones hold per
      * quorum id; the store as a whole holds twice that (it keeps the current
      * and the previous quorum's keys). */

@@ -85,6 +85,10 @@ static const px_flag_t FLAGS[] = {
              "adaptive, the larger of 10 s and 10 times the job's recent median step time (60 s until a step time "
              "is known)",
      OPT(cfg.stall_timeout_ms)},
+    {"--metrics-groups", PX_FLAG_INT, "N", .min = 0, .max = 1000000, .def = "1000",
+     .help = "/metrics gives each group series of its own (phalanx_group_*) while the job has at most N groups; "
+             "past N none has, and phalanx_groups{state} still counts them",
+     OPT(cfg.metrics_groups)},
     {"--mode", PX_FLAG_CHOICE, .words = px_coordinator_modes, .def = "sync",
      .help = "announced in quorums and shown by /status until groups train; the groups' own --mode decides how "
              "they train, and /status then shows it; auto: announce sync, and switch to diloco (workers started "

@@ -162,7 +162,9 @@ px_member_t *px_members_upsert(px_members_t *t, const char *group, int rank, con
     *rc = PX_MEMBERS_BAD_IDENT;
     if (ident_len > PX_IDENT_MAX) return NULL;
     px_member_t *m = px_members_by_name(t, group, rank);
+    uint32_t group_drops = 0; /* the slot's, not the process's: a restarted rank 0 keeps it */
     if (m) {
+        group_drops = m->group_drops;
         *replaced = m->state != PX_STATE_LOST && (m->ident_len != ident_len || memcmp(m->ident, ident, ident_len) != 0);
         int64_t v;
         if (px_map_get(t->by_ident, m->ident, m->ident_len, &v) && v == m - t->members)
@@ -172,6 +174,7 @@ px_member_t *px_members_upsert(px_members_t *t, const char *group, int rank, con
         if (!m) return NULL;
     }
     memset(m, 0, sizeof *m);
+    m->group_drops = group_drops;
     snprintf(m->group, sizeof m->group, "%s", group);
     m->rank = rank;
     m->fd = -1;

@@ -82,6 +82,8 @@ typedef struct {
     float train_loss;   /* ... its latest train loss (NaN: unknown) */
     uint32_t heals;     /* ... heals it received, and their bytes */
     uint64_t heal_bytes;
+    uint32_t group_drops; /* rank 0: times its group was dropped from a quorum, drains not counted (/metrics);
+                           * kept when a new process takes the slot, gone when the slot expires */
     /* A leader's digest names its ranks every interval: the table slots of
      * ranks 1..PX_RANK_CACHE (slot + 1; 0: not looked up or not there),
      * valid while rank_cache_gen == the table's removed + 1 (no entry moved). */

@@ -1,7 +1,7 @@
 /* Renders what the coordinator knows for people and tools: the /status JSON
  * document (its contract is in docs/protocol.md; tests and phalanxctl rely on
- * it), Prometheus /metrics text, and the dashboard page (coordinator/dashboard.html,
- * which draws from GET /api/history).
+ * it), Prometheus /metrics text (metrics.c), and the dashboard page
+ * (coordinator/dashboard.html, which draws from GET /api/history).
  * Pure functions of a read-only view, so the formats are testable. */
 #ifndef PX_STATUS_H
 #define PX_STATUS_H
@@ -56,6 +56,7 @@ typedef struct {
     uint64_t udp_off;         /* members told to heartbeat over their connection (their datagrams stopped) */
     uint64_t limit_refusals[PX_LIMIT_KINDS]; /* requests refused RESOURCE_LIMIT */
     uint64_t outer_steps, outer_wire_bytes;  /* DiLoCo: outer_step events, and the bytes their reporter sent */
+    uint64_t failures;        /* group drops that were failures (those failures_per_hour counts) */
     double heartbeats_per_s;
     int64_t last_loss_ms, last_quorum_ms;
 } px_coord_stats_t;
@@ -86,6 +87,8 @@ typedef struct {
     const char *version;       /* the coordinator's build (git describe) */
     const px_progress_t *progress; /* how far and how fast (NULL: nothing known) */
     int64_t target_step;       /* the job's length its workers were told (0: unknown) */
+    int job_finished;          /* a quorum member committed the job's last step (run_finished) */
+    int metrics_groups;        /* /metrics: groups get series of their own while there are at most this many */
 } px_status_view_t;
 
 /* The job's length as its live workers were told it: the largest --steps a
@@ -106,6 +109,7 @@ void px_status_groups_json(px_buf_t *b, const px_members_t *members, const px_qu
 /* ,"progress":{...}: the job's step, target, fraction, loss, eval loss,
  * smoothed tokens/s, pace, ETA and newest checkpoint (null: unknown). */
 void px_status_progress_json(px_buf_t *b, const px_status_view_t *v);
+/* Prometheus text (metrics.c): every sample labelled job="<v->job>". */
 char *px_status_metrics(const px_status_view_t *v, size_t *len);
 /* A plain-text table for terminals (phalanxctl status). */
 char *px_status_text(const px_status_view_t *v, size_t *len);

@@ -12,8 +12,15 @@ librdkafka-dev libxxhash-dev libjansson-dev zlib1g-dev libopenblas-dev libgloo-d
 # What the tests and the demo use besides: kcat reads Kafka, valgrind checks
 # memory, podman/runc/debootstrap build and run the image (deploy/), chromium
 # renders the dashboard headless (tests/ft/test_dashboard.py),
-# python3-matplotlib draws `phalanxctl plot` (and `make demo`'s loss.png).
-TEST_PKGS="kcat curl python3 python3-pip python3-matplotlib valgrind podman runc debootstrap chromium"
+# python3-matplotlib draws `phalanxctl plot` (and `make demo`'s loss.png),
+# prometheus brings promtool (checks and unit-tests deploy/prometheus's alert
+# rules and lints /metrics) and the server the dashboard's queries run on
+# (tests/control/test_metrics_rules.py). Debian 12 has no smaller package with
+# promtool: with its dependencies it is about 330 MB installed (22 MB of
+# download), most of it libjs-moment-timezone (218 MB) for the web UI; on a
+# systemd machine it also enables a prometheus service on port 9090, which
+# the tests do not use.
+TEST_PKGS="kcat curl python3 python3-pip python3-matplotlib valgrind podman runc debootstrap chromium prometheus"
 # Each entry is DIST:MODULE (the name pip installs, the name python imports).
 # safetensors: the checkpoint tool's export is read back with Hugging Face's own reader.
 # kubernetes-validate: the rendered manifests are checked against Kubernetes' schemas.

@@ -1,5 +1,5 @@
 # Control-plane tests: pure logic as tables, then real processes on loopback.
-foreach(t quorum membership store wire ratelimit map mode_policy history job_progress)
+foreach(t quorum membership store wire ratelimit map mode_policy history job_progress metrics)
   add_executable(test_${t} ${CMAKE_CURRENT_LIST_DIR}/control/test_${t}.c)
   target_link_libraries(test_${t} PRIVATE px_coordlogic px_proto)
   target_include_directories(test_${t} PRIVATE ${CMAKE_CURRENT_LIST_DIR}/lib)
@@ -124,20 +124,31 @@ set_tests_properties(control_phalanxctl_plot PROPERTIES SKIP_RETURN_CODE 77) # n
 px_add_py_scenarios(control_validate ${CMAKE_CURRENT_LIST_DIR}/control/test_validate.py
                     $<TARGET_FILE_DIR:phalanx-coordinator> 120 endpoints coordinator worker)
 
+# Prometheus and Grafana: the alert rules (deploy/prometheus) checked and
+# unit-tested with promtool (tests/control/phalanx_alerts_test.yaml), the
+# dashboard (deploy/grafana) and the rules against a live job's /metrics,
+# which passes `promtool check metrics`, then a Prometheus server scraping it
+# as deploy/prometheus/README.md says and running every query and rule.
+# Skipped (77) without promtool (Debian prometheus, scripts/install-deps.sh).
+px_add_py_test(control_metrics_rules ${CMAKE_CURRENT_LIST_DIR}/control/test_metrics_rules.py
+               $<TARGET_FILE_DIR:phalanx-coordinator>)
+set_tests_properties(control_metrics_rules PROPERTIES TIMEOUT 240 SKIP_RETURN_CODE 77)
+
 # A quorum of 3,000 groups: its quorum_formed event is cut to fit, not dropped.
 px_add_py_test(control_large_quorum ${CMAKE_CURRENT_LIST_DIR}/control/test_large_quorum.py $<TARGET_FILE_DIR:phalanx-coordinator>)
 set_tests_properties(control_large_quorum PROPERTIES TIMEOUT 180 RESOURCE_LOCK cores)
 
 # Tiers (tests/CMakeLists.txt).
 px_tier(unit control_quorum control_membership control_store control_wire control_ratelimit control_map control_heap_trim
-        control_mode_policy control_history control_job_progress control_event_line control_flags control_auth_keys control_zap control_http)
+        control_mode_policy control_history control_job_progress control_metrics control_event_line control_flags
+        control_auth_keys control_zap control_http)
 px_tier(process control_integration control_cli control_auth control_env_flags control_mode_auto_comm control_fuzz
         control_fuzz_hostile_strings control_fuzz_flood control_fuzz_disconnect_race control_fuzz_reconnect
         control_fuzz_drain control_hostile_impersonation control_hostile_forged_finish control_hostile_stale_report
         control_hostile_stalled_member control_hostile_auth_flood control_hostile_late_adoption
         control_udp_heartbeats_workers control_udp_heartbeats_forged control_curve control_http_slowloris
         control_http_lazy_readers control_phalanxctl_drain control_phalanxctl_plot control_validate_endpoints
-        control_validate_coordinator control_validate_worker)
+        control_validate_coordinator control_validate_worker control_metrics_rules)
 px_tier(chaos control_coordinator_restart control_udp_heartbeats_blocked control_udp_heartbeats_dead
         control_udp_heartbeats_frozen control_udp_heartbeats_burst control_phalanxctl_kill_events
         control_phalanxctl_drain_frozen)

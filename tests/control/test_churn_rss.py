@@ -30,13 +30,12 @@ in use stays flat: this test then fails (RSS 16-17% up between 25 s and
 PHALANX_CHURN_PER_S=1000 (and PHALANX_CHURN_MEMBERS=2000) is the ten-minute
 measurement in docs/benchmarks-coordinator.md."""
 import os
-import re
 import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
-from phalanx_test import Job, check, die_with_test, key_values, main, rss_mb  # noqa: E402
+from phalanx_test import Job, check, die_with_test, key_values, main, metrics_by_series, rss_mb  # noqa: E402
 
 MEMBERS = int(os.environ.get("PHALANX_CHURN_MEMBERS", "1000"))
 MAX_MEMBERS = 4 * MEMBERS  # full within seconds of churn: lost members are evicted from then on
@@ -51,10 +50,10 @@ CHURN_SHARE = 0.5         # replacements done, of PER_S * CHURN_S, for the run t
 def heap_mb(job):
     """phalanx_heap_bytes (malloc'd and in use), for the log; None when /metrics does not answer."""
     try:
-        m = re.search(r"^phalanx_heap_bytes (\S+)$", job.get("/metrics"), re.M)
+        heap = metrics_by_series(job.get("/metrics")).get("phalanx_heap_bytes")
     except Exception:  # noqa: BLE001 - a busy coordinator; the RSS series is what is checked
         return None
-    return float(m.group(1)) / (1 << 20) if m else None
+    return heap / (1 << 20) if heap is not None else None
 
 
 def test(bindir):

@@ -49,7 +49,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
-from phalanx_test import Fail, Job, check, main_scenarios, wait_until  # noqa: E402
+from phalanx_test import Fail, Job, check, main_scenarios, metrics_by_series, wait_until  # noqa: E402
 
 HTTP_DEADLINE_S = 2.0   # coordinator/http.c: a request must arrive within 2 s
 HTTP_MAX_CONNS = 64     # coordinator/http.h: PX_HTTP_MAX_CONNS
@@ -113,10 +113,10 @@ def status_json(job):
 def metric(job, name):
     status, body = get_raw(job, "/metrics")
     check(status == 200, "/metrics answered %d" % status)
-    for line in body.decode().splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    raise Fail("/metrics has no %s" % name)
+    m = metrics_by_series(body.decode())
+    if name not in m:
+        raise Fail("/metrics has no %s" % name)
+    return m[name]
 
 
 def alive(job, when):

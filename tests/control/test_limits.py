@@ -34,7 +34,6 @@ connections' worth) over the second half, while a coordinator without
 limits would grow it by the refused store requests (800 KB/s)."""
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -42,7 +41,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
-from phalanx_test import Fail, Job, check, key_values, main, rss_mb, wait_until  # noqa: E402
+from phalanx_test import Fail, Job, check, key_values, main, metrics_by_series, rss_mb, wait_until  # noqa: E402
 
 MEMBERS = 2000
 PROBE = 500
@@ -67,23 +66,21 @@ def status_members(job):
 
 
 def heap_mb(job):
-    text = job.get("/metrics")
-    m = re.search(r"^phalanx_heap_bytes (\S+)$", text, re.M)
-    check(m, "/metrics lacks phalanx_heap_bytes")
-    return float(m.group(1)) / (1 << 20)
+    m = job.metrics()
+    check("phalanx_heap_bytes" in m, "/metrics lacks phalanx_heap_bytes")
+    return m["phalanx_heap_bytes"] / (1 << 20)
 
 
 def limit_metrics(job):
-    text = job.get("/metrics")
+    m = job.metrics()
     out = {}
     for kind in KINDS:
-        m = re.search(r'^phalanx_limit_refusals_total\{limit="%s"\} (\S+)$' % kind, text, re.M)
-        check(m, "/metrics lacks phalanx_limit_refusals_total{limit=\"%s\"}" % kind)
-        out[kind] = int(float(m.group(1)))
+        series = 'phalanx_limit_refusals_total{limit="%s"}' % kind
+        check(series in m, "/metrics lacks %s" % series)
+        out[kind] = int(m[series])
     for name in ("phalanx_members_expired_total", "phalanx_store_keys", "phalanx_store_bytes", "phalanx_store_waiters"):
-        m = re.search(r"^%s (\S+)$" % name, text, re.M)
-        check(m, "/metrics lacks %s" % name)
-        out[name] = int(float(m.group(1)))
+        check(name in m, "/metrics lacks %s" % name)
+        out[name] = int(m[name])
     return out
 
 

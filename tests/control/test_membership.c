@@ -121,6 +121,16 @@ static int test_candidates(void) {
         failed++;
     }
     free(c);
+    /* a group's drops stay with its rank-0 slot when a new process takes it (/metrics) */
+    m = px_members_by_name(&t, "a", 0);
+    m->group_drops = 2;
+    m = px_members_upsert(&t, "a", 0, "id-a0-new", 9, &replaced, &rc);
+    uint32_t kept = m ? m->group_drops : 0; /* read before the next upsert may move entries */
+    px_member_t *fresh = px_members_upsert(&t, "c", 0, "id-c0", 5, &replaced, &rc);
+    if (kept != 2 || !fresh || fresh->group_drops != 0) {
+        fprintf(stderr, "FAIL: a restarted rank 0 keeps its group's drops, a new group starts at 0\n");
+        failed++;
+    }
     px_members_free(&t);
     return failed;
 }

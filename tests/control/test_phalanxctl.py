@@ -36,7 +36,8 @@ import tempfile
 import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
-from phalanx_test import Job, Launch, check, die_with_test, main_scenarios, make_corpus, wait_until  # noqa: E402
+from phalanx_test import (Job, Launch, check, die_with_test, main_scenarios, make_corpus,  # noqa: E402
+                          metrics_by_series, wait_until)
 
 
 def ctl(bindir, *args, timeout=60):
@@ -260,9 +261,10 @@ def drain(bindir):
         kinds = {(e["type"], e.get("group")) for e in hist["events"]}
         check(("group_drained", "g2") in kinds and ("member_left", "g2") in kinds and ("member_lost", "g2") not in kinds,
               "the dashboard's history marks a planned leave, not a loss: %s" % sorted(kinds))
-        metrics = urllib.request.urlopen("http://%s/metrics" % launch.http, timeout=5).read().decode()
-        check("phalanx_failures_per_hour 0.00" in metrics, "a planned leave is not a failure: %s" %
-              [l for l in metrics.splitlines() if l.startswith("phalanx_failures_per_hour")])
+        metrics = metrics_by_series(urllib.request.urlopen("http://%s/metrics" % launch.http, timeout=5).read().decode())
+        check(metrics["phalanx_failures_per_hour"] == 0 and metrics["phalanx_failures_total"] == 0,
+              "a planned leave is not a failure: %s" %
+              {k: v for k, v in metrics.items() if k.startswith("phalanx_failures")})
         # A second drain in a row: g1 leaves, g0 trains on alone.
         wait_until(lambda: launch.last_step() >= drained_at + 5, 60, "steps of g0 and g1 after the drain")
         r = ctl(bindir, "drain", "g1", "--coordinator", coord, "--http", launch.http, "--wait-s", "60", *keys)

@@ -106,7 +106,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
-from phalanx_test import Fail, Launch, check, main_scenarios, make_corpus, wait_until  # noqa: E402
+from phalanx_test import Fail, Launch, check, main_scenarios, make_corpus, metrics_by_series, wait_until  # noqa: E402
 
 SEED = int(os.environ.get("PX_CHAOS_SEED", "11"))
 WORKER = ["--global-batch", "12", "--micro-batch", "4", "--eval-batches", "2", "--seed", "5"]
@@ -213,11 +213,9 @@ def test_kill(bindir):
     try:
         wait_until(lambda: len(outer_lines(launch)) >= 3, 120, "3 outer steps")
         with urllib.request.urlopen("http://%s/metrics" % launch.http, timeout=5) as r:
-            metrics = r.read().decode()
-        m = re.search(r"^phalanx_outer_steps_total (\d+)$", metrics, re.M)
-        w = re.search(r"^phalanx_outer_wire_bytes_total (\d+)$", metrics, re.M)
-        check(m and int(m.group(1)) >= 3 and w and int(w.group(1)) > 0,
-              "/metrics counts outer steps and their bytes: %s %s" % (m and m.group(0), w and w.group(0)))
+            metrics = metrics_by_series(r.read().decode())
+        m, w = metrics.get("phalanx_outer_steps_total", -1), metrics.get("phalanx_outer_wire_bytes_total", -1)
+        check(m >= 3 and w > 0, "/metrics counts outer steps and their bytes: %s %s" % (m, w))
         st = launch.status()
         check(st["mode"] == "diloco H=%d" % H and st["outer_steps"] >= 3, "/status shows the mode and outer steps: "
               "%s, %s" % (st.get("mode"), st.get("outer_steps")))

@@ -48,6 +48,19 @@ def free_port():
     return port
 
 
+def metrics_by_series(text):
+    """/metrics text as {series: value}, each series written as in the text
+    without the job label every sample carries: "phalanx_heartbeats_total",
+    'phalanx_members{state="healthy"}'."""
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            k, v = line.rsplit(" ", 1)
+            k = re.sub(r'\{job="(?:[^"\\]|\\.)*",?', "{", k).replace("{}", "")
+            out[k] = float(v)
+    return out
+
+
 class Fail(Exception):
     pass
 
@@ -161,12 +174,7 @@ class Job:
         return json.loads(self.get("/status"))
 
     def metrics(self):
-        out = {}
-        for line in self.get("/metrics").splitlines():
-            if line and not line.startswith("#"):
-                k, v = line.rsplit(" ", 1)
-                out[k] = float(v)
-        return out
+        return metrics_by_series(self.get("/metrics"))
 
     def read_events(self):
         if not os.path.exists(self.events_path):
