@@ -955,6 +955,7 @@ static void on_register(px_coordinator_t *c, const void *ident, size_t ident_len
     m->group_size = (int)r->group_size;
     m->pid = (int)r->pid;
     snprintf(m->host, sizeof m->host, "%s", r->host);
+    snprintf(m->data_host, sizeof m->data_host, "%s", r->data_host ? r->data_host : "");
     m->step = r->has_step ? r->step : 0;
     m->quorum_id = r->has_quorum_id ? r->quorum_id : 0;
     m->job_steps = r->has_job_steps ? r->job_steps : 0;
@@ -976,12 +977,15 @@ static void on_register(px_coordinator_t *c, const void *ident, size_t ident_len
     m->udp_refused = 0;
     m->registered_ms = m->last_hb_ms = now;
     m->acked_ms = 0; /* its first heartbeat is answered */
-    char host_esc[PX_HOST_MAX * 6 + 8];
+    char host_esc[PX_HOST_MAX * 6 + 8], data_host_esc[PX_HOST_MAX * 6 + 8];
     px_json_escape(m->host, host_esc, sizeof host_esc);
-    emit(c, "member_joined", "\"group\":\"%s\",\"rank\":%d,\"group_size\":%d,\"pid\":%d,\"host\":\"%s\",\"step\":%lld",
-         m->group, m->rank, m->group_size, m->pid, host_esc, (long long)m->step);
-    px_log_info("member_joined group=%s rank=%d/%d pid=%d host=%s step=%lld quorum_id=%lld", m->group, m->rank,
-                m->group_size, m->pid, m->host, (long long)m->step, (long long)m->quorum_id);
+    px_json_escape(m->data_host, data_host_esc, sizeof data_host_esc);
+    emit(c, "member_joined",
+         "\"group\":\"%s\",\"rank\":%d,\"group_size\":%d,\"pid\":%d,\"host\":\"%s\",\"data_host\":\"%s\",\"step\":%lld",
+         m->group, m->rank, m->group_size, m->pid, host_esc, data_host_esc, (long long)m->step);
+    px_log_info("member_joined group=%s rank=%d/%d pid=%d host=%s data_host=%s step=%lld quorum_id=%lld", m->group,
+                m->rank, m->group_size, m->pid, m->host, m->data_host[0] ? m->data_host : "-", (long long)m->step,
+                (long long)m->quorum_id);
     adopt_quorum(c, m->group, m->quorum_id, m->step, now);
 
     Phalanx__Envelope env = PHALANX__ENVELOPE__INIT;

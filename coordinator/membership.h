@@ -60,6 +60,7 @@ typedef struct {
     char group[PX_QUORUM_NAME_MAX];
     int pid;
     char host[256];
+    char data_host[256]; /* where its data plane listens (Register.data_host; "" when it sent none) */
     int64_t step;
     int64_t quorum_id; /* the quorum the worker says it is in */
     unsigned char ident[PX_IDENT_MAX];

@@ -149,6 +149,8 @@ char *px_status_json(const px_status_view_t *v, size_t *len) {
         px_buf_json_str(&b, m->group);
         px_buf_printf(&b, ",\"rank\":%d,\"pid\":%d,\"host\":", m->rank, m->pid);
         px_buf_json_str(&b, m->host);
+        px_buf_printf(&b, ",\"data_host\":");
+        px_buf_json_str(&b, m->data_host);
         px_buf_printf(&b, ",\"step\":%lld,\"state\":\"%s\",\"last_heartbeat_ms\":%lld,\"quorum_id\":%lld",
                       (long long)m->step, px_status_member_state(m, v->quorum),
                       (long long)(v->now_ms - m->last_hb_ms), (long long)m->quorum_id);
@@ -257,10 +259,12 @@ char *px_status_text(const px_status_view_t *v, size_t *len) {
         px_buf_printf(&b, "%-16s %-8s %10lld %6d %9s %6u\n", m->group, px_status_member_state(m, v->quorum),
                       (long long)m->step, m->group_size, loss, m->heals);
     }
-    px_buf_printf(&b, "\n%-16s %5s %8s %-16s %10s %-8s %s\n", "GROUP", "RANK", "PID", "HOST", "STEP", "STATE", "LAST HEARTBEAT");
+    px_buf_printf(&b, "\n%-16s %5s %8s %-16s %-15s %10s %-8s %s\n", "GROUP", "RANK", "PID", "HOST", "DATA HOST", "STEP",
+                  "STATE", "LAST HEARTBEAT");
     for (int i = 0; i < v->members->n; i++) {
         const px_member_t *m = &v->members->members[i];
-        px_buf_printf(&b, "%-16s %5d %8d %-16.16s %10lld %-8s %lld ms ago%s%s%s\n", m->group, m->rank, m->pid, m->host,
+        px_buf_printf(&b, "%-16s %5d %8d %-16.16s %-15.39s %10lld %-8s %lld ms ago%s%s%s\n", m->group, m->rank, m->pid,
+                      m->host, m->data_host[0] ? m->data_host : "-",
                       (long long)m->step, px_status_member_state(m, v->quorum), (long long)(v->now_ms - m->last_hb_ms),
                       m->via_leader ? " (via leader)" : m->draining && m->state != PX_STATE_LOST ? " (draining)" : "",
                       m->state == PX_STATE_LOST ? "  " : "",

@@ -51,6 +51,7 @@
 #include "px_keys.h"
 #include "px_time.h"
 #include "ports.h"
+#include "px_wire.h"
 #include "worker_flags.h"
 
 static const char *PROG = "phalanx-launch";
@@ -94,6 +95,7 @@ typedef struct {
     const char *coordinator;               /* given: join that coordinator instead of starting one */
     int join;
     const char *log_dir;
+    const char *group_prefix;              /* the groups started here: PREFIX0, PREFIX1, ... */
     uint64_t chaos_seed;
     double chaos_every_s;
     int chaos_every_steps;
@@ -244,6 +246,11 @@ static const px_flag_table_t JOIN_FLAGS = PX_FLAG_TABLE("", JOIN);
 
 static const px_flag_t LAUNCH[] = {
     {"--groups", PX_FLAG_INT, "R", .min = 1, .max = 256, .def = "3", .help = "replica groups", CFG(groups)},
+    {"--group-prefix", PX_FLAG_STR, "NAME", .max = 60, .valid = px_wire_group_name_ok,
+     .expect = "[A-Za-z0-9_.-]{1,60}", .def = "g",
+     .help = "the groups started here are NAME0, NAME1, ...; launchers on several machines that join one "
+             "--coordinator each need their own",
+     CFG(group_prefix)},
     {"--chaos-kill-every", PX_FLAG_REAL, "S", .lo = 0, .hi = 86400, .def = "0",
      .help = "SIGKILL a random worker about every S seconds, 0 = off; never one whose loss would leave no "
              "group holding the job's state",
@@ -592,10 +599,14 @@ static void show_progress(launch_t *L, long long quorum, double tok_s, int has_e
         fflush(stdout);
         return;
     }
+    /* Groups in the step, of the job's; joining a coordinator, the job may
+     * have groups other launchers started, so say how many are ours. */
+    char groups[48];
+    if (c->join) snprintf(groups, sizeof groups, "%d (%d started here)", L->last_groups, c->groups);
+    else snprintf(groups, sizeof groups, "%d/%d", L->last_groups, c->groups);
     if (c->progress == PROGRESS_STEPS) {
-        say(L, "step %5lld | groups %d/%d | loss %.4f | %.0f tok/s | quorum %lld%s%.4f", (long long)L->last_step,
-            L->last_groups, c->groups, L->last_loss, tok_s, quorum, has_eval ? " | eval " : "",
-            has_eval ? L->eval_loss : 0.0);
+        say(L, "step %5lld | groups %s | loss %.4f | %.0f tok/s | quorum %lld%s%.4f", (long long)L->last_step,
+            groups, L->last_loss, tok_s, quorum, has_eval ? " | eval " : "", has_eval ? L->eval_loss : 0.0);
         return;
     }
     int first = L->n_commits == 1, last = L->last_step >= c->steps;
@@ -604,10 +615,10 @@ static void show_progress(launch_t *L, long long quorum, double tok_s, int has_e
     char eta_text[32], ev[48] = "";
     format_duration(eta, eta_text, sizeof eta_text);
     if (has_eval) snprintf(ev, sizeof ev, " | eval %.4f", L->eval_loss);
-    say(L, "step %lld/%d (%3.0f%%) | loss %.4f (smoothed %.4f) | %.0f tok/s (smoothed) | groups %d/%d | quorum "
+    say(L, "step %lld/%d (%3.0f%%) | loss %.4f (smoothed %.4f) | %.0f tok/s (smoothed) | groups %s | quorum "
            "%lld | ETA %s%s",
         (long long)L->last_step, c->steps, 100.0 * (double)L->last_step / c->steps, L->last_loss, L->loss_ema,
-        L->tok_s_ema, L->last_groups, c->groups, quorum, eta_text, ev);
+        L->tok_s_ema, groups, quorum, eta_text, ev);
 }
 
 static void on_line(launch_t *L, worker_t *w, const char *line) {
@@ -1102,7 +1113,7 @@ int main(int argc, char **argv) {
     for (int g = 0; g < c->groups; g++)
         for (int r = 0; r < c->ranks; r++) {
             worker_t *w = &L.w[L.n++];
-            snprintf(w->group, sizeof w->group, "g%d", g);
+            snprintf(w->group, sizeof w->group, "%s%d", c->group_prefix, g);
             w->rank = r;
             w->fd = -1;
             start_worker(&L, w);

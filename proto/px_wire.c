@@ -126,6 +126,8 @@ int px_wire_validate(const px_msg_t *m, Phalanx__ErrorCode *code, char *why, siz
         REQUIRE(r->has_rank && r->rank < r->group_size, "register.rank missing or not below group_size");
         REQUIRE(r->has_pid, "register.pid missing");
         REQUIRE(str_ok(r->host, PX_HOST_MAX), "register.host missing or longer than %d", PX_HOST_MAX);
+        REQUIRE(!r->data_host || strlen(r->data_host) <= PX_HOST_MAX, "register.data_host longer than %d",
+                PX_HOST_MAX);
         REQUIRE(!r->has_step || (r->step >= 0 && r->step <= PX_STEP_MAX), "register.step not in [0, %lld]", PX_STEP_MAX);
         REQUIRE(!r->has_quorum_id || (r->quorum_id >= 0 && r->quorum_id <= PX_QUORUM_ID_MAX),
                 "register.quorum_id not in [0, %lld]", PX_QUORUM_ID_MAX);

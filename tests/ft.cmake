@@ -43,13 +43,20 @@ set_tests_properties(ft_liveness_train ft_liveness_restart PROPERTIES RESOURCE_L
 px_add_py_scenarios(ft_launch_progress ${CMAKE_CURRENT_LIST_DIR}/ft/test_launch_progress.py
                     $<TARGET_FILE_DIR:phalanx-launch> 300 interval json dataprep)
 
+# docs/operations.md's "Two machines", run as written: two network namespaces
+# joined by a veth pair play the hosts (coordinator and groups a0, a1 on one,
+# b0 on the other); b0 is SIGKILLed and heals from the other host. Needs root
+# (CAP_SYS_ADMIN) for the namespaces: skipped (77) without.
+px_add_py_test(ft_two_hosts ${CMAKE_CURRENT_LIST_DIR}/ft/test_two_hosts.py $<TARGET_FILE_DIR:phalanx-launch>)
+set_tests_properties(ft_two_hosts PROPERTIES TIMEOUT 600 RESOURCE_LOCK cores SKIP_RETURN_CODE 77)
+
 # Tiers (tests/CMakeLists.txt).
 px_tier(process ft_launch_progress_json ft_launch_progress_dataprep
         ft_buckets ft_job_finished ft_launch_config_error ft_diloco_identity ft_diloco_dtype
         ft_diloco_checkpoint ft_diloco_warmup ft_diloco_refused ft_dashboard_metrics ft_dashboard_browser)
 px_tier(chaos ft_launch_progress_interval ft_chaos_ranks ft_coordinator_outage ft_launch_sigkill ft_launch_incomplete ft_diloco_kill
         ft_diloco_chaos ft_diloco_chaos_overlap ft_diloco_auto_restart ft_liveness_train ft_liveness_restart
-        ft_dashboard_restart)
+        ft_dashboard_restart ft_two_hosts)
 px_tier(slow ft_chaos_kills ft_sigstop ft_coordinator_stall ft_heal_kill ft_diloco_layouts ft_diloco_long_round
         ft_diloco_auto ft_diloco_auto_fragments ft_diloco_auto_chaos ft_diloco_auto_chaos_overlap ft_diloco_overlap
         ft_diloco_quality ft_diloco_fragments ft_dashboard_scale)

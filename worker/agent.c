@@ -191,6 +191,7 @@ static void send_register(px_agent_t *a) {
     r.has_job_steps = a->cfg.job_steps > 0;
     r.job_steps = a->cfg.job_steps;
     r.liveness_endpoint = a->leader ? a->liveness_ep : NULL;
+    r.data_host = (char *)(a->cfg.data_host ? a->cfg.data_host : "127.0.0.1");
     pthread_mutex_unlock(&a->mu);
     env.body_case = PHALANX__ENVELOPE__BODY_REG;
     env.reg = &r;
@@ -762,7 +763,7 @@ px_agent_t *px_agent_new(const px_agent_config_t *cfg, char *err, size_t errlen)
     }
     if (cfg->liveness_group && cfg->group_size > 1) {
         if (cfg->rank == 0) {
-            a->leader = px_liveness_leader_new(a->zctx, cfg->liveness_host ? cfg->liveness_host : "127.0.0.1", a->group,
+            a->leader = px_liveness_leader_new(a->zctx, cfg->data_host ? cfg->data_host : "127.0.0.1", a->group,
                                                cfg->group_size, a->token, a->liveness_ep, sizeof a->liveness_ep, err,
                                                errlen);
         } else {

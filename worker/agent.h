@@ -28,7 +28,9 @@ typedef struct {
     const px_curve_client_t *curve; /* NULL or not on: plaintext control plane */
     int liveness_group;      /* --liveness group: rank 0 takes its ranks' heartbeats and reports
                                 for them; the others heartbeat it (worker/liveness.h) */
-    const char *liveness_host; /* the address rank 0 binds for that (NULL: 127.0.0.1) */
+    const char *data_host;   /* the address this rank's data plane listens on (--data-host; NULL:
+                                127.0.0.1): sent at registration (/status shows it), and where
+                                rank 0 binds its liveness socket under --liveness group */
 } px_agent_config_t;
 
 typedef struct px_agent px_agent_t;

@@ -223,7 +223,7 @@ int px_worker_main(int argc, char **argv) {
                         "use --liveness rank\n", PROG);
         return 2;
     }
-    cfg.liveness_host = data_host;
+    cfg.data_host = data_host;
     struct sigaction sa = {0};
     sa.sa_handler = on_signal;
     sigaction(SIGTERM, &sa, NULL);

@@ -16,7 +16,7 @@ HELP = {
     "phalanx-worker": ["--coordinator", "--group", "--rank", "--steps", "--global-batch", "--curve-secret-key-file",
                        "--coordinator-public-key-file", "--coordinator-key", "--beta1", "--beta2", "--eps",
                        "--progress-format text|json"],
-    "phalanx-launch": ["--groups", "--ranks-per-group", "--steps", "--chaos-kill-every", "--coordinator", "--curve",
+    "phalanx-launch": ["--groups", "--group-prefix", "--ranks-per-group", "--steps", "--chaos-kill-every", "--coordinator", "--curve",
                        "--insecure", "--curve-secret-key-file", "--coordinator-public-key-file", "--mode sync|diloco|auto",
                        "--auto-failures-per-hour", "--auto-window"],
     "phalanx-data": ["--out", "--demo", "--format auto|text|jsonl", "--jsonl-key"],
@@ -54,6 +54,7 @@ BAD = [
     ("phalanx-worker", ["--standalone", "--beta2", "1.5"], "--beta2"),
     ("phalanx-worker", ["--standalone", "--progress-format", "csv"], "--progress-format"),
     ("phalanx-launch", ["--groups", "0"], "--groups"),
+    ("phalanx-launch", ["--group-prefix", "a/b"], "--group-prefix"),  # a group name: [A-Za-z0-9_.-]
     ("phalanx-launch", ["--chaos-kill-every", "-1"], "--chaos-kill-every"),
     ("phalanx-launch", ["--mode", "fast"], "--mode"),
     ("phalanx-launch", ["--auto-window", "30"], "--auto-window"),  # needs --mode auto

@@ -3,9 +3,12 @@ processes on loopback. SIGKILL one worker: member_lost, group_dropped and a
 new quorum_formed without its group must follow within the heartbeat timeout
 plus one tick (in practice far sooner: the closed TCP connection plus missed
 heartbeats are two signals). Restart it: it rejoins and a new quorum holds
-both groups again."""
+both groups again. Each member's data host (--data-host, given to g1's
+workers, left at its default 127.0.0.1 for g0's) is in /status, its text
+view and member_joined."""
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -22,15 +25,25 @@ def test(bindir):
     job = Job(bindir, "integ")
     try:
         job.start_coordinator()
+        data_host = {"g0": "127.0.0.1", "g1": "127.0.0.2"}
         for g in ("g0", "g1"):
             for r in (0, 1):
-                job.start_worker(g, r, 2)
+                job.start_worker(g, r, 2, ["--data-host", data_host[g]] if g == "g1" else [])
 
         def both_groups():
             st = job.status()
             return sorted(st["quorum"]["groups"]) == ["g0", "g1"] and len(job.live_members(st)) == 4 and st
         st = wait_until(both_groups, 10, "a quorum of g0 and g1 with 4 live members")
         check(all(m["state"] == "healthy" for m in st["members"]), "all members healthy: %s" % st["members"])
+        check(all(m["data_host"] == data_host[m["group"]] for m in st["members"]),
+              "/status: each member's data_host: %s" % st["members"])
+        text = job.get("/status.txt")
+        for g in ("g0", "g1"):
+            check(re.search(r"^%s\s+\d+\s+\d+\s+\S+\s+%s\s" % (g, re.escape(data_host[g])), text, re.M),
+                  "/status.txt: %s's DATA HOST %s:\n%s" % (g, data_host[g], text))
+        joined = [e for e in job.read_events() if e["type"] == "member_joined"]
+        check(len(joined) == 4 and all(e["data_host"] == data_host[e["group"]] for e in joined),
+              "member_joined carries each member's data_host: %s" % joined)
         q1 = st["quorum"]["id"]
 
         victim = job.workers[("g1", 0)]

@@ -98,6 +98,17 @@ static void check_group_liveness(void) {
     r.rank = 0;
     r.liveness_endpoint = "tcp://127.0.0.1:0";
     expect_env("leader endpoint with port 0", &env, 0);
+    r.liveness_endpoint = NULL;
+    static char long_host[PX_HOST_MAX + 2];
+    memset(long_host, 'h', PX_HOST_MAX + 1);
+    r.data_host = "10.77.0.2";
+    expect_env("a data host", &env, 1);
+    long_host[PX_HOST_MAX] = '\0';
+    r.data_host = long_host;
+    expect_env("a data host of PX_HOST_MAX bytes", &env, 1);
+    long_host[PX_HOST_MAX] = 'h';
+    expect_env("a data host over PX_HOST_MAX bytes", &env, 0);
+    r.data_host = NULL;
 
     Phalanx__Heartbeat hb = PHALANX__HEARTBEAT__INIT;
     Phalanx__GroupDigest d = PHALANX__GROUP_DIGEST__INIT;
