@@ -39,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -47,6 +48,7 @@
 #include "px_client_flags.h"
 #include "ctl_event_line.h"
 #include "px_events_spec.h"
+#include "px_file.h"
 #include "px_flags.h"
 #include "px_version.h"
 #include "px_keys.h"
@@ -117,6 +119,7 @@ static const char USAGE[] =
     "  plot --out FILE.png    draw train and eval loss over steps, with a mark at each group drop and\n"
     "                         heal, from a phalanx-launch log folder (python3 with matplotlib)\n"
     "  keygen --out PREFIX    write a CURVE key pair: PREFIX.key (secret, mode 0600) and PREFIX.pub\n"
+    "                         (a missing folder in PREFIX is made, mode 0700)\n"
     "status and kill read the coordinator's /status over HTTP (--http), or over the control plane\n"
     "when --coordinator is given; drain always goes over the control plane.\n";
 
@@ -619,7 +622,17 @@ static int cmd_keygen(const opts_t *o) {
         return 2;
     }
     px_keypair_t kp;
-    char err[600];
+    char err[600], dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", o->out);
+    char *slash = strrchr(dir, '/');
+    if (slash && slash != dir) { /* keygen --out keys/ops: keys/ is made (mode 0700: secrets go there) */
+        *slash = '\0';
+        struct stat st;
+        if (stat(dir, &st) != 0 && (px_mkdirs(dir) != 0 || chmod(dir, 0700) != 0)) {
+            fprintf(stderr, "%s: keygen: cannot create the folder '%s': %s\n", PROG, dir, strerror(errno));
+            return 1;
+        }
+    }
     if (px_keys_generate(o->out, &kp, err, sizeof err) != 0) {
         fprintf(stderr, "%s: keygen: %s\n", PROG, err);
         return 1;

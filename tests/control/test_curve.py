@@ -56,6 +56,9 @@ def check_keygen(bindir, d):
     r = run(bindir, "phalanxctl", ["keygen", "--out", prefix])
     check(r.returncode != 0 and "exists" in r.stderr, "keygen refuses to overwrite: %d %r" % (r.returncode, r.stderr))
     check(open(prefix + ".key").read() == before, "the existing secret key is untouched")
+    nested = os.path.join(d, "new", "keys", "ops")
+    keygen(bindir, nested)
+    check(stat.S_IMODE(os.stat(os.path.dirname(nested)).st_mode) == 0o700, "keygen made its missing folder, mode 0700")
 
 
 def member_groups(job):
