@@ -7,9 +7,25 @@
            finite and > 0, committed steps increasing, step/recovery/heal
            histograms consistent); the kill is counted as a recovery once the
            job commits again, and the heal's bytes and seconds.
-  browser: the dashboard (/) rendered by headless Chromium: the loss curve
-           has points, a failure mark exists after the kill, the lanes match
-           /status's groups; a screenshot is saved and its path printed.
+  browser: the dashboard (/) open in headless Chromium (the DevTools
+           protocol) once the job, saving a checkpoint every 50 steps, has
+           trained 400 of its 5000 steps (--lr 0.003: the loss falls
+           steeply, then flattens), read with its polling held (so that all
+           it shows is of one answer): the loss curve has points and a
+           smoothed line over the same steps; a failure mark exists after the
+           kill, and a heal mark; a checkpoint mark per checkpoint_saved event
+           the page had (the events /api/history numbers up to the page's
+           body[data-seq]), at their steps; both charts have several tick
+           labels on each axis, numbers (clock times under throughput)
+           that say their values and increase along the axis, with grid
+           lines; the progress bar says "step N / 5000 (P%)", filled to P,
+           with an ETA (3m10s) or "done", smoothed tokens/s and the last
+           checkpoint's step and age; the curve after the first tenth of the
+           steps spans at least 0.45 of the plot's height, the later half's
+           losses are inside the y axis, and a note says so when losses are
+           clipped; the log-scale toggle (aria-pressed) redraws the loss path
+           with other y ticks; the lanes match /status's groups; screenshots
+           (linear and log) are saved and their path printed.
   scale:   1,000 single-rank groups (register_members --sockets: real registrations,
            heartbeats and join requests over ZeroMQ) in one quorum: the page
            renders them in at most 50 aggregate lanes ("1000 groups, 20 a
@@ -44,7 +60,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 from phalanx_test import Fail, Job, Launch, check, die_with_test, main_scenarios, make_corpus, wait_until  # noqa: E402
 
 SKIP = 77
-ARGS = ["--groups", "3", "--model", "tiny", "--steps", "100000"]
+ARGS = ["--groups", "3", "--model", "tiny"]
 WORKER = ["--", "--global-batch", "12", "--micro-batch", "4", "--eval-every", "10", "--eval-batches", "1"]
 
 
@@ -53,9 +69,10 @@ def skip(why):
     sys.exit(SKIP)
 
 
-def start_job(bindir, name, launch_args=()):
+def start_job(bindir, name, launch_args=(), steps=100000, worker_args=()):
     data = make_corpus(bindir, tempfile.mkdtemp(prefix="phalanx-%s-data-" % name))
-    return Launch(bindir, list(launch_args) + ARGS + ["--data", data] + WORKER, name=name)
+    return Launch(bindir, list(launch_args) + ARGS + ["--steps", str(steps), "--data", data] + WORKER +
+                  list(worker_args), name=name)
 
 
 def kill_and_recover(launch, group="g1"):
@@ -306,21 +323,135 @@ def lane_groups(dom):
     return sorted(re.findall(r'<g class="lane" data-group="([^"]*)"', dom))
 
 
+def svg_attr(curve, name):
+    m = re.match(r'<svg [^>]*\b%s="([^"]*)"' % re.escape(name), curve)
+    check(m, "the loss curve has %s: %s" % (name, curve[:300]))
+    return m.group(1)
+
+
+def path_xy(svg, cls):
+    """The (x, y) points of the path of class cls in svg ([] when none)."""
+    m = re.search(r'<path class="%s" d="([^"]*)"' % re.escape(cls), svg)
+    return [(float(x), float(y)) for x, y in re.findall(r"[ML]([-\d.]+) ([-\d.]+)", m.group(1))] if m else []
+
+
+RATE = {"": 1, "k": 1e3, "M": 1e6}
+
+
+def tick_labels(page, svg_id, axis):
+    """An axis's tick labels, left to right or bottom to top: (text, data-value, position)."""
+    pos = "x" if axis == "x" else "y"
+    return page.eval("Array.from(document.querySelectorAll('#%s text.tick-label.%s'))"
+                     ".map(t => [t.textContent, +t.getAttribute('data-value'), +t.getAttribute('%s')])"
+                     % (svg_id, axis, pos))
+
+
+def check_axis(page, svg_id, axis, parse):
+    """Several tick labels, each saying its value (parse: text -> number, or None for clock times), values
+    increasing along the axis (up for y), each with a grid line."""
+    ticks = tick_labels(page, svg_id, axis)
+    where = "%s %s axis" % (svg_id, axis)
+    check(len(ticks) >= 3, "%s: several tick labels: %s" % (where, ticks))
+    values = [v for _, v, _ in ticks]
+    check(all(a < b for a, b in zip(values, values[1:])), "%s: tick values increase: %s" % (where, values))
+    place = [p for _, _, p in ticks]
+    check(all((a < b) if axis == "x" else (a > b) for a, b in zip(place, place[1:])),
+          "%s: ticks placed in order along the axis: %s" % (where, ticks))
+    for text, v, _ in ticks:
+        if parse:
+            n = parse(text)
+            check(n is not None and abs(n - v) <= 1e-6 * max(1, abs(v)), "%s: label %r says %s" % (where, text, v))
+        else:
+            check(re.fullmatch(r"\d\d:\d\d(:\d\d)?", text), "%s: a clock time: %r" % (where, text))
+    grid = page.eval("document.querySelectorAll('#%s line.grid').length" % svg_id)
+    check(grid >= len(ticks), "%s: grid lines: %d for %d ticks" % (where, grid, len(ticks)))
+    return [t for t, _, _ in ticks]
+
+
+def number(text):
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def rate_number(text):
+    m = re.fullmatch(r"([\d.]+)([kM]?)", text)
+    return float(m.group(1)) * RATE[m.group(2)] if m else None
+
+
+DURATION = r"\d+s|\d+m\d\ds|\d+h\d\dm|\d+d\d\dh"  # as phalanxctl status writes them
+BROWSER_STEPS = 5000  # the job's --steps: the progress bar's total
+# Steps trained before the page is read. At 3 times the default learning rate the loss falls steeply
+# for some tens of steps and is nearly flat by step 300: the shape whose first steps squash the rest.
+BROWSER_UNTIL = 400
+BROWSER_LR = "0.003"
+CKPT_EVERY = 50
+# The page's polling held: its next fetch never answers, so the page (which asks again only once an
+# answer came) draws nothing more while the test reads it, and what it shows is that of body[data-seq].
+FREEZE = "window.fetch = () => { window.frozen = true; return new Promise(() => {}); }; true"
+# The toggle, clicked between two readings of the loss chart.
+TOGGLE = """(() => {
+  const read = () => ({d: document.querySelector('#loss-curve path.train').getAttribute('d'),
+    scale: document.getElementById('loss-curve').getAttribute('data-scale'),
+    pressed: document.getElementById('log-toggle').getAttribute('aria-pressed'),
+    ticks: Array.from(document.querySelectorAll('#loss-curve text.tick-label.y')).map(t => [t.textContent,
+                                                                                           t.getAttribute('y')])});
+  const before = read();
+  document.getElementById('log-toggle').click();
+  return [before, read()];
+})()"""
+
+
+def check_progress(page, h):
+    """The progress bar and the figures at the top, against the job's length and /api/history."""
+    text = page.text("progress-text")
+    m = re.fullmatch(r"step (\d+) / (\d+) \((\d+\.\d)%\)", text)
+    check(m, "the progress bar says 'step N / T (P%%)': %r" % text)
+    n, total, pct = int(m.group(1)), int(m.group(2)), float(m.group(3))
+    check(total == BROWSER_STEPS, "the total is the job's --steps %d: %d" % (BROWSER_STEPS, total))
+    check(BROWSER_UNTIL <= n <= h["progress"]["step"], "the step %d: trained to, and not past the job's %d" %
+          (n, h["progress"]["step"]))
+    check(abs(pct - 100.0 * n / total) < 0.06, "the percent %.1f is step / total" % pct)
+    width = page.eval("parseFloat(document.getElementById('progress-fill').style.width)")
+    check(abs(width - pct) < 0.1, "the bar is filled to %.1f%%: %s" % (pct, width))
+    eta = page.text("eta")
+    check(re.fullmatch(DURATION, eta) or eta == "done", "an ETA (like 3m10s) or done: %r" % eta)
+    tput = page.text("tput")
+    check(re.fullmatch(r"\d+(\.\d+[kM])?", tput), "smoothed tokens/s: %r" % tput)
+    return text, eta, tput
+
+
 def test_browser(bindir):
     browser = chromium()
     if not browser:
         skip("chromium is not installed (apt-get install chromium; scripts/install-deps.sh does)")
-    launch = start_job(bindir, "dashboard")
+    ckpt = tempfile.mkdtemp(prefix="phalanx-dashboard-ckpt-")
+    launch = start_job(bindir, "dashboard", ["--checkpoint-dir", ckpt, "--checkpoint-every", str(CKPT_EVERY)],
+                       steps=BROWSER_STEPS, worker_args=["--lr", BROWSER_LR])
+    page = None
     try:
         wait_until(lambda: launch.last_step() >= 10, 90, "10 committed steps", 0.2)
         kill_and_recover(launch)
+        wait_until(lambda: launch.last_step() >= BROWSER_UNTIL, 240, "%d committed steps" % BROWSER_UNTIL, 0.5)
         url = "http://%s/" % launch.http
-        dom = render(browser, url, ["--dump-dom"])
+        page = LivePage(browser, url, launch.dir)
+        wait_until(lambda: page.eval("document.body.getAttribute('data-seq')"), 30, "the page's first drawing", 0.2)
+        page.eval(FREEZE)
+        wait_until(lambda: page.eval("window.frozen === true"), 10, "the page's polling held", 0.1)
+        dom = page.dom()
+        seq = int(re.search(r'<body data-seq="(\d+)"', dom).group(1))
+        h = json.loads(get(launch, "/api/history"))
+        drawn = [p for p in h["points"] if p["seq"] <= seq]  # what the page had when it drew
+        events = [e for e in h["events"] if e["seq"] <= seq]
         groups = sorted(set(m["group"] for m in launch.status()["members"]))
         curve = loss_curve(dom)
         pts = train_points(curve)
         check(pts >= 5, "the train loss path has points: %d" % pts)
         check(re.search(r'<path class="train" d="M[\d.]+ [\d.]+L', curve), "the train path is drawn")
+        smooth = path_xy(curve, "train-smooth")
+        check(len(smooth) == pts, "a smoothed loss line over the same steps: %d points for %d" % (len(smooth), pts))
+        check(re.search(r"centered mean over \d+ steps", page.text("smooth-legend")), "the legend says how it smooths")
         marks = re.findall(r'<line class="failure-mark"[^>]*data-group="([^"]*)"', curve)
         check("g1" in marks, "a failure mark for the killed group g1: %s" % marks)
         check(re.search(r'class="failure-mark".*?<title>[^<]*(group_dropped|member_lost)', curve, re.S),
@@ -332,15 +463,68 @@ def test_browser(bindir):
         states = re.findall(r'data-state="(\w+)"', lane_g1)
         check("lost" in states and states[-1] == "healthy", "g1's lane shows it lost, then healthy: %s" % states)
         check(re.search(r'<svg id="throughput".*?<path class="tput"', dom, re.S), "throughput is drawn")
+        check(re.search(r'<svg id="throughput".*?<path class="tput-smooth"', dom, re.S), "smoothed throughput is drawn")
         check(re.search(r'<li class="event group_dropped">', dom), "the events list shows the drop")
+
+        # Axes: ticks with numbers (clock times under throughput), increasing, on grid lines.
+        ylabels = check_axis(page, "loss-curve", "y", number)
+        check_axis(page, "loss-curve", "x", lambda t: int(t) if t.isdigit() else None)
+        check_axis(page, "throughput", "y", rate_number)
+        check_axis(page, "throughput", "x", None)
+
+        # Checkpoints: a mark per checkpoint_saved event the page had, at its step.
+        saved = sorted(e["step"] for e in events if e["type"] == "checkpoint_saved")
+        ck_marks = sorted(int(x) for x in re.findall(r'<path class="ckpt-mark"[^>]*data-step="(\d+)"', curve))
+        check(len(saved) >= BROWSER_UNTIL // CKPT_EVERY - 1, "checkpoints saved every %d steps: %s" % (CKPT_EVERY, saved))
+        check(ck_marks == saved, "a checkpoint mark per checkpoint_saved event: %s against %s" % (ck_marks, saved))
+        ck = re.fullmatch(r"step (\d+), (%s) ago" % DURATION, page.text("checkpoint"))
+        check(ck and int(ck.group(1)) == max(saved), "the last checkpoint, step %d and its age: %r" %
+              (max(saved), page.text("checkpoint")))
+        bar, eta, tput = check_progress(page, h)
+
+        # The y range: the curve after the first tenth of the steps fills much of the height (the first
+        # steps' losses do not squash it into a band), and no loss of the later half is off the chart.
+        x0, top, x1, bottom = (float(v) for v in svg_attr(curve, "data-plot").split())
+        later = [y for x, y in path_xy(curve, "train") if x >= x0 + 0.1 * (x1 - x0)]
+        share = (max(later) - min(later)) / (bottom - top)
+        check(share >= 0.45, "the curve after the first tenth of the steps spans %.2f of the plot's height" % share)
+        y_from, y_to = float(svg_attr(curve, "data-y-from")), float(svg_attr(curve, "data-y-to"))
+        s_from, s_to = int(svg_attr(curve, "data-step-from")), int(svg_attr(curve, "data-step-to"))
+        losses = [p["loss"] for p in drawn if p["loss"] is not None] + \
+            [p["eval_loss"] for p in drawn if p["eval_loss"] is not None]
+        half = [p["loss"] for p in drawn if p["loss"] is not None and p["step"] >= (s_from + s_to) / 2]
+        check(half and y_from <= min(half) and max(half) <= y_to, "the y axis %.3f..%.3f covers the later half's "
+              "losses %.3f..%.3f" % (y_from, y_to, min(half), max(half)))
+        clipped = max(losses) > y_to
+        note = re.search(r'<text id="clip-note"[^>]*>([^<]*)<', curve)
+        check(bool(note) == clipped, "a note on the chart when (and only when) losses are above the axis (%.3f, "
+              "max %.3f): %s" % (y_to, max(losses), note and note.group(1)))
+
+        # The log scale: another path and other ticks.
+        before, after = page.eval(TOGGLE)
+        check(before["scale"] == "linear" and before["pressed"] == "false", "linear by default: %s" % before)
+        check(after["scale"] == "log" and after["pressed"] == "true", "the toggle turns log on: %s" %
+              {k: after[k] for k in ("scale", "pressed")})
+        check(after["d"] != before["d"], "the log scale redraws the loss path")
+        check(after["ticks"] != before["ticks"], "the y ticks change: %s -> %s" % (before["ticks"], after["ticks"]))
+        logged = check_axis(page, "loss-curve", "y", number)
+        page.screenshot(os.path.join(launch.dir, "dashboard-log.png"))
+        page.eval("document.getElementById('log-toggle').click()")
+        check(page.eval("document.getElementById('loss-curve').getAttribute('data-scale')") == "linear",
+              "the toggle turns log off again")
         shot = os.path.join(launch.dir, "dashboard.png")
-        render(browser, url, ["--screenshot=%s" % shot])
+        page.screenshot(shot)
         check(os.path.getsize(shot) > 10000, "a screenshot was written")
-        print("dashboard screenshot: %s" % shot)
+        print("dashboard screenshot: %s (log scale: dashboard-log.png)" % shot)
         print("dashboard: %d loss points, failure marks for %s, lanes %s" % (pts, sorted(set(marks)), lanes))
+        print("dashboard: %r, ETA %s, tokens/s %s; %d checkpoint marks; y ticks %s, log %s; later curve %.2f of the "
+              "height, %s" % (bar, eta, tput, len(ck_marks), ylabels, logged, share,
+                              note.group(1) if note else "nothing clipped"))
     except Fail as e:
         raise Fail("%s\nlauncher:\n%s" % (e, launch.tail(20)))
     finally:
+        if page:
+            page.close()
         launch.terminate()
 
 
@@ -391,10 +575,8 @@ def test_scale(bindir):
 
 
 def first_step(curve):
-    """The loss curve's left axis label: the first step it draws."""
-    m = re.search(r'<text[^>]*>step (\d+)</text>', curve)
-    check(m, "the loss curve has a step axis: %s" % curve[:1000])
-    return int(m.group(1))
+    """The first step the loss curve draws (its x axis starts there)."""
+    return int(svg_attr(curve, "data-step-from"))
 
 
 def history_start(h):
@@ -404,7 +586,7 @@ def history_start(h):
     steps = [p["step"] for p in h["points"] if p["loss"] is not None]
     steps += [p["eval_step"] for p in h["points"] if p["eval_loss"] is not None]
     steps += [e["step"] for e in h["events"] if e["type"] in ("group_dropped", "member_lost", "heal_finished",
-                                                               "mode_switched")]
+                                                               "mode_switched", "group_drained", "checkpoint_saved")]
     return min(steps)
 
 
