@@ -1,10 +1,11 @@
 # Kubernetes manifests, checked offline: deploy/k8s renders with
 # `kubectl kustomize` (kustomize v5 needed: missing is a failure, not a skip),
-# every object passes the strict Kubernetes 1.33 and newest schemas of
-# kubernetes-validate, phalanx's own lint (tests/deploy/k8s_lint.py) finds
-# nothing and reports each deliberately broken manifest, the overlays hold
-# what they promise, and the committed groups/ are what make-groups.py writes
-# (one ctest per scenario, a few seconds each).
+# every object passes the strict schemas of kubernetes-validate for
+# Kubernetes 1.29 (the oldest supported) and the newest it holds, phalanx's
+# own lint (tests/deploy/k8s_lint.py) finds nothing and reports
+# each deliberately broken manifest, the overlays hold what they promise, and
+# the committed groups/ are what make-groups.py writes (one ctest per
+# scenario, a few seconds each).
 px_add_py_scenarios(deploy_k8s ${CMAKE_CURRENT_LIST_DIR}/deploy/test_k8s_manifests.py ${PROJECT_SOURCE_DIR}/deploy/k8s 120
                     render validate lint lint-selftest refs groups)
 

@@ -3,9 +3,10 @@
   render         every target renders with `kubectl kustomize`; every YAML
                  file there starts with a comment saying what it is for
   validate       every rendered object against the Kubernetes OpenAPI schemas
-                 (kubernetes-validate, strict: unknown fields rejected) of 1.33,
-                 the oldest with backoffLimitPerIndex GA, and of the newest
-                 version the package holds; and that both schemas can fail
+                 (kubernetes-validate, strict: unknown fields rejected) of
+                 1.29, the oldest the manifests support (MINIMUM), and of the
+                 newest version the package holds; and that both schemas can
+                 fail
   lint           k8s_lint.py finds nothing (security context, resources,
                  probes, the group Jobs' policies, token, references)
   lint-selftest  the lint reports each of a list of deliberately broken
@@ -31,7 +32,11 @@ from phalanx_test import Fail, check, main_scenarios  # noqa: E402
 import k8s_render as K  # noqa: E402
 from k8s_lint import lint  # noqa: E402
 
-OLDEST = "1.33"  # backoffLimitPerIndex and podReplacementPolicy are GA from 1.33
+# The oldest Kubernetes the manifests support: the first where the Jobs'
+# backoffLimitPerIndex and podReplacementPolicy are on by default (beta in
+# 1.29; GA in 1.33 and 1.34), podFailurePolicy too (beta from 1.26, GA 1.31).
+# On 1.28 an API server without the alpha gates drops both fields silently.
+MINIMUM = "1.29"
 GPU_EXTERNAL = ["Secret/phalanx-token"]  # created by the operator (overlays/gpu/kustomization.yaml)
 
 
@@ -84,18 +89,21 @@ def test_render(k8s_dir):
 # --- validate ----------------------------------------------------------------
 
 def schema_versions():
+    """kubernetes-validate and the versions to validate against, the two
+    ends: MINIMUM and the newest it holds (each version costs seconds)."""
     try:
         import kubernetes_validate as kv
         from kubernetes_validate.utils import all_versions, major_minor
     except ImportError as e:
         raise Fail("the Python package kubernetes-validate is missing (scripts/install-deps.sh installs it): %s" % e)
-    have = sorted({major_minor(v) for v in all_versions()}, key=lambda v: tuple(map(int, v.split("."))))
-    check(OLDEST in have, "kubernetes-validate %s has no schemas for Kubernetes %s (it has %s)"
-          % (kv.__version__, OLDEST, " ".join(have)))
+    key = lambda v: tuple(map(int, v.split(".")))
+    have = sorted({major_minor(v) for v in all_versions()}, key=key)
+    check(MINIMUM in have, "kubernetes-validate %s has no schemas for Kubernetes %s (it has %s)"
+          % (kv.__version__, MINIMUM, " ".join(have)))
     newest = have[-1]
-    print("kubernetes-validate %s: Kubernetes %s (oldest with backoffLimitPerIndex GA) and %s (newest it holds), "
-          "strict" % (kv.__version__, OLDEST, newest))
-    return kv, [OLDEST] if newest == OLDEST else [OLDEST, newest]
+    print("kubernetes-validate %s: Kubernetes %s (the oldest supported) and %s (the newest it holds), strict"
+          % (kv.__version__, MINIMUM, newest))
+    return kv, [MINIMUM] if newest == MINIMUM else [MINIMUM, newest]
 
 
 def schema_errors(kv, objs, version):
@@ -138,10 +146,10 @@ def test_validate(k8s_dir):
         for r in nostatus["spec"]["podFailurePolicy"]["rules"]:
             for c in r.get("onPodConditions") or []:
                 c.pop("status", None)
-        old, new = schema_errors(kv, [nostatus], OLDEST), schema_errors(kv, [nostatus], versions[-1])
+        old, new = schema_errors(kv, [nostatus], MINIMUM), schema_errors(kv, [nostatus], versions[-1])
         check(old and not new, "a DisruptionTarget rule without status: expected Kubernetes %s to reject it and %s "
-              "to take it, got %r and %r" % (OLDEST, versions[-1], old, new))
-        print("control: without onPodConditions[].status, %s rejects (%s), %s accepts" % (OLDEST, old[0], versions[-1]))
+              "to take it, got %r and %r" % (MINIMUM, versions[-1], old, new))
+        print("control: without onPodConditions[].status, %s rejects (%s), %s accepts" % (MINIMUM, old[0], versions[-1]))
 
 
 # --- lint --------------------------------------------------------------------
