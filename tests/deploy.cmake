@@ -13,8 +13,10 @@ px_add_py_scenarios(deploy_k8s ${CMAKE_CURRENT_LIST_DIR}/deploy/test_k8s_manifes
 # environment and volumes run as containers of the image scripts/image.sh
 # builds (podman; plain processes, said so, where podman is missing); one
 # worker container is SIGKILLed, its group is dropped, the replacement pod
-# heals, the job finishes. The first run on a machine builds the image
-# (debootstrap, then compiling in the build stage): minutes.
+# heals; then every worker is SIGKILLed, and their replacements restore the
+# newest checkpoint from the claim's volume and train on from its step; the
+# job finishes. The first run on a machine builds the image (debootstrap,
+# then compiling in the build stage): minutes.
 px_add_py_test(deploy_k8s_run ${CMAKE_CURRENT_LIST_DIR}/deploy/test_k8s_run.py $<TARGET_FILE_DIR:phalanx-worker>)
 set_tests_properties(deploy_k8s_run PROPERTIES TIMEOUT 1800 RESOURCE_LOCK cores)
 
