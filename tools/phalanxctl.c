@@ -117,7 +117,8 @@ static const char USAGE[] =
     "                         failure); refused when the quorum would fall below --min-replicas; waits\n"
     "                         until it has left\n"
     "  plot --out FILE.png    draw train and eval loss over steps, with a mark at each group drop and\n"
-    "                         heal, from a phalanx-launch log folder (python3 with matplotlib)\n"
+    "                         heal, from a phalanx-launch log folder (python3 with matplotlib; not in\n"
+    "                         the container image: run it on a host)\n"
     "  keygen --out PREFIX    write a CURVE key pair: PREFIX.key (secret, mode 0600) and PREFIX.pub\n"
     "                         (a missing folder in PREFIX is made, mode 0700)\n"
     "status and kill read the coordinator's /status over HTTP (--http), or over the control plane\n"
@@ -127,8 +128,8 @@ static const char EPILOGUE[] =
     "exit status: 0 done; 1 it could not be done (coordinator unreachable or refusing, no such live\n"
     "member, a member not on this host or not a phalanx-worker, signal refused, event log unreadable,\n"
     "Kafka brokers unreachable or no such topic within --timeout-ms,\n"
-    "drain: the group still there after --wait-s, plot: no data or no matplotlib); 2 bad usage (unknown\n"
-    "command or flag, bad value, a malformed --events spec)\n";
+    "drain: the group still there after --wait-s, plot: no data, no python3, no matplotlib); 2 bad usage\n"
+    "(unknown command or flag, bad value, a malformed --events spec)\n";
 
 /* ---- fetching /status --------------------------------------------------- */
 
@@ -592,7 +593,26 @@ static int cmd_events(const opts_t *o) {
 
 /* ---- plot --------------------------------------------------------------- */
 
-/* tools/phalanx_plot.py, copied next to this binary by the build. */
+/* Is an executable NAME in one of PATH's folders? */
+static int on_path(const char *name) {
+    const char *path = getenv("PATH");
+    if (!path || !*path) path = "/usr/bin:/bin";
+    char dir[PATH_MAX], file[PATH_MAX + 64];
+    for (const char *p = path; *p;) {
+        size_t n = strcspn(p, ":");
+        snprintf(dir, sizeof dir, "%.*s", (int)(n ? n : 1), n ? p : ".");
+        snprintf(file, sizeof file, "%s/%s", dir, name);
+        if (access(file, X_OK) == 0) return 1;
+        p += n + (p[n] == ':');
+    }
+    return 0;
+}
+
+/* The drawing is tools/phalanx_plot.py (python3 with matplotlib), copied
+ * next to this binary by the build. The container image ships neither: they
+ * would make it several times larger for a picture drawn after the run. So
+ * what is missing is said in one line (exit 1) before anything is run; a
+ * missing matplotlib is the script's own one-line error. */
 static int cmd_plot(const opts_t *o, const char *argv0) {
     if (!o->out) {
         fprintf(stderr, "%s: plot needs --out FILE.png\n", PROG);
@@ -604,13 +624,17 @@ static int cmd_plot(const opts_t *o, const char *argv0) {
     else snprintf(exe, sizeof exe, "%s", argv0);
     char *slash = strrchr(exe, '/');
     snprintf(script, sizeof script, "%.*s/phalanx_plot.py", slash ? (int)(slash - exe) : 1, slash ? exe : ".");
-    if (access(script, R_OK) != 0) {
-        fprintf(stderr, "%s: plot: cannot find %s (it is copied next to phalanxctl by the build)\n", PROG, script);
+    int have_python = on_path("python3"), have_script = access(script, R_OK) == 0;
+    if (!have_python || !have_script) {
+        fprintf(stderr, "%s: plot: missing %s%s%s: it needs python3 with matplotlib and the script the build puts "
+                "next to phalanxctl (the phalanx image has neither: plot on a host that has the log folder)\n", PROG,
+                have_python ? "" : "python3 (not on PATH)", !have_python && !have_script ? " and " : "",
+                have_script ? "" : script);
         return 1;
     }
     fflush(stdout);
     execlp("python3", "python3", script, "--log-dir", o->log_dir, "--out", o->out, (char *)NULL);
-    fprintf(stderr, "%s: plot: cannot run python3: %s (install it: scripts/install-deps.sh)\n", PROG, strerror(errno));
+    fprintf(stderr, "%s: plot: cannot run python3: %s\n", PROG, strerror(errno));
     return 1;
 }
 

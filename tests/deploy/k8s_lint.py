@@ -1,13 +1,15 @@
 """A focused lint of rendered deploy/k8s objects: it checks what phalanx's
 manifests promise, which a schema cannot see. Per workload: a locked-down
 securityContext, requests and limits, an explicit command, the token Secret
-mounted and named by PHALANX_TOKEN_FILE; the coordinator's Recreate, probes
-and scrape annotations; each group Job's Indexed completion, per-index
-retries, replacement only of failed pods and failure policy. For a whole job
-(an overlay), the references between objects: the workers' coordinator
-address against the Service and the bind port, ConfigMaps and Secrets that
-exist, ranks per group against completions, one group per Job, the network
-policies, the disruption budget.
+mounted and named by PHALANX_TOKEN_FILE, a local image never pulled; the
+coordinator's Recreate, probes and scrape annotations; each group Job's
+Indexed completion, per-index retries, replacement only of failed pods and
+failure policy. For a whole job (an overlay), the references between
+objects: the workers' coordinator address against the Service and the bind
+port, ConfigMaps and Secrets that exist, ranks per group against
+completions, one group per Job, the workers' connect timeout set, their
+checkpoints on a volume that outlives the pod, the network policies (the
+scraper selected by namespace and pod labels), the disruption budget.
 
 Problems are strings 'Kind/name: field: what is wrong'. From a shell:
     kubectl kustomize deploy/k8s/overlays/gpu | python3 tests/deploy/k8s_lint.py --pinned -"""
@@ -22,6 +24,8 @@ TOKEN_SECRET, TOKEN_KEY = "phalanx-token", "token"
 COORD_SERVICE = "phalanx-coordinator"
 ZMQ_PORT, HTTP_PORT = 7777, 8080
 NAME_LABEL, COMPONENT_LABEL, GROUP_LABEL = "app.kubernetes.io/name", "app.kubernetes.io/component", "phalanx.dev/group"
+SCRAPER_LABEL = "phalanx.dev/scraper"  # on the metrics scraper's namespace and pods (base/networkpolicy.yaml)
+MIN_CONNECT_WAIT_S = 300  # a worker's PHALANX_CONNECT_TIMEOUT: 0 (forever) or at least this
 WORKER = {NAME_LABEL: "phalanx", COMPONENT_LABEL: "worker"}
 COORDINATOR = {NAME_LABEL: "phalanx", COMPONENT_LABEL: "coordinator"}
 
@@ -34,6 +38,23 @@ def selects(selector, labels):
         return False
     match = selector["matchLabels"] if "matchLabels" in selector else selector
     return bool(match) and all(labels.get(k) == v for k, v in match.items())
+
+
+def matches(selector, labels):
+    """A label selector's full meaning ({matchLabels, matchExpressions}; an
+    empty or absent one matches everything): does it pick these labels?"""
+    selector = selector or {}
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for e in selector.get("matchExpressions") or []:
+        key, op, values = e.get("key"), e.get("operator"), e.get("values") or []
+        ok = {"In": key in labels and labels[key] in values,
+              "NotIn": key not in labels or labels[key] not in values,
+              "Exists": key in labels,
+              "DoesNotExist": key not in labels}.get(op, False)
+        if not ok:
+            return False
+    return True
 
 
 def labels_of_pods(obj):
@@ -103,6 +124,12 @@ class Lint:
             self.bad(o, f + "image", "not set")
         elif self.pinned and ("@" not in image and (":" not in image.rsplit("/", 1)[-1] or image.endswith(":latest"))):
             self.bad(o, f + "image", "%s: pin a tag or digest, not latest" % image)
+        # No registry serves localhost/ (an image loaded into the nodes, as on
+        # kind or minikube): pulling it fails, and with :latest or no tag the
+        # default policy is Always.
+        if image.startswith("localhost/") and c.get("imagePullPolicy") not in ("IfNotPresent", "Never"):
+            self.bad(o, f + "imagePullPolicy", "is %r for the local image %s, expected IfNotPresent (or Never): "
+                     "no registry serves it" % (c.get("imagePullPolicy"), image))
         self.security(o, f, pod.get("securityContext") or {}, c.get("securityContext") or {})
         res = c.get("resources") or {}
         for kind in ("requests", "limits"):
@@ -272,6 +299,7 @@ class Lint:
             elif g in groups:
                 self.bad(j, f + "PHALANX_GROUP", "%r is also the group of %s" % (g, ident(groups[g])))
             groups.setdefault(g, j)
+            self.worker_env(j, c, env)
             sub = pod_spec(j).get("subdomain")
             heads = [s for s in find(self.objs, "Service", sub) if s["spec"].get("clusterIP") == "None"
                      and selects(s["spec"].get("selector"), labels_of_pods(j))]
@@ -286,7 +314,31 @@ class Lint:
             self.bad(coord, "spec.template.spec.containers[%s].env.PHALANX_MIN_REPLICAS" % cc.get("name"), "is %r, expected 1..%d (the groups)"
                      % (cenv.get("PHALANX_MIN_REPLICAS"), len(jobs)))
         self.network_policies(coord, jobs)
+        self.scraper(coord)
         self.disruption_budget(jobs)
+
+    def worker_env(self, j, c, env):
+        """What a worker pod needs from its ConfigMap and volumes in Kubernetes."""
+        f = "spec.template.spec.containers[%s]." % c.get("name")
+        # Set, not the program's default: pods may start long before the
+        # coordinator is scheduled and pulled, and giving up is exit 2 (FailJob).
+        wait = env.get("PHALANX_CONNECT_TIMEOUT")
+        if wait is None or not str(wait).isdigit() or 0 < int(wait) < MIN_CONNECT_WAIT_S:
+            self.bad(j, f + "env.PHALANX_CONNECT_TIMEOUT", "is %r, expected 0 (wait forever) or at least %d s, set "
+                     "explicitly: pods may start long before the coordinator, and a worker that gives up exits 2, "
+                     "which fails the Job" % (wait, MIN_CONNECT_WAIT_S))
+        ckpt = env.get("PHALANX_CHECKPOINT_DIR")
+        if ckpt:
+            vols = {v.get("name"): v for v in pod_spec(j).get("volumes") or []}
+            best = None
+            for m in c.get("volumeMounts") or []:
+                mp = m.get("mountPath", "").rstrip("/")
+                if (ckpt == mp or ckpt.startswith(mp + "/")) and (not best or len(mp) > len(best[0])):
+                    best = (mp, vols.get(m.get("name")) or {})
+            if best and "persistentVolumeClaim" not in best[1]:
+                self.bad(j, f + "env.PHALANX_CHECKPOINT_DIR", "%s is on a volume of kind %s, which goes with the pod: "
+                         "a replacement pod (restartPolicy Never) would never restore; use a PersistentVolumeClaim"
+                         % (ckpt, "/".join(k for k in best[1] if k != "name") or "?"))
 
     def references(self, o):
         """ConfigMaps, Secrets and claims a pod names exist, unless declared external."""
@@ -350,6 +402,29 @@ class Lint:
                 if not ok:
                     self.problems.append("NetworkPolicy: no rule lets the workers reach the %s pods%s"
                                          % (kind, "" if port is None else " on %s port %d" % (proto, port)))
+
+    def scraper(self, coord):
+        """The coordinator's HTTP port is open to the metrics scraper, picked
+        by both namespace and pod labels: not every pod of a namespace, not a
+        namespace alone, not an address block."""
+        mine = [p for p in find(self.objs, "NetworkPolicy") if selects(p["spec"].get("podSelector"),
+                                                                       labels_of_pods(coord))]
+        found = False
+        for p in mine:
+            for i, rule in enumerate(p["spec"].get("ingress") or []):
+                if not any(x.get("port") == HTTP_PORT and x.get("protocol", "TCP") == "TCP"
+                           for x in rule.get("ports") or []):
+                    continue
+                for k, peer in enumerate(rule.get("from") or []):
+                    found = True
+                    ns, pods = peer.get("namespaceSelector"), peer.get("podSelector")
+                    if ns is None or pods is None or matches(ns, {}) or matches(pods, {}):
+                        self.bad(p, "spec.ingress[%d].from[%d]" % (i, k), "port %d is open to %r: select the scraper "
+                                 "by both a namespaceSelector and a podSelector on labels (%s=true)"
+                                 % (HTTP_PORT, peer, SCRAPER_LABEL))
+        if not found:
+            self.problems.append("NetworkPolicy: no rule lets a metrics scraper reach the coordinator's port %d "
+                                 "(/metrics), though its pods ask to be scraped" % HTTP_PORT)
 
     def disruption_budget(self, jobs):
         pdbs = [p for p in find(self.objs, "PodDisruptionBudget") if jobs and

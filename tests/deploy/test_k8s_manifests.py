@@ -3,15 +3,19 @@
   render         every target renders with `kubectl kustomize`; every YAML
                  file there starts with a comment saying what it is for
   validate       every rendered object against the Kubernetes OpenAPI schemas
-                 (kubernetes-validate, strict: unknown fields rejected) of 1.33,
-                 the oldest with backoffLimitPerIndex GA, and of the newest
-                 version the package holds; and that both schemas can fail
+                 (kubernetes-validate, strict: unknown fields rejected) of
+                 1.29, the oldest the manifests support (MINIMUM), and of the
+                 newest version the package holds; and that both schemas can
+                 fail
   lint           k8s_lint.py finds nothing (security context, resources,
                  probes, the group Jobs' policies, token, references)
   lint-selftest  the lint reports each of a list of deliberately broken
                  manifests, naming the object and field
   refs           what each overlay promises: cpu-demo 3 groups x 1 rank,
-                 gpu 8 ranks with GPUs, the coordinator address, the volumes
+                 checkpoints on a ReadWriteOnce claim, its local image never
+                 pulled; gpu 8 ranks with GPUs, a ReadWriteMany claim; both:
+                 the coordinator address, the volumes, the connect timeout,
+                 the scraper's labels
   groups         make-groups.py wrote the committed groups/ folders, and
                  makes and refuses what it should
 
@@ -29,9 +33,13 @@ sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 
 from phalanx_test import Fail, check, main_scenarios  # noqa: E402
 import k8s_render as K  # noqa: E402
-from k8s_lint import lint  # noqa: E402
+from k8s_lint import lint, matches  # noqa: E402
 
-OLDEST = "1.33"  # backoffLimitPerIndex and podReplacementPolicy are GA from 1.33
+# The oldest Kubernetes the manifests support: the first where the Jobs'
+# backoffLimitPerIndex and podReplacementPolicy are on by default (beta in
+# 1.29; GA in 1.33 and 1.34), podFailurePolicy too (beta from 1.26, GA 1.31).
+# On 1.28 an API server without the alpha gates drops both fields silently.
+MINIMUM = "1.29"
 GPU_EXTERNAL = ["Secret/phalanx-token"]  # created by the operator (overlays/gpu/kustomization.yaml)
 
 
@@ -84,18 +92,21 @@ def test_render(k8s_dir):
 # --- validate ----------------------------------------------------------------
 
 def schema_versions():
+    """kubernetes-validate and the versions to validate against, the two
+    ends: MINIMUM and the newest it holds (each version costs seconds)."""
     try:
         import kubernetes_validate as kv
         from kubernetes_validate.utils import all_versions, major_minor
     except ImportError as e:
         raise Fail("the Python package kubernetes-validate is missing (scripts/install-deps.sh installs it): %s" % e)
-    have = sorted({major_minor(v) for v in all_versions()}, key=lambda v: tuple(map(int, v.split("."))))
-    check(OLDEST in have, "kubernetes-validate %s has no schemas for Kubernetes %s (it has %s)"
-          % (kv.__version__, OLDEST, " ".join(have)))
+    key = lambda v: tuple(map(int, v.split(".")))
+    have = sorted({major_minor(v) for v in all_versions()}, key=key)
+    check(MINIMUM in have, "kubernetes-validate %s has no schemas for Kubernetes %s (it has %s)"
+          % (kv.__version__, MINIMUM, " ".join(have)))
     newest = have[-1]
-    print("kubernetes-validate %s: Kubernetes %s (oldest with backoffLimitPerIndex GA) and %s (newest it holds), "
-          "strict" % (kv.__version__, OLDEST, newest))
-    return kv, [OLDEST] if newest == OLDEST else [OLDEST, newest]
+    print("kubernetes-validate %s: Kubernetes %s (the oldest supported) and %s (the newest it holds), strict"
+          % (kv.__version__, MINIMUM, newest))
+    return kv, [MINIMUM] if newest == MINIMUM else [MINIMUM, newest]
 
 
 def schema_errors(kv, objs, version):
@@ -138,10 +149,10 @@ def test_validate(k8s_dir):
         for r in nostatus["spec"]["podFailurePolicy"]["rules"]:
             for c in r.get("onPodConditions") or []:
                 c.pop("status", None)
-        old, new = schema_errors(kv, [nostatus], OLDEST), schema_errors(kv, [nostatus], versions[-1])
+        old, new = schema_errors(kv, [nostatus], MINIMUM), schema_errors(kv, [nostatus], versions[-1])
         check(old and not new, "a DisruptionTarget rule without status: expected Kubernetes %s to reject it and %s "
-              "to take it, got %r and %r" % (OLDEST, versions[-1], old, new))
-        print("control: without onPodConditions[].status, %s rejects (%s), %s accepts" % (OLDEST, old[0], versions[-1]))
+              "to take it, got %r and %r" % (MINIMUM, versions[-1], old, new))
+        print("control: without onPodConditions[].status, %s rejects (%s), %s accepts" % (MINIMUM, old[0], versions[-1]))
 
 
 # --- lint --------------------------------------------------------------------
@@ -185,6 +196,23 @@ def _drop(objs, kind, name=None):
 
 def _rules(o):
     return o["spec"]["podFailurePolicy"]["rules"]
+
+
+def _volume_set(o, name, source):
+    """Replace the source (emptyDir, persistentVolumeClaim...) of a pod volume."""
+    vols = K.pod_spec(o)["volumes"]
+    vols[:] = [dict(source, name=name) if v["name"] == name else v for v in vols]
+
+
+def _scraper_rule(objs):
+    """The coordinator policy's ingress rule for port 8080 (the second)."""
+    rule = K.find(objs, "NetworkPolicy", "phalanx-coordinator")[0]["spec"]["ingress"][1]
+    check(any(p.get("port") == 8080 for p in rule["ports"]), "the coordinator policy's second rule is not for 8080")
+    return rule
+
+
+def _scraper_peer(objs):
+    return _scraper_rule(objs)["from"][0]
 
 
 # (what is broken, how, what the lint must say: a substring of one problem)
@@ -270,6 +298,30 @@ BROKEN = [
     ("coordinator open to every pod",
      lambda x: K.find(x, "NetworkPolicy", "phalanx-coordinator")[0]["spec"]["ingress"][0].pop("from"),
      "NetworkPolicy/phalanx-coordinator: spec.ingress[0].from: empty"),
+    ("scraper admitted by namespace alone",
+     lambda x: _scraper_peer(x).pop("podSelector"),
+     "NetworkPolicy/phalanx-coordinator: spec.ingress[1].from[0]: port 8080 is open to"),
+    ("scraper: every pod of the labelled namespaces",
+     lambda x: _scraper_peer(x).update(podSelector={}),
+     "NetworkPolicy/phalanx-coordinator: spec.ingress[1].from[0]: port 8080 is open to"),
+    ("scraper: the namespace named monitoring, any pod",
+     lambda x: _scraper_rule(x).__setitem__("from", [{"namespaceSelector": {"matchLabels": {
+         "kubernetes.io/metadata.name": "monitoring"}}}]),
+     "NetworkPolicy/phalanx-coordinator: spec.ingress[1].from[0]: port 8080 is open to"),
+    ("no scraper rule", lambda x: K.find(x, "NetworkPolicy", "phalanx-coordinator")[0]["spec"]["ingress"].pop(1),
+     "NetworkPolicy: no rule lets a metrics scraper reach the coordinator's port 8080"),
+    ("local image pulled", lambda x: _ctr(_job(x)).pop("imagePullPolicy"),
+     "Job/phalanx-worker-g0: spec.template.spec.containers[worker].imagePullPolicy"),
+    ("local image pulled Always", lambda x: _ctr(_coord(x)).update(imagePullPolicy="Always"),
+     "Deployment/phalanx-coordinator: spec.template.spec.containers[coordinator].imagePullPolicy"),
+    ("connect timeout left to the default",
+     lambda x: K.find(x, "ConfigMap", "phalanx-worker")[0]["data"].pop("PHALANX_CONNECT_TIMEOUT"),
+     "Job/phalanx-worker-g0: spec.template.spec.containers[worker].env.PHALANX_CONNECT_TIMEOUT"),
+    ("connect timeout of a minute", lambda x: _env_set(_ctr(_job(x, 1)), "PHALANX_CONNECT_TIMEOUT", "60"),
+     "Job/phalanx-worker-g1: spec.template.spec.containers[worker].env.PHALANX_CONNECT_TIMEOUT"),
+    ("checkpoints on an emptyDir (gone with the pod)",
+     lambda x: _volume_set(_job(x, 2), "checkpoints", {"emptyDir": {}}),
+     "Job/phalanx-worker-g2: spec.template.spec.containers[worker].env.PHALANX_CHECKPOINT_DIR"),
     ("no PodDisruptionBudget", lambda x: _drop(x, "PodDisruptionBudget"), "PodDisruptionBudget: none selects"),
     ("budget letting two groups go", lambda x: K.find(x, "PodDisruptionBudget")[0]["spec"].update(minAvailable=1),
      "PodDisruptionBudget/phalanx-workers: spec.minAvailable"),
@@ -324,6 +376,57 @@ def mounted_dir(o, c, path):
     return (best, vols.get(best["name"])) if best else (None, None)
 
 
+def scraper_peers(objs):
+    pol = K.find(objs, "NetworkPolicy", "phalanx-coordinator")[0]
+    return [peer for rule in pol["spec"]["ingress"] if any(p.get("port") == 8080 for p in rule.get("ports") or [])
+            for peer in rule.get("from") or []]
+
+
+def scraper_admits(objs, ns_labels, pod_labels):
+    """Does the coordinator's policy let a pod with these labels, in a
+    namespace with these, reach port 8080?"""
+    return any(matches(p.get("namespaceSelector"), ns_labels) and matches(p.get("podSelector"), pod_labels)
+               for p in scraper_peers(objs))
+
+
+def documented_scraper_patch(k8s_dir):
+    """The ```yaml block of docs/deploy.md's "Let Prometheus in": an overlay's patches."""
+    import re
+    import yaml
+    with open(os.path.join(k8s_dir, "..", "..", "docs", "deploy.md")) as f:
+        text = f.read()
+    section = "## Let Prometheus in"
+    check(section in text, "docs/deploy.md has no section %r" % section)
+    m = re.search(r"^```yaml\n(.*?)^```", text.split(section, 1)[1].split("\n## ", 1)[0], re.S | re.M)
+    check(m, "docs/deploy.md %r holds no ```yaml block" % section)
+    return yaml.safe_load(m.group(1))["patches"]
+
+
+def check_scraper_patch(k8s_dir):
+    """The selectors docs/deploy.md shows an overlay replacing: on a copy of
+    cpu-demo they render, lint clean, and admit the Prometheus they name."""
+    import yaml
+    patches = documented_scraper_patch(k8s_dir)
+    with tempfile.TemporaryDirectory(prefix="phalanx-k8s-") as tmp:
+        copy_dir = os.path.join(tmp, "k8s")
+        shutil.copytree(k8s_dir, copy_dir)
+        path = os.path.join(copy_dir, "overlays", "cpu-demo", "kustomization.yaml")
+        with open(path) as f:
+            kz = yaml.safe_load(f)
+        kz["patches"] = kz.get("patches", []) + patches
+        with open(path, "w") as f:
+            yaml.safe_dump(kz, f)
+        objs = render(os.path.dirname(path), copy_dir)
+    found = lint(objs)
+    check(not found, "cpu-demo with docs/deploy.md's scraper patch: lint: %s" % found)
+    ns, pod = {"kubernetes.io/metadata.name": "monitoring"}, {"app.kubernetes.io/name": "prometheus"}
+    check(scraper_admits(objs, ns, pod) and not scraper_admits(objs, ns, {}) and not scraper_admits(objs, {}, pod),
+          "cpu-demo with docs/deploy.md's scraper patch: expected port 8080 open to pods %s in the namespace "
+          "monitoring only, got %r" % (pod, scraper_peers(objs)))
+    print("docs/deploy.md's scraper patch: renders on cpu-demo, lints clean, admits app.kubernetes.io/name=prometheus "
+          "pods of the namespace monitoring only")
+
+
 def check_common(t, objs):
     """What every overlay shares: the coordinator address, writable folders."""
     coord = _coord(objs)
@@ -343,10 +446,25 @@ def check_common(t, objs):
               % (t, K.ident(j), env.get("PHALANX_COORDINATOR")))
         ckpt = env.get("PHALANX_CHECKPOINT_DIR", "")
         m, v = mounted_dir(j, _ctr(j), ckpt)
-        check(m and not m.get("readOnly"), "%s: %s: PHALANX_CHECKPOINT_DIR %r is on no writable volume"
-              % (t, K.ident(j), ckpt))
-    print("%s: every worker dials tcp://phalanx-coordinator:7777 = Service port zmq -> the coordinator's --bind; "
-          "checkpoints on a writable volume" % t)
+        check(m and not m.get("readOnly") and (v.get("persistentVolumeClaim") or {}).get("claimName") ==
+              "phalanx-checkpoints", "%s: %s: PHALANX_CHECKPOINT_DIR %r is on %r, expected a writable mount of the "
+              "claim phalanx-checkpoints" % (t, K.ident(j), ckpt, v))
+        check(env.get("PHALANX_CONNECT_TIMEOUT") == "0", "%s: %s: PHALANX_CONNECT_TIMEOUT is %r, expected \"0\" "
+              "(pods may start before the coordinator)" % (t, K.ident(j), env.get("PHALANX_CONNECT_TIMEOUT")))
+    print("%s: every worker dials tcp://phalanx-coordinator:7777 = Service port zmq -> the coordinator's --bind, "
+          "waits for it (PHALANX_CONNECT_TIMEOUT 0); checkpoints on the claim phalanx-checkpoints" % t)
+    # The scraper: pods labelled phalanx.dev/scraper=true in namespaces
+    # labelled so (docs/deploy.md), nothing else.
+    lab = {"phalanx.dev/scraper": "true"}
+    admits = lambda ns, pod: scraper_admits(objs, ns, pod)
+    peers = scraper_peers(objs)
+    check(admits(lab, lab), "%s: NetworkPolicy/phalanx-coordinator: a pod labelled %s in a namespace labelled so "
+          "cannot reach port 8080: %r" % (t, lab, peers))
+    for ns, pod, what in ((lab, {}, "an unlabelled pod of a labelled namespace"),
+                          ({"kubernetes.io/metadata.name": "monitoring"}, lab, "a labelled pod of the namespace "
+                           "monitoring, itself unlabelled")):
+        check(not admits(ns, pod), "%s: NetworkPolicy/phalanx-coordinator: port 8080 admits %s: %r" % (t, what, peers))
+    print("%s: port 8080 admits pods labelled phalanx.dev/scraper=true in namespaces labelled so, and no other" % t)
     events = cenv.get("PHALANX_EVENTS", "")
     for key, path in (("PHALANX_EVENTS", events[5:] if events.startswith("file:") else None),
                       ("PHALANX_SPILL_DIR", cenv.get("PHALANX_SPILL_DIR"))):
@@ -381,15 +499,23 @@ def test_refs(k8s_dir):
             check(env["PHALANX_MODEL"] == "tiny" and env["PHALANX_DATA"] == "/usr/local/share/phalanx/data/demo",
                   "%s: %s: expected the tiny model on the image's demo data, got %s on %s"
                   % (t, K.ident(j), env["PHALANX_MODEL"], env["PHALANX_DATA"]))
-            vol = mounted_dir(j, _ctr(j), env["PHALANX_CHECKPOINT_DIR"])[1]
-            check("emptyDir" in vol, "%s: %s: checkpoints on %r, expected an emptyDir in the demo" % (t, K.ident(j), vol))
-        check(not K.find(objs, "PersistentVolumeClaim"), "%s: the demo needs no PersistentVolumeClaim" % t)
+        for o in [coord] + jobs:
+            c = _ctr(o)
+            check(c["image"] == "localhost/phalanx:latest" and c.get("imagePullPolicy") == "IfNotPresent",
+                  "%s: %s: image %s with imagePullPolicy %r, expected localhost/phalanx:latest, IfNotPresent (loaded "
+                  "into kind or minikube, never pulled)" % (t, K.ident(o), c["image"], c.get("imagePullPolicy")))
+        pvc = K.find(objs, "PersistentVolumeClaim", "phalanx-checkpoints")
+        check(pvc and pvc[0]["spec"]["accessModes"] == ["ReadWriteOnce"],
+              "%s: expected PersistentVolumeClaim/phalanx-checkpoints, ReadWriteOnce (what a one-node cluster's "
+              "default class provides), got %r" % (t, pvc and pvc[0]["spec"]))
         check(K.secret_value(objs, "phalanx-token", "token").strip(), "%s: Secret/phalanx-token: empty token" % t)
         want_events = "kafka:" if t.endswith("kafka") else "file:"
         check(cenv["PHALANX_EVENTS"].startswith(want_events), "%s: ConfigMap/phalanx-coordinator: PHALANX_EVENTS is %r, "
               "expected %s..." % (t, cenv["PHALANX_EVENTS"], want_events))
-        print("%s: 3 worker Jobs, groups %s, 1 rank each, tiny model, emptyDir checkpoints, token Secret, events %s"
-              % (t, " ".join(groups), cenv["PHALANX_EVENTS"]))
+        print("%s: 3 worker Jobs, groups %s, 1 rank each, tiny model, checkpoints on a ReadWriteOnce claim, "
+              "localhost/phalanx:latest IfNotPresent, token Secret, events %s" % (t, " ".join(groups), cenv["PHALANX_EVENTS"]))
+
+    check_scraper_patch(k8s_dir)
 
     t = "gpu"
     objs = render(t, k8s_dir)

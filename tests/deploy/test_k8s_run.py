@@ -8,8 +8,16 @@ ConfigMaps from the rendered objects, the downward API filled in.
 
 Then one worker container is SIGKILLed (podman kill) mid-training: the
 coordinator must drop its group, and the pod the Job controller would start
-in its place (same spec, fresh emptyDirs) must rejoin and heal, and the job
-must finish with every group at the last step, all containers exiting 0.
+in its place (same spec, fresh emptyDirs) must rejoin and heal.
+
+Then, once a checkpoint is on the claim's volume and every worker is past
+it, every worker container is SIGKILLed: no peer holds the state any more.
+The pods the Jobs start in their places (same spec, the same claim) must
+each restore the checkpoint saved last (checkpoint_restored, in the worker's
+output and the coordinator's events, at that step, above 0), the job's next
+quorum must form at that step and no replacement may train a step at or
+below it; the job must finish with every group at the last step and the same
+state checksum, all containers exiting 0.
 
 Without podman the same declared commands run as plain processes (the image
 paths mapped to local folders) and the test says so: CI installs podman and
@@ -28,9 +36,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 sys.path.insert(0, HERE)
 import k8s_render as k  # noqa: E402
+import podman_util  # noqa: E402
 from phalanx_test import Fail, check, die_with_test, main, wait_until  # noqa: E402
 
-ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 LABEL = "phalanx-test-k8s-run"
 KILL_AFTER_STEP = 40  # SIGKILL a worker once the job has committed this many steps
 
@@ -129,7 +137,7 @@ class Runner:
         self.podman = podman
         self.services = services
         self.image_paths = image_paths  # process mode: image folder -> local folder
-        self.env = dict(os.environ, CONTAINERS_CONF=os.path.join(ROOT, "deploy", "containers.conf"))
+        self.env = podman_util.env()
 
     def podman_cmd(self, *args, **kw):
         return subprocess.run([self.podman] + list(args), env=self.env, stdout=subprocess.PIPE,
@@ -198,23 +206,6 @@ class Runner:
             self.podman_cmd("rm", "-f", "-t", "0", "--filter", "label=" + LABEL, timeout=120)
 
 
-def start_reaper(podman):
-    """A process outside the test's process group that removes this test's
-    containers when the test ends, even by SIGKILL (conmon, not the test,
-    is their parent, so PDEATHSIG cannot reach them): it waits for EOF on a
-    pipe only the test holds open."""
-    r, w = os.pipe()
-    code = ("import os, subprocess, sys\n"
-            "os.read(0, 1)\n"
-            "subprocess.run([sys.argv[1], 'rm', '-f', '-t', '0', '--filter', 'label=%s'],"
-            " stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n" % LABEL)
-    env = dict(os.environ, CONTAINERS_CONF=os.path.join(ROOT, "deploy", "containers.conf"))
-    subprocess.Popen([sys.executable, "-c", code, podman], stdin=r, start_new_session=True, env=env,
-                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    os.close(r)
-    return w  # kept open until the test process exits
-
-
 def http_json(url):
     with urllib.request.urlopen(url, timeout=5) as r:
         return json.loads(r.read().decode())
@@ -230,6 +221,20 @@ def read_events(path):
     return evs
 
 
+def saved_steps(folder):
+    """The steps of the checkpoints in a checkpoint folder, oldest first
+    (step_NNNNNNNN appears whole or not at all: written aside, renamed)."""
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return []
+    return sorted(int(n[5:]) for n in names if re.match(r"^step_\d{8}$", n))
+
+
+def live_members(st):
+    return [m for m in st["members"] if m["state"] != "lost"]
+
+
 def test(bindir):
     objs = k.render("cpu-demo")
     # PX_TEST_NO_PODMAN=1 tries the fallback on a machine that has podman.
@@ -239,16 +244,16 @@ def test(bindir):
     image_paths = {}
     if podman:
         print("container path: podman, image built by scripts/image.sh (make image)", flush=True)
-        r = subprocess.run([os.path.join(ROOT, "scripts", "image.sh")], cwd=ROOT)
-        check(r.returncode == 0, "make image failed (exit %d)" % r.returncode)
-        start_reaper(podman)
+        reaper = podman_util.Reaper(podman, LABEL)
+        rc = podman_util.build_image(reaper)
+        check(rc == 0, "make image failed (exit %d)" % rc)
     else:
         print("NOTE: podman not found (or PX_TEST_NO_PODMAN=1): running the manifests' commands as plain processes from %s, "
               "not as containers (CI installs podman and takes the container path)" % bindir, flush=True)
         data = os.path.join(scratch, "data")
         os.makedirs(data)
         subprocess.run([os.path.join(bindir, "phalanx-data"), "--demo", "--out", os.path.join(data, "demo")],
-                       check=True, stdout=subprocess.DEVNULL)
+                       check=True, stdout=subprocess.DEVNULL, preexec_fn=die_with_test)
         image_paths["/usr/local/share/phalanx/data"] = data
     services = [s["metadata"]["name"] for s in k.find(objs, "Service")]
     run = Runner(bindir, scratch, podman, services, image_paths)
@@ -292,7 +297,7 @@ def test(bindir):
             # Members report their step in heartbeats (the quorum's own step
             # moves only when a quorum forms).
             st = http_json(base + "/status")
-            live = [m for m in st["members"] if m["state"] != "lost"]
+            live = live_members(st)
             return st if (sorted(st["quorum"]["groups"]) == groups and len(live) == len(workers)
                           and min(m["step"] for m in live) >= n) else None
         wait_until(lambda: at_step(KILL_AFTER_STEP), 300, "all groups in the quorum past step %d" % KILL_AFTER_STEP, 0.05)
@@ -321,12 +326,45 @@ def test(bindir):
                    "group %s back in the quorum" % victim_group, 0.05)
         print("group %s rejoined" % victim_group, flush=True)
 
+        # Every worker killed once a checkpoint is on the claim's volume and
+        # all of them are past it: only the volume holds the state now.
+        ckpt_dir = shared.get("phalanx-checkpoints")
+        check(ckpt_dir, "the workers mount the claim phalanx-checkpoints (their checkpoints must outlive the pod)")
+
+        def saved_and_past():
+            steps = saved_steps(ckpt_dir)
+            live = live_members(http_json(base + "/status"))
+            return steps[-1] if steps and len(live) == len(workers) and min(m["step"] for m in live) > steps[-1] \
+                else None
+        first_saved = wait_until(saved_and_past, 600, "a checkpoint on the claim's volume and every worker past it",
+                                 0.05)
+        for key, p in sorted(workers.items()):
+            run.kill(p)
+        for (g, i), p in sorted(workers.items()):
+            rc = run.wait(p, 60)
+            check(rc == 137, "the SIGKILLed worker %s (group %s) exited 137, got %d" % (p.name, g, rc))
+        saved = saved_steps(ckpt_dir)[-1]
+        check(saved >= first_saved > 0, "the claim's volume holds a checkpoint after the kill (steps %s)"
+              % saved_steps(ckpt_dir))
+        print("killed every worker with SIGKILL past step %d; the newest checkpoint on the volume: step %d"
+              % (first_saved, saved), flush=True)
+        wait_until(lambda: not live_members(http_json(base + "/status")), 30,
+                   "the coordinator seeing every worker lost", 0.05)
+        events_path = coord.host_path(coord.env["PHALANX_EVENTS"][len("file:"):])
+        before_restart = len(read_events(events_path))
+        restarted = {}
+        for (g, i) in sorted(workers):
+            job = [j for j in jobs if j["metadata"]["labels"].get("phalanx.dev/group") == g][0]
+            p = run.start(Pod(objs, job, i, scratch, shared))
+            workers[(g, i)] = restarted[(g, i)] = p
+            pods.append(p)
+        print("started %d replacement pods on the same claim" % len(restarted), flush=True)
+
         for (g, i), p in sorted(workers.items()):
             rc = run.wait(p, 600)
             check(rc == 0, "worker %s (group %s) exited 0 at the end, got %d (log %s/%s.log)"
                   % (p.name, g, rc, scratch, p.name))
         print("every worker finished and exited 0", flush=True)
-        events_path = coord.host_path(coord.env["PHALANX_EVENTS"][len("file:"):])
         evs = read_events(events_path)
         kinds = lambda t, **kv: [e for e in evs if e["type"] == t and all(e.get(a) == b for a, b in kv.items())]
         check(kinds("group_dropped", group=victim_group), "event group_dropped for %s" % victim_group)
@@ -341,6 +379,28 @@ def test(bindir):
                   % (p.name, steps, last))
             sums.add(last[-1][1])
         check(len(sums) == 1, "every group ends with the same state checksum: %s" % sums)
+
+        # The replacements restored the checkpoint saved last and trained on from it.
+        for (g, i), p in sorted(restarted.items()):
+            with open(os.path.join(scratch, p.name + ".log")) as f:
+                out = f.read()
+            got = [int(x) for x in re.findall(r"^event kind=checkpoint_restored group=%s step=(\d+) " % re.escape(g),
+                                              out, re.M)]
+            check(got == [saved], "replacement %s (group %s) restored step %d from the claim: its output says %s "
+                  "(log %s/%s.log)" % (p.name, g, saved, got or "no checkpoint_restored", scratch, p.name))
+            trained = [int(x) for x in re.findall(r"^progress step=(\d+) ", out, re.M)]
+            check(trained and min(trained) > saved, "replacement %s (group %s) trained only steps after %d, "
+                  "printed %s..." % (p.name, g, saved, trained[:3]))
+        after = evs[before_restart:]
+        restored = {e.get("group"): e.get("step") for e in after if e["type"] == "checkpoint_restored"}
+        check(restored == {g: saved for g, _ in restarted}, "coordinator events: checkpoint_restored at step %d for "
+              "every group, got %s" % (saved, restored))
+        formed = [e for e in after if e["type"] == "quorum_formed"]
+        check(formed and formed[0]["step"] == saved, "the first quorum after the restart formed at step %d, the "
+              "checkpoint's: %s" % (saved, formed[:1]))
+        print("replacements: every group restored step %d from the claim (worker output and checkpoint_restored "
+              "events), the next quorum formed at step %d (groups %s), none trained a step at or below it"
+              % (saved, saved, formed[0]["groups"]), flush=True)
         print("events: group_dropped and heal for %s; the job reached step %d" % (victim_group, steps), flush=True)
     except Fail:
         print("logs and volumes in %s" % scratch, flush=True)
