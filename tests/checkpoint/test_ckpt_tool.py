@@ -27,28 +27,18 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
-from phalanx_test import check, launch_losses_checksum, main_scenarios, make_corpus  # noqa: E402
+from phalanx_test import (check, ckpt_tool as tool, launch_losses_checksum, main_scenarios, make_corpus,  # noqa: E402
+                         run_to_end as run)
 
 # Shared test machines: spinning OpenMP threads slow everything else down.
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
 LLMC_MAGIC, LLMC_VERSION = 20240326, 3
 COMMANDS = ["list", "verify", "inspect", "export", "import"]
-
-
-def run(cmd, timeout=300):
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
-    check(r.returncode >= 0, "%s died of signal %d:\n%s" % (" ".join(cmd), -r.returncode, r.stderr))
-    return r
-
-
-def tool(bindir, *args):
-    return run([os.path.join(bindir, "phalanx-ckpt")] + list(args))
 
 
 def train(bindir):

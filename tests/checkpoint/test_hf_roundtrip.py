@@ -31,12 +31,12 @@ import os
 import random
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
-from phalanx_test import check, launch_losses_checksum, main_scenarios  # noqa: E402
+from phalanx_test import (check, ckpt_tool as tool, launch_losses_checksum, main_scenarios,  # noqa: E402
+                         run_to_end as run)
 
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is fetched: every folder is local
@@ -57,16 +57,6 @@ def need_hf():
         sys.exit(77)
     torch.manual_seed(0)
     torch.set_num_threads(1)
-
-
-def run(cmd, timeout=300):
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
-    check(r.returncode >= 0, "%s died of signal %d:\n%s" % (" ".join(cmd), -r.returncode, r.stderr))
-    return r
-
-
-def tool(bindir, *args):
-    return run([os.path.join(bindir, "phalanx-ckpt")] + list(args))
 
 
 def corpus(work, seed=7, lines=3000):

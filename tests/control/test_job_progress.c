@@ -11,6 +11,7 @@
 
 #include "job_progress.h"
 #include "status.h"
+#include "status_fixture.h"
 #include "../lib/px_check.h"
 
 static int failed;
@@ -85,63 +86,20 @@ static void test_checkpoint(void) {
     CHECK(p.checkpoint_wall_ms == 7000, "the same step again: its latest time");
 }
 
-static px_member_t member(const char *group, int rank, int64_t step, int64_t job_steps) {
-    px_member_t m;
-    memset(&m, 0, sizeof m);
-    snprintf(m.group, sizeof m.group, "%s", group);
-    m.rank = rank;
-    m.group_size = 2;
-    m.step = step;
-    m.job_steps = job_steps;
-    m.state = PX_STATE_HEALTHY;
-    m.train_loss = NAN;
-    snprintf(m.host, sizeof m.host, "h");
-    return m;
-}
-
 static void test_status_views(void) {
-    px_member_t ms[5] = {member("g0", 0, 2605, 5000), member("g0", 1, 2605, 5000), member("g1", 0, 2604, 5000),
-                         member("g1", 1, 2604, 5000), member("g2", 0, 100, 9000)};
+    px_member_t ms[5] = {fixture_member("g0", 0, 2605, 5000), fixture_member("g0", 1, 2605, 5000),
+                         fixture_member("g1", 0, 2604, 5000), fixture_member("g1", 1, 2604, 5000),
+                         fixture_member("g2", 0, 100, 9000)};
     ms[0].has_train = 1;
     ms[0].train_loss = 2.5f;
     ms[4].state = PX_STATE_LOST; /* a lost member's --steps does not count */
     snprintf(ms[4].lost_reason, sizeof ms[4].lost_reason, "killed");
-    px_members_t members = {0};
-    members.members = ms;
-    members.n = 5;
-    CHECK(px_status_target_step(&members) == 5000, "target %lld", (long long)px_status_target_step(&members));
-    px_quorum_member_t qg[2];
-    memset(qg, 0, sizeof qg);
-    px_quorum_t q;
-    memset(&q, 0, sizeof q);
-    q.groups = qg;
-    q.id = 7;
-    q.max_step = 2103; /* the quorum formed long ago */
-    q.n = 2;
-    snprintf(q.groups[0].name, sizeof q.groups[0].name, "g0");
-    snprintf(q.groups[1].name, sizeof q.groups[1].name, "g1");
-    px_progress_t p;
-    px_progress_init(&p);
-    for (int i = 0; i <= 120; i++) px_progress_step(&p, 2485 + i, 1000 * i); /* 1 step/s */
-    px_progress_tokens(&p, 40960, 120000);
-    px_progress_checkpoint(&p, 2600, 1000000);
-    px_coord_stats_t stats = {0};
-    px_train_metrics_t train = {0};
-    train.has_loss = 1;
-    train.loss = 2.5;
-    px_status_view_t v = {0};
-    v.job = "demo";
-    v.mode = "sync";
-    v.quorum = &q;
-    v.members = &members;
-    v.stats = &stats;
-    v.train = &train;
-    v.now_ms = 120000;
-    v.uptime_ms = 120000;
-    v.wall_ms = 1042000;
-    v.version = "v1.2-3-gabcdef0";
-    v.progress = &p;
-    v.target_step = px_status_target_step(&members);
+    static status_fixture_t f;
+    status_fixture_init(&f, ms, 5);
+    CHECK(f.v.target_step == 5000, "target %lld", (long long)f.v.target_step);
+    px_status_view_t v = f.v; /* a copy of the view only: its pointers stay on f */
+    px_progress_t *pp = &f.p;
+    px_train_metrics_t *tp = &f.train;
     char *json = px_status_json(&v, NULL);
     CHECK(json && strstr(json, "\"progress\":{\"step\":2605,\"target_step\":5000,\"fraction\":0.5210,\"loss\":2.5,"),
           "/status progress: %s", json ? json : "(null)");
@@ -164,9 +122,9 @@ static void test_status_views(void) {
     CHECK(text && strstr(text, "version v1.2-3-gabcdef0"), "/status.txt version");
     free(text);
     /* nothing known yet: nulls, and words instead of figures */
-    px_progress_init(&p);
+    px_progress_init(pp);
     v.target_step = 0;
-    train.has_loss = 0;
+    tp->has_loss = 0;
     json = px_status_json(&v, NULL);
     CHECK(json && strstr(json, "\"progress\":{\"step\":null,\"target_step\":null,\"fraction\":null,\"loss\":null,"
                                "\"eval_loss\":null,\"tokens_per_s\":null,\"steps_per_s\":null,\"eta_s\":null,"
@@ -179,8 +137,8 @@ static void test_status_views(void) {
     free(text);
     /* a target, steps for under a second: too early; then a minute without a step: stalled */
     v.target_step = 5000;
-    px_progress_step(&p, 10, 100000);
-    px_progress_step(&p, 12, 100500);
+    px_progress_step(pp, 10, 100000);
+    px_progress_step(pp, 12, 100500);
     v.now_ms = 100600;
     text = px_status_text(&v, NULL);
     CHECK(text && strstr(text, "progress: step 12 of 5000 (0.2%)  ETA unknown (too early to tell)\n"),

@@ -11,22 +11,10 @@
 
 #include "job_progress.h"
 #include "status.h"
+#include "status_fixture.h"
 #include "../lib/px_check.h"
 
 static int failed;
-
-static px_member_t member(const char *group, int rank, int64_t step) {
-    px_member_t m;
-    memset(&m, 0, sizeof m);
-    snprintf(m.group, sizeof m.group, "%s", group);
-    m.rank = rank;
-    m.group_size = 2;
-    m.step = step;
-    m.job_steps = 5000;
-    m.state = PX_STATE_HEALTHY;
-    m.train_loss = NAN;
-    return m;
-}
 
 static int has_line(const char *text, const char *line) {
     size_t n = strlen(line);
@@ -75,55 +63,25 @@ static void check_every_sample(const char *text, const char *job_label) {
 }
 
 static void test_metrics(void) {
-    px_member_t ms[6] = {member("g0", 0, 2605), member("g0", 1, 2605), member("g1", 0, 2604),
-                         member("g1", 1, 2604), member("g2", 0, 100), member("g3", 0, 2600)};
+    px_member_t ms[6] = {fixture_member("g0", 0, 2605, 5000), fixture_member("g0", 1, 2605, 5000),
+                         fixture_member("g1", 0, 2604, 5000), fixture_member("g1", 1, 2604, 5000),
+                         fixture_member("g2", 0, 100, 5000), fixture_member("g3", 0, 2600, 5000)};
     ms[2].group_drops = 3;
     ms[4].state = PX_STATE_LOST;
     snprintf(ms[4].lost_reason, sizeof ms[4].lost_reason, "killed");
     ms[5].group_size = 1; /* not in the quorum: joining */
-    px_members_t members = {0};
-    members.members = ms;
-    members.n = 6;
-    px_quorum_member_t qg[2];
-    memset(qg, 0, sizeof qg);
-    px_quorum_t q;
-    memset(&q, 0, sizeof q);
-    q.groups = qg;
-    q.id = 7;
-    q.max_step = 2103;
-    q.n = 2;
-    snprintf(q.groups[0].name, sizeof q.groups[0].name, "g0");
-    snprintf(q.groups[1].name, sizeof q.groups[1].name, "g1");
-    px_progress_t p;
-    px_progress_init(&p);
-    for (int i = 0; i <= 120; i++) px_progress_step(&p, 2485 + i, 1000 * i); /* 1 step/s */
-    px_progress_tokens(&p, 40960, 120000);
-    px_progress_checkpoint(&p, 2600, 1000000);
+    static status_fixture_t f;
+    status_fixture_init(&f, ms, 6);
     static const double bounds[] = {0.1, 1, 10};
-    px_coord_stats_t stats = {0};
-    stats.heartbeats = 1234;
-    stats.failures = 2;
-    px_train_metrics_t train = {0};
-    px_histo_init(&train.step_seconds, bounds, 3);
-    px_histo_init(&train.recovery_seconds, bounds, 3);
-    px_histo_init(&train.heal_seconds, bounds, 3);
-    px_histo_observe(&train.step_seconds, 0.5);
-    px_histo_observe(&train.step_seconds, 20);
-    train.has_loss = 1;
-    train.loss = 2.5;
-    px_status_view_t v = {0};
-    v.job = "demo";
-    v.mode = "sync";
-    v.quorum = &q;
-    v.members = &members;
-    v.stats = &stats;
-    v.train = &train;
-    v.now_ms = 120000;
-    v.uptime_ms = 120000;
-    v.wall_ms = 1042000;
-    v.version = "v1.2-3-gabcdef0";
-    v.progress = &p;
-    v.target_step = px_status_target_step(&members);
+    f.stats.heartbeats = 1234;
+    f.stats.failures = 2;
+    px_train_metrics_t *tm = &f.train;
+    px_histo_init(&tm->step_seconds, bounds, 3);
+    px_histo_init(&tm->recovery_seconds, bounds, 3);
+    px_histo_init(&tm->heal_seconds, bounds, 3);
+    px_histo_observe(&tm->step_seconds, 0.5);
+    px_histo_observe(&tm->step_seconds, 20);
+    px_status_view_t v = f.v;
     v.metrics_groups = 1000;
 
     char *text = px_status_metrics(&v, NULL);
@@ -182,10 +140,10 @@ static void test_metrics(void) {
     free(text);
 
     /* nothing known yet: absent, not 0; a finished job says so */
-    px_progress_init(&p);
+    px_progress_init(&f.p);
     v.target_step = 0;
     v.job_finished = 1;
-    train.has_loss = 0;
+    f.train.has_loss = 0;
     text = px_status_metrics(&v, NULL);
     static const char *const ABSENT[] = {"phalanx_job_step{", "phalanx_job_target_steps{", "phalanx_job_eta_seconds{",
                                          "phalanx_smoothed_tokens_per_second{", "phalanx_last_checkpoint_step{",

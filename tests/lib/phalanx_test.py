@@ -419,3 +419,16 @@ def launch_losses_checksum(bindir, args, name, steps):
     check(len(losses) == steps and len(sums) == 1, "%s: %d losses and one final checksum:\n%s" %
           (name, steps, launch.tail()))
     return launch, losses, sums.pop()
+
+
+def run_to_end(cmd, timeout=300):
+    """A command run to its end (text output captured); a death by a signal
+    fails the test, any exit status is the caller's to judge."""
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
+    check(r.returncode >= 0, "%s died of signal %d:\n%s" % (" ".join(cmd), -r.returncode, r.stderr))
+    return r
+
+
+def ckpt_tool(bindir, *args):
+    """phalanx-ckpt ARGS, run to its end."""
+    return run_to_end([os.path.join(bindir, "phalanx-ckpt")] + list(args))
