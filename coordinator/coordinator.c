@@ -491,6 +491,49 @@ static void emit_quorum_formed(px_coordinator_t *c, const char *reason) {
 
 /* Makes `next` the quorum in force (taking its groups array) and pushes it
  * to every live member. */
+/* Under --target-groups, a group's rank 0 out of a quorum that holds the
+ * target is a spare: spare_registered once, until it trains. */
+static void note_spare(px_coordinator_t *c, px_member_t *m) {
+    if (c->cfg.target_groups <= 0 || m->rank != 0 || m->state == PX_STATE_LOST) return;
+    if (px_quorum_find(&c->quorum, m->group) >= 0) {
+        m->spare_noted = 0;
+        return;
+    }
+    if (m->spare_noted || c->quorum.n < c->cfg.target_groups) return;
+    m->spare_noted = 1;
+    emit(c, "spare_registered", "\"group\":\"%s\",\"quorum_id\":%lld,\"target_groups\":%d", m->group,
+         (long long)c->quorum.id, c->cfg.target_groups);
+    px_log_info("spare_registered group=%s: the quorum holds --target-groups %d; it waits as a spare", m->group,
+                c->cfg.target_groups);
+}
+
+/* Under --target-groups, the groups new to quorum q that took the places of
+ * groups gone from `before` were spares: one spare_promoted each, naming the
+ * group it replaced (paired in name order; "" when a place was free). */
+static void note_promotions(px_coordinator_t *c, const px_quorum_t *before, const px_quorum_t *q) {
+    if (c->cfg.target_groups <= 0 || before->id == 0) return;
+    int gone = 0;
+    for (int i = 0; i < q->n; i++) {
+        if (px_quorum_find(before, q->groups[i].name) >= 0) continue;
+        const char *replaced = "";
+        for (; gone < before->n; gone++)
+            if (px_quorum_find(q, before->groups[gone].name) < 0) {
+                replaced = before->groups[gone++].name;
+                break;
+            }
+        emit(c, "spare_promoted", "\"group\":\"%s\",\"replaced\":\"%s\",\"quorum_id\":%lld,\"step\":%lld",
+             q->groups[i].name, replaced, (long long)q->id, (long long)q->max_step);
+        px_log_info("spare_promoted group=%s replaced=%s quorum_id=%lld step=%lld", q->groups[i].name,
+                    replaced[0] ? replaced : "-", (long long)q->id, (long long)q->max_step);
+        if (replaced[0])
+            history_event(c, "spare_promoted", q->groups[i].name, q->max_step, "spare %s takes %s's place",
+                          q->groups[i].name, replaced);
+        else
+            history_event(c, "spare_promoted", q->groups[i].name, q->max_step, "spare %s takes a free place",
+                          q->groups[i].name);
+    }
+}
+
 static void install_quorum(px_coordinator_t *c, px_quorum_t *next, const char *reason, int64_t now) {
     c->rebuild_requested_ms = 0;
     c->first_store_ms = 0;
@@ -502,6 +545,8 @@ static void install_quorum(px_coordinator_t *c, px_quorum_t *next, const char *r
     c->stats.last_quorum_ms = now;
     px_members_clear_requests(&c->members, &c->quorum);
     emit_quorum_formed(c, reason);
+    note_promotions(c, &before, &c->quorum);
+    for (int i = 0; c->cfg.target_groups > 0 && i < c->members.n; i++) note_spare(c, &c->members.members[i]);
     for (int i = 0; i < c->quorum.n_draining; i++) {
         const char *g = c->quorum.draining[i];
         emit(c, "group_drained", "\"group\":\"%s\",\"quorum_id\":%lld,\"step\":%lld", g, (long long)c->quorum.id,
@@ -595,7 +640,10 @@ static void recompute_quorum(px_coordinator_t *c, int64_t now) {
     px_quorum_candidate_t *cands = NULL;
     int n = px_members_candidates(&c->members, now, &c->live, &cands);
     if (n < 0) return;
-    px_quorum_config_t qcfg = {c->cfg.min_replicas, c->cfg.join_timeout_ms};
+    if (c->finished_step > 0) /* the job is done: nobody joins (a spare is not promoted for groups that finish) */
+        for (int i = 0; i < n; i++)
+            if (px_quorum_find(&c->quorum, cands[i].name) < 0) cands[i].requested = 0;
+    px_quorum_config_t qcfg = {c->cfg.min_replicas, c->cfg.join_timeout_ms, c->cfg.target_groups};
     px_quorum_t next;
     px_quorum_init(&next);
     char reason[1024]; /* the rule's line, and a mode switch's (switch_mode) */
@@ -987,6 +1035,8 @@ static void on_register(px_coordinator_t *c, const void *ident, size_t ident_len
                 m->rank, m->group_size, m->pid, m->host, m->data_host[0] ? m->data_host : "-", (long long)m->step,
                 (long long)m->quorum_id);
     adopt_quorum(c, m->group, m->quorum_id, m->step, now);
+    m->spare_noted = 0;
+    note_spare(c, m);
 
     Phalanx__Envelope env = PHALANX__ENVELOPE__INIT;
     Phalanx__RegisterAck ack = PHALANX__REGISTER_ACK__INIT;
@@ -1590,6 +1640,7 @@ static px_status_view_t status_view(px_coordinator_t *c) {
     v.version = px_version();
     v.progress = &c->progress;
     v.target_step = px_status_target_step(&c->members);
+    v.target_groups = c->cfg.target_groups;
     v.job_finished = c->finished_step > 0;
     v.metrics_groups = c->cfg.metrics_groups;
     return v;
@@ -1947,7 +1998,7 @@ static char *history_json(px_coordinator_t *c, const px_status_view_t *v, uint64
         px_buf_json_str(&b, c->quorum.groups[i].name);
     }
     px_buf_printf(&b, "]},");
-    px_status_groups_json(&b, &c->members, &c->quorum);
+    px_status_groups_json(&b, &c->members, &c->quorum, c->cfg.target_groups);
     px_buf_printf(&b, ",");
     px_history_json(c->history, since, &b);
     px_buf_printf(&b, "}\n");

@@ -31,6 +31,7 @@ typedef struct {
     int64_t heartbeat_timeout_ms;
     int heartbeat_udp;         /* 1: offer sealed UDP heartbeats (coordinator/udp.h) beside a tcp:// bind */
     int min_replicas;
+    int target_groups;  /* > 0: at most this many groups train, the rest are spares */
     int64_t join_timeout_ms;
     int64_t rebuild_settle_ms; /* wait before re-forming an unchanged quorum on request */
     int64_t stall_timeout_ms;  /* a quorum member not in its rendezvous this long is dropped (0: adaptive,

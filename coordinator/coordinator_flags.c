@@ -75,6 +75,10 @@ static const px_flag_t FLAGS[] = {
      OPT(cfg.heartbeat_udp)},
     {"--min-replicas", PX_FLAG_INT, "N", .min = 1, .max = 100000, .def = "1", .help = "groups needed for a quorum",
      OPT(cfg.min_replicas)},
+    {"--target-groups", PX_FLAG_INT, "N", .min = 0, .max = 100000, .def = "0",
+     .help = "at most N groups train; healthy groups beyond N wait as spares, out of the quorum, and take a lost "
+             "or drained group's place at once (healing from a live one); 0 = every healthy group trains",
+     OPT(cfg.target_groups)},
     {"--join-timeout-ms", PX_FLAG_INT, "N", .min = 0, .max = 600000, .def = "500",
      .help = "wait for healthy groups not yet joined (the first quorum always waits this long)",
      OPT(cfg.join_timeout_ms)},

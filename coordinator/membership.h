@@ -78,6 +78,7 @@ typedef struct {
     int64_t store_qid;  /* last quorum whose rendezvous store it used (stall detection) */
     int has_comm_share; /* its latest heartbeat carried a comm share (--mode auto) */
     float comm_share;   /* 0..1: its share of step time in cross-group communication */
+    int spare_noted;    /* rank 0 under --target-groups: spare_registered emitted since it last trained */
     int has_train;      /* rank 0: its heartbeats carry TrainStats */
     int said_diloco;    /* rank 0 said it trains in DiLoCo while a restarted coordinator recovered (--mode auto) */
     float train_loss;   /* ... its latest train loss (NaN: unknown) */

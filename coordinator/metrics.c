@@ -172,8 +172,8 @@ static void train_metrics(expo_t *e, const px_train_metrics_t *t) {
     histogram(e, "phalanx_heal_seconds", "Wall time of finished heals.", &t->heal_seconds);
 }
 
-enum { G_JOINING, G_HEALTHY, G_HEALING, G_LOST, G_LEFT, G_STATES };
-static const char *const GROUP_STATES[G_STATES] = {"joining", "healthy", "healing", "lost", "left"};
+enum { G_JOINING, G_HEALTHY, G_HEALING, G_LOST, G_LEFT, G_SPARE, G_STATES };
+static const char *const GROUP_STATES[G_STATES] = {"joining", "healthy", "healing", "lost", "left", "spare"};
 
 static int state_index(const char *s) {
     for (int i = 0; i < G_STATES; i++)
@@ -188,7 +188,7 @@ static void group_metrics(expo_t *e, const px_status_view_t *v) {
     for (int i = 0; i < v->members->n; i++) {
         const px_member_t *m = &v->members->members[i];
         if (m->rank != 0) continue;
-        counts[state_index(px_status_member_state(m, v->quorum))]++;
+        counts[state_index(px_status_member_state(m, v->quorum, v->target_groups))]++;
         n++;
     }
     family(e, "phalanx_groups", "gauge", "Groups by state, each as its rank 0 is (left: gone by a drain).");
@@ -197,6 +197,10 @@ static void group_metrics(expo_t *e, const px_status_view_t *v) {
         label(e, "state", GROUP_STATES[s]);
         end_u64(e, (uint64_t)counts[s]);
     }
+    gauge_i64(e, "phalanx_target_groups", "--target-groups: at most this many groups train (0: every healthy group).",
+              v->target_groups);
+    gauge_i64(e, "phalanx_spares", "Groups waiting as spares, out of a quorum that holds --target-groups.",
+              counts[G_SPARE]);
     int listed = n <= v->metrics_groups;
     gauge_i64(e, "phalanx_metrics_groups_omitted",
               "Groups without phalanx_group_* series: all of them when the job has more than --metrics-groups.",
@@ -211,13 +215,13 @@ static void group_metrics(expo_t *e, const px_status_view_t *v) {
         end_i64(e, m->step);
     }
     family(e, "phalanx_group_state", "gauge",
-           "1, one series per group, its state in the state label (joining, healthy, healing, lost, left).");
+           "1, one series per group, its state in the state label (joining, healthy, healing, lost, left, spare).");
     for (int i = 0; i < v->members->n; i++) {
         const px_member_t *m = &v->members->members[i];
         if (m->rank != 0) continue;
         begin(e, "phalanx_group_state");
         label(e, "group", m->group);
-        label(e, "state", px_status_member_state(m, v->quorum));
+        label(e, "state", px_status_member_state(m, v->quorum, v->target_groups));
         end_u64(e, 1);
     }
     family(e, "phalanx_group_drops_total", "counter",
@@ -234,14 +238,18 @@ static void group_metrics(expo_t *e, const px_status_view_t *v) {
 /* The coordinator itself: members, quorum, event sink, protocol counters,
  * the rendezvous store and the limits. */
 static void coordinator_metrics(expo_t *e, const px_status_view_t *v) {
-    static const char *const MEMBER_STATES[4] = {"joining", "healthy", "healing", "lost"};
-    int counts[4] = {0};
+    static const char *const MEMBER_STATES[5] = {"joining", "healthy", "healing", "lost", "spare"};
+    int counts[5] = {0};
     for (int i = 0; i < v->members->n; i++) {
-        const char *s = px_status_member_state(&v->members->members[i], v->quorum);
-        counts[strcmp(s, "joining") == 0 ? 0 : strcmp(s, "healthy") == 0 ? 1 : strcmp(s, "healing") == 0 ? 2 : 3]++;
+        const char *s = px_status_member_state(&v->members->members[i], v->quorum, v->target_groups);
+        counts[strcmp(s, "joining") == 0   ? 0
+               : strcmp(s, "healthy") == 0 ? 1
+               : strcmp(s, "healing") == 0 ? 2
+               : strcmp(s, "spare") == 0   ? 4
+                                           : 3]++;
     }
     family(e, "phalanx_members", "gauge", "Members by state (lost includes those gone by a drain).");
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 5; i++) {
         begin(e, "phalanx_members");
         label(e, "state", MEMBER_STATES[i]);
         end_u64(e, (uint64_t)counts[i]);

@@ -22,10 +22,11 @@ size_t px_status_heap_bytes(void) {
 #endif
 }
 
-const char *px_status_member_state(const px_member_t *m, const px_quorum_t *q) {
+const char *px_status_member_state(const px_member_t *m, const px_quorum_t *q, int target_groups) {
     if (m->state == PX_STATE_LOST) return strcmp(m->lost_reason, "drained") == 0 ? "left" : "lost";
     if (m->state == PX_STATE_HEALING) return "healing";
     if (px_quorum_find(q, m->group) >= 0) return "healthy";
+    if (target_groups > 0 && q->n >= target_groups) return "spare";
     return "joining";
 }
 
@@ -38,7 +39,7 @@ int64_t px_status_target_step(const px_members_t *members) {
     return target;
 }
 
-void px_status_groups_json(px_buf_t *b, const px_members_t *members, const px_quorum_t *quorum) {
+void px_status_groups_json(px_buf_t *b, const px_members_t *members, const px_quorum_t *quorum, int target_groups) {
     px_buf_printf(b, "\"groups\":[");
     for (int i = 0, k = 0; i < members->n; i++) { /* a group is its rank 0 */
         const px_member_t *m = &members->members[i];
@@ -46,7 +47,7 @@ void px_status_groups_json(px_buf_t *b, const px_members_t *members, const px_qu
         px_buf_printf(b, "%s{\"name\":", k++ ? "," : "");
         px_buf_json_str(b, m->group);
         px_buf_printf(b, ",\"state\":\"%s\",\"step\":%lld,\"ranks\":%d,\"heals\":%u,\"heal_bytes\":%llu,\"loss\":",
-                      px_status_member_state(m, quorum), (long long)m->step, m->group_size, m->heals,
+                      px_status_member_state(m, quorum, target_groups), (long long)m->step, m->group_size, m->heals,
                       (unsigned long long)m->heal_bytes);
         if (m->has_train && isfinite(m->train_loss)) px_buf_printf(b, "%.6g}", (double)m->train_loss);
         else px_buf_printf(b, "null}");
@@ -115,7 +116,7 @@ char *px_status_json(const px_status_view_t *v, size_t *len) {
     px_buf_json_str(&b, v->version ? v->version : "");
     px_status_progress_json(&b, v);
     px_buf_printf(&b, ",");
-    px_status_groups_json(&b, v->members, v->quorum);
+    px_status_groups_json(&b, v->members, v->quorum, v->target_groups);
     px_buf_printf(&b, ",\"mode\":");
     px_buf_json_str(&b, v->mode);
     px_buf_printf(&b, ",\"mode_reason\":");
@@ -152,7 +153,7 @@ char *px_status_json(const px_status_view_t *v, size_t *len) {
         px_buf_printf(&b, ",\"data_host\":");
         px_buf_json_str(&b, m->data_host);
         px_buf_printf(&b, ",\"step\":%lld,\"state\":\"%s\",\"last_heartbeat_ms\":%lld,\"quorum_id\":%lld",
-                      (long long)m->step, px_status_member_state(m, v->quorum),
+                      (long long)m->step, px_status_member_state(m, v->quorum, v->target_groups),
                       (long long)(v->now_ms - m->last_hb_ms), (long long)m->quorum_id);
         if (m->via_leader) px_buf_printf(&b, ",\"via_leader\":true"); /* step, last heartbeat: its leader's report */
         if (m->draining) px_buf_printf(&b, ",\"draining\":true"); /* phalanxctl drain: leaving at a step boundary */
@@ -256,7 +257,7 @@ char *px_status_text(const px_status_view_t *v, size_t *len) {
         if (m->rank != 0) continue;
         char loss[16] = "-";
         if (m->has_train && isfinite(m->train_loss)) snprintf(loss, sizeof loss, "%.4f", (double)m->train_loss);
-        px_buf_printf(&b, "%-16s %-8s %10lld %6d %9s %6u\n", m->group, px_status_member_state(m, v->quorum),
+        px_buf_printf(&b, "%-16s %-8s %10lld %6d %9s %6u\n", m->group, px_status_member_state(m, v->quorum, v->target_groups),
                       (long long)m->step, m->group_size, loss, m->heals);
     }
     px_buf_printf(&b, "\n%-16s %5s %8s %-16s %-15s %10s %-8s %s\n", "GROUP", "RANK", "PID", "HOST", "DATA HOST", "STEP",
@@ -265,7 +266,7 @@ char *px_status_text(const px_status_view_t *v, size_t *len) {
         const px_member_t *m = &v->members->members[i];
         px_buf_printf(&b, "%-16s %5d %8d %-16.16s %-15.39s %10lld %-8s %lld ms ago%s%s%s\n", m->group, m->rank, m->pid,
                       m->host, m->data_host[0] ? m->data_host : "-",
-                      (long long)m->step, px_status_member_state(m, v->quorum), (long long)(v->now_ms - m->last_hb_ms),
+                      (long long)m->step, px_status_member_state(m, v->quorum, v->target_groups), (long long)(v->now_ms - m->last_hb_ms),
                       m->via_leader ? " (via leader)" : m->draining && m->state != PX_STATE_LOST ? " (draining)" : "",
                       m->state == PX_STATE_LOST ? "  " : "",
                       m->state == PX_STATE_LOST ? m->lost_reason : "");

@@ -87,6 +87,7 @@ typedef struct {
     const char *version;       /* the coordinator's build (git describe) */
     const px_progress_t *progress; /* how far and how fast (NULL: nothing known) */
     int64_t target_step;       /* the job's length its workers were told (0: unknown) */
+    int target_groups;         /* --target-groups (0: every healthy group trains) */
     int job_finished;          /* a quorum member committed the job's last step (run_finished) */
     int metrics_groups;        /* /metrics: groups get series of their own while there are at most this many */
 } px_status_view_t;
@@ -99,13 +100,15 @@ int64_t px_status_target_step(const px_members_t *members);
  * mallinfo2; 0 elsewhere). Unlike RSS it does not creep while allocated
  * buffers are first touched, so it shows whether state really grows. */
 size_t px_status_heap_bytes(void);
-/* "joining" | "healthy" | "healing" | "lost" for member m given the quorum. */
-const char *px_status_member_state(const px_member_t *m, const px_quorum_t *q);
+/* "joining" | "healthy" | "healing" | "lost" | "left" | "spare" for member m
+ * given the quorum and the coordinator's --target-groups (0: none): a
+ * member out of a quorum that holds its target is a spare. */
+const char *px_status_member_state(const px_member_t *m, const px_quorum_t *q, int target_groups);
 char *px_status_json(const px_status_view_t *v, size_t *len);
 /* "groups":[...]: each group as its rank 0 says (name, state, step, ranks,
  * latest loss, heals and their bytes), appended to b; /status and
  * /api/history carry it (docs/protocol.md). */
-void px_status_groups_json(px_buf_t *b, const px_members_t *members, const px_quorum_t *quorum);
+void px_status_groups_json(px_buf_t *b, const px_members_t *members, const px_quorum_t *quorum, int target_groups);
 /* ,"progress":{...}: the job's step, target, fraction, loss, eval loss,
  * smoothed tokens/s, pace, ETA and newest checkpoint (null: unknown). */
 void px_status_progress_json(px_buf_t *b, const px_status_view_t *v);

@@ -84,7 +84,7 @@ typedef struct {
 } worker_t;
 
 typedef struct {
-    int groups, max_restarts, restart_backoff_ms;
+    int groups, spares, max_restarts, restart_backoff_ms;
     int ranks, steps;                      /* --ranks-per-group and --steps as numbers */
     /* What is passed on, as given: to every worker (WORKER_PASS), to the
      * coordinator started here (COORDINATOR_PASS, AUTO_PASS). */
@@ -246,6 +246,10 @@ static const px_flag_table_t JOIN_FLAGS = PX_FLAG_TABLE("", JOIN);
 
 static const px_flag_t LAUNCH[] = {
     {"--groups", PX_FLAG_INT, "R", .min = 1, .max = 256, .def = "3", .help = "replica groups", CFG(groups)},
+    {"--spares", PX_FLAG_INT, "S", .min = 0, .max = 256, .def = "0",
+     .help = "S more groups that wait as spares (the coordinator's --target-groups is --groups): a lost group's "
+             "place goes to one at once, and a replaced group comes back as a spare",
+     CFG(spares)},
     {"--group-prefix", PX_FLAG_STR, "NAME", .max = 60, .valid = px_wire_group_name_ok,
      .expect = "[A-Za-z0-9_.-]{1,60}", .def = "g",
      .help = "the groups started here are NAME0, NAME1, ...; launchers on several machines that join one "
@@ -490,11 +494,16 @@ static int start_coordinator(launch_t *L) {
     char key[4300], authorized[4300];
     snprintf(key, sizeof key, "%s/coordinator.key", c->curve_dir);
     snprintf(authorized, sizeof authorized, "%s/authorized_keys", c->curve_dir);
-    const char *argv[32] = {path, "--spill-dir", c->log_dir};
+    const char *argv[48] = {path, "--spill-dir", c->log_dir};
     int n = 3;
     if (px_flags_given(&c->given, "--mode")) argv[n++] = "--mode", argv[n++] = c->mode;
     n = pass_on(&COORDINATOR_FLAGS, c, 1, argv, n);
     n = pass_on(&COORDINATOR_PASS_FLAGS, c, 1, argv, n);
+    char target[16];
+    if (c->spares > 0) {
+        snprintf(target, sizeof target, "%d", c->groups);
+        argv[n++] = "--target-groups", argv[n++] = target;
+    }
     n = pass_on(&AUTO_PASS_FLAGS, c, 0, argv, n); /* --auto-*: only with --mode auto there */
     if (c->curve) argv[n++] = "--curve-secret-key-file", argv[n++] = key, argv[n++] = "--authorized-keys", argv[n++] = authorized;
     if (c->use_token) argv[n++] = "--token-file", argv[n++] = c->token_file;
@@ -1034,8 +1043,13 @@ static void parse(launch_cfg_t *c, int argc, char **argv) {
      * cannot take CURVE. */
     c->use_token = !c->join && !c->insecure && liveness_group(c);
     c->curve = !c->join && !c->insecure && !c->use_token;
-    if (c->groups * c->ranks > MAX_WORKERS) {
-        fprintf(stderr, "%s: --groups x --ranks-per-group must be at most %d\n", PROG, MAX_WORKERS);
+    if ((c->groups + c->spares) * c->ranks > MAX_WORKERS) {
+        fprintf(stderr, "%s: (--groups + --spares) x --ranks-per-group must be at most %d\n", PROG, MAX_WORKERS);
+        exit(2);
+    }
+    if (c->spares > 0 && c->join) {
+        fprintf(stderr, "%s: --spares needs the coordinator started here (its --target-groups); with --coordinator "
+                "give that coordinator --target-groups and start the spare groups as any others\n", PROG);
         exit(2);
     }
 }
@@ -1110,7 +1124,7 @@ int main(int argc, char **argv) {
             say(&L, "! --insecure: the control plane has no credentials: any process that can reach %s (on "
                 "loopback, every local user) can register, join the quorum, stall it and end the job", c->bind);
     }
-    for (int g = 0; g < c->groups; g++)
+    for (int g = 0; g < c->groups + c->spares; g++)
         for (int r = 0; r < c->ranks; r++) {
             worker_t *w = &L.w[L.n++];
             snprintf(w->group, sizeof w->group, "%s%d", c->group_prefix, g);
@@ -1118,7 +1132,10 @@ int main(int argc, char **argv) {
             w->fd = -1;
             start_worker(&L, w);
         }
-    say(&L, "started %d groups x %d ranks: model %s, %d steps%s%s%s", c->groups, c->ranks, c->model, c->steps,
+    char spares[48] = "";
+    if (c->spares > 0) snprintf(spares, sizeof spares, " (%d training, %d spare)", c->groups, c->spares);
+    say(&L, "started %d groups%s x %d ranks: model %s, %d steps%s%s%s", c->groups + c->spares, spares, c->ranks,
+        c->model, c->steps,
         px_flags_given(&c->given, "--mode") ? ", mode " : "", px_flags_given(&c->given, "--mode") ? c->mode : "",
         c->chaos_every_s > 0 || c->chaos_every_steps > 0 ? ", chaos on" : "");
     if (c->chaos_every_steps > 0) {

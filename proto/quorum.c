@@ -191,6 +191,33 @@ static int build(const px_quorum_candidate_t **parts, int n, const px_quorum_t *
     return 1;
 }
 
+/* Spares: who trains when there are more participants than places:
+ * previous members first, then the furthest ahead, then by name. */
+typedef struct {
+    const px_quorum_candidate_t *c;
+    int was_member;
+} place_t;
+
+static int cmp_place(const void *x, const void *y) {
+    const place_t *a = x, *b = y;
+    if (a->was_member != b->was_member) return b->was_member - a->was_member;
+    if (a->c->step != b->c->step) return a->c->step > b->c->step ? -1 : 1;
+    return strcmp(a->c->name, b->c->name);
+}
+
+/* Orders parts so that the first `target` of them train and returns how
+ * many are spares (0 without a target); -1 when out of memory. */
+static int cap_to_target(const px_quorum_candidate_t **parts, int n, const px_quorum_t *prev, int target) {
+    if (target <= 0 || n <= target) return 0;
+    place_t *v = malloc((size_t)n * sizeof *v);
+    if (!v) return -1;
+    for (int i = 0; i < n; i++) v[i] = (place_t){parts[i], px_quorum_find(prev, parts[i]->name) >= 0};
+    qsort(v, (size_t)n, sizeof *v, cmp_place);
+    for (int i = 0; i < n; i++) parts[i] = v[i].c;
+    free(v);
+    return n - target;
+}
+
 int px_quorum_compute(const px_quorum_candidate_t *cands, int n, const px_quorum_t *prev,
                       const px_quorum_config_t *cfg, int64_t now_ms, px_quorum_t *next,
                       char *reason, size_t reason_len) {
@@ -217,6 +244,13 @@ int px_quorum_compute(const px_quorum_candidate_t *cands, int n, const px_quorum
             if (px_quorum_find(prev, parts[i]->name) >= 0) parts[k++] = parts[i];
         n_parts = k;
     }
+    int n_spares = cap_to_target(parts, n_parts, prev, cfg->target_groups);
+    if (n_spares < 0) {
+        free(parts);
+        return -1;
+    }
+    n_parts -= n_spares;
+    if (cfg->target_groups > 0 && n_healthy > cfg->target_groups) n_healthy = cfg->target_groups;
     qsort(parts, (size_t)n_parts, sizeof *parts, cmp_cand_ptr);
 
     int rc = 0;
@@ -250,6 +284,10 @@ int px_quorum_compute(const px_quorum_candidate_t *cands, int n, const px_quorum
         rc = build(parts, n_parts, prev, next);
         snprintf(reason, reason_len, "formed: %d of %d healthy groups%s", n_parts, n_healthy,
                  shrink_only ? " (shrink only)" : "");
+    }
+    if (rc == 1 && n_spares > 0) {
+        size_t used = strlen(reason);
+        if (used < reason_len) snprintf(reason + used, reason_len - used, "; %d spare%s", n_spares, n_spares == 1 ? "" : "s");
     }
     free(parts);
     return rc;

@@ -24,6 +24,12 @@
  *    group still setting up is not yet healthy, and forming at once would
  *    start the job as a cascade of quorums (one group, then two, ...), each
  *    superseding the last one's rendezvous.
+ *  - Spares (target_groups > 0): at most target_groups participants train.
+ *    Groups of the previous quorum keep their places (a group that comes
+ *    back never displaces one that trains); the places left go to the other
+ *    participants, the furthest ahead first, then in name order; the rest
+ *    are spares, left out of the quorum until a place frees. The split-brain
+ *    guard and the join window count at most target_groups healthy groups.
  *  - The quorum id changes only when the set of participating groups changes.
  *  - max_step is the highest step among participants. Groups behind it heal,
  *    each from an up-to-date group chosen round robin (in name order). Among
@@ -76,6 +82,7 @@ typedef struct {
 typedef struct {
     int min_replicas;        /* >= 1 */
     int64_t join_timeout_ms; /* wait this long for healthy groups that have not joined */
+    int target_groups;       /* > 0: at most this many groups train; the other participants are spares */
 } px_quorum_config_t;
 
 /* Decides whether a quorum forms now. Returns 1 and fills *next when it does

@@ -350,7 +350,7 @@ static int plan_heals(const px_quorum_t *q, const uint64_t *all, px_quorum_t *pl
     }
     px_quorum_t none;
     px_quorum_init(&none);
-    px_quorum_config_t pc = {1, 0};
+    px_quorum_config_t pc = {1, 0, 0};
     char reason[256];
     int rc = px_quorum_compute(c, P, &none, &pc, 0, plan, reason, sizeof reason) == 1 ? 0 : -1;
     free(c);

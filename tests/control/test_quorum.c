@@ -3,7 +3,10 @@
  * configuration, and the decision the rule must take. The rows cover every
  * rule in quorum.h: min_replicas, implicit rejoin of previous members, the
  * fast path, the split-brain guard, the join window, shrink_only, id changes,
- * max_step, round-robin heal sources, checksum divergence and drained groups. */
+ * max_step, round-robin heal sources, checksum divergence and drained groups;
+ * and, under a target of training groups, spares: kept out while the target
+ * is met, promoted (furthest ahead first) when a place frees, never
+ * displacing a training group. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,6 +122,38 @@ static const row_t ROWS[] = {
      1, 9, "a,b", 5, "b<a", "fast path"},
 };
 
+/* Spares: the same rows under a target of training groups. */
+typedef struct {
+    row_t row;
+    int target_groups;
+} spare_row_t;
+
+static const spare_row_t SPARE_ROWS[] = {
+    {{"first quorum of 3 healthy, target 2: the first two by name train, one spare",
+      {C("a", 1, 1, 0, 0), C("b", 1, 1, 0, 0), C("c", 1, 1, 0, 0)}, 0, "", 1, 0, 10, 1, 1, "a,b", 0, "",
+      "formed: 2 of 2 healthy groups; 1 spare"}, 2},
+    {{"a spare does not displace a training group (fast path, same id)",
+      {C("a", 1, 0, 0, 9), C("b", 1, 0, 0, 9), C("c", 1, 1, 0, 9)}, 4, "a,b", 1, 500, 10, 1, 4, "a,b", 9, "",
+      "fast path"}, 2},
+    {{"a lost group's place goes to the spare at once, which heals",
+      {C("a", 1, 0, 0, 9), C("b", 0, 0, 0, 9), C("c", 1, 1, 0, 3)}, 4, "a,b", 1, 500, 10, 1, 5, "a,c", 9, "c<a",
+      "formed: 2 of 2"}, 2},
+    {{"two spares: the one furthest ahead is promoted",
+      {C("a", 1, 0, 0, 9), C("c", 1, 1, 0, 2), C("d", 1, 1, 0, 7)}, 4, "a,b", 1, 500, 10, 1, 5, "a,d", 9, "d<a",
+      "1 spare"}, 2},
+    {{"the replaced group comes back as a spare: no quorum change",
+      {C("a", 1, 0, 0, 12), C("b", 1, 1, 0, 0), C("c", 1, 0, 0, 12)}, 5, "a,c", 1, 500, 10, 1, 5, "a,c", 12, "",
+      "fast path"}, 2},
+    {{"spares do not count for the split-brain guard beyond the target",
+      {C("a", 1, 0, 0, 9), C("b", 0, 0, 0, 9), C("c", 1, 1, 0, 9), C("d", 1, 1, 0, 9), C("e", 1, 1, 0, 9)}, 4,
+      "a,b", 1, 0, 10, 1, 5, "a,c", 9, "", "2 spares"}, 2},
+    {{"no spare and a group lost: the quorum shrinks as without a target",
+      {C("a", 1, 0, 0, 9), C("b", 0, 0, 0, 9)}, 4, "a,b", 1, 500, 10, 1, 5, "a", 9, "", "formed: 1 of 1"}, 2},
+    {{"a drained group's place goes to a spare",
+      {C("a", 1, 0, 0, 9), CD("b", 9), C("c", 1, 1, 0, 9)}, 4, "a,b", 1, 500, 10, 1, 5, "a,c", 9, "",
+      "formed: 2 of 2"}, 2},
+};
+
 static int split(const char *s, char out[][PX_QUORUM_NAME_MAX], int max) {
     int n = 0;
     const char *p = s;
@@ -131,7 +166,7 @@ static int split(const char *s, char out[][PX_QUORUM_NAME_MAX], int max) {
     return n;
 }
 
-static int check_row(const row_t *r) {
+static int check_row(const row_t *r, int target_groups) {
     px_quorum_candidate_t cands[8];
     int n = 0;
     for (int i = 0; i < 8 && r->cands[i].name; i++) {
@@ -158,7 +193,7 @@ static int check_row(const row_t *r) {
     prev.cap = 8;
     prev.n = np;
     for (int i = 0; i < np; i++) memcpy(prev.groups[i].name, names[i], PX_QUORUM_NAME_MAX);
-    px_quorum_config_t cfg = {r->min_replicas, r->join_timeout_ms};
+    px_quorum_config_t cfg = {r->min_replicas, r->join_timeout_ms, target_groups};
     char reason[256];
     int formed = px_quorum_compute(cands, n, &prev, &cfg, r->now_ms, &next, reason, sizeof reason);
     int ok = 1;
@@ -325,7 +360,10 @@ static int check_deltas(void) {
 
 int main(void) {
     int n = (int)(sizeof ROWS / sizeof ROWS[0]), failed = 0;
-    for (int i = 0; i < n; i++) failed += !check_row(&ROWS[i]);
+    for (int i = 0; i < n; i++) failed += !check_row(&ROWS[i], 0);
+    int ns = (int)(sizeof SPARE_ROWS / sizeof SPARE_ROWS[0]);
+    for (int i = 0; i < ns; i++) failed += !check_row(&SPARE_ROWS[i].row, SPARE_ROWS[i].target_groups);
+    n += ns;
     failed += !check_insert_sorted();
     failed += !check_deltas();
     n += 2;

@@ -1,0 +1,94 @@
+"""Spare groups (phalanx-launch --spares, the coordinator's --target-groups).
+
+promote   3 training groups and 1 spare; a training group's rank 0 is
+          SIGKILLed at step 100 and restarts only after 60 s (a slow
+          replacement). The spare was registered and kept out of the quorum
+          (spare_registered, "spare" in /status, phalanx_spares 1); after the
+          kill the next quorum holds 3 groups again, the spare in the lost
+          group's place (spare_promoted naming it), healed from a live group;
+          no quorum after that has fewer than 3; the job completes with one
+          checksum over the 3 that finish.
+comeback  the same with the killed group restarting at once: the spare takes
+          its place, and the restarted group registers as a spare
+          (spare_registered after the kill) and never enters a quorum again
+          while the others train to the end."""
+import os
+import signal
+import sys
+import tempfile
+import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
+from phalanx_test import Launch, check, main_scenarios, make_corpus, metrics_by_series, wait_until  # noqa: E402
+
+STEPS = 500
+KILL_AT = 100
+WORKER = ["--", "--global-batch", "12", "--micro-batch", "2", "--seq", "32"]
+
+
+def quorums(launch):
+    return [e for e in launch.read_events() if e["type"] == "quorum_formed"]
+
+
+def run(bindir, backoff_ms, name):
+    data = make_corpus(bindir, tempfile.mkdtemp(prefix="phalanx-spares-data-"))
+    launch = Launch(bindir, ["--groups", "3", "--spares", "1", "--model", "tiny", "--steps", str(STEPS), "--data",
+                             data, "--restart-backoff-ms", str(backoff_ms)] + WORKER, name=name)
+    try:
+        wait_until(lambda: launch.last_step() >= KILL_AT, 120, "step %d" % KILL_AT)
+        st = launch.status()
+        training = st["quorum"]["groups"]
+        spares = [g["name"] for g in st["groups"] if g["state"] == "spare"]
+        check(len(training) == 3 and len(spares) == 1, "3 groups train, 1 is a spare: %s %s" % (training, st["groups"]))
+        with urllib.request.urlopen("http://%s/metrics" % launch.http, timeout=5) as r:
+            m = metrics_by_series(r.read().decode())
+        check(m.get("phalanx_spares") == 1 and m.get("phalanx_target_groups") == 3,
+              "/metrics: 1 spare of a target of 3: %s" % {k: v for k, v in m.items() if "spare" in k or "target" in k})
+        victim = training[1]
+        pid = launch.pid_of(victim)
+        killed_at = launch.last_step()
+        os.kill(pid, signal.SIGKILL)
+        rc = launch.wait(240)
+    finally:
+        launch.terminate()
+    evs = launch.read_events()
+    check(rc == 0 and launch.summary()["completed"], "%s: the job completes: rc %s\n%s" % (name, rc, launch.tail()))
+    reg = [e for e in evs if e["type"] == "spare_registered"]
+    check(reg and reg[0]["group"] == spares[0], "%s: the spare registered as one: %s" % (name, reg))
+    promoted = [e for e in evs if e["type"] == "spare_promoted"]
+    check(len(promoted) == 1 and promoted[0]["group"] == spares[0] and promoted[0]["replaced"] == victim,
+          "%s: the spare took %s's place (killed at step %d): %s" % (name, victim, killed_at, promoted))
+    q = [e for e in quorums(launch) if e["quorum_id"] == promoted[0]["quorum_id"]]
+    check(q and len(q[0]["groups"]) == 3 and spares[0] in q[0]["groups"] and victim not in q[0]["groups"],
+          "%s: the quorum after the loss holds 3 groups, the spare among them: %s" % (name, q))
+    done = min([e["seq"] for e in evs if e["type"] == "run_finished"] or [float("inf")])
+    later = [e for e in quorums(launch) if e["quorum_id"] >= promoted[0]["quorum_id"] and e["seq"] < done]
+    check(all(len(e["groups"]) == 3 for e in later), "%s: never short of a group after the promotion until groups "
+          "finished: %s" % (name, [e["groups"] for e in later]))
+    healed = [e for e in evs if e["type"] == "heal_finished" and e.get("group") == spares[0]]
+    check(healed and healed[0]["peer_group"] in training, "%s: the spare healed from a live group: %s" % (name, healed))
+    finals = launch.finals()
+    check(set(finals) == set(training) - {victim} | {spares[0]} and len({f["checksum"] for f in finals.values()}) == 1,
+          "%s: the 3 training groups finish with one checksum: %s" % (name, finals))
+    return launch, victim, promoted[0], later
+
+
+def test_promote(bindir):
+    launch, victim, promoted, _ = run(bindir, 60000, "spares-promote")
+    check(not [e for e in launch.read_events() if e["type"] == "member_joined" and e.get("group") == victim and
+               e["seq"] > promoted["seq"]], "the killed group did not come back within the run (60 s backoff)")
+    print("promote: %s replaced %s at quorum %d" % (promoted["group"], victim, promoted["quorum_id"]))
+
+
+def test_comeback(bindir):
+    launch, victim, promoted, later = run(bindir, 200, "spares-comeback")
+    evs = launch.read_events()
+    back = [e for e in evs if e["type"] == "spare_registered" and e["group"] == victim and e["seq"] > promoted["seq"]]
+    check(back, "%s came back and registered as a spare: %s" % (victim, [e for e in evs if e.get("group") == victim]))
+    check(all(victim not in e["groups"] for e in later), "%s never entered a quorum again: %s" %
+          (victim, [e["groups"] for e in later]))
+    print("comeback: %s replaced %s, which came back as a spare" % (promoted["group"], victim))
+
+
+if __name__ == "__main__":
+    main_scenarios({"promote": test_promote, "comeback": test_comeback})
