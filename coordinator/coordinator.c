@@ -50,6 +50,12 @@
 #define UDP_DRAIN_MAX 65536 /* before the loss check, datagrams waiting are read (a member is not silent while its
                                heartbeat sits in our own buffer) */
 
+/* A spare that took a place, until its first committed step. */
+typedef struct {
+    char group[PX_QUORUM_NAME_MAX], replaced[PX_QUORUM_NAME_MAX];
+    int64_t from_ms, step, quorum_id; /* the loss it answers (monotonic), the quorum's step and id */
+} promotion_t;
+
 struct px_coordinator {
     px_coordinator_config_t cfg;
     void *zctx, *router, *monitor;
@@ -120,6 +126,10 @@ struct px_coordinator {
     int64_t next_recompute_ms; /* a quorum compute waits until then (tick) */
     int64_t last_eval_step;    /* the newest eval loss put in a point (-1: none) */
     int64_t recovery_from_ms;  /* the first group drop not yet followed by a committed step (0: none) */
+    /* Spares promoted and not yet heard committing a step of their own: their
+     * spare_promoted event waits for it (the time from the loss). */
+    promotion_t promos[16];
+    int n_promos;
 };
 
 static const double STEP_BOUNDS[] = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
@@ -521,10 +531,18 @@ static void note_promotions(px_coordinator_t *c, const px_quorum_t *before, cons
                 replaced = before->groups[gone++].name;
                 break;
             }
-        emit(c, "spare_promoted", "\"group\":\"%s\",\"replaced\":\"%s\",\"quorum_id\":%lld,\"step\":%lld",
-             q->groups[i].name, replaced, (long long)q->id, (long long)q->max_step);
-        px_log_info("spare_promoted group=%s replaced=%s quorum_id=%lld step=%lld", q->groups[i].name,
+        px_log_info("spare_taken group=%s replaced=%s quorum_id=%lld step=%lld", q->groups[i].name,
                     replaced[0] ? replaced : "-", (long long)q->id, (long long)q->max_step);
+        if (c->n_promos == (int)(sizeof c->promos / sizeof c->promos[0])) /* full: the oldest goes untimed */
+            memmove(&c->promos[0], &c->promos[1], (size_t)--c->n_promos * sizeof c->promos[0]);
+        promotion_t *p = &c->promos[c->n_promos++];
+        snprintf(p->group, sizeof p->group, "%s", q->groups[i].name);
+        snprintf(p->replaced, sizeof p->replaced, "%s", replaced);
+        /* from the loss that freed the place (a drain or a free place: from now) */
+        const px_member_t *lost = replaced[0] ? px_members_by_name(&c->members, replaced, 0) : NULL;
+        p->from_ms = lost && lost->state == PX_STATE_LOST && lost->lost_ms > 0 ? lost->lost_ms : px_now_ms();
+        p->step = q->max_step;
+        p->quorum_id = q->id;
         if (replaced[0])
             history_event(c, "spare_promoted", q->groups[i].name, q->max_step, "spare %s takes %s's place",
                           q->groups[i].name, replaced);
@@ -1097,6 +1115,27 @@ static void note_job_step(px_coordinator_t *c, const px_member_t *m, int64_t ste
     }
 }
 
+/* A promoted spare's rank 0 heartbeats a step beyond the one it joined at:
+ * it trains. spare_promoted says so, with the time from the loss. */
+static void note_promoted_step(px_coordinator_t *c, const px_member_t *m, int64_t step) {
+    for (int i = 0; i < c->n_promos; i++) {
+        if (strcmp(c->promos[i].group, m->group) != 0 || step <= c->promos[i].step) continue;
+        double s = (double)(px_now_ms() - c->promos[i].from_ms) / 1000.0;
+        emit(c, "spare_promoted",
+             "\"group\":\"%s\",\"replaced\":\"%s\",\"quorum_id\":%lld,\"step\":%lld,\"first_step\":%lld,"
+             "\"seconds\":%.3f",
+             c->promos[i].group, c->promos[i].replaced, (long long)c->promos[i].quorum_id,
+             (long long)c->promos[i].step, (long long)step, s);
+        px_log_info("spare_promoted group=%s replaced=%s quorum_id=%lld first_step=%lld seconds=%.3f",
+                    c->promos[i].group, c->promos[i].replaced[0] ? c->promos[i].replaced : "-",
+                    (long long)c->promos[i].quorum_id, (long long)step, s);
+        px_histo_observe(&c->train.promotion_seconds, s);
+        memmove(&c->promos[i], &c->promos[i + 1], (size_t)(c->n_promos - i - 1) * sizeof c->promos[0]);
+        c->n_promos--;
+        return;
+    }
+}
+
 /* A worker's figure: NaN when absent, non-finite or negative (a broken or
  * hostile sender is ignored, not trusted). */
 static float train_figure(int has, float v) { return has && isfinite(v) && v >= 0 ? v : NAN; }
@@ -1173,6 +1212,7 @@ static void heartbeat(px_coordinator_t *c, px_member_t *m, int fd, const px_msg_
     if (h->has_quorum_id) m->quorum_id = h->quorum_id;
     note_comm_share(c, m, h);
     note_job_step(c, m, h->step);
+    if (c->n_promos && m->rank == 0) note_promoted_step(c, m, h->step);
     note_train_stats(c, m, h->train);
     uint8_t unknown[PX_GROUP_SIZE_MAX / 8] = {0};
     size_t unknown_len = 0;
@@ -2166,6 +2206,7 @@ px_coordinator_t *px_coordinator_new(const px_coordinator_config_t *cfg, char *e
     px_progress_init(&c->progress);
     px_histo_init(&c->train.step_seconds, STEP_BOUNDS, NBOUNDS(STEP_BOUNDS));
     px_histo_init(&c->train.recovery_seconds, RECOVERY_BOUNDS, NBOUNDS(RECOVERY_BOUNDS));
+    px_histo_init(&c->train.promotion_seconds, RECOVERY_BOUNDS, NBOUNDS(RECOVERY_BOUNDS));
     px_histo_init(&c->train.heal_seconds, HEAL_BOUNDS, NBOUNDS(HEAL_BOUNDS));
     if (!c->kv || !c->history || px_members_init(&c->members) != 0) {
         snprintf(err, errlen, "out of memory");

@@ -168,6 +168,9 @@ static void train_metrics(expo_t *e, const px_train_metrics_t *t) {
     counter(e, "phalanx_recoveries_total", "Group drops the job recovered from (a step committed after).",
             t->recoveries);
     histogram(e, "phalanx_recovery_seconds", "From a group drop to the next committed step.", &t->recovery_seconds);
+    histogram(e, "phalanx_spare_promotion_seconds",
+              "From a group's loss to the first committed step of the spare that took its place.",
+              &t->promotion_seconds);
     counter(e, "phalanx_heal_bytes_total", "Bytes of training state sent to healing groups.", t->heal_bytes);
     histogram(e, "phalanx_heal_seconds", "Wall time of finished heals.", &t->heal_seconds);
 }

@@ -40,6 +40,7 @@ typedef struct {
     uint64_t recoveries;        /* group drops followed by a committed step */
     uint64_t heal_bytes;        /* bytes of heal_finished events */
     px_histo_t step_seconds, recovery_seconds, heal_seconds;
+    px_histo_t promotion_seconds; /* --target-groups: from a loss to the promoted spare's first committed step */
     int has_loss, has_eval_loss, has_tokens_per_s;
     double loss, eval_loss, tokens_per_s; /* the latest rank-0 telemetry */
 } px_train_metrics_t;
