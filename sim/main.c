@@ -46,6 +46,10 @@ static const px_flag_t JOB[] = {
      CLI(c.state_bytes)},
     {"--min-replicas", PX_FLAG_INT, "N", .min = 1, .max = 100000000,
      .help = "fewer live groups restart the whole job", CLI(c.min_replicas)},
+    {"--spares", PX_FLAG_INT, "S", .min = 0, .max = 100000000,
+     .help = "phalanx-sync, phalanx-diloco: standby groups that take a lost group's place at once (healing into "
+             "it); the repaired group becomes a spare",
+     CLI(c.spares)},
     {"--checkpoint-interval-s", PX_FLAG_REAL, "S", .lo = 0, .hi = 1e9,
      .note = "Young/Daly for restart-all, 3600 for the others (only a backstop there)",
      .help = "0 = Young/Daly sqrt(2 C MTBF) with C the policy's checkpoint stall and MTBF the job's",
@@ -139,8 +143,8 @@ static void print_summary(const px_sim_config_t *c, const px_sim_result_t *r) {
     printf("  job MTBF %.0f s; checkpoint every %.0f s costing %.1f s; heal %.1f s\n", r->job_mtbf_s,
            r->checkpoint_interval_s, r->checkpoint_cost_s, r->heal_s);
     printf("  goodput %.4f   ETTR %.4f   failures %" PRId64 "   groups lost %" PRId64 "   whole-job restarts %" PRId64
-           "\n",
-           r->goodput, r->ettr, r->failures, r->groups_lost, r->whole_restarts);
+           "   spares %" PRId64 " (promoted %" PRId64 " times)\n",
+           r->goodput, r->ettr, r->failures, r->groups_lost, r->whole_restarts, c->spares, r->promotions);
     printf("  time lost (job-hours, share of wall):");
     for (int i = 0; i < PX_SIM_CAUSES; i++)
         printf(" %s %.2f h (%.2f%%)", px_sim_cause_name((px_sim_cause_t)i), r->lost_s[i] / 3600,

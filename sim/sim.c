@@ -55,6 +55,14 @@
  * a write time later. With failures off, restart-all's goodput is
  * tau / (tau + C) and the others' tau / (tau + hold): the fixed overheads.
  *
+ * Spares (phalanx-sync, phalanx-diloco): S standby groups on their own
+ * accelerators. A live group lost while one is ready has its place taken at
+ * once: the detection and re-quorum stall as before, then the spare heals
+ * into the place (heal) and trains; the lost group is repaired for repair_s
+ * and becomes a ready spare again. With none ready a loss degrades the job
+ * as without spares. Spares are taken not to fail while they wait (their
+ * accelerators are not among the N).
+ *
  * Simplifications, stated: a job stall (detection, re-quorum, checkpoint
  * hold) stops all progress and stalls queue behind each other; an
  * interruption hitting a group already out restarts that group's repair and
@@ -97,7 +105,8 @@ static double rng_exp(rng_t *r, double mean) { return -mean * log1p(-rng_unit(r)
 
 /* ---- the event queue: a binary heap ordered by (time, insertion order) ---- */
 
-enum { EV_FAILURE, EV_CKPT_START, EV_CKPT_DONE, EV_RESTART_DONE, EV_REPAIRED, EV_HEALED, EV_JOIN, EV_END };
+enum { EV_FAILURE, EV_CKPT_START, EV_CKPT_DONE, EV_RESTART_DONE, EV_REPAIRED, EV_HEALED, EV_JOIN, EV_SPARE_BACK,
+       EV_END };
 
 typedef struct {
     double t;
@@ -157,6 +166,7 @@ typedef struct {
     uint8_t *gstate;
     uint64_t *gepoch, epoch;   /* per group, and the job's (bumped by whole restarts) */
     int down;
+    int64_t spares_ready;      /* standby groups waiting to take a place */
     int stall_cause[MAX_STALLS], stall_head, stall_n;
     double stall_left[MAX_STALLS];
     double committed, snapshot, round_start, round_s;
@@ -218,6 +228,7 @@ static void whole_restart(sim_t *s) {
     lose_work(s, s->r->progress_s - s->committed);
     s->r->whole_restarts++;
     s->down = 1, s->epoch++, s->stall_n = 0;
+    s->spares_ready = s->c->spares; /* the restart brings every spare back too (pending returns are stale) */
     for (int64_t g = 0; g < s->G; g++) {
         if (s->gstate[g] != G_LIVE) set_group(s, g, G_LIVE), s->gepoch[g]++;
     }
@@ -236,6 +247,16 @@ static void group_lost(sim_t *s, int64_t g) {
             lose_work(s, rng_unit(&s->rng) * step_work);
             stall(s, PX_SIM_DETECT, s->detect_s + s->requorum_s);
         }
+    }
+    if (s->gstate[g] == G_LIVE && s->spares_ready > 0) {
+        /* a spare takes the place at once and heals into it; the lost
+         * group, once repaired, is the new spare (nothing to heal then) */
+        s->spares_ready--;
+        s->r->promotions++;
+        set_group(s, g, G_HEAL);
+        schedule(s, s->now + s->heal_s, EV_HEALED, g, ++s->gepoch[g]);
+        schedule(s, s->now + c->repair_s, EV_SPARE_BACK, -1, s->epoch);
+        return;
     }
     set_group(s, g, G_REPAIR);
     schedule(s, s->now + c->repair_s, EV_REPAIRED, g, ++s->gepoch[g]);
@@ -265,6 +286,8 @@ static void on_event(sim_t *s, const event_t *e) {
     int restart_all = c->policy == PX_SIM_RESTART_ALL;
     if (e->kind == EV_FAILURE) {
         on_failure(s);
+    } else if (e->kind == EV_SPARE_BACK) {
+        if (e->epoch == s->epoch) s->spares_ready++;
     } else if (e->kind == EV_CKPT_START || e->kind == EV_CKPT_DONE || e->kind == EV_RESTART_DONE) {
         if (e->epoch != s->epoch) return;
         if (e->kind == EV_RESTART_DONE) {
@@ -353,6 +376,9 @@ int px_sim_config_check(const px_sim_config_t *c, char *err, size_t errlen) {
     if (c->min_replicas < 1 || c->min_replicas > c->accelerators / c->gpus_per_group)
         BAD("min_replicas (%lld) must be in 1..groups (%lld)", (long long)c->min_replicas,
             (long long)(c->accelerators / c->gpus_per_group));
+    if (c->spares < 0 || c->spares > 100000000) BAD("spares (%lld) must be in 0..100000000", (long long)c->spares);
+    if (c->spares > 0 && (c->policy == PX_SIM_RESTART_ALL || c->policy == PX_SIM_DROP_GROUP_TIMEOUT))
+        BAD("spares are phalanx's: restart-all and drop-group-timeout have none");
     if (!(c->wall_s > 0) || !(c->step_s > 0) || c->inner_steps < 1 || !(c->state_bytes > 0))
         BAD("wall_s, step_s, inner_steps and state_bytes must be positive");
     if (!(c->accel_mtbf_s >= 0) || !(c->repair_s >= 0) || !(c->restart_s >= 0))
@@ -421,6 +447,7 @@ int px_sim_run(const px_sim_config_t *c, px_sim_result_t *r, char *err, size_t e
         BAD("out of memory for %lld groups", (long long)s.G);
     }
     s.n_in[G_LIVE] = s.G;
+    s.spares_ready = c->spares;
     rng_seed(&s.rng, c->seed);
     derive(&s);
     schedule(&s, c->wall_s, EV_END, -1, 0);

@@ -42,6 +42,7 @@ typedef struct {
     double step_s;              /* one optimizer step with every group present */
     int64_t inner_steps;        /* DiLoCo H */
     int64_t min_replicas;       /* group policies: fewer live groups restarts the whole job */
+    int64_t spares;             /* phalanx-sync, phalanx-diloco: standby groups that take a lost group's place */
     double checkpoint_interval_s; /* < 0: policy default; 0: Young/Daly; > 0: given */
     double state_bytes;         /* training state of one replica (params + optimizer) */
     /* our measured figures (phalanx-sync, phalanx-diloco; restart-all's checkpoint write) */
@@ -63,6 +64,7 @@ typedef struct {
     int64_t failures;           /* interruptions seen (a node failure is one) */
     int64_t groups_lost;        /* group losses they caused (restart-all: none, the job goes) */
     int64_t whole_restarts;
+    int64_t promotions;         /* losses a spare answered */
     int64_t groups;
     double checkpoint_interval_s, checkpoint_cost_s, heal_s, job_mtbf_s;
 } px_sim_result_t;

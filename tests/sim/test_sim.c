@@ -2,7 +2,8 @@
  * for restart-all with exponential failures (within 2%), the fixed overheads
  * alone when failures are off (every policy), the Llama 3 failure count its
  * default rate was fitted to, wall time fully accounted (progress + every
- * cause = wall), and a seed reproducing a run bit for bit. */
+ * cause = wall), a seed reproducing a run bit for bit, and spares taking
+ * lost groups' places. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -121,6 +122,37 @@ static void test_missing_figures(void) {
     CHECK(px_sim_run(&c, &r, err, sizeof err) == -1 && strstr(err, "is not given"), "missing figures: '%s'", err);
 }
 
+/* Spares: with large groups, a spare ready at every loss turns repair_s of
+ * a missing group into heal_s of one: the degraded time falls to nothing and
+ * goodput rises; every loss answered while spares outnumber losses in
+ * repair; the restart-all and torchft models have no spares (refused). */
+static void test_spares(void) {
+    px_sim_config_t c;
+    config(&c, PX_SIM_PHALANX_SYNC);
+    c.accelerators = 8192, c.gpus_per_group = 1024; /* 8 large groups */
+    c.accel_mtbf_s = 8192.0 * 3 * 3600;             /* a failure every 3 h */
+    c.repair_s = 1800;
+    c.wall_s = 30 * 86400.0;
+    px_sim_result_t none = run(&c);
+    c.spares = 2;
+    px_sim_result_t two = run(&c);
+    check_accounted(&c, &two);
+    CHECK(none.promotions == 0 && two.promotions > 0 && two.promotions <= two.groups_lost,
+          "promotions: %lld without spares, %lld of %lld losses with 2", (long long)none.promotions,
+          (long long)two.promotions, (long long)two.groups_lost);
+    CHECK(two.promotions >= two.groups_lost * 9 / 10, "2 spares answer (almost) every loss: %lld of %lld",
+          (long long)two.promotions, (long long)two.groups_lost);
+    CHECK(two.lost_s[PX_SIM_DEGRADED] < none.lost_s[PX_SIM_DEGRADED] / 10,
+          "degraded time %.0f s with spares, %.0f s without", two.lost_s[PX_SIM_DEGRADED],
+          none.lost_s[PX_SIM_DEGRADED]);
+    CHECK(two.goodput > none.goodput, "goodput %.4f with 2 spares, %.4f without", two.goodput, none.goodput);
+    char err[256];
+    c.policy = PX_SIM_RESTART_ALL;
+    CHECK(px_sim_config_check(&c, err, sizeof err) != 0 && strstr(err, "spares"), "restart-all with spares: %s", err);
+    c.policy = PX_SIM_DROP_GROUP_TIMEOUT;
+    CHECK(px_sim_config_check(&c, err, sizeof err) != 0, "drop-group-timeout with spares refused");
+}
+
 int main(void) {
     test_daly(4 * 3600.0, 600);  /* ~16k GPUs: a failure every 4 h */
     test_daly(1800.0, 600);      /* ~100k GPUs: every 30 min */
@@ -129,6 +161,7 @@ int main(void) {
     test_llama3_rate();
     test_seeds();
     test_missing_figures();
+    test_spares();
     if (failed) fprintf(stderr, "%d check(s) failed\n", failed);
     return failed ? 1 : 0;
 }
