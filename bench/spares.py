@@ -1,7 +1,7 @@
 """What a spare group buys: the same chaos run with and without one.
 
 A job of --groups training groups (one thread each, so each group is one
-core's worth of work and a lost group is felt) trains --steps of `tiny`; at
+core's worth of work and a lost group is felt) trains --steps of --model (`tiny`); at
 every --kill-every committed steps the rank 0 of a training group is
 SIGKILLed, and phalanx-launch restarts it only after --replace-s seconds (a
 slow replacement: a pod rescheduled, an image pulled). Run once with
@@ -13,7 +13,10 @@ from the loss to the spare's first committed step); then the ratio of the
 tokens/s with a spare to without, per pair.
 
     python3 bench/spares.py build/bin [--pairs 2] [--groups 2] [--steps 4000]
-        [--kill-every 800] [--replace-s 15]
+        [--kill-every 800] [--replace-s 15] [--model tiny]
+
+Each promotion is also split: the spare's heal (heal_finished) within the
+time from the loss to its first committed step.
 
 OPENBLAS_CORETYPE is left as it is, for both sides alike."""
 import argparse
@@ -31,7 +34,7 @@ GLOBAL_BATCH, SEQ = 8, 64
 
 
 def one_run(bindir, data, args, spares):
-    launch = Launch(bindir, ["--groups", str(args.groups), "--spares", str(spares), "--model", "tiny", "--steps",
+    launch = Launch(bindir, ["--groups", str(args.groups), "--spares", str(spares), "--model", args.model, "--steps",
                              str(args.steps), "--data", data, "--restart-backoff-ms", str(int(args.replace_s * 1000)),
                              "--", "--global-batch", str(GLOBAL_BATCH), "--micro-batch", "4", "--seq", str(SEQ),
                              "--threads", "1"], name="bench-spares")
@@ -63,8 +66,11 @@ def one_run(bindir, data, args, spares):
         if len(a["groups"]) < args.groups and a["ts"] < done:
             short += (min(b["ts"], done) - a["ts"]) / 1000.0
     promos = [e["seconds"] for e in evs if e["type"] == "spare_promoted"]
+    promoted = {e["group"] for e in evs if e["type"] == "spare_promoted"}
+    heals = [e["ms"] / 1000.0 for e in evs if e["type"] == "heal_finished" and e.get("group") in promoted]
     tok_s = args.steps * GLOBAL_BATCH * SEQ / s["elapsed_s"]
-    return {"tok_s": tok_s, "elapsed": s["elapsed_s"], "kills": kills, "short_s": short, "promos": promos}
+    return {"tok_s": tok_s, "elapsed": s["elapsed_s"], "kills": kills, "short_s": short, "promos": promos,
+            "heals": heals}
 
 
 def main():
@@ -75,11 +81,12 @@ def main():
     ap.add_argument("--steps", type=int, default=4000)
     ap.add_argument("--kill-every", type=int, default=800)
     ap.add_argument("--replace-s", type=float, default=15.0)
+    ap.add_argument("--model", default="tiny")
     args = ap.parse_args()
     data = make_corpus(args.bindir, tempfile.mkdtemp(prefix="phalanx-bench-spares-data-"))
-    print("bench/spares: %d training groups x 1 thread, tiny, %d steps, a training group killed every %d steps, "
+    print("bench/spares: %d training groups x 1 thread, %s, %d steps, a training group killed every %d steps, "
           "replaced after %.0f s; %d cores, OPENBLAS_CORETYPE=%s" %
-          (args.groups, args.steps, args.kill_every, args.replace_s, os.cpu_count(),
+          (args.groups, args.model, args.steps, args.kill_every, args.replace_s, os.cpu_count(),
            os.environ.get("OPENBLAS_CORETYPE", "(unset)")))
     ratios, promos = [], []
     for pair in range(args.pairs):
@@ -88,9 +95,10 @@ def main():
             r[spares] = one_run(args.bindir, data, args, spares)
             x = r[spares]
             promos += x["promos"]
-            print("pair %d spares %d: %.0f tokens/s over %.1f s, %d kills, %.1f s short of a group, promotions %s" %
+            print("pair %d spares %d: %.0f tokens/s over %.1f s, %d kills, %.1f s short of a group, promotions %s "
+                  "(of which the spares' heals %s)" %
                   (pair + 1, spares, x["tok_s"], x["elapsed"], x["kills"], x["short_s"],
-                   ["%.3f s" % p for p in x["promos"]] or "-"))
+                   ["%.3f s" % p for p in x["promos"]] or "-", ["%.3f s" % h for h in x["heals"]] or "-"))
         ratios.append(r[1]["tok_s"] / r[0]["tok_s"])
         print("pair %d: tokens/s with a spare / without: %.2fx" % (pair + 1, ratios[-1]))
     if promos:
