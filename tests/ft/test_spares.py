@@ -12,9 +12,12 @@ promote   3 training groups and 1 spare; a training group's rank 0 is
 comeback  the same with the killed group restarting at once: the spare takes
           its place, and the restarted group registers as a spare
           (spare_registered after the kill) and never enters a quorum again
-          while the others train to the end."""
+          while the others train to the end.
+layout    a would-be spare whose layout differs from the job's is refused at
+          registration (exit 2 naming both) and never counts as a spare."""
 import os
 import signal
+import subprocess
 import sys
 import tempfile
 import urllib.request
@@ -95,5 +98,29 @@ def test_comeback(bindir):
     print("comeback: %s came back as a spare" % victim)
 
 
+def test_layout(bindir):
+    """A would-be spare whose layout differs from the job's is refused at
+    registration, exit 2 naming both layouts, and never counts as a spare."""
+    data = make_corpus(bindir, tempfile.mkdtemp(prefix="phalanx-spares-layout-data-"))
+    launch = Launch(bindir, ["--groups", "2", "--spares", "1", "--model", "tiny", "--steps", "100000", "--data", data,
+                             "--", "--global-batch", "12", "--micro-batch", "2", "--seq", "32"], name="spares-layout")
+    try:
+        wait_until(lambda: launch.last_step() >= 5, 120, "5 steps")
+        r = subprocess.run([os.path.join(bindir, "phalanx-worker"), "--coordinator", launch.endpoint(), "--group", "x9",
+                            "--rank", "0", "--ranks-per-group", "2", "--fsdp", "2", "--model", "tiny", "--steps",
+                            "100000", "--data", data, "--global-batch", "12", "--micro-batch", "2", "--seq", "32",
+                            "--connect-timeout", "30"] + launch.ctl_keys(), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, timeout=120)
+        check(r.returncode == 2 and "differs from the job's" in r.stderr,
+              "a spare of another layout is refused, exit 2: %d %s" % (r.returncode, r.stderr[-600:]))
+        st = launch.status()
+        check(not [g for g in st["groups"] if g["name"] == "x9"] and
+              [g["state"] for g in st["groups"]].count("spare") == 1,
+              "the refused group is no spare, the launcher's spare still is: %s" % st["groups"])
+    finally:
+        launch.terminate()
+    print("layout: a would-be spare of another layout refused, exit 2")
+
+
 if __name__ == "__main__":
-    main_scenarios({"promote": test_promote, "comeback": test_comeback})
+    main_scenarios({"promote": test_promote, "comeback": test_comeback, "layout": test_layout})
