@@ -89,7 +89,7 @@ int main(int argc, char **argv) {
         return rc;
     }
     if (strcmp(what, "load")) {
-        px_ckpt_meta_t meta = {"bench", 1, 1, 1, "g0", 1, 1, 1, 0, {0}};
+        px_ckpt_meta_t meta = {"bench", 1, 1, 1, "g0", 1, 1, 1, 0, {0}, 0};
         px_ckpt_result_t res;
         px_train_state_t snap;
         char err[600];

@@ -189,6 +189,7 @@ typedef struct {
     int fsdp, tp, pp;                /* the writing layout (0: 1) */
     int has_schedule;                /* 1: record schedule */
     px_ckpt_schedule_t schedule;
+    double write_mb_s;               /* data files written at most this fast, MB/s (0: as the disk takes them) */
 } px_ckpt_meta_t;
 
 typedef struct {

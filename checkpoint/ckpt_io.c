@@ -64,12 +64,17 @@ typedef struct {
     int fd, direct;
     char *buf; /* IO_BLOCK bytes, DIRECT_ALIGN-aligned: direct writes only */
     size_t used;
+    double rate;   /* bytes a second the writes are paced to (0: none; px_ckpt_meta_t's write_mb_s) */
+    int64_t t0_us; /* pacing: when the first byte came */
+    uint64_t sent; /* pacing: bytes handed over since */
 } writer_t;
 
-static int writer_open(writer_t *w, const char *path) {
+static int writer_open(writer_t *w, const char *path, double rate) {
     const char *env = getenv("PX_CKPT_DIRECT");
     memset(w, 0, sizeof *w);
     w->fd = -1;
+    w->rate = rate;
+    w->t0_us = px_now_us();
     if (!env || strcmp(env, "0")) {
         w->buf = aligned_alloc(DIRECT_ALIGN, IO_BLOCK);
         if (w->buf) w->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0644);
@@ -144,6 +149,15 @@ static int writer_put(writer_t *w, const char *p, size_t len) {
     return 0;
 }
 
+/* With a rate: sleeps until the bytes handed over so far have taken their
+ * time at it, as on a disk of that speed. */
+static void writer_pace(writer_t *w, size_t len) {
+    if (w->rate <= 0) return;
+    w->sent += len;
+    int64_t due = w->t0_us + (int64_t)((double)w->sent / w->rate * 1e6), now = px_now_us();
+    if (due > now) px_sleep_ms((int)((due - now + 999) / 1000));
+}
+
 /* Flushes, syncs and closes: 0, or -1 with errno. */
 static int writer_close(writer_t *w) {
     int rc = w->used ? writer_flush(w, 1) : 0;
@@ -163,10 +177,10 @@ typedef struct {
 
 /* The segments, in order, into one file; hashed on the way (XXH3-64 into
  * *hash), or with `known` given, written in one call each and *hash = *known. */
-static int write_segs(const char *path, const seg_t *segs, size_t nsegs, const uint64_t *known, uint64_t *bytes,
-                      uint64_t *hash, char *err, size_t errlen) {
+static int write_segs(const char *path, const seg_t *segs, size_t nsegs, const uint64_t *known, double rate,
+                      uint64_t *bytes, uint64_t *hash, char *err, size_t errlen) {
     writer_t w;
-    if (writer_open(&w, path) != 0) {
+    if (writer_open(&w, path, rate) != 0) {
         free(w.buf);
         return px_err_set(err, errlen, "creating %s: %s", path, strerror(errno));
     }
@@ -181,7 +195,7 @@ static int write_segs(const char *path, const seg_t *segs, size_t nsegs, const u
         const char *p = segs[k].p;
         size_t left = segs[k].len;
         while (left) {
-            size_t len = known || left < IO_BLOCK ? left : IO_BLOCK;
+            size_t len = (known && rate <= 0) || left < IO_BLOCK ? left : IO_BLOCK;
             if (writer_put(&w, p, len) != 0) {
                 int e = errno;
                 if (h) XXH3_freeState(h);
@@ -189,6 +203,7 @@ static int write_segs(const char *path, const seg_t *segs, size_t nsegs, const u
                 return px_err_set(err, errlen, "writing %s: %s", path, strerror(e));
             }
             if (h) XXH3_64bits_update(h, p, len);
+            writer_pace(&w, len);
             p += len, left -= len, *bytes += len;
         }
     }
@@ -201,7 +216,7 @@ static int write_segs(const char *path, const seg_t *segs, size_t nsegs, const u
 /* The runs (offset, count) of each of the state's s->nbuf buffers into one
  * file, in order, hashed on the way. */
 static int write_runs(const char *path, const px_train_state_t *s, const size_t (*runs)[2], size_t nruns,
-                      uint64_t *bytes, uint64_t *hash, char *err, size_t errlen) {
+                      double rate, uint64_t *bytes, uint64_t *hash, char *err, size_t errlen) {
     size_t nsegs = (size_t)s->nbuf * nruns;
     seg_t *segs = malloc((nsegs ? nsegs : 1) * sizeof *segs);
     if (!segs) return px_err_set(err, errlen, "out of memory");
@@ -209,7 +224,7 @@ static int write_runs(const char *path, const px_train_state_t *s, const size_t 
         segs[k].p = (const char *)(s->buf[k / nruns] + runs[k % nruns][0]);
         segs[k].len = runs[k % nruns][1] * sizeof(float);
     }
-    int rc = write_segs(path, segs, nsegs, NULL, bytes, hash, err, errlen);
+    int rc = write_segs(path, segs, nsegs, NULL, rate, bytes, hash, err, errlen);
     free(segs);
     return rc;
 }
@@ -314,7 +329,8 @@ int px_ckpt_write_files(const char *dir, const px_train_state_t *s, const px_gpt
         seg_t seg = {(const char *)(s->buf[f / parts] + (size_t)(f % parts) * part_floats), m.files[f].bytes};
         uint64_t bytes = 0;
         snprintf(path, sizeof path, "%s/%s", tmp, m.files[f].name);
-        if (write_segs(path, &seg, 1, hashes ? &hashes[f] : NULL, &bytes, &m.files[f].xxh3, err, errlen) != 0) {
+        if (write_segs(path, &seg, 1, hashes ? &hashes[f] : NULL, meta->write_mb_s * 1e6, &bytes, &m.files[f].xxh3, err,
+                       errlen) != 0) {
             rm_rf(tmp);
             px_ckpt_manifest_free(&m);
             return -1;
@@ -407,7 +423,8 @@ int px_ckpt_write_part(const char *dir, const px_train_state_t *s, const px_ckpt
     if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return px_err_set(err, errlen, "creating %s: %s", tmp, strerror(errno));
     snprintf(path, sizeof path, "%s/rank%05d.bin", tmp, part->rank);
     uint64_t bytes = 0, hash = 0;
-    if (write_runs(path, s, part->runs, part->nruns, &bytes, &hash, err, errlen) != 0) return -1;
+    if (write_runs(path, s, part->runs, part->nruns, meta->write_mb_s * 1e6, &bytes, &hash, err, errlen) != 0)
+        return -1;
     char marker[64];
     snprintf(marker, sizeof marker, "%llu %016llx\n", (unsigned long long)bytes, (unsigned long long)hash);
     snprintf(path, sizeof path, "%s/rank%05d.part", tmp, part->rank);

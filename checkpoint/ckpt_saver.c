@@ -209,6 +209,13 @@ void px_ckpt_saver_wait(px_ckpt_saver_t *sv) {
     pthread_mutex_unlock(&sv->mu);
 }
 
+int px_ckpt_saver_busy(px_ckpt_saver_t *sv) {
+    pthread_mutex_lock(&sv->mu);
+    int busy = sv->busy;
+    pthread_mutex_unlock(&sv->mu);
+    return busy;
+}
+
 void px_ckpt_saver_destroy(px_ckpt_saver_t **svp) {
     px_ckpt_saver_t *sv = *svp;
     if (!sv) return;

@@ -4,8 +4,9 @@
  * that made the state took the snapshot as it went: px_ckpt_saver_pass); a
  * thread of its own writes the snapshot with the checksums taken with it
  * (ckpt.h: px_ckpt_write_files) and applies retention. One save at a
- * time: a save asked for while the previous one still writes waits for it
- * (never two in flight, never an unbounded queue of snapshots). */
+ * time: a save handed over while the previous one still writes waits for
+ * it (never two in flight, never an unbounded queue of snapshots); a caller
+ * that must not wait asks px_ckpt_saver_busy first and saves later. */
 #ifndef PX_CKPT_SAVER_H
 #define PX_CKPT_SAVER_H
 
@@ -73,6 +74,9 @@ double px_ckpt_saver_fence(px_ckpt_saver_t *sv);
 int px_ckpt_saver_poll(px_ckpt_saver_t *sv, px_ckpt_done_t *out);
 /* Waits until no save is in flight. */
 void px_ckpt_saver_wait(px_ckpt_saver_t *sv);
+/* 1 while a save is in flight (handed over and not yet finished), else 0;
+ * does not wait. */
+int px_ckpt_saver_busy(px_ckpt_saver_t *sv);
 /* Waits for the save in flight, stops the thread, frees everything. */
 void px_ckpt_saver_destroy(px_ckpt_saver_t **sv);
 

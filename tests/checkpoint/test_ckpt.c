@@ -59,7 +59,7 @@ static int same_state(const px_train_state_t *a, const px_train_state_t *b) {
     return a->nbuf == b->nbuf && same_buffers(a, b, a->nbuf);
 }
 
-static px_ckpt_meta_t meta = {"job1", 5, 3, 1, "a", 1, 1, 1, 1, {1000, 10, 12, 64, 0.001f, 0.0001f}};
+static px_ckpt_meta_t meta = {"job1", 5, 3, 1, "a", 1, 1, 1, 1, {1000, 10, 12, 64, 0.001f, 0.0001f}, 0};
 
 static void save(const char *dir, px_train_state_t *s, int64_t step) {
     char err[600];
