@@ -1483,6 +1483,10 @@ static void emit_checkpoint_event(px_coordinator_t *c, const px_member_t *m, con
     else if (!strcmp(k, "moved_aside")) /* the file field holds the new folder name */
         emit(c, w->kind, "\"group\":\"%s\",\"rank\":%d,\"path\":\"%s\",\"moved_to\":\"%s\"", m->group, m->rank,
              parts[PX_WIRE_CKPT_PATH], parts[PX_WIRE_CKPT_FILE]);
+    else if (!strcmp(k, "deferred")) /* bytes: the step still being written; ms: the interval's wall time */
+        emit(c, w->kind, "\"group\":\"%s\",\"rank\":%d,\"quorum_id\":%lld,\"step\":%lld,\"writing_step\":%llu,"
+             "\"interval_s\":%.3f", m->group, m->rank, (long long)w->quorum_id, (long long)w->step,
+             (unsigned long long)w->bytes, s);
     else if (!strcmp(k, "failed"))
         emit(c, w->kind, "\"group\":\"%s\",\"rank\":%d,\"step\":%lld,\"reason\":\"%s\"", m->group, m->rank,
              (long long)w->step, parts[0] /* the whole detail */);
@@ -1527,6 +1531,7 @@ static void on_worker_event(px_coordinator_t *c, const void *ident, size_t ident
                 (long long)w->quorum_id, (long long)w->step, w->peer_group ? w->peer_group : "-",
                 (unsigned long long)w->bytes, w->ms, w->detail ? w->detail : "");
     if (!strcmp(w->kind, "heal_started")) m->state = PX_STATE_HEALING;
+    if (!strcmp(w->kind, "checkpoint_deferred")) c->train.checkpoints_deferred++;
     if (!strcmp(w->kind, "heal_finished")) {
         m->state = PX_STATE_HEALTHY;
         c->train.heal_bytes += w->bytes;

@@ -171,6 +171,9 @@ static void train_metrics(expo_t *e, const px_train_metrics_t *t) {
     histogram(e, "phalanx_spare_promotion_seconds",
               "From a group's loss to the first committed step of the spare that took its place.",
               &t->promotion_seconds);
+    counter(e, "phalanx_checkpoints_deferred_total",
+            "Checkpoints deferred because the previous save still wrote when they were due (checkpoint_deferred).",
+            t->checkpoints_deferred);
     counter(e, "phalanx_heal_bytes_total", "Bytes of training state sent to healing groups.", t->heal_bytes);
     histogram(e, "phalanx_heal_seconds", "Wall time of finished heals.", &t->heal_seconds);
 }

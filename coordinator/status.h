@@ -39,6 +39,7 @@ typedef struct {
     uint64_t committed_steps;   /* steps the job's step advanced by while this coordinator ran */
     uint64_t recoveries;        /* group drops followed by a committed step */
     uint64_t heal_bytes;        /* bytes of heal_finished events */
+    uint64_t checkpoints_deferred; /* checkpoint_deferred events: a save due while the previous one still wrote */
     px_histo_t step_seconds, recovery_seconds, heal_seconds;
     px_histo_t promotion_seconds; /* --target-groups: from a loss to the promoted spare's first committed step */
     int has_loss, has_eval_loss, has_tokens_per_s;

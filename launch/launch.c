@@ -89,7 +89,7 @@ typedef struct {
     /* What is passed on, as given: to every worker (WORKER_PASS), to the
      * coordinator started here (COORDINATOR_PASS, AUTO_PASS). */
     const char *ranks_text, *steps_text, *model, *model_config, *data, *seed, *connect_timeout, *ledger;
-    const char *ckpt_dir, *ckpt_every, *ckpt_keep, *mode;
+    const char *ckpt_dir, *ckpt_every, *ckpt_every_s, *ckpt_keep, *mode;
     const char *bind, *http, *job, *events, *insecure;
     const char *auto_failures, *auto_comm_share, *auto_window, *auto_hold;
     const char *coordinator;               /* given: join that coordinator instead of starting one */
@@ -187,6 +187,8 @@ static const px_flag_t WORKER_PASS[] = {
      CFG(ckpt_dir)},
     {"--checkpoint-every", PX_FLAG_LIKE, .like = &px_worker_train_flags, .help = "save every N committed steps",
      CFG(ckpt_every)},
+    {"--checkpoint-every-s", PX_FLAG_LIKE, .like = &px_worker_train_flags,
+     .help = "save at the first step after S seconds since the last save", CFG(ckpt_every_s)},
     {"--checkpoint-keep", PX_FLAG_LIKE, .like = &px_worker_train_flags, .help = "checkpoints kept",
      CFG(ckpt_keep)},
 };
@@ -672,6 +674,16 @@ static void on_line(launch_t *L, worker_t *w, const char *line) {
     } else if (!strncmp(line, "event kind=checkpoint_restored", 30)) {
         say(L, "  = group %s restored step %s from %s", w->group, field(line, "step", a, sizeof a) ? a : "?",
             field(line, "path", ep, sizeof ep) ? ep : "?");
+    } else if (!strncmp(line, "event kind=checkpoint_deferred", 30)) {
+        say(L, "  ! group %s: the checkpoint due at step %s is deferred: the save of step %s still writes, %s s after "
+               "it began; training goes on", w->group, field(line, "step", a, sizeof a) ? a : "?",
+            field(line, "writing_step", b, sizeof b) ? b : "?", field(line, "interval_s", c, sizeof c) ? c : "?");
+    } else if (!strncmp(line, "event kind=checkpoint_slow", 26)) {
+        const char *hint = strstr(line, " hint=");
+        say(L, "  ! group %s: the save of step %s took %s s, longer than the interval (%s s): %s would keep up with "
+               "this disk", w->group, field(line, "step", a, sizeof a) ? a : "?",
+            field(line, "write_s", b, sizeof b) ? b : "?", field(line, "interval_s", c, sizeof c) ? c : "?",
+            hint ? hint + 6 : "a longer interval");
     } else if (!strncmp(line, "event kind=checkpoint_", 22)) { /* failed, rejected: the line says it all */
         say(L, "  ! group %s: %s", w->group, line + 11);
     } else if (!strncmp(line, "event kind=waiting_coordinator", 30)) {

@@ -41,7 +41,7 @@ int px_wire_worker_event_kind_ok(const char *kind) {
     static const char *const kinds[] = {"heal_started",        "heal_finished",       "divergence_detected", "run_finished",
                                         "checkpoint_started",  "checkpoint_saved",    "checkpoint_failed",
                                         "checkpoint_restored", "checkpoint_rejected", "checkpoint_moved_aside",
-                                        "outer_step"};
+                                        "checkpoint_deferred", "outer_step"};
     if (!kind) return 0;
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
         if (strcmp(kind, kinds[i]) == 0) return 1;

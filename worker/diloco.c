@@ -191,7 +191,7 @@ int px_diloco_inner_step(trainer_t *t, float *loss_out, float *norm_out) {
     px_step_my_share(t, &lo, &hi);
     float local_loss = 0, *tail = px_compute_tail(t->dev), sumsq = 0;
     px_comm_status_t st = px_step_compute_grads(t, lo, hi, &local_loss) == 0 ? PX_COMM_OK : PX_COMM_ERROR;
-    px_vote_fill(tail, s, 0, local_loss);
+    px_vote_fill(tail, s, 0, 0, local_loss);
     if (st == PX_COMM_OK && t->shard) { /* the fsdp reduce-scatters summed the gradients: the vote, then the norm
                                          * (host scalars: over Gloo on a GPU) */
         st = px_comm_allreduce_sum_f32(state_intra(t), tail, PX_VOTE_N);
@@ -423,6 +423,7 @@ static int outer_must_sync(const trainer_t *t, int newer, int p, int64_t to) {
     const px_trainer_config_t *cfg = t->cfg;
     if (!cfg->outer_overlap || newer || p == SYNC_ALL || to >= cfg->steps || px_diloco_leaving(t)) return 1;
     int64_t every = cfg->checkpoint_every;
+    if (t->persist.time_due) return 1; /* --checkpoint-every-s: the save takes this outer step's result */
     return cfg->checkpoint_dir && cfg->checkpoint_dir[0] && every > 0 && to / every > t->st.step / every;
 }
 
@@ -452,7 +453,7 @@ int px_diloco_outer_step(trainer_t *t, int *adopt, float *loss_out) {
     local_read(t);
     float *g = host_grads(t), *tail = g + n, *lp = local_params(t);
     float w = t->inner == H && H > 0 && t->round_full && whole_fragment(t, p) && t->round_samples > 0 ? 1.0f : 0.0f;
-    px_vote_fill(tail, t->st.step, px_agent_known_quorum_id(t->agent) > t->qid,
+    px_vote_fill(tail, t->st.step, px_agent_known_quorum_id(t->agent) > t->qid, px_persist_time_vote(&t->persist),
                  cfg->rank == 0 && w > 0 ? (float)(t->round_loss / H) : 0.0f);
     tail[OUTER_WEIGHT] = w;
     tail[OUTER_PENDING] = pend_ok ? 1.0f : 0.0f;
@@ -466,6 +467,7 @@ int px_diloco_outer_step(trainer_t *t, int *adopt, float *loss_out) {
     int passed = st == PX_COMM_OK && px_vote_passed(tail, t->q.n, t->st.step);
     float weight = tail[OUTER_WEIGHT], loss = weight > 0 ? tail[PX_VOTE_LOSS] / weight : NAN;
     int newer = tail[PX_VOTE_NEWER] > 0.5f;
+    px_persist_time_agreed(&t->persist, passed && px_vote_save(tail)); /* this outer step saves by time */
     t->bytes_cross += 2.0 * (t->q.n - 1) / t->q.n * OUTER_TAIL * sizeof(float);
     if (passed && t->pend.active) { /* the pending round first: every group alike */
         if (tail[OUTER_PENDING] > t->q.n - 0.5f) pending_apply(t);

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +40,9 @@ int px_persist_init(px_persist_t *p, const px_trainer_config_t *cfg, px_agent_t 
     p->model = *model;
     p->submitted = -1;
     p->last_commit = -1;
+    p->deferred = -1;
+    p->decided = -1;
+    p->time_mark_us = px_now_us();
     if (!cfg->checkpoint_dir || !cfg->checkpoint_dir[0]) return 0;
     if (expand_dir(cfg->checkpoint_dir, cfg->group, p->dir, sizeof p->dir) != 0) {
         px_log_error("--checkpoint-dir: '%s' is too long", cfg->checkpoint_dir);
@@ -222,6 +226,23 @@ void px_persist_joined(px_persist_t *p, const px_quorum_t *q) {
     snprintf(p->prev_writer, sizeof p->prev_writer, "%s", q->groups[0].name);
 }
 
+/* Once a write that outlasted its interval has finished: the interval that
+ * would not have deferred a save, with a fifth to spare (logged once). */
+static void hint(px_persist_t *p, double write_s) {
+    if (p->hinted || p->deferred_interval_s <= 0) return;
+    p->hinted = 1;
+    int64_t every = p->cfg->checkpoint_every;
+    double need = write_s * 1.2, steps = every > 0 ? ceil((double)every * need / p->deferred_interval_s) : 0;
+    double need_s = need < 1 ? 1.0 : ceil(need);
+    char step_part[96] = "";
+    if (every > 0) snprintf(step_part, sizeof step_part, "--checkpoint-every %.0f or ", steps > every ? steps : every + 1.0);
+    px_log_warn("checkpoint_slow step=%lld write_s=%.3f interval_s=%.3f: a save took longer than the interval, so the "
+                "next was deferred; %s--checkpoint-every-s %.0f would keep up with this disk", (long long)p->deferred_from,
+                write_s, p->deferred_interval_s, step_part, need_s);
+    printf("event kind=checkpoint_slow group=%s step=%lld write_s=%.3f interval_s=%.3f hint=%s--checkpoint-every-s "
+           "%.0f\n" /* the hint last: the rest of the line */, p->cfg->group, (long long)p->deferred_from, write_s, p->deferred_interval_s, step_part, need_s);
+}
+
 /* Reports the saves the thread has finished. */
 static void report_done(px_persist_t *p) {
     px_ckpt_done_t d;
@@ -239,6 +260,7 @@ static void report_done(px_persist_t *p) {
                             fit(d.res.path));
             printf("event kind=checkpoint_saved group=%s step=%lld path=%s bytes=%" PRIu64 " seconds=%.3f mb_s=%.1f\n",
                    p->cfg->group, (long long)d.step, d.res.path, d.res.bytes, d.res.seconds, mb_s);
+            if (d.step == p->deferred_from) hint(p, d.res.seconds);
         } else {
             px_log_error("checkpoint_failed step=%lld reason=\"%s\": training goes on, the previous checkpoint stays",
                          (long long)d.step, d.err);
@@ -270,7 +292,7 @@ static void save(px_persist_t *p, const px_train_state_t *st, const px_quorum_t 
         __atomic_store_n(&p->group_failed, 0, __ATOMIC_RELEASE);
     }
     px_ckpt_meta_t meta = {p->cfg->job, q->id, q->n, p->cfg->ranks_per_group, p->cfg->group, p->fsdp, p->tp, p->pp,
-                           1, schedule_of(p)};
+                           1, schedule_of(p), p->cfg->checkpoint_write_mb_s};
     double held_ms = 0;
     char path[4200];
     px_ckpt_path(p->dir, st->step, path, sizeof path);
@@ -281,16 +303,25 @@ static void save(px_persist_t *p, const px_train_state_t *st, const px_quorum_t 
         return;
     }
     p->submitted = st->step;
+    p->submitted_us = px_now_us();
     /* snapshot: how it was taken; "step" (by the optimizer step, px_persist_pass) holds training here for
      * nothing, its cost is in that step */
-    px_log_info("checkpoint_started step=%lld quorum_id=%lld path=%s held_ms=%.1f snapshot=%s", (long long)st->step,
-                (long long)q->id, path, held_ms, rc == 1 ? "step" : p->cfg->checkpoint_overlap ? "overlap" : "held");
+    if (p->deferred >= 0) /* the deferred save, and those folded into it */
+        px_log_info("checkpoint_started step=%lld quorum_id=%lld path=%s held_ms=%.1f snapshot=%s due_at=%lld "
+                    "folded=%d", (long long)st->step, (long long)q->id, path, held_ms,
+                    rc == 1 ? "step" : p->cfg->checkpoint_overlap ? "overlap" : "held", (long long)p->deferred_first,
+                    p->folded);
+    else
+        px_log_info("checkpoint_started step=%lld quorum_id=%lld path=%s held_ms=%.1f snapshot=%s", (long long)st->step,
+                    (long long)q->id, path, held_ms, rc == 1 ? "step" : p->cfg->checkpoint_overlap ? "overlap" : "held");
     px_agent_notify(p->agent, "checkpoint_started", q->id, st->step, "", 0, (unsigned)held_ms, fit(path));
 }
 
-/* Whether a commit of `step` under q saves. */
-static int due_at(const px_persist_t *p, int64_t step, const px_quorum_t *q) {
+/* Whether a commit of `step` under q saves by the intervals (or the
+ * writer's catch-up), the save in flight aside. */
+static int interval_due(const px_persist_t *p, int64_t step, const px_quorum_t *q) {
     if (!p->dir[0] || !is_writer(p, q)) return 0;
+    if (p->time_due) return 1;
     int64_t every = p->cfg->checkpoint_every;
     /* DiLoCo commits a round of steps at once: due when it passes a multiple */
     int passed = every > 0 && p->cfg->mode != PX_MODE_SYNC && p->last_commit >= 0 &&
@@ -298,13 +329,60 @@ static int due_at(const px_persist_t *p, int64_t step, const px_quorum_t *q) {
     return (every > 0 && (step % every == 0 || passed)) || p->catch_up;
 }
 
-int px_persist_due(const px_persist_t *p, const px_train_state_t *st, const px_quorum_t *q) {
-    return due_at(p, st->step, q);
+/* ... or a save deferred before is waiting. */
+static int due_at(const px_persist_t *p, int64_t step, const px_quorum_t *q) {
+    return interval_due(p, step, q) || (p->deferred >= 0 && p->dir[0] && is_writer(p, q));
+}
+
+/* A save still writing: a whole state's writer does not wait for it (a
+ * sharded group's ranks do, in save(), so that they save the same steps). */
+static int writing(px_persist_t *p) { return !p->sharded && p->saver && px_ckpt_saver_busy(p->saver); }
+
+int px_persist_time_vote(const px_persist_t *p) {
+    return p->dir[0] && p->cfg->checkpoint_every_s > 0 &&
+           (double)(px_now_us() - p->time_mark_us) >= p->cfg->checkpoint_every_s * 1e6;
+}
+
+void px_persist_time_agreed(px_persist_t *p, int due) { p->time_due = due; }
+
+int px_persist_due(px_persist_t *p, const px_train_state_t *st, const px_quorum_t *q) {
+    if (p->decided >= 0 && p->decided_step == st->step) return p->decided;
+    p->decided_step = st->step;
+    return p->decided = due_at(p, st->step, q) && !writing(p);
 }
 
 px_ckpt_pass_t *px_persist_pass(px_persist_t *p, const px_train_state_t *st, const px_quorum_t *q, size_t *part_floats) {
-    if (p->cfg->checkpoint_overlap || !due_at(p, st->step + 1, q) || p->sharded || !saver(p, st->step + 1)) return NULL;
+    if (p->cfg->checkpoint_overlap || !due_at(p, st->step + 1, q) || p->sharded || writing(p) ||
+        !saver(p, st->step + 1))
+        return NULL;
     return px_ckpt_saver_pass(p->saver, st, part_floats);
+}
+
+/* A save due at st->step while the one of p->submitted still writes: taken
+ * at the first commit after that write ends (p->deferred), and standing
+ * for every save that falls due until then (p->folded of them besides the
+ * first). Reported once per write that outlasts its interval: with the
+ * interval's wall time, which the write took all of (it began at the
+ * previous due step). */
+static void defer(px_persist_t *p, const px_train_state_t *st, const px_quorum_t *q) {
+    if (p->deferred >= 0 && p->deferred_from == p->submitted) {
+        p->deferred = st->step;
+        p->folded++;
+        return;
+    }
+    double interval_s = (double)(px_now_us() - p->submitted_us) / 1e6;
+    p->deferred_from = p->submitted;
+    p->deferred_interval_s = interval_s;
+    p->deferred = p->deferred_first = st->step;
+    p->folded = 0;
+    px_log_warn("checkpoint_deferred step=%lld writing_step=%lld interval_s=%.3f: the save of step %lld still writes "
+                "when this one comes due; training goes on, and the save is taken at the first step after that write "
+                "ends", (long long)st->step, (long long)p->submitted, interval_s, (long long)p->submitted);
+    px_agent_notify(p->agent, "checkpoint_deferred", q->id, st->step, "", (uint64_t)p->submitted,
+                    (unsigned)(interval_s * 1000), "");
+    printf("event kind=checkpoint_deferred group=%s step=%lld writing_step=%lld interval_s=%.3f\n", p->cfg->group,
+           (long long)st->step, (long long)p->submitted, interval_s);
+    fflush(stdout);
 }
 
 void px_persist_visit(void *pass, int k, size_t lo, size_t hi) { px_ckpt_pass_block(pass, k, lo, hi); }
@@ -316,11 +394,22 @@ void px_persist_passed(px_persist_t *p, px_ckpt_pass_t *pass, int64_t step) {
 void px_persist_committed(px_persist_t *p, const px_train_state_t *st, const px_quorum_t *q) {
     if (!p->dir[0]) return;
     report_done(p);
-    if (!is_writer(p, q)) return;
-    if (px_persist_due(p, st, q)) save(p, st, q);
-    if (p->saver) px_ckpt_saver_unpass(p->saver); /* a pass taken for a save that did not come */
-    p->catch_up = 0;
-    p->last_commit = st->step;
+    if (p->time_due) p->time_mark_us = px_now_us(); /* every rank: the quorum saved by time here */
+    if (is_writer(p, q)) {
+        if (px_persist_due(p, st, q)) {
+            save(p, st, q);
+            p->deferred = -1;
+        } else if (interval_due(p, st->step, q) && st->step < p->cfg->steps) { /* (the job's end waits) */
+            defer(p, st, q);
+        }
+        if (p->saver) px_ckpt_saver_unpass(p->saver); /* a pass taken for a save that did not come */
+        p->catch_up = 0;
+        p->last_commit = st->step;
+    } else {
+        p->deferred = -1; /* another group writes now */
+    }
+    p->time_due = 0;
+    p->decided = -1;
     report_done(p);
 }
 

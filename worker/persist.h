@@ -6,9 +6,17 @@
  * groups write once, not R times. When the writer dies, the next quorum lists
  * another group first; if the new writer was not the writer before, it saves
  * at its next commit rather than waiting a whole interval, in case the old
- * one died mid-save. Saves happen every --checkpoint-every steps, at the end
- * of the job, and when the worker is stopped (SIGTERM), always of committed
- * state; on the CPU the optimizer step of the step to be saved takes the
+ * one died mid-save. Saves happen every --checkpoint-every steps, at the
+ * first step after --checkpoint-every-s seconds (the commit vote carries
+ * each rank's "due by my clock", so every group of the quorum agrees on the
+ * step), at the end of the job, and when the worker is stopped (SIGTERM),
+ * always of committed state. A save due while the previous one still
+ * writes is deferred, never waited for: it is taken at the first commit
+ * after that write ended, and stands for any others that came due
+ * meanwhile (event checkpoint_deferred once per such write; once a job, a
+ * hint at a longer interval), so a disk slower than the interval costs checkpoints'
+ * freshness, not training time; a sharded group's ranks must save the same
+ * steps, so they wait instead; on the CPU the optimizer step of the step to be saved takes the
  * snapshot as it goes (px_persist_pass), else it is copied while training
  * waits, or with --checkpoint-copy overlap by the saver while the next step
  * computes (px_persist_fence), and written on the saver's thread.
@@ -35,6 +43,17 @@ typedef struct {
     char prev_writer[64];            /* the writer named by the last quorum joined */
     int catch_up;                    /* became the writer: save at the next commit */
     int64_t last_commit;             /* the step of the previous commit seen (-1: none) */
+    int64_t submitted_us;            /* when the save of `submitted` was handed to the saver */
+    int64_t deferred;                /* a save due at this step waits for the one in flight (-1: none) */
+    int folded;                      /* ... and this many more came due meanwhile (one save stands for them) */
+    int64_t deferred_first;          /* ... the step it first came due at */
+    int64_t deferred_from;           /* ... the step of the save in flight then (for the hint) */
+    double deferred_interval_s;      /* ... the wall time between the two due steps */
+    int hinted;                      /* the hint at a longer interval was logged */
+    int64_t time_mark_us;            /* --checkpoint-every-s: when the quorum last agreed on a save (or start) */
+    int time_due;                    /* the step being committed saves by time (the vote said so) */
+    int decided;                     /* px_persist_due's answer for decided_step (-1: not asked) */
+    int64_t decided_step;
     int rejected;                    /* checkpoints refused by the restore */
     /* A sharded group (px_persist_set_shard): every rank of the writing group
      * writes its part; rank 0 publishes. */
@@ -86,9 +105,17 @@ px_restore_result_t px_persist_restore(px_persist_t *p, px_train_state_t *st, co
 void px_persist_set_source_wait(px_persist_t *p, void (*wait)(void *ctx), void *ctx);
 /* After joining quorum q: notes who writes. */
 void px_persist_joined(px_persist_t *p, const px_quorum_t *q);
+/* --checkpoint-every-s: this rank's vote for the step about to be reduced
+ * (1 when its clock says a save is due; vote.h), and the vote's verdict
+ * once reduced (px_vote_save): the step then committed saves, in every
+ * group alike, and every rank starts the next interval. */
+int px_persist_time_vote(const px_persist_t *p);
+void px_persist_time_agreed(px_persist_t *p, int due);
 /* 1 when px_persist_committed(p, st, q) will save st: a trainer whose
- * state lives on a GPU brings its host copy up to date first. */
-int px_persist_due(const px_persist_t *p, const px_train_state_t *st, const px_quorum_t *q);
+ * state lives on a GPU brings its host copy up to date first. The answer
+ * holds for that commit (a save still writing now makes it 0 and defers
+ * the save, even if the write ends before the commit). */
+int px_persist_due(px_persist_t *p, const px_train_state_t *st, const px_quorum_t *q);
 /* The optimizer step about to run makes the state (st->step + 1 then) that
  * the next commit under q saves: a pass for the step to take the snapshot
  * with as it goes (px_compute_clip_adamw_parts, visiting with
@@ -101,8 +128,9 @@ int px_persist_due(const px_persist_t *p, const px_train_state_t *st, const px_q
 px_ckpt_pass_t *px_persist_pass(px_persist_t *p, const px_train_state_t *st, const px_quorum_t *q, size_t *part_floats);
 void px_persist_visit(void *pass, int k, size_t lo, size_t hi);
 void px_persist_passed(px_persist_t *p, px_ckpt_pass_t *pass, int64_t step);
-/* After committing st->step under quorum q: saves when due and we write;
- * reports finished saves. */
+/* After committing st->step under quorum q: saves when due (or deferred
+ * before) and we write, or defers the save while the previous one still
+ * writes; reports finished saves. */
 void px_persist_committed(px_persist_t *p, const px_train_state_t *st, const px_quorum_t *q);
 /* The job ended or the worker is stopping: the writer saves st unless it just
  * did, and waits until the save is durable. */

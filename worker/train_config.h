@@ -46,7 +46,10 @@ typedef struct {
     const char *job;          /* the job's name, recorded in checkpoints ("" or NULL: unnamed) */
     const char *checkpoint_dir; /* NULL: no checkpoints; "%g" in it stands for the group's name */
     int checkpoint_every;     /* save every N committed steps; 0: only at the end and on SIGTERM */
+    double checkpoint_every_s; /* save when S seconds passed since the last save (any rank's clock decides
+                                * for the whole quorum, through the commit vote: vote.h); 0: off */
     int checkpoint_keep;      /* checkpoints kept by retention; 0: all */
+    double checkpoint_write_mb_s; /* checkpoint data written at most this fast, MB/s; 0: as fast as the disk goes */
     int allow_schedule_change; /* 1: resume a checkpoint whose --steps, --lr, --min-lr, --warmup,
                                   --global-batch or --seq differ (else refused) */
     int allow_fresh_start;    /* 1: every checkpoint in checkpoint_dir failing verification starts the job

@@ -157,6 +157,8 @@ int px_worker_main(int argc, char **argv) {
         fprintf(stderr, "%s: %s (see %s --help)\n", PROG, ferr, PROG);
         return 2;
     }
+    /* a time interval alone: the step interval's default does not add saves of its own */
+    if (tc.checkpoint_every_s > 0 && !px_flags_given(&given, "--checkpoint-every")) tc.checkpoint_every = 0;
     if (o.print_schedule) return print_schedule(&tc);
     if (!cfg.group) {
         fprintf(stderr, "%s: --group is required (see %s --help)\n", PROG, PROG);

@@ -129,9 +129,17 @@ static const px_flag_t WORKER_TRAIN[] = {
              "first group writes); %g in DIR stands for the group's name (per-group folders)",
      TC(checkpoint_dir)},
     {"--checkpoint-every", PX_FLAG_INT, "N", .min = 0, .max = 100000000, .def = "100",
-     .help = "save every N committed steps; 0 = only at the end and on SIGTERM", TC(checkpoint_every)},
+     .help = "save every N committed steps; 0 = only at the end and on SIGTERM (with --checkpoint-every-s and "
+             "without this flag: 0)", TC(checkpoint_every)},
+    {"--checkpoint-every-s", PX_FLAG_REAL, "S", .lo = 0, .hi = 1e7, .def = "0", .note = "off",
+     .help = "save at the first step after S seconds since the last save, the same step in every group (beside "
+             "--checkpoint-every when both are given)", TC(checkpoint_every_s)},
     {"--checkpoint-keep", PX_FLAG_INT, "K", .min = 0, .max = 1000000, .def = "3",
      .help = "checkpoints to keep (the newest valid one always stays), 0 = all", TC(checkpoint_keep)},
+    {"--checkpoint-write-mb-s", PX_FLAG_REAL, "X", .lo = 0, .hi = 1e6, .def = "0", .note = "unpaced",
+     .help = "write checkpoint data at most X MB/s, leaving the disk's or network's rest to the job's data (and a "
+             "way to rehearse a slow disk); saves still never hold training",
+     TC(checkpoint_write_mb_s)},
     {"--allow-fresh-start", PX_FLAG_SWITCH,
      .help = "start from the initial state when --checkpoint-dir holds checkpoints and none of them verifies; "
              "without it the worker refuses to start (exit 2), naming each checkpoint and its fault",

@@ -26,6 +26,17 @@ schedule  a resume under a longer --steps and another --lr is refused (exit
           2, each flag named with both values, nobody joins); the same flags
           resume; --allow-schedule-change resumes under the new schedule,
           which the next checkpoints record.
+slowdisk  the writer's checkpoint data is paced to 1 MB/s (--checkpoint-write-mb-s,
+          a disk slower than the interval): a save falling due while the
+          previous one still writes is deferred (checkpoint_deferred, the
+          /metrics counter, a hint at a longer interval) and training goes on:
+          steps past the next due step commit before the slow save ends (a
+          waiting trainer could not commit them); the deferred save is taken
+          after it, checkpoints keep being published and every one verifies.
+every_s   --checkpoint-every-s alone, groups of two fsdp ranks: saves come by
+          time, at steps the quorum agrees on through the commit vote (every
+          rank of the writing group writes its part of the same step, so
+          each published checkpoint verifies), not at the step default.
 allcorrupt every checkpoint damaged: the job refuses to start (the workers
           exit 2 naming each checkpoint's fault and --allow-fresh-start),
           moves them aside byte for byte and refuses again when restarted;
@@ -39,11 +50,14 @@ import re
 import resource
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
+import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
-from phalanx_test import Launch, check, full_quorum_env, main_scenarios, make_corpus, wait_until  # noqa: E402
+from phalanx_test import (Launch, check, full_quorum_env, main_scenarios, make_corpus,  # noqa: E402
+                          metrics_by_series, wait_until)
 
 WORKER = ["--", "--global-batch", "12", "--micro-batch", "2", "--threads", "1"]
 STEPS = 60
@@ -488,9 +502,91 @@ def test_schedule(bindir):
           "--allow-schedule-change resumes under the new schedule, recorded")
 
 
+def saved_steps(ckpt):
+    return sorted(int(d[5:]) for d in os.listdir(ckpt) if re.fullmatch(r"step_\d{8}", d))
+
+
+def verify_all(bindir, ckpt, what):
+    steps = saved_steps(ckpt)
+    for st in steps:
+        r = subprocess.run([os.path.join(bindir, "phalanx-ckpt"), "verify", os.path.join(ckpt, "step_%08d" % st)],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+        check(r.returncode == 0, "%s: step %d verifies: %s" % (what, st, r.stdout[-600:]))
+    return steps
+
+
+def test_slowdisk(bindir):
+    data = make_corpus(bindir, tempfile.mkdtemp(prefix="phalanx-ckpt-data-"))
+    ckpt = tempfile.mkdtemp(prefix="phalanx-ckpt-")
+    every = 4
+    # 1.47 MB a save at 1 MB/s: about 1.5 s, while a step of tiny takes
+    # milliseconds, so many due steps pass during each write.
+    launch = Launch(bindir, base(data, ckpt, steps=400, every=every) + WORKER + ["--checkpoint-write-mb-s", "1"],
+                    name="ckpt-slowdisk")
+    try:
+        wait_until(lambda: [e for e in launch.read_events() if e["type"] == "checkpoint_deferred"], 120,
+                   "a deferred checkpoint")
+        with urllib.request.urlopen("http://%s/metrics" % launch.http, timeout=5) as r:
+            m = metrics_by_series(r.read().decode())
+        rc = launch.wait(180)
+    finally:
+        launch.terminate()
+    check(rc == 0 and launch.summary()["completed"], "the job completes:\n%s" % launch.tail())
+    check(m.get("phalanx_checkpoints_deferred_total", 0) >= 1, "/metrics counts the deferral: %s" %
+          {k: v for k, v in m.items() if "checkpoint" in k})
+    deferred = [e for e in launch.read_events() if e["type"] == "checkpoint_deferred"]
+    check(deferred and all(e["writing_step"] < e["step"] and e["step"] % every == 0 for e in deferred),
+          "checkpoint_deferred names a due step and the earlier step still being written: %s" % deferred)
+    with open(os.path.join(launch.dir, "worker-g0-0.out")) as f:
+        out = f.read().splitlines()
+    committed, overtaken = 0, []
+    for line in out:  # the writer's own order of events: commits and finished saves
+        mp = re.match(r"progress step=(\d+) ", line)
+        if mp:
+            committed = int(mp.group(1))
+        ms = re.match(r"event kind=checkpoint_saved .*\bstep=(\d+) ", line)
+        if ms:
+            overtaken.append((int(ms.group(1)), committed))
+    # Waiting for the disk, the commit of the next due step (W + every)
+    # would hold until W's save ended: nothing past it could commit before
+    # W's checkpoint_saved. Not waiting, the job runs on.
+    check(any(c >= w + 2 * every for w, c in overtaken if w < 400),
+          "steps past the next due step committed while a save was still writing (save step, last commit before "
+          "its end): %s" % overtaken)
+    check(any("would keep up with this disk" in line for line in launch.output()),
+          "the launcher shows the hint at a longer interval:\n%s" % launch.tail())
+    steps = verify_all(bindir, ckpt, "slowdisk")
+    off = [st for st in steps if st % every]
+    check(len(steps) >= 3 and 400 in steps and off,
+          "checkpoints keep being published, deferred ones at the first step after the slow write (not a multiple "
+          "of %d): %s" % (every, steps))
+    print("slowdisk: %d deferrals, saves published at %s, each verifies; a save overtaken by %d steps" %
+          (len(deferred), steps, max(c - w for w, c in overtaken)))
+
+
+def test_every_s(bindir):
+    data = make_corpus(bindir, tempfile.mkdtemp(prefix="phalanx-ckpt-data-"))
+    ckpt = tempfile.mkdtemp(prefix="phalanx-ckpt-")
+    steps = 150
+    args = ["--groups", "2", "--ranks-per-group", "2", "--model", "tiny", "--data", data, "--steps", str(steps),
+            "--checkpoint-dir", ckpt, "--checkpoint-every-s", "0.5", "--checkpoint-keep", "0", "--", "--fsdp", "2",
+            "--global-batch", "8", "--micro-batch", "2", "--seq", "64", "--comm-timeout-ms", "20000"]
+    rc, launch = run(bindir, args, "ckpt-every-s", timeout=300)
+    check(rc == 0 and launch.summary()["completed"], "the job completes:\n%s" % launch.tail())
+    evs = launch.read_events()
+    check(not [e for e in evs if e["type"] == "checkpoint_failed"], "no save failed (every rank of the writing "
+          "group wrote its part of the same step): %s" % [e for e in evs if e["type"] == "checkpoint_failed"])
+    saved = verify_all(bindir, ckpt, "every_s")
+    mid = [st for st in saved if st < steps]
+    check(len(mid) >= 2 and [st for st in mid if st % 100], "saves came by time during the job, not at the step "
+          "default of 100: %s" % saved)
+    print("every_s: checkpoints at steps %s, each verifies" % saved)
+
+
 if __name__ == "__main__":
     main_scenarios({"resume": test_resume,
                     # the saver copying the state while the next step computes (--checkpoint-copy overlap)
                     "resume_overlap": lambda bindir: test_resume(bindir, ["--checkpoint-copy", "overlap"]), "corrupt": test_corrupt, "fewer": test_fewer,
                     "pergroup": test_pergroup, "mixed": test_mixed, "sigterm": test_sigterm, "rotate": test_rotate, "diskfull": test_diskfull,
-                    "allcorrupt": test_allcorrupt, "schedule": test_schedule})
+                    "allcorrupt": test_allcorrupt, "schedule": test_schedule, "slowdisk": test_slowdisk,
+                    "every_s": test_every_s})

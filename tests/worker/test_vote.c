@@ -23,11 +23,11 @@ static int failures;
     } while (0)
 
 /* One reduction: out = sum of every member's contribution, in float32. */
-static void sum_votes(const long *steps, int n, const int *newer, float out[PX_VOTE_N]) {
+static void sum_votes(const long *steps, int n, const int *newer, const int *save, float out[PX_VOTE_N]) {
     memset(out, 0, PX_VOTE_N * sizeof *out);
     for (int i = 0; i < n; i++) {
         float t[PX_VOTE_N];
-        px_vote_fill(t, steps[i], newer ? newer[i] : 0, 0.25f);
+        px_vote_fill(t, steps[i], newer ? newer[i] : 0, save ? save[i] : 0, 0.25f);
         for (int k = 0; k < PX_VOTE_N; k++) out[k] += t[k];
     }
 }
@@ -59,7 +59,7 @@ static void test_flat(void) {
     for (size_t r = 0; r < sizeof FLAT / sizeof FLAT[0]; r++) {
         const flat_row_t *row = &FLAT[r];
         float tail[PX_VOTE_N];
-        sum_votes(row->steps, row->n, NULL, tail);
+        sum_votes(row->steps, row->n, NULL, NULL, tail);
         for (int i = 0; i < row->n; i++) {
             int got = px_vote_passed(tail, row->members, row->steps[i]);
             EXPECT(got == row->pass, "%s: rank %d at step %ld: passed=%d, want %d", row->what, i, row->steps[i], got,
@@ -71,7 +71,7 @@ static void test_flat(void) {
 static void test_bad_input(void) {
     float tail[PX_VOTE_N];
     long s[1] = {5};
-    sum_votes(s, 1, NULL, tail);
+    sum_votes(s, 1, NULL, NULL, tail);
     EXPECT(!px_vote_passed(tail, 0, 5), "0 members never pass");
     EXPECT(!px_vote_passed(tail, PX_VOTE_MAX_MEMBERS + 1, 5), "more members than the exact limit never pass");
     float bad[PX_VOTE_N];
@@ -96,14 +96,14 @@ static void test_largest(void) {
     }
     for (int i = 0; i < n; i++) steps[i] = 12;
     float tail[PX_VOTE_N];
-    sum_votes(steps, n, NULL, tail);
+    sum_votes(steps, n, NULL, NULL, tail);
     EXPECT(tail[PX_VOTE_STEP_SQ] == 14400000.0f, "sum of squares exact: %.1f", tail[PX_VOTE_STEP_SQ]);
     EXPECT(px_vote_passed(tail, n, 12), "%d members at step 12 pass", n);
     int odd[] = {0, n / 2, n - 1};
     for (int k = 0; k < 3; k++) {
         for (int d = -1; d <= 1; d += 2) {
             steps[odd[k]] = 12 + d;
-            sum_votes(steps, n, NULL, tail);
+            sum_votes(steps, n, NULL, NULL, tail);
             EXPECT(!px_vote_passed(tail, n, 12), "member %d at step %d among %d at 12 is caught", odd[k], 12 + d, n - 1);
             steps[odd[k]] = 12;
         }
@@ -113,13 +113,16 @@ static void test_largest(void) {
 
 /* Two stages: groups of W ranks reduce inside the group, relay, then ring r
  * (rank r of every group) reduces across groups. steps[g * W + r]. Returns
- * how many of the P * W ranks passed; *newer_out: every rank saw the flag. */
-static int two_stage(const long *steps, const int *newer, int P, int W, int *newer_out) {
+ * how many of the P * W ranks passed; *newer_out, *save_out: every rank saw
+ * the newer-quorum flag, the save flag (as exact 0/1 re-encoded sums). */
+static int two_stage_flags(const long *steps, const int *newer, const int *save, int P, int W, int *newer_out,
+                           int *save_out) {
     float *group = calloc((size_t)P * W * PX_VOTE_N, sizeof *group);
-    int passed = 0, all_newer = 1;
+    int passed = 0, all_newer = 1, all_save = 1;
     for (int g = 0; g < P; g++) {
         float sum[PX_VOTE_N];
-        sum_votes(steps + (size_t)g * W, W, newer ? newer + (size_t)g * W : NULL, sum);
+        sum_votes(steps + (size_t)g * W, W, newer ? newer + (size_t)g * W : NULL, save ? save + (size_t)g * W : NULL,
+                  sum);
         for (int r = 0; r < W; r++) { /* every rank of the group holds the same sum and relays it */
             float *t = group + ((size_t)g * W + r) * PX_VOTE_N;
             memcpy(t, sum, sizeof sum);
@@ -134,11 +137,18 @@ static int two_stage(const long *steps, const int *newer, int P, int W, int *new
             passed += px_vote_passed(ring, P, steps[(size_t)g * W + r]);
             if (!(ring[PX_VOTE_NEWER] > 0.5f)) all_newer = 0;
             if (ring[PX_VOTE_NEWER] != floorf(ring[PX_VOTE_NEWER]) || ring[PX_VOTE_NEWER] > (float)P) all_newer = 0;
+            if (!px_vote_save(ring)) all_save = 0;
+            if (ring[PX_VOTE_SAVE] != floorf(ring[PX_VOTE_SAVE]) || ring[PX_VOTE_SAVE] > (float)P) all_save = 0;
         }
     }
     free(group);
     if (newer_out) *newer_out = all_newer;
+    if (save_out) *save_out = all_save;
     return passed;
+}
+
+static int two_stage(const long *steps, const int *newer, int P, int W, int *newer_out) {
+    return two_stage_flags(steps, newer, NULL, P, W, newer_out, NULL);
 }
 
 static void test_two_stage(void) {
@@ -162,6 +172,17 @@ static void test_two_stage(void) {
     EXPECT(two_stage(steps, newer, P, W, &saw) == P * W && saw, "one rank's newer-quorum flag reaches every rank");
     for (int i = 0; i < P * W; i++) newer[i] = 1;
     EXPECT(two_stage(steps, newer, P, W, &saw) == P * W && saw, "every rank raising the flag stays exact");
+
+    /* the save flag (--checkpoint-every-s): one rank's clock makes the step a save everywhere */
+    int save[P * W] = {0}, saw_save = 1;
+    EXPECT(two_stage_flags(steps, NULL, save, P, W, NULL, &saw_save) == P * W && !saw_save,
+           "nobody asks for a save: no rank sees one");
+    save[1 * W + 0] = 1;
+    EXPECT(two_stage_flags(steps, NULL, save, P, W, &saw, &saw_save) == P * W && saw_save && !saw,
+           "one rank's save flag reaches every rank, and only the save flag");
+    for (int i = 0; i < P * W; i++) save[i] = newer[i] = 1;
+    EXPECT(two_stage_flags(steps, newer, save, P, W, &saw, &saw_save) == P * W && saw_save && saw,
+           "every rank raising both flags stays exact");
 }
 
 /* The largest supported job, stage by stage: 1024 ranks in a group, and
