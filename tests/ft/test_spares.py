@@ -14,7 +14,18 @@ comeback  the same with the killed group restarting at once: the spare takes
           (spare_registered after the kill) and never enters a quorum again
           while the others train to the end.
 layout    a would-be spare whose layout differs from the job's is refused at
-          registration (exit 2 naming both) and never counts as a spare."""
+          registration (exit 2 naming both) and never counts as a spare.
+spare-dies    the spare is SIGKILLed while the others train: it is lost, and
+          no quorum forms for it (the training groups keep their quorum id
+          and fail no step); the launcher restarts it and it registers as a
+          spare again (a new process, spare_registered after the kill); the
+          job completes with one checksum over the 3, every step's global
+          batch split exactly once (the sample ledger).
+spare-frozen  the spare is SIGSTOPped until the coordinator declares it lost
+          (heartbeat timeout), while the others commit steps in the same
+          quorum; SIGCONT (in a finally: nothing stays stopped): it registers
+          again and waits as a spare; no quorum forms for it, no step fails;
+          one checksum, the ledger holds."""
 import os
 import signal
 import subprocess
@@ -23,11 +34,14 @@ import tempfile
 import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
+sys.path.insert(0, os.path.dirname(__file__))
 from phalanx_test import Launch, check, main_scenarios, make_corpus, metrics_by_series, wait_until  # noqa: E402
+from test_chaos_kills import check_ledger, parse_ledger  # noqa: E402  (the sample ledger: every step's batch once)
 
 STEPS = 500
 KILL_AT = 100
-WORKER = ["--", "--global-batch", "12", "--micro-batch", "2", "--seq", "32"]
+GLOBAL_BATCH = 12
+WORKER = ["--", "--global-batch", str(GLOBAL_BATCH), "--micro-batch", "2", "--seq", "32"]
 
 
 def quorums(launch):
@@ -122,5 +136,146 @@ def test_layout(bindir):
     print("layout: a would-be spare of another layout refused, exit 2")
 
 
+def group_pids(launch, group):
+    """The pids of group's live ranks."""
+    return [m["pid"] for m in launch.status()["members"] if m["group"] == group and m["state"] != "lost"]
+
+
+def last_seq(launch):
+    return max([e["seq"] for e in launch.read_events()] or [0])
+
+
+def events_after(launch, seq, kind, group=None):
+    return [e for e in launch.read_events()
+            if e["seq"] > seq and e["type"] == kind and (group is None or e.get("group") == group)]
+
+
+def finished_seq(evs):
+    """The seq of the first run_finished: from there on groups leave the job one by one."""
+    return min([e["seq"] for e in evs if e["type"] == "run_finished"] or [float("inf")])
+
+
+def start_3_plus_1(bindir, name, steps, extra=()):
+    """3 training groups and 1 spare of `tiny`; returns (launch, ledger path)
+    once step KILL_AT is committed and the spare waits as one."""
+    data = make_corpus(bindir, tempfile.mkdtemp(prefix="phalanx-%s-data-" % name))
+    ledger = os.path.join(os.path.dirname(data), "ledger.txt")
+    launch = Launch(bindir, ["--groups", "3", "--spares", "1", "--model", "tiny", "--steps", str(steps), "--data", data,
+                             "--sample-ledger", ledger] + list(extra) + WORKER, name=name)
+    try:
+        wait_until(lambda: launch.last_step() >= KILL_AT, 120, "step %d" % KILL_AT)
+        wait_until(lambda: [g for g in launch.status()["groups"] if g["state"] == "spare"], 30, "a spare")
+    except Exception:
+        launch.terminate()
+        raise
+    return launch, ledger
+
+
+def training_and_spare(launch):
+    st = launch.status()
+    training = st["quorum"]["groups"]
+    spares = [g["name"] for g in st["groups"] if g["state"] == "spare"]
+    check(len(training) == 3 and len(spares) == 1, "3 groups train, 1 is a spare: %s %s" % (training, st["groups"]))
+    return st["quorum"]["id"], training, spares[0]
+
+
+def finish(launch, name, groups, ledger):
+    """The job completes; `groups` finish with one checksum; the sample
+    ledger holds every step, its global batch split exactly once."""
+    rc = launch.wait(240)
+    check(rc == 0 and launch.summary()["completed"], "%s: the job completes: rc %s\n%s" % (name, rc, launch.tail()))
+    finals = launch.finals()
+    check(set(finals) == set(groups) and len({f["checksum"] for f in finals.values()}) == 1,
+          "%s: %s finish with one checksum: %s" % (name, sorted(groups), finals))
+    check_ledger(parse_ledger(ledger), launch.summary()["steps"], GLOBAL_BATCH)
+
+
+def steady_quorum(launch, name, qid, training, since):
+    """No quorum formed after event `since` until groups finished: the
+    training groups kept quorum `qid` and never failed a step."""
+    evs = launch.read_events()
+    done = finished_seq(evs)
+    formed = [e for e in evs if e["type"] == "quorum_formed" and since < e["seq"] < done]
+    check(not formed, "%s: the spare's loss formed no quorum (the training groups keep quorum %d): %s" %
+          (name, qid, formed))
+    failed = [e for e in evs if e["type"] == "step_failed" and e["group"] in training and e["seq"] < done]
+    check(not failed, "%s: no training group failed a step: %s" % (name, failed))
+
+
+def test_spare_dies(bindir):
+    """The spare is SIGKILLed while the others train: nothing changes for
+    them; the launcher restarts it and it waits as a spare again."""
+    launch, ledger = start_3_plus_1(bindir, "spares-dies", 1000)
+    try:
+        qid, training, spare = training_and_spare(launch)
+        pids = group_pids(launch, spare)
+        check(pids, "%s has live ranks" % spare)
+        since = last_seq(launch)
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: events_after(launch, since, "member_lost", spare), 30, "%s lost" % spare)
+        back = wait_until(lambda: events_after(launch, since, "spare_registered", spare), 60,
+                          "%s back as a spare" % spare)
+        check(back[0]["quorum_id"] == qid, "%s registered as a spare of quorum %d: %s" % (spare, qid, back))
+        joined = events_after(launch, since, "member_joined", spare)
+        check(joined and not set(e["pid"] for e in joined) & set(pids),
+              "%s is a restarted process (not %s): %s" % (spare, pids, joined))
+        st = launch.status()
+        check(st["quorum"]["id"] == qid and [g["state"] for g in st["groups"] if g["name"] == spare] == ["spare"],
+              "%s is a spare again beside quorum %d: %s %s" % (spare, qid, st["quorum"], st["groups"]))
+        finish(launch, "spare-dies", training, ledger)
+    finally:
+        launch.terminate()
+    steady_quorum(launch, "spare-dies", qid, training, since)
+    print("spare-dies: %s killed and back as a spare; quorum %d of %s throughout" % (spare, qid, training))
+
+
+def test_spare_frozen(bindir):
+    """The spare is SIGSTOPped past the heartbeat timeout, then SIGCONTed:
+    the others train on throughout, and it waits as a spare again."""
+    launch, ledger = start_3_plus_1(bindir, "spares-frozen", 1000)
+    pids = []
+    try:
+        qid, training, spare = training_and_spare(launch)
+        pids = group_pids(launch, spare)
+        check(pids, "%s has live ranks" % spare)
+        since = last_seq(launch)
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            lost = wait_until(lambda: events_after(launch, since, "member_lost", spare), 30,
+                              "%s lost while stopped" % spare)
+            check(lost[0]["reason"] in ("heartbeat_timeout", "reported_and_silent", "disconnected_and_silent"),
+                  "%s lost for its silence: %s" % (spare, lost))
+            at_loss = launch.last_step()
+            wait_until(lambda: launch.last_step() >= at_loss + 50, 60,
+                       "steps committed while %s is stopped (from step %d)" % (spare, at_loss))
+            st = launch.status()
+            check(st["quorum"]["id"] == qid and st["quorum"]["groups"] == training,
+                  "quorum %d of %s trains on while %s is stopped: %s" % (qid, training, spare, st["quorum"]))
+        finally:
+            for pid in pids:
+                os.kill(pid, signal.SIGCONT)
+        wait_until(lambda: events_after(launch, lost[0]["seq"], "spare_registered", spare), 60,
+                   "%s back as a spare after SIGCONT" % spare)
+        joined = events_after(launch, since, "member_joined", spare)
+        st = launch.status()
+        check(st["quorum"]["id"] == qid and [g["state"] for g in st["groups"] if g["name"] == spare] == ["spare"],
+              "%s is a spare again beside quorum %d: %s %s" % (spare, qid, st["quorum"], st["groups"]))
+        finish(launch, "spare-frozen", training, ledger)
+    finally:
+        for pid in pids:  # nothing stays stopped, whatever failed
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        launch.terminate()
+    steady_quorum(launch, "spare-frozen", qid, training, since)
+    print("spare-frozen: %s lost while stopped (%s), back as a spare (%s); quorum %d of %s throughout" %
+          (spare, lost[0]["reason"], "the same process" if set(e["pid"] for e in joined) <= set(pids)
+           else "restarted", qid, training))
+
+
 if __name__ == "__main__":
-    main_scenarios({"promote": test_promote, "comeback": test_comeback, "layout": test_layout})
+    main_scenarios({"promote": test_promote, "comeback": test_comeback, "layout": test_layout,
+                    "spare-dies": test_spare_dies, "spare-frozen": test_spare_frozen})
