@@ -25,7 +25,13 @@ spare-frozen  the spare is SIGSTOPped until the coordinator declares it lost
           (heartbeat timeout), while the others commit steps in the same
           quorum; SIGCONT (in a finally: nothing stays stopped): it registers
           again and waits as a spare; no quorum forms for it, no step fails;
-          one checksum, the ledger holds."""
+          one checksum, the ledger holds.
+two-losses    2 of the 3 training groups SIGKILLed at once, restarts 60 s away:
+          the one spare takes one place (one spare_promoted), healed from the
+          survivor; every quorum after the losses holds the survivor and the
+          spare, the last only those two; the job completes as 2 groups that
+          share each step's global batch (6 + 6 of 12 in the ledger), one
+          checksum over the 2 that finish."""
 import os
 import signal
 import subprocess
@@ -276,6 +282,48 @@ def test_spare_frozen(bindir):
            else "restarted", qid, training))
 
 
+def test_two_losses(bindir):
+    """Two training groups SIGKILLed at once, their restarts 60 s away: the
+    one spare takes one place, and the job goes on with 2 groups."""
+    launch, ledger = start_3_plus_1(bindir, "spares-two-losses", STEPS, ["--restart-backoff-ms", "60000"])
+    try:
+        _, training, spare = training_and_spare(launch)
+        victims, survivor = training[:2], training[2]
+        pids = [p for g in victims for p in group_pids(launch, g)]
+        check(len(pids) == 2, "%s have live ranks: %s" % (victims, pids))
+        since = last_seq(launch)
+        killed_at = launch.last_step()
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+        finish(launch, "two-losses", [survivor, spare], ledger)
+    finally:
+        launch.terminate()
+    evs = [e for e in launch.read_events() if e["seq"] > since]
+    done = finished_seq(evs)
+    formed = [e for e in evs if e["type"] == "quorum_formed" and e["seq"] < done]
+    # Both losses are usually seen in one pass; a loss seen a little later
+    # makes one more quorum on the way, the spare in each.
+    check(formed and sorted(formed[-1]["groups"]) == sorted([survivor, spare]) and
+          all(survivor in e["groups"] and spare in e["groups"] for e in formed),
+          "two-losses: the quorums after the losses hold %s and the spare %s, the last only those: %s" %
+          (survivor, spare, [e["groups"] for e in formed]))
+    promoted = [e for e in evs if e["type"] == "spare_promoted"]
+    check(len(promoted) == 1 and promoted[0]["group"] == spare and promoted[0]["replaced"] in victims,
+          "two-losses: one spare for two losses, %s in the place of %s or %s: %s" %
+          (spare, victims[0], victims[1], promoted))
+    healed = [e for e in evs if e["type"] == "heal_finished" and e["group"] == spare]
+    check(healed and healed[0]["peer_group"] == survivor,
+          "two-losses: the spare healed from %s: %s" % (survivor, healed))
+    rows = [r for r in parse_ledger(ledger) if int(r["quorum"]) == formed[-1]["quorum_id"]]
+    check(rows and all(r["of"] == "2" and int(r["hi"]) - int(r["lo"]) == GLOBAL_BATCH // 2 for r in rows),
+          "two-losses: 2 groups share each step's global batch of %d after the losses: %s" % (GLOBAL_BATCH, rows[:4]))
+    back = [e for e in evs if e["type"] == "member_joined" and e["group"] in victims]
+    check(not back, "two-losses: the killed groups did not come back within the run (60 s backoff): %s" % back)
+    print("two-losses: %s and %s killed at step %d; %s and the spare %s trained %d steps as 2 groups" %
+          (victims[0], victims[1], killed_at, survivor, spare, len(rows) // 2))
+
+
 if __name__ == "__main__":
     main_scenarios({"promote": test_promote, "comeback": test_comeback, "layout": test_layout,
-                    "spare-dies": test_spare_dies, "spare-frozen": test_spare_frozen})
+                    "spare-dies": test_spare_dies, "spare-frozen": test_spare_frozen,
+                    "two-losses": test_two_losses})
