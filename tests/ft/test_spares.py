@@ -31,8 +31,16 @@ two-losses    2 of the 3 training groups SIGKILLed at once, restarts 60 s away:
           survivor; every quorum after the losses holds the survivor and the
           spare, the last only those two; the job completes as 2 groups that
           share each step's global batch (6 + 6 of 12 in the ledger), one
-          checksum over the 2 that finish."""
+          checksum over the 2 that finish.
+chaos     seeded kills (PX_CHAOS_SEED, printed on failure) of 4 training
+          groups in turn, each once the previous victim is back as a spare
+          (--restart-backoff-ms 3000): after each kill the next quorum holds 3
+          groups, the spare in the victim's place (spare_promoted naming the
+          victim); no quorum short of 3 until groups finish; one checksum,
+          the ledger holds. Prints the promotion seconds p50/p95 (never
+          asserted)."""
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -41,7 +49,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 sys.path.insert(0, os.path.dirname(__file__))
-from phalanx_test import Launch, check, main_scenarios, make_corpus, metrics_by_series, wait_until  # noqa: E402
+from phalanx_test import Fail, Launch, check, main_scenarios, make_corpus, metrics_by_series, wait_until  # noqa: E402
 from test_chaos_kills import check_ledger, parse_ledger  # noqa: E402  (the sample ledger: every step's batch once)
 
 STEPS = 500
@@ -323,7 +331,75 @@ def test_two_losses(bindir):
           (victims[0], victims[1], killed_at, survivor, spare, len(rows) // 2))
 
 
+CHAOS_SEED = int(os.environ.get("PX_CHAOS_SEED", "11"))
+CHAOS_KILLS = 4
+CHAOS_STEPS = 8000
+CHAOS_GAP = 30  # steps committed with the new spare waiting before the next kill
+
+
+def percentile(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100.0 * (len(xs) - 1))))]
+
+
+def test_chaos(bindir):
+    """Repeated kills of training groups (a seeded choice), each once the
+    previous victim waits as a spare again: every kill is answered by the
+    spare, and the job never trains short of 3 groups."""
+    try:
+        spares_chaos(bindir, random.Random(CHAOS_SEED))
+    except Fail as e:
+        raise Fail("%s (chaos seed %d; rerun with PX_CHAOS_SEED=%d)" % (e, CHAOS_SEED, CHAOS_SEED))
+
+
+def spares_chaos(bindir, rng):
+    launch, ledger = start_3_plus_1(bindir, "spares-chaos", CHAOS_STEPS, ["--restart-backoff-ms", "3000"])
+    kills = []  # (victim, the spare that took its place, the event seq before the kill)
+    try:
+        for k in range(CHAOS_KILLS):
+            _, training, spare = training_and_spare(launch)
+            victim = rng.choice(sorted(training))
+            pids = group_pids(launch, victim)
+            check(pids, "%s has live ranks" % victim)
+            since = last_seq(launch)
+            killed_at = launch.last_step()
+            check(killed_at < CHAOS_STEPS - 500, "kill %d at step %d leaves the job time to answer it (raise "
+                  "CHAOS_STEPS)" % (k + 1, killed_at))
+            for pid in pids:
+                os.kill(pid, signal.SIGKILL)
+            promoted = wait_until(lambda: [e for e in events_after(launch, since, "spare_promoted")
+                                           if e["replaced"] == victim], 60,
+                                  "kill %d: the spare %s trains in %s's place" % (k + 1, spare, victim))
+            check(promoted[0]["group"] == spare, "kill %d: the spare %s took %s's place: %s" %
+                  (k + 1, spare, victim, promoted))
+            back = wait_until(lambda: events_after(launch, since, "spare_registered", victim), 60,
+                              "kill %d: %s back as a spare" % (k + 1, victim))
+            at_back = launch.last_step()
+            wait_until(lambda: launch.last_step() >= at_back + CHAOS_GAP, 60, "steps after kill %d" % (k + 1))
+            kills.append((victim, spare, since, promoted[0]))
+            print("kill %d: %s at step %d, the spare %s trained from step %d, %s back as a spare (quorum %d)" %
+                  (k + 1, victim, killed_at, spare, promoted[0]["first_step"], victim, back[0]["quorum_id"]))
+        finish(launch, "chaos", launch.status()["quorum"]["groups"], ledger)
+    finally:
+        launch.terminate()
+    evs = launch.read_events()
+    done = finished_seq(evs)
+    for k, (victim, spare, since, promoted) in enumerate(kills):
+        nxt = [e for e in evs if e["type"] == "quorum_formed" and e["seq"] > since]
+        check(nxt and len(nxt[0]["groups"]) == 3 and spare in nxt[0]["groups"] and victim not in nxt[0]["groups"]
+              and nxt[0]["quorum_id"] == promoted["quorum_id"],
+              "kill %d: the next quorum holds 3 groups, the spare %s in %s's place: %s" %
+              (k + 1, spare, victim, nxt[:1]))
+    short = [e["groups"] for e in evs if e["type"] == "quorum_formed" and e["seq"] < done and len(e["groups"]) < 3]
+    check(not short, "chaos: never short of a group until groups finished: %s" % short)
+    promoted = [e for e in evs if e["type"] == "spare_promoted"]
+    check(len(promoted) == CHAOS_KILLS, "chaos: one promotion per kill: %s" % promoted)
+    secs = [e["seconds"] for e in promoted]
+    print("chaos: %d kills (seed %d), promotion p50 %.3f s p95 %.3f s (loss to the spare's first committed step)" %
+          (len(kills), CHAOS_SEED, percentile(secs, 50), percentile(secs, 95)))
+
+
 if __name__ == "__main__":
     main_scenarios({"promote": test_promote, "comeback": test_comeback, "layout": test_layout,
                     "spare-dies": test_spare_dies, "spare-frozen": test_spare_frozen,
-                    "two-losses": test_two_losses})
+                    "two-losses": test_two_losses, "chaos": test_chaos})
