@@ -29,11 +29,13 @@ def parse_ledger(path):
     return rows
 
 
-def check_ledger(rows):
+def check_ledger(rows, steps=STEPS, global_batch=GLOBAL_BATCH):
+    """Every step of `steps` committed, each committing quorum's split of
+    the global batch covering it exactly once (test_spares.py uses it too)."""
     by_step = {}
     for r in rows:
         by_step.setdefault(int(r["step"]), []).append(r)
-    missing = [s for s in range(STEPS) if s not in by_step]
+    missing = [s for s in range(steps) if s not in by_step]
     check(not missing, "steps never committed by any group: %s" % missing[:10])
     for step, rs in sorted(by_step.items()):
         commits = {}
@@ -49,14 +51,14 @@ def check_ledger(rows):
             for r in attempt:
                 check(int(r["of"]) == P, "step %d: group %s says %s groups, quorum lists %d" % (step, r["group"], r["of"], P))
                 i = names.index(r["group"])
-                lo, hi = i * GLOBAL_BATCH // P, (i + 1) * GLOBAL_BATCH // P
+                lo, hi = i * global_batch // P, (i + 1) * global_batch // P
                 check((int(r["lo"]), int(r["hi"])) == (lo, hi),
                       "step %d: group %s took [%s,%s), its share is [%d,%d)" % (step, r["group"], r["lo"], r["hi"], lo, hi))
                 check(r["group"] not in seen, "step %d: group %s committed twice in quorum %s" % (step, r["group"], q))
                 seen.add(r["group"])
-            shares = sorted((names.index(n) * GLOBAL_BATCH // P, (names.index(n) + 1) * GLOBAL_BATCH // P) for n in names)
+            shares = sorted((names.index(n) * global_batch // P, (names.index(n) + 1) * global_batch // P) for n in names)
             covered = [x for lo, hi in shares for x in range(lo, hi)]
-            check(covered == list(range(GLOBAL_BATCH)),
+            check(covered == list(range(global_batch)),
                   "step %d: the split of quorum %s does not cover the batch exactly once" % (step, q))
         # Two attempts at one step that both committed would count its samples twice
         # unless they belong to disjoint groups (a partial commit then a solo retry
