@@ -216,6 +216,7 @@ def overhead(a, env, model):
                                                                    range(EVERY, first + measured, EVERY)), a.pairs),
           flush=True)
     none, withs, firsts, cpu_none, cpu_with, holds = [], [], [], [], [], []
+    by_pos = {}  # k mod EVERY -> [(wall, cpu) difference of saving against not, per measured step]
     keep = range(first + 1, first + measured + 1)
     for p in range(a.pairs):
         base, base_cpu, _ = step_intervals(a, env, model, False)
@@ -226,10 +227,18 @@ def overhead(a, env, model):
         cpu_none.append(statistics.fmean(base_cpu[k] for k in keep))
         cpu_with.append(statistics.fmean(ck_cpu[k] for k in keep))
         firsts.append(ck[EVERY] + ck[first] - base[EVERY] - base[first])
+        for k in keep:
+            by_pos.setdefault(k % EVERY, []).append((ck[k] - base[k], ck_cpu[k] - base_cpu[k]))
         print("  pair %d: mean step none %.1f ms, saving %.1f ms: %+.1f%%; worker CPU per step %.0f ms, %.0f ms; "
               "the first save's two steps (%d and %d) %+.0f ms"
               % (p + 1, none[-1] * 1e3, withs[-1] * 1e3, 100 * (withs[-1] / none[-1] - 1), cpu_none[-1] * 1e3,
                  cpu_with[-1] * 1e3, EVERY, first, firsts[-1] * 1e3), flush=True)
+    # Where the cost lands: the step whose optimizer step takes the
+    # snapshot (k mod EVERY = 0: its commit saves), and the steps during
+    # which the saver writes.
+    pos = {k: (statistics.fmean(d[0] for d in v), statistics.fmean(d[1] for d in v)) for k, v in by_pos.items()}
+    print("  saving minus not, by step after a save (wall ms, worker CPU ms): " +
+          ", ".join("+%d: %+.0f, %+.0f" % (k, pos[k][0] * 1e3, pos[k][1] * 1e3) for k in sorted(pos)), flush=True)
     if holds:
         print("  a save held training for its snapshot copy at a median %.0f MB/s (%d saves)"
               % (statistics.median(holds) / 1e6, len(holds)), flush=True)

@@ -66,9 +66,9 @@ px_tier(process ft_launch_progress_json ft_launch_progress_dataprep
         ft_buckets ft_job_finished ft_launch_config_error ft_diloco_identity ft_diloco_dtype
         ft_diloco_checkpoint ft_diloco_warmup ft_diloco_refused ft_dashboard_metrics ft_dashboard_browser)
 px_tier(chaos ft_spares_promote ft_spares_comeback ft_spares_layout ft_spares_spare_dies ft_spares_spare_frozen
-        ft_spares_two_losses ft_spares_chaos ft_launch_progress_interval ft_chaos_ranks ft_coordinator_outage ft_launch_sigkill ft_launch_incomplete ft_diloco_kill
+        ft_spares_two_losses ft_launch_progress_interval ft_chaos_ranks ft_coordinator_outage ft_launch_sigkill ft_launch_incomplete ft_diloco_kill
         ft_diloco_chaos ft_diloco_chaos_overlap ft_diloco_auto_restart ft_liveness_train ft_liveness_restart
         ft_dashboard_restart ft_two_hosts)
 px_tier(slow ft_chaos_kills ft_sigstop ft_coordinator_stall ft_heal_kill ft_diloco_layouts ft_diloco_long_round
         ft_diloco_auto ft_diloco_auto_fragments ft_diloco_auto_chaos ft_diloco_auto_chaos_overlap ft_diloco_overlap
-        ft_diloco_quality ft_diloco_fragments ft_dashboard_scale)
+        ft_diloco_quality ft_diloco_fragments ft_dashboard_scale ft_spares_chaos)
