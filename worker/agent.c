@@ -506,7 +506,10 @@ static void handle_reply(px_agent_t *a, px_msg_t *msg, int64_t *next_register) {
             a->registered = 0;
             pthread_mutex_unlock(&a->mu);
             if (was) px_log_info("coordinator does not know us (%s): registering again", msg->error->message);
-            *next_register = 0;
+            /* at once, unless a registration is on its way already: stale
+             * heartbeats (a process stopped and continued) each come back
+             * UNKNOWN_MEMBER, and each must not register again */
+            if (was) *next_register = 0;
         } else if (code == PHALANX__ERROR_CODE__WRONG_JOB || code == PHALANX__ERROR_CODE__WRONG_LAYOUT ||
                    code == PHALANX__ERROR_CODE__AUTH_REJECTED ||
                    code == PHALANX__ERROR_CODE__VERSION_MISMATCH) {

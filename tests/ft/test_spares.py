@@ -285,6 +285,9 @@ def test_spare_frozen(bindir):
                 pass
         launch.terminate()
     steady_quorum(launch, "spare-frozen", qid, training, since)
+    again = events_after(launch, lost[0]["seq"], "spare_registered", spare)
+    check(len(again) == 1, "%s registered as a spare once after SIGCONT (its stale heartbeats each answered "
+          "UNKNOWN_MEMBER, and only one may register it): %s" % (spare, again))
     print("spare-frozen: %s lost while stopped (%s), back as a spare (%s); quorum %d of %s throughout" %
           (spare, lost[0]["reason"], "the same process" if set(e["pid"] for e in joined) <= set(pids)
            else "restarted", qid, training))
