@@ -11,11 +11,13 @@
                  probes, the group Jobs' policies, token, references)
   lint-selftest  the lint reports each of a list of deliberately broken
                  manifests, naming the object and field
-  refs           what each overlay promises: cpu-demo 3 groups x 1 rank,
-                 checkpoints on a ReadWriteOnce claim, its local image never
-                 pulled; gpu 8 ranks with GPUs, no spares, a ReadWriteMany
-                 claim; both: the coordinator address, the volumes, the
-                 connect timeout, the scraper's labels
+  refs           what each overlay promises: cpu-demo 4 groups x 1 rank of
+                 which 3 train and 1 waits as a spare (PHALANX_TARGET_GROUPS
+                 3, one Job more than it), checkpoints on a ReadWriteOnce
+                 claim, its local image never pulled; gpu 8 ranks with GPUs,
+                 no spares, a ReadWriteMany claim; both: the coordinator
+                 address, the volumes, the connect timeout, the scraper's
+                 labels
   groups         make-groups.py wrote the committed groups/ folders (the
                  spares included), and makes and refuses what it should
 
@@ -42,7 +44,7 @@ from k8s_lint import lint, matches  # noqa: E402
 MINIMUM = "1.29"
 # What cpu-demo promises (its kustomization.yaml): these groups, of which
 # CPU_DEMO_SPARES wait as spares and the others train.
-CPU_DEMO_GROUPS, CPU_DEMO_SPARES = ["g0", "g1", "g2"], 0
+CPU_DEMO_GROUPS, CPU_DEMO_SPARES = ["g0", "g1", "g2", "g3"], 1
 GPU_EXTERNAL = ["Secret/phalanx-token"]  # created by the operator (overlays/gpu/kustomization.yaml)
 
 
@@ -328,9 +330,15 @@ BROKEN = [
     ("no PodDisruptionBudget", lambda x: _drop(x, "PodDisruptionBudget"), "PodDisruptionBudget: none selects"),
     ("budget letting two groups go", lambda x: K.find(x, "PodDisruptionBudget")[0]["spec"].update(minAvailable=1),
      "PodDisruptionBudget/phalanx-workers: spec.minAvailable"),
+    ("budget counting the spare as a training group",
+     lambda x: K.find(x, "PodDisruptionBudget")[0]["spec"].update(minAvailable=3),
+     "PodDisruptionBudget/phalanx-workers: spec.minAvailable"),
     ("more groups to train than there are",
      lambda x: K.find(x, "ConfigMap", "phalanx-coordinator")[0]["data"].update(PHALANX_TARGET_GROUPS="5"),
      "Deployment/phalanx-coordinator: spec.template.spec.containers[coordinator].env.PHALANX_TARGET_GROUPS"),
+    ("a quorum minimum above the training groups",
+     lambda x: K.find(x, "ConfigMap", "phalanx-coordinator")[0]["data"].update(PHALANX_MIN_REPLICAS="4"),
+     "Deployment/phalanx-coordinator: spec.template.spec.containers[coordinator].env.PHALANX_MIN_REPLICAS"),
     ("no headless Service", lambda x: _drop(x, "Service", "phalanx-workers"),
      "Job/phalanx-worker-g0: spec.template.spec.subdomain"),
     ("object without the name label", lambda x: K.find(x, "ConfigMap")[0]["metadata"]["labels"].pop(
