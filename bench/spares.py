@@ -13,10 +13,15 @@ from the loss to the spare's first committed step); then the ratio of the
 tokens/s with a spare to without, per pair.
 
     python3 bench/spares.py build/bin [--pairs 2] [--groups 2] [--steps 4000]
-        [--kill-every 800] [--replace-s 15] [--model tiny]
+        [--kill-every 800] [--replace-s 15] [--model tiny] [--json OUT]
 
 Each promotion is also split: the spare's heal (heal_finished) within the
 time from the loss to its first committed step.
+
+--json OUT writes the figures for phalanx-sim (bench/sim_figures.py
+--spares OUT): promotion_s, the p50 promotion less the p50 of the promoted
+spares' heals (the simulator adds a heal scaled to its own state size), with
+the p50s it comes from.
 
 OPENBLAS_CORETYPE is left as it is, for both sides alike."""
 import argparse
@@ -28,6 +33,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "lib"))
+from ft_lib import blas_env, write_figures  # noqa: E402
 from phalanx_test import Launch, make_corpus, wait_until  # noqa: E402
 
 GLOBAL_BATCH, SEQ = 8, 64
@@ -82,19 +88,23 @@ def main():
     ap.add_argument("--kill-every", type=int, default=800)
     ap.add_argument("--replace-s", type=float, default=15.0)
     ap.add_argument("--model", default="tiny")
+    ap.add_argument("--json", default="", metavar="OUT",
+                    help="write promotion_s (p50 promotion less the p50 heal within it) for phalanx-sim "
+                         "(bench/sim_figures.py --spares)")
     args = ap.parse_args()
     data = make_corpus(args.bindir, tempfile.mkdtemp(prefix="phalanx-bench-spares-data-"))
     print("bench/spares: %d training groups x 1 thread, %s, %d steps, a training group killed every %d steps, "
           "replaced after %.0f s; %d cores, OPENBLAS_CORETYPE=%s" %
           (args.groups, args.model, args.steps, args.kill_every, args.replace_s, os.cpu_count(),
            os.environ.get("OPENBLAS_CORETYPE", "(unset)")))
-    ratios, promos = [], []
+    ratios, promos, heals = [], [], []
     for pair in range(args.pairs):
         r = {}
         for spares in (0, 1):
             r[spares] = one_run(args.bindir, data, args, spares)
             x = r[spares]
             promos += x["promos"]
+            heals += x["heals"]
             print("pair %d spares %d: %.0f tokens/s over %.1f s, %d kills, %.1f s short of a group, promotions %s "
                   "(of which the spares' heals %s)" %
                   (pair + 1, spares, x["tok_s"], x["elapsed"], x["kills"], x["short_s"],
@@ -106,6 +116,14 @@ def main():
         print("promotion (loss to the spare's first committed step): p50 %.3f s, p95 %.3f s over %d" %
               (statistics.median(ps), ps[min(len(ps) - 1, int(0.95 * len(ps)))], len(ps)))
     print("tokens/s with a spare / without, per pair: %s" % ", ".join("%.2fx" % x for x in ratios))
+    if args.json:
+        if not promos:
+            raise SystemExit("spares: no promotion measured, nothing to write to %s (more steps, or kills?)" % args.json)
+        p50 = statistics.median(promos)
+        heal = statistics.median(heals) if heals else 0.0
+        write_figures(args.json, "spares", {"promotion_s": max(p50 - heal, 0.0), "promotion_p50_s": p50,
+                                            "heal_p50_s": heal if heals else None, "promotions": len(promos),
+                                            "heals": len(heals), "model": args.model}, blas_env("")[1])
 
 
 if __name__ == "__main__":

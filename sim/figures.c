@@ -16,6 +16,7 @@ int px_sim_figures_load(const char *path, px_sim_config_t *c, char *err, size_t 
     } keys[] = {
         {"detect_s", &c->detect_s},
         {"requorum_s", &c->requorum_s},
+        {"promotion_s", &c->promotion_s},
         {"heal_bytes_per_s", &c->heal_bytes_per_s},
         {"checkpoint_write_bytes_per_s", &c->checkpoint_write_bytes_per_s},
         {"checkpoint_hold_bytes_per_s", &c->checkpoint_hold_bytes_per_s},

@@ -23,7 +23,8 @@ typedef struct {
     const char *policy, *figures, *csv;
     /* Our measured figures given as flags: applied over the --figures file
      * whatever the order; NaN: not given. */
-    double detect_s, requorum_s, heal_bytes_per_s, checkpoint_write_bytes_per_s, checkpoint_hold_bytes_per_s;
+    double detect_s, requorum_s, promotion_s, heal_bytes_per_s, checkpoint_write_bytes_per_s,
+        checkpoint_hold_bytes_per_s;
 } cli_t;
 
 #define CLI(member) PX_FLAG_AT(cli_t, member)
@@ -48,7 +49,7 @@ static const px_flag_t JOB[] = {
      .help = "fewer live groups restart the whole job", CLI(c.min_replicas)},
     {"--spares", PX_FLAG_INT, "S", .min = 0, .max = 100000000,
      .help = "phalanx-sync, phalanx-diloco: standby groups that take a lost group's place at once (healing into "
-             "it); the repaired group becomes a spare",
+             "it; phalanx-sync stalls for --promotion-s); the repaired group becomes a spare",
      CLI(c.spares)},
     {"--checkpoint-interval-s", PX_FLAG_REAL, "S", .lo = 0, .hi = 1e9,
      .note = "Young/Daly for restart-all, 3600 for the others (only a backstop there)",
@@ -81,6 +82,10 @@ static const px_flag_t FIGURES[] = {
      CLI(detect_s)},
     {"--requorum-s", PX_FLAG_REAL, "S", .lo = 0, .hi = 1e15,
      .note = "--figures'", .help = "detection to the survivors' rebuilt communicators", CLI(requorum_s)},
+    {"--promotion-s", PX_FLAG_REAL, "S", .lo = 0, .hi = 1e15, .note = "--figures'",
+     .help = "phalanx-sync with --spares: a group's loss to the first committed step of the spare in its place, "
+             "less the spare's heal (added from --heal-bytes-per-s)",
+     CLI(promotion_s)},
     {"--heal-bytes-per-s", PX_FLAG_REAL, "B", .lo = 0, .hi = 1e15,
      .note = "--figures'", .help = "heal rate of one rank pair (a group's ranks heal in parallel)", CLI(heal_bytes_per_s)},
     {"--checkpoint-write-bytes-per-s", PX_FLAG_REAL, "B", .lo = 0, .hi = 1e15,
@@ -153,8 +158,8 @@ static void print_summary(const px_sim_config_t *c, const px_sim_result_t *r) {
 }
 
 int main(int argc, char **argv) {
-    cli_t o = {.detect_s = NAN, .requorum_s = NAN, .heal_bytes_per_s = NAN, .checkpoint_write_bytes_per_s = NAN,
-               .checkpoint_hold_bytes_per_s = NAN};
+    cli_t o = {.detect_s = NAN, .requorum_s = NAN, .promotion_s = NAN, .heal_bytes_per_s = NAN,
+               .checkpoint_write_bytes_per_s = NAN, .checkpoint_hold_bytes_per_s = NAN};
     px_sim_config_default(&o.c);
     const px_flag_section_t sections[] = {
         {&JOB_FLAGS, &o, NULL},     {&FAILURE_FLAGS, &o, NULL}, {&FIGURE_FLAGS, &o, NULL},
@@ -179,10 +184,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "%s: --figures: %s\n", PROG, err);
         return 2;
     }
-    const double given_figures[] = {o.detect_s, o.requorum_s, o.heal_bytes_per_s, o.checkpoint_write_bytes_per_s,
-                                    o.checkpoint_hold_bytes_per_s};
-    double *const figures[] = {&c.detect_s, &c.requorum_s, &c.heal_bytes_per_s, &c.checkpoint_write_bytes_per_s,
-                               &c.checkpoint_hold_bytes_per_s};
+    const double given_figures[] = {o.detect_s, o.requorum_s, o.promotion_s, o.heal_bytes_per_s,
+                                    o.checkpoint_write_bytes_per_s, o.checkpoint_hold_bytes_per_s};
+    double *const figures[] = {&c.detect_s, &c.requorum_s, &c.promotion_s, &c.heal_bytes_per_s,
+                               &c.checkpoint_write_bytes_per_s, &c.checkpoint_hold_bytes_per_s};
     for (size_t f = 0; f < sizeof figures / sizeof *figures; f++)
         if (!isnan(given_figures[f])) *figures[f] = given_figures[f];
     px_sim_result_t r;

@@ -57,9 +57,16 @@
  *
  * Spares (phalanx-sync, phalanx-diloco): S standby groups on their own
  * accelerators. A live group lost while one is ready has its place taken at
- * once: the detection and re-quorum stall as before, then the spare heals
- * into the place (heal) and trains; the lost group is repaired for repair_s
- * and becomes a ready spare again. With none ready a loss degrades the job
+ * once, and the lost group is repaired for repair_s and becomes a ready
+ * spare again. In phalanx-sync everyone stalls for the detection and then
+ * promotion_s (detect), in place of the re-quorum: the measured time from a
+ * loss to the first committed step of the spare that took the place, less
+ * the spare's heal (bench/spares.py), so it holds the re-quorum with the
+ * spare in it. The spare then heals into the place (heal: state per rank /
+ * heal rate, scaling with the state as a rejoin's heal does) and trains,
+ * with no second re-quorum.
+ * In phalanx-diloco nobody stalls: the spare heals and waits for the next
+ * round, as a repaired group does. With none ready a loss degrades the job
  * as without spares. Spares are taken not to fail while they wait (their
  * accelerators are not among the N).
  *
@@ -105,8 +112,8 @@ static double rng_exp(rng_t *r, double mean) { return -mean * log1p(-rng_unit(r)
 
 /* ---- the event queue: a binary heap ordered by (time, insertion order) ---- */
 
-enum { EV_FAILURE, EV_CKPT_START, EV_CKPT_DONE, EV_RESTART_DONE, EV_REPAIRED, EV_HEALED, EV_JOIN, EV_SPARE_BACK,
-       EV_END };
+enum { EV_FAILURE, EV_CKPT_START, EV_CKPT_DONE, EV_RESTART_DONE, EV_REPAIRED, EV_HEALED, EV_SPARE_HEALED, EV_JOIN,
+       EV_SPARE_BACK, EV_END };
 
 typedef struct {
     double t;
@@ -170,7 +177,7 @@ typedef struct {
     int stall_cause[MAX_STALLS], stall_head, stall_n;
     double stall_left[MAX_STALLS];
     double committed, snapshot, round_start, round_s;
-    double tau, ckpt_stall_s, ckpt_write_s, heal_s, detect_s, requorum_s;
+    double tau, ckpt_stall_s, ckpt_write_s, heal_s, detect_s, requorum_s, promotion_s;
     int err;
 } sim_t;
 
@@ -238,6 +245,7 @@ static void whole_restart(sim_t *s) {
 static void group_lost(sim_t *s, int64_t g) {
     const px_sim_config_t *c = s->c;
     s->r->groups_lost++;
+    int promote = s->gstate[g] == G_LIVE && s->spares_ready > 0;
     if (s->gstate[g] == G_LIVE) {
         double live = (double)s->n_in[G_LIVE], G = (double)s->G;
         if (c->policy == PX_SIM_PHALANX_DILOCO) {
@@ -245,16 +253,16 @@ static void group_lost(sim_t *s, int64_t g) {
         } else {
             double step_work = c->policy == PX_SIM_PHALANX_SYNC ? c->step_s : c->step_s * live / G;
             lose_work(s, rng_unit(&s->rng) * step_work);
-            stall(s, PX_SIM_DETECT, s->detect_s + s->requorum_s);
+            stall(s, PX_SIM_DETECT, s->detect_s + (promote ? s->promotion_s : s->requorum_s));
         }
     }
-    if (s->gstate[g] == G_LIVE && s->spares_ready > 0) {
+    if (promote) {
         /* a spare takes the place at once and heals into it; the lost
          * group, once repaired, is the new spare (nothing to heal then) */
         s->spares_ready--;
         s->r->promotions++;
         set_group(s, g, G_HEAL);
-        schedule(s, s->now + s->heal_s, EV_HEALED, g, ++s->gepoch[g]);
+        schedule(s, s->now + s->heal_s, EV_SPARE_HEALED, g, ++s->gepoch[g]);
         schedule(s, s->now + c->repair_s, EV_SPARE_BACK, -1, s->epoch);
         return;
     }
@@ -307,12 +315,13 @@ static void on_event(sim_t *s, const event_t *e) {
         if (e->kind == EV_REPAIRED) {
             set_group(s, e->group, G_HEAL);
             schedule(s, s->now + s->heal_s, EV_HEALED, e->group, e->epoch);
-        } else if (e->kind == EV_HEALED && c->policy == PX_SIM_PHALANX_DILOCO) {
+        } else if ((e->kind == EV_HEALED || e->kind == EV_SPARE_HEALED) && c->policy == PX_SIM_PHALANX_DILOCO) {
             set_group(s, e->group, G_WAIT);
             double next = s->round_start + ceil((s->now - s->round_start) / s->round_s) * s->round_s;
             schedule(s, next, EV_JOIN, e->group, e->epoch);
         } else {
             set_group(s, e->group, G_LIVE);
+            /* a rejoin re-forms the quorum; a promoted spare was in it (promotion_s) */
             if (e->kind == EV_HEALED) stall(s, PX_SIM_HEAL, s->requorum_s);
         }
     }
@@ -355,6 +364,7 @@ void px_sim_config_default(px_sim_config_t *c) {
         .state_bytes = 128e9,
         .detect_s = NAN,
         .requorum_s = NAN,
+        .promotion_s = NAN,
         .heal_bytes_per_s = NAN,
         .checkpoint_write_bytes_per_s = NAN,
         .checkpoint_hold_bytes_per_s = NAN,
@@ -394,6 +404,7 @@ int px_sim_config_check(const px_sim_config_t *c, char *err, size_t errlen) {
         {"checkpoint_write_bytes_per_s", c->checkpoint_write_bytes_per_s, c->policy != PX_SIM_RESTART_ALL, 1},
         {"detect_s", c->detect_s, c->policy >= PX_SIM_PHALANX_SYNC, 0},
         {"requorum_s", c->requorum_s, c->policy != PX_SIM_RESTART_ALL, 0},
+        {"promotion_s", c->promotion_s, c->policy == PX_SIM_PHALANX_SYNC && c->spares > 0, 0},
         {"heal_bytes_per_s", c->heal_bytes_per_s, c->policy >= PX_SIM_PHALANX_SYNC, 1},
         {"timeout_s", c->timeout_s, c->policy == PX_SIM_DROP_GROUP_TIMEOUT, 0},
         {"timeout_heal_bytes_per_s", c->timeout_heal_bytes_per_s, c->policy == PX_SIM_DROP_GROUP_TIMEOUT, 1},
@@ -431,6 +442,7 @@ static void derive(sim_t *s) {
         s->detect_s = c->detect_s, s->heal_s = per_rank / c->heal_bytes_per_s;
     }
     s->requorum_s = restart_all ? 0 : c->requorum_s;
+    s->promotion_s = c->policy == PX_SIM_PHALANX_SYNC && c->spares > 0 ? c->promotion_s : 0;
     s->round_s = (double)c->inner_steps * c->step_s;
     s->r->checkpoint_interval_s = s->tau, s->r->checkpoint_cost_s = s->ckpt_stall_s;
     s->r->heal_s = s->heal_s, s->r->job_mtbf_s = job_mtbf;

@@ -47,6 +47,7 @@ typedef struct {
     double state_bytes;         /* training state of one replica (params + optimizer) */
     /* our measured figures (phalanx-sync, phalanx-diloco; restart-all's checkpoint write) */
     double detect_s, requorum_s;
+    double promotion_s;              /* phalanx-sync with spares: a promotion beyond its heal (sim.c) */
     double heal_bytes_per_s;         /* per rank pair: a group's ranks heal in parallel */
     double checkpoint_write_bytes_per_s; /* per rank, to durable storage */
     double checkpoint_hold_bytes_per_s;  /* per rank: the snapshot copy that holds training */

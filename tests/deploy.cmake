@@ -11,9 +11,11 @@ px_add_py_scenarios(deploy_k8s ${CMAKE_CURRENT_LIST_DIR}/deploy/test_k8s_manifes
 
 # The manifests exercised: the cpu-demo's own commands,
 # environment and volumes run as containers of the image scripts/image.sh
-# builds (podman; plain processes, said so, where podman is missing); one
-# worker container is SIGKILLed, its group is dropped, the replacement pod
-# heals; then every worker is SIGKILLed, and their replacements restore the
+# builds (podman; plain processes, said so, where podman is missing); its
+# spare shows in /status; one training group's worker container is
+# SIGKILLed, its group is dropped, the spare takes its place
+# (spare_promoted) and heals, the replacement pod registers as the new
+# spare; then every worker is SIGKILLed, and their replacements restore the
 # newest checkpoint from the claim's volume and train on from its step; the
 # job finishes. The first run on a machine builds the image (debootstrap,
 # then compiling in the build stage): minutes.

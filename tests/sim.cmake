@@ -1,6 +1,7 @@
 # phalanx-sim: the simulator against Daly's closed form, with
-# failures off, the Llama 3 rate, seeds; the command line (flags named in
-# errors, a seed reproducing the CSV byte for byte). Seconds each.
+# failures off, the Llama 3 rate, seeds, spares; the command line (flags named in
+# errors, a seed reproducing the CSV byte for byte, spares needing the
+# promotion figure the checked-in figures hold). Seconds each.
 add_executable(test_sim ${CMAKE_CURRENT_LIST_DIR}/sim/test_sim.c)
 target_include_directories(test_sim PRIVATE ${CMAKE_CURRENT_LIST_DIR}/lib)
 target_link_libraries(test_sim PRIVATE px_sim)

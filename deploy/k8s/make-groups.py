@@ -2,17 +2,28 @@
 """Writes the replica groups of an overlay: OVERLAY/groups/, one small
 kustomization per group that stamps base/worker-group/ (the group's Indexed
 Job) with the name suffix -GROUP, PHALANX_GROUP=GROUP and the label
-phalanx.dev/group=GROUP, plus OVERLAY/groups/kustomization.yaml listing them.
-The overlay lists `groups` among its resources and sets what all groups share
-(ranks per group, resources, flags) with patches that target every Job.
+phalanx.dev/group=GROUP, plus OVERLAY/groups/kustomization.yaml, a kustomize
+Component listing them that the overlay names under `components`. With
+--spares S, S of the groups wait as spares: the Component also sets the
+coordinator's PHALANX_TARGET_GROUPS to the groups that train (all but S).
+The overlay sets what all groups share (ranks per group, resources, flags)
+with patches that target every Job.
 
 Kustomize cannot copy one object R times, and R Jobs differ only in their
 group, so the copies are generated here and committed; the tests re-run this
-with --check to catch a hand-edited or stale groups/ folder.
+with --check to catch a hand-edited or stale groups/ folder. It is a
+Component rather than a resource so that the group count and the spares'
+knob come from one place and cannot disagree (a Component may patch the
+overlay's other objects; a resource may not).
 
-    deploy/k8s/make-groups.py deploy/k8s/overlays/cpu-demo g0 g1 g2
+    deploy/k8s/make-groups.py deploy/k8s/overlays/cpu-demo --spares 1 g0 g1 g2 g3   # 3 train, 1 spare
     deploy/k8s/make-groups.py deploy/k8s/overlays/gpu --count 2      # g0 g1
     deploy/k8s/make-groups.py deploy/k8s/overlays/gpu --check g0 g1
+
+The names (or --count) are every group, spares included: --count 5
+--spares 1 is g0..g4 of which 4 train (unlike phalanx-launch, whose --groups
+counts the training groups only). Which groups are the spares is the
+quorum's choice, not the name's.
 
 A group name becomes part of Job, pod and DNS names, so it must be a DNS
 label: lower-case letters, digits and '-', at most 40 characters."""
@@ -53,20 +64,43 @@ patches:
               value: {g}
 """
 
-INDEX = """{mark}: the replica groups of this overlay, one Job each. Do not edit; re-run it:
-#   deploy/k8s/make-groups.py {overlay} {groups}
-apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
+INDEX = """{mark}: the replica groups of this overlay, one Job each{what}. Do not edit; re-run it:
+#   deploy/k8s/make-groups.py {args}
+# The overlay names this folder under `components` (a Component may set the coordinator's flags too).
+apiVersion: kustomize.config.k8s.io/v1alpha1
+kind: Component
 resources:
-{items}"""
+{items}{patches}"""
+
+# Under --spares: at most this many groups train (the coordinator's
+# --target-groups); the others wait as spares.
+TARGET = """patches:
+- patch: |-
+    apiVersion: v1
+    kind: ConfigMap
+    metadata:
+      name: phalanx-coordinator
+    data:
+      PHALANX_TARGET_GROUPS: "{target}"
+"""
 
 
-def wanted_files(overlay, groups):
-    """{relative path under OVERLAY/groups: text} for these groups."""
-    rel_overlay = os.path.relpath(os.path.abspath(overlay), HERE)
+def command_args(overlay, groups, spares):
+    """The arguments that write these groups, as the index records them."""
+    return " ".join([overlay] + (["--spares", str(spares)] if spares else []) + list(groups))
+
+
+def wanted_files(overlay, groups, spares=0):
+    """{relative path under OVERLAY/groups: text} for these groups, `spares`
+    of which wait as spares."""
+    rel_overlay = "deploy/k8s/" + os.path.relpath(os.path.abspath(overlay), HERE)
+    target = len(groups) - spares
+    what = ": %d training, %d spare (the coordinator's PHALANX_TARGET_GROUPS %d)" % (target, spares, target) \
+        if spares else ""
     files = {
-        "kustomization.yaml": INDEX.format(mark=MARK, overlay="deploy/k8s/" + rel_overlay, groups=" ".join(groups),
-                                           items="".join("- %s\n" % g for g in groups))
+        "kustomization.yaml": INDEX.format(mark=MARK, what=what, args=command_args(rel_overlay, groups, spares),
+                                           items="".join("- %s\n" % g for g in groups),
+                                           patches=TARGET.format(target=target) if spares else "")
     }
     for g in groups:
         template = os.path.relpath(TEMPLATE, os.path.join(os.path.abspath(overlay), "groups", g))
@@ -90,6 +124,9 @@ def main():
     ap.add_argument("overlay", help="the overlay's folder (e.g. deploy/k8s/overlays/cpu-demo)")
     ap.add_argument("groups", nargs="*", help="group names (DNS labels), e.g. g0 g1 g2")
     ap.add_argument("--count", type=int, help="R groups named g0 .. g(R-1), instead of names")
+    ap.add_argument("--spares", type=int, default=0, help="S of the groups wait as spares: the coordinator's "
+                    "PHALANX_TARGET_GROUPS becomes the groups less S (default 0: every group trains, the knob "
+                    "stays the base's 0)")
     ap.add_argument("--check", action="store_true", help="change nothing; exit 1 if OVERLAY/groups differs")
     a = ap.parse_intermixed_args()
 
@@ -104,11 +141,14 @@ def main():
                      "starting and ending with a letter or digit" % g)
     if len(set(groups)) != len(groups):
         ap.error("group names repeat: %s" % " ".join(groups))
+    if not 0 <= a.spares < len(groups):
+        ap.error("--spares %d: expected 0..%d (fewer than the %d groups: at least one trains)"
+                 % (a.spares, len(groups) - 1, len(groups)))
     if not os.path.isfile(os.path.join(a.overlay, "kustomization.yaml")):
         ap.error("%s: not an overlay (no kustomization.yaml)" % a.overlay)
 
     root = os.path.join(a.overlay, "groups")
-    want = wanted_files(a.overlay, groups)
+    want = wanted_files(a.overlay, groups, a.spares)
     have = existing_files(root) if os.path.isdir(root) else {}
     if a.check:
         stale = sorted(p for p in set(want) | set(have) if want.get(p) != have.get(p))
@@ -116,7 +156,7 @@ def main():
             print("%s: %s" % (os.path.join(root, p), "missing" if p not in have else
                               "not generated for these groups" if p not in want else "differs"))
         if stale:
-            print("re-run: deploy/k8s/make-groups.py %s %s" % (a.overlay, " ".join(groups)))
+            print("re-run: deploy/k8s/make-groups.py %s" % command_args(a.overlay, groups, a.spares))
         return 1 if stale else 0
 
     for p, text in have.items():
@@ -129,7 +169,8 @@ def main():
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w") as f:
             f.write(text)
-    print("%s: %d groups (%s)" % (root, len(groups), " ".join(groups)))
+    spares = ", %d of them spares: PHALANX_TARGET_GROUPS %d" % (a.spares, len(groups) - a.spares) if a.spares else ""
+    print("%s: %d groups (%s)%s" % (root, len(groups), " ".join(groups), spares))
     return 0
 
 

@@ -9,7 +9,9 @@ objects: the workers' coordinator address against the Service and the bind
 port, ConfigMaps and Secrets that exist, ranks per group against
 completions, one group per Job, the workers' connect timeout set, their
 checkpoints on a volume that outlives the pod, the network policies (the
-scraper selected by namespace and pod labels), the disruption budget.
+scraper selected by namespace and pod labels), the training groups
+(PHALANX_TARGET_GROUPS: the groups less the spares) against the quorum's
+minimum and the disruption budget.
 
 Problems are strings 'Kind/name: field: what is wrong'. From a shell:
     kubectl kustomize deploy/k8s/overlays/gpu | python3 tests/deploy/k8s_lint.py --pinned -"""
@@ -306,16 +308,30 @@ class Lint:
             if not heads:
                 self.bad(j, "spec.template.spec.subdomain", "is %r, expected the name of a headless Service "
                          "selecting this Job's pods" % sub)
+        training = self.training_groups(coord, cc, cenv, len(jobs))
         try:
             minrep = int(cenv.get("PHALANX_MIN_REPLICAS", 1))
         except ValueError:
             minrep = None
-        if jobs and (minrep is None or not 1 <= minrep <= len(jobs)):
-            self.bad(coord, "spec.template.spec.containers[%s].env.PHALANX_MIN_REPLICAS" % cc.get("name"), "is %r, expected 1..%d (the groups)"
-                     % (cenv.get("PHALANX_MIN_REPLICAS"), len(jobs)))
+        if jobs and (minrep is None or not 1 <= minrep <= training):
+            self.bad(coord, "spec.template.spec.containers[%s].env.PHALANX_MIN_REPLICAS" % cc.get("name"),
+                     "is %r, expected 1..%d (the %s)" % (cenv.get("PHALANX_MIN_REPLICAS"), training,
+                                                         "training groups" if training < len(jobs) else "groups"))
         self.network_policies(coord, jobs)
         self.scraper(coord)
-        self.disruption_budget(jobs)
+        self.disruption_budget(jobs, training)
+
+    def training_groups(self, coord, cc, cenv, groups):
+        """The groups that train: PHALANX_TARGET_GROUPS (the others wait as
+        spares), or every group when it is 0 or unset."""
+        value = cenv.get("PHALANX_TARGET_GROUPS", "0")
+        target = int(value) if str(value).isdigit() else -1
+        if groups and not 0 <= target <= groups:
+            self.bad(coord, "spec.template.spec.containers[%s].env.PHALANX_TARGET_GROUPS" % cc.get("name"),
+                     "is %r, expected 0 (no spares) or 1..%d (the groups that train; the other Jobs' groups wait as "
+                     "spares: make-groups.py --spares)" % (value, groups))
+            return groups
+        return target or groups
 
     def worker_env(self, j, c, env):
         """What a worker pod needs from its ConfigMap and volumes in Kubernetes."""
@@ -426,18 +442,24 @@ class Lint:
             self.problems.append("NetworkPolicy: no rule lets a metrics scraper reach the coordinator's port %d "
                                  "(/metrics), though its pods ask to be scraped" % HTTP_PORT)
 
-    def disruption_budget(self, jobs):
+    def disruption_budget(self, jobs, training):
+        """(training groups - 1) x ranks: one group's worth of pods evicted
+        at a time, beyond the spares' (their pods count among those
+        available, so S + 1 groups' worth may go, S of them replaced)."""
         pdbs = [p for p in find(self.objs, "PodDisruptionBudget") if jobs and
                 selects(p["spec"].get("selector"), labels_of_pods(jobs[0]))]
         if not pdbs:
             self.problems.append("PodDisruptionBudget: none selects the worker pods")
             return
         w = jobs[0]["spec"].get("completions") or 0
-        want = (len(jobs) - 1) * w
+        want = (training - 1) * w
         got = pdbs[0]["spec"].get("minAvailable")
         if got != want or "maxUnavailable" in pdbs[0]["spec"]:
-            self.bad(pdbs[0], "spec.minAvailable", "is %r, expected %d = (%d groups - 1) x %d ranks: one group "
-                     "evicted at a time (Jobs allow only an integer minAvailable)" % (got, want, len(jobs), w))
+            spares = len(jobs) - training
+            what = "%d training groups" % training if spares else "%d groups" % training
+            self.bad(pdbs[0], "spec.minAvailable", "is %r, expected %d = (%s - 1) x %d ranks: one group's worth "
+                     "evicted at a time%s (Jobs allow only an integer minAvailable)"
+                     % (got, want, what, w, ", beyond the %d spare(s)" % spares if spares else ""))
 
 
 def lint(objs, whole=True, external=(), pinned=False):

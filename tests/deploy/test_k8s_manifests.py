@@ -11,13 +11,15 @@
                  probes, the group Jobs' policies, token, references)
   lint-selftest  the lint reports each of a list of deliberately broken
                  manifests, naming the object and field
-  refs           what each overlay promises: cpu-demo 3 groups x 1 rank,
-                 checkpoints on a ReadWriteOnce claim, its local image never
-                 pulled; gpu 8 ranks with GPUs, a ReadWriteMany claim; both:
-                 the coordinator address, the volumes, the connect timeout,
-                 the scraper's labels
-  groups         make-groups.py wrote the committed groups/ folders, and
-                 makes and refuses what it should
+  refs           what each overlay promises: cpu-demo 4 groups x 1 rank of
+                 which 3 train and 1 waits as a spare (PHALANX_TARGET_GROUPS
+                 3, one Job more than it), checkpoints on a ReadWriteOnce
+                 claim, its local image never pulled; gpu 8 ranks with GPUs,
+                 no spares, a ReadWriteMany claim; both: the coordinator
+                 address, the volumes, the connect timeout, the scraper's
+                 labels
+  groups         make-groups.py wrote the committed groups/ folders (the
+                 spares included), and makes and refuses what it should
 
 Usage: test_k8s_manifests.py K8S_DIR SCENARIO (K8S_DIR is deploy/k8s)."""
 import copy
@@ -40,6 +42,9 @@ from k8s_lint import lint, matches  # noqa: E402
 # 1.29; GA in 1.33 and 1.34), podFailurePolicy too (beta from 1.26, GA 1.31).
 # On 1.28 an API server without the alpha gates drops both fields silently.
 MINIMUM = "1.29"
+# What cpu-demo promises (its kustomization.yaml): these groups, of which
+# CPU_DEMO_SPARES wait as spares and the others train.
+CPU_DEMO_GROUPS, CPU_DEMO_SPARES = ["g0", "g1", "g2", "g3"], 1
 GPU_EXTERNAL = ["Secret/phalanx-token"]  # created by the operator (overlays/gpu/kustomization.yaml)
 
 
@@ -325,6 +330,15 @@ BROKEN = [
     ("no PodDisruptionBudget", lambda x: _drop(x, "PodDisruptionBudget"), "PodDisruptionBudget: none selects"),
     ("budget letting two groups go", lambda x: K.find(x, "PodDisruptionBudget")[0]["spec"].update(minAvailable=1),
      "PodDisruptionBudget/phalanx-workers: spec.minAvailable"),
+    ("budget counting the spare as a training group",
+     lambda x: K.find(x, "PodDisruptionBudget")[0]["spec"].update(minAvailable=3),
+     "PodDisruptionBudget/phalanx-workers: spec.minAvailable"),
+    ("more groups to train than there are",
+     lambda x: K.find(x, "ConfigMap", "phalanx-coordinator")[0]["data"].update(PHALANX_TARGET_GROUPS="5"),
+     "Deployment/phalanx-coordinator: spec.template.spec.containers[coordinator].env.PHALANX_TARGET_GROUPS"),
+    ("a quorum minimum above the training groups",
+     lambda x: K.find(x, "ConfigMap", "phalanx-coordinator")[0]["data"].update(PHALANX_MIN_REPLICAS="4"),
+     "Deployment/phalanx-coordinator: spec.template.spec.containers[coordinator].env.PHALANX_MIN_REPLICAS"),
     ("no headless Service", lambda x: _drop(x, "Service", "phalanx-workers"),
      "Job/phalanx-worker-g0: spec.template.spec.subdomain"),
     ("object without the name label", lambda x: K.find(x, "ConfigMap")[0]["metadata"]["labels"].pop(
@@ -489,8 +503,18 @@ def test_refs(k8s_dir):
         coord, cenv = check_common(t, objs)
         jobs = worker_jobs(t, objs)
         groups = [K.container_env(objs, _ctr(j))["PHALANX_GROUP"] for j in jobs]
-        check(groups == ["g0", "g1", "g2"], "%s: expected 3 worker Jobs for groups g0 g1 g2, got %s"
-              % (t, [(K.ident(j), g) for j, g in zip(jobs, groups)]))
+        check(groups == CPU_DEMO_GROUPS, "%s: expected %d worker Jobs for groups %s, got %s"
+              % (t, len(CPU_DEMO_GROUPS), " ".join(CPU_DEMO_GROUPS), [(K.ident(j), g) for j, g in zip(jobs, groups)]))
+        # The spares: the coordinator trains at most the groups less the
+        # spares; the other Jobs' groups wait (which ones, the quorum says).
+        training = len(CPU_DEMO_GROUPS) - CPU_DEMO_SPARES
+        target, minrep = cenv.get("PHALANX_TARGET_GROUPS"), cenv.get("PHALANX_MIN_REPLICAS")
+        want = str(training) if CPU_DEMO_SPARES else "0"
+        check(target == want, "%s: ConfigMap/phalanx-coordinator: PHALANX_TARGET_GROUPS is %r, expected \"%s\" "
+              "(%d groups, %d of them spares)" % (t, target, want, len(jobs), CPU_DEMO_SPARES))
+        check(len(jobs) - (int(target) or len(jobs)) == CPU_DEMO_SPARES and 1 <= int(minrep) < training,
+              "%s: %d Jobs, target %s, min replicas %s: expected %d spare(s) beyond the training groups, and a quorum "
+              "that survives a loss with no spare left" % (t, len(jobs), target, minrep, CPU_DEMO_SPARES))
         for j in jobs:
             env = K.container_env(objs, _ctr(j))
             check(j["spec"]["completions"] == 1 and env["PHALANX_RANKS_PER_GROUP"] == "1",
@@ -512,16 +536,20 @@ def test_refs(k8s_dir):
         want_events = "kafka:" if t.endswith("kafka") else "file:"
         check(cenv["PHALANX_EVENTS"].startswith(want_events), "%s: ConfigMap/phalanx-coordinator: PHALANX_EVENTS is %r, "
               "expected %s..." % (t, cenv["PHALANX_EVENTS"], want_events))
-        print("%s: 3 worker Jobs, groups %s, 1 rank each, tiny model, checkpoints on a ReadWriteOnce claim, "
-              "localhost/phalanx:latest IfNotPresent, token Secret, events %s" % (t, " ".join(groups), cenv["PHALANX_EVENTS"]))
+        print("%s: %d worker Jobs, groups %s (PHALANX_TARGET_GROUPS %s: %d train, %d spare; quorum minimum %s), 1 rank "
+              "each, tiny model, checkpoints on a ReadWriteOnce claim, localhost/phalanx:latest IfNotPresent, token "
+              "Secret, events %s" % (t, len(jobs), " ".join(groups), target, training, CPU_DEMO_SPARES, minrep,
+                                     cenv["PHALANX_EVENTS"]))
 
     check_scraper_patch(k8s_dir)
 
     t = "gpu"
     objs = render(t, k8s_dir)
-    check_common(t, objs)
+    _, cenv = check_common(t, objs)
     jobs = worker_jobs(t, objs)
     check(len(jobs) == 2, "gpu: expected 2 worker Jobs (documented in overlays/gpu), got %d" % len(jobs))
+    check(cenv.get("PHALANX_TARGET_GROUPS") == "0", "gpu: PHALANX_TARGET_GROUPS is %r, expected \"0\" (no spares)"
+          % cenv.get("PHALANX_TARGET_GROUPS"))
     for j in jobs:
         pod, c = K.pod_spec(j), _ctr(j)
         f = "gpu: %s: " % K.ident(j)
@@ -542,16 +570,22 @@ def test_refs(k8s_dir):
     pvc = K.find(objs, "PersistentVolumeClaim", "phalanx-checkpoints")
     check(pvc and "ReadWriteMany" in pvc[0]["spec"]["accessModes"],
           "gpu: expected PersistentVolumeClaim/phalanx-checkpoints, ReadWriteMany")
-    print("gpu: 2 worker Jobs x 8 ranks, --device cuda, nvidia.com/gpu limits, GPU nodes, /dev/shm in memory, "
+    print("gpu: 2 worker Jobs x 8 ranks, no spares, --device cuda, nvidia.com/gpu limits, GPU nodes, /dev/shm in memory, "
           "NCCL env, checkpoints on a ReadWriteMany claim")
 
 
 # --- groups -------------------------------------------------------------------
 
 def committed_groups(overlay):
+    """The groups an overlay's groups/ lists and how many wait as spares
+    (its patch of PHALANX_TARGET_GROUPS; none: no spares)."""
     import yaml
     with open(os.path.join(overlay, "groups", "kustomization.yaml")) as f:
-        return yaml.safe_load(f)["resources"]
+        kz = yaml.safe_load(f)
+    target = 0
+    for p in kz.get("patches") or []:
+        target = int((yaml.safe_load(p["patch"]).get("data") or {}).get("PHALANX_TARGET_GROUPS", target))
+    return kz["resources"], len(kz["resources"]) - target if target else 0
 
 
 def make_groups(k8s_dir, *args):
@@ -559,14 +593,26 @@ def make_groups(k8s_dir, *args):
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
+def coordinator_flag(objs, name):
+    return (K.find(objs, "ConfigMap", "phalanx-coordinator")[0].get("data") or {}).get(name)
+
+
 def test_groups(k8s_dir):
     for name in ("cpu-demo", "gpu"):
         overlay = os.path.join(k8s_dir, "overlays", name)
-        groups = committed_groups(overlay)
-        r = make_groups(k8s_dir, overlay, "--check", *groups)
+        groups, spares = committed_groups(overlay)
+        args = (["--spares", str(spares)] if spares else []) + groups
+        r = make_groups(k8s_dir, overlay, "--check", *args)
         check(r.returncode == 0, "%s/groups is not what make-groups.py writes for %s:\n%s"
-              % (overlay, " ".join(groups), r.stdout))
-        print("overlays/%s/groups: as make-groups.py writes it for %s" % (name, " ".join(groups)))
+              % (overlay, " ".join(args), r.stdout))
+        print("overlays/%s/groups: as make-groups.py writes it for %s" % (name, " ".join(args)))
+        objs = render(overlay, k8s_dir)
+        target = coordinator_flag(objs, "PHALANX_TARGET_GROUPS")
+        check(target == str(len(groups) - spares if spares else 0), "overlays/%s renders PHALANX_TARGET_GROUPS %r, "
+              "not the %s of its groups/ (the overlay overrides it, or does not name groups under components)"
+              % (name, target, "%d training groups" % (len(groups) - spares) if spares else "0 (no spares)"))
+    check(committed_groups(os.path.join(k8s_dir, "overlays", "cpu-demo"))[1] == CPU_DEMO_SPARES,
+          "overlays/cpu-demo/groups: expected %d spare(s)" % CPU_DEMO_SPARES)
 
     with tempfile.TemporaryDirectory(prefix="phalanx-k8s-") as tmp:
         copy_dir = os.path.join(tmp, "k8s")
@@ -574,14 +620,33 @@ def test_groups(k8s_dir):
         demo = os.path.join(copy_dir, "overlays", "cpu-demo")
         r = make_groups(copy_dir, demo, "--count", "5")
         check(r.returncode == 0, "make-groups.py --count 5: exit %d: %s" % (r.returncode, r.stdout))
-        jobs = K.find(render(demo, copy_dir), "Job")
-        names = [j["metadata"]["name"] for j in jobs]
+        objs = render(demo, copy_dir)
+        names = [j["metadata"]["name"] for j in K.find(objs, "Job")]
         check(names == ["phalanx-worker-g%d" % i for i in range(5)], "after --count 5: Jobs %s" % names)
-        print("make-groups.py --count 5: renders Jobs %s" % " ".join(names))
+        check(coordinator_flag(objs, "PHALANX_TARGET_GROUPS") == "0", "after --count 5 (no --spares): "
+              "PHALANX_TARGET_GROUPS %r, expected the base's \"0\"" % coordinator_flag(objs, "PHALANX_TARGET_GROUPS"))
+        print("make-groups.py --count 5: renders Jobs %s, no spares (PHALANX_TARGET_GROUPS 0)" % " ".join(names))
         r = make_groups(copy_dir, demo, "--check", "g0", "g1", "g2")
         check(r.returncode == 1 and "g3/kustomization.yaml" in r.stdout,
               "make-groups.py --check after a change: expected exit 1 naming g3, got %d: %s" % (r.returncode, r.stdout))
         print("make-groups.py --check: reports a stale groups/ (%s)" % r.stdout.splitlines()[0])
+        r = make_groups(copy_dir, demo, "--count", "6", "--spares", "2")
+        check(r.returncode == 0, "make-groups.py --count 6 --spares 2: exit %d: %s" % (r.returncode, r.stdout))
+        objs = render(demo, copy_dir)
+        names = [j["metadata"]["name"] for j in K.find(objs, "Job")]
+        check(len(names) == 6 and coordinator_flag(objs, "PHALANX_TARGET_GROUPS") == "4",
+              "after --count 6 --spares 2: Jobs %s, PHALANX_TARGET_GROUPS %r: expected 6 Jobs, 4 training"
+              % (names, coordinator_flag(objs, "PHALANX_TARGET_GROUPS")))
+        r = make_groups(copy_dir, demo, "--check", "--count", "6", "--spares", "1")
+        check(r.returncode == 1 and "groups/kustomization.yaml: differs" in r.stdout and "--spares 1" in r.stdout,
+              "make-groups.py --check with another --spares: expected exit 1 naming groups/kustomization.yaml, got "
+              "%d: %s" % (r.returncode, r.stdout))
+        print("make-groups.py --count 6 --spares 2: 6 Jobs, PHALANX_TARGET_GROUPS 4; --check with --spares 1 "
+              "reports the difference")
+        for bad in (["--count", "2", "--spares", "2"], ["g0", "--spares", "-1"]):
+            r = make_groups(copy_dir, demo, *bad)
+            check(r.returncode == 2 and "--spares" in r.stdout, "make-groups.py %s: expected exit 2 naming --spares, "
+                  "got %d: %s" % (" ".join(bad), r.returncode, r.stdout))
         for bad in ("G0", "g_0", "g0-", "a" * 41):
             r = make_groups(copy_dir, demo, bad)
             check(r.returncode == 2 and "DNS label" in r.stdout, "make-groups.py %s: expected exit 2 saying DNS label, "
@@ -589,7 +654,7 @@ def test_groups(k8s_dir):
         r = make_groups(copy_dir, demo, "g0", "g0")
         check(r.returncode == 2 and "repeat" in r.stdout, "make-groups.py g0 g0: expected exit 2, got %d: %s"
               % (r.returncode, r.stdout))
-        print("make-groups.py refuses names that are no DNS label, and repeated names")
+        print("make-groups.py refuses names that are no DNS label, repeated names, and as many spares as groups")
         with open(os.path.join(demo, "groups", "extra.yaml"), "w") as f:
             f.write("kind: ConfigMap\n")
         r = make_groups(copy_dir, demo, "g0")

@@ -6,9 +6,15 @@ image` builds (podman run --network host; the Services' names map to
 hand: a pod per Job completion index, fresh emptyDirs per pod, the Secret and
 ConfigMaps from the rendered objects, the downward API filled in.
 
-Then one worker container is SIGKILLed (podman kill) mid-training: the
-coordinator must drop its group, and the pod the Job controller would start
-in its place (same spec, fresh emptyDirs) must rejoin and heal.
+The overlay runs spares (its coordinator's PHALANX_TARGET_GROUPS below its
+group Jobs: cpu-demo trains 3 groups and keeps 1 spare): before any kill,
+/status must show the training groups in the quorum and the others in state
+"spare". Then one training group's worker container is SIGKILLed (podman
+kill) mid-training: the coordinator must drop its group and a spare must
+take its place (spare_promoted naming the killed group, the spare healed
+from a live group), and the pod the Job controller would start in its place
+(same spec, fresh emptyDirs) must register as the new spare. (Without
+spares the replacement must rejoin the quorum and heal instead.)
 
 Then, once a checkpoint is on the claim's volume and every worker is past
 it, every worker container is SIGKILLed: no peer holds the state any more.
@@ -16,8 +22,9 @@ The pods the Jobs start in their places (same spec, the same claim) must
 each restore the checkpoint saved last (checkpoint_restored, in the worker's
 output and the coordinator's events, at that step, above 0), the job's next
 quorum must form at that step and no replacement may train a step at or
-below it; the job must finish with every group at the last step and the same
-state checksum, all containers exiting 0.
+below it; the job must finish with every training group at the last step
+and the same state checksum, the spares leaving without training once the
+job is done (job_finished_elsewhere), all containers exiting 0.
 
 Without podman the same declared commands run as plain processes (the image
 paths mapped to local folders) and the test says so: CI installs podman and
@@ -235,6 +242,15 @@ def live_members(st):
     return [m for m in st["members"] if m["state"] != "lost"]
 
 
+def training_members(st):
+    """The live members of the groups in the quorum (spares are not)."""
+    return [m for m in live_members(st) if m["group"] in st["quorum"]["groups"]]
+
+
+def spare_groups(st):
+    return sorted(g["name"] for g in st["groups"] if g["state"] == "spare")
+
+
 def test(bindir):
     objs = k.render("cpu-demo")
     # PX_TEST_NO_PODMAN=1 tries the fallback on a machine that has podman.
@@ -282,7 +298,8 @@ def test(bindir):
         print("coordinator ready (%s answers)" % probe, flush=True)
 
         jobs = k.find(objs, "Job", labels={"app.kubernetes.io/component": "worker"})
-        check(len(jobs) == 3, "cpu-demo declares 3 worker Jobs, found %d" % len(jobs))
+        check(len(jobs) >= 3, "cpu-demo declares at least 3 worker Jobs (a kill needs a quorum left), found %d"
+              % len(jobs))
         workers = {}
         for j in jobs:
             for i in range(j["spec"]["completions"]):
@@ -291,18 +308,31 @@ def test(bindir):
                 pods.append(p)
         groups = sorted(g for g, _ in workers)
         steps = int(next(iter(workers.values())).env["PHALANX_STEPS"])
-        print("started groups %s (%d steps each)" % (groups, steps), flush=True)
+        # Spares: the coordinator trains at most PHALANX_TARGET_GROUPS
+        # groups (0: all); the other Jobs' groups wait.
+        target = int(coord.env.get("PHALANX_TARGET_GROUPS", "0")) or len(groups)
+        n_spares = len(groups) - target
+        print("started groups %s (%d steps each): %d train, %d spare(s)" % (groups, steps, target, n_spares),
+              flush=True)
+        events_path = coord.host_path(coord.env["PHALANX_EVENTS"][len("file:"):])
 
         def at_step(n):
             # Members report their step in heartbeats (the quorum's own step
-            # moves only when a quorum forms).
+            # moves only when a quorum forms); spares do not train.
             st = http_json(base + "/status")
-            live = live_members(st)
-            return st if (sorted(st["quorum"]["groups"]) == groups and len(live) == len(workers)
-                          and min(m["step"] for m in live) >= n) else None
-        wait_until(lambda: at_step(KILL_AFTER_STEP), 300, "all groups in the quorum past step %d" % KILL_AFTER_STEP, 0.05)
+            training = training_members(st)
+            return st if (len(st["quorum"]["groups"]) == target and len(spare_groups(st)) == n_spares
+                          and len(live_members(st)) == len(workers) and min(m["step"] for m in training) >= n) \
+                else None
+        st = wait_until(lambda: at_step(KILL_AFTER_STEP), 300, "%d groups in the quorum past step %d, %d spare(s) "
+                        "waiting" % (target, KILL_AFTER_STEP, n_spares), 0.05)
+        spares = spare_groups(st)
+        check(sorted(st["quorum"]["groups"] + spares) == groups, "every group trains or waits as a spare: quorum %s, "
+              "spares %s, groups %s" % (st["quorum"]["groups"], spares, groups))
+        print("before the kill: quorum %s, spare(s) %s (/status state \"spare\")" % (st["quorum"]["groups"], spares),
+              flush=True)
 
-        victim_group = groups[1]
+        victim_group = sorted(st["quorum"]["groups"])[1]  # a training group
         victim = workers[(victim_group, 0)]
         run.kill(victim)
         rc = run.wait(victim, 60)
@@ -314,6 +344,16 @@ def test(bindir):
             return q if victim_group not in q["groups"] else None
         q = wait_until(dropped, 30, "the coordinator dropping group %s" % victim_group, 0.05)
         print("group %s dropped: quorum %s at step %d" % (victim_group, q["groups"], q["step"]), flush=True)
+        promoted = None
+        if spares:
+            def promotion():
+                return [e for e in read_events(events_path) if e["type"] == "spare_promoted"
+                        and e.get("replaced") == victim_group]
+            promoted = wait_until(promotion, 60, "a spare promoted in group %s's place (spare_promoted)"
+                                  % victim_group, 0.05)[0]
+            check(promoted["group"] in spares, "the promoted group %s was a spare (%s)" % (promoted["group"], spares))
+            print("spare %s promoted in %s's place (spare_promoted, first step %d)"
+                  % (promoted["group"], victim_group, promoted["first_step"]), flush=True)
 
         # The Job controller: the failed pod's index gets a new pod (fresh
         # emptyDirs), once the old one is gone (podReplacementPolicy Failed).
@@ -322,9 +362,15 @@ def test(bindir):
         again = run.start(Pod(objs, job, 0, scratch, shared))
         workers[(victim_group, 0)] = again
         pods.append(again)
-        wait_until(lambda: victim_group in http_json(base + "/status")["quorum"]["groups"], 120,
-                   "group %s back in the quorum" % victim_group, 0.05)
-        print("group %s rejoined" % victim_group, flush=True)
+        if spares:
+            # Its place is taken: it registers as the new spare.
+            wait_until(lambda: victim_group in spare_groups(http_json(base + "/status")), 120,
+                       "group %s back as a spare" % victim_group, 0.05)
+            print("group %s is back, as a spare" % victim_group, flush=True)
+        else:
+            wait_until(lambda: victim_group in http_json(base + "/status")["quorum"]["groups"], 120,
+                       "group %s back in the quorum" % victim_group, 0.05)
+            print("group %s rejoined" % victim_group, flush=True)
 
         # Every worker killed once a checkpoint is on the claim's volume and
         # all of them are past it: only the volume holds the state now.
@@ -333,9 +379,10 @@ def test(bindir):
 
         def saved_and_past():
             steps = saved_steps(ckpt_dir)
-            live = live_members(http_json(base + "/status"))
-            return steps[-1] if steps and len(live) == len(workers) and min(m["step"] for m in live) > steps[-1] \
-                else None
+            st = http_json(base + "/status")
+            training = training_members(st)
+            return steps[-1] if steps and len(live_members(st)) == len(workers) and len(training) == target \
+                and min(m["step"] for m in training) > steps[-1] else None
         first_saved = wait_until(saved_and_past, 600, "a checkpoint on the claim's volume and every worker past it",
                                  0.05)
         for key, p in sorted(workers.items()):
@@ -350,7 +397,6 @@ def test(bindir):
               % (first_saved, saved), flush=True)
         wait_until(lambda: not live_members(http_json(base + "/status")), 30,
                    "the coordinator seeing every worker lost", 0.05)
-        events_path = coord.host_path(coord.env["PHALANX_EVENTS"][len("file:"):])
         before_restart = len(read_events(events_path))
         restarted = {}
         for (g, i) in sorted(workers):
@@ -368,16 +414,30 @@ def test(bindir):
         evs = read_events(events_path)
         kinds = lambda t, **kv: [e for e in evs if e["type"] == t and all(e.get(a) == b for a, b in kv.items())]
         check(kinds("group_dropped", group=victim_group), "event group_dropped for %s" % victim_group)
-        healed = kinds("heal_finished", group=victim_group) or kinds("heal_started", group=victim_group)
-        check(healed, "the restarted group %s healed from a peer (heal events: %s)"
-              % (victim_group, sorted({e["type"] for e in evs if e["type"].startswith("heal")})))
-        sums = set()
+        # Who healed after the kill: the spare that took the place, or
+        # without spares the restarted group.
+        healer = promoted["group"] if promoted else victim_group
+        healed = kinds("heal_finished", group=healer) or kinds("heal_started", group=healer)
+        check(healed, "%s %s healed from a peer (heal events: %s)"
+              % ("the promoted spare" if promoted else "the restarted group", healer,
+                 sorted({e["type"] for e in evs if e["type"].startswith("heal")})))
+        if promoted:
+            back = kinds("spare_registered", group=victim_group)
+            check(back and back[-1]["seq"] > promoted["seq"], "the restarted %s registered as a spare after the "
+                  "promotion (spare_registered: %s)" % (victim_group, back))
+        sums, finished = set(), []
         for (g, i), p in sorted(workers.items()):
             with open(os.path.join(scratch, p.name + ".log")) as f:
-                last = re.findall(r"^final group=\S+ steps=(\d+) .*checksum=(\w+)", f.read(), re.M)
+                out = f.read()
+            last = re.findall(r"^final group=\S+ steps=(\d+) .*checksum=(\w+)", out, re.M)
+            if not last and "job_finished_elsewhere" in out:
+                continue  # a spare to the end: it leaves once the others finished
             check(last and int(last[-1][0]) == steps, "worker %s printed its final line at step %d: %s"
                   % (p.name, steps, last))
             sums.add(last[-1][1])
+            finished.append(g)
+        check(len(finished) == target, "%d groups trained to the end, the %d spare(s) left without training once the "
+              "job was done (job_finished_elsewhere): finished %s" % (target, n_spares, finished))
         check(len(sums) == 1, "every group ends with the same state checksum: %s" % sums)
 
         # The replacements restored the checkpoint saved last and trained on from it.
@@ -389,8 +449,8 @@ def test(bindir):
             check(got == [saved], "replacement %s (group %s) restored step %d from the claim: its output says %s "
                   "(log %s/%s.log)" % (p.name, g, saved, got or "no checkpoint_restored", scratch, p.name))
             trained = [int(x) for x in re.findall(r"^progress step=(\d+) ", out, re.M)]
-            check(trained and min(trained) > saved, "replacement %s (group %s) trained only steps after %d, "
-                  "printed %s..." % (p.name, g, saved, trained[:3]))
+            check((trained and min(trained) > saved) or (not trained and g not in finished),
+                  "replacement %s (group %s) trained only steps after %d, printed %s..." % (p.name, g, saved, trained[:3]))
         after = evs[before_restart:]
         restored = {e.get("group"): e.get("step") for e in after if e["type"] == "checkpoint_restored"}
         check(restored == {g: saved for g, _ in restarted}, "coordinator events: checkpoint_restored at step %d for "
@@ -401,7 +461,10 @@ def test(bindir):
         print("replacements: every group restored step %d from the claim (worker output and checkpoint_restored "
               "events), the next quorum formed at step %d (groups %s), none trained a step at or below it"
               % (saved, saved, formed[0]["groups"]), flush=True)
-        print("events: group_dropped and heal for %s; the job reached step %d" % (victim_group, steps), flush=True)
+        print("events: group_dropped for %s, %s; the job reached step %d (groups %s), spare(s) %s left at its end"
+              % (victim_group, "spare_promoted and heal_finished for %s, spare_registered for %s" % (healer, victim_group)
+                 if promoted else "heal for it", steps, " ".join(sorted(finished)),
+                 " ".join(sorted(set(groups) - set(finished))) or "none"), flush=True)
     except Fail:
         print("logs and volumes in %s" % scratch, flush=True)
         for p in pods:

@@ -23,6 +23,7 @@ static void config(px_sim_config_t *c, px_sim_policy_t policy) {
     c->checkpoint_hold_bytes_per_s = 20e9;     /* hold 3 s */
     c->heal_bytes_per_s = 2e9;                 /* heal 30 s */
     c->detect_s = 0.02, c->requorum_s = 0.03;
+    c->promotion_s = 0.09;
 }
 
 static px_sim_result_t run(const px_sim_config_t *c) {
@@ -125,7 +126,9 @@ static void test_missing_figures(void) {
 /* Spares: with large groups, a spare ready at every loss turns repair_s of
  * a missing group into heal_s of one: the degraded time falls to nothing and
  * goodput rises; every loss answered while spares outnumber losses in
- * repair; the restart-all and torchft models have no spares (refused). */
+ * repair; each promotion stalls the job for promotion_s (in place of the
+ * re-quorum), which phalanx-sync then needs; the restart-all and torchft
+ * models have no spares (refused). */
 static void test_spares(void) {
     px_sim_config_t c;
     config(&c, PX_SIM_PHALANX_SYNC);
@@ -146,7 +149,27 @@ static void test_spares(void) {
           "degraded time %.0f s with spares, %.0f s without", two.lost_s[PX_SIM_DEGRADED],
           none.lost_s[PX_SIM_DEGRADED]);
     CHECK(two.goodput > none.goodput, "goodput %.4f with 2 spares, %.4f without", two.goodput, none.goodput);
+    /* the same failures (the seed) with promotions 100 s dearer: the
+     * detection's share grows by that per promotion (less what the run's
+     * end cuts off, and a little shifted work) */
+    double slow = 100;
+    c.promotion_s += slow;
+    px_sim_result_t dear = run(&c);
+    check_accounted(&c, &dear);
+    double more = dear.lost_s[PX_SIM_DETECT] - two.lost_s[PX_SIM_DETECT], want = (double)two.promotions * slow;
+    CHECK(dear.promotions == two.promotions && fabs(more - want) <= 0.01 * want + slow,
+          "promotion_s +%.0f s: detection lost %.0f s more over %lld promotions, expected %.0f", slow, more,
+          (long long)two.promotions, want);
+    printf("spares: %lld of %lld losses answered, degraded %.0f s (without: %.0f s); promotion_s +%.0f s: detection "
+           "+%.0f s (%lld x %.0f = %.0f)\n", (long long)two.promotions, (long long)two.groups_lost,
+           two.lost_s[PX_SIM_DEGRADED], none.lost_s[PX_SIM_DEGRADED], slow, more, (long long)two.promotions, slow, want);
     char err[256];
+    c.promotion_s = NAN;
+    CHECK(px_sim_config_check(&c, err, sizeof err) != 0 && strstr(err, "promotion_s"),
+          "phalanx-sync with spares and no promotion_s: '%s'", err);
+    c.spares = 0;
+    CHECK(px_sim_config_check(&c, err, sizeof err) == 0, "phalanx-sync without spares needs no promotion_s: '%s'", err);
+    c.spares = 2;
     c.policy = PX_SIM_RESTART_ALL;
     CHECK(px_sim_config_check(&c, err, sizeof err) != 0 && strstr(err, "spares"), "restart-all with spares: %s", err);
     c.policy = PX_SIM_DROP_GROUP_TIMEOUT;

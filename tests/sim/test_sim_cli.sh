@@ -1,7 +1,8 @@
 #!/bin/sh
 # phalanx-sim's command line: a fixed seed reproduces the CSV byte for byte
 # (every policy), another seed changes it, bad flags and values exit 2 with
-# a message naming them, --help exits 0.
+# a message naming them, --help exits 0, spares need promotion_s (the
+# checked-in figures hold it).
 #   sh tests/sim/test_sim_cli.sh BUILD/bin/phalanx-sim bench/sim_figures.json
 set -u
 sim=$1 figs=$2
@@ -41,6 +42,13 @@ expect 2 "--accelerators is required" --policy phalanx-sync
 echo '{"detect_s": 1, "typo_s": 2}' >"$dir/bad.json"
 expect 2 "unknown key 'typo_s'" --accelerators 8 --policy phalanx-sync --figures "$dir/bad.json"
 expect 2 "cannot read figures" --accelerators 8 --policy phalanx-sync --figures "$dir/none.json"
+# spares: phalanx-sync needs promotion_s (the checked-in file has it; a flag gives it too)
+"$sim" --accelerators 4096 --gpus-per-group 512 --policy phalanx-sync --figures "$figs" --spares 1 >/dev/null ||
+    no "phalanx-sync --spares 1 with $figs: exit $? (no promotion_s in it?)"
+echo '{"detect_s": 0.01, "requorum_s": 0.02, "heal_bytes_per_s": 1e9, "checkpoint_write_bytes_per_s": 1e9,
+       "checkpoint_hold_bytes_per_s": 1e10}' >"$dir/nopromo.json"
+expect 2 "promotion_s is not given" --accelerators 64 --policy phalanx-sync --figures "$dir/nopromo.json" --spares 1
+expect 0 "promoted" --accelerators 64 --policy phalanx-sync --figures "$dir/nopromo.json" --spares 1 --promotion-s 0.1
 # a figure flag overrides the file whatever the order
 "$sim" --detect-s 100 --accelerators 4096 --policy phalanx-sync --figures "$figs" --csv "$dir/o.csv" >/dev/null
 "$sim" --accelerators 4096 --policy phalanx-sync --figures "$figs" --csv "$dir/f.csv" >/dev/null
