@@ -23,8 +23,9 @@
   3. Step-time overhead of saving every 10 steps in the background against
      not saving, on `small` and `gpt2-124m`: a coordinator and one worker
      run the same job with and without --checkpoint-dir, alternated --pairs
-     times. A step's time is the interval between consecutive progress lines
-     (time-stamped as they arrive), so it includes what the save holds
+     times (without first in odd pairs, with first in even ones). A step's
+     time is the interval between consecutive progress lines (time-stamped
+     as they arrive), so it includes what the save holds
      training for: on the CPU, the optimizer step of the step that makes
      the saved state takes the snapshot as it goes (the log's
      snapshot=step), a held copy otherwise. The first 11 intervals are left
@@ -33,7 +34,10 @@
      The measured steps then hold one save per 10. Target: < 3%. The
      worker's CPU time per step (its threads' schedstat, the saver's
      included) is printed beside it: on a machine whose cores the training
-     threads fill, what the saver spends is taken from them. --device cuda
+     threads fill, what the saver spends is taken from them. So is where
+     the cost lands: each step's difference by its place after a save (+0:
+     the step whose optimizer step takes the snapshot; then the steps
+     during which the saver writes). --device cuda
      runs the worker on a GPU (its state is downloaded for each save);
      --copy passes --checkpoint-copy (default: the worker's own).
 Both sides of every comparison run with the same OPENBLAS_CORETYPE (--coretype
@@ -219,8 +223,14 @@ def overhead(a, env, model):
     by_pos = {}  # k mod EVERY -> [(wall, cpu) difference of saving against not, per measured step]
     keep = range(first + 1, first + measured + 1)
     for p in range(a.pairs):
-        base, base_cpu, _ = step_intervals(a, env, model, False)
-        ck, ck_cpu, h = step_intervals(a, env, model, True)
+        # the order alternates, so that a machine slowing down or speeding
+        # up over the run weighs on both sides alike
+        if p % 2 == 0:
+            base, base_cpu, _ = step_intervals(a, env, model, False)
+            ck, ck_cpu, h = step_intervals(a, env, model, True)
+        else:
+            ck, ck_cpu, h = step_intervals(a, env, model, True)
+            base, base_cpu, _ = step_intervals(a, env, model, False)
         holds += h
         none.append(statistics.fmean(base[k] for k in keep))
         withs.append(statistics.fmean(ck[k] for k in keep))
