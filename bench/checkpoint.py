@@ -39,7 +39,9 @@
      the step whose optimizer step takes the snapshot; then the steps
      during which the saver writes). --device cuda
      runs the worker on a GPU (its state is downloaded for each save);
-     --copy passes --checkpoint-copy (default: the worker's own).
+     --copy passes --checkpoint-copy (default: the worker's own);
+     --write-mb-s paces the writes (a slow disk: a save due while the
+     previous one writes is deferred, and the saves' count says so).
 Both sides of every comparison run with the same OPENBLAS_CORETYPE (--coretype
 sets it; printed either way). MB are 1e6 bytes."""
 import argparse
@@ -152,6 +154,8 @@ def step_intervals(a, env, model, with_ckpt):
         flags += ["--checkpoint-dir", ckpt, "--checkpoint-every", str(EVERY), "--checkpoint-keep", "2"]
         if a.copy:
             flags += ["--checkpoint-copy", a.copy]
+        if a.write_mb_s:
+            flags += ["--checkpoint-write-mb-s", str(a.write_mb_s)]
     job = Job(a.bindir, "ckpt-bench", coord_args=["--min-replicas", "1"], env=env)
     try:
         w = job.start_worker("g0", flags)
@@ -163,10 +167,11 @@ def step_intervals(a, env, model, with_ckpt):
         if with_ckpt:
             writes = save_times(w.log_path)
             if writes:
-                print("    saves: held training a median %.0f ms, wrote in a median %.2f s (%.0f MB/s), %d saves; "
-                      "snapshots %s" % (statistics.median(w[0] for w in writes), statistics.median(w[1] for w in writes),
-                                        statistics.median(w[2] for w in writes), len(writes), snapshot_kinds(w.log_path)),
-                      flush=True)
+                print("    saves: held training a median %.0f ms, wrote in a median %.2f s (%.0f MB/s), %d saves "
+                      "(%d deferred); snapshots %s" % (
+                          statistics.median(w[0] for w in writes), statistics.median(w[1] for w in writes),
+                          statistics.median(w[2] for w in writes), len(writes), deferrals(w.log_path),
+                          snapshot_kinds(w.log_path)), flush=True)
     finally:
         job.stop()
         shutil.rmtree(job.dir, ignore_errors=True)
@@ -194,6 +199,12 @@ def save_times(log_path):
                 elif "seconds" in d:
                     done[d["step"]] = (float(d["seconds"]), float(d.get("mb_s", 0)), int(d["bytes"]))
     return [(held[s][0],) + done[s] + (held[s][1],) for s in held if s in done]
+
+
+def deferrals(log_path):
+    """Saves deferred because the previous one still wrote (checkpoint_deferred lines)."""
+    with open(log_path) as f:
+        return sum(1 for line in f if "checkpoint_deferred step=" in line)
 
 
 def snapshot_kinds(log_path):
@@ -271,6 +282,9 @@ def main():
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="the worker's --device in part 3 [cpu]")
     ap.add_argument("--copy", default="", choices=["", "held", "overlap"],
                     help="the worker's --checkpoint-copy in part 3 [its default]")
+    ap.add_argument("--write-mb-s", type=float, default=0, metavar="X",
+                    help="part 3: the worker's --checkpoint-write-mb-s (a disk of X MB/s; saves falling due while "
+                         "one writes are deferred, never waited for) [unpaced]")
     ap.add_argument("--coretype", default="", help="OPENBLAS_CORETYPE for every process of part 3")
     ap.add_argument("--data", default="", help="token shards [the demo corpus, prepared once]")
     ap.add_argument("--json", default="", metavar="OUT",
