@@ -216,17 +216,24 @@ def steady_quorum(launch, name, qid, training, since):
     check(not failed, "%s: no training group failed a step: %s" % (name, failed))
 
 
+def signal_spare(launch, sig):
+    """Sends sig to every rank of the spare: (quorum id, training groups,
+    the spare, its pids, the last event's seq before the signal)."""
+    qid, training, spare = training_and_spare(launch)
+    pids = group_pids(launch, spare)
+    check(pids, "%s has live ranks" % spare)
+    since = last_seq(launch)
+    for pid in pids:
+        os.kill(pid, sig)
+    return qid, training, spare, pids, since
+
+
 def test_spare_dies(bindir):
     """The spare is SIGKILLed while the others train: nothing changes for
     them; the launcher restarts it and it waits as a spare again."""
     launch, ledger = start_3_plus_1(bindir, "spares-dies", 1000)
     try:
-        qid, training, spare = training_and_spare(launch)
-        pids = group_pids(launch, spare)
-        check(pids, "%s has live ranks" % spare)
-        since = last_seq(launch)
-        for pid in pids:
-            os.kill(pid, signal.SIGKILL)
+        qid, training, spare, pids, since = signal_spare(launch, signal.SIGKILL)
         wait_until(lambda: events_after(launch, since, "member_lost", spare), 30, "%s lost" % spare)
         back = wait_until(lambda: events_after(launch, since, "spare_registered", spare), 60,
                           "%s back as a spare" % spare)
@@ -250,12 +257,7 @@ def test_spare_frozen(bindir):
     launch, ledger = start_3_plus_1(bindir, "spares-frozen", 1000)
     pids = []
     try:
-        qid, training, spare = training_and_spare(launch)
-        pids = group_pids(launch, spare)
-        check(pids, "%s has live ranks" % spare)
-        since = last_seq(launch)
-        for pid in pids:
-            os.kill(pid, signal.SIGSTOP)
+        qid, training, spare, pids, since = signal_spare(launch, signal.SIGSTOP)
         try:
             lost = wait_until(lambda: events_after(launch, since, "member_lost", spare), 30,
                               "%s lost while stopped" % spare)
