@@ -80,14 +80,21 @@ def main():
 
 
 def grep_defaults(help_text):
-    """The job's defaults as --help states them (step, state, repair, restart)."""
+    """The job's defaults as --help states them (step, state, repair, restart):
+    the bracket that ends each flag's text, which may run over several lines."""
     want = ("--step-s", "--state-bytes", "--repair-s", "--restart-s", "--gpus-per-group", "--inner-steps")
     out, lines = [], help_text.splitlines()
     for i, line in enumerate(lines):
         parts = line.split()
-        if parts and parts[0] in want:
-            text = line if "[" in line else lines[i + 1]  # a long help text puts the default on the next line
-            out.append("%s %s" % (parts[0][2:], text[text.index("[") + 1:].split("]")[0].split(":")[0]))
+        if not parts or parts[0] not in want:
+            continue
+        text = line
+        for more in lines[i + 1:]:
+            if more.lstrip().startswith("-") or not more.startswith(" "):
+                break
+            text += " " + more.strip()
+        if "[" in text:
+            out.append("%s %s" % (parts[0][2:], text[text.rindex("[") + 1:].split("]")[0].split(":")[0]))
     return ", ".join(out)
 
 

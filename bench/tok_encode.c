@@ -1,4 +1,4 @@
-/* Tokenizer throughput (bench/tokenize.py drives it against HF tokenizers):
+/* Tokenizer throughput (bench/tok_encode.py drives it against HF tokenizers):
  * encodes documents with px_tok_encode on N threads, each thread taking the
  * next document, and prints one line: bytes, tokens, seconds, bytes/s. The
  * best of --repeat runs counts; documents are read first, so only encoding

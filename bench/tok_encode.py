@@ -13,7 +13,7 @@ Without --tokenizer, HF trains a GPT-2-sized byte-level BPE (50,257 tokens,
 <|endoftext|>) on the corpus first, the way test_hf_equal.py does, and keeps
 it in --workdir.
 
-usage: tokenize.py BINDIR [--tokenizer FILE] [--threads N] [--copies N]
+usage: tok_encode.py BINDIR [--tokenizer FILE] [--threads N] [--copies N]
                           [--repeat N] [--vocab N] [--workdir DIR]
   BINDIR            folder with bench_tok_encode (build/bin)
   --tokenizer FILE  a tokenizer.json to use (default: train one, see above)
