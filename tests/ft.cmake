@@ -28,8 +28,9 @@ endforeach()
 # open across a coordinator restart. Each skips (77)
 # with the reason when its tool is missing; scripts/install-deps.sh installs both.
 px_add_py_scenarios(ft_dashboard ${CMAKE_CURRENT_LIST_DIR}/ft/test_dashboard.py $<TARGET_FILE_DIR:phalanx-launch> 300
-                    metrics browser scale restart)
-set_tests_properties(ft_dashboard_metrics ft_dashboard_browser ft_dashboard_scale ft_dashboard_restart PROPERTIES RESOURCE_LOCK cores SKIP_RETURN_CODE 77)
+                    metrics browser scale restart spares)
+set_tests_properties(ft_dashboard_metrics ft_dashboard_browser ft_dashboard_scale ft_dashboard_restart
+                     ft_dashboard_spares PROPERTIES RESOURCE_LOCK cores SKIP_RETURN_CODE 77)
 
 # Group-level liveness: ranks heartbeat their group's rank 0, which reports
 # for them; a killed rank, a frozen leader, a restarted coordinator.
@@ -51,24 +52,24 @@ px_add_py_test(ft_two_hosts ${CMAKE_CURRENT_LIST_DIR}/ft/test_two_hosts.py $<TAR
 set_tests_properties(ft_two_hosts PROPERTIES TIMEOUT 600 RESOURCE_LOCK cores SKIP_RETURN_CODE 77)
 
 # Spare groups (--spares, --target-groups): a killed group's place taken by
-# the spare at once, the killed group back as a spare, a spare of another
-# layout refused; the spare itself killed or stopped (no quorum changes for
-# it), two losses for one spare (the job goes on as 2 groups), seeded kills
-# each answered by the spare.
+# the spare at once (or a drained one's), the killed group back as a spare, a
+# spare of another layout refused; the spare itself killed or stopped (no
+# quorum changes for it), two losses for one spare (the job goes on as 2
+# groups), seeded kills each answered by the spare.
 px_add_py_scenarios(ft_spares ${CMAKE_CURRENT_LIST_DIR}/ft/test_spares.py $<TARGET_FILE_DIR:phalanx-launch> 300
-                    promote comeback layout spare-dies spare-frozen two-losses chaos)
-set_tests_properties(ft_spares_promote ft_spares_comeback ft_spares_layout ft_spares_spare_dies ft_spares_spare_frozen
-                     ft_spares_two_losses ft_spares_chaos PROPERTIES RESOURCE_LOCK cores)
+                    promote comeback drain layout spare-dies spare-frozen two-losses chaos)
+set_tests_properties(ft_spares_promote ft_spares_comeback ft_spares_drain ft_spares_layout ft_spares_spare_dies
+                     ft_spares_spare_frozen ft_spares_two_losses ft_spares_chaos PROPERTIES RESOURCE_LOCK cores)
 set_tests_properties(ft_spares_chaos PROPERTIES TIMEOUT 600) # 8,000 steps, kills waiting out restarts
 
 # Tiers (tests/CMakeLists.txt).
 px_tier(process ft_launch_progress_json ft_launch_progress_dataprep
         ft_buckets ft_job_finished ft_launch_config_error ft_diloco_identity ft_diloco_dtype
         ft_diloco_checkpoint ft_diloco_warmup ft_diloco_refused ft_dashboard_metrics ft_dashboard_browser)
-px_tier(chaos ft_spares_promote ft_spares_comeback ft_spares_layout ft_spares_spare_dies ft_spares_spare_frozen
+px_tier(chaos ft_spares_promote ft_spares_comeback ft_spares_drain ft_spares_layout ft_spares_spare_dies ft_spares_spare_frozen
         ft_spares_two_losses ft_launch_progress_interval ft_chaos_ranks ft_coordinator_outage ft_launch_sigkill ft_launch_incomplete ft_diloco_kill
         ft_diloco_chaos ft_diloco_chaos_overlap ft_diloco_auto_restart ft_liveness_train ft_liveness_restart
-        ft_dashboard_restart ft_two_hosts)
+        ft_dashboard_restart ft_dashboard_spares ft_two_hosts)
 px_tier(slow ft_chaos_kills ft_sigstop ft_coordinator_stall ft_heal_kill ft_diloco_layouts ft_diloco_long_round
         ft_diloco_auto ft_diloco_auto_fragments ft_diloco_auto_chaos ft_diloco_auto_chaos_overlap ft_diloco_overlap
         ft_diloco_quality ft_diloco_fragments ft_dashboard_scale ft_spares_chaos)

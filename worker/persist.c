@@ -335,8 +335,11 @@ static int due_at(const px_persist_t *p, int64_t step, const px_quorum_t *q) {
 }
 
 /* A save still writing: a whole state's writer does not wait for it (a
- * sharded group's ranks do, in save(), so that they save the same steps). */
-static int writing(px_persist_t *p) { return !p->sharded && p->saver && px_ckpt_saver_busy(p->saver); }
+ * sharded group's ranks do, in save(), so that they save the same steps;
+ * and every writer with --checkpoint-when-busy wait). */
+static int writing(px_persist_t *p) {
+    return !p->sharded && !p->cfg->checkpoint_wait && p->saver && px_ckpt_saver_busy(p->saver);
+}
 
 int px_persist_time_vote(const px_persist_t *p) {
     return p->dir[0] && p->cfg->checkpoint_every_s > 0 &&

@@ -49,6 +49,8 @@ typedef struct {
     double checkpoint_every_s; /* save when S seconds passed since the last save (any rank's clock decides
                                 * for the whole quorum, through the commit vote: vote.h); 0: off */
     int checkpoint_keep;      /* checkpoints kept by retention; 0: all */
+    int checkpoint_wait;      /* 1: a save due while the previous one writes waits for it (every due step is
+                               * saved, training held); 0: deferred to the first step after that write */
     double checkpoint_write_mb_s; /* checkpoint data written at most this fast, MB/s; 0: as fast as the disk goes */
     int allow_schedule_change; /* 1: resume a checkpoint whose --steps, --lr, --min-lr, --warmup,
                                   --global-batch or --seq differ (else refused) */

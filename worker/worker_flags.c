@@ -25,6 +25,7 @@ static const char *const SCHEDULES[] = {[PX_SCHED_GPIPE] = "gpipe", [PX_SCHED_1F
                                         [PX_SCHED_ZBH1] = "zb-h1", NULL};
 static const char *const RECOMPUTE[] = {"none", "block", NULL};  /* cfg.recompute 0, 1 */
 static const char *const COPIES[] = {"held", "overlap", NULL};   /* cfg.checkpoint_overlap 0, 1 */
+static const char *const WHEN_BUSY[] = {"defer", "wait", NULL};  /* cfg.checkpoint_wait 0, 1 */
 static const char *const LIVENESS[] = {"rank", "group", NULL};   /* cfg.liveness_group 0, 1 */
 
 /* --model-config: a file that can be read (its keys are checked with the
@@ -156,6 +157,10 @@ static const px_flag_t WORKER_TRAIN[] = {
              "(best with spare cores); with --device cuda the state is downloaded while the next step computes "
              "either way",
      TC(checkpoint_overlap)},
+    {"--checkpoint-when-busy", PX_FLAG_CHOICE, .words = WHEN_BUSY, .def = "defer",
+     .help = "a save due while the previous one still writes: defer = taken at the first step after that write "
+             "ends, training goes on; wait = training waits for the write, so that every due step is saved",
+     TC(checkpoint_wait)},
     {"--mode", PX_FLAG_CHOICE, .words = MODES, .def = "sync",
      .help = "sync: every step's gradients are averaged over the groups; diloco: each group trains alone for "
              "--inner-steps (AdamW on its share of each step's batch), then an outer step averages the groups' "

@@ -2,14 +2,14 @@
 seeds) never leaves a checkpoint that loads wrong, and the previous one loads.
 
 A reference job (1 group, model `small`: a 40 MB state in several data files,
-saved every step) records each step's data-file checksums and how long its
-saves took: training
-is deterministic, so a checkpoint of step N must hold exactly those bytes in
-every run. Then, per seed, the same job is started on an empty folder; once a
-save of a seeded step (or a later one) is in flight, its `.tmp-step_*` folder
-exists, and the writer is SIGKILLed after a seeded fraction of 1.25 times the
-reference's median save time: most kills land inside the write, some in the
-fsyncs and the rename at its end, some just after the publish. Afterwards:
+saved every step: --checkpoint-when-busy wait) records each step's data-file
+checksums and how long its saves took: training is deterministic, so a
+checkpoint of step N must hold exactly those bytes in every run. Then, per
+seed, the same job is started on an empty folder; once a save of a seeded step
+(or a later one) is in flight, its `.tmp-step_*` folder exists, and the writer
+is SIGKILLed after a seeded fraction of 1.25 times the reference's median save
+time: most kills land inside the write, some in the fsyncs and the rename at
+its end, some just after the publish. Afterwards:
   - the steps published at the kill are 1..k with k >= s-1 (s: the save seen in
     flight; one save at a time, so s-1 was published before s began; on a quick
     run the kill can land a save or two later), and the cut save's folder, if
@@ -44,7 +44,8 @@ WORKER = ["--", "--global-batch", "2", "--micro-batch", "2", "--seq", "32", "--t
 
 def job_args(data, ckpt):
     return ["--groups", "1", "--model", "small", "--data", data, "--steps", str(STEPS),
-            "--checkpoint-dir", ckpt, "--checkpoint-every", "1", "--checkpoint-keep", "0"] + WORKER
+            "--checkpoint-dir", ckpt, "--checkpoint-every", "1", "--checkpoint-keep", "0"] + WORKER + [
+                "--checkpoint-when-busy", "wait"]  # every step saved, one at a time
 
 
 def published(ckpt):

@@ -39,6 +39,11 @@
            old and new run ids (those of /api/history before and after), its
            loss curve starts again at the restart and fills with the new
            run's points, and its lanes are the new /status's groups.
+  spares:  a job of 2 training groups and 1 spare (phalanx-launch
+           --spares 1): the page's lanes, read by headless Chromium
+           (--dump-dom), show the spare in its own state ("spare", in the
+           legend) beside the training groups' "healthy", as /status has
+           them.
 
 Exits 77 (ctest SKIP_RETURN_CODE) with the reason when prometheus_client or
 chromium is missing: scripts/install-deps.sh installs both."""
@@ -596,6 +601,28 @@ def lane_states(dom):
             for g, body in re.findall(r'<g class="lane" data-group="([^"]*)">(.*?)</g>', dom, re.S)}
 
 
+def test_spares(bindir):
+    browser = chromium()
+    if not browser:
+        skip("chromium is not installed (apt-get install chromium; scripts/install-deps.sh does)")
+    data = make_corpus(bindir, tempfile.mkdtemp(prefix="phalanx-dash-spares-data-"))
+    launch = Launch(bindir, ["--groups", "2", "--spares", "1", "--model", "tiny", "--steps", "100000", "--data",
+                             data] + WORKER, name="dash-spares")
+    try:
+        wait_until(lambda: launch.last_step() >= 20, 120, "20 steps")
+        st = wait_until(lambda: (lambda s: s if [g for g in s["groups"] if g["state"] == "spare"] else None)(
+            launch.status()), 30, "a spare in /status")
+        want = {g["name"]: g["state"] for g in st["groups"]}
+        dom = render(browser, "http://%s/" % launch.http, ["--dump-dom"])
+    finally:
+        launch.terminate()
+    shown = lane_states(dom)
+    check(shown == want and sorted(shown.values()) == ["healthy", "healthy", "spare"],
+          "the lanes show 2 training groups and the spare as /status has them: %s against %s" % (shown, want))
+    check("spare (standing by)" in dom, "the legend names the spare's colour")
+    print("spares: lanes %s" % shown)
+
+
 def test_restart(bindir):
     browser = chromium()
     if not browser:
@@ -664,4 +691,5 @@ def test_restart(bindir):
 
 
 if __name__ == "__main__":
-    main_scenarios({"metrics": test_metrics, "browser": test_browser, "scale": test_scale, "restart": test_restart})
+    main_scenarios({"metrics": test_metrics, "browser": test_browser, "scale": test_scale, "restart": test_restart,
+                    "spares": test_spares})

@@ -269,7 +269,7 @@ def test_chaos(bindir, extra=()):
 def test_checkpoint(bindir):
     data, work = corpus(bindir), tempfile.mkdtemp(prefix="phalanx-diloco-ck-")
     ck = os.path.join(work, "ck")
-    flags = ["--mode", "diloco", "--inner-steps", "5"]
+    flags = ["--mode", "diloco", "--inner-steps", "5", "--checkpoint-when-busy", "wait"]  # (the steps named below)
     launch_args = ["--checkpoint-dir", ck, "--checkpoint-every", "10"]
     first = run(bindir, data, 1, 30, flags, "diloco-ck1", launch_args)
     f1 = same_state(first, 1, "first run")
@@ -690,8 +690,8 @@ def test_overlap(bindir):
     check(ev_o < 1.15 * ev_b, "the overlapped run learns about as well: eval %.4f vs %.4f" % (ev_o, ev_b))
 
     ckpt = tempfile.mkdtemp(prefix="phalanx-overlap-ckpt-")
-    launch = job300(bindir, data, stream + ["--outer-overlap", "--checkpoint-dir", ckpt, "--checkpoint-every", "20"],
-                    "overlap-kill")
+    launch = job300(bindir, data, stream + ["--outer-overlap", "--checkpoint-dir", ckpt, "--checkpoint-every", "20",
+                                            "--checkpoint-when-busy", "wait"], "overlap-kill")
     try:
         _, back = kill_g1_midway(launch, restores=True)
         f = same_state(launch, 3, "overlap-kill")

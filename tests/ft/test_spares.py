@@ -13,6 +13,10 @@ comeback  the same with the killed group restarting at once: the spare takes
           its place, and the restarted group registers as a spare
           (spare_registered after the kill) and never enters a quorum again
           while the others train to the end.
+drain     a training group drained (phalanxctl drain) instead of killed: the
+          spare takes its place in the next quorum the same way (healed from
+          a live group, spare_promoted); one checksum over the 3 that train
+          on, the ledger holds.
 layout    a would-be spare whose layout differs from the job's is refused at
           registration (exit 2 naming both) and never counts as a spare.
 spare-dies    the spare is SIGKILLed while the others train: it is lost, and
@@ -124,6 +128,38 @@ def test_comeback(bindir):
     check(all(victim not in e["groups"] for e in later), "%s never entered a quorum again: %s" %
           (victim, [e["groups"] for e in later]))
     print("comeback: %s came back as a spare" % victim)
+
+
+def test_drain(bindir):
+    """A training group drained (phalanxctl drain: its workers leave at a
+    step boundary): the spare takes its place in the next quorum, healed
+    from a live group, as after a loss."""
+    launch, ledger = start_3_plus_1(bindir, "spares-drain", 1000)
+    try:
+        qid, training, spare = training_and_spare(launch)
+        victim = training[1]
+        since = last_seq(launch)
+        r = subprocess.run([os.path.join(bindir, "phalanxctl"), "drain", victim, "--coordinator", launch.endpoint(),
+                            "--wait-s", "0"] + launch.ctl_keys(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, timeout=60)
+        check(r.returncode == 0, "phalanxctl drain %s: exit %d %s" % (victim, r.returncode, r.stderr[-600:]))
+        promoted = wait_until(lambda: events_after(launch, since, "spare_promoted", spare), 60,
+                              "%s promoted after the drain of %s" % (spare, victim))
+        check(promoted[0]["replaced"] in (victim, "") and promoted[0]["first_step"] > promoted[0]["step"],
+              "the spare took the drained group's place: %s" % promoted)
+        formed = [e for e in launch.read_events() if e["type"] == "quorum_formed" and
+                  e["quorum_id"] == promoted[0]["quorum_id"]]
+        check(formed and sorted(formed[0]["groups"]) == sorted(set(training) - {victim} | {spare}),
+              "the quorum after the drain holds 3 groups, the spare in %s's place: %s" % (victim, formed))
+        drained = events_after(launch, since, "group_drained", victim)
+        check(drained, "%s was drained (group_drained): %s" % (victim, drained))
+        healed = events_after(launch, since, "heal_finished", spare)
+        check(healed and healed[0]["peer_group"] in training, "%s healed from a live group: %s" % (spare, healed))
+        finish(launch, "spare-drain", set(training) - {victim} | {spare}, ledger)
+    finally:
+        launch.terminate()
+    print("drain: %s drained, %s took its place %.3f s later (first step %d)" %
+          (victim, spare, promoted[0]["seconds"], promoted[0]["first_step"]))
 
 
 def test_layout(bindir):
@@ -405,6 +441,6 @@ def spares_chaos(bindir, rng):
 
 
 if __name__ == "__main__":
-    main_scenarios({"promote": test_promote, "comeback": test_comeback, "layout": test_layout,
+    main_scenarios({"promote": test_promote, "comeback": test_comeback, "drain": test_drain, "layout": test_layout,
                     "spare-dies": test_spare_dies, "spare-frozen": test_spare_frozen,
                     "two-losses": test_two_losses, "chaos": test_chaos})
