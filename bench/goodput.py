@@ -98,13 +98,19 @@ def grep_defaults(help_text):
     return ", ".join(out)
 
 
-def draw(path, mean, inputs):
+def pyplot(prog):
+    """matplotlib's pyplot drawing to files, or exit naming the package."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        sys.exit("goodput: matplotlib is not installed (apt-get install python3-matplotlib): no PNG drawn")
+        sys.exit("%s: matplotlib is not installed (apt-get install python3-matplotlib): no PNG drawn" % prog)
+    return plt
+
+
+def draw(path, mean, inputs):
+    plt = pyplot("goodput")
     fig, (ax, lost) = plt.subplots(1, 2, figsize=(12, 6.2))
     for p in POLICIES:
         ax.plot(SCALES, [100 * mean[p, n]["goodput"] for n in SCALES], marker="o", label=p)

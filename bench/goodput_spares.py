@@ -17,7 +17,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from goodput import simulate  # noqa: E402
+from goodput import pyplot, simulate  # noqa: E402
 
 # accelerators, accelerators per group, repair seconds
 CONFIGS = [(16384, 8, 600), (16384, 1024, 600), (16384, 1024, 3600),
@@ -58,12 +58,7 @@ def main():
 
 
 def draw(path, mean, inputs):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        sys.exit("goodput_spares: matplotlib is not installed (apt-get install python3-matplotlib): no PNG drawn")
+    plt = pyplot("goodput_spares")
     fig, (ax, lost) = plt.subplots(1, 2, figsize=(12, 5.6))
     for n, g, repair in CONFIGS:
         ys = [100 * mean[n, g, repair, s] for s in SPARES]
