@@ -12,7 +12,7 @@ add_test(NAME checkpoint_format COMMAND test_ckpt)
 # ctest per scenario).
 px_add_py_scenarios(checkpoint_job ${CMAKE_CURRENT_LIST_DIR}/checkpoint/test_ckpt_job.py ${CMAKE_BINARY_DIR}/bin 400
                     resume resume_overlap corrupt fewer pergroup mixed sigterm rotate diskfull allcorrupt schedule slowdisk
-                    every_s)
+                    slowdisk_sharded every_s)
 
 # phalanx-ckpt on a trained tiny model: import and export round trips (llm.c
 # byte for byte, safetensors read back by Hugging Face's reader), the same
@@ -40,7 +40,7 @@ set_tests_properties(checkpoint_kill_during_save PROPERTIES TIMEOUT 300)
 # Tiers (tests/CMakeLists.txt).
 px_tier(unit checkpoint_format)
 px_tier(process checkpoint_job_fewer checkpoint_job_corrupt checkpoint_job_diskfull checkpoint_job_allcorrupt
-        checkpoint_job_schedule checkpoint_job_slowdisk checkpoint_job_every_s
+        checkpoint_job_schedule checkpoint_job_slowdisk checkpoint_job_slowdisk_sharded checkpoint_job_every_s
         checkpoint_tool_roundtrip
         checkpoint_tool_safetensors checkpoint_tool_eval checkpoint_tool_job checkpoint_tool_damage
         checkpoint_tool_usage checkpoint_tool_diloco checkpoint_hf_export checkpoint_hf_import checkpoint_hf_refuse)

@@ -453,7 +453,7 @@ int px_diloco_outer_step(trainer_t *t, int *adopt, float *loss_out) {
     local_read(t);
     float *g = host_grads(t), *tail = g + n, *lp = local_params(t);
     float w = t->inner == H && H > 0 && t->round_full && whole_fragment(t, p) && t->round_samples > 0 ? 1.0f : 0.0f;
-    px_vote_fill(tail, t->st.step, px_agent_known_quorum_id(t->agent) > t->qid, px_persist_time_vote(&t->persist),
+    px_vote_fill(tail, t->st.step, px_agent_known_quorum_id(t->agent) > t->qid, px_persist_vote(&t->persist),
                  cfg->rank == 0 && w > 0 ? (float)(t->round_loss / H) : 0.0f);
     tail[OUTER_WEIGHT] = w;
     tail[OUTER_PENDING] = pend_ok ? 1.0f : 0.0f;
@@ -467,7 +467,7 @@ int px_diloco_outer_step(trainer_t *t, int *adopt, float *loss_out) {
     int passed = st == PX_COMM_OK && px_vote_passed(tail, t->q.n, t->st.step);
     float weight = tail[OUTER_WEIGHT], loss = weight > 0 ? tail[PX_VOTE_LOSS] / weight : NAN;
     int newer = tail[PX_VOTE_NEWER] > 0.5f;
-    px_persist_time_agreed(&t->persist, passed && px_vote_save(tail)); /* this outer step saves by time */
+    px_persist_agreed(&t->persist, passed && px_vote_save(tail), passed && px_vote_busy(tail)); /* (its save) */
     t->bytes_cross += 2.0 * (t->q.n - 1) / t->q.n * OUTER_TAIL * sizeof(float);
     if (passed && t->pend.active) { /* the pending round first: every group alike */
         if (tail[OUTER_PENDING] > t->q.n - 0.5f) pending_apply(t);

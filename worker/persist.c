@@ -14,6 +14,7 @@
 #include "px_log.h"
 #include "px_time.h"
 #include "px_wire.h"
+#include "vote.h"
 
 static int expand_dir(const char *pattern, const char *group, char *out, size_t len) {
     size_t n = 0;
@@ -334,19 +335,28 @@ static int due_at(const px_persist_t *p, int64_t step, const px_quorum_t *q) {
     return interval_due(p, step, q) || (p->deferred >= 0 && p->dir[0] && is_writer(p, q));
 }
 
-/* A save still writing: a whole state's writer does not wait for it (a
- * sharded group's ranks do, in save(), so that they save the same steps;
- * and every writer with --checkpoint-when-busy wait). */
+/* A save still writing, which the next does not wait for (unless
+ * --checkpoint-when-busy wait): a whole state's writer asks its saver; the
+ * ranks of a group writing in parts go by the vote, so that every one of
+ * them defers the same steps. */
 static int writing(px_persist_t *p) {
-    return !p->sharded && !p->cfg->checkpoint_wait && p->saver && px_ckpt_saver_busy(p->saver);
+    if (p->cfg->checkpoint_wait) return 0;
+    if (p->sharded) return p->busy_agreed;
+    return p->saver && px_ckpt_saver_busy(p->saver);
 }
 
-int px_persist_time_vote(const px_persist_t *p) {
-    return p->dir[0] && p->cfg->checkpoint_every_s > 0 &&
-           (double)(px_now_us() - p->time_mark_us) >= p->cfg->checkpoint_every_s * 1e6;
+int px_persist_vote(const px_persist_t *p) {
+    if (!p->dir[0]) return 0;
+    int due = p->cfg->checkpoint_every_s > 0 &&
+              (double)(px_now_us() - p->time_mark_us) >= p->cfg->checkpoint_every_s * 1e6;
+    int busy = p->saver && px_ckpt_saver_busy(p->saver);
+    return (due ? PX_VOTE_CKPT_DUE : 0) | (busy ? PX_VOTE_CKPT_BUSY : 0);
 }
 
-void px_persist_time_agreed(px_persist_t *p, int due) { p->time_due = due; }
+void px_persist_agreed(px_persist_t *p, int due, int busy) {
+    p->time_due = due;
+    p->busy_agreed = busy;
+}
 
 int px_persist_due(px_persist_t *p, const px_train_state_t *st, const px_quorum_t *q) {
     if (p->decided >= 0 && p->decided_step == st->step) return p->decided;
@@ -378,6 +388,7 @@ static void defer(px_persist_t *p, const px_train_state_t *st, const px_quorum_t
     p->deferred_interval_s = interval_s;
     p->deferred = p->deferred_first = st->step;
     p->folded = 0;
+    if (p->cfg->rank != 0) return; /* a group writing in parts: its rank 0 reports */
     px_log_warn("checkpoint_deferred step=%lld writing_step=%lld interval_s=%.3f: the save of step %lld still writes "
                 "when this one comes due; training goes on, and the save is taken at the first step after that write "
                 "ends", (long long)st->step, (long long)p->submitted, interval_s, (long long)p->submitted);
@@ -411,7 +422,7 @@ void px_persist_committed(px_persist_t *p, const px_train_state_t *st, const px_
     } else {
         p->deferred = -1; /* another group writes now */
     }
-    p->time_due = 0;
+    p->time_due = p->busy_agreed = 0;
     p->decided = -1;
     report_done(p);
 }

@@ -10,16 +10,17 @@
  * first step after --checkpoint-every-s seconds (the commit vote carries
  * each rank's "due by my clock", so every group of the quorum agrees on the
  * step), at the end of the job, and when the worker is stopped (SIGTERM),
- * always of committed state. A save due while the previous one still
- * writes is deferred, never waited for: it is taken at the first commit
- * after that write ended, and stands for any others that came due
- * meanwhile (event checkpoint_deferred once per such write; once a job, a
- * hint at a longer interval), so a disk slower than the interval costs checkpoints'
- * freshness, not training time; a sharded group's ranks must save the same
- * steps, so they wait instead; on the CPU the optimizer step of the step to be saved takes the
- * snapshot as it goes (px_persist_pass), else it is copied while training
- * waits, or with --checkpoint-copy overlap by the saver while the next step
- * computes (px_persist_fence), and written on the saver's thread.
+ * always of committed state. A save due while the previous one still writes
+ * is deferred, never waited for: it is taken at the first commit after that
+ * write ended, and stands for any others that came due meanwhile (event
+ * checkpoint_deferred once per such write; once a job, a hint at a longer
+ * interval), so a disk slower than the interval costs checkpoints'
+ * freshness, not training time; a group writing in parts defers by the vote
+ * (any rank's part still writing), so that its ranks save the same steps. On
+ * the CPU the optimizer step of the step to be saved takes the snapshot as
+ * it goes (px_persist_pass), else it is copied while training waits, or with
+ * --checkpoint-copy overlap by the saver while the next step computes
+ * (px_persist_fence), and written on the saver's thread.
  *
  * Restore reads into the model's own buffers (it is a fresh model at start):
  * when no checkpoint loads, the initial state is rebuilt, so partial data is
@@ -52,6 +53,7 @@ typedef struct {
     int hinted;                      /* the hint at a longer interval was logged */
     int64_t time_mark_us;            /* --checkpoint-every-s: when the quorum last agreed on a save (or start) */
     int time_due;                    /* the step being committed saves by time (the vote said so) */
+    int busy_agreed;                 /* ... some rank's saver still wrote when it voted */
     int decided;                     /* px_persist_due's answer for decided_step (-1: not asked) */
     int64_t decided_step;
     int rejected;                    /* checkpoints refused by the restore */
@@ -105,12 +107,14 @@ px_restore_result_t px_persist_restore(px_persist_t *p, px_train_state_t *st, co
 void px_persist_set_source_wait(px_persist_t *p, void (*wait)(void *ctx), void *ctx);
 /* After joining quorum q: notes who writes. */
 void px_persist_joined(px_persist_t *p, const px_quorum_t *q);
-/* --checkpoint-every-s: this rank's vote for the step about to be reduced
- * (1 when its clock says a save is due; vote.h), and the vote's verdict
- * once reduced (px_vote_save): the step then committed saves, in every
- * group alike, and every rank starts the next interval. */
-int px_persist_time_vote(const px_persist_t *p);
-void px_persist_time_agreed(px_persist_t *p, int due);
+/* This rank's checkpoint flags for the step about to be reduced (vote.h,
+ * PX_VOTE_CKPT_*: a save due by its clock, with --checkpoint-every-s; its
+ * saver still writing), and the vote's verdict once reduced: `due`, the
+ * step then committed saves, in every group alike, and every rank starts
+ * the next interval; `busy`, some rank's save still writes, so a group
+ * that writes in parts defers the step's save on every rank alike. */
+int px_persist_vote(const px_persist_t *p);
+void px_persist_agreed(px_persist_t *p, int due, int busy);
 /* 1 when px_persist_committed(p, st, q) will save st: a trainer whose
  * state lives on a GPU brings its host copy up to date first. The answer
  * holds for that commit (a save still writing now makes it 0 and defers

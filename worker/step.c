@@ -131,7 +131,7 @@ static int shard_rounds(const trainer_t *t) {
  * that the next backward is the step's last. */
 static void arm_reducer(trainer_t *t, float loss) {
     px_vote_fill(px_compute_tail(t->dev), t->st.step, px_agent_known_quorum_id(t->agent) > t->qid,
-                 px_persist_time_vote(&t->persist), loss);
+                 px_persist_vote(&t->persist), loss);
     px_reducer_arm(t->reducer, t->cfg->ranks_per_group, t->st.step);
 }
 
@@ -292,7 +292,7 @@ px_step_result_t px_step_sync(trainer_t *t, px_step_out_t *out) {
             st = PX_COMM_OK;
         } else {
             px_vote_fill(tail, t->st.step, px_agent_known_quorum_id(t->agent) > t->qid,
-                         px_persist_time_vote(&t->persist), local_loss);
+                         px_persist_vote(&t->persist), local_loss);
             st = reduce(t, n);
         }
     }
@@ -311,7 +311,7 @@ px_step_result_t px_step_sync(trainer_t *t, px_step_out_t *out) {
         px_agent_report_failure(t->agent, NULL, -1, t->qid, t->st.step, "commit vote disagreed");
         return PX_STEP_DISCARDED;
     }
-    px_persist_time_agreed(&t->persist, px_vote_save(tail)); /* before the pass: the step may save by time */
+    px_persist_agreed(&t->persist, px_vote_save(tail), px_vote_busy(tail)); /* before the pass: it may save */
     state_write_fence(t);
     if (t->shard) {
         if (shard_commit(t, &out->norm) != 0) {

@@ -9,13 +9,14 @@ _Static_assert((double)PX_VOTE_MAX_MEMBERS * (PX_VOTE_STEP_MOD - 1) * (PX_VOTE_S
 
 static int64_t vote_x(int64_t step) { return step % PX_VOTE_STEP_MOD; }
 
-void px_vote_fill(float tail[PX_VOTE_N], int64_t step, int newer, int save, float loss) {
+void px_vote_fill(float tail[PX_VOTE_N], int64_t step, int newer, int ckpt, float loss) {
     int64_t x = vote_x(step);
     tail[PX_VOTE_COUNT] = 1.0f;
     tail[PX_VOTE_STEP] = (float)x;
     tail[PX_VOTE_STEP_SQ] = (float)(x * x);
     tail[PX_VOTE_NEWER] = newer ? 1.0f : 0.0f;
-    tail[PX_VOTE_SAVE] = save ? 1.0f : 0.0f;
+    tail[PX_VOTE_SAVE] = ckpt & PX_VOTE_CKPT_DUE ? 1.0f : 0.0f;
+    tail[PX_VOTE_BUSY] = ckpt & PX_VOTE_CKPT_BUSY ? 1.0f : 0.0f;
     tail[PX_VOTE_LOSS] = loss;
 }
 
@@ -37,11 +38,14 @@ int px_vote_passed(const float tail[PX_VOTE_N], int members, int64_t step) {
 
 int px_vote_save(const float tail[PX_VOTE_N]) { return tail[PX_VOTE_SAVE] > 0.5f; }
 
+int px_vote_busy(const float tail[PX_VOTE_N]) { return tail[PX_VOTE_BUSY] > 0.5f; }
+
 int px_vote_relay(float tail[PX_VOTE_N], int members, int64_t step) {
     int ok = px_vote_passed(tail, members, step);
-    int newer = tail[PX_VOTE_NEWER] > 0.5f, save = px_vote_save(tail);
+    int newer = tail[PX_VOTE_NEWER] > 0.5f;
+    int ckpt = (px_vote_save(tail) ? PX_VOTE_CKPT_DUE : 0) | (px_vote_busy(tail) ? PX_VOTE_CKPT_BUSY : 0);
     float loss = tail[PX_VOTE_LOSS];
-    px_vote_fill(tail, step, newer, save, loss);
+    px_vote_fill(tail, step, newer, ckpt, loss);
     if (!ok) tail[PX_VOTE_COUNT] = 0.0f; /* poison: no cross-group count can match */
     return ok;
 }

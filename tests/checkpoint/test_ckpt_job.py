@@ -33,6 +33,9 @@ slowdisk  the writer's checkpoint data is paced to 1 MB/s (--checkpoint-write-mb
           steps past the next due step commit before the slow save ends (a
           waiting trainer could not commit them); the deferred save is taken
           after it, checkpoints keep being published and every one verifies.
+slowdisk_sharded  the same with groups of two fsdp ranks, each writing its
+          part: the ranks defer the same saves (the commit vote carries
+          "my saver still writes"), so every published checkpoint is whole.
 every_s   --checkpoint-every-s alone, groups of two fsdp ranks: saves come by
           time, at steps the quorum agrees on through the commit vote (every
           rank of the writing group writes its part of the same step, so
@@ -519,15 +522,16 @@ def verify_all(bindir, ckpt, what):
     return steps
 
 
-def test_slowdisk(bindir):
+def test_slowdisk(bindir, sharded=False):
     data = make_corpus(bindir, tempfile.mkdtemp(prefix="phalanx-ckpt-data-"))
     ckpt = tempfile.mkdtemp(prefix="phalanx-ckpt-")
-    every = 4
-    # 1.47 MB a save at 1 MB/s: about 1.5 s, while a step of tiny takes
-    # milliseconds, so many due steps pass during each write.
-    launch = Launch(bindir, base(data, ckpt, steps=400, every=every) + WORKER_DEFER +
-                    ["--checkpoint-write-mb-s", "1"],
-                    name="ckpt-slowdisk")
+    every, name = 4, "slowdisk_sharded" if sharded else "slowdisk"
+    # 1.47 MB a save at 1 MB/s: about 1.5 s (half of it a rank, in parts),
+    # while a step of tiny takes milliseconds, so many due steps pass during
+    # each write.
+    layout = (["--ranks-per-group", "2"], ["--fsdp", "2", "--comm-timeout-ms", "20000"]) if sharded else ([], [])
+    launch = Launch(bindir, base(data, ckpt, steps=400, every=every) + layout[0] + WORKER_DEFER + layout[1] +
+                    ["--checkpoint-write-mb-s", "1"], name="ckpt-" + name)
     try:
         wait_until(lambda: [e for e in launch.read_events() if e["type"] == "checkpoint_deferred"], 120,
                    "a deferred checkpoint")
@@ -560,13 +564,13 @@ def test_slowdisk(bindir):
           "its end): %s" % overtaken)
     check(any("would keep up with this disk" in line for line in launch.output()),
           "the launcher shows the hint at a longer interval:\n%s" % launch.tail())
-    steps = verify_all(bindir, ckpt, "slowdisk")
+    steps = verify_all(bindir, ckpt, name)
     off = [st for st in steps if st % every]
     check(len(steps) >= 3 and 400 in steps and off,
           "checkpoints keep being published, deferred ones at the first step after the slow write (not a multiple "
           "of %d): %s" % (every, steps))
-    print("slowdisk: %d deferrals, saves published at %s, each verifies; a save overtaken by %d steps" %
-          (len(deferred), steps, max(c - w for w, c in overtaken)))
+    print("%s: %d deferrals, saves published at %s, each verifies; a save overtaken by %d steps" %
+          (name, len(deferred), steps, max(c - w for w, c in overtaken)))
 
 
 def test_every_s(bindir):
@@ -594,4 +598,4 @@ if __name__ == "__main__":
                     "resume_overlap": lambda bindir: test_resume(bindir, ["--checkpoint-copy", "overlap"]), "corrupt": test_corrupt, "fewer": test_fewer,
                     "pergroup": test_pergroup, "mixed": test_mixed, "sigterm": test_sigterm, "rotate": test_rotate, "diskfull": test_diskfull,
                     "allcorrupt": test_allcorrupt, "schedule": test_schedule, "slowdisk": test_slowdisk,
-                    "every_s": test_every_s})
+                    "slowdisk_sharded": lambda bindir: test_slowdisk(bindir, sharded=True), "every_s": test_every_s})

@@ -137,8 +137,11 @@ static int two_stage_flags(const long *steps, const int *newer, const int *save,
             passed += px_vote_passed(ring, P, steps[(size_t)g * W + r]);
             if (!(ring[PX_VOTE_NEWER] > 0.5f)) all_newer = 0;
             if (ring[PX_VOTE_NEWER] != floorf(ring[PX_VOTE_NEWER]) || ring[PX_VOTE_NEWER] > (float)P) all_newer = 0;
-            if (!px_vote_save(ring)) all_save = 0;
-            if (ring[PX_VOTE_SAVE] != floorf(ring[PX_VOTE_SAVE]) || ring[PX_VOTE_SAVE] > (float)P) all_save = 0;
+            int want = 0; /* the flags asked for: the save bit, or with only busy ranks the busy bit */
+            for (int i = 0; save && i < P * W; i++) want |= save[i];
+            int slot = want & PX_VOTE_CKPT_BUSY && !(want & PX_VOTE_CKPT_DUE) ? PX_VOTE_BUSY : PX_VOTE_SAVE;
+            if (!(slot == PX_VOTE_BUSY ? px_vote_busy(ring) : px_vote_save(ring))) all_save = 0;
+            if (ring[slot] != floorf(ring[slot]) || ring[slot] > (float)P) all_save = 0;
         }
     }
     free(group);
@@ -183,6 +186,17 @@ static void test_two_stage(void) {
     for (int i = 0; i < P * W; i++) save[i] = newer[i] = 1;
     EXPECT(two_stage_flags(steps, newer, save, P, W, &saw, &saw_save) == P * W && saw_save && saw,
            "every rank raising both flags stays exact");
+
+    /* the busy flag (a saver still writing): one rank's reaches every rank, apart from the save flag */
+    for (int i = 0; i < P * W; i++) save[i] = 0;
+    save[2 * W + 1] = PX_VOTE_CKPT_BUSY;
+    EXPECT(two_stage_flags(steps, NULL, save, P, W, NULL, &saw_save) == P * W && saw_save,
+           "one rank's busy flag reaches every rank");
+    float tail[PX_VOTE_N];
+    px_vote_fill(tail, 41, 0, PX_VOTE_CKPT_BUSY, 0.0f);
+    EXPECT(px_vote_busy(tail) && !px_vote_save(tail), "the busy flag is its own slot");
+    px_vote_fill(tail, 41, 0, PX_VOTE_CKPT_DUE | PX_VOTE_CKPT_BUSY, 0.0f);
+    EXPECT(px_vote_busy(tail) && px_vote_save(tail), "both flags together");
 }
 
 /* The largest supported job, stage by stage: 1024 ranks in a group, and
