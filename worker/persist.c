@@ -42,7 +42,6 @@ int px_persist_init(px_persist_t *p, const px_trainer_config_t *cfg, px_agent_t 
     p->submitted = -1;
     p->last_commit = -1;
     p->deferred = -1;
-    p->decided = -1;
     p->time_mark_us = px_now_us();
     if (!cfg->checkpoint_dir || !cfg->checkpoint_dir[0]) return 0;
     if (expand_dir(cfg->checkpoint_dir, cfg->group, p->dir, sizeof p->dir) != 0) {
@@ -234,14 +233,16 @@ static void hint(px_persist_t *p, double write_s) {
     p->hinted = 1;
     int64_t every = p->cfg->checkpoint_every;
     double need = write_s * 1.2, steps = every > 0 ? ceil((double)every * need / p->deferred_interval_s) : 0;
-    double need_s = need < 1 ? 1.0 : ceil(need);
-    char step_part[96] = "";
-    if (every > 0) snprintf(step_part, sizeof step_part, "--checkpoint-every %.0f or ", steps > every ? steps : every + 1.0);
+    char flags[160];
+    int n = every > 0 ? snprintf(flags, sizeof flags, "--checkpoint-every %.0f or ", steps > every ? steps : every + 1.0)
+                      : 0;
+    snprintf(flags + n, sizeof flags - (size_t)n, "--checkpoint-every-s %.0f", need < 1 ? 1.0 : ceil(need));
     px_log_warn("checkpoint_slow step=%lld write_s=%.3f interval_s=%.3f: a save took longer than the interval, so the "
-                "next was deferred; %s--checkpoint-every-s %.0f would keep up with this disk", (long long)p->deferred_from,
-                write_s, p->deferred_interval_s, step_part, need_s);
-    printf("event kind=checkpoint_slow group=%s step=%lld write_s=%.3f interval_s=%.3f hint=%s--checkpoint-every-s "
-           "%.0f\n" /* the hint last: the rest of the line */, p->cfg->group, (long long)p->deferred_from, write_s, p->deferred_interval_s, step_part, need_s);
+                "next was deferred; %s would keep up with this disk", (long long)p->deferred_from, write_s,
+                p->deferred_interval_s, flags);
+    /* the hint last: the rest of the line */
+    printf("event kind=checkpoint_slow group=%s step=%lld write_s=%.3f interval_s=%.3f hint=%s\n", p->cfg->group,
+           (long long)p->deferred_from, write_s, p->deferred_interval_s, flags);
 }
 
 /* Reports the saves the thread has finished. */
@@ -307,14 +308,11 @@ static void save(px_persist_t *p, const px_train_state_t *st, const px_quorum_t 
     p->submitted_us = px_now_us();
     /* snapshot: how it was taken; "step" (by the optimizer step, px_persist_pass) holds training here for
      * nothing, its cost is in that step */
-    if (p->deferred >= 0) /* the deferred save, and those folded into it */
-        px_log_info("checkpoint_started step=%lld quorum_id=%lld path=%s held_ms=%.1f snapshot=%s due_at=%lld "
-                    "folded=%d", (long long)st->step, (long long)q->id, path, held_ms,
-                    rc == 1 ? "step" : p->cfg->checkpoint_overlap ? "overlap" : "held", (long long)p->deferred_first,
-                    p->folded);
-    else
-        px_log_info("checkpoint_started step=%lld quorum_id=%lld path=%s held_ms=%.1f snapshot=%s", (long long)st->step,
-                    (long long)q->id, path, held_ms, rc == 1 ? "step" : p->cfg->checkpoint_overlap ? "overlap" : "held");
+    char late[64] = ""; /* the deferred save, and those folded into it */
+    if (p->deferred >= 0)
+        snprintf(late, sizeof late, " due_at=%lld folded=%d", (long long)p->deferred_first, p->folded);
+    px_log_info("checkpoint_started step=%lld quorum_id=%lld path=%s held_ms=%.1f snapshot=%s%s", (long long)st->step,
+                (long long)q->id, path, held_ms, rc == 1 ? "step" : p->cfg->checkpoint_overlap ? "overlap" : "held", late);
     px_agent_notify(p->agent, "checkpoint_started", q->id, st->step, "", 0, (unsigned)held_ms, fit(path));
 }
 
@@ -339,7 +337,7 @@ static int due_at(const px_persist_t *p, int64_t step, const px_quorum_t *q) {
  * --checkpoint-when-busy wait): a whole state's writer asks its saver; the
  * ranks of a group writing in parts go by the vote, so that every one of
  * them defers the same steps. */
-static int writing(px_persist_t *p) {
+static int writing(const px_persist_t *p) {
     if (p->cfg->checkpoint_wait) return 0;
     if (p->sharded) return p->busy_agreed;
     return p->saver && px_ckpt_saver_busy(p->saver);
@@ -358,10 +356,8 @@ void px_persist_agreed(px_persist_t *p, int due, int busy) {
     p->busy_agreed = busy;
 }
 
-int px_persist_due(px_persist_t *p, const px_train_state_t *st, const px_quorum_t *q) {
-    if (p->decided >= 0 && p->decided_step == st->step) return p->decided;
-    p->decided_step = st->step;
-    return p->decided = due_at(p, st->step, q) && !writing(p);
+int px_persist_due(const px_persist_t *p, const px_train_state_t *st, const px_quorum_t *q) {
+    return due_at(p, st->step, q) && !writing(p);
 }
 
 px_ckpt_pass_t *px_persist_pass(px_persist_t *p, const px_train_state_t *st, const px_quorum_t *q, size_t *part_floats) {
@@ -405,12 +401,12 @@ void px_persist_passed(px_persist_t *p, px_ckpt_pass_t *pass, int64_t step) {
     if (pass) px_ckpt_saver_passed(p->saver, pass, step);
 }
 
-void px_persist_committed(px_persist_t *p, const px_train_state_t *st, const px_quorum_t *q) {
+void px_persist_committed(px_persist_t *p, const px_train_state_t *st, const px_quorum_t *q, int due) {
     if (!p->dir[0]) return;
     report_done(p);
     if (p->time_due) p->time_mark_us = px_now_us(); /* every rank: the quorum saved by time here */
     if (is_writer(p, q)) {
-        if (px_persist_due(p, st, q)) {
+        if (due) {
             save(p, st, q);
             p->deferred = -1;
         } else if (interval_due(p, st->step, q) && st->step < p->cfg->steps) { /* (the job's end waits) */
@@ -423,7 +419,6 @@ void px_persist_committed(px_persist_t *p, const px_train_state_t *st, const px_
         p->deferred = -1; /* another group writes now */
     }
     p->time_due = p->busy_agreed = 0;
-    p->decided = -1;
     report_done(p);
 }
 

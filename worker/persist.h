@@ -54,8 +54,6 @@ typedef struct {
     int64_t time_mark_us;            /* --checkpoint-every-s: when the quorum last agreed on a save (or start) */
     int time_due;                    /* the step being committed saves by time (the vote said so) */
     int busy_agreed;                 /* ... some rank's saver still wrote when it voted */
-    int decided;                     /* px_persist_due's answer for decided_step (-1: not asked) */
-    int64_t decided_step;
     int rejected;                    /* checkpoints refused by the restore */
     /* A sharded group (px_persist_set_shard): every rank of the writing group
      * writes its part; rank 0 publishes. */
@@ -115,11 +113,11 @@ void px_persist_joined(px_persist_t *p, const px_quorum_t *q);
  * that writes in parts defers the step's save on every rank alike. */
 int px_persist_vote(const px_persist_t *p);
 void px_persist_agreed(px_persist_t *p, int due, int busy);
-/* 1 when px_persist_committed(p, st, q) will save st: a trainer whose
- * state lives on a GPU brings its host copy up to date first. The answer
- * holds for that commit (a save still writing now makes it 0 and defers
- * the save, even if the write ends before the commit). */
-int px_persist_due(px_persist_t *p, const px_train_state_t *st, const px_quorum_t *q);
+/* 1 when the commit of st under q saves (0 while a save still writes: the
+ * commit then defers it), to be handed to px_persist_committed, so that
+ * both go by one answer even if the write ends between them; a trainer
+ * whose state lives on a GPU brings its host copy up to date first. */
+int px_persist_due(const px_persist_t *p, const px_train_state_t *st, const px_quorum_t *q);
 /* The optimizer step about to run makes the state (st->step + 1 then) that
  * the next commit under q saves: a pass for the step to take the snapshot
  * with as it goes (px_compute_clip_adamw_parts, visiting with
@@ -132,10 +130,10 @@ int px_persist_due(px_persist_t *p, const px_train_state_t *st, const px_quorum_
 px_ckpt_pass_t *px_persist_pass(px_persist_t *p, const px_train_state_t *st, const px_quorum_t *q, size_t *part_floats);
 void px_persist_visit(void *pass, int k, size_t lo, size_t hi);
 void px_persist_passed(px_persist_t *p, px_ckpt_pass_t *pass, int64_t step);
-/* After committing st->step under quorum q: saves when due (or deferred
- * before) and we write, or defers the save while the previous one still
- * writes; reports finished saves. */
-void px_persist_committed(px_persist_t *p, const px_train_state_t *st, const px_quorum_t *q);
+/* After committing st->step under quorum q: saves when `due`
+ * (px_persist_due's answer), or defers the save the intervals ask for while
+ * the previous one still writes; reports finished saves. */
+void px_persist_committed(px_persist_t *p, const px_train_state_t *st, const px_quorum_t *q, int due);
 /* The job ended or the worker is stopping: the writer saves st unless it just
  * did, and waits until the save is durable. */
 void px_persist_final(px_persist_t *p, const px_train_state_t *st, const px_quorum_t *q);

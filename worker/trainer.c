@@ -75,8 +75,9 @@
 
 /* After committing a step: the checkpoint due at it, if this group writes. */
 static void checkpoint_commit(trainer_t *t) {
-    if (px_persist_due(&t->persist, &t->st, &t->q)) host_state_begin(t);
-    px_persist_committed(&t->persist, &t->st, &t->q);
+    int due = px_persist_due(&t->persist, &t->st, &t->q);
+    if (due) host_state_begin(t);
+    px_persist_committed(&t->persist, &t->st, &t->q, due);
 }
 
 static void wait_host(void *ctx) {
