@@ -129,7 +129,7 @@ px_restore_result_t px_persist_restore(px_persist_t *p, px_train_state_t *st, co
                          "(step_N.corrupt-TIME); refusing to start from the initial state, which would train the job "
                          "again: restore a good copy as step_N, or give --allow-fresh-start", p->dir, aside);
         else
-            px_log_error("--checkpoint-dir %s: none of its %d checkpoint(s) verifies (see the rejections above); "
+            px_log_error("--checkpoint-dir %s: none of its checkpoints verifies (%d rejected by this worker, see above); "
                          "refusing to start from the initial state, which would train the job again: restore a "
                          "good copy, or give --allow-fresh-start", p->dir, p->rejected);
         return PX_RESTORE_REFUSED;
