@@ -148,9 +148,7 @@ static void sgemm_batched(cudaStream_t stream, cublasOperation_t ta, cublasOpera
                           int n, int k, float alpha, const float *A, int lda, long long sa,
                           const float *Bm, int ldb, long long sb, float *Cm, int ldc, long long sc,
                           int batch) {
-    const float beta = 0.0f;
-    PX_CUBLAS_CHECK(cublasSgemmStridedBatched(px_cuda_blas(stream), ta, tb, m, n, k, &alpha, A, lda,
-                                              sa, Bm, ldb, sb, &beta, Cm, ldc, sc, batch));
+    px_cuda_gemm_batched(stream, ta, tb, m, n, k, alpha, A, lda, sa, Bm, ldb, sb, 0.0f, Cm, ldc, sc, batch);
 }
 
 extern "C" void attention_forward_cuda(float *out, float *att, const float *qkv, int B, int T,

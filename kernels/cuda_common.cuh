@@ -56,6 +56,16 @@ cublasLtHandle_t px_cuda_lt(void);
 void *px_cuda_lt_workspace(size_t *bytes);
 /* 1 when matmul_forward_cuda may use the cuBLASLt bias epilogue. */
 int px_cuda_lt_enabled(void);
+/* The cuBLAS compute type of the math mode (px_cuda_ops_set_math). */
+cublasComputeType_t px_cuda_compute_type(void);
+/* GEMMs in the math mode (matmul.cu), column-major, FP32 storage. */
+void px_cuda_gemm(cudaStream_t stream, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                  float alpha, const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
+void px_cuda_gemm_batched(cudaStream_t stream, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                          float alpha, const float *A, int lda, long long sa, const float *B, int ldb,
+                          long long sb, float beta, float *C, int ldc, long long sc, int batch);
+/* Frees matmul.cu's cached cuBLASLt plans (px_cuda_ops_shutdown). */
+void px_cuda_lt_plans_free(void);
 /* A device buffer of at least `bytes`, shared by all ops and valid until the
  * next call. Growing it synchronizes the device first, so the old buffer is
  * never freed under a running kernel. */

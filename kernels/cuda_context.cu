@@ -121,8 +121,9 @@ static struct {
     void *scratch;
     size_t scratch_bytes;
     int lt_enabled;
+    px_cuda_math_t math;
     int ready;
-} g_ctx = {NULL, NULL, NULL, NULL, 0, 1, 0};
+} g_ctx = {NULL, NULL, NULL, NULL, 0, 1, PX_CUDA_MATH_FP32, 0};
 
 static pthread_mutex_t g_ctx_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -147,6 +148,7 @@ void px_cuda_ops_shutdown(void) {
     pthread_mutex_lock(&g_ctx_lock);
     if (g_ctx.ready) {
         PX_CUDA_CHECK(cudaDeviceSynchronize());
+        px_cuda_lt_plans_free();
         PX_CUBLAS_CHECK(cublasDestroy(g_ctx.blas));
         PX_CUBLAS_CHECK(cublasLtDestroy(g_ctx.lt));
         PX_CUDA_CHECK(cudaFree(g_ctx.lt_ws));
@@ -163,6 +165,17 @@ void px_cuda_ops_shutdown(void) {
 
 void px_cuda_ops_set_lt(int enable) { g_ctx.lt_enabled = enable ? 1 : 0; }
 int px_cuda_lt_enabled(void) { return g_ctx.lt_enabled; }
+
+void px_cuda_ops_set_math(px_cuda_math_t math) { g_ctx.math = math; }
+px_cuda_math_t px_cuda_ops_math(void) { return g_ctx.math; }
+
+cublasComputeType_t px_cuda_compute_type(void) {
+    switch (g_ctx.math) {
+    case PX_CUDA_MATH_TF32: return CUBLAS_COMPUTE_32F_FAST_TF32;
+    case PX_CUDA_MATH_BF16: return CUBLAS_COMPUTE_32F_FAST_16BF;
+    default: return CUBLAS_COMPUTE_32F;
+    }
+}
 
 cublasHandle_t px_cuda_blas(cudaStream_t stream) {
     px_cuda_ops_init();

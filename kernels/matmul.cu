@@ -11,12 +11,15 @@
  * alignment, so the preference is told each pointer's real alignment and the
  * heuristic may answer "none"; then (or when disabled with
  * px_cuda_ops_set_lt(0)) the op falls back to cublasSgemm plus a bias kernel.
- * Compute type is CUBLAS_COMPUTE_32F on both paths (no TF32).
+ * The compute type follows the math mode (px_cuda_ops_set_math): FP32 by
+ * default (no TF32), TF32 or bf16 tensor cores with FP32 storage. cuBLASLt
+ * plans (descriptor, layouts, algorithm) are made once per shape and kept.
  *
  * Backward: dinp and dweight are GEMMs with beta = 1, which is exactly the
  * accumulate (+=) semantics of ops.h. dbias is a deterministic column sum
  * (px_cuda_colsum_add, also used by other ops). */
 #include <stdint.h>
+#include <string.h>
 
 #include "cuda_common.cuh"
 
@@ -58,70 +61,151 @@ static uint32_t alignment_of(const void *p) {
     return al;
 }
 
-/* out = inp @ weight^T + bias through cuBLASLt. Returns 0 when done, -1 when
- * cuBLASLt has no algorithm for these pointers/shapes (nothing was written). */
-static int matmul_forward_lt(float *out, const float *inp, const float *weight, const float *bias,
-                             int BT, int C, int OC, cudaStream_t stream) {
+/* A cuBLASLt plan for one shape, pointer alignment and compute type: the
+ * descriptor, the three layouts and the heuristic's algorithm (found 0:
+ * cuBLASLt has none, the caller falls back). Created on first use and kept:
+ * a training step asks for the same few shapes every time. The bias pointer
+ * is the one attribute set per call. */
+typedef struct {
+    int BT, C, OC;
+    uint32_t al_a, al_b, al_d, al_bias;
+    cublasComputeType_t compute;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, ld;
+    cublasLtMatmulAlgo_t algo;
+    int found;
+} lt_plan_t;
+
+#define LT_PLANS 64
+static lt_plan_t g_plans[LT_PLANS];
+static int g_nplans, g_next_evict;
+
+static void plan_free(lt_plan_t *p) {
+    PX_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->ld));
+    PX_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->lb));
+    PX_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->la));
+    PX_CUBLAS_CHECK(cublasLtMatmulDescDestroy(p->desc));
+}
+
+static void plan_make(lt_plan_t *p, const float *bias) {
     cublasLtHandle_t lt = px_cuda_lt();
     size_t ws_bytes = 0;
-    void *ws = px_cuda_lt_workspace(&ws_bytes);
-
-    cublasLtMatmulDesc_t desc;
-    PX_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    px_cuda_lt_workspace(&ws_bytes);
+    PX_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, p->compute, CUDA_R_32F));
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-    PX_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-    PX_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-    PX_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
-    PX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                                   sizeof bias));
+    PX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    PX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    PX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
 
     /* Stored (column-major) shapes, before the transpose ops. */
-    cublasLtMatrixLayout_t la, lb, ld;
-    PX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, (uint64_t)C, (uint64_t)OC, C));
-    PX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, (uint64_t)C, (uint64_t)BT, C));
-    PX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, (uint64_t)OC, (uint64_t)BT, OC));
+    PX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->la, CUDA_R_32F, (uint64_t)p->C, (uint64_t)p->OC, p->C));
+    PX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_32F, (uint64_t)p->C, (uint64_t)p->BT, p->C));
+    PX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->ld, CUDA_R_32F, (uint64_t)p->OC, (uint64_t)p->BT, p->OC));
 
     cublasLtMatmulPreference_t pref;
     PX_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     uint64_t ws64 = ws_bytes;
-    uint32_t al_a = alignment_of(weight), al_b = alignment_of(inp), al_d = alignment_of(out);
-    PX_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws64, sizeof ws64));
-    PX_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a));
-    PX_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
-    PX_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d));
-    PX_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d));
-
+    PX_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws64,
+                                                         sizeof ws64));
+    PX_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                                         &p->al_a, sizeof p->al_a));
+    PX_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                         &p->al_b, sizeof p->al_b));
+    PX_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                                         &p->al_d, sizeof p->al_d));
+    PX_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                                         &p->al_d, sizeof p->al_d));
+    /* Asked with this call's bias; later calls share the plan only with a
+     * bias of the same alignment (al_bias is part of the key). */
+    PX_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
     cublasLtMatmulHeuristicResult_t result;
     int found = 0;
-    cublasStatus_t st =
-        cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, 1, &result, &found);
-    int done = -1;
-    if (st == CUBLAS_STATUS_SUCCESS && found > 0) {
-        const float alpha = 1.0f, beta = 0.0f;
-        PX_CUBLAS_CHECK(cublasLtMatmul(lt, desc, &alpha, weight, la, inp, lb, &beta, out, ld, out,
-                                       ld, &result.algo, ws, ws_bytes, stream));
-        done = 0;
-    } else if (st != CUBLAS_STATUS_NOT_SUPPORTED && st != CUBLAS_STATUS_SUCCESS) {
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt, p->desc, p->la, p->lb, p->ld, p->ld, pref, 1, &result,
+                                                       &found);
+    p->found = st == CUBLAS_STATUS_SUCCESS && found > 0;
+    if (p->found) p->algo = result.algo;
+    else if (st != CUBLAS_STATUS_NOT_SUPPORTED && st != CUBLAS_STATUS_SUCCESS)
         /* Anything but "no algorithm" is unexpected; the fallback still works. */
         px_log_warn("cublaslt_heuristic_failed status=%d error=\"%s\" fallback=sgemm", (int)st,
                     cublasGetStatusString(st));
-    }
-
     PX_CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
-    PX_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(ld));
-    PX_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lb));
-    PX_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(la));
-    PX_CUBLAS_CHECK(cublasLtMatmulDescDestroy(desc));
-    return done;
+}
+
+static const lt_plan_t *plan_for(int BT, int C, int OC, const float *weight, const float *inp, const float *out,
+                                 const float *bias) {
+    cublasComputeType_t compute = px_cuda_compute_type();
+    uint32_t al_a = alignment_of(weight), al_b = alignment_of(inp), al_d = alignment_of(out),
+             al_bias = alignment_of(bias);
+    for (int i = 0; i < g_nplans; i++) {
+        const lt_plan_t *p = &g_plans[i];
+        if (p->BT == BT && p->C == C && p->OC == OC && p->al_a == al_a && p->al_b == al_b && p->al_d == al_d &&
+            p->al_bias == al_bias && p->compute == compute)
+            return p;
+    }
+    lt_plan_t *p;
+    if (g_nplans < LT_PLANS) p = &g_plans[g_nplans++];
+    else { /* more shapes than a model has: replace the oldest */
+        p = &g_plans[g_next_evict];
+        g_next_evict = (g_next_evict + 1) % LT_PLANS;
+        plan_free(p);
+    }
+    memset(p, 0, sizeof *p);
+    p->BT = BT, p->C = C, p->OC = OC, p->compute = compute;
+    p->al_a = al_a, p->al_b = al_b, p->al_d = al_d, p->al_bias = al_bias;
+    plan_make(p, bias);
+    return p;
+}
+
+void px_cuda_lt_plans_free(void) {
+    for (int i = 0; i < g_nplans; i++) plan_free(&g_plans[i]);
+    g_nplans = 0;
+    g_next_evict = 0;
+}
+
+/* out = inp @ weight^T + bias through cuBLASLt. Returns 0 when done, -1 when
+ * cuBLASLt has no algorithm for these pointers/shapes (nothing was written). */
+static int matmul_forward_lt(float *out, const float *inp, const float *weight, const float *bias,
+                             int BT, int C, int OC, cudaStream_t stream) {
+    const lt_plan_t *p = plan_for(BT, C, OC, weight, inp, out, bias);
+    if (!p->found) return -1;
+    size_t ws_bytes = 0;
+    void *ws = px_cuda_lt_workspace(&ws_bytes);
+    PX_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    const float alpha = 1.0f, beta = 0.0f;
+    PX_CUBLAS_CHECK(cublasLtMatmul(px_cuda_lt(), p->desc, &alpha, weight, p->la, inp, p->lb, &beta, out, p->ld,
+                                   out, p->ld, &p->algo, ws, ws_bytes, stream));
+    return 0;
+}
+
+/* C = alpha op(A) op(B) + beta C, column-major, FP32 storage, in the math
+ * mode's compute type: cublasSgemm for FP32 (the path the CPU comparisons
+ * were fixed on), cublasGemmEx otherwise. */
+void px_cuda_gemm(cudaStream_t stream, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                  float alpha, const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    cublasHandle_t h = px_cuda_blas(stream);
+    if (px_cuda_ops_math() == PX_CUDA_MATH_FP32) {
+        PX_CUBLAS_CHECK(cublasSgemm(h, ta, tb, m, n, k, &alpha, A, lda, B, ldb, &beta, C, ldc));
+        return;
+    }
+    PX_CUBLAS_CHECK(cublasGemmEx(h, ta, tb, m, n, k, &alpha, A, CUDA_R_32F, lda, B, CUDA_R_32F, ldb, &beta, C,
+                                 CUDA_R_32F, ldc, px_cuda_compute_type(), CUBLAS_GEMM_DEFAULT));
+}
+
+void px_cuda_gemm_batched(cudaStream_t stream, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                          float alpha, const float *A, int lda, long long sa, const float *B, int ldb,
+                          long long sb, float beta, float *C, int ldc, long long sc, int batch) {
+    cublasHandle_t h = px_cuda_blas(stream);
+    if (px_cuda_ops_math() == PX_CUDA_MATH_FP32) {
+        PX_CUBLAS_CHECK(cublasSgemmStridedBatched(h, ta, tb, m, n, k, &alpha, A, lda, sa, B, ldb, sb, &beta, C,
+                                                  ldc, sc, batch));
+        return;
+    }
+    PX_CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, ta, tb, m, n, k, &alpha, A, CUDA_R_32F, lda, sa, B, CUDA_R_32F,
+                                               ldb, sb, &beta, C, CUDA_R_32F, ldc, sc, batch,
+                                               px_cuda_compute_type(), CUBLAS_GEMM_DEFAULT));
 }
 
 extern "C" void matmul_forward_cuda(float *out, const float *inp, const float *weight,
@@ -131,9 +215,7 @@ extern "C" void matmul_forward_cuda(float *out, const float *inp, const float *w
     if (bias && px_cuda_lt_enabled() &&
         matmul_forward_lt(out, inp, weight, bias, BT, C, OC, stream) == 0)
         return;
-    const float alpha = 1.0f, beta = 0.0f;
-    PX_CUBLAS_CHECK(cublasSgemm(px_cuda_blas(stream), CUBLAS_OP_T, CUBLAS_OP_N, OC, BT, C, &alpha,
-                                weight, C, inp, C, &beta, out, OC));
+    px_cuda_gemm(stream, CUBLAS_OP_T, CUBLAS_OP_N, OC, BT, C, 1.0f, weight, C, inp, C, 0.0f, out, OC);
     if (bias) {
         size_t n = (size_t)BT * OC;
         add_bias_kernel<<<px_grid(n), PX_THREADS, 0, stream>>>(out, bias, BT, OC);
@@ -149,10 +231,8 @@ extern "C" void matmul_backward_cuda(float *dinp, float *dweight, float *dbias, 
     int BT = B * T;
     const float one = 1.0f;
     if (dinp) /* dinp (BT,C) += dout (BT,OC) @ weight (OC,C) */
-        PX_CUBLAS_CHECK(cublasSgemm(px_cuda_blas(stream), CUBLAS_OP_N, CUBLAS_OP_N, C, BT, OC,
-                                    &one, weight, C, dout, OC, &one, dinp, C));
+        px_cuda_gemm(stream, CUBLAS_OP_N, CUBLAS_OP_N, C, BT, OC, one, weight, C, dout, OC, one, dinp, C);
     if (dweight) /* dweight (OC,C) += dout^T (OC,BT) @ inp (BT,C) */
-        PX_CUBLAS_CHECK(cublasSgemm(px_cuda_blas(stream), CUBLAS_OP_N, CUBLAS_OP_T, C, OC, BT,
-                                    &one, inp, C, dout, OC, &one, dweight, C));
+        px_cuda_gemm(stream, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, BT, one, inp, C, dout, OC, one, dweight, C);
     if (dbias) px_cuda_colsum_add(dbias, dout, BT, OC, stream);
 }

@@ -66,6 +66,21 @@ void px_cuda_ops_shutdown(void);
  * 0: always cublasSgemm plus a bias kernel. Both paths are tested. */
 void px_cuda_ops_set_lt(int enable);
 
+/* How the GEMMs (matmul and attention) compute, process-wide; set it before
+ * creating a model (px_gpt_cuda_new reads it).
+ *   FP32 (default): FP32 in, out and inside, no tensor-core lowering;
+ *     bitwise reproducible, comparable with the CPU ops.
+ *   TF32: FP32 storage, products on tensor cores in TF32 (10-bit mantissa
+ *     inputs, FP32 accumulation).
+ *   BF16: FP32 storage, GEMM inputs rounded to bf16 on tensor cores, FP32
+ *     accumulation; attention by the fused kernel (flash_attention_*_cuda)
+ *     where the head size allows, so no (B,NH,T,T) tensor exists.
+ * Every mode is deterministic on a given GPU (no atomics, fixed algorithms
+ * for a shape). */
+typedef enum { PX_CUDA_MATH_FP32 = 0, PX_CUDA_MATH_TF32 = 1, PX_CUDA_MATH_BF16 = 2 } px_cuda_math_t;
+void px_cuda_ops_set_math(px_cuda_math_t math);
+px_cuda_math_t px_cuda_ops_math(void);
+
 /* ---- token + position embedding ---- */
 /* out (B,T,C) = wte[inp] + wpe[t]; inp (B,T) device ints. */
 void encoder_forward_cuda(float *out, const int *inp, const float *wte, const float *wpe, int B,
@@ -97,6 +112,22 @@ void attention_forward_cuda(float *out, float *att, const float *qkv, int B, int
                             cudaStream_t stream);
 void attention_backward_cuda(float *dqkv, const float *dout, const float *qkv, const float *att,
                              int B, int T, int C, int NH, cudaStream_t stream);
+
+/* ---- fused causal attention (FlashAttention-2's algorithm) ---- */
+/* 1 when the fused kernels take head size hs (a multiple of 16 up to 128)
+ * on this build's GPUs (sm_80 and newer: bf16 tensor cores). */
+int flash_attention_supported(int hs);
+/* out (B,T,C) = causal attention of qkv (B,T,3C), with Q, K, V and the
+ * probabilities rounded to bf16 for the products, softmax and accumulation
+ * in FP32. lse (B,NH,T): each row's log-sum-exp of the scaled scores, what
+ * the backward needs instead of the (B,NH,T,T) probabilities. */
+void flash_attention_forward_cuda(float *out, float *lse, const float *qkv, int B, int T, int C, int NH,
+                                  cudaStream_t stream);
+/* dqkv (B,T,3C) += the gradient, from dout (B,T,C), the forward's qkv, out
+ * and lse. Deterministic: every gradient element is summed by one thread
+ * block in a fixed order (dK and dV per key tile, dQ per query tile). */
+void flash_attention_backward_cuda(float *dqkv, const float *dout, const float *qkv, const float *out,
+                                   const float *lse, int B, int T, int C, int NH, cudaStream_t stream);
 
 /* ---- GELU (tanh form) ---- */
 void gelu_forward_cuda(float *out, const float *inp, size_t N, cudaStream_t stream);
