@@ -27,6 +27,7 @@ add_library(px_kernels_cuda STATIC
   ${CMAKE_CURRENT_LIST_DIR}/layernorm.cu
   ${CMAKE_CURRENT_LIST_DIR}/matmul.cu
   ${CMAKE_CURRENT_LIST_DIR}/attention.cu
+  ${CMAKE_CURRENT_LIST_DIR}/flash_attention.cu
   ${CMAKE_CURRENT_LIST_DIR}/elementwise.cu
   ${CMAKE_CURRENT_LIST_DIR}/crossentropy.cu
   ${CMAKE_CURRENT_LIST_DIR}/optimizer.cu)

@@ -50,7 +50,8 @@ typedef struct {
     float *ln1_rstd;  /* (L,B,T) */
     float *qkv;       /* (L,B,T,3Ca) (Ca = C/tp: this rank's heads) */
     float *atty;      /* (L,B,T,Ca) */
-    float *att;       /* (L,B,NHa,T,T) */
+    float *att;       /* (L,B,NHa,T,T), or with flash attention each row's log-sum-exp (L,B,NHa,T) */
+    size_t att_layer; /* att's floats per layer */
     float *residual2; /* (L,B,T,C) */
     float *ln2;       /* (L,B,T,C) */
     float *ln2_mean;  /* (L,B,T) */
@@ -90,6 +91,7 @@ struct px_gpt_cuda {
     int nslots;
     px_gpt_stage_t stage;   /* the whole model unless px_gpt_cuda_set_stage */
     int split;              /* the backward may run as two halves */
+    int flash;              /* attention by the fused kernels (bf16 math, a head size they take) */
     float mean_loss;
     cudaStream_t stream;
 };
@@ -116,9 +118,10 @@ static dims_t local_dims(const px_gpt_config_t *cfg, px_gpt_tp_t tp) {
 
 /* Lays the activation views out for (B,T) from mem (or only counts floats
  * when mem is NULL). Returns the float count. */
-static size_t layout_acts(acts_t *a, const px_gpt_config_t *cfg, dims_t d, int layers, int split, int B, int T,
-                          float *mem) {
+static size_t layout_acts(acts_t *a, const px_gpt_config_t *cfg, dims_t d, int layers, int split, int flash, int B,
+                          int T, float *mem) {
     size_t L = (size_t)layers, C = (size_t)d.C, Ca = (size_t)d.Ca, NHa = (size_t)d.NHa, H = (size_t)d.H;
+    size_t att_layer = (size_t)B * NHa * (size_t)T * (flash ? 1 : (size_t)T);
     size_t K = split ? L : 0; /* the kept output gradients */
     size_t BT = (size_t)B * (size_t)T, Vp = (size_t)cfg->padded_vocab_size;
     struct {
@@ -127,7 +130,7 @@ static size_t layout_acts(acts_t *a, const px_gpt_config_t *cfg, dims_t d, int l
     } t[] = {
         {&a->encoded, BT * C},          {&a->ln1, L * BT * C},        {&a->ln1_mean, L * BT},
         {&a->ln1_rstd, L * BT},         {&a->qkv, L * BT * 3 * Ca},   {&a->atty, L * BT * Ca},
-        {&a->att, L * B * NHa * (size_t)T * T}, {&a->residual2, L * BT * C}, {&a->ln2, L * BT * C},
+        {&a->att, L * att_layer},       {&a->residual2, L * BT * C}, {&a->ln2, L * BT * C},
         {&a->ln2_mean, L * BT},         {&a->ln2_rstd, L * BT},       {&a->fch, L * BT * H},
         {&a->fch_gelu, L * BT * H},     {&a->residual3, L * BT * C}, {&a->lnf, BT * C},
         {&a->lnf_mean, BT},             {&a->lnf_rstd, BT},           {&a->logits, BT * Vp},
@@ -142,6 +145,7 @@ static size_t layout_acts(acts_t *a, const px_gpt_config_t *cfg, dims_t d, int l
         total += (t[i].n + 15) & ~(size_t)15; /* 64-byte aligned views */
     }
     if (mem && !split) a->k_dfcproj = a->k_dfc = a->k_dattproj = a->k_dqkv = NULL;
+    if (mem) a->att_layer = att_layer;
     return total;
 }
 
@@ -149,7 +153,7 @@ static int ensure_acts(px_gpt_cuda_t *self, acts_t *a, int B, int T) {
     if (a->B == B && a->T == T) return 0;
     dims_t d = local_dims(&self->config, self->tp);
     int nl = self->stage.num_layers;
-    size_t need = layout_acts(a, &self->config, d, nl, self->split, B, T, NULL);
+    size_t need = layout_acts(a, &self->config, d, nl, self->split, self->flash, B, T, NULL);
     size_t ntok = (size_t)B * (size_t)T;
     if (need > a->capacity || ntok > a->tok_capacity) {
         PX_CUDA_CHECK(cudaStreamSynchronize(self->stream)); /* nothing queued still reads them */
@@ -180,7 +184,7 @@ static int ensure_acts(px_gpt_cuda_t *self, acts_t *a, int B, int T) {
         a->capacity = need;
         a->tok_capacity = ntok;
     }
-    layout_acts(a, &self->config, d, nl, self->split, B, T, a->mem);
+    layout_acts(a, &self->config, d, nl, self->split, self->flash, B, T, a->mem);
     a->inputs = a->tokens;
     a->targets = a->tokens + ntok;
     a->B = B;
@@ -245,6 +249,7 @@ static px_gpt_cuda_t *new_bare(const px_gpt_config_t *cfg, px_gpt_tp_t tp) {
     }
     self->mean_loss = -1.0f;
     px_cuda_ops_init();
+    self->flash = px_cuda_ops_math() == PX_CUDA_MATH_BF16 && flash_attention_supported(cfg->channels / cfg->num_heads);
     PX_CUDA_CHECK(cudaStreamCreateWithFlags(&self->stream, cudaStreamNonBlocking));
     return self;
 }
@@ -401,7 +406,7 @@ static layer_acts_t layer_acts(const acts_t *a, dims_t d, int i) {
     int k = a->k_dfcproj != NULL;
     layer_acts_t x = {
         a->ln1 + lu * BT * C, a->ln1_mean + lu * BT, a->ln1_rstd + lu * BT, a->qkv + lu * BT * 3 * Ca,
-        a->atty + lu * BT * Ca, a->att + lu * B * (size_t)d.NHa * T * T, a->residual2 + lu * BT * C,
+        a->atty + lu * BT * Ca, a->att + lu * a->att_layer, a->residual2 + lu * BT * C,
         a->ln2 + lu * BT * C, a->ln2_mean + lu * BT, a->ln2_rstd + lu * BT, a->fch + lu * BT * H,
         a->fch_gelu + lu * BT * H, a->residual3 + lu * BT * C,
         i == 0 ? a->encoded : a->residual3 + (lu - 1) * BT * C,
@@ -442,7 +447,8 @@ static int layer_forward(px_gpt_cuda_t *self, acts_t *a, dims_t d, int i) {
     layer_acts_t x = layer_acts(a, d, i);
     layernorm_forward_cuda(x.ln1, x.ln1_mean, x.ln1_rstd, x.residual, p.ln1w, p.ln1b, B, T, C, st);
     matmul_forward_cuda(x.qkv, x.ln1, p.qkvw, p.qkvb, B, T, C, 3 * d.Ca, st);
-    attention_forward_cuda(x.atty, x.att, x.qkv, B, T, d.Ca, d.NHa, st);
+    if (self->flash) flash_attention_forward_cuda(x.atty, x.att, x.qkv, B, T, d.Ca, d.NHa, st);
+    else attention_forward_cuda(x.atty, x.att, x.qkv, B, T, d.Ca, d.NHa, st);
     matmul_forward_cuda(a->proj, x.atty, p.attprojw, tp0 ? p.attprojb : NULL, B, T, d.Ca, C, st);
     if (tp_sum(self, a->proj, BT * C) != 0) return -1;
     residual_forward_cuda(x.residual2, x.residual, a->proj, BT * C, st);
@@ -565,7 +571,8 @@ static int layer_backward(px_gpt_cuda_t *self, acts_t *a, dims_t d, int i, bwd_p
                          d.Ca, C, st);
     float *dqkv = a->d4a;
     PX_CUDA_CHECK(cudaMemsetAsync(dqkv, 0, BT * 3 * d.Ca * sizeof(float), st));
-    attention_backward_cuda(dqkv, a->dbtc, x.qkv, x.att, B, T, d.Ca, d.NHa, st);
+    if (self->flash) flash_attention_backward_cuda(dqkv, a->dbtc, x.qkv, x.atty, x.att, B, T, d.Ca, d.NHa, st);
+    else attention_backward_cuda(dqkv, a->dbtc, x.qkv, x.att, B, T, d.Ca, d.NHa, st);
     if (!w) PX_CUDA_CHECK(cudaMemcpyAsync(x.dqkv, dqkv, BT * 3 * d.Ca * sizeof(float), cudaMemcpyDeviceToDevice, st));
     PX_CUDA_CHECK(cudaMemsetAsync(a->dbtc, 0, BT * C * sizeof(float), st));
     matmul_backward_cuda(a->dbtc, w ? g.qkvw : NULL, w ? g.qkvb : NULL, dqkv, x.ln1, p.qkvw, B, T, C, 3 * d.Ca, st);

@@ -5,6 +5,9 @@
 #                       pass) with or without a GPU; links every public CUDA
 #                       function
 #   gpu_ops             each CUDA op against its CPU twin (needs px_kernels)
+#   gpu_flash           the fused attention (bf16 tensor cores) against the CPU
+#                       attention, T up to 2048, head sizes 16 to 128; reruns
+#                       bitwise equal (needs px_kernels)
 #   gpu_model           the CUDA model against the CPU model (needs px_model)
 #   gpu_reference       the CUDA model against the PyTorch fixture of
 #                       tests/reference, same tolerances as the CPU (needs px_model)
@@ -37,7 +40,7 @@
 # A test binary exits 77 when no usable GPU is present (SKIP_RETURN_CODE).
 # That every .cu file compiles is proven by the build itself: px_kernels_cuda
 # and px_model_cuda are part of `all` wherever nvcc exists.
-set(PX_GPU_TESTS gpu_cuda_available gpu_ops gpu_model gpu_reference gpu_distributed_parity gpu_distributed_kill gpu_distributed_ranks2
+set(PX_GPU_TESTS gpu_cuda_available gpu_ops gpu_flash gpu_model gpu_reference gpu_distributed_parity gpu_distributed_kill gpu_distributed_ranks2
                 gpu_distributed_checkpoint gpu_distributed_sharded gpu_distributed_sharded_kill
                 gpu_distributed_sharded_checkpoint gpu_distributed_pipeline gpu_distributed_pipeline_kill
                 gpu_distributed_diloco gpu_distributed_diloco_auto)
@@ -68,8 +71,15 @@ if(TARGET px_kernels)
   target_link_libraries(test_gpu_ops PRIVATE px_kernels px_kernels_cuda m)
   add_test(NAME gpu_ops COMMAND test_gpu_ops)
   set_tests_properties(gpu_ops PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu TIMEOUT 600)
+
+  add_executable(test_gpu_flash ${CMAKE_CURRENT_LIST_DIR}/gpu/test_gpu_flash.c)
+  target_link_libraries(test_gpu_flash PRIVATE px_kernels px_kernels_cuda m)
+  add_test(NAME gpu_flash COMMAND test_gpu_flash)
+  set_tests_properties(gpu_flash PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu TIMEOUT 600)
 else()
-  px_gpu_skipped_test(gpu_ops "the CPU ops (px_kernels) are not in this tree, nothing to compare against")
+  foreach(t gpu_ops gpu_flash)
+    px_gpu_skipped_test(${t} "the CPU ops (px_kernels) are not in this tree, nothing to compare against")
+  endforeach()
 endif()
 
 if(TARGET px_model)

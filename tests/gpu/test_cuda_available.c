@@ -17,11 +17,12 @@
 /* Referencing every public symbol forces each object file to be linked. */
 static void *const g_public_symbols[] = {
     (void *)px_cuda_device_count, (void *)px_cuda_available, (void *)px_cuda_ops_init,
-    (void *)px_cuda_ops_shutdown, (void *)px_cuda_ops_set_lt,
+    (void *)px_cuda_ops_shutdown, (void *)px_cuda_ops_set_lt, (void *)px_cuda_ops_set_math, (void *)px_cuda_ops_math,
     (void *)encoder_forward_cuda, (void *)encoder_backward_cuda,
     (void *)layernorm_forward_cuda, (void *)layernorm_backward_cuda,
     (void *)matmul_forward_cuda, (void *)matmul_backward_cuda,
     (void *)attention_forward_cuda, (void *)attention_backward_cuda,
+    (void *)flash_attention_supported, (void *)flash_attention_forward_cuda, (void *)flash_attention_backward_cuda,
     (void *)gelu_forward_cuda, (void *)gelu_backward_cuda,
     (void *)residual_forward_cuda, (void *)residual_backward_cuda,
     (void *)crossentropy_softmax_forward_cuda, (void *)crossentropy_softmax_backward_cuda,

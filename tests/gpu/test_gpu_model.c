@@ -11,7 +11,8 @@
  *   - training: 10 steps of clip + AdamW (weight decay on matrices only),
  *     losses and norms step by step, then parameters and both moments;
  *   - reproducibility: a second GPU model replaying the 10 steps gives
- *     bitwise identical losses and parameters.
+ *     bitwise identical losses and parameters;
+ *   - bf16 math (run_bf16): training close to the CPU's, and reproducible.
  * Tolerances are relative to the largest magnitude in each tensor (the rule
  * of the CPU model's reference test, tests/model/test_reference.c): loose
  * enough for FP32 summed in another order, tight enough that a wrong formula,
@@ -234,6 +235,52 @@ static void run_config(const char *name, const px_gpt_config_t *cfg, int B, int 
     px_gpt_destroy(&cpu);
 }
 
+/* bf16 math (px_cuda_ops_set_math): STEPS training steps beside the CPU
+ * model, losses within 2e-2 and gradient norms within 5e-2 of it (bf16
+ * inputs to every product: 8 significant bits), then a second GPU model
+ * replaying them bitwise. Head sizes 16 and 64 take the fused attention,
+ * 24 the unfused one with bf16 GEMMs. */
+static void run_bf16(const char *name, const px_gpt_config_t *cfg, int B, int T) {
+    char tag[160];
+    px_cuda_ops_set_math(PX_CUDA_MATH_BF16);
+    px_gpt_t *cpu = px_gpt_new(cfg, 1337);
+    size_t np = cpu->num_params, BT = (size_t)B * T;
+    px_gpt_cuda_t *gpu = px_gpt_cuda_new(cfg), *gpu2 = px_gpt_cuda_new(cfg);
+    if (!gpu || !gpu2) exit(1);
+    float *zeros = (float *)calloc(np, sizeof(float));
+    px_gpt_cuda_t *both[2] = {gpu, gpu2};
+    for (int i = 0; i < 2; i++) {
+        px_gpt_cuda_upload(both[i], PX_GPT_CUDA_PARAMS, cpu->params, np);
+        px_gpt_cuda_upload(both[i], PX_GPT_CUDA_M, zeros, np);
+        px_gpt_cuda_upload(both[i], PX_GPT_CUDA_V, zeros, np);
+    }
+    float losses[STEPS], replay[STEPS];
+    for (int s = 0; s < STEPS; s++) {
+        int *x = gt_tokens(BT, cfg->vocab_size), *y = gt_tokens(BT, cfg->vocab_size);
+        float cl = 0, cn = 0, gn = 0, gn2 = 0;
+        losses[s] = train_step(cpu, gpu, x, y, B, T, s + 1, &cl, &cn, &gn);
+        replay[s] = train_step(NULL, gpu2, x, y, B, T, s + 1, NULL, NULL, &gn2);
+        snprintf(tag, sizeof tag, "%s bf16 train step %d loss", name, s + 1);
+        check_scalar(tag, losses[s], cl, 2e-2);
+        snprintf(tag, sizeof tag, "%s bf16 train step %d grad norm", name, s + 1);
+        check_scalar(tag, gn, cn, 5e-2);
+        free(x);
+        free(y);
+    }
+    snprintf(tag, sizeof tag, "%s bf16 replay losses", name);
+    gt_same(tag, replay, losses, STEPS);
+    float *p1 = download(gpu, PX_GPT_CUDA_PARAMS, np), *p2 = download(gpu2, PX_GPT_CUDA_PARAMS, np);
+    snprintf(tag, sizeof tag, "%s bf16 replay params", name);
+    gt_same(tag, p2, p1, np);
+    free(p1);
+    free(p2);
+    free(zeros);
+    px_gpt_cuda_destroy(&gpu2);
+    px_gpt_cuda_destroy(&gpu);
+    px_gpt_destroy(&cpu);
+    px_cuda_ops_set_math(PX_CUDA_MATH_FP32);
+}
+
 int main(void) {
     gt_require_gpu("test_gpu_model");
     gt_seed(20240520);
@@ -246,5 +293,10 @@ int main(void) {
     px_gpt_config_t odd = {.max_seq_len = 40, .vocab_size = 97, .padded_vocab_size = 128,
                            .num_layers = 3, .num_heads = 2, .channels = 48};
     run_config("odd", &odd, 3, 33);
+    run_bf16("tiny", &tiny, 4, tiny.max_seq_len);
+    run_bf16("odd", &odd, 3, 33);
+    px_gpt_config_t hs64 = {.max_seq_len = 200, .vocab_size = 256, .padded_vocab_size = 256,
+                            .num_layers = 2, .num_heads = 2, .channels = 128};
+    run_bf16("hs64", &hs64, 2, 200);
     return gt_finish("test_gpu_model");
 }

@@ -1,0 +1,427 @@
+/* Fused causal attention on tensor cores (flash_attention_*_cuda of
+ * ops_cuda.h): FlashAttention-2's algorithm, written for this project.
+ *
+ * Forward, one thread block per (64-query tile, batch x head): the query
+ * tile stays in shared memory while the key/value tiles at or before it
+ * stream through; the scores of a tile are formed on bf16 tensor cores
+ * (wmma 16x16x16, FP32 accumulation), the softmax is online (a running row
+ * maximum and sum in FP32, the output rescaled when the maximum grows), and
+ * the probabilities, rounded to bf16, multiply V into an FP32 output tile.
+ * What the backward keeps of a row is its log-sum-exp, so memory is
+ * O(B*NH*T): no (B,NH,T,T) tensor ever exists.
+ *
+ * Backward, three kernels and no atomics, so that every gradient element has
+ * one summation order (groups stay bitwise identical):
+ *   1. D = rowsum(dO * O) per query row;
+ *   2. per key tile: P and dP recomputed for every query tile at or after
+ *      it, dV += P^T dO and dK += dS^T Q kept in registers;
+ *   3. per query tile: P and dP recomputed for every key tile at or before
+ *      it, dQ += dS K;
+ * with dS = P * (dP - D). Recomputing P twice costs FLOPs, not memory.
+ *
+ * Each of a block's four warps owns 16 rows of the block's tile: its scores,
+ * probabilities and output rows are touched by no other warp, so inside a
+ * tile only the warp synchronizes; the block synchronizes around loading
+ * the shared K/V (or Q/dO) tiles.
+ *
+ * Head sizes 16, 32, 64 and 128 (a template each); sm_80 and newer. The
+ * unfused path (attention.cu) serves everything else. */
+#include <cuda_bf16.h>
+#include <math.h>
+#include <mma.h>
+
+#include "cuda_common.cuh"
+
+using namespace nvcuda;
+typedef __nv_bfloat16 bf16;
+
+#define FA_TILE 64 /* rows of a query tile and of a key/value tile */
+#define FA_WARPS 4 /* each owns 16 rows of its block's tile */
+#define FA_THREADS (FA_WARPS * 32)
+
+typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc_t;
+typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> a_row_t;
+typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> b_row_t;
+typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> b_col_t;
+
+/* FA_TILE rows of D from src (row t at src + t*stride) into dst (row-major,
+ * bf16); rows at or past T are zeros. All threads of the block take part. */
+template <int D>
+__device__ void load_tile(bf16 *dst, const float *src, size_t stride, int t0, int T) {
+    for (int i = threadIdx.x; i < FA_TILE * D; i += FA_THREADS) {
+        int r = i / D, d = i - r * D, t = t0 + r;
+        dst[i] = __float2bfloat16(t < T ? src[(size_t)t * stride + d] : 0.0f);
+    }
+}
+
+/* out (16 x FA_TILE, FP32, row-major, ld FA_TILE) = A (16 x D) B^T, with A
+ * the 16 rows at a and B the FA_TILE rows at b (both row-major, ld D, bf16):
+ * the scores of a warp's rows against a tile. */
+template <int D>
+__device__ void rows_times_tile_t(float *out, const bf16 *a, const bf16 *b) {
+    for (int n0 = 0; n0 < FA_TILE; n0 += 16) {
+        acc_t acc;
+        wmma::fill_fragment(acc, 0.0f);
+#pragma unroll
+        for (int kk = 0; kk < D; kk += 16) {
+            a_row_t fa;
+            b_col_t fb; /* B^T read column-major: element (k, n) at b[n*D + k] */
+            wmma::load_matrix_sync(fa, a + kk, D);
+            wmma::load_matrix_sync(fb, b + (size_t)n0 * D + kk, D);
+            wmma::mma_sync(acc, fa, fb, acc);
+        }
+        wmma::store_matrix_sync(out + n0, acc, FA_TILE, wmma::mem_row_major);
+    }
+}
+
+/* acc[j] (16 x 16, columns 16j..) += A (16 x FA_TILE at a, ld FA_TILE) B
+ * (FA_TILE x D at b, ld D), all bf16 row-major. */
+template <int D>
+__device__ void rows_times_tile_acc(acc_t *acc, const bf16 *a, const bf16 *b) {
+#pragma unroll
+    for (int j = 0; j < D / 16; j++)
+#pragma unroll
+        for (int kk = 0; kk < FA_TILE; kk += 16) {
+            a_row_t fa;
+            b_row_t fb;
+            wmma::load_matrix_sync(fa, a + kk, FA_TILE);
+            wmma::load_matrix_sync(fb, b + (size_t)kk * D + 16 * j, D);
+            wmma::mma_sync(acc[j], fa, fb, acc[j]);
+        }
+}
+
+/* dst rows (16 of a warp, heads' columns at h*D) += scale * acc through a
+ * warp's 16 x D FP32 staging area; rows at or past T are skipped. */
+template <int D>
+__device__ void add_rows(float *dst, size_t stride, int t0, int T, acc_t *acc, float *stage, float scale) {
+    int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int j = 0; j < D / 16; j++) wmma::store_matrix_sync(stage + 16 * j, acc[j], D, wmma::mem_row_major);
+    __syncwarp();
+    for (int i = lane; i < 16 * D; i += 32) {
+        int r = i / D, d = i - r * D, t = t0 + r;
+        if (t < T) dst[(size_t)t * stride + d] += scale * stage[i];
+    }
+    __syncwarp();
+}
+
+/* ---------------------------------------------------------------- forward */
+
+template <int D>
+__host__ __device__ constexpr size_t fwd_smem_bytes() {
+    return 3 * FA_TILE * D * sizeof(bf16) + FA_TILE * FA_TILE * (sizeof(bf16) + sizeof(float)) +
+           FA_TILE * D * sizeof(float) + 2 * FA_TILE * sizeof(float);
+}
+
+/* grid (query tiles, B*NH), FA_THREADS threads, fwd_smem_bytes<D>(). */
+template <int D>
+__global__ void __launch_bounds__(FA_THREADS)
+    flash_fwd_kernel(float *out, float *lse, const float *qkv, int T, int C, int NH, float scale) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+    __trap(); /* never launched: flash_attention_supported() says no below sm_80 */
+#else
+    extern __shared__ __align__(128) unsigned char smem[];
+    bf16 *Qs = (bf16 *)smem, *Ks = Qs + FA_TILE * D, *Vs = Ks + FA_TILE * D, *Ps = Vs + FA_TILE * D;
+    float *Ss = (float *)(Ps + FA_TILE * FA_TILE), *Os = Ss + FA_TILE * FA_TILE;
+    float *row_m = Os + FA_TILE * D, *row_l = row_m + FA_TILE;
+
+    int qt = blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh - b * NH;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r0 = 16 * warp;
+    int q0 = qt * FA_TILE;
+    size_t s3 = 3 * (size_t)C;
+    const float *base = qkv + (size_t)b * T * s3 + (size_t)h * D;
+
+    load_tile<D>(Qs, base, s3, q0, T);
+    for (int i = threadIdx.x; i < FA_TILE * D; i += FA_THREADS) Os[i] = 0.0f;
+    if (threadIdx.x < FA_TILE) row_m[threadIdx.x] = -INFINITY, row_l[threadIdx.x] = 0.0f;
+
+    /* Lanes 2i and 2i+1 share row r0+i: half the keys each, then combined. */
+    int r = r0 + (lane >> 1), half = lane & 1, q = q0 + r;
+    for (int kt = 0; kt <= qt; kt++) {
+        int k0 = kt * FA_TILE;
+        __syncthreads(); /* the previous tile's K and V are no longer read */
+        load_tile<D>(Ks, base + C, s3, k0, T);
+        load_tile<D>(Vs, base + 2 * (size_t)C, s3, k0, T);
+        __syncthreads();
+
+        rows_times_tile_t<D>(Ss + r0 * FA_TILE, Qs + r0 * D, Ks);
+        __syncwarp();
+
+        float *srow = Ss + r * FA_TILE;
+        float mx = -INFINITY;
+        for (int c = 32 * half; c < 32 * half + 32; c++) {
+            int k = k0 + c;
+            float s = k <= q && k < T ? srow[c] * scale : -INFINITY;
+            srow[c] = s;
+            mx = fmaxf(mx, s);
+        }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        float m_old = row_m[r], m_new = fmaxf(m_old, mx);
+        float sum = 0.0f;
+        bf16 *prow = Ps + r * FA_TILE;
+        for (int c = 32 * half; c < 32 * half + 32; c++) {
+            float p = srow[c] == -INFINITY ? 0.0f : __expf(srow[c] - m_new);
+            prow[c] = __float2bfloat16(p);
+            sum += p;
+        }
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        float corr = m_old == -INFINITY ? 0.0f : __expf(m_old - m_new);
+        float *orow = Os + r * D;
+        for (int d = half * (D / 2); d < (half + 1) * (D / 2); d++) orow[d] *= corr;
+        __syncwarp(); /* both lanes of a row have read row_m */
+        if (!half) row_m[r] = m_new, row_l[r] = row_l[r] * corr + sum;
+        __syncwarp();
+
+        /* O rows += P rows V, through the FP32 tile in shared memory */
+#pragma unroll
+        for (int j = 0; j < D / 16; j++) {
+            acc_t acc;
+            wmma::load_matrix_sync(acc, Os + r0 * D + 16 * j, D, wmma::mem_row_major);
+#pragma unroll
+            for (int kk = 0; kk < FA_TILE; kk += 16) {
+                a_row_t fa;
+                b_row_t fb;
+                wmma::load_matrix_sync(fa, Ps + r0 * FA_TILE + kk, FA_TILE);
+                wmma::load_matrix_sync(fb, Vs + (size_t)kk * D + 16 * j, D);
+                wmma::mma_sync(acc, fa, fb, acc);
+            }
+            wmma::store_matrix_sync(Os + r0 * D + 16 * j, acc, D, wmma::mem_row_major);
+        }
+        __syncwarp();
+    }
+
+    for (int i = lane; i < 16 * D; i += 32) {
+        int rr = r0 + i / D, d = i % D, t = q0 + rr;
+        if (t < T) out[((size_t)b * T + t) * C + (size_t)h * D + d] = Os[rr * D + d] / row_l[rr];
+    }
+    if (lane < 16 && q0 + r0 + lane < T) {
+        int rr = r0 + lane;
+        lse[(size_t)bh * T + q0 + rr] = row_m[rr] + logf(row_l[rr]);
+    }
+#endif
+}
+
+/* --------------------------------------------------------------- backward */
+
+/* Dv (B*NH*T) = rowsum(dout * out) per head, one warp per row. */
+__global__ void flash_bwd_dot_kernel(float *Dv, const float *dout, const float *out, int rows, int T, int C,
+                                     int NH, int hs) {
+    int row = blockIdx.x * (PX_THREADS / 32) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= rows) return;
+    int t = row % T, bh = row / T, b = bh / NH, h = bh - b * NH;
+    size_t off = ((size_t)b * T + t) * C + (size_t)h * hs;
+    float s = 0.0f;
+    for (int d = lane; d < hs; d += 32) s += dout[off + d] * out[off + d];
+    s = px_warp_sum(s);
+    if (lane == 0) Dv[row] = s;
+}
+
+/* The two backward kernels share one layout: the block's own tile X (K for
+ * dK/dV, Q for dQ) and its partner Y, each with a second tile (V; dO), the
+ * FP32 scores and dP tiles, the bf16 P and dS tiles, and a row's lse and D. */
+template <int D>
+__host__ __device__ constexpr size_t bwd_smem_bytes() {
+    return 4 * FA_TILE * D * sizeof(bf16) + FA_TILE * FA_TILE * (2 * sizeof(float) + 2 * sizeof(bf16)) +
+           2 * FA_TILE * sizeof(float);
+}
+
+/* grid (key tiles, B*NH): dK and dV of one key tile. */
+template <int D>
+__global__ void __launch_bounds__(FA_THREADS)
+    flash_bwd_kv_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse, const float *Dv, int T,
+                        int C, int NH, float scale) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+    __trap();
+#else
+    extern __shared__ __align__(128) unsigned char smem[];
+    bf16 *Ks = (bf16 *)smem, *Vs = Ks + FA_TILE * D, *Qs = Vs + FA_TILE * D, *dOs = Qs + FA_TILE * D;
+    float *St = (float *)(dOs + FA_TILE * D), *dPt = St + FA_TILE * FA_TILE;
+    bf16 *Pt = (bf16 *)(dPt + FA_TILE * FA_TILE), *dSt = Pt + FA_TILE * FA_TILE;
+    float *lse_s = (float *)(dSt + FA_TILE * FA_TILE), *D_s = lse_s + FA_TILE;
+
+    int kt = blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh - b * NH;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r0 = 16 * warp;
+    int k0 = kt * FA_TILE, ntiles = (T + FA_TILE - 1) / FA_TILE;
+    size_t s3 = 3 * (size_t)C;
+    const float *base = qkv + (size_t)b * T * s3 + (size_t)h * D;
+    const float *dobase = dout + (size_t)b * T * C + (size_t)h * D;
+
+    load_tile<D>(Ks, base + C, s3, k0, T);
+    load_tile<D>(Vs, base + 2 * (size_t)C, s3, k0, T);
+    acc_t dk[D / 16], dv[D / 16];
+#pragma unroll
+    for (int j = 0; j < D / 16; j++) wmma::fill_fragment(dk[j], 0.0f), wmma::fill_fragment(dv[j], 0.0f);
+
+    for (int qt = kt; qt < ntiles; qt++) {
+        int q0 = qt * FA_TILE;
+        __syncthreads(); /* the previous query tile is no longer read */
+        load_tile<D>(Qs, base, s3, q0, T);
+        load_tile<D>(dOs, dobase, C, q0, T);
+        if (threadIdx.x < FA_TILE) {
+            int q = q0 + threadIdx.x;
+            lse_s[threadIdx.x] = q < T ? lse[(size_t)bh * T + q] : 0.0f;
+            D_s[threadIdx.x] = q < T ? Dv[(size_t)bh * T + q] : 0.0f;
+        }
+        __syncthreads();
+
+        /* S^T = K Q^T and dP^T = V dO^T for the warp's 16 keys */
+        rows_times_tile_t<D>(St + r0 * FA_TILE, Ks + r0 * D, Qs);
+        rows_times_tile_t<D>(dPt + r0 * FA_TILE, Vs + r0 * D, dOs);
+        __syncwarp();
+        for (int i = lane; i < 16 * FA_TILE; i += 32) {
+            int rr = r0 + i / FA_TILE, c = i % FA_TILE, k = k0 + rr, q = q0 + c, at = rr * FA_TILE + c;
+            float p = k <= q && q < T ? __expf(St[at] * scale - lse_s[c]) : 0.0f;
+            Pt[at] = __float2bfloat16(p);
+            dSt[at] = __float2bfloat16(p * (dPt[at] - D_s[c]));
+        }
+        __syncwarp();
+        rows_times_tile_acc<D>(dv, Pt + r0 * FA_TILE, dOs);  /* dV += P^T dO */
+        rows_times_tile_acc<D>(dk, dSt + r0 * FA_TILE, Qs);  /* dK += dS^T Q */
+    }
+
+    __syncthreads(); /* St and dPt become every warp's staging area */
+    float *stage = St + (size_t)warp * 16 * D; /* 4 x 16 x 128 floats fit St and dPt */
+    float *dst = dqkv + (size_t)b * T * s3 + (size_t)h * D;
+    add_rows<D>(dst + C, s3, k0 + r0, T, dk, stage, scale);
+    add_rows<D>(dst + 2 * (size_t)C, s3, k0 + r0, T, dv, stage, 1.0f);
+#endif
+}
+
+/* grid (query tiles, B*NH): dQ of one query tile. */
+template <int D>
+__global__ void __launch_bounds__(FA_THREADS)
+    flash_bwd_q_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse, const float *Dv, int T,
+                       int C, int NH, float scale) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+    __trap();
+#else
+    extern __shared__ __align__(128) unsigned char smem[];
+    bf16 *Qs = (bf16 *)smem, *dOs = Qs + FA_TILE * D, *Ks = dOs + FA_TILE * D, *Vs = Ks + FA_TILE * D;
+    float *S = (float *)(Vs + FA_TILE * D), *dP = S + FA_TILE * FA_TILE;
+    bf16 *dS = (bf16 *)(dP + FA_TILE * FA_TILE);
+    /* bwd_smem_bytes' layout: a second bf16 tile after dS is unused here */
+    float *lse_s = (float *)(dS + 2 * FA_TILE * FA_TILE), *D_s = lse_s + FA_TILE;
+
+    int qt = blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh - b * NH;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r0 = 16 * warp;
+    int q0 = qt * FA_TILE;
+    size_t s3 = 3 * (size_t)C;
+    const float *base = qkv + (size_t)b * T * s3 + (size_t)h * D;
+
+    load_tile<D>(Qs, base, s3, q0, T);
+    load_tile<D>(dOs, dout + (size_t)b * T * C + (size_t)h * D, C, q0, T);
+    if (threadIdx.x < FA_TILE) {
+        int q = q0 + threadIdx.x;
+        lse_s[threadIdx.x] = q < T ? lse[(size_t)bh * T + q] : 0.0f;
+        D_s[threadIdx.x] = q < T ? Dv[(size_t)bh * T + q] : 0.0f;
+    }
+    acc_t dq[D / 16];
+#pragma unroll
+    for (int j = 0; j < D / 16; j++) wmma::fill_fragment(dq[j], 0.0f);
+
+    for (int kt = 0; kt <= qt; kt++) {
+        int k0 = kt * FA_TILE;
+        __syncthreads();
+        load_tile<D>(Ks, base + C, s3, k0, T);
+        load_tile<D>(Vs, base + 2 * (size_t)C, s3, k0, T);
+        __syncthreads();
+
+        rows_times_tile_t<D>(S + r0 * FA_TILE, Qs + r0 * D, Ks);   /* S = Q K^T */
+        rows_times_tile_t<D>(dP + r0 * FA_TILE, dOs + r0 * D, Vs); /* dP = dO V^T */
+        __syncwarp();
+        for (int i = lane; i < 16 * FA_TILE; i += 32) {
+            int rr = r0 + i / FA_TILE, c = i % FA_TILE, q = q0 + rr, k = k0 + c, at = rr * FA_TILE + c;
+            float p = k <= q && q < T ? __expf(S[at] * scale - lse_s[rr]) : 0.0f;
+            dS[at] = __float2bfloat16(p * (dP[at] - D_s[rr]));
+        }
+        __syncwarp();
+        rows_times_tile_acc<D>(dq, dS + r0 * FA_TILE, Ks); /* dQ += dS K */
+    }
+
+    __syncthreads();
+    float *stage = S + (size_t)warp * 16 * D;
+    add_rows<D>(dqkv + (size_t)b * T * s3 + (size_t)h * D, s3, q0 + r0, T, dq, stage, scale);
+#endif
+}
+
+/* ---------------------------------------------------------------- launch */
+
+extern "C" int flash_attention_supported(int hs) {
+    if (hs != 16 && hs != 32 && hs != 64 && hs != 128) return 0;
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return major >= 8;
+}
+
+/* Dynamic shared memory above 48 KiB needs the kernel's consent, once. */
+template <typename K>
+static void allow_smem(K kernel, size_t bytes, int *done) {
+    if (*done) return;
+    PX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    *done = 1;
+}
+
+template <int D>
+static void forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH, cudaStream_t stream) {
+    static int ready;
+    size_t bytes = fwd_smem_bytes<D>();
+    allow_smem(flash_fwd_kernel<D>, bytes, &ready);
+    dim3 grid((unsigned)((T + FA_TILE - 1) / FA_TILE), (unsigned)(B * NH));
+    flash_fwd_kernel<D><<<grid, FA_THREADS, bytes, stream>>>(out, lse, qkv, T, C, NH, 1.0f / sqrtf((float)D));
+    PX_CUDA_LAUNCH_CHECK();
+}
+
+template <int D>
+static void backward(float *dqkv, const float *dout, const float *qkv, const float *lse, const float *Dv, int B,
+                     int T, int C, int NH, cudaStream_t stream) {
+    static int ready_kv, ready_q;
+    size_t bytes = bwd_smem_bytes<D>();
+    allow_smem(flash_bwd_kv_kernel<D>, bytes, &ready_kv);
+    allow_smem(flash_bwd_q_kernel<D>, bytes, &ready_q);
+    dim3 grid((unsigned)((T + FA_TILE - 1) / FA_TILE), (unsigned)(B * NH));
+    float scale = 1.0f / sqrtf((float)D);
+    flash_bwd_kv_kernel<D><<<grid, FA_THREADS, bytes, stream>>>(dqkv, dout, qkv, lse, Dv, T, C, NH, scale);
+    PX_CUDA_LAUNCH_CHECK();
+    flash_bwd_q_kernel<D><<<grid, FA_THREADS, bytes, stream>>>(dqkv, dout, qkv, lse, Dv, T, C, NH, scale);
+    PX_CUDA_LAUNCH_CHECK();
+}
+
+static void unsupported(int hs) {
+    px_cuda_fail(__FILE__, __LINE__, "flash attention", "cuda", 0,
+                 hs == 16 || hs == 32 || hs == 64 || hs == 128
+                     ? "needs a GPU of compute capability 8.0 or newer (ask flash_attention_supported first)"
+                     : "head size not 16, 32, 64 or 128 (ask flash_attention_supported first)");
+}
+
+extern "C" void flash_attention_forward_cuda(float *out, float *lse, const float *qkv, int B, int T, int C, int NH,
+                                             cudaStream_t stream) {
+    int hs = C / NH;
+    if (!flash_attention_supported(hs)) unsupported(hs);
+    switch (hs) {
+    case 16: forward<16>(out, lse, qkv, B, T, C, NH, stream); break;
+    case 32: forward<32>(out, lse, qkv, B, T, C, NH, stream); break;
+    case 64: forward<64>(out, lse, qkv, B, T, C, NH, stream); break;
+    default: forward<128>(out, lse, qkv, B, T, C, NH, stream); break;
+    }
+}
+
+extern "C" void flash_attention_backward_cuda(float *dqkv, const float *dout, const float *qkv, const float *out,
+                                              const float *lse, int B, int T, int C, int NH,
+                                              cudaStream_t stream) {
+    int hs = C / NH, rows = B * NH * T;
+    if (!flash_attention_supported(hs)) unsupported(hs);
+    float *Dv = (float *)px_cuda_scratch((size_t)rows * sizeof(float));
+    flash_bwd_dot_kernel<<<(unsigned)((rows + PX_THREADS / 32 - 1) / (PX_THREADS / 32)), PX_THREADS, 0, stream>>>(
+        Dv, dout, out, rows, T, C, NH, hs);
+    PX_CUDA_LAUNCH_CHECK();
+    switch (hs) {
+    case 16: backward<16>(dqkv, dout, qkv, lse, Dv, B, T, C, NH, stream); break;
+    case 32: backward<32>(dqkv, dout, qkv, lse, Dv, B, T, C, NH, stream); break;
+    case 64: backward<64>(dqkv, dout, qkv, lse, Dv, B, T, C, NH, stream); break;
+    default: backward<128>(dqkv, dout, qkv, lse, Dv, B, T, C, NH, stream); break;
+    }
+}
