@@ -15,6 +15,9 @@ extern "C" {
 #endif
 
 typedef enum { PX_DEVICE_CPU = 0, PX_DEVICE_CUDA = 1 } px_device_t;
+/* How a device computes: FP32 throughout, or bf16 tensor-core math with an
+ * FP32 state (GPUs only). */
+typedef enum { PX_PRECISION_FP32 = 0, PX_PRECISION_BF16 = 1 } px_precision_t;
 
 /* Parses "cpu" or "cuda"; returns 0 on success, -1 on anything else. */
 int px_device_parse(const char *name, px_device_t *out);

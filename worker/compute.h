@@ -63,6 +63,10 @@ void px_compute_warm(int rank);
 px_compute_t *px_compute_new(px_device_t device, px_gpt_t *host, px_shard_t *shard, int rank, char *err,
                              size_t errlen);
 void px_compute_destroy(px_compute_t **c);
+/* How GPU computes made after this call compute, process-wide (a no-op on
+ * the CPU, which computes in FP32): bf16 tensor-core math with the state in
+ * FP32, or FP32 (with tf32: products in TF32). */
+void px_compute_set_math(px_precision_t precision, int tf32);
 const char *px_compute_name(const px_compute_t *c); /* "cpu" or "cuda:N" */
 
 void px_compute_zero_grad(px_compute_t *c);

@@ -53,6 +53,12 @@ struct px_compute_gpu {
         }                                                                                                      \
     } while (0)
 
+void px_compute_gpu_set_math(px_precision_t precision, int tf32) {
+    px_cuda_ops_set_math(precision == PX_PRECISION_BF16 ? PX_CUDA_MATH_BF16
+                         : tf32                         ? PX_CUDA_MATH_TF32
+                                                        : PX_CUDA_MATH_FP32);
+}
+
 int px_compute_gpu_usable(char *why, size_t len) { return px_cuda_available(why, len); }
 
 void px_compute_gpu_warm(int rank) {

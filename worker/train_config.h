@@ -71,6 +71,9 @@ typedef struct {
                                  during the backward (worker/reducer.h); 0: once, after it */
     px_device_t device;       /* PX_DEVICE_CPU, or PX_DEVICE_CUDA: one GPU per rank, NCCL
                                  (worker/compute.h); whole replicas only */
+    px_precision_t precision; /* with PX_DEVICE_CUDA: PX_PRECISION_BF16 computes on bf16 tensor cores
+                                 (px_compute_set_math); the state stays FP32 */
+    int tf32;                 /* with PX_DEVICE_CUDA and fp32: matmul products in TF32 */
     px_train_mode_t mode;
     int inner_steps;          /* DiLoCo: inner steps per outer step (H) */
     int fragments;            /* Streaming DiLoCo: fragments F (1: every parameter at every outer step) */

@@ -16,6 +16,7 @@
 
 /* Indexed by the enums the choices are stored as. */
 static const char *const DEVICES[] = {[PX_DEVICE_CPU] = "cpu", [PX_DEVICE_CUDA] = "cuda", NULL};
+static const char *const PRECISIONS[] = {[PX_PRECISION_FP32] = "fp32", [PX_PRECISION_BF16] = "bf16", NULL};
 static const char *const FORMATS[] = {[PX_PROGRESS_TEXT] = "text", [PX_PROGRESS_JSON] = "json", NULL};
 static const char *const MODES[] = {[PX_MODE_SYNC] = "sync", [PX_MODE_DILOCO] = "diloco", [PX_MODE_AUTO] = "auto",
                                     NULL};
@@ -93,6 +94,16 @@ static const px_flag_t TRAIN[] = {
              "--pp/--fsdp/--tp collectives and links over NCCL (DiLoCo's outer steps over Gloo, through host "
              "memory); not with --recompute block or --bucket-mb; no usable GPU is a configuration error (exit 2)",
      TC(device)},
+    {"--precision", PX_FLAG_CHOICE, .words = PRECISIONS, .def = "fp32",
+     .help = "how --device cuda computes. fp32: FP32 throughout, bitwise reproducible; bf16: matmul and "
+             "attention inputs rounded to bf16 on tensor cores with FP32 accumulation, attention by the fused "
+             "kernel, while weights, AdamW moments, loss, softmax and LayerNorm statistics stay FP32 (what "
+             "checkpoints, heals and checksums cover); --device cpu computes in fp32 only",
+     TC(precision)},
+    {"--tf32", PX_FLAG_SWITCH,
+     .help = "with --device cuda --precision fp32: matmul products on TF32 tensor cores (FP32 storage and "
+             "accumulation; faster, no longer close to the CPU path)",
+     TC(tf32)},
     {"--progress-format", PX_FLAG_CHOICE, .words = FORMATS, .def = "text",
      .help = "the line per step (and eval, DiLoCo outer step) on stdout (the distributed worker: rank 0's, per "
              "committed step): text key=value lines, or one JSON object a line with \"kind\" and "
@@ -255,6 +266,18 @@ int px_train_flags_check(px_trainer_config_t *c, char *err, size_t len) {
     }
     if (c->model_config) c->model = c->model_config;
     if (!c->model) c->model = "tiny";
+    if (c->device != PX_DEVICE_CUDA && c->precision == PX_PRECISION_BF16) {
+        snprintf(err, len, "--precision bf16 needs --device cuda: the CPU path computes in fp32");
+        return -1;
+    }
+    if (c->device != PX_DEVICE_CUDA && c->tf32) {
+        snprintf(err, len, "--tf32 needs --device cuda: TF32 is a GPU tensor-core format");
+        return -1;
+    }
+    if (c->tf32 && c->precision == PX_PRECISION_BF16) {
+        snprintf(err, len, "--tf32 with --precision bf16: give one (bf16 already computes on tensor cores)");
+        return -1;
+    }
     if (c->min_lr > c->lr) {
         snprintf(err, len, "--min-lr: bad value %g: expected at most --lr (%g)", c->min_lr, c->lr);
         return -1;

@@ -11,7 +11,10 @@ does not retry) and a message that names the problem. Runs on every machine.
      recomputation, on any machine; --pp/--fsdp/--tp with --device cuda are
      not refused for the layout (without a GPU they get case 1's reason).
   3. --device cuda with --bucket-mb > 0: the bucketed reduction is CPU-only.
-  4. --device with a bad value names the accepted ones."""
+  4. --device with a bad value names the accepted ones.
+  5. --precision bf16 and --tf32 need --device cuda (the CPU path computes
+     in FP32), in the distributed worker and --standalone alike; --tf32 with
+     --precision bf16 is refused as two answers to one question."""
 import os
 import subprocess
 import sys
@@ -77,6 +80,20 @@ def test(bindir):
           "--device tpu: exit 2 naming the accepted values, got %d: %r" % (rc, err))
     r = subprocess.run([os.path.join(bindir, "phalanx-worker"), "--help"], stdout=subprocess.PIPE, text=True)
     check("--device cpu|cuda" in r.stdout, "--help documents --device")
+    check("--precision fp32|bf16" in r.stdout and "--tf32" in r.stdout, "--help documents --precision and --tf32")
+
+    standalone = [os.path.join(bindir, "phalanx-worker"), "--standalone", "--steps", "1"]
+    for argv, want in ((["--precision", "bf16"], "--precision bf16 needs --device cuda"),
+                       (["--device", "cpu", "--tf32"], "--tf32 needs --device cuda"),
+                       (["--device", "cuda", "--precision", "bf16", "--tf32"], "--tf32 with --precision bf16")):
+        rc, err = worker(bindir, *argv)
+        check(rc == 2 and err.startswith(PREFIX + want), "%s: exit 2 naming the flag, got %d: %r" % (argv, rc, err))
+        r = subprocess.run(standalone + argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+        check(r.returncode == 2 and r.stderr.startswith("phalanx-worker --standalone: " + want),
+              "--standalone %s: exit 2 naming the flag, got %d: %r" % (argv, r.returncode, r.stderr))
+    rc, err = worker(bindir, "--precision", "fp16")
+    check(rc == 2 and err == PREFIX + "--precision: bad value 'fp16': expected fp32 or bf16",
+          "--precision fp16: exit 2 naming the accepted values, got %d: %r" % (rc, err))
 
 
 if __name__ == "__main__":
