@@ -146,12 +146,18 @@ class GPT(nn.Module):
         return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, foreach=True), "foreach"
 
 
-def train_step(model, step_model, opt, x, y):
+def train_step(model, step_model, opt, x, y, bf16=False):
     """One training step as the baselines time it: forward (through
     step_model, the model or its torch.compile), backward, clipping of the
-    global gradient norm at 1.0 (phalanx's default), AdamW. Returns the loss."""
+    global gradient norm at 1.0 (phalanx's default), AdamW. bf16: the forward
+    under autocast to bfloat16 (weights and optimizer state stay float32).
+    Returns the loss."""
     opt.zero_grad(set_to_none=True)
-    _, loss = step_model(x, y)
+    if bf16:
+        with torch.autocast(device_type=x.device.type, dtype=torch.bfloat16):
+            _, loss = step_model(x, y)
+    else:
+        _, loss = step_model(x, y)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()

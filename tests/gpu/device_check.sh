@@ -3,7 +3,8 @@
 # libraries: unpacks the bundle of scripts/gpu-bundle.sh, finds CUDA's own
 # libraries (cudart, cuBLAS, NCCL) on that machine, and runs every test of
 # tests/gpu.cmake directly (ctest's files name this machine's paths), each
-# bounded by a timeout, then bench/gpu_step.py and bench/checkpoint.py's
+# bounded by a timeout, then bench/gpu_step.py (fp32 at B=4; bf16 at B=4
+# and B=16: gpu_step_bf16) and bench/checkpoint.py's
 # step-time overhead of saving on the GPU (gpu_ckpt_overhead).
 #
 #   [BASELINE_BUNDLE=OLD.tar.xz] [CKPT_SHAPES="4x1024x30 ..."] [BASELINE_SHAPES=...]
@@ -67,6 +68,8 @@ run() {  # run NAME SECONDS COMMAND...
 run gpu_cuda_available 60 "$bin/test_cuda_available"
 run gpu_ops 120 "$bin/test_gpu_ops" ||
   { [ $? -ne 77 ] && run gpu_ops_memcheck 120 compute-sanitizer --tool memcheck --print-limit 20 "$bin/test_gpu_ops"; }
+run gpu_flash 300 "$bin/test_gpu_flash" ||
+  { [ $? -ne 77 ] && run gpu_flash_memcheck 300 compute-sanitizer --tool memcheck --print-limit 20 "$bin/test_gpu_flash"; }
 run gpu_model 120 "$bin/test_gpu_model"
 run gpu_reference 60 "$bin/test_gpu_reference" tests/reference
 export PYTHONUNBUFFERED=1 TMPDIR=$work
@@ -81,10 +84,12 @@ run gpu_distributed_pipeline 300 python3 tests/gpu/test_distributed.py "$bin" pi
 run gpu_distributed_pipeline_kill 240 python3 tests/gpu/test_distributed.py "$bin" pipeline_kill
 run gpu_distributed_diloco 300 python3 tests/gpu/test_distributed.py "$bin" diloco
 run gpu_distributed_diloco_auto 240 python3 tests/gpu/test_distributed.py "$bin" diloco_auto
-if [ ${#selected[@]} -eq 0 ] || wanted gpu_step || wanted gpu_ckpt_overhead; then
+if [ ${#selected[@]} -eq 0 ] || wanted gpu_step || wanted gpu_step_bf16 || wanted gpu_ckpt_overhead; then
   data=$(python3 -c "import sys; sys.path.insert(0, 'tests/lib'); from phalanx_test import make_corpus; print(make_corpus('$bin', '$work/bench-data', words=200000))")
 fi
 run gpu_step 180 python3 bench/gpu_step.py --bindir "$bin" --data "$data" --compile
+run gpu_step_bf16 300 sh -c "python3 bench/gpu_step.py --bindir '$bin' --data '$data' --precision bf16 --compile &&
+  python3 bench/gpu_step.py --bindir '$bin' --data '$data' --precision bf16 --batch 16 --compile"
 if [ ${#selected[@]} -eq 0 ] || wanted gpu_ckpt_overhead; then
   ckpt_bench() {  # ckpt_bench NAME BINDIR SHAPE
     local name=$1_${3%x*}
