@@ -11,7 +11,10 @@ gradient clipping at 1.0 and AdamW, at one --precision:
 
 Each line also gives MFU: the model's FLOPs per step (6 x parameters +
 12 x layers x channels x T per token, the PaLM count) over --peak-tflops
-(default 989, an H100's dense bf16), and PyTorch's peak allocated memory.
+(default 989, an H100's dense bf16), and the peak GPU memory of the step:
+the device's used memory (nvidia-smi, sampled every 0.1 s while that side
+runs) above what was used before it started, so both sides are measured
+the same way, CUDA context included.
 
 phalanx's figure is the `ms=` of its per-step lines (wall time of a whole
 step, data loading included); PyTorch's is timed around the step with
@@ -22,7 +25,9 @@ after --warmup untimed ones.
                               [--batch 4] [--seq 1024] [--precision fp32|bf16] [--compile]
 """
 import argparse
+import json
 import os
+import threading
 import re
 import statistics
 import subprocess
@@ -37,6 +42,41 @@ PRESETS = {
     "gpt2-124m": dict(max_seq_len=1024, vocab_size=50257, padded_vocab_size=50304,
                       num_layers=12, num_heads=12, channels=768),
 }
+
+
+class MemPeak:
+    """The peak of GPU 0's used memory (MiB, nvidia-smi) above its level at
+    start, sampled every 0.1 s from a thread while the block runs; None when
+    nvidia-smi is not there."""
+
+    def __enter__(self):
+        self.base = self.peak = used_mib()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.sample, daemon=True)
+        self.thread.start()
+        return self
+
+    def sample(self):
+        while not self.stop.wait(0.1):
+            u = used_mib()
+            if u is not None and self.peak is not None:
+                self.peak = max(self.peak, u)
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+
+    def gib(self):
+        return None if self.base is None else (self.peak - self.base) / 1024.0
+
+
+def used_mib():
+    try:
+        r = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "0"],
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=10)
+        return float(r.stdout.split()[0])
+    except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+        return None
 
 
 def phalanx(args):
@@ -60,7 +100,6 @@ def pytorch(args, cfg, compile_):
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.manual_seed(1337)
-    torch.cuda.reset_peak_memory_stats()
     dev = torch.device("cuda")
     model = GPT(cfg).to(dev)
     opt, kind = model.configure_optimizer(1e-3, (0.9, 0.95), 1e-8, 0.1)
@@ -75,9 +114,23 @@ def pytorch(args, cfg, compile_):
         torch.cuda.synchronize()
         if s >= args.warmup:
             times.append((time.perf_counter() - t0) * 1000.0)
-    peak = torch.cuda.max_memory_allocated() / 2**30
-    del model, opt, step_model
-    return times, kind, torch.__version__, torch.cuda.get_device_name(0), peak
+    return times, kind, torch.__version__, torch.cuda.get_device_name(0)
+
+
+def pytorch_process(args, compile_):
+    """pytorch() in a process of its own (this script, --side), so that its
+    memory is measured as phalanx's is: a whole process, CUDA context
+    included."""
+    cmd = [sys.executable, os.path.abspath(__file__), "--bindir", args.bindir, "--data", args.data,
+           "--model", args.model, "--batch", str(args.batch), "--seq", str(args.seq), "--steps", str(args.steps),
+           "--warmup", str(args.warmup), "--precision", args.precision,
+           "--side", "torch-compile" if compile_ else "torch-eager"]
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900)
+    last = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else ""
+    if r.returncode != 0 or not last.startswith("{"):
+        sys.exit("the PyTorch side failed (%d):\n%s" % (r.returncode, r.stdout[-3000:]))
+    d = json.loads(last)
+    return d["times"], d["kind"], d["torch"], d["gpu"]
 
 
 def flops_per_step(cfg, batch, seq):
@@ -107,23 +160,31 @@ def main():
     ap.add_argument("--compile", action="store_true", help="also time PyTorch under torch.compile")
     ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="both sides' precision")
     ap.add_argument("--peak-tflops", type=float, default=989.0, help="the GPU's peak, for MFU (H100 dense bf16)")
+    ap.add_argument("--side", choices=["torch-eager", "torch-compile"], help=argparse.SUPPRESS)
     args = ap.parse_args()
     cfg = PRESETS[args.model]
+    if args.side:  # one PyTorch side, in its own process: a JSON line
+        t, kind, ver, gpu = pytorch(args, cfg, args.side == "torch-compile")
+        print(json.dumps({"times": t, "kind": kind, "torch": ver, "gpu": gpu}), flush=True)
+        return 0
     tokens = args.batch * args.seq
     flops, peak = flops_per_step(cfg, args.batch, args.seq), args.peak_tflops
 
-    ms, loss, config = phalanx(args)
+    with MemPeak() as mem:
+        ms, loss, config = phalanx(args)
     print(config, flush=True)
-    px = line("phalanx-cuda-%s" % args.precision, ms, tokens, flops, peak)
+    px = line("phalanx-cuda-%s" % args.precision, ms, tokens, flops, peak, mem.gib())
     print("phalanx first_loss=%.4f" % loss, flush=True)
-    t, kind, ver, gpu, mem = pytorch(args, cfg, False)
+    with MemPeak() as mem:
+        t, kind, ver, gpu = pytorch_process(args, False)
     print("gpu=%r torch=%s optimizer=adamw-%s precision=%s tf32=off B=%d T=%d" %
           (gpu, ver, kind, args.precision, args.batch, args.seq), flush=True)
-    eager = line("pytorch-eager-%s" % args.precision, t, tokens, flops, peak, mem)
+    eager = line("pytorch-eager-%s" % args.precision, t, tokens, flops, peak, mem.gib())
     print("ratio pytorch_eager/phalanx=%.2f" % (eager / px), flush=True)
     if args.compile:
-        t, _, _, _, mem = pytorch(args, cfg, True)
-        comp = line("pytorch-compile-%s" % args.precision, t, tokens, flops, peak, mem)
+        with MemPeak() as mem:
+            t, _, _, _ = pytorch_process(args, True)
+        comp = line("pytorch-compile-%s" % args.precision, t, tokens, flops, peak, mem.gib())
         print("ratio pytorch_compile/phalanx=%.2f" % (comp / px), flush=True)
     return 0
 
