@@ -37,13 +37,22 @@
 #                       warmup): the CPU job's outer steps and final loss
 #   gpu_distributed_diloco_auto  --mode auto on GPUs: a kill switches the job
 #                       to DiLoCo and back to sync, healed, equal checksums
+#   gpu_bf16_quality    --precision bf16: small 300 and gpt2-124m 100 steps
+#                       within 1% of fp32's losses; reruns bitwise equal
+#   gpu_bf16_layouts    bf16 in whole replicas, fsdp2, tp2, pp2, fsdp2 x tp2
+#                       and DiLoCo: within 1e-2 of whole replicas, equal
+#                       checksums
+#   gpu_bf16_kill       bf16, g1 SIGKILLed: restarted, healed, equal checksums
+#   gpu_bf16_checkpoint a bf16 job's checkpoint restored by a CPU job
+#                       (tests/gpu/test_bf16.py)
 # A test binary exits 77 when no usable GPU is present (SKIP_RETURN_CODE).
 # That every .cu file compiles is proven by the build itself: px_kernels_cuda
 # and px_model_cuda are part of `all` wherever nvcc exists.
 set(PX_GPU_TESTS gpu_cuda_available gpu_ops gpu_flash gpu_model gpu_reference gpu_distributed_parity gpu_distributed_kill gpu_distributed_ranks2
                 gpu_distributed_checkpoint gpu_distributed_sharded gpu_distributed_sharded_kill
                 gpu_distributed_sharded_checkpoint gpu_distributed_pipeline gpu_distributed_pipeline_kill
-                gpu_distributed_diloco gpu_distributed_diloco_auto)
+                gpu_distributed_diloco gpu_distributed_diloco_auto gpu_bf16_quality gpu_bf16_layouts gpu_bf16_kill
+                gpu_bf16_checkpoint)
 
 function(px_gpu_skipped_test name reason)
   add_test(NAME ${name} COMMAND sh -c "echo 'SKIP: ${reason}'; exit 77")
@@ -107,4 +116,10 @@ foreach(scenario parity kill ranks2 checkpoint sharded sharded_kill sharded_chec
                  $<TARGET_FILE_DIR:phalanx-launch> ${scenario})
   set_tests_properties(gpu_distributed_${scenario} PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu TIMEOUT 900
                        RUN_SERIAL TRUE)
+endforeach()
+
+foreach(scenario quality layouts kill checkpoint)
+  px_add_py_test(gpu_bf16_${scenario} ${CMAKE_CURRENT_LIST_DIR}/gpu/test_bf16.py
+                 $<TARGET_FILE_DIR:phalanx-launch> ${scenario})
+  set_tests_properties(gpu_bf16_${scenario} PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu TIMEOUT 900 RUN_SERIAL TRUE)
 endforeach()

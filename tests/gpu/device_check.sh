@@ -84,6 +84,10 @@ run gpu_distributed_pipeline 300 python3 tests/gpu/test_distributed.py "$bin" pi
 run gpu_distributed_pipeline_kill 240 python3 tests/gpu/test_distributed.py "$bin" pipeline_kill
 run gpu_distributed_diloco 300 python3 tests/gpu/test_distributed.py "$bin" diloco
 run gpu_distributed_diloco_auto 240 python3 tests/gpu/test_distributed.py "$bin" diloco_auto
+run gpu_bf16_quality 300 python3 tests/gpu/test_bf16.py "$bin" quality
+run gpu_bf16_layouts 300 python3 tests/gpu/test_bf16.py "$bin" layouts
+run gpu_bf16_kill 200 python3 tests/gpu/test_bf16.py "$bin" kill
+run gpu_bf16_checkpoint 150 python3 tests/gpu/test_bf16.py "$bin" checkpoint
 if [ ${#selected[@]} -eq 0 ] || wanted gpu_step || wanted gpu_step_bf16 || wanted gpu_ckpt_overhead; then
   data=$(python3 -c "import sys; sys.path.insert(0, 'tests/lib'); from phalanx_test import make_corpus; print(make_corpus('$bin', '$work/bench-data', words=200000))")
 fi
