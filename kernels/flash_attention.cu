@@ -216,13 +216,44 @@ __global__ void flash_bwd_dot_kernel(float *Dv, const float *dout, const float *
     if (lane == 0) Dv[row] = s;
 }
 
-/* The two backward kernels share one layout: the block's own tile X (K for
- * dK/dV, Q for dQ) and its partner Y, each with a second tile (V; dO), the
- * FP32 scores and dP tiles, the bf16 P and dS tiles, and a row's lse and D. */
+/* The two backward kernels share one layout: the block's own tile pair
+ * (K and V for dK/dV; Q and dO for dQ) and the partner pair streamed past
+ * it, the FP32 scores and dP tiles, the bf16 P and dS tiles, and each query
+ * row's lse and D. */
 template <int D>
 __host__ __device__ constexpr size_t bwd_smem_bytes() {
     return 4 * FA_TILE * D * sizeof(bf16) + FA_TILE * FA_TILE * (2 * sizeof(float) + 2 * sizeof(bf16)) +
            2 * FA_TILE * sizeof(float);
+}
+
+typedef struct {
+    bf16 *own1, *own2, *other1, *other2, *p, *ds;
+    float *s, *dp, *lse, *dv;
+} bwd_smem_t;
+
+template <int D>
+__device__ bwd_smem_t bwd_carve(unsigned char *smem) {
+    bwd_smem_t m;
+    m.own1 = (bf16 *)smem;
+    m.own2 = m.own1 + FA_TILE * D;
+    m.other1 = m.own2 + FA_TILE * D;
+    m.other2 = m.other1 + FA_TILE * D;
+    m.s = (float *)(m.other2 + FA_TILE * D);
+    m.dp = m.s + FA_TILE * FA_TILE;
+    m.p = (bf16 *)(m.dp + FA_TILE * FA_TILE);
+    m.ds = m.p + FA_TILE * FA_TILE;
+    m.lse = (float *)(m.ds + FA_TILE * FA_TILE);
+    m.dv = m.lse + FA_TILE;
+    return m;
+}
+
+/* The lse and D of the query rows t0.. of head row bh (0 past T). */
+__device__ void load_row_stats(bwd_smem_t m, const float *lse, const float *Dv, int bh, int t0, int T) {
+    if (threadIdx.x < FA_TILE) {
+        int t = t0 + threadIdx.x;
+        m.lse[threadIdx.x] = t < T ? lse[(size_t)bh * T + t] : 0.0f;
+        m.dv[threadIdx.x] = t < T ? Dv[(size_t)bh * T + t] : 0.0f;
+    }
 }
 
 /* grid (key tiles, B*NH): dK and dV of one key tile. */
@@ -234,10 +265,9 @@ __global__ void __launch_bounds__(FA_THREADS)
     __trap();
 #else
     extern __shared__ __align__(128) unsigned char smem[];
-    bf16 *Ks = (bf16 *)smem, *Vs = Ks + FA_TILE * D, *Qs = Vs + FA_TILE * D, *dOs = Qs + FA_TILE * D;
-    float *St = (float *)(dOs + FA_TILE * D), *dPt = St + FA_TILE * FA_TILE;
-    bf16 *Pt = (bf16 *)(dPt + FA_TILE * FA_TILE), *dSt = Pt + FA_TILE * FA_TILE;
-    float *lse_s = (float *)(dSt + FA_TILE * FA_TILE), *D_s = lse_s + FA_TILE;
+    bwd_smem_t m = bwd_carve<D>(smem);
+    bf16 *Ks = m.own1, *Vs = m.own2, *Qs = m.other1, *dOs = m.other2, *Pt = m.p, *dSt = m.ds;
+    float *St = m.s, *dPt = m.dp, *lse_s = m.lse, *D_s = m.dv;
 
     int kt = blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh - b * NH;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r0 = 16 * warp;
@@ -257,11 +287,7 @@ __global__ void __launch_bounds__(FA_THREADS)
         __syncthreads(); /* the previous query tile is no longer read */
         load_tile<D>(Qs, base, s3, q0, T);
         load_tile<D>(dOs, dobase, C, q0, T);
-        if (threadIdx.x < FA_TILE) {
-            int q = q0 + threadIdx.x;
-            lse_s[threadIdx.x] = q < T ? lse[(size_t)bh * T + q] : 0.0f;
-            D_s[threadIdx.x] = q < T ? Dv[(size_t)bh * T + q] : 0.0f;
-        }
+        load_row_stats(m, lse, Dv, bh, q0, T);
         __syncthreads();
 
         /* S^T = K Q^T and dP^T = V dO^T for the warp's 16 keys */
@@ -296,11 +322,9 @@ __global__ void __launch_bounds__(FA_THREADS)
     __trap();
 #else
     extern __shared__ __align__(128) unsigned char smem[];
-    bf16 *Qs = (bf16 *)smem, *dOs = Qs + FA_TILE * D, *Ks = dOs + FA_TILE * D, *Vs = Ks + FA_TILE * D;
-    float *S = (float *)(Vs + FA_TILE * D), *dP = S + FA_TILE * FA_TILE;
-    bf16 *dS = (bf16 *)(dP + FA_TILE * FA_TILE);
-    /* bwd_smem_bytes' layout: a second bf16 tile after dS is unused here */
-    float *lse_s = (float *)(dS + 2 * FA_TILE * FA_TILE), *D_s = lse_s + FA_TILE;
+    bwd_smem_t m = bwd_carve<D>(smem); /* its P tile is unused here */
+    bf16 *Qs = m.own1, *dOs = m.own2, *Ks = m.other1, *Vs = m.other2, *dS = m.ds;
+    float *S = m.s, *dP = m.dp, *lse_s = m.lse, *D_s = m.dv;
 
     int qt = blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh - b * NH;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r0 = 16 * warp;
@@ -310,11 +334,7 @@ __global__ void __launch_bounds__(FA_THREADS)
 
     load_tile<D>(Qs, base, s3, q0, T);
     load_tile<D>(dOs, dout + (size_t)b * T * C + (size_t)h * D, C, q0, T);
-    if (threadIdx.x < FA_TILE) {
-        int q = q0 + threadIdx.x;
-        lse_s[threadIdx.x] = q < T ? lse[(size_t)bh * T + q] : 0.0f;
-        D_s[threadIdx.x] = q < T ? Dv[(size_t)bh * T + q] : 0.0f;
-    }
+    load_row_stats(m, lse, Dv, bh, q0, T);
     acc_t dq[D / 16];
 #pragma unroll
     for (int j = 0; j < D / 16; j++) wmma::fill_fragment(dq[j], 0.0f);
