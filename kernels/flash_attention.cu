@@ -147,10 +147,12 @@ __global__ void __launch_bounds__(FA_THREADS)
         rows_times_tile_t<D>(Ss + r0 * FA_TILE, Qs + r0 * D, Ks);
         __syncwarp();
 
+        /* Each lane starts its 32 columns at its own offset: the 32 lanes then
+         * touch 32 different banks at once (same columns would be one). */
         float *srow = Ss + r * FA_TILE;
         float mx = -INFINITY;
-        for (int c = 32 * half; c < 32 * half + 32; c++) {
-            int k = k0 + c;
+        for (int j = 0; j < 32; j++) {
+            int c = 32 * half + ((j + lane) & 31), k = k0 + c;
             float s = k <= q && k < T ? srow[c] * scale : -INFINITY;
             srow[c] = s;
             mx = fmaxf(mx, s);
@@ -159,7 +161,8 @@ __global__ void __launch_bounds__(FA_THREADS)
         float m_old = row_m[r], m_new = fmaxf(m_old, mx);
         float sum = 0.0f;
         bf16 *prow = Ps + r * FA_TILE;
-        for (int c = 32 * half; c < 32 * half + 32; c++) {
+        for (int j = 0; j < 32; j++) {
+            int c = 32 * half + ((j + lane) & 31);
             float p = srow[c] == -INFINITY ? 0.0f : __expf(srow[c] - m_new);
             prow[c] = __float2bfloat16(p);
             sum += p;
@@ -167,7 +170,7 @@ __global__ void __launch_bounds__(FA_THREADS)
         sum += __shfl_xor_sync(0xffffffffu, sum, 1);
         float corr = m_old == -INFINITY ? 0.0f : __expf(m_old - m_new);
         float *orow = Os + r * D;
-        for (int d = half * (D / 2); d < (half + 1) * (D / 2); d++) orow[d] *= corr;
+        for (int j = 0; j < D / 2; j++) orow[half * (D / 2) + (j + lane) % (D / 2)] *= corr;
         __syncwarp(); /* both lanes of a row have read row_m */
         if (!half) row_m[r] = m_new, row_l[r] = row_l[r] * corr + sum;
         __syncwarp();
