@@ -249,11 +249,12 @@ int px_standalone_main(int argc, char **argv) {
     }
 
     printf("config model=%s params=%zu L=%d C=%d NH=%d V=%d B=%d T=%d steps=%d lr=%g "
-           "min_lr=%g warmup=%d weight_decay=%g grad_clip=%g seed=%llu threads=%d device=%s "
+           "min_lr=%g warmup=%d weight_decay=%g grad_clip=%g seed=%llu threads=%d device=%s precision=%s "
            "data=%s train_tokens=%zu val_tokens=%zu\n",
            tc->model, model->num_params, cfg->num_layers, cfg->channels, cfg->num_heads,
            cfg->vocab_size, B, T, steps, tc->lr, tc->min_lr, tc->warmup, tc->weight_decay, tc->grad_clip,
-           (unsigned long long)tc->seed, threads, tc->device == PX_DEVICE_CUDA ? "cuda" : "cpu", tc->data,
+           (unsigned long long)tc->seed, threads, tc->device == PX_DEVICE_CUDA ? "cuda" : "cpu",
+           tc->precision == PX_PRECISION_BF16 ? "bf16" : tc->tf32 ? "tf32" : "fp32", tc->data,
            px_dataset_num_tokens(train),
            val ? px_dataset_num_tokens(val) : (size_t)0);
 
