@@ -2,17 +2,19 @@
  * ops.h), the llm.c way: permute q, k, v into head-major (B,NH,T,hs) arrays,
  * do the two products per (batch, head) with strided-batched cuBLAS GEMMs, and
  * run the causal softmax (and its backward) as a kernel, one warp per row.
- * Simple and correct rather than fused (no flash attention): the (B,NH,T,T)
- * score matrix is materialized, as ops.h's `att` argument requires anyway.
+ * Simple and correct rather than fused: the (B,NH,T,T) score matrix is
+ * materialized, as ops.h's `att` argument requires anyway. The products
+ * follow the math mode (px_cuda_ops_set_math); the fused kernels of
+ * flash_attention.cu serve the bf16 mode where the head size allows.
  *
  * Column-major bookkeeping, per (b,h), with Q, K, V, dY row-major (T,hs),
  * which cuBLAS reads as (hs,T); att row-major (T,T) is read as att^T:
- *   scores^T = K^T' Q      sgemm(T,N, T,T,hs)     (scaled by 1/sqrt(hs) via alpha)
- *   Y        = att V       sgemm(N,N, hs,T,T)
- *   dV       = att^T dY    sgemm(N,T, hs,T,T)     with att masked to the lower triangle
- *   datt     = dY V^T      sgemm(T,N, T,T,hs)
- *   dQ       = s dS K      sgemm(N,N, hs,T,T)
- *   dK       = s dS^T Q    sgemm(N,T, hs,T,T)
+ *   scores^T = K^T' Q      gemm(T,N, T,T,hs)     (scaled by 1/sqrt(hs) via alpha)
+ *   Y        = att V       gemm(N,N, hs,T,T)
+ *   dV       = att^T dY    gemm(N,T, hs,T,T)     with att masked to the lower triangle
+ *   datt     = dY V^T      gemm(T,N, T,T,hs)
+ *   dQ       = s dS K      gemm(N,N, hs,T,T)
+ *   dK       = s dS^T Q    gemm(N,T, hs,T,T)
  *
  * ops.h says att entries above the diagonal are unspecified and never read.
  * The forward writes them as 0; the backward does not trust that and copies
@@ -144,7 +146,7 @@ __global__ void causal_softmax_backward_kernel(float *datt, const float *att, in
     for (int j = lane; j < T; j += 32) d[j] = j <= t ? p[j] * (d[j] - dot) : 0.0f;
 }
 
-static void sgemm_batched(cudaStream_t stream, cublasOperation_t ta, cublasOperation_t tb, int m,
+static void gemm_batched(cudaStream_t stream, cublasOperation_t ta, cublasOperation_t tb, int m,
                           int n, int k, float alpha, const float *A, int lda, long long sa,
                           const float *Bm, int ldb, long long sb, float *Cm, int ldc, long long sc,
                           int batch) {
@@ -162,13 +164,13 @@ extern "C" void attention_forward_cuda(float *out, float *att, const float *qkv,
 
     permute_qkv_kernel<<<px_grid(btc), PX_THREADS, 0, stream>>>(q, k, v, qkv, B, T, NH, hs);
     PX_CUDA_LAUNCH_CHECK();
-    sgemm_batched(stream, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, scale, k, hs, sh, q, hs, sh, att, T,
+    gemm_batched(stream, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, scale, k, hs, sh, q, hs, sh, att, T,
                   stt, batch);
     int rows = batch * T;
     causal_softmax_kernel<<<(unsigned)((rows + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK), PX_THREADS, 0,
                             stream>>>(att, rows, T);
     PX_CUDA_LAUNCH_CHECK();
-    sgemm_batched(stream, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, v, hs, sh, att, T, stt, y, hs,
+    gemm_batched(stream, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, v, hs, sh, att, T, stt, y, hs,
                   sh, batch);
     unpermute_kernel<<<px_grid(btc), PX_THREADS, 0, stream>>>(out, y, B, T, NH, hs);
     PX_CUDA_LAUNCH_CHECK();
@@ -193,17 +195,17 @@ extern "C" void attention_backward_cuda(float *dqkv, const float *dout, const fl
     /* dV = tril(att)^T dY */
     causal_mask_copy_kernel<<<px_grid(btt), PX_THREADS, 0, stream>>>(s, att, (size_t)rows, T);
     PX_CUDA_LAUNCH_CHECK();
-    sgemm_batched(stream, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, dy, hs, sh, s, T, stt, dv, hs,
+    gemm_batched(stream, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, dy, hs, sh, s, T, stt, dv, hs,
                   sh, batch);
     /* datt = dY V^T, then the softmax backward in place */
-    sgemm_batched(stream, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, v, hs, sh, dy, hs, sh, s, T,
+    gemm_batched(stream, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, v, hs, sh, dy, hs, sh, s, T,
                   stt, batch);
     causal_softmax_backward_kernel<<<row_grid, PX_THREADS, 0, stream>>>(s, att, rows, T);
     PX_CUDA_LAUNCH_CHECK();
     /* dQ = scale dS K, dK = scale dS^T Q */
-    sgemm_batched(stream, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, scale, k, hs, sh, s, T, stt, dq, hs,
+    gemm_batched(stream, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, scale, k, hs, sh, s, T, stt, dq, hs,
                   sh, batch);
-    sgemm_batched(stream, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, scale, q, hs, sh, s, T, stt, dk, hs,
+    gemm_batched(stream, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, scale, q, hs, sh, s, T, stt, dk, hs,
                   sh, batch);
     permute_qkv_backward_kernel<<<px_grid(btc), PX_THREADS, 0, stream>>>(dqkv, dq, dk, dv, B, T,
                                                                          NH, hs);

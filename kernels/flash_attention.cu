@@ -369,8 +369,11 @@ __global__ void __launch_bounds__(FA_THREADS)
 
 /* ---------------------------------------------------------------- launch */
 
+/* The head sizes the kernels are instantiated for. */
+static int head_size_ok(int hs) { return hs == 16 || hs == 32 || hs == 64 || hs == 128; }
+
 extern "C" int flash_attention_supported(int hs) {
-    if (hs != 16 && hs != 32 && hs != 64 && hs != 128) return 0;
+    if (!head_size_ok(hs)) return 0;
     int dev = 0, major = 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
@@ -413,17 +416,20 @@ static void backward(float *dqkv, const float *dout, const float *qkv, const flo
     PX_CUDA_LAUNCH_CHECK();
 }
 
-static void unsupported(int hs) {
-    px_cuda_fail(__FILE__, __LINE__, "flash attention", "cuda", 0,
-                 hs == 16 || hs == 32 || hs == 64 || hs == 128
-                     ? "needs a GPU of compute capability 8.0 or newer (ask flash_attention_supported first)"
-                     : "head size not 16, 32, 64 or 128 (ask flash_attention_supported first)");
+/* Only the head size is checked per call (the device's compute capability,
+ * asked once by the caller through flash_attention_supported, is not asked
+ * again on every layer: on a GPU below sm_80 the launch fails with "no
+ * kernel image", which PX_CUDA_LAUNCH_CHECK reports). */
+static void check_head_size(int hs) {
+    if (!head_size_ok(hs))
+        px_cuda_fail(__FILE__, __LINE__, "flash attention", "cuda", 0,
+                     "head size not 16, 32, 64 or 128 (ask flash_attention_supported first)");
 }
 
 extern "C" void flash_attention_forward_cuda(float *out, float *lse, const float *qkv, int B, int T, int C, int NH,
                                              cudaStream_t stream) {
     int hs = C / NH;
-    if (!flash_attention_supported(hs)) unsupported(hs);
+    check_head_size(hs);
     switch (hs) {
     case 16: forward<16>(out, lse, qkv, B, T, C, NH, stream); break;
     case 32: forward<32>(out, lse, qkv, B, T, C, NH, stream); break;
@@ -436,7 +442,7 @@ extern "C" void flash_attention_backward_cuda(float *dqkv, const float *dout, co
                                               const float *lse, int B, int T, int C, int NH,
                                               cudaStream_t stream) {
     int hs = C / NH, rows = B * NH * T;
-    if (!flash_attention_supported(hs)) unsupported(hs);
+    check_head_size(hs);
     float *Dv = (float *)px_cuda_scratch((size_t)rows * sizeof(float));
     flash_bwd_dot_kernel<<<(unsigned)((rows + PX_THREADS / 32 - 1) / (PX_THREADS / 32)), PX_THREADS, 0, stream>>>(
         Dv, dout, out, rows, T, C, NH, hs);

@@ -337,18 +337,18 @@ static int due_at(const px_persist_t *p, int64_t step, const px_quorum_t *q) {
  * --checkpoint-when-busy wait): a whole state's writer asks its saver; the
  * ranks of a group writing in parts go by the vote, so that every one of
  * them defers the same steps. */
+static int saver_busy(const px_persist_t *p) { return p->saver && px_ckpt_saver_busy(p->saver); }
+
 static int writing(const px_persist_t *p) {
     if (p->cfg->checkpoint_wait) return 0;
-    if (p->sharded) return p->busy_agreed;
-    return p->saver && px_ckpt_saver_busy(p->saver);
+    return p->sharded ? p->busy_agreed : saver_busy(p);
 }
 
 int px_persist_vote(const px_persist_t *p) {
     if (!p->dir[0]) return 0;
     int due = p->cfg->checkpoint_every_s > 0 &&
               (double)(px_now_us() - p->time_mark_us) >= p->cfg->checkpoint_every_s * 1e6;
-    int busy = p->saver && px_ckpt_saver_busy(p->saver);
-    return (due ? PX_VOTE_CKPT_DUE : 0) | (busy ? PX_VOTE_CKPT_BUSY : 0);
+    return (due ? PX_VOTE_CKPT_DUE : 0) | (saver_busy(p) ? PX_VOTE_CKPT_BUSY : 0);
 }
 
 void px_persist_agreed(px_persist_t *p, int due, int busy) {
