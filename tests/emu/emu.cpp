@@ -1,0 +1,312 @@
+/* The kernel emulator's runtime (include/cuda_emu_device.h says what it
+ * models): the fiber scheduler behind launches and barriers, the CUDA host
+ * API of include/cuda_runtime_api.h over host memory, and the few entry
+ * points of the ops' shared context (kernels/cuda_common.cuh, ops_cuda.h)
+ * that the emulated kernel files and tests call: device presence, init,
+ * the scratch buffer and the failure report. The GEMM files (matmul.cu,
+ * attention.cu) need cuBLAS and are not emulated.
+ *
+ * Scheduling: the fibers of a block are ranked by a permutation drawn
+ * afresh for every launch (xorshift, seeded by PX_EMU_SEED or 1); the first
+ * runnable fiber in that rank runs until it blocks on a barrier or returns,
+ * so the leading warps run as far ahead as the barriers let them (a missing
+ * __syncthreads shows as a read of data not yet written). When no fiber can
+ * move while some still wait, that is a deadlock: reported with the barrier
+ * and the counts, and the process aborts. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+
+#include <vector>
+
+#include "cuda_runtime.h"
+#include "cuda_common.cuh"
+
+namespace emu {
+dim3 block_idx, block_dim, grid_dim;
+
+namespace {
+enum state_t { RUNNABLE, AT_BLOCK, AT_WARP, DONE };
+
+struct fiber_t {
+    ucontext_t ctx;
+    dim3 tid;
+    int warp;
+    state_t state;
+    unsigned gen; /* the barrier generation it waits to see pass */
+};
+
+struct barrier_t {
+    int arrived;
+    unsigned gen;
+    int live;
+};
+
+const size_t STACK_BYTES = 512 * 1024;
+const int MAX_THREADS = 1024;
+
+ucontext_t sched_ctx;
+std::vector<fiber_t> fibers;
+std::vector<barrier_t> warps; /* per warp: its barrier and live lanes */
+std::vector<uint64_t> slots;  /* per thread: the value it offers a shuffle */
+std::vector<float> scratch;   /* per warp: 256 floats (warp_scratch) */
+barrier_t block_bar;
+fiber_t *cur;
+const std::function<void()> *body;
+char *stacks;
+std::vector<unsigned char> dyn;
+uint64_t rng_state;
+int in_kernel;
+
+uint64_t next_random() {
+    if (!rng_state) {
+        const char *s = getenv("PX_EMU_SEED");
+        rng_state = s && *s ? strtoull(s, NULL, 10) : 1;
+        if (!rng_state) rng_state = 1;
+    }
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return rng_state * 0x2545F4914F6CDD1Dull;
+}
+
+void release_if_full(barrier_t *b) {
+    if (b->arrived > 0 && b->arrived >= b->live) {
+        b->arrived = 0;
+        b->gen++;
+    }
+}
+
+void trampoline() {
+    (*body)();
+    cur->state = DONE;
+    block_bar.live--;
+    warps[cur->warp].live--;
+    release_if_full(&block_bar);
+    release_if_full(&warps[cur->warp]);
+    swapcontext(&cur->ctx, &sched_ctx);
+    abort(); /* a finished fiber is never resumed */
+}
+
+void wait_at(barrier_t *b, state_t st) {
+    if (!in_kernel) trap("a barrier outside a kernel");
+    cur->state = st;
+    cur->gen = b->gen;
+    b->arrived++;
+    release_if_full(b);
+    swapcontext(&cur->ctx, &sched_ctx);
+}
+
+int runnable(const fiber_t &f) {
+    switch (f.state) {
+    case RUNNABLE: return 1;
+    case AT_BLOCK: return block_bar.gen != f.gen;
+    case AT_WARP: return warps[f.warp].gen != f.gen;
+    default: return 0;
+    }
+}
+
+void run_block(int nthreads, const std::vector<int> &order) {
+    int nwarps = (nthreads + 31) / 32;
+    fibers.assign((size_t)nthreads, fiber_t());
+    warps.assign((size_t)nwarps, barrier_t{0, 0, 0});
+    slots.assign((size_t)nthreads, 0);
+    scratch.assign((size_t)nwarps * 256, 0.0f);
+    block_bar = barrier_t{0, 0, nthreads};
+    for (int i = 0; i < nthreads; i++) {
+        fiber_t &f = fibers[(size_t)i];
+        int x = i % (int)block_dim.x, y = (i / (int)block_dim.x) % (int)block_dim.y;
+        int z = i / ((int)block_dim.x * (int)block_dim.y);
+        f.tid = dim3((unsigned)x, (unsigned)y, (unsigned)z);
+        f.warp = i / 32;
+        f.state = RUNNABLE;
+        warps[(size_t)f.warp].live++;
+        getcontext(&f.ctx);
+        f.ctx.uc_stack.ss_sp = stacks + (size_t)i * STACK_BYTES;
+        f.ctx.uc_stack.ss_size = STACK_BYTES;
+        f.ctx.uc_link = NULL;
+        makecontext(&f.ctx, trampoline, 0);
+    }
+    /* Greedy: always the first runnable fiber of the order, so the first
+     * warps run as far ahead of the others as the barriers allow. */
+    for (;;) {
+        int left = 0;
+        fiber_t *next = NULL;
+        for (int i : order) {
+            fiber_t &f = fibers[(size_t)i];
+            if (f.state == DONE) continue;
+            left++;
+            if (runnable(f)) {
+                next = &f;
+                break;
+            }
+        }
+        if (!left) return;
+        if (!next) {
+            int at_block = 0, at_warp = 0;
+            for (const fiber_t &f : fibers) at_block += f.state == AT_BLOCK, at_warp += f.state == AT_WARP;
+            fprintf(stderr,
+                    "emu: deadlock in block (%u,%u,%u): %d thread(s) wait at __syncthreads (%d live), %d at a "
+                    "warp barrier (__syncwarp, a shuffle or wmma)\n",
+                    block_idx.x, block_idx.y, block_idx.z, at_block, block_bar.live, at_warp);
+            abort();
+        }
+        next->state = RUNNABLE;
+        cur = next;
+        swapcontext(&sched_ctx, &next->ctx);
+    }
+}
+} // namespace
+
+const dim3 &thread_idx() {
+    if (!in_kernel) trap("threadIdx outside a kernel");
+    return cur->tid;
+}
+
+void sync_block() { wait_at(&block_bar, AT_BLOCK); }
+void sync_warp() { wait_at(&warps[(size_t)cur->warp], AT_WARP); }
+
+uint64_t exchange(uint64_t v, int src_lane) {
+    size_t me = (size_t)(cur - fibers.data()), base = (size_t)cur->warp * 32;
+    slots[me] = v;
+    sync_warp();
+    size_t src = base + (size_t)src_lane;
+    uint64_t out = src < slots.size() ? slots[src] : 0;
+    sync_warp(); /* every lane has read before a slot is offered again */
+    return out;
+}
+
+void *dyn_smem() { return dyn.data(); }
+float *warp_scratch() { return scratch.data() + (size_t)cur->warp * 256; }
+
+void trap(const char *why) {
+    fprintf(stderr, "emu: %s\n", why);
+    abort();
+}
+
+void run(dim3 grid, dim3 block, size_t smem, const std::function<void()> &fn) {
+    size_t nthreads = (size_t)block.x * block.y * block.z;
+    if (nthreads == 0 || nthreads > (size_t)MAX_THREADS || grid.x == 0 || grid.y == 0 || grid.z == 0) {
+        fprintf(stderr, "emu: bad launch: grid (%u,%u,%u) block (%u,%u,%u)\n", grid.x, grid.y, grid.z, block.x,
+                block.y, block.z);
+        abort();
+    }
+    if (!stacks) {
+        void *p = mmap(NULL, STACK_BYTES * MAX_THREADS, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED) trap("cannot map the fiber stacks");
+        stacks = (char *)p;
+    }
+    std::vector<int> order(nthreads);
+    for (size_t i = 0; i < nthreads; i++) order[i] = (int)i;
+    for (size_t i = nthreads; i > 1; i--) { /* Fisher-Yates, a new permutation per launch */
+        size_t j = (size_t)(next_random() % i);
+        int t = order[i - 1];
+        order[i - 1] = order[j];
+        order[j] = t;
+    }
+    grid_dim = grid;
+    block_dim = block;
+    body = &fn;
+    in_kernel = 1;
+    for (unsigned z = 0; z < grid.z; z++)
+        for (unsigned y = 0; y < grid.y; y++)
+            for (unsigned x = 0; x < grid.x; x++) {
+                block_idx = dim3(x, y, z);
+                dyn.assign(smem, 0xFF); /* NaN floats: a read before any write shows */
+                run_block((int)nthreads, order);
+            }
+    in_kernel = 0;
+}
+} // namespace emu
+
+/* ------------------------------------------------------- the host API */
+
+extern "C" {
+const char *cudaGetErrorString(cudaError_t e) {
+    return e == cudaSuccess ? "no error" : e == cudaErrorMemoryAllocation ? "out of memory" : "invalid argument";
+}
+cudaError_t cudaGetLastError(void) { return cudaSuccess; }
+cudaError_t cudaGetDeviceCount(int *n) {
+    *n = 1;
+    return cudaSuccess;
+}
+cudaError_t cudaGetDevice(int *dev) {
+    *dev = 0;
+    return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int dev) { return dev == 0 ? cudaSuccess : cudaErrorInvalidValue; }
+cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int dev) {
+    if (dev != 0) return cudaErrorInvalidValue;
+    *value = attr == cudaDevAttrComputeCapabilityMajor ? 9 : 0;
+    return cudaSuccess;
+}
+cudaError_t cudaMalloc(void **p, size_t bytes) {
+    *p = aligned_alloc(256, (bytes + 255) & ~(size_t)255);
+    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+cudaError_t cudaFree(void *p) {
+    free(p);
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind) {
+    (void)kind;
+    if (bytes) memmove(dst, src, bytes);
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s) {
+    (void)s;
+    return cudaMemcpy(dst, src, bytes, kind);
+}
+cudaError_t cudaMemset(void *p, int value, size_t bytes) {
+    memset(p, value, bytes);
+    return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t s) {
+    (void)s;
+    return cudaMemset(p, value, bytes);
+}
+cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    (void)s;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
+    (void)flags;
+    *s = NULL;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    (void)s;
+    return cudaSuccess;
+}
+
+/* ------------------------------------------- the ops' shared context */
+
+int px_cuda_device_count(char *why, size_t whylen) {
+    snprintf(why, whylen, "1 emulated device (the kernels run on the CPU: tests/emu)");
+    return 1;
+}
+int px_cuda_available(char *why, size_t whylen) { return px_cuda_device_count(why, whylen); }
+void px_cuda_ops_init(void) {}
+void px_cuda_ops_shutdown(void) {}
+}
+
+void px_cuda_fail(const char *file, int line, const char *call, const char *lib, int code, const char *msg) {
+    fprintf(stderr, "emu: %s failed at %s:%d (%s error %d: %s)\n", call, file, line, lib, code, msg);
+    abort();
+}
+
+void *px_cuda_scratch(size_t bytes) {
+    static void *buf;
+    static size_t have;
+    if (bytes > have) {
+        free(buf);
+        buf = aligned_alloc(256, (bytes + 255) & ~(size_t)255);
+        if (!buf) px_cuda_fail(__FILE__, __LINE__, "scratch", "cuda", 2, "out of memory");
+        have = bytes;
+    }
+    return buf;
+}

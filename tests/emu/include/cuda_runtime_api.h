@@ -1,0 +1,51 @@
+/* The CUDA runtime's host API as the kernel emulator provides it (see
+ * tests/emu/emu.cpp): "device" memory is host memory, every call is
+ * synchronous and succeeds unless its arguments are wrong, and the one
+ * "device" reports compute capability 9.0. C and C++. */
+#ifndef PX_EMU_CUDA_RUNTIME_API_H
+#define PX_EMU_CUDA_RUNTIME_API_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2 } cudaError_t;
+typedef enum {
+    cudaMemcpyHostToHost = 0,
+    cudaMemcpyHostToDevice = 1,
+    cudaMemcpyDeviceToHost = 2,
+    cudaMemcpyDeviceToDevice = 3,
+    cudaMemcpyDefault = 4
+} cudaMemcpyKind;
+typedef enum {
+    cudaDevAttrComputeCapabilityMajor = 75,
+    cudaDevAttrComputeCapabilityMinor = 76
+} cudaDeviceAttr;
+typedef enum { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 } cudaFuncAttribute;
+typedef struct px_emu_stream *cudaStream_t;
+
+const char *cudaGetErrorString(cudaError_t e);
+cudaError_t cudaGetLastError(void);
+cudaError_t cudaGetDeviceCount(int *n);
+cudaError_t cudaGetDevice(int *dev);
+cudaError_t cudaSetDevice(int dev);
+cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int dev);
+cudaError_t cudaMalloc(void **p, size_t bytes);
+cudaError_t cudaFree(void *p);
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind);
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s);
+cudaError_t cudaMemset(void *p, int value, size_t bytes);
+cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t s);
+cudaError_t cudaDeviceSynchronize(void);
+cudaError_t cudaStreamSynchronize(cudaStream_t s);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags);
+cudaError_t cudaStreamDestroy(cudaStream_t s);
+#define cudaStreamNonBlocking 0x01
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
