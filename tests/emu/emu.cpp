@@ -1,10 +1,7 @@
 /* The kernel emulator's runtime (include/cuda_emu_device.h says what it
- * models): the fiber scheduler behind launches and barriers, the CUDA host
- * API of include/cuda_runtime_api.h over host memory, and the few entry
- * points of the ops' shared context (kernels/cuda_common.cuh, ops_cuda.h)
- * that the emulated kernel files and tests call: device presence, init,
- * the scratch buffer and the failure report. The GEMM files (matmul.cu,
- * attention.cu) need cuBLAS and are not emulated.
+ * models): the fiber scheduler behind launches and barriers, and the CUDA
+ * host API of include/cuda_runtime_api.h over host memory. cuBLAS is
+ * cublas.cpp's; the ops' own context (kernels/cuda_context.cu) runs as it is.
  *
  * Scheduling: the fibers of a block are ranked by a permutation drawn
  * afresh for every launch (xorshift, seeded by PX_EMU_SEED or 1); the first
@@ -13,6 +10,7 @@
  * __syncthreads shows as a read of data not yet written). When no fiber can
  * move while some still wait, that is a deadlock: reported with the barrier
  * and the counts, and the process aborts. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,7 +20,42 @@
 #include <vector>
 
 #include "cuda_runtime.h"
-#include "cuda_common.cuh"
+
+/* ---- contexts: the x86-64 switch of switch_x86_64.S, else ucontext ---- */
+#if defined(__x86_64__)
+extern "C" void px_emu_switch(void **save_sp, void *load_sp);
+namespace {
+struct ctx_t {
+    void *sp;
+};
+void ctx_make(ctx_t *c, char *stack, size_t size, void (*entry)()) {
+    uintptr_t top = ((uintptr_t)(stack + size)) & ~(uintptr_t)15;
+    void **sp = (void **)top;
+    *--sp = NULL;            /* entry's return address: it never returns */
+    *--sp = (void *)entry;   /* where the first switch's ret lands */
+    for (int i = 0; i < 6; i++) *--sp = NULL; /* rbp rbx r12-r15 */
+    const uint32_t ctrl[2] = {0x1F80u, 0x037Fu}; /* MXCSR and x87 control word defaults */
+    --sp;
+    memcpy(sp, ctrl, sizeof ctrl);
+    c->sp = sp;
+}
+void ctx_switch(ctx_t *from, ctx_t *to) { px_emu_switch(&from->sp, to->sp); }
+} // namespace
+#else
+namespace {
+struct ctx_t {
+    ucontext_t uc;
+};
+void ctx_make(ctx_t *c, char *stack, size_t size, void (*entry)()) {
+    getcontext(&c->uc);
+    c->uc.uc_stack.ss_sp = stack;
+    c->uc.uc_stack.ss_size = size;
+    c->uc.uc_link = NULL;
+    makecontext(&c->uc, entry, 0);
+}
+void ctx_switch(ctx_t *from, ctx_t *to) { swapcontext(&from->uc, &to->uc); }
+} // namespace
+#endif
 
 namespace emu {
 dim3 block_idx, block_dim, grid_dim;
@@ -31,27 +64,28 @@ namespace {
 enum state_t { RUNNABLE, AT_BLOCK, AT_WARP, DONE };
 
 struct fiber_t {
-    ucontext_t ctx;
+    ctx_t ctx;
     dim3 tid;
     int warp;
+    int rank; /* its place in the launch's order */
     state_t state;
-    unsigned gen; /* the barrier generation it waits to see pass */
 };
 
 struct barrier_t {
     int arrived;
-    unsigned gen;
     int live;
 };
 
 const size_t STACK_BYTES = 512 * 1024;
 const int MAX_THREADS = 1024;
 
-ucontext_t sched_ctx;
+ctx_t sched_ctx;
 std::vector<fiber_t> fibers;
-std::vector<barrier_t> warps; /* per warp: its barrier and live lanes */
-std::vector<uint64_t> slots;  /* per thread: the value it offers a shuffle */
-std::vector<float> scratch;   /* per warp: 256 floats (warp_scratch) */
+std::vector<int> by_rank;      /* rank -> fiber */
+std::vector<uint64_t> ready;   /* bit per rank: may run now */
+std::vector<barrier_t> warps;  /* per warp: its barrier and live lanes */
+std::vector<uint64_t> slots;   /* per thread: the value it offers a shuffle */
+std::vector<float> scratch;    /* per warp: 256 floats (warp_scratch) */
 barrier_t block_bar;
 fiber_t *cur;
 const std::function<void()> *body;
@@ -72,90 +106,94 @@ uint64_t next_random() {
     return rng_state * 0x2545F4914F6CDD1Dull;
 }
 
-void release_if_full(barrier_t *b) {
-    if (b->arrived > 0 && b->arrived >= b->live) {
-        b->arrived = 0;
-        b->gen++;
+void set_ready(const fiber_t &f, int on) {
+    uint64_t bit = 1ull << (f.rank & 63);
+    if (on) ready[(size_t)f.rank >> 6] |= bit;
+    else ready[(size_t)f.rank >> 6] &= ~bit;
+}
+
+/* Frees the barrier's waiters once every live thread it spans has arrived. */
+void release_if_full(barrier_t *b, state_t st, int first, int count) {
+    if (b->arrived == 0 || b->arrived < b->live) return;
+    b->arrived = 0;
+    for (int i = first; i < first + count; i++) {
+        fiber_t &f = fibers[(size_t)i];
+        if (f.state == st) {
+            f.state = RUNNABLE;
+            set_ready(f, 1);
+        }
     }
 }
+
+void release_warp(int w) {
+    int first = 32 * w, count = (int)fibers.size() - first < 32 ? (int)fibers.size() - first : 32;
+    release_if_full(&warps[(size_t)w], AT_WARP, first, count);
+}
+
+void release_block() { release_if_full(&block_bar, AT_BLOCK, 0, (int)fibers.size()); }
 
 void trampoline() {
     (*body)();
     cur->state = DONE;
+    set_ready(*cur, 0);
     block_bar.live--;
-    warps[cur->warp].live--;
-    release_if_full(&block_bar);
-    release_if_full(&warps[cur->warp]);
-    swapcontext(&cur->ctx, &sched_ctx);
+    warps[(size_t)cur->warp].live--;
+    release_block();
+    release_warp(cur->warp);
+    ctx_switch(&cur->ctx, &sched_ctx);
     abort(); /* a finished fiber is never resumed */
 }
 
 void wait_at(barrier_t *b, state_t st) {
     if (!in_kernel) trap("a barrier outside a kernel");
     cur->state = st;
-    cur->gen = b->gen;
+    set_ready(*cur, 0);
     b->arrived++;
-    release_if_full(b);
-    swapcontext(&cur->ctx, &sched_ctx);
-}
-
-int runnable(const fiber_t &f) {
-    switch (f.state) {
-    case RUNNABLE: return 1;
-    case AT_BLOCK: return block_bar.gen != f.gen;
-    case AT_WARP: return warps[f.warp].gen != f.gen;
-    default: return 0;
-    }
+    if (st == AT_BLOCK) release_block();
+    else release_warp(cur->warp);
+    ctx_switch(&cur->ctx, &sched_ctx);
 }
 
 void run_block(int nthreads, const std::vector<int> &order) {
     int nwarps = (nthreads + 31) / 32;
     fibers.assign((size_t)nthreads, fiber_t());
-    warps.assign((size_t)nwarps, barrier_t{0, 0, 0});
+    by_rank.assign((size_t)nthreads, 0);
+    ready.assign(((size_t)nthreads + 63) / 64, 0);
+    warps.assign((size_t)nwarps, barrier_t{0, 0});
     slots.assign((size_t)nthreads, 0);
     scratch.assign((size_t)nwarps * 256, 0.0f);
-    block_bar = barrier_t{0, 0, nthreads};
+    block_bar = barrier_t{0, nthreads};
     for (int i = 0; i < nthreads; i++) {
         fiber_t &f = fibers[(size_t)i];
         int x = i % (int)block_dim.x, y = (i / (int)block_dim.x) % (int)block_dim.y;
         int z = i / ((int)block_dim.x * (int)block_dim.y);
         f.tid = dim3((unsigned)x, (unsigned)y, (unsigned)z);
         f.warp = i / 32;
+        f.rank = order[(size_t)i];
         f.state = RUNNABLE;
+        by_rank[(size_t)f.rank] = i;
+        set_ready(f, 1);
         warps[(size_t)f.warp].live++;
-        getcontext(&f.ctx);
-        f.ctx.uc_stack.ss_sp = stacks + (size_t)i * STACK_BYTES;
-        f.ctx.uc_stack.ss_size = STACK_BYTES;
-        f.ctx.uc_link = NULL;
-        makecontext(&f.ctx, trampoline, 0);
+        ctx_make(&f.ctx, stacks + (size_t)i * STACK_BYTES, STACK_BYTES, trampoline);
     }
-    /* Greedy: always the first runnable fiber of the order, so the first
+    /* Greedy: always the runnable fiber of the lowest rank, so the leading
      * warps run as far ahead of the others as the barriers allow. */
     for (;;) {
-        int left = 0;
-        fiber_t *next = NULL;
-        for (int i : order) {
-            fiber_t &f = fibers[(size_t)i];
-            if (f.state == DONE) continue;
-            left++;
-            if (runnable(f)) {
-                next = &f;
-                break;
-            }
-        }
-        if (!left) return;
-        if (!next) {
+        int rank = -1;
+        for (size_t w = 0; w < ready.size() && rank < 0; w++)
+            if (ready[w]) rank = (int)(w * 64) + __builtin_ctzll(ready[w]);
+        if (rank < 0) {
             int at_block = 0, at_warp = 0;
             for (const fiber_t &f : fibers) at_block += f.state == AT_BLOCK, at_warp += f.state == AT_WARP;
+            if (at_block + at_warp == 0) return; /* every thread returned */
             fprintf(stderr,
                     "emu: deadlock in block (%u,%u,%u): %d thread(s) wait at __syncthreads (%d live), %d at a "
                     "warp barrier (__syncwarp, a shuffle or wmma)\n",
                     block_idx.x, block_idx.y, block_idx.z, at_block, block_bar.live, at_warp);
             abort();
         }
-        next->state = RUNNABLE;
-        cur = next;
-        swapcontext(&sched_ctx, &next->ctx);
+        cur = &fibers[(size_t)by_rank[(size_t)rank]];
+        ctx_switch(&sched_ctx, &cur->ctx);
     }
 }
 } // namespace
@@ -201,7 +239,7 @@ void run(dim3 grid, dim3 block, size_t smem, const std::function<void()> &fn) {
     }
     std::vector<int> order(nthreads);
     for (size_t i = 0; i < nthreads; i++) order[i] = (int)i;
-    for (size_t i = nthreads; i > 1; i--) { /* Fisher-Yates, a new permutation per launch */
+    for (size_t i = nthreads; i > 1; i--) { /* Fisher-Yates: thread i's rank, anew per launch */
         size_t j = (size_t)(next_random() % i);
         int t = order[i - 1];
         order[i - 1] = order[j];
@@ -282,31 +320,12 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
     (void)s;
     return cudaSuccess;
 }
-
-/* ------------------------------------------- the ops' shared context */
-
-int px_cuda_device_count(char *why, size_t whylen) {
-    snprintf(why, whylen, "1 emulated device (the kernels run on the CPU: tests/emu)");
-    return 1;
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int dev) {
+    if (dev != 0) return cudaErrorInvalidValue;
+    memset(prop, 0, sizeof *prop);
+    snprintf(prop->name, sizeof prop->name, "phalanx kernel emulator (the CPU)");
+    prop->major = 9;
+    prop->totalGlobalMem = (size_t)16 << 30;
+    return cudaSuccess;
 }
-int px_cuda_available(char *why, size_t whylen) { return px_cuda_device_count(why, whylen); }
-void px_cuda_ops_init(void) {}
-void px_cuda_ops_shutdown(void) {}
-}
-
-void px_cuda_fail(const char *file, int line, const char *call, const char *lib, int code, const char *msg) {
-    fprintf(stderr, "emu: %s failed at %s:%d (%s error %d: %s)\n", call, file, line, lib, code, msg);
-    abort();
-}
-
-void *px_cuda_scratch(size_t bytes) {
-    static void *buf;
-    static size_t have;
-    if (bytes > have) {
-        free(buf);
-        buf = aligned_alloc(256, (bytes + 255) & ~(size_t)255);
-        if (!buf) px_cuda_fail(__FILE__, __LINE__, "scratch", "cuda", 2, "out of memory");
-        have = bytes;
-    }
-    return buf;
 }

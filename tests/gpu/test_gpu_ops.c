@@ -19,11 +19,7 @@
  * set without a GPU run (none was available when this was written) and allow
  * for FP32 sums taken in another order, while a wrong formula or index misses
  * by O(1). Exits 0 when all pass, 1 naming each op that missed, 77 (skipped)
- * without a GPU.
- *
- * Built with PX_CUDA_EMU (tests/emu: the kernels on the CPU), the two ops
- * that run through cuBLAS, matmul and the unfused attention, are left out:
- * the emulator has no cuBLAS. */
+ * without a GPU. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -152,7 +148,6 @@ static void test_layernorm(const shape_t *s) {
     for (size_t i = 0; i < sizeof dfrees / sizeof dfrees[0]; i++) cudaFree(dfrees[i]);
 }
 
-#ifndef PX_CUDA_EMU /* cuBLAS: not emulated */
 /* One forward check of matmul_forward_cuda against the CPU. bias_shift moves
  * the bias pointer off 16-byte alignment (cuBLASLt must cope or fall back). */
 static void matmul_forward_case(const shape_t *s, int OC, int with_bias, int use_lt,
@@ -315,7 +310,6 @@ static void test_attention(const shape_t *s) {
                        d_out3, d_att3, d_dqkv4, d_dqkv5};
     for (size_t i = 0; i < sizeof dfrees / sizeof dfrees[0]; i++) cudaFree(dfrees[i]);
 }
-#endif
 
 static void test_elementwise(size_t N) {
     char tag[128];
@@ -474,10 +468,8 @@ int main(void) {
         const shape_t *s = &g_shapes[i];
         test_encoder(s);
         test_layernorm(s);
-#ifndef PX_CUDA_EMU
         test_matmul(s);
         test_attention(s);
-#endif
         test_crossentropy(s);
     }
     test_elementwise(100003);

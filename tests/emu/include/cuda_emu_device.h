@@ -88,5 +88,14 @@ template <class K>
 cudaError_t cudaFuncSetAttribute(K, cudaFuncAttribute, int) {
     return cudaSuccess;
 }
+template <class T>
+cudaError_t cudaMalloc(T **p, size_t bytes) { /* cuda_runtime.h's typed overload */
+    return cudaMalloc((void **)p, bytes);
+}
+template <class K>
+cudaError_t cudaFuncGetAttributes(cudaFuncAttributes *attr, K) {
+    attr->maxThreadsPerBlock = 1024;
+    return cudaSuccess;
+}
 
 #endif

@@ -11,7 +11,24 @@
 extern "C" {
 #endif
 
-typedef enum { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2 } cudaError_t;
+typedef enum {
+    cudaSuccess = 0,
+    cudaErrorInvalidValue = 1,
+    cudaErrorMemoryAllocation = 2,
+    cudaErrorInsufficientDriver = 35,
+    cudaErrorNoDevice = 100,
+    cudaErrorNoKernelImageForDevice = 209,
+    cudaErrorIllegalAddress = 700,
+    cudaErrorLaunchFailure = 719
+} cudaError_t;
+typedef struct {
+    char name[256];
+    int major, minor;
+    size_t totalGlobalMem;
+} cudaDeviceProp;
+typedef struct {
+    int maxThreadsPerBlock;
+} cudaFuncAttributes;
 typedef enum {
     cudaMemcpyHostToHost = 0,
     cudaMemcpyHostToDevice = 1,
@@ -32,6 +49,7 @@ cudaError_t cudaGetDeviceCount(int *n);
 cudaError_t cudaGetDevice(int *dev);
 cudaError_t cudaSetDevice(int dev);
 cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int dev);
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int dev);
 cudaError_t cudaMalloc(void **p, size_t bytes);
 cudaError_t cudaFree(void *p);
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind);
