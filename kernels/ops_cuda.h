@@ -85,11 +85,18 @@ px_cuda_math_t px_cuda_ops_math(void);
 /* out (B,T,C) = wte[inp] + wpe[t]; inp (B,T) device ints. */
 void encoder_forward_cuda(float *out, const int *inp, const float *wte, const float *wpe, int B,
                           int T, int C, cudaStream_t stream);
-/* dwte (Vp,C) +=, dwpe (maxT,C) +=. Each (row, channel) of dwte is owned by one
- * thread that walks the positions in order, so repeated tokens never race and
- * every sum has the CPU's order. */
-void encoder_backward_cuda(float *dwte, float *dwpe, const float *dout, const int *inp, int B,
-                           int T, int C, cudaStream_t stream);
+/* The backward's plan, built on the host from the host copy of inp (B,T):
+ * the positions grouped by token, in order, then each group's start.
+ * encoder_backward_plan_ints(B, T) ints; returns the number of groups (the
+ * distinct tokens), or -1 for a token outside [0, V) or no memory. */
+size_t encoder_backward_plan_ints(int B, int T);
+int encoder_backward_plan(int *plan, const int *inp, int B, int T, int V);
+/* dwte (Vp,C) +=, dwpe (maxT,C) +=; inp and plan (of encoder_backward_plan,
+ * `groups` groups) on the device. Each (token, channel) of dwte is owned by
+ * one thread that adds its token's positions in order, so repeated tokens
+ * never race and every sum has the CPU's order. */
+void encoder_backward_cuda(float *dwte, float *dwpe, const float *dout, const int *inp, const int *plan,
+                           int groups, int B, int T, int C, cudaStream_t stream);
 
 /* ---- LayerNorm ---- */
 void layernorm_forward_cuda(float *out, float *mean, float *rstd, const float *inp,

@@ -37,9 +37,12 @@ typedef struct {
     size_t capacity;     /* floats in mem */
     size_t tok_capacity; /* ints in each of inputs and targets */
     float *mem;
-    int *tokens;         /* inputs then targets, 2 * tok_capacity */
+    int *tokens;         /* inputs, targets, then the embedding backward's plan */
     int *inputs;         /* (B,T) */
     int *targets;        /* (B,T) */
+    int *plan;           /* encoder_backward_plan of the inputs (first stage) */
+    int plan_groups;
+    int *host_plan;      /* its host copy, built at the forward */
     int have_loss;    /* a forward with targets on the last stage, not yet differentiated */
     int have_fwd;     /* a forward, not yet differentiated */
     int have_bi;      /* a split backward's input half done, its weight half not */
@@ -160,22 +163,28 @@ static int ensure_acts(px_gpt_cuda_t *self, acts_t *a, int B, int T) {
         if (a->mem) PX_CUDA_CHECK(cudaFree(a->mem));
         if (a->tokens) PX_CUDA_CHECK(cudaFree(a->tokens));
         free(a->host_losses);
+        free(a->host_plan);
         a->mem = NULL;
         a->tokens = NULL;
         a->host_losses = NULL;
+        a->host_plan = NULL;
         a->capacity = a->tok_capacity = 0;
         a->B = a->T = 0;
+        size_t plan_ints = encoder_backward_plan_ints(B, T);
         cudaError_t e1 = cudaMalloc(&a->mem, need * sizeof(float));
-        cudaError_t e2 = cudaMalloc(&a->tokens, 2 * ntok * sizeof(int));
+        cudaError_t e2 = cudaMalloc(&a->tokens, (2 * ntok + plan_ints) * sizeof(int));
         a->host_losses = (float *)malloc(ntok * sizeof(float));
-        if (e1 != cudaSuccess || e2 != cudaSuccess || !a->host_losses) {
+        a->host_plan = (int *)malloc(plan_ints * sizeof(int));
+        if (e1 != cudaSuccess || e2 != cudaSuccess || !a->host_losses || !a->host_plan) {
             cudaGetLastError();
             if (e1 == cudaSuccess) cudaFree(a->mem);
             if (e2 == cudaSuccess) cudaFree(a->tokens);
             free(a->host_losses);
+            free(a->host_plan);
             a->mem = NULL;
             a->tokens = NULL;
             a->host_losses = NULL;
+            a->host_plan = NULL;
             px_log_error("gpt_cuda_alloc_failed what=activations floats=%zu B=%d T=%d error=\"%s\" "
                          "hint=\"lower B or T\"",
                          need, B, T, cudaGetErrorString(e1 != cudaSuccess ? e1 : e2));
@@ -187,6 +196,7 @@ static int ensure_acts(px_gpt_cuda_t *self, acts_t *a, int B, int T) {
     layout_acts(a, &self->config, d, nl, self->split, self->flash, B, T, a->mem);
     a->inputs = a->tokens;
     a->targets = a->tokens + ntok;
+    a->plan = a->tokens + 2 * ntok;
     a->B = B;
     a->T = T;
     a->have_loss = a->have_fwd = a->have_bi = 0;
@@ -199,6 +209,7 @@ static void free_acts(px_gpt_cuda_t *self) {
         if (a->mem) PX_CUDA_CHECK(cudaFree(a->mem));
         if (a->tokens) PX_CUDA_CHECK(cudaFree(a->tokens));
         free(a->host_losses);
+        free(a->host_plan);
     }
     free(self->acts);
     self->acts = NULL;
@@ -487,6 +498,14 @@ static float stage_forward(px_gpt_cuda_t *self, acts_t *a, const int *inputs, co
     if (outer_unit && unit_acquire(self, 0, PX_GPT_FWD, &outer, NULL) != 0) return NAN;
     if (sg->first) {
         PX_CUDA_CHECK(cudaMemcpyAsync(a->inputs, inputs, BT * sizeof(int), cudaMemcpyHostToDevice, st));
+        /* the backward's plan, while the host has the tokens (checked above) */
+        a->plan_groups = encoder_backward_plan(a->host_plan, inputs, B, T, V);
+        if (a->plan_groups < 0) {
+            px_log_error("gpt_cuda_alloc_failed what=embedding_plan B=%d T=%d", B, T);
+            return NAN;
+        }
+        PX_CUDA_CHECK(cudaMemcpyAsync(a->plan, a->host_plan, encoder_backward_plan_ints(B, T) * sizeof(int),
+                                      cudaMemcpyHostToDevice, st));
         encoder_forward_cuda(a->encoded, a->inputs, outer.wte, outer.wpe, B, T, C, st);
     } else {
         PX_CUDA_CHECK(cudaMemcpyAsync(a->encoded, x, BT * C * sizeof(float), cudaMemcpyDeviceToDevice, st));
@@ -623,7 +642,8 @@ static int stage_backward(px_gpt_cuda_t *self, acts_t *a, const float *dout, flo
     }
     for (int i = sg->num_layers - 1; i >= 0; i--)
         if (layer_backward(self, a, d, i, part) != 0) return -1;
-    if (sg->first && part != BWD_WEIGHT) encoder_backward_cuda(g.wte, g.wpe, a->dres, a->inputs, B, T, C, st);
+    if (sg->first && part != BWD_WEIGHT)
+        encoder_backward_cuda(g.wte, g.wpe, a->dres, a->inputs, a->plan, a->plan_groups, B, T, C, st);
     return outer_unit ? unit_release(self, 0, PX_GPT_BWD) : 0;
 }
 

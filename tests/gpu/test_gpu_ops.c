@@ -65,7 +65,19 @@ static void test_encoder(const shape_t *s) {
     float *d_dout = gt_upf(dout, btc);
     float *d_dwte = gt_upf(dwte, (size_t)Vp * C), *d_dwpe = gt_upf(dwpe, (size_t)T * C);
     encoder_backward(dwte, dwpe, dout, inp, B, T, C);
-    encoder_backward_cuda(d_dwte, d_dwpe, d_dout, d_inp, B, T, C, 0);
+    int *plan = (int *)malloc(encoder_backward_plan_ints(B, T) * sizeof(int));
+    if (!plan) exit(1);
+    int groups = encoder_backward_plan(plan, inp, B, T, Vp);
+    int *d_plan = gt_upi(plan, encoder_backward_plan_ints(B, T));
+    int kept = inp[BT - 1];
+    inp[BT - 1] = Vp; /* outside the vocabulary: the plan refuses it */
+    gt_checks++;
+    if (groups < 1 || encoder_backward_plan(plan + 0, inp, B, T, Vp) != -1) {
+        printf("FAIL encoder_backward_plan groups=%d, or a token >= V accepted\n", groups);
+        gt_failures++;
+    }
+    inp[BT - 1] = kept;
+    encoder_backward_cuda(d_dwte, d_dwpe, d_dout, d_inp, d_plan, groups, B, T, C, 0);
     float *g1 = gt_down(d_dwte, (size_t)Vp * C), *g2 = gt_down(d_dwpe, (size_t)T * C);
     /* Same order of additions as the CPU (see encoder.cu): bitwise equal. */
     TAG(tag, s, "encoder_backward dwte");
@@ -75,6 +87,8 @@ static void test_encoder(const shape_t *s) {
     free(g1);
     free(g2);
     cudaFree(d_inp);
+    cudaFree(d_plan);
+    free(plan);
     cudaFree(d_wte);
     cudaFree(d_wpe);
     cudaFree(d_out);
