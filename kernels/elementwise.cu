@@ -13,6 +13,10 @@ __global__ void gelu_backward_kernel(float *dinp, const float *inp, const float 
     PX_GRID_STRIDE(i, n) { dinp[i] += px_gelu_grad(inp[i]) * dout[i]; }
 }
 
+__global__ void gelu_backward_inplace_kernel(float *d, const float *inp, size_t n) {
+    PX_GRID_STRIDE(i, n) { d[i] = px_gelu_grad(inp[i]) * d[i]; }
+}
+
 __global__ void residual_forward_kernel(float *out, const float *inp1, const float *inp2,
                                         size_t n) {
     PX_GRID_STRIDE(i, n) { out[i] = inp1[i] + inp2[i]; }
@@ -34,6 +38,11 @@ extern "C" void gelu_forward_cuda(float *out, const float *inp, size_t N, cudaSt
 extern "C" void gelu_backward_cuda(float *dinp, const float *inp, const float *dout, size_t N,
                                    cudaStream_t stream) {
     gelu_backward_kernel<<<px_grid(N), PX_THREADS, 0, stream>>>(dinp, inp, dout, N);
+    PX_CUDA_LAUNCH_CHECK();
+}
+
+extern "C" void gelu_backward_inplace_cuda(float *d, const float *inp, size_t N, cudaStream_t stream) {
+    gelu_backward_inplace_kernel<<<px_grid(N), PX_THREADS, 0, stream>>>(d, inp, N);
     PX_CUDA_LAUNCH_CHECK();
 }
 

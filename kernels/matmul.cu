@@ -225,14 +225,26 @@ extern "C" void matmul_forward_cuda(float *out, const float *inp, const float *w
 
 /* --------------------------------------------------------------- backward */
 
-extern "C" void matmul_backward_cuda(float *dinp, float *dweight, float *dbias, const float *dout,
-                                     const float *inp, const float *weight, int B, int T, int C,
-                                     int OC, cudaStream_t stream) {
-    int BT = B * T;
+/* dinp = dinp_beta * dinp + dout @ weight (so 1 accumulates, 0 overwrites);
+ * dweight and dbias accumulate. */
+static void backward(float *dinp, float dinp_beta, float *dweight, float *dbias, const float *dout, const float *inp,
+                     const float *weight, int BT, int C, int OC, cudaStream_t stream) {
     const float one = 1.0f;
-    if (dinp) /* dinp (BT,C) += dout (BT,OC) @ weight (OC,C) */
-        px_cuda_gemm(stream, CUBLAS_OP_N, CUBLAS_OP_N, C, BT, OC, one, weight, C, dout, OC, one, dinp, C);
+    if (dinp) /* dinp (BT,C) = dout (BT,OC) @ weight (OC,C) + beta dinp */
+        px_cuda_gemm(stream, CUBLAS_OP_N, CUBLAS_OP_N, C, BT, OC, one, weight, C, dout, OC, dinp_beta, dinp, C);
     if (dweight) /* dweight (OC,C) += dout^T (OC,BT) @ inp (BT,C) */
         px_cuda_gemm(stream, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, BT, one, inp, C, dout, OC, one, dweight, C);
     if (dbias) px_cuda_colsum_add(dbias, dout, BT, OC, stream);
+}
+
+extern "C" void matmul_backward_cuda(float *dinp, float *dweight, float *dbias, const float *dout,
+                                     const float *inp, const float *weight, int B, int T, int C,
+                                     int OC, cudaStream_t stream) {
+    backward(dinp, 1.0f, dweight, dbias, dout, inp, weight, B * T, C, OC, stream);
+}
+
+extern "C" void matmul_backward_set_cuda(float *dinp, float *dweight, float *dbias, const float *dout,
+                                         const float *inp, const float *weight, int B, int T, int C, int OC,
+                                         cudaStream_t stream) {
+    backward(dinp, 0.0f, dweight, dbias, dout, inp, weight, B * T, C, OC, stream);
 }

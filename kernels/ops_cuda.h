@@ -112,6 +112,10 @@ void matmul_forward_cuda(float *out, const float *inp, const float *weight, cons
 void matmul_backward_cuda(float *dinp, float *dweight, float *dbias, const float *dout,
                           const float *inp, const float *weight, int B, int T, int C, int OC,
                           cudaStream_t stream);
+/* The same with dinp overwritten (=), not accumulated: no zeroing first.
+ * dweight and dbias still accumulate. */
+void matmul_backward_set_cuda(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                              const float *weight, int B, int T, int C, int OC, cudaStream_t stream);
 
 /* ---- causal multi-head self-attention ---- */
 /* att (B,NH,T,T): entries above the diagonal are written as 0. */
@@ -140,6 +144,8 @@ void flash_attention_backward_cuda(float *dqkv, const float *dout, const float *
 void gelu_forward_cuda(float *out, const float *inp, size_t N, cudaStream_t stream);
 void gelu_backward_cuda(float *dinp, const float *inp, const float *dout, size_t N,
                         cudaStream_t stream);
+/* d = GELU'(inp) * d: the gradient through the GELU, in place. */
+void gelu_backward_inplace_cuda(float *d, const float *inp, size_t N, cudaStream_t stream);
 
 /* ---- residual add ---- */
 void residual_forward_cuda(float *out, const float *inp1, const float *inp2, size_t N,

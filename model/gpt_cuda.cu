@@ -72,7 +72,6 @@ typedef struct {
     float *dres;      /* (B,T,C) gradient of the residual stream */
     float *dbtc;      /* (B,T,C) scratch gradient */
     float *d4a;       /* (B,T,H) scratch gradient (also dqkv, 3Ca <= H) */
-    float *d4b;       /* (B,T,H) scratch gradient */
     /* split backward only: each layer's four matmuls' output gradients, kept by the input half for the
      * weight half (NULL otherwise) */
     float *k_dfcproj; /* (L,B,T,C) */
@@ -139,7 +138,7 @@ static size_t layout_acts(acts_t *a, const px_gpt_config_t *cfg, dims_t d, int l
         {&a->lnf_mean, BT},             {&a->lnf_rstd, BT},           {&a->logits, BT * Vp},
         {&a->losses, BT},               {&a->lse, BT},                {&a->proj, BT * C},
         {&a->dres, BT * C},             {&a->dbtc, BT * C},           {&a->d4a, BT * H},
-        {&a->d4b, BT * H},              {&a->k_dfcproj, K * BT * C},  {&a->k_dfc, K * BT * H},
+        {&a->k_dfcproj, K * BT * C},    {&a->k_dfc, K * BT * H},
         {&a->k_dattproj, K * BT * C},   {&a->k_dqkv, K * BT * 3 * Ca},
     };
     size_t total = 0;
@@ -572,29 +571,26 @@ static int layer_backward(px_gpt_cuda_t *self, acts_t *a, dims_t d, int i, bwd_p
     int w = part == BWD_WHOLE; /* the matmuls' weight gradients now */
     /* residual3 = residual2 + fcproj passes dres to both. */
     if (!w) PX_CUDA_CHECK(cudaMemcpyAsync(x.dfcproj, a->dres, BT * C * sizeof(float), cudaMemcpyDeviceToDevice, st));
-    PX_CUDA_CHECK(cudaMemsetAsync(a->d4a, 0, BT * d.H * sizeof(float), st));
-    matmul_backward_cuda(a->d4a, w ? g.fcprojw : NULL, w ? g.fcprojb : NULL, a->dres, x.fch_gelu, p.fcprojw, B, T,
-                         d.H, C, st);
-    PX_CUDA_CHECK(cudaMemsetAsync(a->d4b, 0, BT * d.H * sizeof(float), st));
-    gelu_backward_cuda(a->d4b, x.fch, a->d4a, BT * d.H, st);
-    if (!w) PX_CUDA_CHECK(cudaMemcpyAsync(x.dfc, a->d4b, BT * d.H * sizeof(float), cudaMemcpyDeviceToDevice, st));
-    PX_CUDA_CHECK(cudaMemsetAsync(a->dbtc, 0, BT * C * sizeof(float), st));
-    matmul_backward_cuda(a->dbtc, w ? g.fcw : NULL, w ? g.fcb : NULL, a->d4b, x.ln2, p.fcw, B, T, C, d.H, st);
+    /* The input gradients below are written (=), not added: nothing to zero first. */
+    matmul_backward_set_cuda(a->d4a, w ? g.fcprojw : NULL, w ? g.fcprojb : NULL, a->dres, x.fch_gelu, p.fcprojw, B,
+                             T, d.H, C, st);
+    gelu_backward_inplace_cuda(a->d4a, x.fch, BT * d.H, st); /* d4a: d(fch) */
+    if (!w) PX_CUDA_CHECK(cudaMemcpyAsync(x.dfc, a->d4a, BT * d.H * sizeof(float), cudaMemcpyDeviceToDevice, st));
+    matmul_backward_set_cuda(a->dbtc, w ? g.fcw : NULL, w ? g.fcb : NULL, a->d4a, x.ln2, p.fcw, B, T, C, d.H, st);
     if (tp_sum(self, a->dbtc, BT * C) != 0) return -1;
     layernorm_backward_cuda(a->dres, g.ln2w, g.ln2b, a->dbtc, x.residual2, p.ln2w, x.ln2_mean, x.ln2_rstd,
                             B, T, C, st);
     /* dres now holds d(residual2); residual2 = residual + attproj. */
     if (!w) PX_CUDA_CHECK(cudaMemcpyAsync(x.dattproj, a->dres, BT * C * sizeof(float), cudaMemcpyDeviceToDevice, st));
-    PX_CUDA_CHECK(cudaMemsetAsync(a->dbtc, 0, BT * d.Ca * sizeof(float), st));
-    matmul_backward_cuda(a->dbtc, w ? g.attprojw : NULL, w ? g.attprojb : NULL, a->dres, x.atty, p.attprojw, B, T,
-                         d.Ca, C, st);
+    matmul_backward_set_cuda(a->dbtc, w ? g.attprojw : NULL, w ? g.attprojb : NULL, a->dres, x.atty, p.attprojw, B,
+                             T, d.Ca, C, st);
     float *dqkv = a->d4a;
     PX_CUDA_CHECK(cudaMemsetAsync(dqkv, 0, BT * 3 * d.Ca * sizeof(float), st));
     if (self->flash) flash_attention_backward_cuda(dqkv, a->dbtc, x.qkv, x.atty, x.att, B, T, d.Ca, d.NHa, st);
     else attention_backward_cuda(dqkv, a->dbtc, x.qkv, x.att, B, T, d.Ca, d.NHa, st);
     if (!w) PX_CUDA_CHECK(cudaMemcpyAsync(x.dqkv, dqkv, BT * 3 * d.Ca * sizeof(float), cudaMemcpyDeviceToDevice, st));
-    PX_CUDA_CHECK(cudaMemsetAsync(a->dbtc, 0, BT * C * sizeof(float), st));
-    matmul_backward_cuda(a->dbtc, w ? g.qkvw : NULL, w ? g.qkvb : NULL, dqkv, x.ln1, p.qkvw, B, T, C, 3 * d.Ca, st);
+    matmul_backward_set_cuda(a->dbtc, w ? g.qkvw : NULL, w ? g.qkvb : NULL, dqkv, x.ln1, p.qkvw, B, T, C, 3 * d.Ca,
+                             st);
     if (tp_sum(self, a->dbtc, BT * C) != 0) return -1;
     layernorm_backward_cuda(a->dres, g.ln1w, g.ln1b, a->dbtc, x.residual, p.ln1w, x.ln1_mean, x.ln1_rstd,
                             B, T, C, st);
@@ -631,9 +627,8 @@ static int stage_backward(px_gpt_cuda_t *self, acts_t *a, const float *dout, flo
     } else if (sg->last) {
         crossentropy_softmax_backward_cuda(dlogits, a->logits, a->lse, a->targets, loss_scale / (float)BT, B, T, V,
                                            Vp, st);
-        PX_CUDA_CHECK(cudaMemsetAsync(a->dbtc, 0, BT * C * sizeof(float), st));
-        matmul_backward_cuda(a->dbtc, part == BWD_WHOLE ? g.wte : NULL, NULL, dlogits, a->lnf, p.wte, B, T, C, Vp,
-                             st);
+        matmul_backward_set_cuda(a->dbtc, part == BWD_WHOLE ? g.wte : NULL, NULL, dlogits, a->lnf, p.wte, B, T, C,
+                                 Vp, st);
         PX_CUDA_CHECK(cudaMemsetAsync(a->dres, 0, BT * C * sizeof(float), st));
         layernorm_backward_cuda(a->dres, g.lnfw, g.lnfb, a->dbtc, stage_out(self, a), p.lnfw, a->lnf_mean,
                                 a->lnf_rstd, B, T, C, st);

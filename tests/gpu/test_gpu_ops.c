@@ -196,7 +196,9 @@ static void matmul_forward_case(const shape_t *s, int OC, int with_bias, int use
     cudaFree(d_out);
 }
 
-static void matmul_backward_case(const shape_t *s, int OC, int with_dinp, int with_dbias) {
+/* set: matmul_backward_set_cuda, whose dinp is overwritten (it starts as
+ * garbage on the GPU, zeros on the CPU). */
+static void matmul_backward_case(const shape_t *s, int OC, int with_dinp, int with_dbias, int set) {
     char tag[160];
     int B = s->B, T = s->T, C = s->C;
     size_t BT = (size_t)B * T;
@@ -209,16 +211,18 @@ static void matmul_backward_case(const shape_t *s, int OC, int with_dinp, int wi
     float *d_dinp = gt_upf(dinp, BT * C), *d_dw = gt_upf(dw, (size_t)OC * C), *d_db = gt_upf(db, OC);
     float *d_dinp2 = gt_upf(dinp, BT * C), *d_dw2 = gt_upf(dw, (size_t)OC * C);
     float *d_db2 = gt_upf(db, OC);
+    if (set && with_dinp) memset(dinp, 0, BT * C * sizeof(float));
     matmul_backward(with_dinp ? dinp : NULL, dw, with_dbias ? db : NULL, dout, inp, w, B, T, C, OC);
-    matmul_backward_cuda(with_dinp ? d_dinp : NULL, d_dw, with_dbias ? d_db : NULL, d_dout, d_inp,
-                         d_w, B, T, C, OC, 0);
-    matmul_backward_cuda(with_dinp ? d_dinp2 : NULL, d_dw2, with_dbias ? d_db2 : NULL, d_dout,
-                         d_inp, d_w, B, T, C, OC, 0);
+    void (*op)(float *, float *, float *, const float *, const float *, const float *, int, int, int, int,
+               cudaStream_t) = set ? matmul_backward_set_cuda : matmul_backward_cuda;
+    op(with_dinp ? d_dinp : NULL, d_dw, with_dbias ? d_db : NULL, d_dout, d_inp, d_w, B, T, C, OC, 0);
+    op(with_dinp ? d_dinp2 : NULL, d_dw2, with_dbias ? d_db2 : NULL, d_dout, d_inp, d_w, B, T, C, OC, 0);
     float *g_dinp = gt_down(d_dinp, BT * C), *g_dw = gt_down(d_dw, (size_t)OC * C);
     float *g_db = gt_down(d_db, OC);
     float *r_dw = gt_down(d_dw2, (size_t)OC * C), *r_db = gt_down(d_db2, OC);
     /* Untouched buffers (NULL on the call) must still equal their start. */
-    snprintf(tag, sizeof tag, "matmul_backward dinp OC=%d (passed=%d) C=%d", OC, with_dinp, C);
+    snprintf(tag, sizeof tag, "matmul_backward%s dinp OC=%d (passed=%d) C=%d", set ? "_set" : "", OC, with_dinp,
+             C);
     gt_close(tag, g_dinp, dinp, BT * C, 1e-5, 0);
     snprintf(tag, sizeof tag, "matmul_backward dweight OC=%d C=%d", OC, C);
     gt_close(tag, g_dw, dw, (size_t)OC * C, 1e-5, 0);
@@ -240,9 +244,10 @@ static void test_matmul(const shape_t *s) {
     matmul_forward_case(s, 3 * s->C, 1, 1, 1); /* bias 4 bytes off alignment */
     matmul_forward_case(s, s->Vp, 0, 1, 0);
     matmul_forward_case(s, 4 * s->C + 1, 1, 1, 0); /* odd OC */
-    matmul_backward_case(s, 4 * s->C, 1, 1);
-    matmul_backward_case(s, s->Vp, 1, 0);
-    matmul_backward_case(s, s->C, 0, 1);
+    matmul_backward_case(s, 4 * s->C, 1, 1, 0);
+    matmul_backward_case(s, s->Vp, 1, 0, 0);
+    matmul_backward_case(s, s->C, 0, 1, 0);
+    matmul_backward_case(s, 4 * s->C, 1, 1, 1);
 }
 
 /* Lower triangle of att (rows of T, keys <= t) compared; the rest ignored. */
@@ -346,6 +351,18 @@ static void test_elementwise(size_t N) {
     snprintf(tag, sizeof tag, "gelu_backward N=%zu", N);
     gt_close(tag, g, d1, N, 1e-6, 1e-7);
     free(g);
+
+    /* in place: d_dout becomes GELU'(x) * dout, the CPU's from zeros */
+    float *from0 = (float *)calloc(N, sizeof(float));
+    if (!from0) exit(1);
+    gelu_backward(from0, x, dout, N);
+    gelu_backward_inplace_cuda(d_dout, d_x, N, 0);
+    g = gt_down(d_dout, N);
+    snprintf(tag, sizeof tag, "gelu_backward_inplace N=%zu", N);
+    gt_close(tag, g, from0, N, 1e-6, 1e-7);
+    GT_CUDA(cudaMemcpy(d_dout, dout, N * sizeof(float), cudaMemcpyHostToDevice)); /* as it was, for what follows */
+    free(g);
+    free(from0);
 
     residual_forward(out, x, y, N);
     residual_forward_cuda(d_out, d_x, d_y, N, 0);
