@@ -7,11 +7,14 @@
 #   emu_ops    tests/gpu/test_gpu_ops.c: every op against the CPU's
 #   emu_model  tests/gpu/test_gpu_model.c: the CUDA model against the CPU
 #              model, FP32 and bf16 math
-# The same sources run on a real GPU as gpu_flash, gpu_ops and gpu_model; the
-# emulator shows nothing of speed, of the hardware's memory model or of
-# cuBLAS's own kernels (see tests/emu/include/cuda_emu_device.h). Needs no
-# CUDA toolkit: the .cu files are rewritten to C++ (tests/emu/cu2cpp.py) and
-# built with the host compiler.
+#   emu_reference  tests/gpu/test_gpu_reference.c: the CUDA model against
+#              the PyTorch fixture of tests/reference
+# The same sources run on a real GPU as gpu_flash, gpu_ops, gpu_model and
+# gpu_reference; the emulator shows nothing of speed, of the hardware's
+# memory model or of cuBLAS's own kernels (see
+# tests/emu/include/cuda_emu_device.h). Needs no CUDA toolkit: the .cu files
+# are rewritten to C++ (tests/emu/cu2cpp.py) and built with the host
+# compiler.
 set(PX_EMU_DIR ${CMAKE_CURRENT_LIST_DIR}/emu)
 set(PX_EMU_CU kernels/cuda_context kernels/matmul kernels/attention kernels/flash_attention kernels/layernorm
     kernels/crossentropy kernels/elementwise kernels/encoder kernels/optimizer model/gpt_cuda)
@@ -36,7 +39,7 @@ endforeach()
 # linked as px_kernels and px_model: those link the real CUDA side where nvcc
 # exists.
 add_library(px_kernels_emu STATIC ${px_emu_sources} ${CMAKE_SOURCE_DIR}/kernels/ops_cpu.c
-            ${CMAKE_SOURCE_DIR}/model/gpt.c)
+            ${CMAKE_SOURCE_DIR}/model/gpt.c ${CMAKE_SOURCE_DIR}/model/llmc.c)
 target_include_directories(px_kernels_emu BEFORE PUBLIC ${PX_EMU_DIR}/include)
 target_include_directories(px_kernels_emu PUBLIC ${CMAKE_SOURCE_DIR}/kernels ${CMAKE_SOURCE_DIR}/model)
 target_compile_definitions(px_kernels_emu PUBLIC PX_CUDA_EMU=1 PRIVATE PX_CUDA_DEFINE_AVAILABLE=1)
@@ -44,7 +47,7 @@ target_compile_options(px_kernels_emu PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wno-unk
                                               $<$<COMPILE_LANGUAGE:C>:-O3 -fno-math-errno -fno-trapping-math>)
 target_link_libraries(px_kernels_emu PUBLIC px_common OpenMP::OpenMP_C PkgConfig::OPENBLAS Threads::Threads m)
 
-foreach(t flash ops model)
+foreach(t flash ops model reference)
   add_executable(test_emu_${t} ${CMAKE_CURRENT_LIST_DIR}/gpu/test_gpu_${t}.c)
   target_link_libraries(test_emu_${t} PRIVATE px_kernels_emu)
   set_target_properties(test_emu_${t} PROPERTIES LINKER_LANGUAGE CXX)
@@ -52,5 +55,6 @@ endforeach()
 add_test(NAME emu_flash COMMAND test_emu_flash 256)
 add_test(NAME emu_ops COMMAND test_emu_ops)
 add_test(NAME emu_model COMMAND test_emu_model)
-set_tests_properties(emu_flash emu_ops emu_model PROPERTIES TIMEOUT 600)
-px_tier(unit emu_flash emu_ops emu_model)
+add_test(NAME emu_reference COMMAND test_emu_reference ${CMAKE_CURRENT_LIST_DIR}/reference)
+set_tests_properties(emu_flash emu_ops emu_model emu_reference PROPERTIES TIMEOUT 600)
+px_tier(unit emu_flash emu_ops emu_model emu_reference)
