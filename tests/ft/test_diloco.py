@@ -212,8 +212,12 @@ def test_kill(bindir):
                     ["--mode", "diloco", "--inner-steps", str(H)], name="diloco-kill")
     try:
         wait_until(lambda: len(outer_lines(launch)) >= 3, 120, "3 outer steps")
-        with urllib.request.urlopen("http://%s/metrics" % launch.http, timeout=5) as r:
-            metrics = metrics_by_series(r.read().decode())
+
+        def counted():  # the launcher may print an outer step a moment before the coordinator counts it
+            with urllib.request.urlopen("http://%s/metrics" % launch.http, timeout=5) as r:
+                x = metrics_by_series(r.read().decode())
+            return x if x.get("phalanx_outer_steps_total", -1) >= 3 else None
+        metrics = wait_until(counted, 30, "/metrics to count 3 outer steps")
         m, w = metrics.get("phalanx_outer_steps_total", -1), metrics.get("phalanx_outer_wire_bytes_total", -1)
         check(m >= 3 and w > 0, "/metrics counts outer steps and their bytes: %s %s" % (m, w))
         st = launch.status()
