@@ -6,9 +6,13 @@
  * squared deviations), as on the CPU, rather than the one-pass E[x^2]-E[x]^2,
  * which cancels badly when the mean is large.
  *
- * dweight and dbias are sums over all rows per channel. A 32x32 block takes 32
- * channels; its 32 rows of threads stride over the rows, then a fixed shared-
- * memory tree adds the 32 partial sums. Fixed order, no atomics. */
+ * The backward is one pass over the rows: a warp takes LN_BWD_ROWS
+ * consecutive rows, adds each row's input gradient, and sums the rows'
+ * dweight and dbias terms in order, each lane its own channels, into a
+ * partial row of its block; the column sums of the partial rows (a fixed
+ * tree, px_cuda_colsum_add) then add into dweight and dbias. dout and the
+ * input are read once (a separate pass for dweight and dbias read them
+ * again). Fixed order, no atomics. */
 #include "cuda_common.cuh"
 
 #define LN_EPS 1e-5f
@@ -38,52 +42,43 @@ __global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, c
     }
 }
 
-/* dinp += (dnorm - mean(dnorm) - norm * mean(dnorm * norm)) * rstd, with
- * dnorm = weight * dout and norm = (x - mean) * rstd. */
-__global__ void layernorm_backward_dinp_kernel(float *dinp, const float *dout, const float *inp,
-                                               const float *weight, const float *mean,
-                                               const float *rstd, int N, int C) {
-    int row = blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5);
-    int lane = threadIdx.x & 31;
-    if (row >= N) return;
-    const float *x = inp + (size_t)row * C;
-    const float *d = dout + (size_t)row * C;
-    float mu = mean[row], rs = rstd[row];
-    float a = 0.0f, b = 0.0f;
-    for (int c = lane; c < C; c += 32) {
-        float dn = weight[c] * d[c];
-        a += dn;
-        b += dn * ((x[c] - mu) * rs);
-    }
-    float dn_mean = px_warp_sum(a) / (float)C;
-    float dnn_mean = px_warp_sum(b) / (float)C;
-    float *di = dinp + (size_t)row * C;
-    for (int c = lane; c < C; c += 32) {
-        float norm = (x[c] - mu) * rs;
-        di[c] += (weight[c] * d[c] - dn_mean - norm * dnn_mean) * rs;
-    }
-}
+#define LN_BWD_ROWS 8 /* rows per warp in the backward: N/8 partial rows */
 
-/* block (32,32), grid ceil(C/32): dweight[c] += sum_rows dout * norm,
- * dbias[c] += sum_rows dout. */
-__global__ void layernorm_backward_params_kernel(float *dweight, float *dbias, const float *dout,
-                                                 const float *inp, const float *mean,
-                                                 const float *rstd, int N, int C) {
-    __shared__ float tile[32][33];
-    int c = blockIdx.x * 32 + threadIdx.x;
-    float aw = 0.0f, ab = 0.0f;
-    if (c < C)
-        for (int r = threadIdx.y; r < N; r += 32) {
-            size_t i = (size_t)r * C + c;
-            aw += dout[i] * ((inp[i] - mean[r]) * rstd[r]);
-            ab += dout[i];
+/* One warp a block, rows LN_BWD_ROWS * blockIdx.x on: for each row,
+ * dinp += (dnorm - mean(dnorm) - norm * mean(dnorm * norm)) * rstd with
+ * dnorm = weight * dout and norm = (x - mean) * rstd; and the block's row of
+ * part_w (sum of dout * norm) and part_b (sum of dout) over its rows.
+ * Dynamic shared memory: 2C floats, each lane owning channels lane + 32k. */
+__global__ void layernorm_backward_kernel(float *dinp, float *part_w, float *part_b, const float *dout,
+                                         const float *inp, const float *weight, const float *mean,
+                                         const float *rstd, int N, int C) {
+    extern __shared__ float acc[];
+    int lane = threadIdx.x;
+    for (int c = lane; c < 2 * C; c += 32) acc[c] = 0.0f;
+    int r0 = blockIdx.x * LN_BWD_ROWS, r1 = r0 + LN_BWD_ROWS < N ? r0 + LN_BWD_ROWS : N;
+    for (int row = r0; row < r1; row++) {
+        const float *x = inp + (size_t)row * C;
+        const float *d = dout + (size_t)row * C;
+        float mu = mean[row], rs = rstd[row];
+        float a = 0.0f, b = 0.0f;
+        for (int c = lane; c < C; c += 32) {
+            float dn = weight[c] * d[c];
+            a += dn;
+            b += dn * ((x[c] - mu) * rs);
         }
-    float sw = px_column_tree(aw, tile);
-    __syncthreads(); /* everyone has read tile[0] before it is reused */
-    float sb = px_column_tree(ab, tile);
-    if (threadIdx.y == 0 && c < C) {
-        dweight[c] += sw;
-        dbias[c] += sb;
+        float dn_mean = px_warp_sum(a) / (float)C;
+        float dnn_mean = px_warp_sum(b) / (float)C;
+        float *di = dinp + (size_t)row * C;
+        for (int c = lane; c < C; c += 32) {
+            float norm = (x[c] - mu) * rs;
+            di[c] += (weight[c] * d[c] - dn_mean - norm * dnn_mean) * rs;
+            acc[c] += d[c] * norm;
+            acc[C + c] += d[c];
+        }
+    }
+    for (int c = lane; c < C; c += 32) {
+        part_w[(size_t)blockIdx.x * C + c] = acc[c];
+        part_b[(size_t)blockIdx.x * C + c] = acc[C + c];
     }
 }
 
@@ -101,12 +96,15 @@ extern "C" void layernorm_backward_cuda(float *dinp, float *dweight, float *dbia
                                         const float *dout, const float *inp, const float *weight,
                                         const float *mean, const float *rstd, int B, int T, int C,
                                         cudaStream_t stream) {
-    int N = B * T;
-    unsigned grid = (unsigned)((N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK);
-    layernorm_backward_dinp_kernel<<<grid, PX_THREADS, 0, stream>>>(dinp, dout, inp, weight, mean,
-                                                                     rstd, N, C);
+    int N = B * T, nb = (N + LN_BWD_ROWS - 1) / LN_BWD_ROWS;
+    size_t smem = 2 * (size_t)C * sizeof(float);
+    if (smem > 48 * 1024)
+        px_cuda_fail(__FILE__, __LINE__, "layernorm_backward_cuda", "cuda", 0,
+                     "more than 6144 channels: the backward's per-warp sums do not fit in shared memory");
+    float *part_w = (float *)px_cuda_scratch(2 * (size_t)nb * C * sizeof(float)), *part_b = part_w + (size_t)nb * C;
+    layernorm_backward_kernel<<<(unsigned)nb, 32, smem, stream>>>(dinp, part_w, part_b, dout, inp, weight, mean,
+                                                                   rstd, N, C);
     PX_CUDA_LAUNCH_CHECK();
-    layernorm_backward_params_kernel<<<(unsigned)((C + 31) / 32), dim3(32, 32), 0, stream>>>(
-        dweight, dbias, dout, inp, mean, rstd, N, C);
-    PX_CUDA_LAUNCH_CHECK();
+    px_cuda_colsum_add(dweight, part_w, nb, C, stream);
+    px_cuda_colsum_add(dbias, part_b, nb, C, stream);
 }
