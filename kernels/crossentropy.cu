@@ -6,7 +6,12 @@
  * block sum of px_expf(x - max), both by fixed trees; lse = max + log(sum).
  * Backward: element-wise, (px_expf(x - lse) - onehot) * dloss, written over
  * dlogits; each element reads only its own logit first, so dlogits may be the
- * logits buffer itself (in place), as the model does. */
+ * logits buffer itself (in place), as the model does.
+ * Fused (crossentropy_fused_cuda): the forward's block, which then writes the
+ * backward's gradient over its own row: the logits are read from memory
+ * once (the second and third reads of a row mostly hit the cache) and
+ * written once, where forward then backward read them twice and write once
+ * more. */
 #include <math.h>
 
 #include "cuda_common.cuh"
@@ -27,6 +32,35 @@ __global__ void crossentropy_forward_kernel(float *losses, float *lse, const flo
         float l = mx + logf(s);
         lse[row] = l;
         losses[row] = l - x[targets[row]];
+    }
+}
+
+/* As crossentropy_forward_kernel, then logits[row] = its gradient (dloss). */
+__global__ void crossentropy_fused_kernel(float *losses, float *lse, float *logits, const int *targets, float dloss,
+                                          int V, int Vp) {
+    __shared__ float shared[PX_THREADS / 32];
+    size_t row = blockIdx.x;
+    float *x = logits + row * (size_t)Vp;
+    int target = targets[row];
+    float xt = x[target]; /* read before any thread of the block writes the row */
+    float mx = -INFINITY;
+    for (int i = threadIdx.x; i < V; i += PX_THREADS) mx = fmaxf(mx, x[i]);
+    mx = px_block_max(mx, shared);
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < V; i += PX_THREADS) s += px_expf(x[i] - mx);
+    s = px_block_sum(s, shared); /* ends with every thread past its reads of x */
+    float l = mx + logf(s);
+    if (threadIdx.x == 0) {
+        lse[row] = l;
+        losses[row] = l - xt;
+    }
+    for (int i = threadIdx.x; i < Vp; i += PX_THREADS) {
+        float d = 0.0f;
+        if (i < V) {
+            d = px_expf(x[i] - l) * dloss;
+            if (i == target) d -= dloss;
+        }
+        x[i] = d;
     }
 }
 
@@ -62,5 +96,12 @@ extern "C" void crossentropy_softmax_backward_cuda(float *dlogits, const float *
     crossentropy_backward_kernel<<<px_grid(n), PX_THREADS, 0, stream>>>(dlogits, logits, lse,
                                                                         targets, dloss, B * T, V,
                                                                         Vp);
+    PX_CUDA_LAUNCH_CHECK();
+}
+
+extern "C" void crossentropy_fused_cuda(float *losses, float *lse, float *logits, const int *targets, float dloss,
+                                        int B, int T, int V, int Vp, cudaStream_t stream) {
+    crossentropy_fused_kernel<<<(unsigned)(B * T), PX_THREADS, 0, stream>>>(losses, lse, logits, targets, dloss, V,
+                                                                            Vp);
     PX_CUDA_LAUNCH_CHECK();
 }

@@ -225,26 +225,31 @@ extern "C" void matmul_forward_cuda(float *out, const float *inp, const float *w
 
 /* --------------------------------------------------------------- backward */
 
-/* dinp = dinp_beta * dinp + dout @ weight (so 1 accumulates, 0 overwrites);
- * dweight and dbias accumulate. */
-static void backward(float *dinp, float dinp_beta, float *dweight, float *dbias, const float *dout, const float *inp,
-                     const float *weight, int BT, int C, int OC, cudaStream_t stream) {
+/* For the output gradient scale * dout: dinp = dinp_beta * dinp + .. @ weight
+ * (so dinp_beta 1 accumulates, 0 overwrites); dweight and dbias accumulate. */
+static void backward(float *dinp, float dinp_beta, float *dweight, float *dbias, const float *dout, float scale,
+                     const float *inp, const float *weight, int BT, int C, int OC, cudaStream_t stream) {
     const float one = 1.0f;
-    if (dinp) /* dinp (BT,C) = dout (BT,OC) @ weight (OC,C) + beta dinp */
-        px_cuda_gemm(stream, CUBLAS_OP_N, CUBLAS_OP_N, C, BT, OC, one, weight, C, dout, OC, dinp_beta, dinp, C);
-    if (dweight) /* dweight (OC,C) += dout^T (OC,BT) @ inp (BT,C) */
-        px_cuda_gemm(stream, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, BT, one, inp, C, dout, OC, one, dweight, C);
-    if (dbias) px_cuda_colsum_add(dbias, dout, BT, OC, stream);
+    if (dinp) /* dinp (BT,C) = scale dout (BT,OC) @ weight (OC,C) + beta dinp */
+        px_cuda_gemm(stream, CUBLAS_OP_N, CUBLAS_OP_N, C, BT, OC, scale, weight, C, dout, OC, dinp_beta, dinp, C);
+    if (dweight) /* dweight (OC,C) += scale dout^T (OC,BT) @ inp (BT,C) */
+        px_cuda_gemm(stream, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, BT, scale, inp, C, dout, OC, one, dweight, C);
+    if (dbias) {
+        if (scale != 1.0f)
+            px_cuda_fail(__FILE__, __LINE__, "matmul_backward_set_cuda", "cuda", 0,
+                         "a bias gradient of a scaled output gradient is not supported");
+        px_cuda_colsum_add(dbias, dout, BT, OC, stream);
+    }
 }
 
 extern "C" void matmul_backward_cuda(float *dinp, float *dweight, float *dbias, const float *dout,
                                      const float *inp, const float *weight, int B, int T, int C,
                                      int OC, cudaStream_t stream) {
-    backward(dinp, 1.0f, dweight, dbias, dout, inp, weight, B * T, C, OC, stream);
+    backward(dinp, 1.0f, dweight, dbias, dout, 1.0f, inp, weight, B * T, C, OC, stream);
 }
 
-extern "C" void matmul_backward_set_cuda(float *dinp, float *dweight, float *dbias, const float *dout,
+extern "C" void matmul_backward_set_cuda(float *dinp, float *dweight, float *dbias, const float *dout, float scale,
                                          const float *inp, const float *weight, int B, int T, int C, int OC,
                                          cudaStream_t stream) {
-    backward(dinp, 0.0f, dweight, dbias, dout, inp, weight, B * T, C, OC, stream);
+    backward(dinp, 0.0f, dweight, dbias, dout, scale, inp, weight, B * T, C, OC, stream);
 }

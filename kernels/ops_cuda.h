@@ -112,10 +112,11 @@ void matmul_forward_cuda(float *out, const float *inp, const float *weight, cons
 void matmul_backward_cuda(float *dinp, float *dweight, float *dbias, const float *dout,
                           const float *inp, const float *weight, int B, int T, int C, int OC,
                           cudaStream_t stream);
-/* The same with dinp overwritten (=), not accumulated: no zeroing first.
- * dweight and dbias still accumulate. */
-void matmul_backward_set_cuda(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-                              const float *weight, int B, int T, int C, int OC, cudaStream_t stream);
+/* The same for the output gradient scale * dout, with dinp overwritten (=),
+ * not accumulated: no zeroing first. dweight and dbias still accumulate. */
+void matmul_backward_set_cuda(float *dinp, float *dweight, float *dbias, const float *dout, float scale,
+                              const float *inp, const float *weight, int B, int T, int C, int OC,
+                              cudaStream_t stream);
 
 /* ---- causal multi-head self-attention ---- */
 /* att (B,NH,T,T): entries above the diagonal are written as 0. */
@@ -161,6 +162,10 @@ void crossentropy_softmax_forward_cuda(float *losses, float *lse, const float *l
 void crossentropy_softmax_backward_cuda(float *dlogits, const float *logits, const float *lse,
                                         const int *targets, float dloss, int B, int T, int V,
                                         int Vp, cudaStream_t stream);
+/* Both in one pass: the forward's losses and lse, and logits overwritten
+ * by the backward's gradient (dloss). */
+void crossentropy_fused_cuda(float *losses, float *lse, float *logits, const int *targets, float dloss, int B, int T,
+                             int V, int Vp, cudaStream_t stream);
 
 /* ---- AdamW ---- */
 void adamw_update_cuda(float *params, float *m, float *v, const float *grads, size_t n, float lr,

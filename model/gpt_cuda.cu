@@ -46,6 +46,8 @@ typedef struct {
     int have_loss;    /* a forward with targets on the last stage, not yet differentiated */
     int have_fwd;     /* a forward, not yet differentiated */
     int have_bi;      /* a split backward's input half done, its weight half not */
+    int have_dlogits; /* logits holds the loss gradient for dloss 1/BT (the fused classifier) */
+    float dlogits_scale; /* what the classifier's backward scales logits by (the weight half's too) */
     float *host_losses; /* (tok_capacity) */
     float *encoded;   /* (B,T,C): the stage's input */
     float *ln1;       /* (L,B,T,C) */
@@ -94,6 +96,7 @@ struct px_gpt_cuda {
     px_gpt_stage_t stage;   /* the whole model unless px_gpt_cuda_set_stage */
     int split;              /* the backward may run as two halves */
     int flash;              /* attention by the fused kernels (bf16 math, a head size they take) */
+    int fused_ce;           /* the loss and its gradient in one pass at the forward (bf16 math) */
     float mean_loss;
     cudaStream_t stream;
 };
@@ -260,6 +263,7 @@ static px_gpt_cuda_t *new_bare(const px_gpt_config_t *cfg, px_gpt_tp_t tp) {
     self->mean_loss = -1.0f;
     px_cuda_ops_init();
     self->flash = px_cuda_ops_math() == PX_CUDA_MATH_BF16 && flash_attention_supported(cfg->channels / cfg->num_heads);
+    self->fused_ce = px_cuda_ops_math() == PX_CUDA_MATH_BF16;
     PX_CUDA_CHECK(cudaStreamCreateWithFlags(&self->stream, cudaStreamNonBlocking));
     return self;
 }
@@ -366,6 +370,11 @@ int px_gpt_cuda_download_logits(px_gpt_cuda_t *self, float *host, size_t n) {
     }
     size_t want = (size_t)a->B * a->T * (size_t)self->config.padded_vocab_size;
     if (check_count("logits", n, want)) return -1;
+    if (a->have_dlogits) {
+        px_log_error("gpt_cuda_logits_overwritten hint=\"with bf16 math a forward with targets leaves the loss "
+                     "gradient in their place: forward without targets for the logits\"");
+        return -1;
+    }
     return download(self, host, a->logits, n);
 }
 
@@ -491,7 +500,7 @@ static float stage_forward(px_gpt_cuda_t *self, acts_t *a, const int *inputs, co
     if (sg->first && check_tokens(inputs, BT, V, "inputs") != 0) return NAN;
     if (sg->last && targets && check_tokens(targets, BT, V, "targets") != 0) return NAN;
     if (ensure_acts(self, a, B, T) != 0) return NAN;
-    a->have_loss = a->have_fwd = a->have_bi = 0;
+    a->have_loss = a->have_fwd = a->have_bi = a->have_dlogits = 0;
     int outer_unit = sg->first || sg->last;
     px_gpt_tensors_t outer;
     if (outer_unit && unit_acquire(self, 0, PX_GPT_FWD, &outer, NULL) != 0) return NAN;
@@ -524,7 +533,12 @@ static float stage_forward(px_gpt_cuda_t *self, acts_t *a, const int *inputs, co
         return -1.0f;
     }
     PX_CUDA_CHECK(cudaMemcpyAsync(a->targets, targets, BT * sizeof(int), cudaMemcpyHostToDevice, st));
-    crossentropy_softmax_forward_cuda(a->losses, a->lse, a->logits, a->targets, B, T, V, Vp, st);
+    if (self->fused_ce) { /* the backward's gradient now, for loss scale 1 (the backward scales it) */
+        crossentropy_fused_cuda(a->losses, a->lse, a->logits, a->targets, 1.0f / (float)BT, B, T, V, Vp, st);
+        a->have_dlogits = 1;
+    } else {
+        crossentropy_softmax_forward_cuda(a->losses, a->lse, a->logits, a->targets, B, T, V, Vp, st);
+    }
     download(self, a->host_losses, a->losses, BT);
     double sum = 0.0;
     for (size_t i = 0; i < BT; i++) sum += a->host_losses[i];
@@ -572,25 +586,26 @@ static int layer_backward(px_gpt_cuda_t *self, acts_t *a, dims_t d, int i, bwd_p
     /* residual3 = residual2 + fcproj passes dres to both. */
     if (!w) PX_CUDA_CHECK(cudaMemcpyAsync(x.dfcproj, a->dres, BT * C * sizeof(float), cudaMemcpyDeviceToDevice, st));
     /* The input gradients below are written (=), not added: nothing to zero first. */
-    matmul_backward_set_cuda(a->d4a, w ? g.fcprojw : NULL, w ? g.fcprojb : NULL, a->dres, x.fch_gelu, p.fcprojw, B,
-                             T, d.H, C, st);
+    matmul_backward_set_cuda(a->d4a, w ? g.fcprojw : NULL, w ? g.fcprojb : NULL, a->dres, 1.0f, x.fch_gelu, p.fcprojw,
+                             B, T, d.H, C, st);
     gelu_backward_inplace_cuda(a->d4a, x.fch, BT * d.H, st); /* d4a: d(fch) */
     if (!w) PX_CUDA_CHECK(cudaMemcpyAsync(x.dfc, a->d4a, BT * d.H * sizeof(float), cudaMemcpyDeviceToDevice, st));
-    matmul_backward_set_cuda(a->dbtc, w ? g.fcw : NULL, w ? g.fcb : NULL, a->d4a, x.ln2, p.fcw, B, T, C, d.H, st);
+    matmul_backward_set_cuda(a->dbtc, w ? g.fcw : NULL, w ? g.fcb : NULL, a->d4a, 1.0f, x.ln2, p.fcw, B, T, C, d.H,
+                             st);
     if (tp_sum(self, a->dbtc, BT * C) != 0) return -1;
     layernorm_backward_cuda(a->dres, g.ln2w, g.ln2b, a->dbtc, x.residual2, p.ln2w, x.ln2_mean, x.ln2_rstd,
                             B, T, C, st);
     /* dres now holds d(residual2); residual2 = residual + attproj. */
     if (!w) PX_CUDA_CHECK(cudaMemcpyAsync(x.dattproj, a->dres, BT * C * sizeof(float), cudaMemcpyDeviceToDevice, st));
-    matmul_backward_set_cuda(a->dbtc, w ? g.attprojw : NULL, w ? g.attprojb : NULL, a->dres, x.atty, p.attprojw, B,
-                             T, d.Ca, C, st);
+    matmul_backward_set_cuda(a->dbtc, w ? g.attprojw : NULL, w ? g.attprojb : NULL, a->dres, 1.0f, x.atty,
+                             p.attprojw, B, T, d.Ca, C, st);
     float *dqkv = a->d4a;
     PX_CUDA_CHECK(cudaMemsetAsync(dqkv, 0, BT * 3 * d.Ca * sizeof(float), st));
     if (self->flash) flash_attention_backward_cuda(dqkv, a->dbtc, x.qkv, x.atty, x.att, B, T, d.Ca, d.NHa, st);
     else attention_backward_cuda(dqkv, a->dbtc, x.qkv, x.att, B, T, d.Ca, d.NHa, st);
     if (!w) PX_CUDA_CHECK(cudaMemcpyAsync(x.dqkv, dqkv, BT * 3 * d.Ca * sizeof(float), cudaMemcpyDeviceToDevice, st));
-    matmul_backward_set_cuda(a->dbtc, w ? g.qkvw : NULL, w ? g.qkvb : NULL, dqkv, x.ln1, p.qkvw, B, T, C, 3 * d.Ca,
-                             st);
+    matmul_backward_set_cuda(a->dbtc, w ? g.qkvw : NULL, w ? g.qkvb : NULL, dqkv, 1.0f, x.ln1, p.qkvw, B, T, C,
+                             3 * d.Ca, st);
     if (tp_sum(self, a->dbtc, BT * C) != 0) return -1;
     layernorm_backward_cuda(a->dres, g.ln1w, g.ln1b, a->dbtc, x.residual, p.ln1w, x.ln1_mean, x.ln1_rstd,
                             B, T, C, st);
@@ -623,12 +638,17 @@ static int stage_backward(px_gpt_cuda_t *self, acts_t *a, const float *dout, flo
     if (outer_unit && unit_acquire(self, 0, PX_GPT_BWD, &p, &g) != 0) return -1;
     float *dlogits = a->logits; /* in place */
     if (sg->last && part == BWD_WEIGHT) {
-        matmul_backward_cuda(NULL, g.wte, NULL, dlogits, a->lnf, p.wte, B, T, C, Vp, st);
+        matmul_backward_set_cuda(NULL, g.wte, NULL, dlogits, a->dlogits_scale, a->lnf, p.wte, B, T, C, Vp, st);
     } else if (sg->last) {
-        crossentropy_softmax_backward_cuda(dlogits, a->logits, a->lse, a->targets, loss_scale / (float)BT, B, T, V,
-                                           Vp, st);
-        matmul_backward_set_cuda(a->dbtc, part == BWD_WHOLE ? g.wte : NULL, NULL, dlogits, a->lnf, p.wte, B, T, C,
-                                 Vp, st);
+        if (a->have_dlogits) { /* the fused classifier's, for loss scale 1 */
+            a->dlogits_scale = loss_scale;
+        } else {
+            crossentropy_softmax_backward_cuda(dlogits, a->logits, a->lse, a->targets, loss_scale / (float)BT, B, T,
+                                               V, Vp, st);
+            a->dlogits_scale = 1.0f;
+        }
+        matmul_backward_set_cuda(a->dbtc, part == BWD_WHOLE ? g.wte : NULL, NULL, dlogits, a->dlogits_scale, a->lnf,
+                                 p.wte, B, T, C, Vp, st);
         PX_CUDA_CHECK(cudaMemsetAsync(a->dres, 0, BT * C * sizeof(float), st));
         layernorm_backward_cuda(a->dres, g.lnfw, g.lnfb, a->dbtc, stage_out(self, a), p.lnfw, a->lnf_mean,
                                 a->lnf_rstd, B, T, C, st);

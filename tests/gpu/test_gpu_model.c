@@ -269,6 +269,40 @@ static void run_bf16(const char *name, const px_gpt_config_t *cfg, int B, int T)
     }
     snprintf(tag, sizeof tag, "%s bf16 replay losses", name);
     gt_same(tag, replay, losses, STEPS);
+
+    /* Two micro-batches of loss scale 0.5 (the fused classifier's gradient,
+     * for scale 1, is scaled in the backward): the CPU's gradient norm. */
+    int *x = gt_tokens(BT, cfg->vocab_size), *y = gt_tokens(BT, cfg->vocab_size);
+    int *x2 = gt_tokens(BT, cfg->vocab_size), *y2 = gt_tokens(BT, cfg->vocab_size);
+    px_gpt_zero_grad(cpu);
+    px_gpt_cuda_zero_grad(gpu);
+    px_gpt_forward(cpu, x, y, B, T);
+    px_gpt_backward(cpu, 0.5f);
+    px_gpt_forward(cpu, x2, y2, B, T);
+    px_gpt_backward(cpu, 0.5f);
+    px_gpt_cuda_forward(gpu, x, y, B, T);
+    px_gpt_cuda_backward(gpu, 0.5f);
+    px_gpt_cuda_forward(gpu, x2, y2, B, T);
+    px_gpt_cuda_backward(gpu, 0.5f);
+    snprintf(tag, sizeof tag, "%s bf16 accumulated grad norm", name);
+    check_scalar(tag, px_gpt_cuda_grad_norm(gpu), px_gpt_grad_norm(cpu), 5e-2);
+    /* the logits of a forward with targets are the gradient's now: refused */
+    size_t nlogits = BT * (size_t)cfg->padded_vocab_size;
+    float *gl = (float *)malloc(nlogits * sizeof(float));
+    if (!gl) exit(1);
+    snprintf(tag, sizeof tag, "%s bf16 logits after a forward with targets refused", name);
+    gt_checks++;
+    if (px_gpt_cuda_download_logits(gpu, gl, nlogits) == -1) {
+        printf("ok   %s\n", tag);
+    } else {
+        printf("FAIL %s\n", tag);
+        gt_failures++;
+    }
+    free(gl);
+    free(x);
+    free(y);
+    free(x2);
+    free(y2);
     float *p1 = download(gpu, PX_GPT_CUDA_PARAMS, np), *p2 = download(gpu2, PX_GPT_CUDA_PARAMS, np);
     snprintf(tag, sizeof tag, "%s bf16 replay params", name);
     gt_same(tag, p2, p1, np);

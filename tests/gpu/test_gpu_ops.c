@@ -197,7 +197,8 @@ static void matmul_forward_case(const shape_t *s, int OC, int with_bias, int use
 }
 
 /* set: matmul_backward_set_cuda, whose dinp is overwritten (it starts as
- * garbage on the GPU, zeros on the CPU). */
+ * garbage on the GPU, zeros on the CPU), for the output gradient 0.5 dout
+ * (the CPU gets dout halved: exact, as the power of two is). */
 static void matmul_backward_case(const shape_t *s, int OC, int with_dinp, int with_dbias, int set) {
     char tag[160];
     int B = s->B, T = s->T, C = s->C;
@@ -212,11 +213,18 @@ static void matmul_backward_case(const shape_t *s, int OC, int with_dinp, int wi
     float *d_dinp2 = gt_upf(dinp, BT * C), *d_dw2 = gt_upf(dw, (size_t)OC * C);
     float *d_db2 = gt_upf(db, OC);
     if (set && with_dinp) memset(dinp, 0, BT * C * sizeof(float));
-    matmul_backward(with_dinp ? dinp : NULL, dw, with_dbias ? db : NULL, dout, inp, w, B, T, C, OC);
-    void (*op)(float *, float *, float *, const float *, const float *, const float *, int, int, int, int,
-               cudaStream_t) = set ? matmul_backward_set_cuda : matmul_backward_cuda;
-    op(with_dinp ? d_dinp : NULL, d_dw, with_dbias ? d_db : NULL, d_dout, d_inp, d_w, B, T, C, OC, 0);
-    op(with_dinp ? d_dinp2 : NULL, d_dw2, with_dbias ? d_db2 : NULL, d_dout, d_inp, d_w, B, T, C, OC, 0);
+    float *half = gt_copy(dout, BT * OC);
+    for (size_t i = 0; set && i < BT * OC; i++) half[i] *= 0.5f;
+    matmul_backward(with_dinp ? dinp : NULL, dw, with_dbias ? db : NULL, half, inp, w, B, T, C, OC);
+    free(half);
+    for (int run = 0; run < 2; run++) {
+        float *di = with_dinp ? (run ? d_dinp2 : d_dinp) : NULL, *dw_ = run ? d_dw2 : d_dw;
+        float *db_ = with_dbias ? (run ? d_db2 : d_db) : NULL;
+        if (set)
+            matmul_backward_set_cuda(di, dw_, db_, d_dout, 0.5f, d_inp, d_w, B, T, C, OC, 0);
+        else
+            matmul_backward_cuda(di, dw_, db_, d_dout, d_inp, d_w, B, T, C, OC, 0);
+    }
     float *g_dinp = gt_down(d_dinp, BT * C), *g_dw = gt_down(d_dw, (size_t)OC * C);
     float *g_db = gt_down(d_db, OC);
     float *r_dw = gt_down(d_dw2, (size_t)OC * C), *r_db = gt_down(d_db2, OC);
@@ -247,7 +255,7 @@ static void test_matmul(const shape_t *s) {
     matmul_backward_case(s, 4 * s->C, 1, 1, 0);
     matmul_backward_case(s, s->Vp, 1, 0, 0);
     matmul_backward_case(s, s->C, 0, 1, 0);
-    matmul_backward_case(s, 4 * s->C, 1, 1, 1);
+    matmul_backward_case(s, 4 * s->C, 1, 0, 1);
 }
 
 /* Lower triangle of att (rows of T, keys <= t) compared; the rest ignored. */
@@ -443,6 +451,27 @@ static void test_crossentropy(const shape_t *s) {
     gt_close(tag, g1, dlogits, n, 1e-5, 1e-9);
     TAG(tag, s, "crossentropy_backward in place");
     gt_same(tag, g2, g1, n);
+
+    /* Fused: the forward's losses and lse, and the backward's gradient over
+     * the logits (the padding columns too, which start as garbage). */
+    float *fused_in = gt_copy(logits, n);
+    for (size_t r = 0; r < BT; r++)
+        for (int c = V; c < Vp; c++) fused_in[r * Vp + c] = 1e30f;
+    GT_CUDA(cudaMemcpy(d_logits, fused_in, n * sizeof(float), cudaMemcpyHostToDevice));
+    GT_CUDA(cudaMemset(d_losses, 0xFF, BT * sizeof(float)));
+    GT_CUDA(cudaMemset(d_lse, 0xFF, BT * sizeof(float)));
+    crossentropy_fused_cuda(d_losses, d_lse, d_logits, d_targets, dloss, B, T, V, Vp, 0);
+    float *f_losses = gt_down(d_losses, BT), *f_lse = gt_down(d_lse, BT), *f_grad = gt_down(d_logits, n);
+    TAG(tag, s, "crossentropy_fused losses");
+    gt_close(tag, f_losses, losses, BT, 1e-5, 0);
+    TAG(tag, s, "crossentropy_fused lse");
+    gt_close(tag, f_lse, lse, BT, 1e-5, 0);
+    TAG(tag, s, "crossentropy_fused dlogits");
+    gt_close(tag, f_grad, dlogits, n, 1e-5, 1e-9);
+    free(fused_in);
+    free(f_losses);
+    free(f_lse);
+    free(f_grad);
     free(logits);
     free(targets);
     free(losses);
