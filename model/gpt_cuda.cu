@@ -47,6 +47,8 @@ typedef struct {
     int have_fwd;     /* a forward, not yet differentiated */
     int have_bi;      /* a split backward's input half done, its weight half not */
     int have_dlogits; /* logits holds the loss gradient for dloss 1/BT (the fused classifier) */
+    int recompute;    /* laid out for recompute: the per-layer views but residual3 hold one layer */
+    int held;         /* recompute: the layer whose activations the per-layer views hold now (-1: none) */
     float dlogits_scale; /* what the classifier's backward scales logits by (the weight half's too) */
     float *host_losses; /* (tok_capacity) */
     float *encoded;   /* (B,T,C): the stage's input */
@@ -97,6 +99,7 @@ struct px_gpt_cuda {
     int split;              /* the backward may run as two halves */
     int flash;              /* attention by the fused kernels (bf16 math, a head size they take) */
     int fused_ce;           /* the loss and its gradient in one pass at the forward (bf16 math) */
+    int recompute;          /* block recomputation (px_gpt_cuda_set_recompute) */
     float mean_loss;
     cudaStream_t stream;
 };
@@ -122,12 +125,15 @@ static dims_t local_dims(const px_gpt_config_t *cfg, px_gpt_tp_t tp) {
 }
 
 /* Lays the activation views out for (B,T) from mem (or only counts floats
- * when mem is NULL). Returns the float count. */
-static size_t layout_acts(acts_t *a, const px_gpt_config_t *cfg, dims_t d, int layers, int split, int flash, int B,
-                          int T, float *mem) {
-    size_t L = (size_t)layers, C = (size_t)d.C, Ca = (size_t)d.Ca, NHa = (size_t)d.NHa, H = (size_t)d.H;
+ * when mem is NULL). Returns the float count. With recompute the per-layer
+ * activations but residual3 (each layer's output, the next one's input)
+ * hold one layer, shared by all. */
+static size_t layout_acts(acts_t *a, const px_gpt_config_t *cfg, dims_t d, int layers, int split, int flash,
+                          int recompute, int B, int T, float *mem) {
+    size_t Lo = (size_t)layers, L = recompute ? 1 : Lo; /* L: layers of inner activations held */
+    size_t C = (size_t)d.C, Ca = (size_t)d.Ca, NHa = (size_t)d.NHa, H = (size_t)d.H;
     size_t att_layer = (size_t)B * NHa * (size_t)T * (flash ? 1 : (size_t)T);
-    size_t K = split ? L : 0; /* the kept output gradients */
+    size_t K = split ? Lo : 0; /* the kept output gradients */
     size_t BT = (size_t)B * (size_t)T, Vp = (size_t)cfg->padded_vocab_size;
     struct {
         float **p;
@@ -137,7 +143,7 @@ static size_t layout_acts(acts_t *a, const px_gpt_config_t *cfg, dims_t d, int l
         {&a->ln1_rstd, L * BT},         {&a->qkv, L * BT * 3 * Ca},   {&a->atty, L * BT * Ca},
         {&a->att, L * att_layer},       {&a->residual2, L * BT * C}, {&a->ln2, L * BT * C},
         {&a->ln2_mean, L * BT},         {&a->ln2_rstd, L * BT},       {&a->fch, L * BT * H},
-        {&a->fch_gelu, L * BT * H},     {&a->residual3, L * BT * C}, {&a->lnf, BT * C},
+        {&a->fch_gelu, L * BT * H},     {&a->residual3, Lo * BT * C}, {&a->lnf, BT * C},
         {&a->lnf_mean, BT},             {&a->lnf_rstd, BT},           {&a->logits, BT * Vp},
         {&a->losses, BT},               {&a->lse, BT},                {&a->proj, BT * C},
         {&a->dres, BT * C},             {&a->dbtc, BT * C},           {&a->d4a, BT * H},
@@ -158,7 +164,7 @@ static int ensure_acts(px_gpt_cuda_t *self, acts_t *a, int B, int T) {
     if (a->B == B && a->T == T) return 0;
     dims_t d = local_dims(&self->config, self->tp);
     int nl = self->stage.num_layers;
-    size_t need = layout_acts(a, &self->config, d, nl, self->split, self->flash, B, T, NULL);
+    size_t need = layout_acts(a, &self->config, d, nl, self->split, self->flash, self->recompute, B, T, NULL);
     size_t ntok = (size_t)B * (size_t)T;
     if (need > a->capacity || ntok > a->tok_capacity) {
         PX_CUDA_CHECK(cudaStreamSynchronize(self->stream)); /* nothing queued still reads them */
@@ -195,7 +201,9 @@ static int ensure_acts(px_gpt_cuda_t *self, acts_t *a, int B, int T) {
         a->capacity = need;
         a->tok_capacity = ntok;
     }
-    layout_acts(a, &self->config, d, nl, self->split, self->flash, B, T, a->mem);
+    layout_acts(a, &self->config, d, nl, self->split, self->flash, self->recompute, B, T, a->mem);
+    a->recompute = self->recompute;
+    a->held = -1;
     a->inputs = a->tokens;
     a->targets = a->tokens + ntok;
     a->plan = a->tokens + 2 * ntok;
@@ -421,13 +429,13 @@ typedef struct {
 
 static layer_acts_t layer_acts(const acts_t *a, dims_t d, int i) {
     size_t B = (size_t)a->B, T = (size_t)a->T, BT = B * T, C = (size_t)d.C, Ca = (size_t)d.Ca;
-    size_t H = (size_t)d.H, lu = (size_t)i;
+    size_t H = (size_t)d.H, lu = (size_t)i, li = a->recompute ? 0 : lu; /* li: the layer in the inner arrays */
     int k = a->k_dfcproj != NULL;
     layer_acts_t x = {
-        a->ln1 + lu * BT * C, a->ln1_mean + lu * BT, a->ln1_rstd + lu * BT, a->qkv + lu * BT * 3 * Ca,
-        a->atty + lu * BT * Ca, a->att + lu * a->att_layer, a->residual2 + lu * BT * C,
-        a->ln2 + lu * BT * C, a->ln2_mean + lu * BT, a->ln2_rstd + lu * BT, a->fch + lu * BT * H,
-        a->fch_gelu + lu * BT * H, a->residual3 + lu * BT * C,
+        a->ln1 + li * BT * C, a->ln1_mean + li * BT, a->ln1_rstd + li * BT, a->qkv + li * BT * 3 * Ca,
+        a->atty + li * BT * Ca, a->att + li * a->att_layer, a->residual2 + li * BT * C,
+        a->ln2 + li * BT * C, a->ln2_mean + li * BT, a->ln2_rstd + li * BT, a->fch + li * BT * H,
+        a->fch_gelu + li * BT * H, a->residual3 + lu * BT * C,
         i == 0 ? a->encoded : a->residual3 + (lu - 1) * BT * C,
         k ? a->k_dfcproj + lu * BT * C : NULL, k ? a->k_dfc + lu * BT * H : NULL,
         k ? a->k_dattproj + lu * BT * C : NULL, k ? a->k_dqkv + lu * BT * 3 * Ca : NULL,
@@ -453,16 +461,15 @@ static int check_tokens(const int *x, size_t n, int V, const char *what) {
     return 0;
 }
 
-/* The stage's i-th layer's forward. With tensor parallelism the two
+/* The stage's i-th layer's forward with its parameters p: the forward's, or
+ * the backward's when it recomputes. With tensor parallelism the two
  * row-parallel outputs are partial sums: summed over the tp ranks, tp rank
  * 0 adding the bias. */
-static int layer_forward(px_gpt_cuda_t *self, acts_t *a, dims_t d, int i) {
-    int B = a->B, T = a->T, C = d.C, unit = 1 + self->stage.first_layer + i;
+static int layer_forward_with(px_gpt_cuda_t *self, acts_t *a, dims_t d, int i, const px_gpt_tensors_t &p) {
+    int B = a->B, T = a->T, C = d.C;
     size_t BT = (size_t)B * (size_t)T;
     cudaStream_t st = self->stream;
     int tp0 = self->tp.rank == 0;
-    px_gpt_tensors_t p;
-    if (unit_acquire(self, unit, PX_GPT_FWD, &p, NULL) != 0) return -1;
     layer_acts_t x = layer_acts(a, d, i);
     layernorm_forward_cuda(x.ln1, x.ln1_mean, x.ln1_rstd, x.residual, p.ln1w, p.ln1b, B, T, C, st);
     matmul_forward_cuda(x.qkv, x.ln1, p.qkvw, p.qkvb, B, T, C, 3 * d.Ca, st);
@@ -477,6 +484,14 @@ static int layer_forward(px_gpt_cuda_t *self, acts_t *a, dims_t d, int i) {
     matmul_forward_cuda(a->proj, x.fch_gelu, p.fcprojw, tp0 ? p.fcprojb : NULL, B, T, d.H, C, st);
     if (tp_sum(self, a->proj, BT * C) != 0) return -1;
     residual_forward_cuda(x.residual3, x.residual2, a->proj, BT * C, st);
+    a->held = i;
+    return 0;
+}
+
+static int layer_forward(px_gpt_cuda_t *self, acts_t *a, dims_t d, int i) {
+    int unit = 1 + self->stage.first_layer + i;
+    px_gpt_tensors_t p;
+    if (unit_acquire(self, unit, PX_GPT_FWD, &p, NULL) != 0 || layer_forward_with(self, a, d, i, p) != 0) return -1;
     return unit_release(self, unit, PX_GPT_FWD);
 }
 
@@ -501,6 +516,7 @@ static float stage_forward(px_gpt_cuda_t *self, acts_t *a, const int *inputs, co
     if (sg->last && targets && check_tokens(targets, BT, V, "targets") != 0) return NAN;
     if (ensure_acts(self, a, B, T) != 0) return NAN;
     a->have_loss = a->have_fwd = a->have_bi = a->have_dlogits = 0;
+    a->held = -1;
     int outer_unit = sg->first || sg->last;
     px_gpt_tensors_t outer;
     if (outer_unit && unit_acquire(self, 0, PX_GPT_FWD, &outer, NULL) != 0) return NAN;
@@ -575,6 +591,9 @@ static int layer_backward(px_gpt_cuda_t *self, acts_t *a, dims_t d, int i, bwd_p
     layer_acts_t x = layer_acts(a, d, i);
     px_gpt_tensors_t p, g;
     if (unit_acquire(self, unit, PX_GPT_BWD, &p, &g) != 0) return -1;
+    /* recompute: the layer's activations again, from its input (both halves of a split backward need them),
+     * unless still there (the stage's last layer, right after the forward) */
+    if (self->recompute && a->held != i && layer_forward_with(self, a, d, i, p) != 0) return -1;
     if (part == BWD_WEIGHT) {
         matmul_backward_cuda(NULL, g.fcprojw, g.fcprojb, x.dfcproj, x.fch_gelu, p.fcprojw, B, T, d.H, C, st);
         matmul_backward_cuda(NULL, g.fcw, g.fcb, x.dfc, x.ln2, p.fcw, B, T, C, d.H, st);
@@ -686,6 +705,19 @@ int px_gpt_cuda_set_stage(px_gpt_cuda_t *self, const px_gpt_stage_t *sg, int slo
         px_log_error("gpt_cuda_alloc_failed what=activation_slots slots=%d", slots);
         return -1;
     }
+    return 0;
+}
+
+int px_gpt_cuda_set_recompute(px_gpt_cuda_t *self, int on) {
+    if (on != 0 && on != 1) {
+        px_log_error("gpt_cuda_bad_recompute on=%d hint=\"0 (off) or 1 (block)\"", on);
+        return -1;
+    }
+    if (new_slots(self, self->nslots) != 0) { /* the activations held are laid out for the old setting */
+        px_log_error("gpt_cuda_alloc_failed what=activation_slots slots=%d", self->nslots);
+        return -1;
+    }
+    self->recompute = on;
     return 0;
 }
 

@@ -100,6 +100,14 @@ float px_gpt_cuda_forward(px_gpt_cuda_t *self, const int *inputs, const int *tar
  * logged on failure); a backward ACCUMULATES into the gradients (0, or -1).
  * px_gpt_cuda_forward and _backward are slot 0's. */
 int px_gpt_cuda_set_stage(px_gpt_cuda_t *self, const px_gpt_stage_t *st, int slots, int split);
+/* Block-level activation recomputation, as the CPU model's
+ * (px_gpt_set_recompute in gpt.h): with on, a slot keeps each layer's input
+ * and one layer's worth of the other activations; a layer's backward runs
+ * its forward again first, with the parameters it acquired for the
+ * backward. Losses and gradients are bitwise those without. A model
+ * setting, kept across px_gpt_cuda_set_stage; drops the activations held.
+ * 0, or -1 (logged): on neither 0 nor 1, or out of memory. */
+int px_gpt_cuda_set_recompute(px_gpt_cuda_t *self, int on);
 float px_gpt_cuda_stage_forward(px_gpt_cuda_t *self, int slot, const int *inputs, const float *x, const int *targets,
                                 int B, int T);
 const float *px_gpt_cuda_stage_output(px_gpt_cuda_t *self, int slot);
@@ -112,7 +120,9 @@ const float *px_gpt_cuda_stage_input_grad(px_gpt_cuda_t *self, int slot);
 
 /* Copies the last forward's logits (B,T,Vp) / per-position losses (B,T) to
  * host memory; n must equal the element count. The logits are destroyed by
- * px_gpt_cuda_backward. Return 0, or -1 (logged). */
+ * px_gpt_cuda_backward, and with bf16 math already by a forward with
+ * targets (the fused classifier writes the gradient over them): then
+ * download_logits refuses. Return 0, or -1 (logged). */
 int px_gpt_cuda_download_logits(px_gpt_cuda_t *self, float *host, size_t n);
 int px_gpt_cuda_download_losses(px_gpt_cuda_t *self, float *host, size_t n);
 

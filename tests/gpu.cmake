@@ -32,6 +32,8 @@
 #                       layout's CPU run's within 1e-3, --save from the stages
 #   gpu_distributed_pipeline_kill  2 groups of pp2 x fsdp2, a rank SIGKILLed:
 #                       dropped, restarted, healed, equal checksums
+#   gpu_distributed_recompute  --recompute block in fsdp2 x tp2 and pp2 zb-h1
+#                       groups: final loss = the same layout's CPU run's within 1e-3
 #   gpu_distributed_diloco  --mode diloco on GPUs (whole replicas of 1 and 2
 #                       ranks, fsdp2, pp2, streaming int8 overlapped, a sync
 #                       warmup): the CPU job's outer steps and final loss
@@ -48,11 +50,11 @@
 # A test binary exits 77 when no usable GPU is present (SKIP_RETURN_CODE).
 # That every .cu file compiles is proven by the build itself: px_kernels_cuda
 # and px_model_cuda are part of `all` wherever nvcc exists.
-set(PX_GPU_TESTS gpu_cuda_available gpu_ops gpu_flash gpu_model gpu_reference gpu_distributed_parity gpu_distributed_kill gpu_distributed_ranks2
-                gpu_distributed_checkpoint gpu_distributed_sharded gpu_distributed_sharded_kill
-                gpu_distributed_sharded_checkpoint gpu_distributed_pipeline gpu_distributed_pipeline_kill
-                gpu_distributed_diloco gpu_distributed_diloco_auto gpu_bf16_quality gpu_bf16_layouts gpu_bf16_kill
-                gpu_bf16_checkpoint)
+set(PX_GPU_TESTS gpu_cuda_available gpu_ops gpu_flash gpu_model gpu_reference gpu_distributed_parity
+                gpu_distributed_kill gpu_distributed_ranks2 gpu_distributed_checkpoint gpu_distributed_sharded
+                gpu_distributed_sharded_kill gpu_distributed_sharded_checkpoint gpu_distributed_pipeline
+                gpu_distributed_pipeline_kill gpu_distributed_recompute gpu_distributed_diloco
+                gpu_distributed_diloco_auto gpu_bf16_quality gpu_bf16_layouts gpu_bf16_kill gpu_bf16_checkpoint)
 
 function(px_gpu_skipped_test name reason)
   add_test(NAME ${name} COMMAND sh -c "echo 'SKIP: ${reason}'; exit 77")
@@ -110,8 +112,8 @@ endif()
 
 # The distributed trainer on the GPU: Python scripts that skip (77, with the
 # reason) when test_cuda_available finds no usable GPU.
-foreach(scenario parity kill ranks2 checkpoint sharded sharded_kill sharded_checkpoint pipeline pipeline_kill diloco
-                 diloco_auto)
+foreach(scenario parity kill ranks2 checkpoint sharded sharded_kill sharded_checkpoint pipeline pipeline_kill recompute
+                 diloco diloco_auto)
   px_add_py_test(gpu_distributed_${scenario} ${CMAKE_CURRENT_LIST_DIR}/gpu/test_distributed.py
                  $<TARGET_FILE_DIR:phalanx-launch> ${scenario})
   set_tests_properties(gpu_distributed_${scenario} PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu TIMEOUT 900

@@ -114,8 +114,9 @@ static void finish_start(px_compute_gpu_t *g) {
 px_compute_gpu_t *px_compute_gpu_new(px_gpt_t *host, int rank, char *err, size_t errlen) {
     px_compute_gpu_t *g = start(rank, err, errlen);
     if (!g) return NULL;
-    if (!(g->m = px_gpt_cuda_new(&host->config))) {
+    if (!(g->m = px_gpt_cuda_new(&host->config)) || px_gpt_cuda_set_recompute(g->m, host->recompute) != 0) {
         snprintf(err, errlen, "cannot create the model on GPU %d (the log says why)", g->device);
+        px_gpt_cuda_destroy(&g->m);
         free(g);
         return NULL;
     }
@@ -183,8 +184,10 @@ px_compute_gpu_t *px_compute_gpu_new_shard(px_shard_t *shard, int rank, char *er
     if (!g) return NULL;
     g->shard = shard;
     const px_gpt_t *cpu = px_shard_model(shard); /* its config and tensor-parallel coordinate */
-    if (!(g->m = px_gpt_cuda_new_sharded(&cpu->config, cpu->tp, px_shard_source(shard)))) {
+    if (!(g->m = px_gpt_cuda_new_sharded(&cpu->config, cpu->tp, px_shard_source(shard))) ||
+        px_gpt_cuda_set_recompute(g->m, cpu->recompute) != 0) {
         snprintf(err, errlen, "cannot create the sharded model on GPU %d (the log says why)", g->device);
+        px_gpt_cuda_destroy(&g->m);
         free(g);
         return NULL;
     }

@@ -507,11 +507,6 @@ int px_trainer_check(const px_trainer_config_t *cfg, char *err, size_t errlen) {
         return -1;
     }
     if (cfg->device != PX_DEVICE_CUDA) return 0;
-    if (cfg->recompute) {
-        snprintf(err, errlen, "--device cuda with --recompute block: the GPU model has no activation recomputation "
-                              "yet; use --recompute none on GPUs, or --device cpu");
-        return -1;
-    }
     if (cfg->bucket_mb > 0) {
         snprintf(err, errlen, "--device cuda with --bucket-mb %g: the bucketed reduction is CPU-only; use "
                               "--bucket-mb 0 on GPUs", cfg->bucket_mb);

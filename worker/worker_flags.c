@@ -92,7 +92,7 @@ static const px_flag_t TRAIN[] = {
     {"--device", PX_FLAG_CHOICE, .words = DEVICES, .def = "cpu",
      .help = "where the replica computes. cuda: one GPU per rank (GPU rank % the GPUs visible), gradients, "
              "--pp/--fsdp/--tp collectives and links over NCCL (DiLoCo's outer steps over Gloo, through host "
-             "memory); not with --recompute block or --bucket-mb; no usable GPU is a configuration error (exit 2)",
+             "memory); not with --bucket-mb; no usable GPU is a configuration error (exit 2)",
      TC(device)},
     {"--precision", PX_FLAG_CHOICE, .words = PRECISIONS, .def = "fp32",
      .help = "how --device cuda computes. fp32: FP32 throughout, bitwise reproducible; bf16: matmul and "

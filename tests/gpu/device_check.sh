@@ -81,6 +81,7 @@ run gpu_distributed_sharded 240 python3 tests/gpu/test_distributed.py "$bin" sha
 run gpu_distributed_sharded_kill 240 python3 tests/gpu/test_distributed.py "$bin" sharded_kill
 run gpu_distributed_sharded_checkpoint 200 python3 tests/gpu/test_distributed.py "$bin" sharded_checkpoint
 run gpu_distributed_pipeline 300 python3 tests/gpu/test_distributed.py "$bin" pipeline
+run gpu_distributed_recompute 200 python3 tests/gpu/test_distributed.py "$bin" recompute
 run gpu_distributed_pipeline_kill 240 python3 tests/gpu/test_distributed.py "$bin" pipeline_kill
 run gpu_distributed_diloco 300 python3 tests/gpu/test_distributed.py "$bin" diloco
 run gpu_distributed_diloco_auto 240 python3 tests/gpu/test_distributed.py "$bin" diloco_auto

@@ -213,9 +213,12 @@ LAYOUTS = {"fsdp2": ["--fsdp", "2"], "tp2": ["--tp", "2"], "fsdp2tp2": ["--fsdp"
            "pp2-1f1b": ["--pp", "2", "--microbatches", "4", "--schedule", "1f1b"],
            "pp2-zbh1": ["--pp", "2", "--microbatches", "4", "--schedule", "zb-h1"],
            "pp2tp2": ["--pp", "2", "--tp", "2", "--microbatches", "4", "--schedule", "1f1b"],
-           "pp2fsdp2": ["--pp", "2", "--fsdp", "2", "--microbatches", "4", "--schedule", "1f1b"]}
+           "pp2fsdp2": ["--pp", "2", "--fsdp", "2", "--microbatches", "4", "--schedule", "1f1b"],
+           "rc-fsdp2tp2": ["--fsdp", "2", "--tp", "2", "--recompute", "block"],
+           "rc-pp2-zbh1": ["--pp", "2", "--microbatches", "4", "--schedule", "zb-h1", "--recompute", "block"]}
 SHARDED = ["fsdp2", "tp2", "fsdp2tp2"]
 PIPELINED = ["pp2-gpipe", "pp2-1f1b", "pp2-zbh1", "pp2tp2", "pp2fsdp2"]
+RECOMPUTED = ["rc-fsdp2tp2", "rc-pp2-zbh1"]  # --recompute block: the same losses as without
 
 
 def sharded_args(data, steps, device, layout):
@@ -261,6 +264,10 @@ def sharded(bindir):
 
 def pipeline(bindir):
     layouts_on_gpu(bindir, PIPELINED, save=True)
+
+
+def recompute(bindir):
+    layouts_on_gpu(bindir, RECOMPUTED)
 
 
 def pipeline_kill(bindir):
@@ -420,4 +427,5 @@ def diloco_auto(bindir):
 if __name__ == "__main__":
     main_scenarios({"parity": parity, "kill": kill, "ranks2": ranks2, "checkpoint": checkpoint, "sharded": sharded,
                     "sharded_kill": sharded_kill, "sharded_checkpoint": sharded_checkpoint, "pipeline": pipeline,
-                    "pipeline_kill": pipeline_kill, "diloco": diloco, "diloco_auto": diloco_auto})
+                    "pipeline_kill": pipeline_kill, "recompute": recompute, "diloco": diloco,
+                    "diloco_auto": diloco_auto})

@@ -11,8 +11,10 @@
  *   - training: 10 steps of clip + AdamW (weight decay on matrices only),
  *     losses and norms step by step, then parameters and both moments;
  *   - reproducibility: a second GPU model replaying the 10 steps gives
- *     bitwise identical losses and parameters;
- *   - bf16 math (run_bf16): training close to the CPU's, and reproducible.
+ *     bitwise identical losses and parameters, and a third with block
+ *     recomputation too;
+ *   - bf16 math (run_bf16): training close to the CPU's, and reproducible
+ *     (the replay recomputes).
  * Tolerances are relative to the largest magnitude in each tensor (the rule
  * of the CPU model's reference test, tests/model/test_reference.c): loose
  * enough for FP32 summed in another order, tight enough that a wrong formula,
@@ -214,6 +216,30 @@ static void run_config(const char *name, const px_gpt_config_t *cfg, int B, int 
     snprintf(tag, sizeof tag, "%s replay params", name);
     gt_same(tag, gp2, gp, np);
 
+    /* ---- block recomputation: the same steps, bitwise ---- */
+    px_gpt_cuda_t *gpu3 = px_gpt_cuda_new(cfg);
+    if (!gpu3 || px_gpt_cuda_set_recompute(gpu3, 1) != 0) exit(1);
+    px_gpt_cuda_upload(gpu3, PX_GPT_CUDA_PARAMS, init, np);
+    for (int s = 0; s < STEPS; s++) {
+        float gn = 0;
+        replay[s] = train_step(NULL, gpu3, bx[s], by[s], B, T, s + 1, NULL, NULL, &gn);
+    }
+    snprintf(tag, sizeof tag, "%s recompute losses", name);
+    gt_same(tag, replay, gpu_losses, STEPS);
+    float *gp3 = download(gpu3, PX_GPT_CUDA_PARAMS, np);
+    snprintf(tag, sizeof tag, "%s recompute params", name);
+    gt_same(tag, gp3, gp, np);
+    snprintf(tag, sizeof tag, "%s recompute 2 refused", name);
+    gt_checks++;
+    if (px_gpt_cuda_set_recompute(gpu3, 2) == -1) {
+        printf("ok   %s\n", tag);
+    } else {
+        printf("FAIL %s\n", tag);
+        gt_failures++;
+    }
+    free(gp3);
+    px_gpt_cuda_destroy(&gpu3);
+
     for (int s = 0; s < STEPS; s++) {
         free(bx[s]);
         free(by[s]);
@@ -246,7 +272,7 @@ static void run_bf16(const char *name, const px_gpt_config_t *cfg, int B, int T)
     px_gpt_t *cpu = px_gpt_new(cfg, 1337);
     size_t np = cpu->num_params, BT = (size_t)B * T;
     px_gpt_cuda_t *gpu = px_gpt_cuda_new(cfg), *gpu2 = px_gpt_cuda_new(cfg);
-    if (!gpu || !gpu2) exit(1);
+    if (!gpu || !gpu2 || px_gpt_cuda_set_recompute(gpu2, 1) != 0) exit(1); /* the replay recomputes */
     float *zeros = (float *)calloc(np, sizeof(float));
     px_gpt_cuda_t *both[2] = {gpu, gpu2};
     for (int i = 0; i < 2; i++) {

@@ -7,9 +7,8 @@ does not retry) and a message that names the problem. Runs on every machine.
      tests/gpu's test_cuda_available prints it; in a build without CUDA it
      says "built without CUDA". (On a machine with a usable GPU this case
      cannot happen and is reported as not checked.)
-  2. --device cuda with --recompute block: the GPU model has no activation
-     recomputation, on any machine; --pp/--fsdp/--tp with --device cuda are
-     not refused for the layout (without a GPU they get case 1's reason).
+  2. --device cuda with --recompute block, or with --pp/--fsdp/--tp, is not
+     refused for that (without a GPU they get case 1's reason).
   3. --device cuda with --bucket-mb > 0: the bucketed reduction is CPU-only.
   4. --device with a bad value names the accepted ones.
   5. --precision bf16 and --tf32 need --device cuda (the CPU path computes
@@ -63,15 +62,14 @@ def test(bindir):
               "built without CUDA: the message says so: %r" % err)
     print("--device cuda without a usable GPU: %s" % (err if why is not None else "(GPU present)"))
 
-    rc, err = worker(bindir, "--device", "cuda", "--recompute", "block")
-    check(rc == 2 and err.startswith(PREFIX) and "no activation recomputation" in err,
-          "--recompute block with --device cuda: exit 2 and the reason, got %d: %r" % (rc, err))
-    rc, err = worker(bindir, "--device", "cuda", "--ranks-per-group", "8", "--pp", "2", "--fsdp", "2", "--tp", "2")
-    if why is None:
-        print("not checked: a usable GPU is present, so --pp/--fsdp/--tp with --device cuda would start")
-    else:
-        check(rc == 2 and "not built yet" not in err and ("built without CUDA" in err or why in err),
-              "--pp/--fsdp/--tp with --device cuda: refused only for want of a GPU, got %d: %r" % (rc, err))
+    for what, args in (("--recompute block", ["--recompute", "block"]),
+                       ("--pp/--fsdp/--tp", ["--ranks-per-group", "8", "--pp", "2", "--fsdp", "2", "--tp", "2"])):
+        rc, err = worker(bindir, "--device", "cuda", *args)
+        if why is None:
+            print("not checked: a usable GPU is present, so %s with --device cuda would start" % what)
+        else:
+            check(rc == 2 and "not built yet" not in err and ("built without CUDA" in err or why in err),
+                  "%s with --device cuda: refused only for want of a GPU, got %d: %r" % (what, rc, err))
     rc, err = worker(bindir, "--device", "cuda", "--bucket-mb", "1")
     check(rc == 2 and err.startswith(PREFIX) and "--bucket-mb" in err and "CPU-only" in err,
           "--bucket-mb with --device cuda: exit 2 and the reason, got %d: %r" % (rc, err))
