@@ -61,14 +61,21 @@ static uint32_t alignment_of(const void *p) {
     return al;
 }
 
-/* A cuBLASLt plan for one shape, pointer alignment and compute type: the
- * descriptor, the three layouts and the heuristic's algorithm (found 0:
+/* What a cuBLASLt plan computes (row-major names; W is (OC,C), x (BT,C)):
+ *   LT_BIAS   out (BT,OC) = x W^T + bias
+ *   LT_GELU   out = GELU(x W^T + bias), with aux = x W^T + bias (GELU's input)
+ *   LT_DGELU  out (BT,C) = (dout (BT,OC) W) * GELU'(aux), aux (BT,C) */
+typedef enum { LT_BIAS, LT_GELU, LT_DGELU } lt_kind_t;
+
+/* A cuBLASLt plan for one kind, shape, pointer alignment and compute type:
+ * the descriptor, the three layouts and the heuristic's algorithm (found 0:
  * cuBLASLt has none, the caller falls back). Created on first use and kept:
- * a training step asks for the same few shapes every time. The bias pointer
- * is the one attribute set per call. */
+ * a training step asks for the same few shapes every time. The bias and aux
+ * pointers are the attributes set per call. */
 typedef struct {
+    lt_kind_t kind;
     int BT, C, OC;
-    uint32_t al_a, al_b, al_d, al_bias;
+    uint32_t al_a, al_b, al_d, al_bias, al_aux;
     cublasComputeType_t compute;
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, ld;
@@ -87,21 +94,45 @@ static void plan_free(lt_plan_t *p) {
     PX_CUBLAS_CHECK(cublasLtMatmulDescDestroy(p->desc));
 }
 
-static void plan_make(lt_plan_t *p, const float *bias) {
+static void set_attr(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, const void *v, size_t n) {
+    PX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, attr, v, n));
+}
+
+/* The per-call pointers: the bias (not LT_DGELU) and the aux matrix (not LT_BIAS). */
+static void set_pointers(const lt_plan_t *p, const float *bias, const float *aux) {
+    if (p->kind != LT_DGELU) set_attr(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+    if (p->kind != LT_BIAS) set_attr(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux);
+}
+
+static void plan_make(lt_plan_t *p, const float *bias, const float *aux) {
     cublasLtHandle_t lt = px_cuda_lt();
     size_t ws_bytes = 0;
     px_cuda_lt_workspace(&ws_bytes);
     PX_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, p->compute, CUDA_R_32F));
-    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-    PX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-    PX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-    PX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    int fwd = p->kind != LT_DGELU;
+    cublasOperation_t ta = fwd ? CUBLAS_OP_T : CUBLAS_OP_N, tb = CUBLAS_OP_N;
+    cublasLtEpilogue_t epi = p->kind == LT_BIAS   ? CUBLASLT_EPILOGUE_BIAS
+                             : p->kind == LT_GELU ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                                                  : CUBLASLT_EPILOGUE_DGELU;
+    set_attr(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
+    set_attr(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
+    set_attr(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+    if (p->kind != LT_BIAS) { /* aux has D's shape: its leading dimension is D's rows */
+        int64_t aux_ld = fwd ? p->OC : p->C;
+        set_attr(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld);
+    }
 
-    /* Stored (column-major) shapes, before the transpose ops. */
+    /* Stored (column-major) shapes, before the transpose ops. Forward:
+     * A = W as (C x OC), B = x as (C x BT), D (OC x BT). DGELU: A = W as
+     * (C x OC), B = dout as (OC x BT), D (C x BT). */
     PX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->la, CUDA_R_32F, (uint64_t)p->C, (uint64_t)p->OC, p->C));
-    PX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_32F, (uint64_t)p->C, (uint64_t)p->BT, p->C));
-    PX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->ld, CUDA_R_32F, (uint64_t)p->OC, (uint64_t)p->BT, p->OC));
+    if (fwd) {
+        PX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_32F, (uint64_t)p->C, (uint64_t)p->BT, p->C));
+        PX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->ld, CUDA_R_32F, (uint64_t)p->OC, (uint64_t)p->BT, p->OC));
+    } else {
+        PX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_32F, (uint64_t)p->OC, (uint64_t)p->BT, p->OC));
+        PX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->ld, CUDA_R_32F, (uint64_t)p->C, (uint64_t)p->BT, p->C));
+    }
 
     cublasLtMatmulPreference_t pref;
     PX_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -116,10 +147,9 @@ static void plan_make(lt_plan_t *p, const float *bias) {
                                                          &p->al_d, sizeof p->al_d));
     PX_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                                          &p->al_d, sizeof p->al_d));
-    /* Asked with this call's bias; later calls share the plan only with a
-     * bias of the same alignment (al_bias is part of the key). */
-    PX_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    /* Asked with this call's pointers; later calls share the plan only with
+     * pointers of the same alignment (al_bias and al_aux are in the key). */
+    set_pointers(p, bias, aux);
     cublasLtMatmulHeuristicResult_t result;
     int found = 0;
     cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt, p->desc, p->la, p->lb, p->ld, p->ld, pref, 1, &result,
@@ -128,20 +158,20 @@ static void plan_make(lt_plan_t *p, const float *bias) {
     if (p->found) p->algo = result.algo;
     else if (st != CUBLAS_STATUS_NOT_SUPPORTED && st != CUBLAS_STATUS_SUCCESS)
         /* Anything but "no algorithm" is unexpected; the fallback still works. */
-        px_log_warn("cublaslt_heuristic_failed status=%d error=\"%s\" fallback=sgemm", (int)st,
-                    cublasGetStatusString(st));
+        px_log_warn("cublaslt_heuristic_failed kind=%d status=%d error=\"%s\" fallback=separate_kernels", (int)p->kind,
+                    (int)st, cublasGetStatusString(st));
     PX_CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
 }
 
-static const lt_plan_t *plan_for(int BT, int C, int OC, const float *weight, const float *inp, const float *out,
-                                 const float *bias) {
+static const lt_plan_t *plan_for(lt_kind_t kind, int BT, int C, int OC, const float *weight, const float *inp,
+                                 const float *out, const float *bias, const float *aux) {
     cublasComputeType_t compute = px_cuda_compute_type();
     uint32_t al_a = alignment_of(weight), al_b = alignment_of(inp), al_d = alignment_of(out),
-             al_bias = alignment_of(bias);
+             al_bias = bias ? alignment_of(bias) : 0, al_aux = aux ? alignment_of(aux) : 0;
     for (int i = 0; i < g_nplans; i++) {
         const lt_plan_t *p = &g_plans[i];
-        if (p->BT == BT && p->C == C && p->OC == OC && p->al_a == al_a && p->al_b == al_b && p->al_d == al_d &&
-            p->al_bias == al_bias && p->compute == compute)
+        if (p->kind == kind && p->BT == BT && p->C == C && p->OC == OC && p->al_a == al_a && p->al_b == al_b &&
+            p->al_d == al_d && p->al_bias == al_bias && p->al_aux == al_aux && p->compute == compute)
             return p;
     }
     lt_plan_t *p;
@@ -152,9 +182,9 @@ static const lt_plan_t *plan_for(int BT, int C, int OC, const float *weight, con
         plan_free(p);
     }
     memset(p, 0, sizeof *p);
-    p->BT = BT, p->C = C, p->OC = OC, p->compute = compute;
-    p->al_a = al_a, p->al_b = al_b, p->al_d = al_d, p->al_bias = al_bias;
-    plan_make(p, bias);
+    p->kind = kind, p->BT = BT, p->C = C, p->OC = OC, p->compute = compute;
+    p->al_a = al_a, p->al_b = al_b, p->al_d = al_d, p->al_bias = al_bias, p->al_aux = al_aux;
+    plan_make(p, bias, aux);
     return p;
 }
 
@@ -164,16 +194,16 @@ void px_cuda_lt_plans_free(void) {
     g_next_evict = 0;
 }
 
-/* out = inp @ weight^T + bias through cuBLASLt. Returns 0 when done, -1 when
- * cuBLASLt has no algorithm for these pointers/shapes (nothing was written). */
-static int matmul_forward_lt(float *out, const float *inp, const float *weight, const float *bias,
-                             int BT, int C, int OC, cudaStream_t stream) {
-    const lt_plan_t *p = plan_for(BT, C, OC, weight, inp, out, bias);
+/* One plan's matmul (inp: x for the forward kinds, dout for LT_DGELU).
+ * Returns 0 when done, -1 when cuBLASLt has no algorithm (the caller falls
+ * back to separate kernels). */
+static int lt_matmul(lt_kind_t kind, float *out, const float *inp, const float *weight, const float *bias,
+                     const float *aux, int BT, int C, int OC, cudaStream_t stream) {
+    const lt_plan_t *p = plan_for(kind, BT, C, OC, weight, inp, out, bias, aux);
     if (!p->found) return -1;
     size_t ws_bytes = 0;
     void *ws = px_cuda_lt_workspace(&ws_bytes);
-    PX_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    set_pointers(p, bias, aux);
     const float alpha = 1.0f, beta = 0.0f;
     PX_CUBLAS_CHECK(cublasLtMatmul(px_cuda_lt(), p->desc, &alpha, weight, p->la, inp, p->lb, &beta, out, p->ld,
                                    out, p->ld, &p->algo, ws, ws_bytes, stream));
@@ -213,7 +243,7 @@ extern "C" void matmul_forward_cuda(float *out, const float *inp, const float *w
                                     cudaStream_t stream) {
     int BT = B * T;
     if (bias && px_cuda_lt_enabled() &&
-        matmul_forward_lt(out, inp, weight, bias, BT, C, OC, stream) == 0)
+        lt_matmul(LT_BIAS, out, inp, weight, bias, NULL, BT, C, OC, stream) == 0)
         return;
     px_cuda_gemm(stream, CUBLAS_OP_T, CUBLAS_OP_N, OC, BT, C, 1.0f, weight, C, inp, C, 0.0f, out, OC);
     if (bias) {
@@ -252,4 +282,20 @@ extern "C" void matmul_backward_set_cuda(float *dinp, float *dweight, float *dbi
                                          const float *inp, const float *weight, int B, int T, int C, int OC,
                                          cudaStream_t stream) {
     backward(dinp, 0.0f, dweight, dbias, dout, scale, inp, weight, B * T, C, OC, stream);
+}
+
+extern "C" void matmul_forward_gelu_cuda(float *out, float *pre, const float *inp, const float *weight,
+                                         const float *bias, int B, int T, int C, int OC, cudaStream_t stream) {
+    int BT = B * T;
+    if (px_cuda_lt_enabled() && lt_matmul(LT_GELU, out, inp, weight, bias, pre, BT, C, OC, stream) == 0) return;
+    matmul_forward_cuda(pre, inp, weight, bias, B, T, C, OC, stream);
+    gelu_forward_cuda(out, pre, (size_t)BT * OC, stream);
+}
+
+extern "C" void matmul_backward_dgelu_cuda(float *dinp, const float *dout, const float *pre, const float *weight,
+                                           int B, int T, int C, int OC, cudaStream_t stream) {
+    int BT = B * T;
+    if (px_cuda_lt_enabled() && lt_matmul(LT_DGELU, dinp, dout, weight, NULL, pre, BT, C, OC, stream) == 0) return;
+    matmul_backward_set_cuda(dinp, NULL, NULL, dout, 1.0f, NULL, weight, B, T, C, OC, stream);
+    gelu_backward_inplace_cuda(dinp, pre, (size_t)BT * C, stream);
 }

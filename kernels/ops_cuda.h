@@ -112,6 +112,17 @@ void matmul_forward_cuda(float *out, const float *inp, const float *weight, cons
 void matmul_backward_cuda(float *dinp, float *dweight, float *dbias, const float *dout,
                           const float *inp, const float *weight, int B, int T, int C, int OC,
                           cudaStream_t stream);
+/* out (B,T,OC) = GELU(pre), pre = inp @ weight^T + bias (both written),
+ * in one cuBLASLt matmul when cuBLASLt offers its GELU epilogue for the
+ * shape, else matmul_forward_cuda then gelu_forward_cuda. cuBLASLt's GELU
+ * (tanh form) need not round as px_gelu does. */
+void matmul_forward_gelu_cuda(float *out, float *pre, const float *inp, const float *weight, const float *bias, int B,
+                              int T, int C, int OC, cudaStream_t stream);
+/* dinp (B,T,C) = (dout @ weight) * GELU'(pre) (overwritten), pre (B,T,C)
+ * the GELU's input: one cuBLASLt matmul with its DGELU epilogue, else
+ * matmul_backward_set_cuda then gelu_backward_inplace_cuda. */
+void matmul_backward_dgelu_cuda(float *dinp, const float *dout, const float *pre, const float *weight, int B, int T,
+                                int C, int OC, cudaStream_t stream);
 /* The same for the output gradient scale * dout, with dinp overwritten (=),
  * not accumulated: no zeroing first. dweight and dbias still accumulate. */
 void matmul_backward_set_cuda(float *dinp, float *dweight, float *dbias, const float *dout, float scale,

@@ -98,7 +98,8 @@ struct px_gpt_cuda {
     px_gpt_stage_t stage;   /* the whole model unless px_gpt_cuda_set_stage */
     int split;              /* the backward may run as two halves */
     int flash;              /* attention by the fused kernels (bf16 math, a head size they take) */
-    int fused_ce;           /* the loss and its gradient in one pass at the forward (bf16 math) */
+    int fused;              /* bf16 math: the classifier's loss and gradient in one pass at the forward, and
+                             * the MLP's GELU (and its gradient) in cuBLASLt epilogues */
     int recompute;          /* block recomputation (px_gpt_cuda_set_recompute) */
     float mean_loss;
     cudaStream_t stream;
@@ -271,7 +272,7 @@ static px_gpt_cuda_t *new_bare(const px_gpt_config_t *cfg, px_gpt_tp_t tp) {
     self->mean_loss = -1.0f;
     px_cuda_ops_init();
     self->flash = px_cuda_ops_math() == PX_CUDA_MATH_BF16 && flash_attention_supported(cfg->channels / cfg->num_heads);
-    self->fused_ce = px_cuda_ops_math() == PX_CUDA_MATH_BF16;
+    self->fused = px_cuda_ops_math() == PX_CUDA_MATH_BF16;
     PX_CUDA_CHECK(cudaStreamCreateWithFlags(&self->stream, cudaStreamNonBlocking));
     return self;
 }
@@ -479,8 +480,12 @@ static int layer_forward_with(px_gpt_cuda_t *self, acts_t *a, dims_t d, int i, c
     if (tp_sum(self, a->proj, BT * C) != 0) return -1;
     residual_forward_cuda(x.residual2, x.residual, a->proj, BT * C, st);
     layernorm_forward_cuda(x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, p.ln2w, p.ln2b, B, T, C, st);
-    matmul_forward_cuda(x.fch, x.ln2, p.fcw, p.fcb, B, T, C, d.H, st);
-    gelu_forward_cuda(x.fch_gelu, x.fch, BT * d.H, st);
+    if (self->fused) {
+        matmul_forward_gelu_cuda(x.fch_gelu, x.fch, x.ln2, p.fcw, p.fcb, B, T, C, d.H, st);
+    } else {
+        matmul_forward_cuda(x.fch, x.ln2, p.fcw, p.fcb, B, T, C, d.H, st);
+        gelu_forward_cuda(x.fch_gelu, x.fch, BT * d.H, st);
+    }
     matmul_forward_cuda(a->proj, x.fch_gelu, p.fcprojw, tp0 ? p.fcprojb : NULL, B, T, d.H, C, st);
     if (tp_sum(self, a->proj, BT * C) != 0) return -1;
     residual_forward_cuda(x.residual3, x.residual2, a->proj, BT * C, st);
@@ -549,7 +554,7 @@ static float stage_forward(px_gpt_cuda_t *self, acts_t *a, const int *inputs, co
         return -1.0f;
     }
     PX_CUDA_CHECK(cudaMemcpyAsync(a->targets, targets, BT * sizeof(int), cudaMemcpyHostToDevice, st));
-    if (self->fused_ce) { /* the backward's gradient now, for loss scale 1 (the backward scales it) */
+    if (self->fused) { /* the backward's gradient now, for loss scale 1 (the backward scales it) */
         crossentropy_fused_cuda(a->losses, a->lse, a->logits, a->targets, 1.0f / (float)BT, B, T, V, Vp, st);
         a->have_dlogits = 1;
     } else {
@@ -605,9 +610,16 @@ static int layer_backward(px_gpt_cuda_t *self, acts_t *a, dims_t d, int i, bwd_p
     /* residual3 = residual2 + fcproj passes dres to both. */
     if (!w) PX_CUDA_CHECK(cudaMemcpyAsync(x.dfcproj, a->dres, BT * C * sizeof(float), cudaMemcpyDeviceToDevice, st));
     /* The input gradients below are written (=), not added: nothing to zero first. */
-    matmul_backward_set_cuda(a->d4a, w ? g.fcprojw : NULL, w ? g.fcprojb : NULL, a->dres, 1.0f, x.fch_gelu, p.fcprojw,
-                             B, T, d.H, C, st);
-    gelu_backward_inplace_cuda(a->d4a, x.fch, BT * d.H, st); /* d4a: d(fch) */
+    if (self->fused) { /* d4a: d(fch), by the GEMM's GELU-gradient epilogue */
+        matmul_backward_dgelu_cuda(a->d4a, a->dres, x.fch, p.fcprojw, B, T, d.H, C, st);
+        if (w)
+            matmul_backward_set_cuda(NULL, g.fcprojw, g.fcprojb, a->dres, 1.0f, x.fch_gelu, p.fcprojw, B, T, d.H, C,
+                                     st);
+    } else {
+        matmul_backward_set_cuda(a->d4a, w ? g.fcprojw : NULL, w ? g.fcprojb : NULL, a->dres, 1.0f, x.fch_gelu,
+                                 p.fcprojw, B, T, d.H, C, st);
+        gelu_backward_inplace_cuda(a->d4a, x.fch, BT * d.H, st); /* d4a: d(fch) */
+    }
     if (!w) PX_CUDA_CHECK(cudaMemcpyAsync(x.dfc, a->d4a, BT * d.H * sizeof(float), cudaMemcpyDeviceToDevice, st));
     matmul_backward_set_cuda(a->dbtc, w ? g.fcw : NULL, w ? g.fcb : NULL, a->d4a, 1.0f, x.ln2, p.fcw, B, T, C, d.H,
                              st);

@@ -4,7 +4,10 @@
  * as cuBLAS does), sums in float in k order. The compute type is honoured
  * where it changes the numbers: FAST_16BF rounds each input element to
  * bf16 and FAST_TF32 to TF32 (nearest even) before the product, which is
- * what the tensor cores see; the sum stays FP32. Speed is not modelled. */
+ * what the tensor cores see; the sum stays FP32. The GELU epilogues use
+ * the tanh form, GELU(x) = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))),
+ * in float. Speed is not modelled. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,7 +67,21 @@ struct gemm_t {
     long long ldc, ldd;
     cublasComputeType_t compute;
     const float *bias; /* per row of D, or NULL */
+    int epilogue;      /* 0 none, 1 GELU (aux = its input), 2 GELU' (aux: the input) */
+    float *aux;
+    long long ldaux;
 };
+
+float gelu_tanh(float x) {
+    const float k = 0.7978845608f; /* sqrt(2/pi) */
+    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+}
+
+float gelu_tanh_grad(float x) {
+    const float k = 0.7978845608f;
+    float u = k * (x + 0.044715f * x * x * x), t = tanhf(u);
+    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * k * (1.0f + 3.0f * 0.044715f * x * x);
+}
 
 cublasStatus_t run_gemm(const gemm_t &g) {
     if (g.m < 0 || g.n < 0 || g.k < 0) return CUBLAS_STATUS_INVALID_VALUE;
@@ -88,6 +105,9 @@ cublasStatus_t run_gemm(const gemm_t &g) {
             float v = g.alpha * acc;
             if (g.beta != 0.0f) v += g.beta * load(g.C, g.dt, (size_t)i + (size_t)j * g.ldc);
             if (g.bias) v += g.bias[i];
+            size_t ai = (size_t)i + (size_t)j * g.ldaux;
+            if (g.epilogue == 1) g.aux[ai] = v, v = gelu_tanh(v);
+            if (g.epilogue == 2) v *= gelu_tanh_grad(g.aux[ai]);
             size_t di = (size_t)i + (size_t)j * g.ldd;
             if (g.dt == CUDA_R_32F) ((float *)g.D)[di] = v;
             else store_bf16(g.D, di, v);
@@ -102,6 +122,8 @@ struct desc_t {
     cublasOperation_t ta, tb;
     cublasLtEpilogue_t epilogue;
     const float *bias;
+    float *aux;
+    int64_t aux_ld;
 };
 struct layout_t {
     cudaDataType_t type;
@@ -153,7 +175,7 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t, cublasOperation_t ta, 
                     (const char *)A + (size_t)i * sa * elem_bytes(at), at, lda,
                     (const char *)B + (size_t)i * sb * elem_bytes(bt), bt, ldb,
                     (char *)C + (size_t)i * sc * elem_bytes(ct), (char *)C + (size_t)i * sc * elem_bytes(ct), ct,
-                    ldc, ldc, compute, NULL};
+                    ldc, ldc, compute, NULL, 0, NULL, 0};
         cublasStatus_t st = run_gemm(g);
         if (st != CUBLAS_STATUS_SUCCESS) return st;
     }
@@ -195,6 +217,8 @@ cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeTy
     (*d)->ta = (*d)->tb = CUBLAS_OP_N;
     (*d)->epilogue = CUBLASLT_EPILOGUE_DEFAULT;
     (*d)->bias = NULL;
+    (*d)->aux = NULL;
+    (*d)->aux_ld = 0;
     return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
@@ -210,6 +234,8 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMa
     case CUBLASLT_MATMUL_DESC_TRANSB: dst = &d->tb, want = sizeof d->tb; break;
     case CUBLASLT_MATMUL_DESC_EPILOGUE: dst = &d->epilogue, want = sizeof d->epilogue; break;
     case CUBLASLT_MATMUL_DESC_BIAS_POINTER: dst = &d->bias, want = sizeof d->bias; break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: dst = &d->aux, want = sizeof d->aux; break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: dst = &d->aux_ld, want = sizeof d->aux_ld; break;
     default: return CUBLAS_STATUS_NOT_SUPPORTED;
     }
     if (size != want) return CUBLAS_STATUS_INVALID_VALUE;
@@ -239,12 +265,15 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t, 
                                                     const void *, size_t) {
     return CUBLAS_STATUS_SUCCESS;
 }
-cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t, cublasLtMatrixLayout_t,
-                                              cublasLtMatrixLayout_t, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t,
+                                              cublasLtMatrixLayout_t, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t dl,
                                               cublasLtMatmulPreference_t, int want,
                                               cublasLtMatmulHeuristicResult_t *results, int *found) {
     if (want < 1) return CUBLAS_STATUS_INVALID_VALUE;
     memset(results, 0, sizeof *results);
+    *found = 0;
+    int aux = d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || d->epilogue == CUBLASLT_EPILOGUE_DGELU;
+    if (aux && (d->aux_ld % 8 != 0 || d->aux_ld < (int64_t)dl->rows)) return CUBLAS_STATUS_NOT_SUPPORTED;
     *found = 1;
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -257,11 +286,14 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const vo
     int ka = (int)(d->tb == CUBLAS_OP_N ? b->rows : b->cols);
     int ma = (int)(d->ta == CUBLAS_OP_N ? a->rows : a->cols), nb = (int)(d->tb == CUBLAS_OP_N ? b->cols : b->rows);
     if (k != ka || m != ma || n != nb || c->rows != dl->rows || c->cols != dl->cols) return CUBLAS_STATUS_INVALID_VALUE;
-    if (d->epilogue != CUBLASLT_EPILOGUE_DEFAULT && d->epilogue != CUBLASLT_EPILOGUE_BIAS)
-        return CUBLAS_STATUS_NOT_SUPPORTED;
+    int epi = d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ? 1 : d->epilogue == CUBLASLT_EPILOGUE_DGELU ? 2 : 0;
+    int with_bias = d->epilogue == CUBLASLT_EPILOGUE_BIAS || d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    if (d->epilogue != CUBLASLT_EPILOGUE_DEFAULT && !with_bias && !epi) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if ((with_bias && !d->bias) || (epi && (!d->aux || d->aux_ld < m || d->aux_ld % 8 != 0)))
+        return CUBLAS_STATUS_INVALID_VALUE; /* as documented: the aux leading dimension a multiple of 8, >= rows */
     gemm_t g = {d->ta, d->tb, m, n, k, *(const float *)alpha, *(const float *)beta, A, a->type, a->ld, B, b->type,
-                b->ld, C, D, dl->type, c->ld, dl->ld, d->compute,
-                d->epilogue == CUBLASLT_EPILOGUE_BIAS ? d->bias : NULL};
+                b->ld, C, D, dl->type, c->ld, dl->ld, d->compute, with_bias ? d->bias : NULL, epi, d->aux,
+                d->aux_ld};
     return run_gemm(g);
 }
 }

@@ -246,6 +246,48 @@ static void matmul_backward_case(const shape_t *s, int OC, int with_dinp, int wi
     for (size_t i = 0; i < sizeof dfrees / sizeof dfrees[0]; i++) cudaFree(dfrees[i]);
 }
 
+/* The GELU epilogues (matmul_forward_gelu_cuda, matmul_backward_dgelu_cuda)
+ * against the CPU's matmul then GELU, and GELU' times the matmul backward;
+ * cuBLASLt's GELU need not round as px_gelu does: 1e-5 of the largest. */
+static void matmul_gelu_case(const shape_t *s, int lt) {
+    char tag[160];
+    px_cuda_ops_set_lt(lt); /* 0: the fallback, separate kernels */
+    int B = s->B, T = s->T, C = s->C, H = 4 * s->C;
+    size_t BT = (size_t)B * T;
+    float *inp = gt_random(BT * C, 1.0f), *w = gt_random((size_t)H * C, 0.5f), *bias = gt_random(H, 0.5f);
+    float *pre = (float *)malloc(BT * H * sizeof(float)), *out = (float *)malloc(BT * H * sizeof(float));
+    if (!pre || !out) exit(1);
+    matmul_forward(pre, inp, w, bias, B, T, C, H);
+    gelu_forward(out, pre, BT * H);
+    float *d_inp = gt_upf(inp, BT * C), *d_w = gt_upf(w, (size_t)H * C), *d_bias = gt_upf(bias, H);
+    float *d_pre = gt_upf(out, BT * H), *d_out = gt_upf(pre, BT * H); /* each starts as the other: garbage */
+    matmul_forward_gelu_cuda(d_out, d_pre, d_inp, d_w, d_bias, B, T, C, H, 0);
+    float *g_out = gt_down(d_out, BT * H), *g_pre = gt_down(d_pre, BT * H);
+    TAG(tag, s, lt ? "matmul_forward_gelu pre" : "matmul_forward_gelu pre (lt off)");
+    gt_close(tag, g_pre, pre, BT * H, 1e-5, 0);
+    TAG(tag, s, lt ? "matmul_forward_gelu out" : "matmul_forward_gelu out (lt off)");
+    gt_close(tag, g_out, out, BT * H, 1e-5, 0);
+
+    /* backward through the second projection (H -> C) and the GELU */
+    float *w2 = gt_random((size_t)C * H, 0.5f), *dout = gt_random(BT * C, 1.0f);
+    float *dact = (float *)calloc(BT * H, sizeof(float)), *dpre = (float *)calloc(BT * H, sizeof(float));
+    float *dw2 = (float *)calloc((size_t)C * H, sizeof(float));
+    if (!dact || !dpre || !dw2) exit(1);
+    matmul_backward(dact, dw2, NULL, dout, out, w2, B, T, H, C);
+    gelu_backward(dpre, pre, dact, BT * H);
+    float *d_w2 = gt_upf(w2, (size_t)C * H), *d_dout = gt_upf(dout, BT * C), *d_dpre = gt_upf(out, BT * H);
+    GT_CUDA(cudaMemcpy(d_pre, pre, BT * H * sizeof(float), cudaMemcpyHostToDevice));
+    matmul_backward_dgelu_cuda(d_dpre, d_dout, d_pre, d_w2, B, T, H, C, 0);
+    float *g_dpre = gt_down(d_dpre, BT * H);
+    TAG(tag, s, lt ? "matmul_backward_dgelu dpre" : "matmul_backward_dgelu dpre (lt off)");
+    gt_close(tag, g_dpre, dpre, BT * H, 1e-5, 0);
+    float *frees[] = {inp, w, bias, pre, out, g_out, g_pre, w2, dout, dact, dpre, dw2, g_dpre};
+    for (size_t i = 0; i < sizeof frees / sizeof frees[0]; i++) free(frees[i]);
+    float *dfrees[] = {d_inp, d_w, d_bias, d_pre, d_out, d_w2, d_dout, d_dpre};
+    for (size_t i = 0; i < sizeof dfrees / sizeof dfrees[0]; i++) cudaFree(dfrees[i]);
+    px_cuda_ops_set_lt(1);
+}
+
 static void test_matmul(const shape_t *s) {
     matmul_forward_case(s, 3 * s->C, 1, 1, 0);
     matmul_forward_case(s, 3 * s->C, 1, 0, 0);
@@ -256,6 +298,8 @@ static void test_matmul(const shape_t *s) {
     matmul_backward_case(s, s->Vp, 1, 0, 0);
     matmul_backward_case(s, s->C, 0, 1, 0);
     matmul_backward_case(s, 4 * s->C, 1, 0, 1);
+    matmul_gelu_case(s, 1);
+    matmul_gelu_case(s, 0);
 }
 
 /* Lower triangle of att (rows of T, keys <= t) compared; the rest ignored. */

@@ -1,6 +1,8 @@
 /* The part of cuBLASLt the ops use (kernels/matmul.cu), as the kernel
  * emulator provides it (tests/emu/cublas.cpp): one matmul with the
- * transposes, the compute type and the bias epilogue of its descriptor. */
+ * transposes, the compute type and the epilogue of its descriptor (bias;
+ * GELU with bias, its input kept in the aux matrix; the GELU gradient from
+ * an aux input). */
 #ifndef PX_EMU_CUBLASLT_H
 #define PX_EMU_CUBLASLT_H
 
@@ -26,12 +28,19 @@ typedef struct {
     float wavesCount;
     int reserved[4];
 } cublasLtMatmulHeuristicResult_t;
-typedef enum { CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_BIAS = 4 } cublasLtEpilogue_t;
+typedef enum {
+    CUBLASLT_EPILOGUE_DEFAULT = 1,
+    CUBLASLT_EPILOGUE_BIAS = 4,
+    CUBLASLT_EPILOGUE_GELU_AUX_BIAS = 164,
+    CUBLASLT_EPILOGUE_DGELU = 192
+} cublasLtEpilogue_t;
 typedef enum {
     CUBLASLT_MATMUL_DESC_TRANSA = 3,
     CUBLASLT_MATMUL_DESC_TRANSB = 4,
     CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
-    CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8
+    CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,
+    CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 11,
+    CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 12
 } cublasLtMatmulDescAttributes_t;
 typedef enum {
     CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1,
