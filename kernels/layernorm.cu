@@ -42,6 +42,40 @@ __global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, c
     }
 }
 
+/* As layernorm_forward_kernel, of the row res = a + b, which it also
+ * writes: the residual add and the LayerNorm after it in one pass. The same
+ * arithmetic in the same order as residual_forward then layernorm_forward,
+ * so the results are bitwise theirs. */
+__global__ void residual_layernorm_forward_kernel(float *res, float *out, float *mean, float *rstd, const float *a,
+                                                  const float *b, const float *weight, const float *bias, int N,
+                                                  int C) {
+    int row = blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (row >= N) return;
+    size_t off = (size_t)row * C;
+    float *x = res + off;
+    float s = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+        float v = a[off + c] + b[off + c];
+        x[c] = v;
+        s += v;
+    }
+    float mu = px_warp_sum(s) / (float)C;
+    float q = 0.0f;
+    for (int c = lane; c < C; c += 32) { /* each lane reads back only what it wrote */
+        float d = x[c] - mu;
+        q += d * d;
+    }
+    float var = px_warp_sum(q) / (float)C;
+    float rs = 1.0f / sqrtf(var + LN_EPS);
+    float *o = out + off;
+    for (int c = lane; c < C; c += 32) o[c] = (x[c] - mu) * rs * weight[c] + bias[c];
+    if (lane == 0) {
+        mean[row] = mu;
+        rstd[row] = rs;
+    }
+}
+
 #define LN_BWD_ROWS 8 /* rows per warp in the backward: N/8 partial rows */
 
 /* One warp a block, rows LN_BWD_ROWS * blockIdx.x on: for each row,
@@ -89,6 +123,16 @@ extern "C" void layernorm_forward_cuda(float *out, float *mean, float *rstd, con
     unsigned grid = (unsigned)((N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK);
     layernorm_forward_kernel<<<grid, PX_THREADS, 0, stream>>>(out, mean, rstd, inp, weight, bias,
                                                                N, C);
+    PX_CUDA_LAUNCH_CHECK();
+}
+
+extern "C" void residual_layernorm_forward_cuda(float *res, float *out, float *mean, float *rstd, const float *a,
+                                                const float *b, const float *weight, const float *bias, int B, int T,
+                                                int C, cudaStream_t stream) {
+    int N = B * T;
+    unsigned grid = (unsigned)((N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK);
+    residual_layernorm_forward_kernel<<<grid, PX_THREADS, 0, stream>>>(res, out, mean, rstd, a, b, weight, bias, N,
+                                                                        C);
     PX_CUDA_LAUNCH_CHECK();
 }
 

@@ -102,6 +102,11 @@ void encoder_backward_cuda(float *dwte, float *dwpe, const float *dout, const in
 void layernorm_forward_cuda(float *out, float *mean, float *rstd, const float *inp,
                             const float *weight, const float *bias, int B, int T, int C,
                             cudaStream_t stream);
+/* res = a + b (B,T,C), then layernorm_forward_cuda of res, in one pass;
+ * bitwise residual_forward_cuda followed by layernorm_forward_cuda. */
+void residual_layernorm_forward_cuda(float *res, float *out, float *mean, float *rstd, const float *a,
+                                     const float *b, const float *weight, const float *bias, int B, int T, int C,
+                                     cudaStream_t stream);
 void layernorm_backward_cuda(float *dinp, float *dweight, float *dbias, const float *dout,
                              const float *inp, const float *weight, const float *mean,
                              const float *rstd, int B, int T, int C, cudaStream_t stream);

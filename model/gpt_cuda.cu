@@ -478,8 +478,8 @@ static int layer_forward_with(px_gpt_cuda_t *self, acts_t *a, dims_t d, int i, c
     else attention_forward_cuda(x.atty, x.att, x.qkv, B, T, d.Ca, d.NHa, st);
     matmul_forward_cuda(a->proj, x.atty, p.attprojw, tp0 ? p.attprojb : NULL, B, T, d.Ca, C, st);
     if (tp_sum(self, a->proj, BT * C) != 0) return -1;
-    residual_forward_cuda(x.residual2, x.residual, a->proj, BT * C, st);
-    layernorm_forward_cuda(x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, p.ln2w, p.ln2b, B, T, C, st);
+    residual_layernorm_forward_cuda(x.residual2, x.ln2, x.ln2_mean, x.ln2_rstd, x.residual, a->proj, p.ln2w, p.ln2b,
+                                    B, T, C, st);
     if (self->fused) {
         matmul_forward_gelu_cuda(x.fch_gelu, x.fch, x.ln2, p.fcw, p.fcb, B, T, C, d.H, st);
     } else {

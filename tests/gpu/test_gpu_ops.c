@@ -126,6 +126,32 @@ static void test_layernorm(const shape_t *s) {
     TAG(tag, s, "layernorm_forward rstd");
     gt_close(tag, g_rstd, rstd, BT, 1e-5, 0);
 
+    /* residual + LayerNorm in one pass: bitwise the two kernels (the row is
+     * inp = half + rest, the residual add's own output). */
+    float *half = gt_random(btc, 1.0f), *rest = (float *)malloc(btc * sizeof(float));
+    if (!rest) exit(1);
+    for (size_t i = 0; i < btc; i++) rest[i] = inp[i] - half[i];
+    float *d_half = gt_upf(half, btc), *d_rest = gt_upf(rest, btc), *d_res = gt_upf(rest, btc);
+    float *d_sum = gt_upf(rest, btc), *d_out2 = gt_upf(out, btc);
+    residual_forward_cuda(d_sum, d_half, d_rest, btc, 0);
+    layernorm_forward_cuda(d_out, d_mean, d_rstd, d_sum, d_w, d_b, B, T, C, 0);
+    float *d_mean2 = gt_upf(mean, BT), *d_rstd2 = gt_upf(rstd, BT);
+    residual_layernorm_forward_cuda(d_res, d_out2, d_mean2, d_rstd2, d_half, d_rest, d_w, d_b, B, T, C, 0);
+    float *want[4] = {gt_down(d_sum, btc), gt_down(d_out, btc), gt_down(d_mean, BT), gt_down(d_rstd, BT)};
+    float *got[4] = {gt_down(d_res, btc), gt_down(d_out2, btc), gt_down(d_mean2, BT), gt_down(d_rstd2, BT)};
+    const char *names[4] = {"residual_layernorm res", "residual_layernorm out", "residual_layernorm mean",
+                            "residual_layernorm rstd"};
+    for (int i = 0; i < 4; i++) {
+        TAG(tag, s, names[i]);
+        gt_same(tag, got[i], want[i], i < 2 ? btc : BT);
+        free(got[i]);
+        free(want[i]);
+    }
+    float *dtmp[] = {d_half, d_rest, d_res, d_sum, d_out2, d_mean2, d_rstd2};
+    for (size_t i = 0; i < sizeof dtmp / sizeof dtmp[0]; i++) cudaFree(dtmp[i]);
+    free(half);
+    free(rest);
+
     /* The backward uses the CPU's saved statistics on both sides. */
     GT_CUDA(cudaMemcpy(d_mean, mean, BT * sizeof(float), cudaMemcpyHostToDevice));
     GT_CUDA(cudaMemcpy(d_rstd, rstd, BT * sizeof(float), cudaMemcpyHostToDevice));
