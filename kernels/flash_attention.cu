@@ -90,17 +90,22 @@ __device__ void rows_times_tile_acc(acc_t *acc, const bf16 *a, const bf16 *b) {
         }
 }
 
-/* dst rows (16 of a warp, heads' columns at h*D) += scale * acc through a
- * warp's 16 x D FP32 staging area; rows at or past T are skipped. */
+/* dst rows (16 of a warp, heads' columns at h*D) += scale * acc (or =, when
+ * not accumulate) through a warp's 16 x D FP32 staging area; rows at or
+ * past T are skipped. */
 template <int D>
-__device__ void add_rows(float *dst, size_t stride, int t0, int T, acc_t *acc, float *stage, float scale) {
+__device__ void add_rows(float *dst, size_t stride, int t0, int T, acc_t *acc, float *stage, float scale,
+                         int accumulate) {
     int lane = threadIdx.x & 31;
 #pragma unroll
     for (int j = 0; j < D / 16; j++) wmma::store_matrix_sync(stage + 16 * j, acc[j], D, wmma::mem_row_major);
     __syncwarp();
     for (int i = lane; i < 16 * D; i += 32) {
         int r = i / D, d = i - r * D, t = t0 + r;
-        if (t < T) dst[(size_t)t * stride + d] += scale * stage[i];
+        if (t < T) {
+            float v = scale * stage[i];
+            dst[(size_t)t * stride + d] = accumulate ? dst[(size_t)t * stride + d] + v : v;
+        }
     }
     __syncwarp();
 }
@@ -263,7 +268,7 @@ __device__ void load_row_stats(bwd_smem_t m, const float *lse, const float *Dv, 
 template <int D>
 __global__ void __launch_bounds__(FA_THREADS)
     flash_bwd_kv_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse, const float *Dv, int T,
-                        int C, int NH, float scale) {
+                        int C, int NH, float scale, int accumulate) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
     __trap();
 #else
@@ -311,8 +316,8 @@ __global__ void __launch_bounds__(FA_THREADS)
     __syncthreads(); /* St and dPt become every warp's staging area */
     float *stage = St + (size_t)warp * 16 * D; /* 4 x 16 x 128 floats fit St and dPt */
     float *dst = dqkv + (size_t)b * T * s3 + (size_t)h * D;
-    add_rows<D>(dst + C, s3, k0 + r0, T, dk, stage, scale);
-    add_rows<D>(dst + 2 * (size_t)C, s3, k0 + r0, T, dv, stage, 1.0f);
+    add_rows<D>(dst + C, s3, k0 + r0, T, dk, stage, scale, accumulate);
+    add_rows<D>(dst + 2 * (size_t)C, s3, k0 + r0, T, dv, stage, 1.0f, accumulate);
 #endif
 }
 
@@ -320,7 +325,7 @@ __global__ void __launch_bounds__(FA_THREADS)
 template <int D>
 __global__ void __launch_bounds__(FA_THREADS)
     flash_bwd_q_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse, const float *Dv, int T,
-                       int C, int NH, float scale) {
+                       int C, int NH, float scale, int accumulate) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
     __trap();
 #else
@@ -363,7 +368,7 @@ __global__ void __launch_bounds__(FA_THREADS)
 
     __syncthreads();
     float *stage = S + (size_t)warp * 16 * D;
-    add_rows<D>(dqkv + (size_t)b * T * s3 + (size_t)h * D, s3, q0 + r0, T, dq, stage, scale);
+    add_rows<D>(dqkv + (size_t)b * T * s3 + (size_t)h * D, s3, q0 + r0, T, dq, stage, scale, accumulate);
 #endif
 }
 
@@ -403,16 +408,18 @@ static void forward(float *out, float *lse, const float *qkv, int B, int T, int 
 
 template <int D>
 static void backward(float *dqkv, const float *dout, const float *qkv, const float *lse, const float *Dv, int B,
-                     int T, int C, int NH, cudaStream_t stream) {
+                     int T, int C, int NH, int accumulate, cudaStream_t stream) {
     static int ready_kv, ready_q;
     size_t bytes = bwd_smem_bytes<D>();
     allow_smem(flash_bwd_kv_kernel<D>, bytes, &ready_kv);
     allow_smem(flash_bwd_q_kernel<D>, bytes, &ready_q);
     dim3 grid((unsigned)((T + FA_TILE - 1) / FA_TILE), (unsigned)(B * NH));
     float scale = 1.0f / sqrtf((float)D);
-    flash_bwd_kv_kernel<D><<<grid, FA_THREADS, bytes, stream>>>(dqkv, dout, qkv, lse, Dv, T, C, NH, scale);
+    flash_bwd_kv_kernel<D><<<grid, FA_THREADS, bytes, stream>>>(dqkv, dout, qkv, lse, Dv, T, C, NH, scale,
+                                                                 accumulate);
     PX_CUDA_LAUNCH_CHECK();
-    flash_bwd_q_kernel<D><<<grid, FA_THREADS, bytes, stream>>>(dqkv, dout, qkv, lse, Dv, T, C, NH, scale);
+    flash_bwd_q_kernel<D><<<grid, FA_THREADS, bytes, stream>>>(dqkv, dout, qkv, lse, Dv, T, C, NH, scale,
+                                                                accumulate);
     PX_CUDA_LAUNCH_CHECK();
 }
 
@@ -438,9 +445,11 @@ extern "C" void flash_attention_forward_cuda(float *out, float *lse, const float
     }
 }
 
-extern "C" void flash_attention_backward_cuda(float *dqkv, const float *dout, const float *qkv, const float *out,
-                                              const float *lse, int B, int T, int C, int NH,
-                                              cudaStream_t stream) {
+/* Every element of dqkv's rows below T, in this call's heads, is written
+ * exactly once (dK and dV by the key-tile kernel, dQ by the query-tile one),
+ * so it can be overwritten as well as accumulated. */
+static void flash_backward(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse, int B,
+                           int T, int C, int NH, int accumulate, cudaStream_t stream) {
     int hs = C / NH, rows = B * NH * T;
     check_head_size(hs);
     float *Dv = (float *)px_cuda_scratch((size_t)rows * sizeof(float));
@@ -448,9 +457,21 @@ extern "C" void flash_attention_backward_cuda(float *dqkv, const float *dout, co
         Dv, dout, out, rows, T, C, NH, hs);
     PX_CUDA_LAUNCH_CHECK();
     switch (hs) {
-    case 16: backward<16>(dqkv, dout, qkv, lse, Dv, B, T, C, NH, stream); break;
-    case 32: backward<32>(dqkv, dout, qkv, lse, Dv, B, T, C, NH, stream); break;
-    case 64: backward<64>(dqkv, dout, qkv, lse, Dv, B, T, C, NH, stream); break;
-    default: backward<128>(dqkv, dout, qkv, lse, Dv, B, T, C, NH, stream); break;
+    case 16: backward<16>(dqkv, dout, qkv, lse, Dv, B, T, C, NH, accumulate, stream); break;
+    case 32: backward<32>(dqkv, dout, qkv, lse, Dv, B, T, C, NH, accumulate, stream); break;
+    case 64: backward<64>(dqkv, dout, qkv, lse, Dv, B, T, C, NH, accumulate, stream); break;
+    default: backward<128>(dqkv, dout, qkv, lse, Dv, B, T, C, NH, accumulate, stream); break;
     }
+}
+
+extern "C" void flash_attention_backward_cuda(float *dqkv, const float *dout, const float *qkv, const float *out,
+                                              const float *lse, int B, int T, int C, int NH,
+                                              cudaStream_t stream) {
+    flash_backward(dqkv, dout, qkv, out, lse, B, T, C, NH, 1, stream);
+}
+
+extern "C" void flash_attention_backward_set_cuda(float *dqkv, const float *dout, const float *qkv, const float *out,
+                                                  const float *lse, int B, int T, int C, int NH,
+                                                  cudaStream_t stream) {
+    flash_backward(dqkv, dout, qkv, out, lse, B, T, C, NH, 0, stream);
 }

@@ -156,6 +156,9 @@ void flash_attention_forward_cuda(float *out, float *lse, const float *qkv, int 
  * block in a fixed order (dK and dV per key tile, dQ per query tile). */
 void flash_attention_backward_cuda(float *dqkv, const float *dout, const float *qkv, const float *out,
                                    const float *lse, int B, int T, int C, int NH, cudaStream_t stream);
+/* The same with dqkv overwritten (=), not accumulated: no zeroing first. */
+void flash_attention_backward_set_cuda(float *dqkv, const float *dout, const float *qkv, const float *out,
+                                       const float *lse, int B, int T, int C, int NH, cudaStream_t stream);
 
 /* ---- GELU (tanh form) ---- */
 void gelu_forward_cuda(float *out, const float *inp, size_t N, cudaStream_t stream);

@@ -631,9 +631,12 @@ static int layer_backward(px_gpt_cuda_t *self, acts_t *a, dims_t d, int i, bwd_p
     matmul_backward_set_cuda(a->dbtc, w ? g.attprojw : NULL, w ? g.attprojb : NULL, a->dres, 1.0f, x.atty,
                              p.attprojw, B, T, d.Ca, C, st);
     float *dqkv = a->d4a;
-    PX_CUDA_CHECK(cudaMemsetAsync(dqkv, 0, BT * 3 * d.Ca * sizeof(float), st));
-    if (self->flash) flash_attention_backward_cuda(dqkv, a->dbtc, x.qkv, x.atty, x.att, B, T, d.Ca, d.NHa, st);
-    else attention_backward_cuda(dqkv, a->dbtc, x.qkv, x.att, B, T, d.Ca, d.NHa, st);
+    if (self->flash) {
+        flash_attention_backward_set_cuda(dqkv, a->dbtc, x.qkv, x.atty, x.att, B, T, d.Ca, d.NHa, st);
+    } else {
+        PX_CUDA_CHECK(cudaMemsetAsync(dqkv, 0, BT * 3 * d.Ca * sizeof(float), st));
+        attention_backward_cuda(dqkv, a->dbtc, x.qkv, x.att, B, T, d.Ca, d.NHa, st);
+    }
     if (!w) PX_CUDA_CHECK(cudaMemcpyAsync(x.dqkv, dqkv, BT * 3 * d.Ca * sizeof(float), cudaMemcpyDeviceToDevice, st));
     matmul_backward_set_cuda(a->dbtc, w ? g.qkvw : NULL, w ? g.qkvb : NULL, dqkv, 1.0f, x.ln1, p.qkvw, B, T, C,
                              3 * d.Ca, st);

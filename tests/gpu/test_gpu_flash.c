@@ -112,6 +112,19 @@ static void test_shape(const shape_t *s) {
     float *g_dqkv = gt_down(d_dqkv, n3);
     TAG("flash backward dqkv (+=)");
     gt_close(tag, g_dqkv, dqkv, n3, 2e-2, 0);
+    /* overwritten: from NaN garbage, the CPU's gradient from zeros */
+    float *dqkv0 = (float *)calloc(n3, sizeof(float));
+    if (!dqkv0) exit(1);
+    attention_backward(dqkv0, dout, qkv, att, B, T, C, NH);
+    float *d_set = gt_upf(dqkv0, n3);
+    GT_CUDA(cudaMemset(d_set, 0xFF, n3 * sizeof(float)));
+    flash_attention_backward_set_cuda(d_set, d_dout, d_qkv, d_ref_out, d_lse, B, T, C, NH, 0);
+    float *g_set = gt_down(d_set, n3);
+    TAG("flash backward dqkv (=)");
+    gt_close(tag, g_set, dqkv0, n3, 2e-2, 0);
+    free(dqkv0);
+    free(g_set);
+    cudaFree(d_set);
 
     /* Reruns: bitwise the same. */
     float *d_out2 = gt_upf(out, btc), *d_lse2 = gt_upf(lse, nrow);
