@@ -91,6 +91,44 @@ static float train_step(px_gpt_t *cpu, px_gpt_cuda_t *gpu, const int *x, const i
     return lg;
 }
 
+/* Fresh gradients of two micro-batches at loss scale 0.5 on both models. */
+static void two_micro_batches(px_gpt_t *cpu, px_gpt_cuda_t *gpu, const int *x, const int *y, const int *x2,
+                              const int *y2, int B, int T) {
+    px_gpt_zero_grad(cpu);
+    px_gpt_cuda_zero_grad(gpu);
+    px_gpt_forward(cpu, x, y, B, T);
+    px_gpt_backward(cpu, 0.5f);
+    px_gpt_forward(cpu, x2, y2, B, T);
+    px_gpt_backward(cpu, 0.5f);
+    px_gpt_cuda_forward(gpu, x, y, B, T);
+    px_gpt_cuda_backward(gpu, 0.5f);
+    px_gpt_cuda_forward(gpu, x2, y2, B, T);
+    px_gpt_cuda_backward(gpu, 0.5f);
+}
+
+/* A fresh GPU model (block recomputation on or off) replays the STEPS steps
+ * from init: its losses and parameters must be bitwise those given. */
+static px_gpt_cuda_t *replay_bitwise(const char *name, const char *what, const px_gpt_config_t *cfg, int recompute,
+                                     const float *init, size_t np, int *const *bx, int *const *by, int B, int T,
+                                     const float *losses, const float *params) {
+    char tag[160];
+    px_gpt_cuda_t *gpu = px_gpt_cuda_new(cfg);
+    if (!gpu || px_gpt_cuda_set_recompute(gpu, recompute) != 0) exit(1);
+    px_gpt_cuda_upload(gpu, PX_GPT_CUDA_PARAMS, init, np);
+    float replay[STEPS];
+    for (int s = 0; s < STEPS; s++) {
+        float gn = 0;
+        replay[s] = train_step(NULL, gpu, bx[s], by[s], B, T, s + 1, NULL, NULL, &gn);
+    }
+    snprintf(tag, sizeof tag, "%s %s losses", name, what);
+    gt_same(tag, replay, losses, STEPS);
+    float *got = download(gpu, PX_GPT_CUDA_PARAMS, np);
+    snprintf(tag, sizeof tag, "%s %s params", name, what);
+    gt_same(tag, got, params, np);
+    free(got);
+    return gpu;
+}
+
 static void run_config(const char *name, const px_gpt_config_t *cfg, int B, int T) {
     char tag[160];
     px_gpt_t *cpu = px_gpt_new(cfg, 1337);
@@ -139,16 +177,7 @@ static void run_config(const char *name, const px_gpt_config_t *cfg, int B, int 
 
     /* ---- two micro-batches of loss_scale 0.5 accumulate ---- */
     int *x2 = gt_tokens(BT, cfg->vocab_size), *y2 = gt_tokens(BT, cfg->vocab_size);
-    px_gpt_zero_grad(cpu);
-    px_gpt_cuda_zero_grad(gpu);
-    px_gpt_forward(cpu, x, y, B, T);
-    px_gpt_backward(cpu, 0.5f);
-    px_gpt_forward(cpu, x2, y2, B, T);
-    px_gpt_backward(cpu, 0.5f);
-    px_gpt_cuda_forward(gpu, x, y, B, T);
-    px_gpt_cuda_backward(gpu, 0.5f);
-    px_gpt_cuda_forward(gpu, x2, y2, B, T);
-    px_gpt_cuda_backward(gpu, 0.5f);
+    two_micro_batches(cpu, gpu, x, y, x2, y2, B, T);
     gg = download(gpu, PX_GPT_CUDA_GRADS, np);
     compare_buffer(name, "accumulated grad", cpu, gg, cpu->grads, 5e-4);
     free(gg);
@@ -202,33 +231,10 @@ static void run_config(const char *name, const px_gpt_config_t *cfg, int B, int 
     compare_buffer(name, "adamw m", cpu, gm, cpu->m, 1e-3);
     compare_buffer(name, "adamw v", cpu, gv, cpu->v, 1e-3);
 
-    /* ---- reproducibility: a fresh GPU model replays the same steps ---- */
-    px_gpt_cuda_t *gpu2 = px_gpt_cuda_new(cfg);
-    px_gpt_cuda_upload(gpu2, PX_GPT_CUDA_PARAMS, init, np);
-    float replay[STEPS];
-    for (int s = 0; s < STEPS; s++) {
-        float gn = 0;
-        replay[s] = train_step(NULL, gpu2, bx[s], by[s], B, T, s + 1, NULL, NULL, &gn);
-    }
-    snprintf(tag, sizeof tag, "%s replay losses", name);
-    gt_same(tag, replay, gpu_losses, STEPS);
-    float *gp2 = download(gpu2, PX_GPT_CUDA_PARAMS, np);
-    snprintf(tag, sizeof tag, "%s replay params", name);
-    gt_same(tag, gp2, gp, np);
-
-    /* ---- block recomputation: the same steps, bitwise ---- */
-    px_gpt_cuda_t *gpu3 = px_gpt_cuda_new(cfg);
-    if (!gpu3 || px_gpt_cuda_set_recompute(gpu3, 1) != 0) exit(1);
-    px_gpt_cuda_upload(gpu3, PX_GPT_CUDA_PARAMS, init, np);
-    for (int s = 0; s < STEPS; s++) {
-        float gn = 0;
-        replay[s] = train_step(NULL, gpu3, bx[s], by[s], B, T, s + 1, NULL, NULL, &gn);
-    }
-    snprintf(tag, sizeof tag, "%s recompute losses", name);
-    gt_same(tag, replay, gpu_losses, STEPS);
-    float *gp3 = download(gpu3, PX_GPT_CUDA_PARAMS, np);
-    snprintf(tag, sizeof tag, "%s recompute params", name);
-    gt_same(tag, gp3, gp, np);
+    /* ---- reproducibility: fresh GPU models replay the same steps, the
+     * second with block recomputation ---- */
+    px_gpt_cuda_t *gpu2 = replay_bitwise(name, "replay", cfg, 0, init, np, bx, by, B, T, gpu_losses, gp);
+    px_gpt_cuda_t *gpu3 = replay_bitwise(name, "recompute", cfg, 1, init, np, bx, by, B, T, gpu_losses, gp);
     snprintf(tag, sizeof tag, "%s recompute 2 refused", name);
     gt_checks++;
     if (px_gpt_cuda_set_recompute(gpu3, 2) == -1) {
@@ -237,7 +243,6 @@ static void run_config(const char *name, const px_gpt_config_t *cfg, int B, int 
         printf("FAIL %s\n", tag);
         gt_failures++;
     }
-    free(gp3);
     px_gpt_cuda_destroy(&gpu3);
 
     for (int s = 0; s < STEPS; s++) {
@@ -247,7 +252,6 @@ static void run_config(const char *name, const px_gpt_config_t *cfg, int B, int 
     free(gp);
     free(gm);
     free(gv);
-    free(gp2);
     free(zeros);
     free(init);
     free(gl);
@@ -300,16 +304,7 @@ static void run_bf16(const char *name, const px_gpt_config_t *cfg, int B, int T)
      * for scale 1, is scaled in the backward): the CPU's gradient norm. */
     int *x = gt_tokens(BT, cfg->vocab_size), *y = gt_tokens(BT, cfg->vocab_size);
     int *x2 = gt_tokens(BT, cfg->vocab_size), *y2 = gt_tokens(BT, cfg->vocab_size);
-    px_gpt_zero_grad(cpu);
-    px_gpt_cuda_zero_grad(gpu);
-    px_gpt_forward(cpu, x, y, B, T);
-    px_gpt_backward(cpu, 0.5f);
-    px_gpt_forward(cpu, x2, y2, B, T);
-    px_gpt_backward(cpu, 0.5f);
-    px_gpt_cuda_forward(gpu, x, y, B, T);
-    px_gpt_cuda_backward(gpu, 0.5f);
-    px_gpt_cuda_forward(gpu, x2, y2, B, T);
-    px_gpt_cuda_backward(gpu, 0.5f);
+    two_micro_batches(cpu, gpu, x, y, x2, y2, B, T);
     snprintf(tag, sizeof tag, "%s bf16 accumulated grad norm", name);
     check_scalar(tag, px_gpt_cuda_grad_norm(gpu), px_gpt_grad_norm(cpu), 5e-2);
     /* the logits of a forward with targets are the gradient's now: refused */
