@@ -252,6 +252,22 @@ def steady_quorum(launch, name, qid, training, since):
     check(not failed, "%s: no training group failed a step: %s" % (name, failed))
 
 
+def spare_in_status(launch, spare, timeout_s=10):
+    """/status once it shows `spare` as a spare, or the last one read after
+    timeout_s: the coordinator may serve a page built a moment before the
+    registration the event log already holds (pages are briefly reused)."""
+    last = {}
+
+    def shown():
+        last["st"] = launch.status()
+        return [g["state"] for g in last["st"]["groups"] if g["name"] == spare] == ["spare"]
+    try:
+        wait_until(shown, timeout_s, "/status to show %s as a spare" % spare)
+    except Fail:
+        pass  # the caller's check names what it saw
+    return last["st"]
+
+
 def signal_spare(launch, sig):
     """Sends sig to every rank of the spare: (quorum id, training groups,
     the spare, its pids, the last event's seq before the signal)."""
@@ -277,7 +293,7 @@ def test_spare_dies(bindir):
         joined = events_after(launch, since, "member_joined", spare)
         check(joined and not set(e["pid"] for e in joined) & set(pids),
               "%s is a restarted process (not %s): %s" % (spare, pids, joined))
-        st = launch.status()
+        st = spare_in_status(launch, spare)
         check(st["quorum"]["id"] == qid and [g["state"] for g in st["groups"] if g["name"] == spare] == ["spare"],
               "%s is a spare again beside quorum %d: %s %s" % (spare, qid, st["quorum"], st["groups"]))
         finish(launch, "spare-dies", training, ledger)
@@ -311,7 +327,7 @@ def test_spare_frozen(bindir):
         wait_until(lambda: events_after(launch, lost[0]["seq"], "spare_registered", spare), 60,
                    "%s back as a spare after SIGCONT" % spare)
         joined = events_after(launch, since, "member_joined", spare)
-        st = launch.status()
+        st = spare_in_status(launch, spare)
         check(st["quorum"]["id"] == qid and [g["state"] for g in st["groups"] if g["name"] == spare] == ["spare"],
               "%s is a spare again beside quorum %d: %s %s" % (spare, qid, st["quorum"], st["groups"]))
         finish(launch, "spare-frozen", training, ledger)
