@@ -35,19 +35,21 @@ __global__ void crossentropy_forward_kernel(float *losses, float *lse, const flo
     }
 }
 
-/* As crossentropy_forward_kernel, then logits[row] = its gradient (dloss). */
-__global__ void crossentropy_fused_kernel(float *losses, float *lse, float *logits, const int *targets, float dloss,
+/* As crossentropy_forward_kernel, then logits[row] = its gradient (dloss).
+ * X: the logits' storage (FP32 or bf16); the arithmetic is FP32. */
+template <typename X>
+__global__ void crossentropy_fused_kernel(float *losses, float *lse, X *logits, const int *targets, float dloss,
                                           int V, int Vp) {
     __shared__ float shared[PX_THREADS / 32];
     size_t row = blockIdx.x;
-    float *x = logits + row * (size_t)Vp;
+    X *x = logits + row * (size_t)Vp;
     int target = targets[row];
-    float xt = x[target]; /* read before any thread of the block writes the row */
+    float xt = px_ld(x[target]); /* read before any thread of the block writes the row */
     float mx = -INFINITY;
-    for (int i = threadIdx.x; i < V; i += PX_THREADS) mx = fmaxf(mx, x[i]);
+    for (int i = threadIdx.x; i < V; i += PX_THREADS) mx = fmaxf(mx, px_ld(x[i]));
     mx = px_block_max(mx, shared);
     float s = 0.0f;
-    for (int i = threadIdx.x; i < V; i += PX_THREADS) s += px_expf(x[i] - mx);
+    for (int i = threadIdx.x; i < V; i += PX_THREADS) s += px_expf(px_ld(x[i]) - mx);
     s = px_block_sum(s, shared); /* ends with every thread past its reads of x */
     float l = mx + logf(s);
     if (threadIdx.x == 0) {
@@ -57,10 +59,10 @@ __global__ void crossentropy_fused_kernel(float *losses, float *lse, float *logi
     for (int i = threadIdx.x; i < Vp; i += PX_THREADS) {
         float d = 0.0f;
         if (i < V) {
-            d = px_expf(x[i] - l) * dloss;
+            d = px_expf(px_ld(x[i]) - l) * dloss;
             if (i == target) d -= dloss;
         }
-        x[i] = d;
+        px_st(&x[i], d);
     }
 }
 
@@ -101,7 +103,14 @@ extern "C" void crossentropy_softmax_backward_cuda(float *dlogits, const float *
 
 extern "C" void crossentropy_fused_cuda(float *losses, float *lse, float *logits, const int *targets, float dloss,
                                         int B, int T, int V, int Vp, cudaStream_t stream) {
-    crossentropy_fused_kernel<<<(unsigned)(B * T), PX_THREADS, 0, stream>>>(losses, lse, logits, targets, dloss, V,
-                                                                            Vp);
+    crossentropy_fused_kernel<float><<<(unsigned)(B * T), PX_THREADS, 0, stream>>>(losses, lse, logits, targets, dloss,
+                                                                                   V, Vp);
+    PX_CUDA_LAUNCH_CHECK();
+}
+
+void crossentropy_fused_cuda(float *losses, float *lse, bf16 *logits, const int *targets, float dloss, int B, int T,
+                             int V, int Vp, cudaStream_t stream) {
+    crossentropy_fused_kernel<bf16><<<(unsigned)(B * T), PX_THREADS, 0, stream>>>(losses, lse, logits, targets, dloss,
+                                                                                  V, Vp);
     PX_CUDA_LAUNCH_CHECK();
 }

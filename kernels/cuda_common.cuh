@@ -19,6 +19,7 @@
 
 #include <cublasLt.h>
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -64,12 +65,38 @@ void px_cuda_gemm(cudaStream_t stream, cublasOperation_t ta, cublasOperation_t t
 void px_cuda_gemm_batched(cudaStream_t stream, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                           float alpha, const float *A, int lda, long long sa, const float *B, int ldb,
                           long long sb, float beta, float *C, int ldc, long long sc, int batch);
+/* A GEMM on any storage (matmul.cu): A and B of type ab, C of type ct,
+ * FP32 alpha and beta. FP32 operands compute in the math mode (exactly
+ * px_cuda_gemm when C is FP32 too); bf16 operands in FP32 on tensor cores
+ * (CUBLAS_COMPUTE_32F: the inputs are bf16 already). */
+void px_cuda_gemm_ex(cudaStream_t stream, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                     float alpha, const void *A, int lda, const void *B, int ldb, cudaDataType_t ab, float beta,
+                     void *C, int ldc, cudaDataType_t ct);
 /* Frees matmul.cu's cached cuBLASLt plans (px_cuda_ops_shutdown). */
 void px_cuda_lt_plans_free(void);
 /* A device buffer of at least `bytes`, shared by all ops and valid until the
  * next call. Growing it synchronizes the device first, so the old buffer is
  * never freed under a running kernel. */
 void *px_cuda_scratch(size_t bytes);
+
+/* ---- bf16 storage ---- */
+
+typedef __nv_bfloat16 bf16;
+
+/* Loads and stores of either storage type, the arithmetic always in FP32
+ * (stores to bf16 round to nearest even). */
+__device__ __host__ inline float px_ld(float x) { return x; }
+__device__ __host__ inline float px_ld(bf16 x) { return __bfloat162float(x); }
+__device__ __host__ inline void px_st(float *p, float v) { *p = v; }
+__device__ __host__ inline void px_st(bf16 *p, float v) { *p = __float2bfloat16(v); }
+
+/* The cuBLAS data type of a storage type. */
+template <typename X>
+inline cudaDataType_t px_data_type();
+template <>
+inline cudaDataType_t px_data_type<float>() { return CUDA_R_32F; }
+template <>
+inline cudaDataType_t px_data_type<bf16>() { return CUDA_R_16BF; }
 
 /* ---- launch helpers ---- */
 
@@ -139,5 +166,6 @@ __device__ inline float px_column_tree(float acc, float (*shared)[33]) {
 /* out (N) += column sums of a (M,N) row-major matrix; deterministic (each
  * column has one fixed summation order), no atomics. Used for bias gradients. */
 void px_cuda_colsum_add(float *out, const float *a, int M, int N, cudaStream_t stream);
+void px_cuda_colsum_add(float *out, const bf16 *a, int M, int N, cudaStream_t stream);
 
 #endif

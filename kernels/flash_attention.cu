@@ -33,7 +33,6 @@
 #include "cuda_common.cuh"
 
 using namespace nvcuda;
-typedef __nv_bfloat16 bf16;
 
 #define FA_TILE 64 /* rows of a query tile and of a key/value tile */
 #define FA_WARPS 4 /* each owns 16 rows of its block's tile */
@@ -44,13 +43,14 @@ typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> a_row_
 typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> b_row_t;
 typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> b_col_t;
 
-/* FA_TILE rows of D from src (row t at src + t*stride) into dst (row-major,
- * bf16); rows at or past T are zeros. All threads of the block take part. */
-template <int D>
-__device__ void load_tile(bf16 *dst, const float *src, size_t stride, int t0, int T) {
+/* FA_TILE rows of D from src (row t at src + t*stride, FP32 or bf16) into
+ * dst (row-major, bf16); rows at or past T are zeros. All threads of the
+ * block take part. */
+template <int D, typename X>
+__device__ void load_tile(bf16 *dst, const X *src, size_t stride, int t0, int T) {
     for (int i = threadIdx.x; i < FA_TILE * D; i += FA_THREADS) {
         int r = i / D, d = i - r * D, t = t0 + r;
-        dst[i] = __float2bfloat16(t < T ? src[(size_t)t * stride + d] : 0.0f);
+        dst[i] = __float2bfloat16(t < T ? px_ld(src[(size_t)t * stride + d]) : 0.0f);
     }
 }
 
@@ -93,8 +93,8 @@ __device__ void rows_times_tile_acc(acc_t *acc, const bf16 *a, const bf16 *b) {
 /* dst rows (16 of a warp, heads' columns at h*D) += scale * acc (or =, when
  * not accumulate) through a warp's 16 x D FP32 staging area; rows at or
  * past T are skipped. */
-template <int D>
-__device__ void add_rows(float *dst, size_t stride, int t0, int T, acc_t *acc, float *stage, float scale,
+template <int D, typename X>
+__device__ void add_rows(X *dst, size_t stride, int t0, int T, acc_t *acc, float *stage, float scale,
                          int accumulate) {
     int lane = threadIdx.x & 31;
 #pragma unroll
@@ -104,7 +104,8 @@ __device__ void add_rows(float *dst, size_t stride, int t0, int T, acc_t *acc, f
         int r = i / D, d = i - r * D, t = t0 + r;
         if (t < T) {
             float v = scale * stage[i];
-            dst[(size_t)t * stride + d] = accumulate ? dst[(size_t)t * stride + d] + v : v;
+            X *o = &dst[(size_t)t * stride + d];
+            px_st(o, accumulate ? px_ld(*o) + v : v);
         }
     }
     __syncwarp();
@@ -119,9 +120,9 @@ __host__ __device__ constexpr size_t fwd_smem_bytes() {
 }
 
 /* grid (query tiles, B*NH), FA_THREADS threads, fwd_smem_bytes<D>(). */
-template <int D>
+template <int D, typename X>
 __global__ void __launch_bounds__(FA_THREADS)
-    flash_fwd_kernel(float *out, float *lse, const float *qkv, int T, int C, int NH, float scale) {
+    flash_fwd_kernel(X *out, float *lse, const X *qkv, int T, int C, int NH, float scale) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
     __trap(); /* never launched: flash_attention_supported() says no below sm_80 */
 #else
@@ -134,7 +135,7 @@ __global__ void __launch_bounds__(FA_THREADS)
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r0 = 16 * warp;
     int q0 = qt * FA_TILE;
     size_t s3 = 3 * (size_t)C;
-    const float *base = qkv + (size_t)b * T * s3 + (size_t)h * D;
+    const X *base = qkv + (size_t)b * T * s3 + (size_t)h * D;
 
     load_tile<D>(Qs, base, s3, q0, T);
     for (int i = threadIdx.x; i < FA_TILE * D; i += FA_THREADS) Os[i] = 0.0f;
@@ -200,7 +201,7 @@ __global__ void __launch_bounds__(FA_THREADS)
 
     for (int i = lane; i < 16 * D; i += 32) {
         int rr = r0 + i / D, d = i % D, t = q0 + rr;
-        if (t < T) out[((size_t)b * T + t) * C + (size_t)h * D + d] = Os[rr * D + d] / row_l[rr];
+        if (t < T) px_st(&out[((size_t)b * T + t) * C + (size_t)h * D + d], Os[rr * D + d] / row_l[rr]);
     }
     if (lane < 16 && q0 + r0 + lane < T) {
         int rr = r0 + lane;
@@ -212,14 +213,14 @@ __global__ void __launch_bounds__(FA_THREADS)
 /* --------------------------------------------------------------- backward */
 
 /* Dv (B*NH*T) = rowsum(dout * out) per head, one warp per row. */
-__global__ void flash_bwd_dot_kernel(float *Dv, const float *dout, const float *out, int rows, int T, int C,
-                                     int NH, int hs) {
+template <typename X>
+__global__ void flash_bwd_dot_kernel(float *Dv, const X *dout, const X *out, int rows, int T, int C, int NH, int hs) {
     int row = blockIdx.x * (PX_THREADS / 32) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (row >= rows) return;
     int t = row % T, bh = row / T, b = bh / NH, h = bh - b * NH;
     size_t off = ((size_t)b * T + t) * C + (size_t)h * hs;
     float s = 0.0f;
-    for (int d = lane; d < hs; d += 32) s += dout[off + d] * out[off + d];
+    for (int d = lane; d < hs; d += 32) s += px_ld(dout[off + d]) * px_ld(out[off + d]);
     s = px_warp_sum(s);
     if (lane == 0) Dv[row] = s;
 }
@@ -265,10 +266,10 @@ __device__ void load_row_stats(bwd_smem_t m, const float *lse, const float *Dv, 
 }
 
 /* grid (key tiles, B*NH): dK and dV of one key tile. */
-template <int D>
+template <int D, typename X>
 __global__ void __launch_bounds__(FA_THREADS)
-    flash_bwd_kv_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse, const float *Dv, int T,
-                        int C, int NH, float scale, int accumulate) {
+    flash_bwd_kv_kernel(X *dqkv, const X *dout, const X *qkv, const float *lse, const float *Dv, int T, int C, int NH,
+                        float scale, int accumulate) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
     __trap();
 #else
@@ -281,8 +282,8 @@ __global__ void __launch_bounds__(FA_THREADS)
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r0 = 16 * warp;
     int k0 = kt * FA_TILE, ntiles = (T + FA_TILE - 1) / FA_TILE;
     size_t s3 = 3 * (size_t)C;
-    const float *base = qkv + (size_t)b * T * s3 + (size_t)h * D;
-    const float *dobase = dout + (size_t)b * T * C + (size_t)h * D;
+    const X *base = qkv + (size_t)b * T * s3 + (size_t)h * D;
+    const X *dobase = dout + (size_t)b * T * C + (size_t)h * D;
 
     load_tile<D>(Ks, base + C, s3, k0, T);
     load_tile<D>(Vs, base + 2 * (size_t)C, s3, k0, T);
@@ -315,17 +316,17 @@ __global__ void __launch_bounds__(FA_THREADS)
 
     __syncthreads(); /* St and dPt become every warp's staging area */
     float *stage = St + (size_t)warp * 16 * D; /* 4 x 16 x 128 floats fit St and dPt */
-    float *dst = dqkv + (size_t)b * T * s3 + (size_t)h * D;
+    X *dst = dqkv + (size_t)b * T * s3 + (size_t)h * D;
     add_rows<D>(dst + C, s3, k0 + r0, T, dk, stage, scale, accumulate);
     add_rows<D>(dst + 2 * (size_t)C, s3, k0 + r0, T, dv, stage, 1.0f, accumulate);
 #endif
 }
 
 /* grid (query tiles, B*NH): dQ of one query tile. */
-template <int D>
+template <int D, typename X>
 __global__ void __launch_bounds__(FA_THREADS)
-    flash_bwd_q_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse, const float *Dv, int T,
-                       int C, int NH, float scale, int accumulate) {
+    flash_bwd_q_kernel(X *dqkv, const X *dout, const X *qkv, const float *lse, const float *Dv, int T, int C, int NH,
+                       float scale, int accumulate) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
     __trap();
 #else
@@ -338,7 +339,7 @@ __global__ void __launch_bounds__(FA_THREADS)
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r0 = 16 * warp;
     int q0 = qt * FA_TILE;
     size_t s3 = 3 * (size_t)C;
-    const float *base = qkv + (size_t)b * T * s3 + (size_t)h * D;
+    const X *base = qkv + (size_t)b * T * s3 + (size_t)h * D;
 
     load_tile<D>(Qs, base, s3, q0, T);
     load_tile<D>(dOs, dout + (size_t)b * T * C + (size_t)h * D, C, q0, T);
@@ -396,30 +397,30 @@ static void allow_smem(K kernel, size_t bytes, int *done) {
     *done = 1;
 }
 
-template <int D>
-static void forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH, cudaStream_t stream) {
+template <int D, typename X>
+static void forward(X *out, float *lse, const X *qkv, int B, int T, int C, int NH, cudaStream_t stream) {
     static int ready;
     size_t bytes = fwd_smem_bytes<D>();
-    allow_smem(flash_fwd_kernel<D>, bytes, &ready);
+    allow_smem(flash_fwd_kernel<D, X>, bytes, &ready);
     dim3 grid((unsigned)((T + FA_TILE - 1) / FA_TILE), (unsigned)(B * NH));
-    flash_fwd_kernel<D><<<grid, FA_THREADS, bytes, stream>>>(out, lse, qkv, T, C, NH, 1.0f / sqrtf((float)D));
+    flash_fwd_kernel<D, X><<<grid, FA_THREADS, bytes, stream>>>(out, lse, qkv, T, C, NH, 1.0f / sqrtf((float)D));
     PX_CUDA_LAUNCH_CHECK();
 }
 
-template <int D>
-static void backward(float *dqkv, const float *dout, const float *qkv, const float *lse, const float *Dv, int B,
-                     int T, int C, int NH, int accumulate, cudaStream_t stream) {
+template <int D, typename X>
+static void backward(X *dqkv, const X *dout, const X *qkv, const float *lse, const float *Dv, int B, int T, int C,
+                     int NH, int accumulate, cudaStream_t stream) {
     static int ready_kv, ready_q;
     size_t bytes = bwd_smem_bytes<D>();
-    allow_smem(flash_bwd_kv_kernel<D>, bytes, &ready_kv);
-    allow_smem(flash_bwd_q_kernel<D>, bytes, &ready_q);
+    allow_smem(flash_bwd_kv_kernel<D, X>, bytes, &ready_kv);
+    allow_smem(flash_bwd_q_kernel<D, X>, bytes, &ready_q);
     dim3 grid((unsigned)((T + FA_TILE - 1) / FA_TILE), (unsigned)(B * NH));
     float scale = 1.0f / sqrtf((float)D);
-    flash_bwd_kv_kernel<D><<<grid, FA_THREADS, bytes, stream>>>(dqkv, dout, qkv, lse, Dv, T, C, NH, scale,
-                                                                 accumulate);
+    flash_bwd_kv_kernel<D, X><<<grid, FA_THREADS, bytes, stream>>>(dqkv, dout, qkv, lse, Dv, T, C, NH, scale,
+                                                                    accumulate);
     PX_CUDA_LAUNCH_CHECK();
-    flash_bwd_q_kernel<D><<<grid, FA_THREADS, bytes, stream>>>(dqkv, dout, qkv, lse, Dv, T, C, NH, scale,
-                                                                accumulate);
+    flash_bwd_q_kernel<D, X><<<grid, FA_THREADS, bytes, stream>>>(dqkv, dout, qkv, lse, Dv, T, C, NH, scale,
+                                                                   accumulate);
     PX_CUDA_LAUNCH_CHECK();
 }
 
@@ -433,8 +434,8 @@ static void check_head_size(int hs) {
                      "head size not 16, 32, 64 or 128 (ask flash_attention_supported first)");
 }
 
-extern "C" void flash_attention_forward_cuda(float *out, float *lse, const float *qkv, int B, int T, int C, int NH,
-                                             cudaStream_t stream) {
+template <typename X>
+static void flash_forward(X *out, float *lse, const X *qkv, int B, int T, int C, int NH, cudaStream_t stream) {
     int hs = C / NH;
     check_head_size(hs);
     switch (hs) {
@@ -445,15 +446,25 @@ extern "C" void flash_attention_forward_cuda(float *out, float *lse, const float
     }
 }
 
+extern "C" void flash_attention_forward_cuda(float *out, float *lse, const float *qkv, int B, int T, int C, int NH,
+                                             cudaStream_t stream) {
+    flash_forward(out, lse, qkv, B, T, C, NH, stream);
+}
+void flash_attention_forward_cuda(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int C, int NH,
+                                  cudaStream_t stream) {
+    flash_forward(out, lse, qkv, B, T, C, NH, stream);
+}
+
 /* Every element of dqkv's rows below T, in this call's heads, is written
  * exactly once (dK and dV by the key-tile kernel, dQ by the query-tile one),
  * so it can be overwritten as well as accumulated. */
-static void flash_backward(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse, int B,
-                           int T, int C, int NH, int accumulate, cudaStream_t stream) {
+template <typename X>
+static void flash_backward(X *dqkv, const X *dout, const X *qkv, const X *out, const float *lse, int B, int T, int C,
+                           int NH, int accumulate, cudaStream_t stream) {
     int hs = C / NH, rows = B * NH * T;
     check_head_size(hs);
     float *Dv = (float *)px_cuda_scratch((size_t)rows * sizeof(float));
-    flash_bwd_dot_kernel<<<(unsigned)((rows + PX_THREADS / 32 - 1) / (PX_THREADS / 32)), PX_THREADS, 0, stream>>>(
+    flash_bwd_dot_kernel<X><<<(unsigned)((rows + PX_THREADS / 32 - 1) / (PX_THREADS / 32)), PX_THREADS, 0, stream>>>(
         Dv, dout, out, rows, T, C, NH, hs);
     PX_CUDA_LAUNCH_CHECK();
     switch (hs) {
@@ -473,5 +484,9 @@ extern "C" void flash_attention_backward_cuda(float *dqkv, const float *dout, co
 extern "C" void flash_attention_backward_set_cuda(float *dqkv, const float *dout, const float *qkv, const float *out,
                                                   const float *lse, int B, int T, int C, int NH,
                                                   cudaStream_t stream) {
+    flash_backward(dqkv, dout, qkv, out, lse, B, T, C, NH, 0, stream);
+}
+void flash_attention_backward_set_cuda(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const bf16 *out,
+                                       const float *lse, int B, int T, int C, int NH, cudaStream_t stream) {
     flash_backward(dqkv, dout, qkv, out, lse, B, T, C, NH, 0, stream);
 }

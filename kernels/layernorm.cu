@@ -18,7 +18,8 @@
 #define LN_EPS 1e-5f
 #define ROWS_PER_BLOCK (PX_THREADS / 32)
 
-__global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, const float *inp,
+template <typename O>
+__global__ void layernorm_forward_kernel(O *out, float *mean, float *rstd, const float *inp,
                                          const float *weight, const float *bias, int N, int C) {
     int row = blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
@@ -34,8 +35,8 @@ __global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, c
     }
     float var = px_warp_sum(q) / (float)C;
     float rs = 1.0f / sqrtf(var + LN_EPS);
-    float *o = out + (size_t)row * C;
-    for (int c = lane; c < C; c += 32) o[c] = (x[c] - mu) * rs * weight[c] + bias[c];
+    O *o = out + (size_t)row * C;
+    for (int c = lane; c < C; c += 32) px_st(&o[c], (x[c] - mu) * rs * weight[c] + bias[c]);
     if (lane == 0) {
         mean[row] = mu;
         rstd[row] = rs;
@@ -46,7 +47,8 @@ __global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, c
  * writes: the residual add and the LayerNorm after it in one pass. The same
  * arithmetic in the same order as residual_forward then layernorm_forward,
  * so the results are bitwise theirs. */
-__global__ void residual_layernorm_forward_kernel(float *res, float *out, float *mean, float *rstd, const float *a,
+template <typename O>
+__global__ void residual_layernorm_forward_kernel(float *res, O *out, float *mean, float *rstd, const float *a,
                                                   const float *b, const float *weight, const float *bias, int N,
                                                   int C) {
     int row = blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5);
@@ -68,8 +70,8 @@ __global__ void residual_layernorm_forward_kernel(float *res, float *out, float 
     }
     float var = px_warp_sum(q) / (float)C;
     float rs = 1.0f / sqrtf(var + LN_EPS);
-    float *o = out + off;
-    for (int c = lane; c < C; c += 32) o[c] = (x[c] - mu) * rs * weight[c] + bias[c];
+    O *o = out + off;
+    for (int c = lane; c < C; c += 32) px_st(&o[c], (x[c] - mu) * rs * weight[c] + bias[c]);
     if (lane == 0) {
         mean[row] = mu;
         rstd[row] = rs;
@@ -81,9 +83,10 @@ __global__ void residual_layernorm_forward_kernel(float *res, float *out, float 
 /* One warp a block, rows LN_BWD_ROWS * blockIdx.x on: for each row,
  * dinp += (dnorm - mean(dnorm) - norm * mean(dnorm * norm)) * rstd with
  * dnorm = weight * dout and norm = (x - mean) * rstd; and the block's row of
- * part_w (sum of dout * norm) and part_b (sum of dout) over its rows.
+ * part_w (sum of dout * norm) and part_b (sum of dout) over its rows; with
+ * dinp_bf16, the updated dinp rounded to bf16 there too.
  * Dynamic shared memory: 2C floats, each lane owning channels lane + 32k. */
-__global__ void layernorm_backward_kernel(float *dinp, float *part_w, float *part_b, const float *dout,
+__global__ void layernorm_backward_kernel(float *dinp, bf16 *dinp_bf16, float *part_w, float *part_b, const float *dout,
                                          const float *inp, const float *weight, const float *mean,
                                          const float *rstd, int N, int C) {
     extern __shared__ float acc[];
@@ -105,7 +108,9 @@ __global__ void layernorm_backward_kernel(float *dinp, float *part_w, float *par
         float *di = dinp + (size_t)row * C;
         for (int c = lane; c < C; c += 32) {
             float norm = (x[c] - mu) * rs;
-            di[c] += (weight[c] * d[c] - dn_mean - norm * dnn_mean) * rs;
+            float g = di[c] + (weight[c] * d[c] - dn_mean - norm * dnn_mean) * rs;
+            di[c] = g;
+            if (dinp_bf16) px_st(&dinp_bf16[(size_t)row * C + c], g);
             acc[c] += d[c] * norm;
             acc[C + c] += d[c];
         }
@@ -116,39 +121,63 @@ __global__ void layernorm_backward_kernel(float *dinp, float *part_w, float *par
     }
 }
 
+template <typename O>
+static void forward(O *out, float *mean, float *rstd, const float *inp, const float *weight, const float *bias, int N,
+                    int C, cudaStream_t stream) {
+    unsigned grid = (unsigned)((N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK);
+    layernorm_forward_kernel<O><<<grid, PX_THREADS, 0, stream>>>(out, mean, rstd, inp, weight, bias, N, C);
+    PX_CUDA_LAUNCH_CHECK();
+}
+
 extern "C" void layernorm_forward_cuda(float *out, float *mean, float *rstd, const float *inp,
                                        const float *weight, const float *bias, int B, int T, int C,
                                        cudaStream_t stream) {
-    int N = B * T;
+    forward(out, mean, rstd, inp, weight, bias, B * T, C, stream);
+}
+void layernorm_forward_cuda(bf16 *out, float *mean, float *rstd, const float *inp, const float *weight,
+                            const float *bias, int B, int T, int C, cudaStream_t stream) {
+    forward(out, mean, rstd, inp, weight, bias, B * T, C, stream);
+}
+
+template <typename O>
+static void residual_forward(float *res, O *out, float *mean, float *rstd, const float *a, const float *b,
+                             const float *weight, const float *bias, int N, int C, cudaStream_t stream) {
     unsigned grid = (unsigned)((N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK);
-    layernorm_forward_kernel<<<grid, PX_THREADS, 0, stream>>>(out, mean, rstd, inp, weight, bias,
-                                                               N, C);
+    residual_layernorm_forward_kernel<O><<<grid, PX_THREADS, 0, stream>>>(res, out, mean, rstd, a, b, weight, bias,
+                                                                           N, C);
     PX_CUDA_LAUNCH_CHECK();
 }
 
 extern "C" void residual_layernorm_forward_cuda(float *res, float *out, float *mean, float *rstd, const float *a,
                                                 const float *b, const float *weight, const float *bias, int B, int T,
                                                 int C, cudaStream_t stream) {
-    int N = B * T;
-    unsigned grid = (unsigned)((N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK);
-    residual_layernorm_forward_kernel<<<grid, PX_THREADS, 0, stream>>>(res, out, mean, rstd, a, b, weight, bias, N,
-                                                                        C);
-    PX_CUDA_LAUNCH_CHECK();
+    residual_forward(res, out, mean, rstd, a, b, weight, bias, B * T, C, stream);
+}
+void residual_layernorm_forward_cuda(float *res, bf16 *out, float *mean, float *rstd, const float *a, const float *b,
+                                     const float *weight, const float *bias, int B, int T, int C,
+                                     cudaStream_t stream) {
+    residual_forward(res, out, mean, rstd, a, b, weight, bias, B * T, C, stream);
 }
 
-extern "C" void layernorm_backward_cuda(float *dinp, float *dweight, float *dbias,
-                                        const float *dout, const float *inp, const float *weight,
-                                        const float *mean, const float *rstd, int B, int T, int C,
-                                        cudaStream_t stream) {
+void layernorm_backward_cuda(float *dinp, bf16 *dinp_bf16, float *dweight, float *dbias, const float *dout,
+                             const float *inp, const float *weight, const float *mean, const float *rstd, int B,
+                             int T, int C, cudaStream_t stream) {
     int N = B * T, nb = (N + LN_BWD_ROWS - 1) / LN_BWD_ROWS;
     size_t smem = 2 * (size_t)C * sizeof(float);
     if (smem > 48 * 1024)
         px_cuda_fail(__FILE__, __LINE__, "layernorm_backward_cuda", "cuda", 0,
                      "more than 6144 channels: the backward's per-warp sums do not fit in shared memory");
     float *part_w = (float *)px_cuda_scratch(2 * (size_t)nb * C * sizeof(float)), *part_b = part_w + (size_t)nb * C;
-    layernorm_backward_kernel<<<(unsigned)nb, 32, smem, stream>>>(dinp, part_w, part_b, dout, inp, weight, mean,
-                                                                   rstd, N, C);
+    layernorm_backward_kernel<<<(unsigned)nb, 32, smem, stream>>>(dinp, dinp_bf16, part_w, part_b, dout, inp, weight,
+                                                                   mean, rstd, N, C);
     PX_CUDA_LAUNCH_CHECK();
     px_cuda_colsum_add(dweight, part_w, nb, C, stream);
     px_cuda_colsum_add(dbias, part_b, nb, C, stream);
+}
+
+extern "C" void layernorm_backward_cuda(float *dinp, float *dweight, float *dbias,
+                                        const float *dout, const float *inp, const float *weight,
+                                        const float *mean, const float *rstd, int B, int T, int C,
+                                        cudaStream_t stream) {
+    layernorm_backward_cuda(dinp, (bf16 *)NULL, dweight, dbias, dout, inp, weight, mean, rstd, B, T, C, stream);
 }

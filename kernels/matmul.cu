@@ -12,8 +12,10 @@
  * heuristic may answer "none"; then (or when disabled with
  * px_cuda_ops_set_lt(0)) the op falls back to cublasSgemm plus a bias kernel.
  * The compute type follows the math mode (px_cuda_ops_set_math): FP32 by
- * default (no TF32), TF32 or bf16 tensor cores with FP32 storage. cuBLASLt
- * plans (descriptor, layouts, algorithm) are made once per shape and kept.
+ * default (no TF32), TF32 or bf16 tensor cores with FP32 storage. The
+ * bf16-storage overloads (ops_cuda.h) take bf16 operands and write FP32 or
+ * bf16, accumulating in FP32. cuBLASLt plans (descriptor, layouts,
+ * algorithm) are made once per shape and storage types and kept.
  *
  * Backward: dinp and dweight are GEMMs with beta = 1, which is exactly the
  * accumulate (+=) semantics of ops.h. dbias is a deterministic column sum
@@ -30,27 +32,37 @@ extern "C" {
 /* ------------------------------------------------------------ column sums */
 
 /* block (32,32), grid ceil(N/32): out[c] += sum over rows of a[r,c]. */
-__global__ void colsum_add_kernel(float *out, const float *a, int M, int N) {
+template <typename S>
+__global__ void colsum_add_kernel(float *out, const S *a, int M, int N) {
     __shared__ float tile[32][33];
     int c = blockIdx.x * 32 + threadIdx.x;
     float acc = 0.0f;
     if (c < N)
-        for (int r = threadIdx.y; r < M; r += 32) acc += a[(size_t)r * N + c];
+        for (int r = threadIdx.y; r < M; r += 32) acc += px_ld(a[(size_t)r * N + c]);
     float s = px_column_tree(acc, tile);
     if (threadIdx.y == 0 && c < N) out[c] += s;
 }
 
-void px_cuda_colsum_add(float *out, const float *a, int M, int N, cudaStream_t stream) {
-    colsum_add_kernel<<<(unsigned)((N + 31) / 32), dim3(32, 32), 0, stream>>>(out, a, M, N);
+template <typename S>
+static void colsum_add(float *out, const S *a, int M, int N, cudaStream_t stream) {
+    colsum_add_kernel<S><<<(unsigned)((N + 31) / 32), dim3(32, 32), 0, stream>>>(out, a, M, N);
     PX_CUDA_LAUNCH_CHECK();
+}
+
+void px_cuda_colsum_add(float *out, const float *a, int M, int N, cudaStream_t stream) {
+    colsum_add(out, a, M, N, stream);
+}
+void px_cuda_colsum_add(float *out, const bf16 *a, int M, int N, cudaStream_t stream) {
+    colsum_add(out, a, M, N, stream);
 }
 
 /* ---------------------------------------------------------------- forward */
 
 /* out (M,N) += bias (N) broadcast over rows. */
-__global__ void add_bias_kernel(float *out, const float *bias, int M, int N) {
+template <typename O>
+__global__ void add_bias_kernel(O *out, const O *bias, int M, int N) {
     size_t n = (size_t)M * N;
-    PX_GRID_STRIDE(i, n) { out[i] += bias[i % (size_t)N]; }
+    PX_GRID_STRIDE(i, n) { px_st(&out[i], px_ld(out[i]) + px_ld(bias[i % (size_t)N])); }
 }
 
 /* Largest power of two (<= 256, cuBLASLt's default assumption) dividing p. */
@@ -67,7 +79,7 @@ static uint32_t alignment_of(const void *p) {
  *   LT_DGELU  out (BT,C) = (dout (BT,OC) W) * GELU'(aux), aux (BT,C) */
 typedef enum { LT_BIAS, LT_GELU, LT_DGELU } lt_kind_t;
 
-/* A cuBLASLt plan for one kind, shape, pointer alignment and compute type:
+/* A cuBLASLt plan for one kind, shape, pointer alignment, storage types and compute type:
  * the descriptor, the three layouts and the heuristic's algorithm (found 0:
  * cuBLASLt has none, the caller falls back). Created on first use and kept:
  * a training step asks for the same few shapes every time. The bias and aux
@@ -76,6 +88,7 @@ typedef struct {
     lt_kind_t kind;
     int BT, C, OC;
     uint32_t al_a, al_b, al_d, al_bias, al_aux;
+    cudaDataType_t ab, dt; /* A and B's type, D's (and the bias's and aux's: cuBLASLt's default) */
     cublasComputeType_t compute;
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, ld;
@@ -99,12 +112,12 @@ static void set_attr(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr
 }
 
 /* The per-call pointers: the bias (not LT_DGELU) and the aux matrix (not LT_BIAS). */
-static void set_pointers(const lt_plan_t *p, const float *bias, const float *aux) {
+static void set_pointers(const lt_plan_t *p, const void *bias, const void *aux) {
     if (p->kind != LT_DGELU) set_attr(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
     if (p->kind != LT_BIAS) set_attr(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux);
 }
 
-static void plan_make(lt_plan_t *p, const float *bias, const float *aux) {
+static void plan_make(lt_plan_t *p, const void *bias, const void *aux) {
     cublasLtHandle_t lt = px_cuda_lt();
     size_t ws_bytes = 0;
     px_cuda_lt_workspace(&ws_bytes);
@@ -125,13 +138,13 @@ static void plan_make(lt_plan_t *p, const float *bias, const float *aux) {
     /* Stored (column-major) shapes, before the transpose ops. Forward:
      * A = W as (C x OC), B = x as (C x BT), D (OC x BT). DGELU: A = W as
      * (C x OC), B = dout as (OC x BT), D (C x BT). */
-    PX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->la, CUDA_R_32F, (uint64_t)p->C, (uint64_t)p->OC, p->C));
+    PX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->la, p->ab, (uint64_t)p->C, (uint64_t)p->OC, p->C));
     if (fwd) {
-        PX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_32F, (uint64_t)p->C, (uint64_t)p->BT, p->C));
-        PX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->ld, CUDA_R_32F, (uint64_t)p->OC, (uint64_t)p->BT, p->OC));
+        PX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lb, p->ab, (uint64_t)p->C, (uint64_t)p->BT, p->C));
+        PX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->ld, p->dt, (uint64_t)p->OC, (uint64_t)p->BT, p->OC));
     } else {
-        PX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_32F, (uint64_t)p->OC, (uint64_t)p->BT, p->OC));
-        PX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->ld, CUDA_R_32F, (uint64_t)p->C, (uint64_t)p->BT, p->C));
+        PX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lb, p->ab, (uint64_t)p->OC, (uint64_t)p->BT, p->OC));
+        PX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->ld, p->dt, (uint64_t)p->C, (uint64_t)p->BT, p->C));
     }
 
     cublasLtMatmulPreference_t pref;
@@ -163,15 +176,23 @@ static void plan_make(lt_plan_t *p, const float *bias, const float *aux) {
     PX_CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
 }
 
-static const lt_plan_t *plan_for(lt_kind_t kind, int BT, int C, int OC, const float *weight, const float *inp,
-                                 const float *out, const float *bias, const float *aux) {
-    cublasComputeType_t compute = px_cuda_compute_type();
+/* The compute type for operands of type ab: the math mode's for FP32,
+ * plain FP32 accumulation for bf16 (already tensor-core inputs). */
+static cublasComputeType_t compute_for(cudaDataType_t ab) {
+    return ab == CUDA_R_32F ? px_cuda_compute_type() : CUBLAS_COMPUTE_32F;
+}
+
+static const lt_plan_t *plan_for(lt_kind_t kind, int BT, int C, int OC, const void *weight, const void *inp,
+                                 const void *out, const void *bias, const void *aux, cudaDataType_t ab,
+                                 cudaDataType_t dt) {
+    cublasComputeType_t compute = compute_for(ab);
     uint32_t al_a = alignment_of(weight), al_b = alignment_of(inp), al_d = alignment_of(out),
              al_bias = bias ? alignment_of(bias) : 0, al_aux = aux ? alignment_of(aux) : 0;
     for (int i = 0; i < g_nplans; i++) {
         const lt_plan_t *p = &g_plans[i];
         if (p->kind == kind && p->BT == BT && p->C == C && p->OC == OC && p->al_a == al_a && p->al_b == al_b &&
-            p->al_d == al_d && p->al_bias == al_bias && p->al_aux == al_aux && p->compute == compute)
+            p->al_d == al_d && p->al_bias == al_bias && p->al_aux == al_aux && p->ab == ab && p->dt == dt &&
+            p->compute == compute)
             return p;
     }
     lt_plan_t *p;
@@ -184,6 +205,7 @@ static const lt_plan_t *plan_for(lt_kind_t kind, int BT, int C, int OC, const fl
     memset(p, 0, sizeof *p);
     p->kind = kind, p->BT = BT, p->C = C, p->OC = OC, p->compute = compute;
     p->al_a = al_a, p->al_b = al_b, p->al_d = al_d, p->al_bias = al_bias, p->al_aux = al_aux;
+    p->ab = ab, p->dt = dt;
     plan_make(p, bias, aux);
     return p;
 }
@@ -197,9 +219,9 @@ void px_cuda_lt_plans_free(void) {
 /* One plan's matmul (inp: x for the forward kinds, dout for LT_DGELU).
  * Returns 0 when done, -1 when cuBLASLt has no algorithm (the caller falls
  * back to separate kernels). */
-static int lt_matmul(lt_kind_t kind, float *out, const float *inp, const float *weight, const float *bias,
-                     const float *aux, int BT, int C, int OC, cudaStream_t stream) {
-    const lt_plan_t *p = plan_for(kind, BT, C, OC, weight, inp, out, bias, aux);
+static int lt_matmul(lt_kind_t kind, void *out, const void *inp, const void *weight, const void *bias, const void *aux,
+                     cudaDataType_t ab, cudaDataType_t dt, int BT, int C, int OC, cudaStream_t stream) {
+    const lt_plan_t *p = plan_for(kind, BT, C, OC, weight, inp, out, bias, aux, ab, dt);
     if (!p->found) return -1;
     size_t ws_bytes = 0;
     void *ws = px_cuda_lt_workspace(&ws_bytes);
@@ -215,13 +237,20 @@ static int lt_matmul(lt_kind_t kind, float *out, const float *inp, const float *
  * were fixed on), cublasGemmEx otherwise. */
 void px_cuda_gemm(cudaStream_t stream, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                   float alpha, const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    px_cuda_gemm_ex(stream, ta, tb, m, n, k, alpha, A, lda, B, ldb, CUDA_R_32F, beta, C, ldc, CUDA_R_32F);
+}
+
+void px_cuda_gemm_ex(cudaStream_t stream, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                     float alpha, const void *A, int lda, const void *B, int ldb, cudaDataType_t ab, float beta,
+                     void *C, int ldc, cudaDataType_t ct) {
     cublasHandle_t h = px_cuda_blas(stream);
-    if (px_cuda_ops_math() == PX_CUDA_MATH_FP32) {
-        PX_CUBLAS_CHECK(cublasSgemm(h, ta, tb, m, n, k, &alpha, A, lda, B, ldb, &beta, C, ldc));
+    if (ab == CUDA_R_32F && ct == CUDA_R_32F && px_cuda_ops_math() == PX_CUDA_MATH_FP32) {
+        PX_CUBLAS_CHECK(cublasSgemm(h, ta, tb, m, n, k, &alpha, (const float *)A, lda, (const float *)B, ldb, &beta,
+                                    (float *)C, ldc));
         return;
     }
-    PX_CUBLAS_CHECK(cublasGemmEx(h, ta, tb, m, n, k, &alpha, A, CUDA_R_32F, lda, B, CUDA_R_32F, ldb, &beta, C,
-                                 CUDA_R_32F, ldc, px_cuda_compute_type(), CUBLAS_GEMM_DEFAULT));
+    PX_CUBLAS_CHECK(cublasGemmEx(h, ta, tb, m, n, k, &alpha, A, ab, lda, B, ab, ldb, &beta, C, ct, ldc,
+                                 compute_for(ab), CUBLAS_GEMM_DEFAULT));
 }
 
 void px_cuda_gemm_batched(cudaStream_t stream, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
@@ -238,32 +267,53 @@ void px_cuda_gemm_batched(cudaStream_t stream, cublasOperation_t ta, cublasOpera
                                                px_cuda_compute_type(), CUBLAS_GEMM_DEFAULT));
 }
 
+/* The ops below are templates over the storage: I the operands' type (x
+ * and W, or dout and W), O the output's (and the bias's). The FP32 ops are
+ * I = O = float. */
+
+template <typename I, typename O>
+static void forward(O *out, const I *inp, const I *weight, const O *bias, int BT, int C, int OC,
+                    cudaStream_t stream) {
+    cudaDataType_t ab = px_data_type<I>(), dt = px_data_type<O>();
+    if (bias && px_cuda_lt_enabled() && lt_matmul(LT_BIAS, out, inp, weight, bias, NULL, ab, dt, BT, C, OC, stream) == 0)
+        return;
+    px_cuda_gemm_ex(stream, CUBLAS_OP_T, CUBLAS_OP_N, OC, BT, C, 1.0f, weight, C, inp, C, ab, 0.0f, out, OC, dt);
+    if (bias) {
+        size_t n = (size_t)BT * OC;
+        add_bias_kernel<O><<<px_grid(n), PX_THREADS, 0, stream>>>(out, bias, BT, OC);
+        PX_CUDA_LAUNCH_CHECK();
+    }
+}
+
 extern "C" void matmul_forward_cuda(float *out, const float *inp, const float *weight,
                                     const float *bias, int B, int T, int C, int OC,
                                     cudaStream_t stream) {
-    int BT = B * T;
-    if (bias && px_cuda_lt_enabled() &&
-        lt_matmul(LT_BIAS, out, inp, weight, bias, NULL, BT, C, OC, stream) == 0)
-        return;
-    px_cuda_gemm(stream, CUBLAS_OP_T, CUBLAS_OP_N, OC, BT, C, 1.0f, weight, C, inp, C, 0.0f, out, OC);
-    if (bias) {
-        size_t n = (size_t)BT * OC;
-        add_bias_kernel<<<px_grid(n), PX_THREADS, 0, stream>>>(out, bias, BT, OC);
-        PX_CUDA_LAUNCH_CHECK();
-    }
+    forward(out, inp, weight, bias, B * T, C, OC, stream);
+}
+void matmul_forward_cuda(bf16 *out, const bf16 *inp, const bf16 *weight, const bf16 *bias, int B, int T, int C, int OC,
+                         cudaStream_t stream) {
+    forward(out, inp, weight, bias, B * T, C, OC, stream);
+}
+void matmul_forward_cuda(float *out, const bf16 *inp, const bf16 *weight, const float *bias, int B, int T, int C,
+                         int OC, cudaStream_t stream) {
+    forward(out, inp, weight, bias, B * T, C, OC, stream);
 }
 
 /* --------------------------------------------------------------- backward */
 
 /* For the output gradient scale * dout: dinp = dinp_beta * dinp + .. @ weight
- * (so dinp_beta 1 accumulates, 0 overwrites); dweight and dbias accumulate. */
-static void backward(float *dinp, float dinp_beta, float *dweight, float *dbias, const float *dout, float scale,
-                     const float *inp, const float *weight, int BT, int C, int OC, cudaStream_t stream) {
-    const float one = 1.0f;
+ * (so dinp_beta 1 accumulates, 0 overwrites); dweight and dbias (FP32)
+ * accumulate. */
+template <typename I, typename O>
+static void backward(O *dinp, float dinp_beta, float *dweight, float *dbias, const I *dout, float scale,
+                     const I *inp, const I *weight, int BT, int C, int OC, cudaStream_t stream) {
+    cudaDataType_t ab = px_data_type<I>();
     if (dinp) /* dinp (BT,C) = scale dout (BT,OC) @ weight (OC,C) + beta dinp */
-        px_cuda_gemm(stream, CUBLAS_OP_N, CUBLAS_OP_N, C, BT, OC, scale, weight, C, dout, OC, dinp_beta, dinp, C);
+        px_cuda_gemm_ex(stream, CUBLAS_OP_N, CUBLAS_OP_N, C, BT, OC, scale, weight, C, dout, OC, ab, dinp_beta, dinp,
+                        C, px_data_type<O>());
     if (dweight) /* dweight (OC,C) += scale dout^T (OC,BT) @ inp (BT,C) */
-        px_cuda_gemm(stream, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, BT, scale, inp, C, dout, OC, one, dweight, C);
+        px_cuda_gemm_ex(stream, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, BT, scale, inp, C, dout, OC, ab, 1.0f, dweight, C,
+                        CUDA_R_32F);
     if (dbias) {
         if (scale != 1.0f)
             px_cuda_fail(__FILE__, __LINE__, "matmul_backward_set_cuda", "cuda", 0,
@@ -277,25 +327,60 @@ extern "C" void matmul_backward_cuda(float *dinp, float *dweight, float *dbias, 
                                      int OC, cudaStream_t stream) {
     backward(dinp, 1.0f, dweight, dbias, dout, 1.0f, inp, weight, B * T, C, OC, stream);
 }
+void matmul_backward_cuda(float *dinp, float *dweight, float *dbias, const bf16 *dout, const bf16 *inp,
+                          const bf16 *weight, int B, int T, int C, int OC, cudaStream_t stream) {
+    backward(dinp, 1.0f, dweight, dbias, dout, 1.0f, inp, weight, B * T, C, OC, stream);
+}
 
 extern "C" void matmul_backward_set_cuda(float *dinp, float *dweight, float *dbias, const float *dout, float scale,
                                          const float *inp, const float *weight, int B, int T, int C, int OC,
                                          cudaStream_t stream) {
     backward(dinp, 0.0f, dweight, dbias, dout, scale, inp, weight, B * T, C, OC, stream);
 }
+void matmul_backward_set_cuda(float *dinp, float *dweight, float *dbias, const bf16 *dout, float scale,
+                              const bf16 *inp, const bf16 *weight, int B, int T, int C, int OC, cudaStream_t stream) {
+    backward(dinp, 0.0f, dweight, dbias, dout, scale, inp, weight, B * T, C, OC, stream);
+}
+void matmul_backward_set_cuda(bf16 *dinp, float *dweight, float *dbias, const bf16 *dout, float scale,
+                              const bf16 *inp, const bf16 *weight, int B, int T, int C, int OC, cudaStream_t stream) {
+    backward(dinp, 0.0f, dweight, dbias, dout, scale, inp, weight, B * T, C, OC, stream);
+}
+
+template <typename X>
+static void forward_gelu(X *out, X *pre, const X *inp, const X *weight, const X *bias, int B, int T, int C, int OC,
+                         cudaStream_t stream) {
+    int BT = B * T;
+    cudaDataType_t t = px_data_type<X>();
+    if (px_cuda_lt_enabled() && lt_matmul(LT_GELU, out, inp, weight, bias, pre, t, t, BT, C, OC, stream) == 0) return;
+    forward(pre, inp, weight, bias, BT, C, OC, stream);
+    gelu_forward_cuda(out, pre, (size_t)BT * OC, stream);
+}
 
 extern "C" void matmul_forward_gelu_cuda(float *out, float *pre, const float *inp, const float *weight,
                                          const float *bias, int B, int T, int C, int OC, cudaStream_t stream) {
+    forward_gelu(out, pre, inp, weight, bias, B, T, C, OC, stream);
+}
+void matmul_forward_gelu_cuda(bf16 *out, bf16 *pre, const bf16 *inp, const bf16 *weight, const bf16 *bias, int B,
+                              int T, int C, int OC, cudaStream_t stream) {
+    forward_gelu(out, pre, inp, weight, bias, B, T, C, OC, stream);
+}
+
+template <typename X>
+static void backward_dgelu(X *dinp, const X *dout, const X *pre, const X *weight, int B, int T, int C, int OC,
+                           cudaStream_t stream) {
     int BT = B * T;
-    if (px_cuda_lt_enabled() && lt_matmul(LT_GELU, out, inp, weight, bias, pre, BT, C, OC, stream) == 0) return;
-    matmul_forward_cuda(pre, inp, weight, bias, B, T, C, OC, stream);
-    gelu_forward_cuda(out, pre, (size_t)BT * OC, stream);
+    cudaDataType_t t = px_data_type<X>();
+    if (px_cuda_lt_enabled() && lt_matmul(LT_DGELU, dinp, dout, weight, NULL, pre, t, t, BT, C, OC, stream) == 0)
+        return;
+    backward(dinp, 0.0f, (float *)NULL, (float *)NULL, dout, 1.0f, (const X *)NULL, weight, BT, C, OC, stream);
+    gelu_backward_inplace_cuda(dinp, pre, (size_t)BT * C, stream);
 }
 
 extern "C" void matmul_backward_dgelu_cuda(float *dinp, const float *dout, const float *pre, const float *weight,
                                            int B, int T, int C, int OC, cudaStream_t stream) {
-    int BT = B * T;
-    if (px_cuda_lt_enabled() && lt_matmul(LT_DGELU, dinp, dout, weight, NULL, pre, BT, C, OC, stream) == 0) return;
-    matmul_backward_set_cuda(dinp, NULL, NULL, dout, 1.0f, NULL, weight, B, T, C, OC, stream);
-    gelu_backward_inplace_cuda(dinp, pre, (size_t)BT * C, stream);
+    backward_dgelu(dinp, dout, pre, weight, B, T, C, OC, stream);
+}
+void matmul_backward_dgelu_cuda(bf16 *dinp, const bf16 *dout, const bf16 *pre, const bf16 *weight, int B, int T,
+                                int C, int OC, cudaStream_t stream) {
+    backward_dgelu(dinp, dout, pre, weight, B, T, C, OC, stream);
 }

@@ -199,6 +199,74 @@ void scale_inplace_cuda(float *x, size_t n, float scale, cudaStream_t stream);
 
 #ifdef __cplusplus
 }
+
+/* ---- bf16 storage (C++ only): the same ops on bf16 tensors ----
+ * For the model's bf16 activations (model/gpt_cuda.cu): what a GEMM reads
+ * (LayerNorm outputs, qkv, the attention output, the MLP's hidden units,
+ * the logits, and the output gradients fed back into GEMMs) is stored in
+ * bf16; the residual stream, its gradient, LayerNorm statistics, losses,
+ * parameters and their gradients stay FP32. Arithmetic is FP32 everywhere,
+ * each bf16 store rounds to nearest even. Semantics, shapes and argument
+ * order are those of the FP32 op of the same name. Matmuls on bf16
+ * operands run cuBLAS(Lt) with FP32 accumulation, whatever the math mode;
+ * a bias has the output's type (cuBLASLt's rule for its epilogue), and so
+ * has the GELU epilogue's aux matrix. */
+#include <cuda_bf16.h>
+
+/* dst (n) = src rounded to bf16; and back. */
+void px_cuda_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n, cudaStream_t stream);
+void px_cuda_to_float(float *dst, const __nv_bfloat16 *src, size_t n, cudaStream_t stream);
+/* Up to PX_CUDA_CONVERT_MAX tensors rounded to bf16 in one launch. */
+#define PX_CUDA_CONVERT_MAX 8
+typedef struct {
+    __nv_bfloat16 *dst;
+    const float *src;
+    size_t n;
+} px_cuda_convert_t;
+void px_cuda_to_bf16_many(const px_cuda_convert_t *jobs, int njobs, cudaStream_t stream);
+
+void layernorm_forward_cuda(__nv_bfloat16 *out, float *mean, float *rstd, const float *inp, const float *weight,
+                            const float *bias, int B, int T, int C, cudaStream_t stream);
+void residual_layernorm_forward_cuda(float *res, __nv_bfloat16 *out, float *mean, float *rstd, const float *a,
+                                     const float *b, const float *weight, const float *bias, int B, int T, int C,
+                                     cudaStream_t stream);
+/* layernorm_backward_cuda that also writes dinp, after its update, rounded
+ * to bf16 into dinp_bf16 (the next GEMMs' output gradient). */
+void layernorm_backward_cuda(float *dinp, __nv_bfloat16 *dinp_bf16, float *dweight, float *dbias, const float *dout,
+                             const float *inp, const float *weight, const float *mean, const float *rstd, int B,
+                             int T, int C, cudaStream_t stream);
+
+void matmul_forward_cuda(__nv_bfloat16 *out, const __nv_bfloat16 *inp, const __nv_bfloat16 *weight,
+                         const __nv_bfloat16 *bias, int B, int T, int C, int OC, cudaStream_t stream);
+void matmul_forward_cuda(float *out, const __nv_bfloat16 *inp, const __nv_bfloat16 *weight, const float *bias, int B,
+                         int T, int C, int OC, cudaStream_t stream);
+void matmul_forward_gelu_cuda(__nv_bfloat16 *out, __nv_bfloat16 *pre, const __nv_bfloat16 *inp,
+                              const __nv_bfloat16 *weight, const __nv_bfloat16 *bias, int B, int T, int C, int OC,
+                              cudaStream_t stream);
+void matmul_backward_dgelu_cuda(__nv_bfloat16 *dinp, const __nv_bfloat16 *dout, const __nv_bfloat16 *pre,
+                                const __nv_bfloat16 *weight, int B, int T, int C, int OC, cudaStream_t stream);
+/* dinp FP32 or bf16; dweight and dbias (FP32) accumulate. */
+void matmul_backward_cuda(float *dinp, float *dweight, float *dbias, const __nv_bfloat16 *dout,
+                          const __nv_bfloat16 *inp, const __nv_bfloat16 *weight, int B, int T, int C, int OC,
+                          cudaStream_t stream);
+void matmul_backward_set_cuda(float *dinp, float *dweight, float *dbias, const __nv_bfloat16 *dout, float scale,
+                              const __nv_bfloat16 *inp, const __nv_bfloat16 *weight, int B, int T, int C, int OC,
+                              cudaStream_t stream);
+void matmul_backward_set_cuda(__nv_bfloat16 *dinp, float *dweight, float *dbias, const __nv_bfloat16 *dout,
+                              float scale, const __nv_bfloat16 *inp, const __nv_bfloat16 *weight, int B, int T, int C,
+                              int OC, cudaStream_t stream);
+
+void flash_attention_forward_cuda(__nv_bfloat16 *out, float *lse, const __nv_bfloat16 *qkv, int B, int T, int C,
+                                  int NH, cudaStream_t stream);
+void flash_attention_backward_set_cuda(__nv_bfloat16 *dqkv, const __nv_bfloat16 *dout, const __nv_bfloat16 *qkv,
+                                       const __nv_bfloat16 *out, const float *lse, int B, int T, int C, int NH,
+                                       cudaStream_t stream);
+
+void gelu_forward_cuda(__nv_bfloat16 *out, const __nv_bfloat16 *inp, size_t N, cudaStream_t stream);
+void gelu_backward_inplace_cuda(__nv_bfloat16 *d, const __nv_bfloat16 *inp, size_t N, cudaStream_t stream);
+
+void crossentropy_fused_cuda(float *losses, float *lse, __nv_bfloat16 *logits, const int *targets, float dloss, int B,
+                             int T, int V, int Vp, cudaStream_t stream);
 #endif
 
 #endif

@@ -11,6 +11,19 @@
  * few scratch gradients; the residual stream's gradient is one buffer that
  * every layer adds into.
  *
+ * Storage: the passes are templates over X, the type of what the GEMMs
+ * read and write (LayerNorm outputs, qkv, the attention output, the MLP's
+ * hidden units, the logits and the gradients fed back into GEMMs). X is
+ * float, except with bf16 math and the fused attention (a head size it
+ * takes), where it is bf16: half the activation memory and traffic, and
+ * GEMMs on bf16 operands. The residual stream and its gradient, LayerNorm
+ * statistics, losses, and every parameter, gradient and moment stay FP32
+ * either way: with bf16 storage each unit's GEMM weights are rounded to a
+ * bf16 copy when the unit is acquired (one pass over its parameters, so
+ * the FP32 state stays the only state, whoever owns it: this model, a
+ * shard source, a heal or a restore). The backward keeps a bf16 copy of the
+ * residual gradient beside the FP32 one, for the GEMMs.
+ *
  * Host/device traffic per step: the token ids in, the per-position losses out
  * (B*T floats, summed on the host in double in order, as the CPU does), and
  * one double for the gradient norm.
@@ -31,12 +44,14 @@ extern "C" {
 #include "px_log.h"
 }
 
-/* Activations and scratch on the device, laid out for (B,T). */
+/* Activations and scratch on the device, laid out for (B,T). The views
+ * typed void * hold the storage type X (float or bf16, the model's
+ * `bf16`); the others are FP32 always. */
 typedef struct {
     int B, T;
-    size_t capacity;     /* floats in mem */
+    size_t capacity;     /* bytes in mem */
     size_t tok_capacity; /* ints in each of inputs and targets */
-    float *mem;
+    unsigned char *mem;
     int *tokens;         /* inputs, targets, then the embedding backward's plan */
     int *inputs;         /* (B,T) */
     int *targets;        /* (B,T) */
@@ -52,36 +67,38 @@ typedef struct {
     float dlogits_scale; /* what the classifier's backward scales logits by (the weight half's too) */
     float *host_losses; /* (tok_capacity) */
     float *encoded;   /* (B,T,C): the stage's input */
-    float *ln1;       /* (L,B,T,C) */
+    void *ln1;        /* X (L,B,T,C) */
     float *ln1_mean;  /* (L,B,T) */
     float *ln1_rstd;  /* (L,B,T) */
-    float *qkv;       /* (L,B,T,3Ca) (Ca = C/tp: this rank's heads) */
-    float *atty;      /* (L,B,T,Ca) */
+    void *qkv;        /* X (L,B,T,3Ca) (Ca = C/tp: this rank's heads) */
+    void *atty;       /* X (L,B,T,Ca) */
     float *att;       /* (L,B,NHa,T,T), or with flash attention each row's log-sum-exp (L,B,NHa,T) */
     size_t att_layer; /* att's floats per layer */
     float *residual2; /* (L,B,T,C) */
-    float *ln2;       /* (L,B,T,C) */
+    void *ln2;        /* X (L,B,T,C) */
     float *ln2_mean;  /* (L,B,T) */
     float *ln2_rstd;  /* (L,B,T) */
-    float *fch;       /* (L,B,T,H) (H = 4C/tp) */
-    float *fch_gelu;  /* (L,B,T,H) */
+    void *fch;        /* X (L,B,T,H) (H = 4C/tp) */
+    void *fch_gelu;   /* X (L,B,T,H) */
     float *residual3; /* (L,B,T,C) */
-    float *lnf;       /* (B,T,C) */
+    void *lnf;        /* X (B,T,C) */
     float *lnf_mean;  /* (B,T) */
     float *lnf_rstd;  /* (B,T) */
-    float *logits;    /* (B,T,Vp); dlogits in place after backward */
+    void *logits;     /* X (B,T,Vp); dlogits in place after backward */
     float *losses;    /* (B,T) */
     float *lse;       /* (B,T) */
     float *proj;      /* (B,T,C) attproj / fcproj output before the residual add */
     float *dres;      /* (B,T,C) gradient of the residual stream */
     float *dbtc;      /* (B,T,C) scratch gradient */
-    float *d4a;       /* (B,T,H) scratch gradient (also dqkv, 3Ca <= H) */
-    /* split backward only: each layer's four matmuls' output gradients, kept by the input half for the
-     * weight half (NULL otherwise) */
-    float *k_dfcproj; /* (L,B,T,C) */
-    float *k_dfc;     /* (L,B,T,H) */
-    float *k_dattproj; /* (L,B,T,C) */
-    float *k_dqkv;    /* (L,B,T,3Ca) */
+    void *d4a;        /* X (B,T,H) scratch gradient (also dqkv, 3Ca <= H) */
+    void *dres_x;     /* X (B,T,C): dres as the GEMMs read it (dres itself when X is float) */
+    void *datt_x;     /* X (B,T,Ca): the attention output's gradient (dbtc when X is float) */
+    /* split backward only: each layer's four matmuls' output gradients (X), kept by the input half for
+     * the weight half (NULL otherwise) */
+    void *k_dfcproj; /* (L,B,T,C) */
+    void *k_dfc;     /* (L,B,T,H) */
+    void *k_dattproj; /* (L,B,T,C) */
+    void *k_dqkv;    /* (L,B,T,3Ca) */
 } acts_t;
 
 struct px_gpt_cuda {
@@ -100,6 +117,9 @@ struct px_gpt_cuda {
     int flash;              /* attention by the fused kernels (bf16 math, a head size they take) */
     int fused;              /* bf16 math: the classifier's loss and gradient in one pass at the forward, and
                              * the MLP's GELU (and its gradient) in cuBLASLt epilogues */
+    int bf16;               /* activations stored in bf16 (X = bf16): bf16 math with the fused attention */
+    __nv_bfloat16 *w_layer; /* bf16: one layer's GEMM weights and their biases, rounded at its acquire */
+    __nv_bfloat16 *w_outer; /* bf16: wte rounded, for the classifier */
     int recompute;          /* block recomputation (px_gpt_cuda_set_recompute) */
     float mean_loss;
     cudaStream_t stream;
@@ -125,38 +145,41 @@ static dims_t local_dims(const px_gpt_config_t *cfg, px_gpt_tp_t tp) {
     return dims_t{C, NH, C / tp.size, NH / tp.size, 4 * C / tp.size};
 }
 
-/* Lays the activation views out for (B,T) from mem (or only counts floats
- * when mem is NULL). Returns the float count. With recompute the per-layer
- * activations but residual3 (each layer's output, the next one's input)
- * hold one layer, shared by all. */
+/* Lays the activation views out for (B,T) from mem (or only counts bytes
+ * when mem is NULL), xs the bytes of an X element. Returns the byte count.
+ * With recompute the per-layer activations but residual3 (each layer's
+ * output, the next one's input) hold one layer, shared by all. */
 static size_t layout_acts(acts_t *a, const px_gpt_config_t *cfg, dims_t d, int layers, int split, int flash,
-                          int recompute, int B, int T, float *mem) {
+                          int recompute, size_t xs, int B, int T, unsigned char *mem) {
     size_t Lo = (size_t)layers, L = recompute ? 1 : Lo; /* L: layers of inner activations held */
     size_t C = (size_t)d.C, Ca = (size_t)d.Ca, NHa = (size_t)d.NHa, H = (size_t)d.H;
     size_t att_layer = (size_t)B * NHa * (size_t)T * (flash ? 1 : (size_t)T);
     size_t K = split ? Lo : 0; /* the kept output gradients */
     size_t BT = (size_t)B * (size_t)T, Vp = (size_t)cfg->padded_vocab_size;
+    size_t f = sizeof(float), xc = xs == f ? 0 : 1; /* xc: the X copies of dres and datt exist */
     struct {
-        float **p;
-        size_t n;
+        void *p; /* a float ** or a void ** */
+        size_t n, es;
     } t[] = {
-        {&a->encoded, BT * C},          {&a->ln1, L * BT * C},        {&a->ln1_mean, L * BT},
-        {&a->ln1_rstd, L * BT},         {&a->qkv, L * BT * 3 * Ca},   {&a->atty, L * BT * Ca},
-        {&a->att, L * att_layer},       {&a->residual2, L * BT * C}, {&a->ln2, L * BT * C},
-        {&a->ln2_mean, L * BT},         {&a->ln2_rstd, L * BT},       {&a->fch, L * BT * H},
-        {&a->fch_gelu, L * BT * H},     {&a->residual3, Lo * BT * C}, {&a->lnf, BT * C},
-        {&a->lnf_mean, BT},             {&a->lnf_rstd, BT},           {&a->logits, BT * Vp},
-        {&a->losses, BT},               {&a->lse, BT},                {&a->proj, BT * C},
-        {&a->dres, BT * C},             {&a->dbtc, BT * C},           {&a->d4a, BT * H},
-        {&a->k_dfcproj, K * BT * C},    {&a->k_dfc, K * BT * H},
-        {&a->k_dattproj, K * BT * C},   {&a->k_dqkv, K * BT * 3 * Ca},
+        {&a->encoded, BT * C, f},        {&a->ln1, L * BT * C, xs},        {&a->ln1_mean, L * BT, f},
+        {&a->ln1_rstd, L * BT, f},       {&a->qkv, L * BT * 3 * Ca, xs},   {&a->atty, L * BT * Ca, xs},
+        {&a->att, L * att_layer, f},     {&a->residual2, L * BT * C, f},   {&a->ln2, L * BT * C, xs},
+        {&a->ln2_mean, L * BT, f},       {&a->ln2_rstd, L * BT, f},        {&a->fch, L * BT * H, xs},
+        {&a->fch_gelu, L * BT * H, xs},  {&a->residual3, Lo * BT * C, f},  {&a->lnf, BT * C, xs},
+        {&a->lnf_mean, BT, f},           {&a->lnf_rstd, BT, f},            {&a->logits, BT * Vp, xs},
+        {&a->losses, BT, f},             {&a->lse, BT, f},                 {&a->proj, BT * C, f},
+        {&a->dres, BT * C, f},           {&a->dbtc, BT * C, f},            {&a->d4a, BT * H, xs},
+        {&a->dres_x, xc * BT * C, xs},   {&a->datt_x, xc * BT * Ca, xs},
+        {&a->k_dfcproj, K * BT * C, xs}, {&a->k_dfc, K * BT * H, xs},
+        {&a->k_dattproj, K * BT * C, xs}, {&a->k_dqkv, K * BT * 3 * Ca, xs},
     };
     size_t total = 0;
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
-        if (mem) *t[i].p = mem + total;
-        total += (t[i].n + 15) & ~(size_t)15; /* 64-byte aligned views */
+        if (mem) *(void **)t[i].p = mem + total; /* float * and void * share a representation */
+        total += (t[i].n * t[i].es + 63) & ~(size_t)63; /* 64-byte aligned views */
     }
     if (mem && !split) a->k_dfcproj = a->k_dfc = a->k_dattproj = a->k_dqkv = NULL;
+    if (mem && !xc) a->dres_x = a->dres, a->datt_x = a->dbtc;
     if (mem) a->att_layer = att_layer;
     return total;
 }
@@ -165,7 +188,8 @@ static int ensure_acts(px_gpt_cuda_t *self, acts_t *a, int B, int T) {
     if (a->B == B && a->T == T) return 0;
     dims_t d = local_dims(&self->config, self->tp);
     int nl = self->stage.num_layers;
-    size_t need = layout_acts(a, &self->config, d, nl, self->split, self->flash, self->recompute, B, T, NULL);
+    size_t xs = self->bf16 ? sizeof(__nv_bfloat16) : sizeof(float);
+    size_t need = layout_acts(a, &self->config, d, nl, self->split, self->flash, self->recompute, xs, B, T, NULL);
     size_t ntok = (size_t)B * (size_t)T;
     if (need > a->capacity || ntok > a->tok_capacity) {
         PX_CUDA_CHECK(cudaStreamSynchronize(self->stream)); /* nothing queued still reads them */
@@ -180,7 +204,7 @@ static int ensure_acts(px_gpt_cuda_t *self, acts_t *a, int B, int T) {
         a->capacity = a->tok_capacity = 0;
         a->B = a->T = 0;
         size_t plan_ints = encoder_backward_plan_ints(B, T);
-        cudaError_t e1 = cudaMalloc(&a->mem, need * sizeof(float));
+        cudaError_t e1 = cudaMalloc(&a->mem, need);
         cudaError_t e2 = cudaMalloc(&a->tokens, (2 * ntok + plan_ints) * sizeof(int));
         a->host_losses = (float *)malloc(ntok * sizeof(float));
         a->host_plan = (int *)malloc(plan_ints * sizeof(int));
@@ -194,7 +218,7 @@ static int ensure_acts(px_gpt_cuda_t *self, acts_t *a, int B, int T) {
             a->tokens = NULL;
             a->host_losses = NULL;
             a->host_plan = NULL;
-            px_log_error("gpt_cuda_alloc_failed what=activations floats=%zu B=%d T=%d error=\"%s\" "
+            px_log_error("gpt_cuda_alloc_failed what=activations bytes=%zu B=%d T=%d error=\"%s\" "
                          "hint=\"lower B or T\"",
                          need, B, T, cudaGetErrorString(e1 != cudaSuccess ? e1 : e2));
             return -1;
@@ -202,7 +226,7 @@ static int ensure_acts(px_gpt_cuda_t *self, acts_t *a, int B, int T) {
         a->capacity = need;
         a->tok_capacity = ntok;
     }
-    layout_acts(a, &self->config, d, nl, self->split, self->flash, self->recompute, B, T, a->mem);
+    layout_acts(a, &self->config, d, nl, self->split, self->flash, self->recompute, xs, B, T, a->mem);
     a->recompute = self->recompute;
     a->held = -1;
     a->inputs = a->tokens;
@@ -239,6 +263,34 @@ static int new_slots(px_gpt_cuda_t *self, int nslots) {
 
 /* ------------------------------------------------------------ construction */
 
+/* The bf16 weight copies of one layer, each view 64-byte aligned (cuBLASLt's
+ * fast paths): qkvw, qkvb, attprojw, fcw, fcb, fcprojw, in that order. */
+#define LAYER_WEIGHTS 6
+static void layer_weight_sizes(dims_t d, size_t n[LAYER_WEIGHTS]) {
+    size_t C = (size_t)d.C, Ca = (size_t)d.Ca, H = (size_t)d.H;
+    n[0] = 3 * Ca * C, n[1] = 3 * Ca, n[2] = C * Ca, n[3] = H * C, n[4] = H, n[5] = C * H;
+}
+
+static size_t aligned_elems(size_t n) { return (n + 31) & ~(size_t)31; } /* bf16s, in 64 bytes */
+
+/* bf16 storage: room for one layer's and the classifier's bf16 weights. 0, or -1 (logged). */
+static int alloc_bf16_weights(px_gpt_cuda_t *self) {
+    size_t n[LAYER_WEIGHTS], layer = 0;
+    layer_weight_sizes(local_dims(&self->config, self->tp), n);
+    for (int i = 0; i < LAYER_WEIGHTS; i++) layer += aligned_elems(n[i]);
+    size_t outer = (size_t)self->config.padded_vocab_size * (size_t)self->config.channels;
+    cudaError_t e1 = cudaMalloc(&self->w_layer, layer * sizeof(__nv_bfloat16));
+    cudaError_t e2 = cudaMalloc(&self->w_outer, outer * sizeof(__nv_bfloat16));
+    if (e1 == cudaSuccess && e2 == cudaSuccess) return 0;
+    cudaGetLastError();
+    if (e1 == cudaSuccess) cudaFree(self->w_layer);
+    if (e2 == cudaSuccess) cudaFree(self->w_outer);
+    self->w_layer = self->w_outer = NULL;
+    px_log_error("gpt_cuda_alloc_failed what=bf16_weights elems=%zu error=\"%s\"", layer + outer,
+                 cudaGetErrorString(e1 != cudaSuccess ? e1 : e2));
+    return -1;
+}
+
 /* A model without state buffers yet: config, layout, stream. */
 static px_gpt_cuda_t *new_bare(const px_gpt_config_t *cfg, px_gpt_tp_t tp) {
     char why[256];
@@ -273,7 +325,12 @@ static px_gpt_cuda_t *new_bare(const px_gpt_config_t *cfg, px_gpt_tp_t tp) {
     px_cuda_ops_init();
     self->flash = px_cuda_ops_math() == PX_CUDA_MATH_BF16 && flash_attention_supported(cfg->channels / cfg->num_heads);
     self->fused = px_cuda_ops_math() == PX_CUDA_MATH_BF16;
+    self->bf16 = self->flash && self->fused;
     PX_CUDA_CHECK(cudaStreamCreateWithFlags(&self->stream, cudaStreamNonBlocking));
+    if (self->bf16 && alloc_bf16_weights(self) != 0) {
+        px_gpt_cuda_destroy(&self);
+        return NULL;
+    }
     return self;
 }
 
@@ -318,6 +375,8 @@ void px_gpt_cuda_destroy(px_gpt_cuda_t **pself) {
     if (self->stream) PX_CUDA_CHECK(cudaStreamSynchronize(self->stream));
     for (int i = 0; i < 4; i++)
         if (self->buf[i]) PX_CUDA_CHECK(cudaFree(self->buf[i]));
+    if (self->w_layer) PX_CUDA_CHECK(cudaFree(self->w_layer));
+    if (self->w_outer) PX_CUDA_CHECK(cudaFree(self->w_outer));
     free_acts(self);
     if (self->stream) PX_CUDA_CHECK(cudaStreamDestroy(self->stream));
     free(self);
@@ -325,6 +384,7 @@ void px_gpt_cuda_destroy(px_gpt_cuda_t **pself) {
 }
 
 const px_gpt_config_t *px_gpt_cuda_config(const px_gpt_cuda_t *self) { return &self->config; }
+int px_gpt_cuda_bf16_activations(const px_gpt_cuda_t *self) { return self->bf16; }
 size_t px_gpt_cuda_num_params(const px_gpt_cuda_t *self) { return self->num_params; }
 cudaStream_t px_gpt_cuda_stream(const px_gpt_cuda_t *self) { return self->stream; }
 
@@ -384,7 +444,10 @@ int px_gpt_cuda_download_logits(px_gpt_cuda_t *self, float *host, size_t n) {
                      "gradient in their place: forward without targets for the logits\"");
         return -1;
     }
-    return download(self, host, a->logits, n);
+    if (!self->bf16) return download(self, host, (const float *)a->logits, n);
+    float *f = (float *)px_cuda_scratch(n * sizeof(float));
+    px_cuda_to_float(f, (const __nv_bfloat16 *)a->logits, n, self->stream);
+    return download(self, host, f, n);
 }
 
 int px_gpt_cuda_download_losses(px_gpt_cuda_t *self, float *host, size_t n) {
@@ -420,26 +483,34 @@ static int tp_sum(px_gpt_cuda_t *self, float *buf, size_t n) {
     return self->tp.size > 1 ? self->src->tp_sum(self->src->ctx, buf, n) : 0;
 }
 
-/* The stage's i-th layer's activation views (model layer stage.first_layer + i). */
-typedef struct {
-    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *residual2, *ln2, *ln2_mean, *ln2_rstd, *fch,
-        *fch_gelu, *residual3;
+/* The stage's i-th layer's activation views (model layer stage.first_layer + i), X the storage type. */
+template <typename X>
+struct layer_acts_t {
+    X *ln1;
+    float *ln1_mean, *ln1_rstd;
+    X *qkv, *atty;
+    float *att, *residual2;
+    X *ln2;
+    float *ln2_mean, *ln2_rstd;
+    X *fch, *fch_gelu;
+    float *residual3;
     const float *residual; /* the layer's input */
-    float *dfcproj, *dfc, *dattproj, *dqkv; /* split backward: the four matmuls' output gradients */
-} layer_acts_t;
+    X *dfcproj, *dfc, *dattproj, *dqkv; /* split backward: the four matmuls' output gradients */
+};
 
-static layer_acts_t layer_acts(const acts_t *a, dims_t d, int i) {
+template <typename X>
+static layer_acts_t<X> layer_acts(const acts_t *a, dims_t d, int i) {
     size_t B = (size_t)a->B, T = (size_t)a->T, BT = B * T, C = (size_t)d.C, Ca = (size_t)d.Ca;
     size_t H = (size_t)d.H, lu = (size_t)i, li = a->recompute ? 0 : lu; /* li: the layer in the inner arrays */
     int k = a->k_dfcproj != NULL;
-    layer_acts_t x = {
-        a->ln1 + li * BT * C, a->ln1_mean + li * BT, a->ln1_rstd + li * BT, a->qkv + li * BT * 3 * Ca,
-        a->atty + li * BT * Ca, a->att + li * a->att_layer, a->residual2 + li * BT * C,
-        a->ln2 + li * BT * C, a->ln2_mean + li * BT, a->ln2_rstd + li * BT, a->fch + li * BT * H,
-        a->fch_gelu + li * BT * H, a->residual3 + lu * BT * C,
+    layer_acts_t<X> x = {
+        (X *)a->ln1 + li * BT * C, a->ln1_mean + li * BT, a->ln1_rstd + li * BT, (X *)a->qkv + li * BT * 3 * Ca,
+        (X *)a->atty + li * BT * Ca, a->att + li * a->att_layer, a->residual2 + li * BT * C,
+        (X *)a->ln2 + li * BT * C, a->ln2_mean + li * BT, a->ln2_rstd + li * BT, (X *)a->fch + li * BT * H,
+        (X *)a->fch_gelu + li * BT * H, a->residual3 + lu * BT * C,
         i == 0 ? a->encoded : a->residual3 + (lu - 1) * BT * C,
-        k ? a->k_dfcproj + lu * BT * C : NULL, k ? a->k_dfc + lu * BT * H : NULL,
-        k ? a->k_dattproj + lu * BT * C : NULL, k ? a->k_dqkv + lu * BT * 3 * Ca : NULL,
+        k ? (X *)a->k_dfcproj + lu * BT * C : NULL, k ? (X *)a->k_dfc + lu * BT * H : NULL,
+        k ? (X *)a->k_dattproj + lu * BT * C : NULL, k ? (X *)a->k_dqkv + lu * BT * 3 * Ca : NULL,
     };
     return x;
 }
@@ -449,6 +520,59 @@ static float *stage_out(const px_gpt_cuda_t *self, const acts_t *a) {
     size_t BT = (size_t)a->B * (size_t)a->T, C = (size_t)self->config.channels;
     return a->residual3 + (size_t)(self->stage.num_layers - 1) * BT * C;
 }
+
+/* A layer's GEMM weights and the biases of the GEMMs with an X output, as
+ * the GEMMs read them: the FP32 tensors themselves, or their bf16 copies. */
+template <typename X>
+struct layer_weights_t {
+    const X *qkvw, *qkvb, *attprojw, *fcw, *fcb, *fcprojw;
+};
+
+static void layer_weights(px_gpt_cuda_t *, dims_t, const px_gpt_tensors_t &p, layer_weights_t<float> *w) {
+    *w = layer_weights_t<float>{p.qkvw, p.qkvb, p.attprojw, p.fcw, p.fcb, p.fcprojw};
+}
+
+/* Rounds them into the model's one-layer bf16 buffer, in one launch. */
+static void layer_weights(px_gpt_cuda_t *self, dims_t d, const px_gpt_tensors_t &p,
+                          layer_weights_t<__nv_bfloat16> *w) {
+    size_t n[LAYER_WEIGHTS];
+    layer_weight_sizes(d, n);
+    const float *src[LAYER_WEIGHTS] = {p.qkvw, p.qkvb, p.attprojw, p.fcw, p.fcb, p.fcprojw};
+    const __nv_bfloat16 **dst[LAYER_WEIGHTS] = {&w->qkvw, &w->qkvb, &w->attprojw, &w->fcw, &w->fcb, &w->fcprojw};
+    px_cuda_convert_t jobs[LAYER_WEIGHTS];
+    __nv_bfloat16 *at = self->w_layer;
+    for (int i = 0; i < LAYER_WEIGHTS; i++) {
+        jobs[i] = px_cuda_convert_t{at, src[i], n[i]};
+        *dst[i] = at;
+        at += aligned_elems(n[i]);
+    }
+    px_cuda_to_bf16_many(jobs, LAYER_WEIGHTS, self->stream);
+}
+
+/* wte as the classifier's GEMMs read it. */
+static const float *classifier_weight(px_gpt_cuda_t *, const px_gpt_tensors_t &p, const float *) { return p.wte; }
+static const __nv_bfloat16 *classifier_weight(px_gpt_cuda_t *self, const px_gpt_tensors_t &p,
+                                              const __nv_bfloat16 *) {
+    const px_gpt_config_t *cfg = &self->config;
+    px_cuda_to_bf16(self->w_outer, p.wte, (size_t)cfg->padded_vocab_size * (size_t)cfg->channels, self->stream);
+    return self->w_outer;
+}
+
+/* LayerNorm backward into dres (+=), and into its X copy for the GEMMs
+ * (with X float the copy is dres itself). */
+static void ln_backward(float *dres, float *, float *dw, float *db, const float *dout, const float *inp,
+                        const float *w, const float *mean, const float *rstd, int B, int T, int C, cudaStream_t st) {
+    layernorm_backward_cuda(dres, dw, db, dout, inp, w, mean, rstd, B, T, C, st);
+}
+static void ln_backward(float *dres, __nv_bfloat16 *dres_x, float *dw, float *db, const float *dout,
+                        const float *inp, const float *w, const float *mean, const float *rstd, int B, int T, int C,
+                        cudaStream_t st) {
+    layernorm_backward_cuda(dres, dres_x, dw, db, dout, inp, w, mean, rstd, B, T, C, st);
+}
+
+/* dres's X copy after dres was set from outside (a later stage's gradient). */
+static void mirror(float *, const float *, size_t, cudaStream_t) {}
+static void mirror(__nv_bfloat16 *dst, const float *src, size_t n, cudaStream_t st) { px_cuda_to_bf16(dst, src, n, st); }
 
 /* ----------------------------------------------------------------- forward */
 
@@ -462,44 +586,60 @@ static int check_tokens(const int *x, size_t n, int V, const char *what) {
     return 0;
 }
 
-/* The stage's i-th layer's forward with its parameters p: the forward's, or
- * the backward's when it recomputes. With tensor parallelism the two
- * row-parallel outputs are partial sums: summed over the tp ranks, tp rank
- * 0 adding the bias. */
-static int layer_forward_with(px_gpt_cuda_t *self, acts_t *a, dims_t d, int i, const px_gpt_tensors_t &p) {
+template <typename X>
+constexpr bool is_fp32() {
+    return sizeof(X) == sizeof(float);
+}
+
+/* The stage's i-th layer's forward with its parameters p (and their GEMM
+ * view w): the forward's, or the backward's when it recomputes. With
+ * tensor parallelism the two row-parallel outputs are partial sums: summed
+ * over the tp ranks, tp rank 0 adding the bias. */
+template <typename X>
+static int layer_forward_with(px_gpt_cuda_t *self, acts_t *a, dims_t d, int i, const px_gpt_tensors_t &p,
+                              const layer_weights_t<X> &w) {
     int B = a->B, T = a->T, C = d.C;
     size_t BT = (size_t)B * (size_t)T;
     cudaStream_t st = self->stream;
     int tp0 = self->tp.rank == 0;
-    layer_acts_t x = layer_acts(a, d, i);
+    layer_acts_t<X> x = layer_acts<X>(a, d, i);
     layernorm_forward_cuda(x.ln1, x.ln1_mean, x.ln1_rstd, x.residual, p.ln1w, p.ln1b, B, T, C, st);
-    matmul_forward_cuda(x.qkv, x.ln1, p.qkvw, p.qkvb, B, T, C, 3 * d.Ca, st);
-    if (self->flash) flash_attention_forward_cuda(x.atty, x.att, x.qkv, B, T, d.Ca, d.NHa, st);
-    else attention_forward_cuda(x.atty, x.att, x.qkv, B, T, d.Ca, d.NHa, st);
-    matmul_forward_cuda(a->proj, x.atty, p.attprojw, tp0 ? p.attprojb : NULL, B, T, d.Ca, C, st);
+    matmul_forward_cuda(x.qkv, x.ln1, w.qkvw, w.qkvb, B, T, C, 3 * d.Ca, st);
+    if constexpr (is_fp32<X>()) {
+        if (self->flash) flash_attention_forward_cuda(x.atty, x.att, x.qkv, B, T, d.Ca, d.NHa, st);
+        else attention_forward_cuda(x.atty, x.att, x.qkv, B, T, d.Ca, d.NHa, st);
+    } else { /* bf16 storage comes with the fused attention */
+        flash_attention_forward_cuda(x.atty, x.att, x.qkv, B, T, d.Ca, d.NHa, st);
+    }
+    matmul_forward_cuda(a->proj, x.atty, w.attprojw, tp0 ? p.attprojb : NULL, B, T, d.Ca, C, st);
     if (tp_sum(self, a->proj, BT * C) != 0) return -1;
     residual_layernorm_forward_cuda(x.residual2, x.ln2, x.ln2_mean, x.ln2_rstd, x.residual, a->proj, p.ln2w, p.ln2b,
                                     B, T, C, st);
     if (self->fused) {
-        matmul_forward_gelu_cuda(x.fch_gelu, x.fch, x.ln2, p.fcw, p.fcb, B, T, C, d.H, st);
+        matmul_forward_gelu_cuda(x.fch_gelu, x.fch, x.ln2, w.fcw, w.fcb, B, T, C, d.H, st);
     } else {
-        matmul_forward_cuda(x.fch, x.ln2, p.fcw, p.fcb, B, T, C, d.H, st);
+        matmul_forward_cuda(x.fch, x.ln2, w.fcw, w.fcb, B, T, C, d.H, st);
         gelu_forward_cuda(x.fch_gelu, x.fch, BT * d.H, st);
     }
-    matmul_forward_cuda(a->proj, x.fch_gelu, p.fcprojw, tp0 ? p.fcprojb : NULL, B, T, d.H, C, st);
+    matmul_forward_cuda(a->proj, x.fch_gelu, w.fcprojw, tp0 ? p.fcprojb : NULL, B, T, d.H, C, st);
     if (tp_sum(self, a->proj, BT * C) != 0) return -1;
     residual_forward_cuda(x.residual3, x.residual2, a->proj, BT * C, st);
     a->held = i;
     return 0;
 }
 
+template <typename X>
 static int layer_forward(px_gpt_cuda_t *self, acts_t *a, dims_t d, int i) {
     int unit = 1 + self->stage.first_layer + i;
     px_gpt_tensors_t p;
-    if (unit_acquire(self, unit, PX_GPT_FWD, &p, NULL) != 0 || layer_forward_with(self, a, d, i, p) != 0) return -1;
+    layer_weights_t<X> w;
+    if (unit_acquire(self, unit, PX_GPT_FWD, &p, NULL) != 0) return -1;
+    layer_weights(self, d, p, &w);
+    if (layer_forward_with<X>(self, a, d, i, p, w) != 0) return -1;
     return unit_release(self, unit, PX_GPT_FWD);
 }
 
+template <typename X>
 static float stage_forward(px_gpt_cuda_t *self, acts_t *a, const int *inputs, const float *x, const int *targets,
                            int B, int T) {
     const px_gpt_config_t *cfg = &self->config;
@@ -540,11 +680,13 @@ static float stage_forward(px_gpt_cuda_t *self, acts_t *a, const int *inputs, co
         PX_CUDA_CHECK(cudaMemcpyAsync(a->encoded, x, BT * C * sizeof(float), cudaMemcpyDeviceToDevice, st));
     }
     for (int i = 0; i < sg->num_layers; i++)
-        if (layer_forward(self, a, d, i) != 0) return NAN;
+        if (layer_forward<X>(self, a, d, i) != 0) return NAN;
+    X *lnf = (X *)a->lnf, *logits = (X *)a->logits;
     if (sg->last) {
-        layernorm_forward_cuda(a->lnf, a->lnf_mean, a->lnf_rstd, stage_out(self, a), outer.lnfw, outer.lnfb, B, T,
-                               C, st);
-        matmul_forward_cuda(a->logits, a->lnf, outer.wte, NULL, B, T, C, Vp, st);
+        layernorm_forward_cuda(lnf, a->lnf_mean, a->lnf_rstd, stage_out(self, a), outer.lnfw, outer.lnfb, B, T, C,
+                               st);
+        matmul_forward_cuda(logits, lnf, classifier_weight(self, outer, (const X *)NULL), (const X *)NULL, B, T, C, Vp,
+                            st);
     }
     if (outer_unit && unit_release(self, 0, PX_GPT_FWD) != 0) return NAN;
     a->have_fwd = 1;
@@ -554,11 +696,12 @@ static float stage_forward(px_gpt_cuda_t *self, acts_t *a, const int *inputs, co
         return -1.0f;
     }
     PX_CUDA_CHECK(cudaMemcpyAsync(a->targets, targets, BT * sizeof(int), cudaMemcpyHostToDevice, st));
+    if constexpr (is_fp32<X>()) {
+        if (!self->fused) crossentropy_softmax_forward_cuda(a->losses, a->lse, logits, a->targets, B, T, V, Vp, st);
+    }
     if (self->fused) { /* the backward's gradient now, for loss scale 1 (the backward scales it) */
-        crossentropy_fused_cuda(a->losses, a->lse, a->logits, a->targets, 1.0f / (float)BT, B, T, V, Vp, st);
+        crossentropy_fused_cuda(a->losses, a->lse, logits, a->targets, 1.0f / (float)BT, B, T, V, Vp, st);
         a->have_dlogits = 1;
-    } else {
-        crossentropy_softmax_forward_cuda(a->losses, a->lse, a->logits, a->targets, B, T, V, Vp, st);
     }
     download(self, a->host_losses, a->losses, BT);
     double sum = 0.0;
@@ -568,8 +711,14 @@ static float stage_forward(px_gpt_cuda_t *self, acts_t *a, const int *inputs, co
     return self->mean_loss;
 }
 
+static float any_stage_forward(px_gpt_cuda_t *self, acts_t *a, const int *inputs, const float *x, const int *targets,
+                               int B, int T) {
+    return self->bf16 ? stage_forward<__nv_bfloat16>(self, a, inputs, x, targets, B, T)
+                      : stage_forward<float>(self, a, inputs, x, targets, B, T);
+}
+
 float px_gpt_cuda_forward(px_gpt_cuda_t *self, const int *inputs, const int *targets, int B, int T) {
-    return stage_forward(self, &self->acts[0], inputs, NULL, targets, B, T);
+    return any_stage_forward(self, &self->acts[0], inputs, NULL, targets, B, T);
 }
 
 /* ---------------------------------------------------------------- backward */
@@ -585,67 +734,76 @@ void px_gpt_cuda_zero_grad(px_gpt_cuda_t *self) {
 typedef enum { BWD_WHOLE, BWD_INPUT, BWD_WEIGHT } bwd_part_t;
 
 /* The stage's i-th layer's backward; dres holds d(residual3) and leaves with
- * d(residual), the layer's input. With tensor parallelism the input
- * gradients of the two column-parallel matmuls are partial sums over the tp
- * ranks. The input half keeps the four matmuls' output gradients for the
- * weight half. */
+ * d(residual), the layer's input (and dres_x with it). With tensor
+ * parallelism the input gradients of the two column-parallel matmuls are
+ * partial sums over the tp ranks. The input half keeps the four matmuls'
+ * output gradients for the weight half. */
+template <typename X>
 static int layer_backward(px_gpt_cuda_t *self, acts_t *a, dims_t d, int i, bwd_part_t part) {
     int B = a->B, T = a->T, C = d.C, unit = 1 + self->stage.first_layer + i;
     size_t BT = (size_t)B * (size_t)T;
     cudaStream_t st = self->stream;
-    layer_acts_t x = layer_acts(a, d, i);
+    layer_acts_t<X> x = layer_acts<X>(a, d, i);
+    X *dres_x = (X *)a->dres_x, *datt_x = (X *)a->datt_x, *d4a = (X *)a->d4a;
+    const X *none = NULL;
     px_gpt_tensors_t p, g;
+    layer_weights_t<X> wx;
     if (unit_acquire(self, unit, PX_GPT_BWD, &p, &g) != 0) return -1;
+    layer_weights(self, d, p, &wx);
     /* recompute: the layer's activations again, from its input (both halves of a split backward need them),
      * unless still there (the stage's last layer, right after the forward) */
-    if (self->recompute && a->held != i && layer_forward_with(self, a, d, i, p) != 0) return -1;
+    if (self->recompute && a->held != i && layer_forward_with<X>(self, a, d, i, p, wx) != 0) return -1;
     if (part == BWD_WEIGHT) {
-        matmul_backward_cuda(NULL, g.fcprojw, g.fcprojb, x.dfcproj, x.fch_gelu, p.fcprojw, B, T, d.H, C, st);
-        matmul_backward_cuda(NULL, g.fcw, g.fcb, x.dfc, x.ln2, p.fcw, B, T, C, d.H, st);
-        matmul_backward_cuda(NULL, g.attprojw, g.attprojb, x.dattproj, x.atty, p.attprojw, B, T, d.Ca, C, st);
-        matmul_backward_cuda(NULL, g.qkvw, g.qkvb, x.dqkv, x.ln1, p.qkvw, B, T, C, 3 * d.Ca, st);
+        float *nd = NULL; /* no input gradients: the input half made them */
+        matmul_backward_cuda(nd, g.fcprojw, g.fcprojb, x.dfcproj, x.fch_gelu, none, B, T, d.H, C, st);
+        matmul_backward_cuda(nd, g.fcw, g.fcb, x.dfc, x.ln2, none, B, T, C, d.H, st);
+        matmul_backward_cuda(nd, g.attprojw, g.attprojb, x.dattproj, x.atty, none, B, T, d.Ca, C, st);
+        matmul_backward_cuda(nd, g.qkvw, g.qkvb, x.dqkv, x.ln1, none, B, T, C, 3 * d.Ca, st);
         return unit_release(self, unit, PX_GPT_BWD);
     }
     int w = part == BWD_WHOLE; /* the matmuls' weight gradients now */
+    size_t xs = sizeof(X);
     /* residual3 = residual2 + fcproj passes dres to both. */
-    if (!w) PX_CUDA_CHECK(cudaMemcpyAsync(x.dfcproj, a->dres, BT * C * sizeof(float), cudaMemcpyDeviceToDevice, st));
+    if (!w) PX_CUDA_CHECK(cudaMemcpyAsync(x.dfcproj, dres_x, BT * C * xs, cudaMemcpyDeviceToDevice, st));
     /* The input gradients below are written (=), not added: nothing to zero first. */
     if (self->fused) { /* d4a: d(fch), by the GEMM's GELU-gradient epilogue */
-        matmul_backward_dgelu_cuda(a->d4a, a->dres, x.fch, p.fcprojw, B, T, d.H, C, st);
+        matmul_backward_dgelu_cuda(d4a, dres_x, x.fch, wx.fcprojw, B, T, d.H, C, st);
         if (w)
-            matmul_backward_set_cuda(NULL, g.fcprojw, g.fcprojb, a->dres, 1.0f, x.fch_gelu, p.fcprojw, B, T, d.H, C,
-                                     st);
+            matmul_backward_set_cuda((float *)NULL, g.fcprojw, g.fcprojb, dres_x, 1.0f, x.fch_gelu, wx.fcprojw, B, T,
+                                     d.H, C, st);
     } else {
-        matmul_backward_set_cuda(a->d4a, w ? g.fcprojw : NULL, w ? g.fcprojb : NULL, a->dres, 1.0f, x.fch_gelu,
-                                 p.fcprojw, B, T, d.H, C, st);
-        gelu_backward_inplace_cuda(a->d4a, x.fch, BT * d.H, st); /* d4a: d(fch) */
+        matmul_backward_set_cuda(d4a, w ? g.fcprojw : NULL, w ? g.fcprojb : NULL, dres_x, 1.0f, x.fch_gelu,
+                                 wx.fcprojw, B, T, d.H, C, st);
+        gelu_backward_inplace_cuda(d4a, x.fch, BT * d.H, st); /* d4a: d(fch) */
     }
-    if (!w) PX_CUDA_CHECK(cudaMemcpyAsync(x.dfc, a->d4a, BT * d.H * sizeof(float), cudaMemcpyDeviceToDevice, st));
-    matmul_backward_set_cuda(a->dbtc, w ? g.fcw : NULL, w ? g.fcb : NULL, a->d4a, 1.0f, x.ln2, p.fcw, B, T, C, d.H,
-                             st);
+    if (!w) PX_CUDA_CHECK(cudaMemcpyAsync(x.dfc, d4a, BT * d.H * xs, cudaMemcpyDeviceToDevice, st));
+    matmul_backward_set_cuda(a->dbtc, w ? g.fcw : NULL, w ? g.fcb : NULL, d4a, 1.0f, x.ln2, wx.fcw, B, T, C, d.H, st);
     if (tp_sum(self, a->dbtc, BT * C) != 0) return -1;
-    layernorm_backward_cuda(a->dres, g.ln2w, g.ln2b, a->dbtc, x.residual2, p.ln2w, x.ln2_mean, x.ln2_rstd,
-                            B, T, C, st);
+    ln_backward(a->dres, dres_x, g.ln2w, g.ln2b, a->dbtc, x.residual2, p.ln2w, x.ln2_mean, x.ln2_rstd, B, T, C, st);
     /* dres now holds d(residual2); residual2 = residual + attproj. */
-    if (!w) PX_CUDA_CHECK(cudaMemcpyAsync(x.dattproj, a->dres, BT * C * sizeof(float), cudaMemcpyDeviceToDevice, st));
-    matmul_backward_set_cuda(a->dbtc, w ? g.attprojw : NULL, w ? g.attprojb : NULL, a->dres, 1.0f, x.atty,
-                             p.attprojw, B, T, d.Ca, C, st);
-    float *dqkv = a->d4a;
-    if (self->flash) {
-        flash_attention_backward_set_cuda(dqkv, a->dbtc, x.qkv, x.atty, x.att, B, T, d.Ca, d.NHa, st);
+    if (!w) PX_CUDA_CHECK(cudaMemcpyAsync(x.dattproj, dres_x, BT * C * xs, cudaMemcpyDeviceToDevice, st));
+    matmul_backward_set_cuda(datt_x, w ? g.attprojw : NULL, w ? g.attprojb : NULL, dres_x, 1.0f, x.atty, wx.attprojw,
+                             B, T, d.Ca, C, st);
+    X *dqkv = d4a;
+    if constexpr (is_fp32<X>()) {
+        if (self->flash) {
+            flash_attention_backward_set_cuda(dqkv, datt_x, x.qkv, x.atty, x.att, B, T, d.Ca, d.NHa, st);
+        } else {
+            PX_CUDA_CHECK(cudaMemsetAsync(dqkv, 0, BT * 3 * d.Ca * sizeof(float), st));
+            attention_backward_cuda(dqkv, datt_x, x.qkv, x.att, B, T, d.Ca, d.NHa, st);
+        }
     } else {
-        PX_CUDA_CHECK(cudaMemsetAsync(dqkv, 0, BT * 3 * d.Ca * sizeof(float), st));
-        attention_backward_cuda(dqkv, a->dbtc, x.qkv, x.att, B, T, d.Ca, d.NHa, st);
+        flash_attention_backward_set_cuda(dqkv, datt_x, x.qkv, x.atty, x.att, B, T, d.Ca, d.NHa, st);
     }
-    if (!w) PX_CUDA_CHECK(cudaMemcpyAsync(x.dqkv, dqkv, BT * 3 * d.Ca * sizeof(float), cudaMemcpyDeviceToDevice, st));
-    matmul_backward_set_cuda(a->dbtc, w ? g.qkvw : NULL, w ? g.qkvb : NULL, dqkv, 1.0f, x.ln1, p.qkvw, B, T, C,
+    if (!w) PX_CUDA_CHECK(cudaMemcpyAsync(x.dqkv, dqkv, BT * 3 * d.Ca * xs, cudaMemcpyDeviceToDevice, st));
+    matmul_backward_set_cuda(a->dbtc, w ? g.qkvw : NULL, w ? g.qkvb : NULL, dqkv, 1.0f, x.ln1, wx.qkvw, B, T, C,
                              3 * d.Ca, st);
     if (tp_sum(self, a->dbtc, BT * C) != 0) return -1;
-    layernorm_backward_cuda(a->dres, g.ln1w, g.ln1b, a->dbtc, x.residual, p.ln1w, x.ln1_mean, x.ln1_rstd,
-                            B, T, C, st);
+    ln_backward(a->dres, dres_x, g.ln1w, g.ln1b, a->dbtc, x.residual, p.ln1w, x.ln1_mean, x.ln1_rstd, B, T, C, st);
     return unit_release(self, unit, PX_GPT_BWD);
 }
 
+template <typename X>
 static int stage_backward(px_gpt_cuda_t *self, acts_t *a, const float *dout, float loss_scale, bwd_part_t part) {
     const px_gpt_stage_t *sg = &self->stage;
     int ready = part == BWD_WEIGHT ? a->have_bi : sg->last ? a->have_loss : a->have_fwd && dout;
@@ -670,34 +828,42 @@ static int stage_backward(px_gpt_cuda_t *self, acts_t *a, const float *dout, flo
     int outer_unit = sg->first || sg->last;
     px_gpt_tensors_t p, g;
     if (outer_unit && unit_acquire(self, 0, PX_GPT_BWD, &p, &g) != 0) return -1;
-    float *dlogits = a->logits; /* in place */
+    X *dlogits = (X *)a->logits, *lnf = (X *)a->lnf; /* dlogits in place */
     if (sg->last && part == BWD_WEIGHT) {
-        matmul_backward_set_cuda(NULL, g.wte, NULL, dlogits, a->dlogits_scale, a->lnf, p.wte, B, T, C, Vp, st);
+        matmul_backward_set_cuda((float *)NULL, g.wte, NULL, dlogits, a->dlogits_scale, lnf, (const X *)NULL, B, T, C,
+                                 Vp, st);
     } else if (sg->last) {
         if (a->have_dlogits) { /* the fused classifier's, for loss scale 1 */
             a->dlogits_scale = loss_scale;
         } else {
-            crossentropy_softmax_backward_cuda(dlogits, a->logits, a->lse, a->targets, loss_scale / (float)BT, B, T,
-                                               V, Vp, st);
+            if constexpr (is_fp32<X>())
+                crossentropy_softmax_backward_cuda(dlogits, dlogits, a->lse, a->targets, loss_scale / (float)BT, B, T,
+                                                   V, Vp, st);
             a->dlogits_scale = 1.0f;
         }
-        matmul_backward_set_cuda(a->dbtc, part == BWD_WHOLE ? g.wte : NULL, NULL, dlogits, a->dlogits_scale, a->lnf,
-                                 p.wte, B, T, C, Vp, st);
+        matmul_backward_set_cuda(a->dbtc, part == BWD_WHOLE ? g.wte : NULL, NULL, dlogits, a->dlogits_scale, lnf,
+                                 classifier_weight(self, p, (const X *)NULL), B, T, C, Vp, st);
         PX_CUDA_CHECK(cudaMemsetAsync(a->dres, 0, BT * C * sizeof(float), st));
-        layernorm_backward_cuda(a->dres, g.lnfw, g.lnfb, a->dbtc, stage_out(self, a), p.lnfw, a->lnf_mean,
-                                a->lnf_rstd, B, T, C, st);
+        ln_backward(a->dres, (X *)a->dres_x, g.lnfw, g.lnfb, a->dbtc, stage_out(self, a), p.lnfw, a->lnf_mean,
+                    a->lnf_rstd, B, T, C, st);
     } else if (part != BWD_WEIGHT) {
         PX_CUDA_CHECK(cudaMemcpyAsync(a->dres, dout, BT * C * sizeof(float), cudaMemcpyDeviceToDevice, st));
+        mirror((X *)a->dres_x, a->dres, BT * C, st);
     }
     for (int i = sg->num_layers - 1; i >= 0; i--)
-        if (layer_backward(self, a, d, i, part) != 0) return -1;
+        if (layer_backward<X>(self, a, d, i, part) != 0) return -1;
     if (sg->first && part != BWD_WEIGHT)
         encoder_backward_cuda(g.wte, g.wpe, a->dres, a->inputs, a->plan, a->plan_groups, B, T, C, st);
     return outer_unit ? unit_release(self, 0, PX_GPT_BWD) : 0;
 }
 
+static int any_stage_backward(px_gpt_cuda_t *self, acts_t *a, const float *dout, float loss_scale, bwd_part_t part) {
+    return self->bf16 ? stage_backward<__nv_bfloat16>(self, a, dout, loss_scale, part)
+                      : stage_backward<float>(self, a, dout, loss_scale, part);
+}
+
 int px_gpt_cuda_backward(px_gpt_cuda_t *self, float loss_scale) {
-    return stage_backward(self, &self->acts[0], NULL, loss_scale, BWD_WHOLE);
+    return any_stage_backward(self, &self->acts[0], NULL, loss_scale, BWD_WHOLE);
 }
 
 /* ------------------------------------------------------------ pipeline stages */
@@ -745,7 +911,7 @@ static acts_t *slot_acts(px_gpt_cuda_t *self, int slot) {
 float px_gpt_cuda_stage_forward(px_gpt_cuda_t *self, int slot, const int *inputs, const float *x, const int *targets,
                                 int B, int T) {
     acts_t *a = slot_acts(self, slot);
-    return a ? stage_forward(self, a, inputs, x, targets, B, T) : NAN;
+    return a ? any_stage_forward(self, a, inputs, x, targets, B, T) : NAN;
 }
 
 const float *px_gpt_cuda_stage_output(px_gpt_cuda_t *self, int slot) {
@@ -757,12 +923,12 @@ int px_gpt_cuda_stage_batch(const px_gpt_cuda_t *self, int slot) { return self->
 
 int px_gpt_cuda_stage_backward(px_gpt_cuda_t *self, int slot, const float *dout, float loss_scale, int weights) {
     acts_t *a = slot_acts(self, slot);
-    return a ? stage_backward(self, a, dout, loss_scale, weights ? BWD_WHOLE : BWD_INPUT) : -1;
+    return a ? any_stage_backward(self, a, dout, loss_scale, weights ? BWD_WHOLE : BWD_INPUT) : -1;
 }
 
 int px_gpt_cuda_stage_backward_weights(px_gpt_cuda_t *self, int slot) {
     acts_t *a = slot_acts(self, slot);
-    return a ? stage_backward(self, a, NULL, 1.0f, BWD_WEIGHT) : -1;
+    return a ? any_stage_backward(self, a, NULL, 1.0f, BWD_WEIGHT) : -1;
 }
 
 const float *px_gpt_cuda_stage_input_grad(px_gpt_cuda_t *self, int slot) {

@@ -66,6 +66,11 @@ px_gpt_cuda_t *px_gpt_cuda_new_sharded(const px_gpt_config_t *cfg, px_gpt_tp_t t
 void px_gpt_cuda_destroy(px_gpt_cuda_t **self);
 
 const px_gpt_config_t *px_gpt_cuda_config(const px_gpt_cuda_t *self);
+/* 1 when the activations are stored in bf16: with bf16 math
+ * (px_cuda_ops_set_math, read at creation) and a head size the fused
+ * attention takes, on sm_80 or newer. The parameters, their gradients and
+ * the AdamW moments are FP32 either way. */
+int px_gpt_cuda_bf16_activations(const px_gpt_cuda_t *self);
 size_t px_gpt_cuda_num_params(const px_gpt_cuda_t *self);
 /* Offset of tensor i (PX_WTE..PX_LNFB) in each of the four buffers: the
  * same as the CPU model's tensor_offsets. */
@@ -119,7 +124,8 @@ int px_gpt_cuda_stage_backward_weights(px_gpt_cuda_t *self, int slot);
 const float *px_gpt_cuda_stage_input_grad(px_gpt_cuda_t *self, int slot);
 
 /* Copies the last forward's logits (B,T,Vp) / per-position losses (B,T) to
- * host memory; n must equal the element count. The logits are destroyed by
+ * host memory (as FP32, also when stored in bf16); n must equal the
+ * element count. The logits are destroyed by
  * px_gpt_cuda_backward, and with bf16 math already by a forward with
  * targets (the fused classifier writes the gradient over them): then
  * download_logits refuses. Return 0, or -1 (logged). */

@@ -92,6 +92,12 @@ static px_compute_gpu_t *start(int rank, char *err, size_t errlen) {
     return g;
 }
 
+/* Says how the model on the GPU stores its activations (the precision's
+ * effect: bf16 needs bf16 math and a head size the fused attention takes). */
+static void log_model(const px_compute_gpu_t *g) {
+    px_log_info("gpu_model device=%d activations=%s", g->device, px_gpt_cuda_bf16_activations(g->m) ? "bf16" : "fp32");
+}
+
 /* The streams, the events, the pinned mirror, and the state uploaded. */
 static void finish_start(px_compute_gpu_t *g) {
     CK(cudaStreamCreateWithFlags(&g->copy, cudaStreamNonBlocking));
@@ -125,6 +131,7 @@ px_compute_gpu_t *px_compute_gpu_new(px_gpt_t *host, int rank, char *err, size_t
     const px_gpt_cuda_buf_t bufs[NSTATE] = {PX_GPT_CUDA_PARAMS, PX_GPT_CUDA_M, PX_GPT_CUDA_V};
     for (int i = 0; i < NSTATE; i++) g->host[i] = h[i], g->dev[i] = px_gpt_cuda_buffer(g->m, bufs[i]);
     g->grads = px_gpt_cuda_buffer(g->m, PX_GPT_CUDA_GRADS);
+    log_model(g);
     finish_start(g);
     return g;
 }
@@ -191,6 +198,7 @@ px_compute_gpu_t *px_compute_gpu_new_shard(px_shard_t *shard, int rank, char *er
         free(g);
         return NULL;
     }
+    log_model(g);
     px_shard_memory_t mem = {g,        mem_alloc,      mem_release, mem_copy,  mem_zero,
                              mem_fence, mem_accumulate, mem_sumsq,   mem_scale, mem_adamw};
     char why[256];

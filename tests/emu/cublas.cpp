@@ -6,7 +6,8 @@
  * bf16 and FAST_TF32 to TF32 (nearest even) before the product, which is
  * what the tensor cores see; the sum stays FP32. The GELU epilogues use
  * the tanh form, GELU(x) = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))),
- * in float. Speed is not modelled. */
+ * in float. The bias and the aux matrix have D's type, cuBLASLt's default
+ * (a bf16 aux is rounded when stored, as D is). Speed is not modelled. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,7 +45,11 @@ float load(const void *p, cudaDataType_t t, size_t i) {
     return f;
 }
 
-void store_bf16(void *p, size_t i, float v) {
+void store(void *p, cudaDataType_t t, size_t i, float v) {
+    if (t == CUDA_R_32F) {
+        ((float *)p)[i] = v;
+        return;
+    }
     float r = round_bits(v, 16);
     uint32_t u;
     memcpy(&u, &r, sizeof u);
@@ -66,9 +71,9 @@ struct gemm_t {
     cudaDataType_t dt;
     long long ldc, ldd;
     cublasComputeType_t compute;
-    const float *bias; /* per row of D, or NULL */
-    int epilogue;      /* 0 none, 1 GELU (aux = its input), 2 GELU' (aux: the input) */
-    float *aux;
+    const void *bias; /* per row of D (D's type), or NULL */
+    int epilogue;     /* 0 none, 1 GELU (aux = its input), 2 GELU' (aux: the input) */
+    void *aux;        /* D's type */
     long long ldaux;
 };
 
@@ -104,13 +109,14 @@ cublasStatus_t run_gemm(const gemm_t &g) {
             for (int l = 0; l < g.k; l++) acc += ar[l] * bc[l];
             float v = g.alpha * acc;
             if (g.beta != 0.0f) v += g.beta * load(g.C, g.dt, (size_t)i + (size_t)j * g.ldc);
-            if (g.bias) v += g.bias[i];
+            if (g.bias) v += load(g.bias, g.dt, (size_t)i);
             size_t ai = (size_t)i + (size_t)j * g.ldaux;
-            if (g.epilogue == 1) g.aux[ai] = v, v = gelu_tanh(v);
-            if (g.epilogue == 2) v *= gelu_tanh_grad(g.aux[ai]);
-            size_t di = (size_t)i + (size_t)j * g.ldd;
-            if (g.dt == CUDA_R_32F) ((float *)g.D)[di] = v;
-            else store_bf16(g.D, di, v);
+            if (g.epilogue == 1) {
+                store(g.aux, g.dt, ai, v);
+                v = gelu_tanh(v);
+            }
+            if (g.epilogue == 2) v *= gelu_tanh_grad(load(g.aux, g.dt, ai));
+            store(g.D, g.dt, (size_t)i + (size_t)j * g.ldd, v);
         }
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -121,8 +127,8 @@ struct desc_t {
     cublasComputeType_t compute;
     cublasOperation_t ta, tb;
     cublasLtEpilogue_t epilogue;
-    const float *bias;
-    float *aux;
+    const void *bias;
+    void *aux;
     int64_t aux_ld;
 };
 struct layout_t {

@@ -32,7 +32,7 @@ static void *const g_public_symbols[] = {
     (void *)crossentropy_fused_cuda,
     (void *)adamw_update_cuda, (void *)norm_squared_cuda, (void *)scale_inplace_cuda,
     (void *)px_gpt_cuda_new, (void *)px_gpt_cuda_destroy, (void *)px_gpt_cuda_set_recompute,
-    (void *)px_gpt_cuda_config, (void *)px_gpt_cuda_num_params,
+    (void *)px_gpt_cuda_config, (void *)px_gpt_cuda_bf16_activations, (void *)px_gpt_cuda_num_params,
     (void *)px_gpt_cuda_tensor_offset, (void *)px_gpt_cuda_buffer, (void *)px_gpt_cuda_stream,
     (void *)px_gpt_cuda_upload, (void *)px_gpt_cuda_download, (void *)px_gpt_cuda_forward,
     (void *)px_gpt_cuda_download_logits, (void *)px_gpt_cuda_download_losses,

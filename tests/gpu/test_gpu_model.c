@@ -13,8 +13,11 @@
  *   - reproducibility: a second GPU model replaying the 10 steps gives
  *     bitwise identical losses and parameters, and a third with block
  *     recomputation too;
- *   - bf16 math (run_bf16): training close to the CPU's, and reproducible
- *     (the replay recomputes).
+ *   - pipeline stages (check_stages): two stages, one with a split
+ *     backward, give the whole model's loss and gradients;
+ *   - bf16 math (run_bf16): bf16 activations where the fused attention
+ *     runs; inference logits and training close to the CPU's, and
+ *     reproducible (the replay recomputes); stages as above.
  * Tolerances are relative to the largest magnitude in each tensor (the rule
  * of the CPU model's reference test, tests/model/test_reference.c): loose
  * enough for FP32 summed in another order, tight enough that a wrong formula,
@@ -265,18 +268,92 @@ static void run_config(const char *name, const px_gpt_config_t *cfg, int B, int 
     px_gpt_destroy(&cpu);
 }
 
+/* Two pipeline stages (layers cut after the first; the second with two
+ * activation slots and the backward split into its input and weight
+ * halves) against the whole model, from the same parameters and batch: the
+ * same loss, and gradients that are the whole model's (bitwise, but wte:
+ * there the stages' two sums, the classifier's and the embedding's, are
+ * added in another order). In the math mode set. */
+static void check_stages(const char *name, const px_gpt_config_t *cfg, const float *params, int B, int T) {
+    char tag[160];
+    size_t BT = (size_t)B * T;
+    px_gpt_cuda_t *whole = px_gpt_cuda_new(cfg), *s0 = px_gpt_cuda_new(cfg), *s1 = px_gpt_cuda_new(cfg);
+    if (!whole || !s0 || !s1) exit(1);
+    size_t np = px_gpt_cuda_num_params(whole);
+    px_gpt_stage_t st0 = {0, 1, 1, 0}, st1 = {1, cfg->num_layers - 1, 0, 1};
+    if (px_gpt_cuda_set_stage(s0, &st0, 1, 0) != 0 || px_gpt_cuda_set_stage(s1, &st1, 2, 1) != 0) exit(1);
+    px_gpt_cuda_t *all[3] = {whole, s0, s1};
+    for (int i = 0; i < 3; i++) {
+        px_gpt_cuda_upload(all[i], PX_GPT_CUDA_PARAMS, params, np);
+        px_gpt_cuda_zero_grad(all[i]);
+    }
+    int *x = gt_tokens(BT, cfg->vocab_size), *y = gt_tokens(BT, cfg->vocab_size);
+    float lw = px_gpt_cuda_forward(whole, x, y, B, T);
+    px_gpt_cuda_backward(whole, 1.0f);
+    px_gpt_cuda_stage_forward(s0, 0, x, NULL, NULL, B, T);
+    float ls = px_gpt_cuda_stage_forward(s1, 1, NULL, px_gpt_cuda_stage_output(s0, 0), y, B, T);
+    if (px_gpt_cuda_stage_backward(s1, 1, NULL, 1.0f, 0) != 0 ||
+        px_gpt_cuda_stage_backward(s0, 0, px_gpt_cuda_stage_input_grad(s1, 1), 1.0f, 1) != 0 ||
+        px_gpt_cuda_stage_backward_weights(s1, 1) != 0)
+        exit(1);
+    snprintf(tag, sizeof tag, "%s stages loss", name);
+    gt_same(tag, &ls, &lw, 1);
+    float *gw = download(whole, PX_GPT_CUDA_GRADS, np), *g0 = download(s0, PX_GPT_CUDA_GRADS, np),
+          *g1 = download(s1, PX_GPT_CUDA_GRADS, np);
+    for (size_t i = 0; i < np; i++) g0[i] += g1[i]; /* each tensor but wte is one stage's, the other's is 0 */
+    for (int t = 0; t < PX_GPT_NUM_TENSORS; t++) {
+        size_t off = px_gpt_cuda_tensor_offset(whole, t), n = t + 1 < PX_GPT_NUM_TENSORS
+                                                                 ? px_gpt_cuda_tensor_offset(whole, t + 1) - off
+                                                                 : np - off;
+        snprintf(tag, sizeof tag, "%s stages grad %s", name, px_gpt_tensor_names[t]);
+        if (t == PX_WTE) gt_close(tag, g0 + off, gw + off, n, 1e-6, 0.0);
+        else gt_same(tag, g0 + off, gw + off, n);
+    }
+    free(gw);
+    free(g0);
+    free(g1);
+    free(x);
+    free(y);
+    for (int i = 0; i < 3; i++) px_gpt_cuda_destroy(&all[i]);
+}
+
 /* bf16 math (px_cuda_ops_set_math): STEPS training steps beside the CPU
  * model, losses within 2e-2 and gradient norms within 5e-2 of it (bf16
  * inputs to every product: 8 significant bits), then a second GPU model
  * replaying them bitwise. Head sizes 16 and 64 take the fused attention,
  * 24 the unfused one with bf16 GEMMs. */
-static void run_bf16(const char *name, const px_gpt_config_t *cfg, int B, int T) {
+static void run_bf16(const char *name, const px_gpt_config_t *cfg, int B, int T, int bf16_acts) {
     char tag[160];
     px_cuda_ops_set_math(PX_CUDA_MATH_BF16);
     px_gpt_t *cpu = px_gpt_new(cfg, 1337);
     size_t np = cpu->num_params, BT = (size_t)B * T;
     px_gpt_cuda_t *gpu = px_gpt_cuda_new(cfg), *gpu2 = px_gpt_cuda_new(cfg);
     if (!gpu || !gpu2 || px_gpt_cuda_set_recompute(gpu2, 1) != 0) exit(1); /* the replay recomputes */
+    snprintf(tag, sizeof tag, "%s bf16 activations %s", name, bf16_acts ? "on" : "off (unfused attention)");
+    gt_checks++;
+    if (px_gpt_cuda_bf16_activations(gpu) == bf16_acts) {
+        printf("ok   %s\n", tag);
+    } else {
+        printf("FAIL %s: the model says %d\n", tag, px_gpt_cuda_bf16_activations(gpu));
+        gt_failures++;
+    }
+    char stages[96];
+    snprintf(stages, sizeof stages, "%s bf16", name);
+    check_stages(stages, cfg, cpu->params, B, T);
+    /* inference: the logits (bf16 when stored so) against the CPU's, within
+     * bf16's rounding of activations and weights */
+    px_gpt_cuda_upload(gpu, PX_GPT_CUDA_PARAMS, cpu->params, np);
+    int *xi = gt_tokens(BT, cfg->vocab_size);
+    size_t nl = BT * (size_t)cfg->padded_vocab_size;
+    float *li = (float *)malloc(nl * sizeof(float));
+    if (!li) exit(1);
+    px_gpt_forward(cpu, xi, NULL, B, T);
+    px_gpt_cuda_forward(gpu, xi, NULL, B, T);
+    snprintf(tag, sizeof tag, "%s bf16 inference logits", name);
+    if (px_gpt_cuda_download_logits(gpu, li, nl) != 0) exit(1);
+    gt_close(tag, li, px_gpt_logits(cpu), nl, 2e-2, 0);
+    free(li);
+    free(xi);
     float *zeros = (float *)calloc(np, sizeof(float));
     px_gpt_cuda_t *both[2] = {gpu, gpu2};
     for (int i = 0; i < 2; i++) {
@@ -348,10 +425,14 @@ int main(void) {
     px_gpt_config_t odd = {.max_seq_len = 40, .vocab_size = 97, .padded_vocab_size = 128,
                            .num_layers = 3, .num_heads = 2, .channels = 48};
     run_config("odd", &odd, 3, 33);
-    run_bf16("tiny", &tiny, 4, tiny.max_seq_len);
-    run_bf16("odd", &odd, 3, 33);
+    px_gpt_t *init = px_gpt_new(&odd, 1337);
+    if (!init) return 1;
+    check_stages("odd fp32", &odd, init->params, 3, 33);
+    px_gpt_destroy(&init);
+    run_bf16("tiny", &tiny, 4, tiny.max_seq_len, 1);
+    run_bf16("odd", &odd, 3, 33, 0);
     px_gpt_config_t hs64 = {.max_seq_len = 200, .vocab_size = 256, .padded_vocab_size = 256,
                             .num_layers = 2, .num_heads = 2, .channels = 128};
-    run_bf16("hs64", &hs64, 2, 200);
+    run_bf16("hs64", &hs64, 2, 200, 1);
     return gt_finish("test_gpu_model");
 }
