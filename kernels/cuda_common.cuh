@@ -78,6 +78,11 @@ void px_cuda_lt_plans_free(void);
  * next call. Growing it synchronizes the device first, so the old buffer is
  * never freed under a running kernel. */
 void *px_cuda_scratch(size_t bytes);
+/* The same for one of a few independent buffers, so that an op may use
+ * one while its caller holds another: PX_SCRATCH_OPS is px_cuda_scratch's,
+ * PX_SCRATCH_COLSUM px_cuda_colsum_add's partial sums. */
+enum { PX_SCRATCH_OPS = 0, PX_SCRATCH_COLSUM = 1, PX_SCRATCH_SLOTS = 2 };
+void *px_cuda_scratch_slot(int slot, size_t bytes);
 
 /* ---- bf16 storage ---- */
 
@@ -164,7 +169,9 @@ __device__ inline float px_column_tree(float acc, float (*shared)[33]) {
 }
 
 /* out (N) += column sums of a (M,N) row-major matrix; deterministic (each
- * column has one fixed summation order), no atomics. Used for bias gradients. */
+ * column has one fixed summation order), no atomics. Used for bias
+ * gradients. Tall matrices are cut into chunks of rows summed in parallel,
+ * then the chunks' sums added in order. */
 void px_cuda_colsum_add(float *out, const float *a, int M, int N, cudaStream_t stream);
 void px_cuda_colsum_add(float *out, const bf16 *a, int M, int N, cudaStream_t stream);
 

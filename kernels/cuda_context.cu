@@ -118,12 +118,12 @@ static struct {
     cublasHandle_t blas;
     cublasLtHandle_t lt;
     void *lt_ws;
-    void *scratch;
-    size_t scratch_bytes;
+    void *scratch[PX_SCRATCH_SLOTS];
+    size_t scratch_bytes[PX_SCRATCH_SLOTS];
     int lt_enabled;
     px_cuda_math_t math;
     int ready;
-} g_ctx = {NULL, NULL, NULL, NULL, 0, 1, PX_CUDA_MATH_FP32, 0};
+} g_ctx = {NULL, NULL, NULL, {NULL}, {0}, 1, PX_CUDA_MATH_FP32, 0};
 
 static pthread_mutex_t g_ctx_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -152,12 +152,14 @@ void px_cuda_ops_shutdown(void) {
         PX_CUBLAS_CHECK(cublasDestroy(g_ctx.blas));
         PX_CUBLAS_CHECK(cublasLtDestroy(g_ctx.lt));
         PX_CUDA_CHECK(cudaFree(g_ctx.lt_ws));
-        if (g_ctx.scratch) PX_CUDA_CHECK(cudaFree(g_ctx.scratch));
+        for (int i = 0; i < PX_SCRATCH_SLOTS; i++) {
+            if (g_ctx.scratch[i]) PX_CUDA_CHECK(cudaFree(g_ctx.scratch[i]));
+            g_ctx.scratch[i] = NULL;
+            g_ctx.scratch_bytes[i] = 0;
+        }
         g_ctx.blas = NULL;
         g_ctx.lt = NULL;
         g_ctx.lt_ws = NULL;
-        g_ctx.scratch = NULL;
-        g_ctx.scratch_bytes = 0;
         g_ctx.ready = 0;
     }
     pthread_mutex_unlock(&g_ctx_lock);
@@ -194,17 +196,19 @@ void *px_cuda_lt_workspace(size_t *bytes) {
     return g_ctx.lt_ws;
 }
 
-void *px_cuda_scratch(size_t bytes) {
+void *px_cuda_scratch_slot(int slot, size_t bytes) {
     px_cuda_ops_init();
-    if (bytes > g_ctx.scratch_bytes) {
+    if (bytes > g_ctx.scratch_bytes[slot]) {
         /* The old buffer may still be read by queued kernels: wait for them. */
         PX_CUDA_CHECK(cudaDeviceSynchronize());
-        if (g_ctx.scratch) PX_CUDA_CHECK(cudaFree(g_ctx.scratch));
-        g_ctx.scratch = NULL;
-        g_ctx.scratch_bytes = 0;
+        if (g_ctx.scratch[slot]) PX_CUDA_CHECK(cudaFree(g_ctx.scratch[slot]));
+        g_ctx.scratch[slot] = NULL;
+        g_ctx.scratch_bytes[slot] = 0;
         size_t grown = bytes + bytes / 4; /* headroom: fewer regrowths as shapes vary */
-        PX_CUDA_CHECK(cudaMalloc(&g_ctx.scratch, grown));
-        g_ctx.scratch_bytes = grown;
+        PX_CUDA_CHECK(cudaMalloc(&g_ctx.scratch[slot], grown));
+        g_ctx.scratch_bytes[slot] = grown;
     }
-    return g_ctx.scratch;
+    return g_ctx.scratch[slot];
 }
+
+void *px_cuda_scratch(size_t bytes) { return px_cuda_scratch_slot(PX_SCRATCH_OPS, bytes); }

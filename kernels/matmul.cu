@@ -31,21 +31,49 @@ extern "C" {
 
 /* ------------------------------------------------------------ column sums */
 
-/* block (32,32), grid ceil(N/32): out[c] += sum over rows of a[r,c]. */
+/* Rows per chunk of a column sum: a thread adds COLSUM_ROWS / 32 of them.
+ * One block per (32 columns, chunk) keeps the GPU busy on matrices as tall
+ * as B*T and as narrow as C (a block per 32 columns alone would be a few
+ * dozen blocks, each walking every row). */
+#define COLSUM_ROWS 256
+
+/* block (32,32), grid (ceil(N/32), chunks): the sum over the chunk's rows
+ * of a[r,c], added to out[c] (one chunk) or stored in part[chunk, c]. */
 template <typename S>
-__global__ void colsum_add_kernel(float *out, const S *a, int M, int N) {
+__global__ void colsum_chunk_kernel(float *out, float *part, const S *a, int M, int N) {
     __shared__ float tile[32][33];
     int c = blockIdx.x * 32 + threadIdx.x;
+    int r0 = blockIdx.y * COLSUM_ROWS, r1 = r0 + COLSUM_ROWS < M ? r0 + COLSUM_ROWS : M;
     float acc = 0.0f;
     if (c < N)
-        for (int r = threadIdx.y; r < M; r += 32) acc += px_ld(a[(size_t)r * N + c]);
+        for (int r = r0 + threadIdx.y; r < r1; r += 32) acc += px_ld(a[(size_t)r * N + c]);
     float s = px_column_tree(acc, tile);
-    if (threadIdx.y == 0 && c < N) out[c] += s;
+    if (threadIdx.y == 0 && c < N) {
+        if (part) part[(size_t)blockIdx.y * N + c] = s;
+        else out[c] += s;
+    }
+}
+
+/* out[c] += the chunks' sums of column c, in chunk order. */
+__global__ void colsum_finish_kernel(float *out, const float *part, int chunks, int N) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= N) return;
+    float s = 0.0f;
+    for (int k = 0; k < chunks; k++) s += part[(size_t)k * N + c];
+    out[c] += s;
 }
 
 template <typename S>
 static void colsum_add(float *out, const S *a, int M, int N, cudaStream_t stream) {
-    colsum_add_kernel<S><<<(unsigned)((N + 31) / 32), dim3(32, 32), 0, stream>>>(out, a, M, N);
+    int chunks = M > 0 ? (M + COLSUM_ROWS - 1) / COLSUM_ROWS : 1;
+    float *part = chunks > 1 ? (float *)px_cuda_scratch_slot(PX_SCRATCH_COLSUM, (size_t)chunks * N * sizeof(float))
+                             : NULL;
+    dim3 grid((unsigned)((N + 31) / 32), (unsigned)chunks);
+    colsum_chunk_kernel<S><<<grid, dim3(32, 32), 0, stream>>>(out, part, a, M, N);
+    PX_CUDA_LAUNCH_CHECK();
+    if (!part) return;
+    colsum_finish_kernel<<<(unsigned)((N + PX_THREADS - 1) / PX_THREADS), PX_THREADS, 0, stream>>>(out, part, chunks,
+                                                                                                    N);
     PX_CUDA_LAUNCH_CHECK();
 }
 
