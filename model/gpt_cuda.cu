@@ -667,7 +667,13 @@ static float stage_forward(px_gpt_cuda_t *self, acts_t *a, const int *inputs, co
     if (outer_unit && unit_acquire(self, 0, PX_GPT_FWD, &outer, NULL) != 0) return NAN;
     if (sg->first) {
         PX_CUDA_CHECK(cudaMemcpyAsync(a->inputs, inputs, BT * sizeof(int), cudaMemcpyHostToDevice, st));
-        /* the backward's plan, while the host has the tokens (checked above) */
+        encoder_forward_cuda(a->encoded, a->inputs, outer.wte, outer.wpe, B, T, C, st);
+    } else {
+        PX_CUDA_CHECK(cudaMemcpyAsync(a->encoded, x, BT * C * sizeof(float), cudaMemcpyDeviceToDevice, st));
+    }
+    for (int i = 0; i < sg->num_layers; i++)
+        if (layer_forward<X>(self, a, d, i) != 0) return NAN;
+    if (sg->first) { /* the backward's plan, on the host while the GPU runs the layers (tokens checked above) */
         a->plan_groups = encoder_backward_plan(a->host_plan, inputs, B, T, V);
         if (a->plan_groups < 0) {
             px_log_error("gpt_cuda_alloc_failed what=embedding_plan B=%d T=%d", B, T);
@@ -675,12 +681,7 @@ static float stage_forward(px_gpt_cuda_t *self, acts_t *a, const int *inputs, co
         }
         PX_CUDA_CHECK(cudaMemcpyAsync(a->plan, a->host_plan, encoder_backward_plan_ints(B, T) * sizeof(int),
                                       cudaMemcpyHostToDevice, st));
-        encoder_forward_cuda(a->encoded, a->inputs, outer.wte, outer.wpe, B, T, C, st);
-    } else {
-        PX_CUDA_CHECK(cudaMemcpyAsync(a->encoded, x, BT * C * sizeof(float), cudaMemcpyDeviceToDevice, st));
     }
-    for (int i = 0; i < sg->num_layers; i++)
-        if (layer_forward<X>(self, a, d, i) != 0) return NAN;
     X *lnf = (X *)a->lnf, *logits = (X *)a->logits;
     if (sg->last) {
         layernorm_forward_cuda(lnf, a->lnf_mean, a->lnf_rstd, stage_out(self, a), outer.lnfw, outer.lnfb, B, T, C,
