@@ -91,7 +91,9 @@ def phalanx(args):
           if int(m.group(1)) > args.warmup]
     loss = re.search(r"^step=1/\d+ loss=([0-9.]+)", r.stdout, re.M)
     cfg = re.search(r"^config .*", r.stdout, re.M)
-    return ms, float(loss.group(1)) if loss else float("nan"), cfg.group(0) if cfg else ""
+    acts = re.search(r"gpu_model .*activations=(\w+)", r.stdout)
+    desc = (cfg.group(0) if cfg else "") + (" activations=%s" % acts.group(1) if acts else "")
+    return ms, float(loss.group(1)) if loss else float("nan"), desc
 
 
 def pytorch(args, cfg, compile_):
