@@ -65,6 +65,10 @@ void px_cuda_gemm(cudaStream_t stream, cublasOperation_t ta, cublasOperation_t t
 void px_cuda_gemm_batched(cudaStream_t stream, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                           float alpha, const float *A, int lda, long long sa, const float *B, int ldb,
                           long long sb, float beta, float *C, int ldc, long long sc, int batch);
+/* The strided-batched GEMM on any storage: A, B and C all of type t. */
+void px_cuda_gemm_batched_ex(cudaStream_t stream, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                             float alpha, const void *A, int lda, long long sa, const void *B, int ldb, long long sb,
+                             cudaDataType_t t, float beta, void *C, int ldc, long long sc, int batch);
 /* A GEMM on any storage (matmul.cu): A and B of type ab, C of type ct,
  * FP32 alpha and beta. FP32 operands compute in the math mode (exactly
  * px_cuda_gemm when C is FP32 too); bf16 operands in FP32 on tensor cores

@@ -284,15 +284,21 @@ void px_cuda_gemm_ex(cudaStream_t stream, cublasOperation_t ta, cublasOperation_
 void px_cuda_gemm_batched(cudaStream_t stream, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                           float alpha, const float *A, int lda, long long sa, const float *B, int ldb,
                           long long sb, float beta, float *C, int ldc, long long sc, int batch) {
+    px_cuda_gemm_batched_ex(stream, ta, tb, m, n, k, alpha, A, lda, sa, B, ldb, sb, CUDA_R_32F, beta, C, ldc, sc,
+                            batch);
+}
+
+void px_cuda_gemm_batched_ex(cudaStream_t stream, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                             float alpha, const void *A, int lda, long long sa, const void *B, int ldb, long long sb,
+                             cudaDataType_t t, float beta, void *C, int ldc, long long sc, int batch) {
     cublasHandle_t h = px_cuda_blas(stream);
-    if (px_cuda_ops_math() == PX_CUDA_MATH_FP32) {
-        PX_CUBLAS_CHECK(cublasSgemmStridedBatched(h, ta, tb, m, n, k, &alpha, A, lda, sa, B, ldb, sb, &beta, C,
-                                                  ldc, sc, batch));
+    if (t == CUDA_R_32F && px_cuda_ops_math() == PX_CUDA_MATH_FP32) {
+        PX_CUBLAS_CHECK(cublasSgemmStridedBatched(h, ta, tb, m, n, k, &alpha, (const float *)A, lda, sa,
+                                                  (const float *)B, ldb, sb, &beta, (float *)C, ldc, sc, batch));
         return;
     }
-    PX_CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, ta, tb, m, n, k, &alpha, A, CUDA_R_32F, lda, sa, B, CUDA_R_32F,
-                                               ldb, sb, &beta, C, CUDA_R_32F, ldc, sc, batch,
-                                               px_cuda_compute_type(), CUBLAS_GEMM_DEFAULT));
+    PX_CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, ta, tb, m, n, k, &alpha, A, t, lda, sa, B, t, ldb, sb, &beta, C, t,
+                                               ldc, sc, batch, compute_for(t), CUBLAS_GEMM_DEFAULT));
 }
 
 /* The ops below are templates over the storage: I the operands' type (x

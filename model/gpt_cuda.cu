@@ -14,9 +14,8 @@
  * Storage: the passes are templates over X, the type of what the GEMMs
  * read and write (LayerNorm outputs, qkv, the attention output, the MLP's
  * hidden units, the logits and the gradients fed back into GEMMs). X is
- * float, except with bf16 math and the fused attention (a head size it
- * takes), where it is bf16: half the activation memory and traffic, and
- * GEMMs on bf16 operands. The residual stream and its gradient, LayerNorm
+ * float, except with bf16 math, where it is bf16: half the activation
+ * memory and traffic, and GEMMs on bf16 operands. The residual stream and its gradient, LayerNorm
  * statistics, losses, and every parameter, gradient and moment stay FP32
  * either way: with bf16 storage each unit's GEMM weights are rounded to a
  * bf16 copy when the unit is acquired (one pass over its parameters, so
@@ -72,8 +71,8 @@ typedef struct {
     float *ln1_rstd;  /* (L,B,T) */
     void *qkv;        /* X (L,B,T,3Ca) (Ca = C/tp: this rank's heads) */
     void *atty;       /* X (L,B,T,Ca) */
-    float *att;       /* (L,B,NHa,T,T), or with flash attention each row's log-sum-exp (L,B,NHa,T) */
-    size_t att_layer; /* att's floats per layer */
+    void *att;        /* X (L,B,NHa,T,T), or with flash attention each row's log-sum-exp (L,B,NHa,T), FP32 */
+    size_t att_layer; /* att's bytes per layer */
     float *residual2; /* (L,B,T,C) */
     void *ln2;        /* X (L,B,T,C) */
     float *ln2_mean;  /* (L,B,T) */
@@ -117,7 +116,7 @@ struct px_gpt_cuda {
     int flash;              /* attention by the fused kernels (bf16 math, a head size they take) */
     int fused;              /* bf16 math: the classifier's loss and gradient in one pass at the forward, and
                              * the MLP's GELU (and its gradient) in cuBLASLt epilogues */
-    int bf16;               /* activations stored in bf16 (X = bf16): bf16 math with the fused attention */
+    int bf16;               /* activations stored in bf16 (X = bf16): bf16 math */
     __nv_bfloat16 *w_layer; /* bf16: one layer's GEMM weights and their biases, rounded at its acquire */
     __nv_bfloat16 *w_outer; /* bf16: wte rounded, for the classifier */
     int recompute;          /* block recomputation (px_gpt_cuda_set_recompute) */
@@ -153,7 +152,7 @@ static size_t layout_acts(acts_t *a, const px_gpt_config_t *cfg, dims_t d, int l
                           int recompute, size_t xs, int B, int T, unsigned char *mem) {
     size_t Lo = (size_t)layers, L = recompute ? 1 : Lo; /* L: layers of inner activations held */
     size_t C = (size_t)d.C, Ca = (size_t)d.Ca, NHa = (size_t)d.NHa, H = (size_t)d.H;
-    size_t att_layer = (size_t)B * NHa * (size_t)T * (flash ? 1 : (size_t)T);
+    size_t att_layer = (size_t)B * NHa * (size_t)T * (flash ? 1 : (size_t)T), att_es = flash ? sizeof(float) : xs;
     size_t K = split ? Lo : 0; /* the kept output gradients */
     size_t BT = (size_t)B * (size_t)T, Vp = (size_t)cfg->padded_vocab_size;
     size_t f = sizeof(float), xc = xs == f ? 0 : 1; /* xc: the X copies of dres and datt exist */
@@ -163,7 +162,7 @@ static size_t layout_acts(acts_t *a, const px_gpt_config_t *cfg, dims_t d, int l
     } t[] = {
         {&a->encoded, BT * C, f},        {&a->ln1, L * BT * C, xs},        {&a->ln1_mean, L * BT, f},
         {&a->ln1_rstd, L * BT, f},       {&a->qkv, L * BT * 3 * Ca, xs},   {&a->atty, L * BT * Ca, xs},
-        {&a->att, L * att_layer, f},     {&a->residual2, L * BT * C, f},   {&a->ln2, L * BT * C, xs},
+        {&a->att, L * att_layer, att_es}, {&a->residual2, L * BT * C, f},  {&a->ln2, L * BT * C, xs},
         {&a->ln2_mean, L * BT, f},       {&a->ln2_rstd, L * BT, f},        {&a->fch, L * BT * H, xs},
         {&a->fch_gelu, L * BT * H, xs},  {&a->residual3, Lo * BT * C, f},  {&a->lnf, BT * C, xs},
         {&a->lnf_mean, BT, f},           {&a->lnf_rstd, BT, f},            {&a->logits, BT * Vp, xs},
@@ -180,7 +179,7 @@ static size_t layout_acts(acts_t *a, const px_gpt_config_t *cfg, dims_t d, int l
     }
     if (mem && !split) a->k_dfcproj = a->k_dfc = a->k_dattproj = a->k_dqkv = NULL;
     if (mem && !xc) a->dres_x = a->dres, a->datt_x = a->dbtc;
-    if (mem) a->att_layer = att_layer;
+    if (mem) a->att_layer = att_layer * att_es;
     return total;
 }
 
@@ -325,7 +324,7 @@ static px_gpt_cuda_t *new_bare(const px_gpt_config_t *cfg, px_gpt_tp_t tp) {
     px_cuda_ops_init();
     self->flash = px_cuda_ops_math() == PX_CUDA_MATH_BF16 && flash_attention_supported(cfg->channels / cfg->num_heads);
     self->fused = px_cuda_ops_math() == PX_CUDA_MATH_BF16;
-    self->bf16 = self->flash && self->fused;
+    self->bf16 = self->fused;
     PX_CUDA_CHECK(cudaStreamCreateWithFlags(&self->stream, cudaStreamNonBlocking));
     if (self->bf16 && alloc_bf16_weights(self) != 0) {
         px_gpt_cuda_destroy(&self);
@@ -489,7 +488,8 @@ struct layer_acts_t {
     X *ln1;
     float *ln1_mean, *ln1_rstd;
     X *qkv, *atty;
-    float *att, *residual2;
+    void *att; /* X probabilities, or FP32 log-sum-exps (flash) */
+    float *residual2;
     X *ln2;
     float *ln2_mean, *ln2_rstd;
     X *fch, *fch_gelu;
@@ -505,7 +505,7 @@ static layer_acts_t<X> layer_acts(const acts_t *a, dims_t d, int i) {
     int k = a->k_dfcproj != NULL;
     layer_acts_t<X> x = {
         (X *)a->ln1 + li * BT * C, a->ln1_mean + li * BT, a->ln1_rstd + li * BT, (X *)a->qkv + li * BT * 3 * Ca,
-        (X *)a->atty + li * BT * Ca, a->att + li * a->att_layer, a->residual2 + li * BT * C,
+        (X *)a->atty + li * BT * Ca, (unsigned char *)a->att + li * a->att_layer, a->residual2 + li * BT * C,
         (X *)a->ln2 + li * BT * C, a->ln2_mean + li * BT, a->ln2_rstd + li * BT, (X *)a->fch + li * BT * H,
         (X *)a->fch_gelu + li * BT * H, a->residual3 + lu * BT * C,
         i == 0 ? a->encoded : a->residual3 + (lu - 1) * BT * C,
@@ -586,6 +586,17 @@ static int check_tokens(const int *x, size_t n, int V, const char *what) {
     return 0;
 }
 
+/* The unfused attention's backward, overwriting dqkv. */
+static void attention_backward_set(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T,
+                                   int C, int NH, cudaStream_t st) {
+    PX_CUDA_CHECK(cudaMemsetAsync(dqkv, 0, (size_t)B * T * 3 * C * sizeof(float), st));
+    attention_backward_cuda(dqkv, dout, qkv, att, B, T, C, NH, st);
+}
+static void attention_backward_set(__nv_bfloat16 *dqkv, const __nv_bfloat16 *dout, const __nv_bfloat16 *qkv,
+                                   const __nv_bfloat16 *att, int B, int T, int C, int NH, cudaStream_t st) {
+    attention_backward_set_cuda(dqkv, dout, qkv, att, B, T, C, NH, st);
+}
+
 template <typename X>
 constexpr bool is_fp32() {
     return sizeof(X) == sizeof(float);
@@ -605,12 +616,8 @@ static int layer_forward_with(px_gpt_cuda_t *self, acts_t *a, dims_t d, int i, c
     layer_acts_t<X> x = layer_acts<X>(a, d, i);
     layernorm_forward_cuda(x.ln1, x.ln1_mean, x.ln1_rstd, x.residual, p.ln1w, p.ln1b, B, T, C, st);
     matmul_forward_cuda(x.qkv, x.ln1, w.qkvw, w.qkvb, B, T, C, 3 * d.Ca, st);
-    if constexpr (is_fp32<X>()) {
-        if (self->flash) flash_attention_forward_cuda(x.atty, x.att, x.qkv, B, T, d.Ca, d.NHa, st);
-        else attention_forward_cuda(x.atty, x.att, x.qkv, B, T, d.Ca, d.NHa, st);
-    } else { /* bf16 storage comes with the fused attention */
-        flash_attention_forward_cuda(x.atty, x.att, x.qkv, B, T, d.Ca, d.NHa, st);
-    }
+    if (self->flash) flash_attention_forward_cuda(x.atty, (float *)x.att, x.qkv, B, T, d.Ca, d.NHa, st);
+    else attention_forward_cuda(x.atty, (X *)x.att, x.qkv, B, T, d.Ca, d.NHa, st);
     matmul_forward_cuda(a->proj, x.atty, w.attprojw, tp0 ? p.attprojb : NULL, B, T, d.Ca, C, st);
     if (tp_sum(self, a->proj, BT * C) != 0) return -1;
     residual_layernorm_forward_cuda(x.residual2, x.ln2, x.ln2_mean, x.ln2_rstd, x.residual, a->proj, p.ln2w, p.ln2b,
@@ -786,16 +793,8 @@ static int layer_backward(px_gpt_cuda_t *self, acts_t *a, dims_t d, int i, bwd_p
     matmul_backward_set_cuda(datt_x, w ? g.attprojw : NULL, w ? g.attprojb : NULL, dres_x, 1.0f, x.atty, wx.attprojw,
                              B, T, d.Ca, C, st);
     X *dqkv = d4a;
-    if constexpr (is_fp32<X>()) {
-        if (self->flash) {
-            flash_attention_backward_set_cuda(dqkv, datt_x, x.qkv, x.atty, x.att, B, T, d.Ca, d.NHa, st);
-        } else {
-            PX_CUDA_CHECK(cudaMemsetAsync(dqkv, 0, BT * 3 * d.Ca * sizeof(float), st));
-            attention_backward_cuda(dqkv, datt_x, x.qkv, x.att, B, T, d.Ca, d.NHa, st);
-        }
-    } else {
-        flash_attention_backward_set_cuda(dqkv, datt_x, x.qkv, x.atty, x.att, B, T, d.Ca, d.NHa, st);
-    }
+    if (self->flash) flash_attention_backward_set_cuda(dqkv, datt_x, x.qkv, x.atty, (float *)x.att, B, T, d.Ca, d.NHa, st);
+    else attention_backward_set(dqkv, datt_x, x.qkv, (X *)x.att, B, T, d.Ca, d.NHa, st);
     if (!w) PX_CUDA_CHECK(cudaMemcpyAsync(x.dqkv, dqkv, BT * 3 * d.Ca * xs, cudaMemcpyDeviceToDevice, st));
     matmul_backward_set_cuda(a->dbtc, w ? g.qkvw : NULL, w ? g.qkvb : NULL, dqkv, 1.0f, x.ln1, wx.qkvw, B, T, C,
                              3 * d.Ca, st);

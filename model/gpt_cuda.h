@@ -67,9 +67,8 @@ void px_gpt_cuda_destroy(px_gpt_cuda_t **self);
 
 const px_gpt_config_t *px_gpt_cuda_config(const px_gpt_cuda_t *self);
 /* 1 when the activations are stored in bf16: with bf16 math
- * (px_cuda_ops_set_math, read at creation) and a head size the fused
- * attention takes, on sm_80 or newer. The parameters, their gradients and
- * the AdamW moments are FP32 either way. */
+ * (px_cuda_ops_set_math, read at creation). The parameters, their
+ * gradients and the AdamW moments are FP32 either way. */
 int px_gpt_cuda_bf16_activations(const px_gpt_cuda_t *self);
 size_t px_gpt_cuda_num_params(const px_gpt_cuda_t *self);
 /* Offset of tensor i (PX_WTE..PX_LNFB) in each of the four buffers: the

@@ -92,8 +92,8 @@ static px_compute_gpu_t *start(int rank, char *err, size_t errlen) {
     return g;
 }
 
-/* Says how the model on the GPU stores its activations (the precision's
- * effect: bf16 needs bf16 math and a head size the fused attention takes). */
+/* Says how the model on the GPU stores its activations (bf16 with
+ * --precision bf16). */
 static void log_model(const px_compute_gpu_t *g) {
     px_log_info("gpu_model device=%d activations=%s", g->device, px_gpt_cuda_bf16_activations(g->m) ? "bf16" : "fp32");
 }
