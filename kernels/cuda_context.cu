@@ -122,8 +122,9 @@ static struct {
     size_t scratch_bytes[PX_SCRATCH_SLOTS];
     int lt_enabled;
     px_cuda_math_t math;
+    int fused_attention;
     int ready;
-} g_ctx = {NULL, NULL, NULL, {NULL}, {0}, 1, PX_CUDA_MATH_FP32, 0};
+} g_ctx = {NULL, NULL, NULL, {NULL}, {0}, 1, PX_CUDA_MATH_FP32, 1, 0};
 
 static pthread_mutex_t g_ctx_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -170,6 +171,8 @@ int px_cuda_lt_enabled(void) { return g_ctx.lt_enabled; }
 
 void px_cuda_ops_set_math(px_cuda_math_t math) { g_ctx.math = math; }
 px_cuda_math_t px_cuda_ops_math(void) { return g_ctx.math; }
+void px_cuda_ops_set_fused_attention(int enable) { g_ctx.fused_attention = enable ? 1 : 0; }
+int px_cuda_ops_fused_attention(void) { return g_ctx.fused_attention; }
 
 cublasComputeType_t px_cuda_compute_type(void) {
     switch (g_ctx.math) {

@@ -80,6 +80,11 @@ void px_cuda_ops_set_lt(int enable);
 typedef enum { PX_CUDA_MATH_FP32 = 0, PX_CUDA_MATH_TF32 = 1, PX_CUDA_MATH_BF16 = 2 } px_cuda_math_t;
 void px_cuda_ops_set_math(px_cuda_math_t math);
 px_cuda_math_t px_cuda_ops_math(void);
+/* enable 1 (default): under BF16 math, models made afterwards take the
+ * fused attention (flash_attention_*_cuda) where the head size allows; 0:
+ * the unfused attention (attention_*_cuda) always. Process-wide. */
+void px_cuda_ops_set_fused_attention(int enable);
+int px_cuda_ops_fused_attention(void);
 
 /* ---- token + position embedding ---- */
 /* out (B,T,C) = wte[inp] + wpe[t]; inp (B,T) device ints. */

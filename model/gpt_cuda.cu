@@ -322,7 +322,8 @@ static px_gpt_cuda_t *new_bare(const px_gpt_config_t *cfg, px_gpt_tp_t tp) {
     }
     self->mean_loss = -1.0f;
     px_cuda_ops_init();
-    self->flash = px_cuda_ops_math() == PX_CUDA_MATH_BF16 && flash_attention_supported(cfg->channels / cfg->num_heads);
+    self->flash = px_cuda_ops_math() == PX_CUDA_MATH_BF16 && px_cuda_ops_fused_attention() &&
+                  flash_attention_supported(cfg->channels / cfg->num_heads);
     self->fused = px_cuda_ops_math() == PX_CUDA_MATH_BF16;
     self->bf16 = self->fused;
     PX_CUDA_CHECK(cudaStreamCreateWithFlags(&self->stream, cudaStreamNonBlocking));
@@ -384,6 +385,7 @@ void px_gpt_cuda_destroy(px_gpt_cuda_t **pself) {
 
 const px_gpt_config_t *px_gpt_cuda_config(const px_gpt_cuda_t *self) { return &self->config; }
 int px_gpt_cuda_bf16_activations(const px_gpt_cuda_t *self) { return self->bf16; }
+int px_gpt_cuda_fused_attention(const px_gpt_cuda_t *self) { return self->flash; }
 size_t px_gpt_cuda_num_params(const px_gpt_cuda_t *self) { return self->num_params; }
 cudaStream_t px_gpt_cuda_stream(const px_gpt_cuda_t *self) { return self->stream; }
 

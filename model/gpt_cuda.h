@@ -70,6 +70,10 @@ const px_gpt_config_t *px_gpt_cuda_config(const px_gpt_cuda_t *self);
  * (px_cuda_ops_set_math, read at creation). The parameters, their
  * gradients and the AdamW moments are FP32 either way. */
 int px_gpt_cuda_bf16_activations(const px_gpt_cuda_t *self);
+/* 1 when attention runs fused (flash_attention_*_cuda): bf16 math, a head
+ * size the fused kernels take, sm_80 or newer, and
+ * px_cuda_ops_fused_attention() at creation. */
+int px_gpt_cuda_fused_attention(const px_gpt_cuda_t *self);
 size_t px_gpt_cuda_num_params(const px_gpt_cuda_t *self);
 /* Offset of tensor i (PX_WTE..PX_LNFB) in each of the four buffers: the
  * same as the CPU model's tensor_offsets. */

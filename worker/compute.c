@@ -56,7 +56,9 @@ px_compute_t *px_compute_new(px_device_t device, px_gpt_t *host, px_shard_t *sha
     return c;
 }
 
-void px_compute_set_math(px_precision_t precision, int tf32) { px_compute_gpu_set_math(precision, tf32); }
+void px_compute_set_math(px_precision_t precision, int tf32, int unfused_attention) {
+    px_compute_gpu_set_math(precision, tf32, unfused_attention);
+}
 
 void px_compute_destroy(px_compute_t **pc) {
     if (!pc || !*pc) return;

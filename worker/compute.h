@@ -65,8 +65,9 @@ px_compute_t *px_compute_new(px_device_t device, px_gpt_t *host, px_shard_t *sha
 void px_compute_destroy(px_compute_t **c);
 /* How GPU computes made after this call compute, process-wide (a no-op on
  * the CPU, which computes in FP32): bf16 tensor-core math with the state in
- * FP32, or FP32 (with tf32: products in TF32). */
-void px_compute_set_math(px_precision_t precision, int tf32);
+ * FP32 (attention by the fused kernels unless unfused_attention), or FP32
+ * (with tf32: products in TF32). */
+void px_compute_set_math(px_precision_t precision, int tf32, int unfused_attention);
 const char *px_compute_name(const px_compute_t *c); /* "cpu" or "cuda:N" */
 
 void px_compute_zero_grad(px_compute_t *c);

@@ -53,10 +53,11 @@ struct px_compute_gpu {
         }                                                                                                      \
     } while (0)
 
-void px_compute_gpu_set_math(px_precision_t precision, int tf32) {
+void px_compute_gpu_set_math(px_precision_t precision, int tf32, int unfused_attention) {
     px_cuda_ops_set_math(precision == PX_PRECISION_BF16 ? PX_CUDA_MATH_BF16
                          : tf32                         ? PX_CUDA_MATH_TF32
                                                         : PX_CUDA_MATH_FP32);
+    px_cuda_ops_set_fused_attention(!unfused_attention);
 }
 
 int px_compute_gpu_usable(char *why, size_t len) { return px_cuda_available(why, len); }
@@ -93,9 +94,11 @@ static px_compute_gpu_t *start(int rank, char *err, size_t errlen) {
 }
 
 /* Says how the model on the GPU stores its activations (bf16 with
- * --precision bf16). */
+ * --precision bf16) and runs attention. */
 static void log_model(const px_compute_gpu_t *g) {
-    px_log_info("gpu_model device=%d activations=%s", g->device, px_gpt_cuda_bf16_activations(g->m) ? "bf16" : "fp32");
+    px_log_info("gpu_model device=%d activations=%s attention=%s", g->device,
+                px_gpt_cuda_bf16_activations(g->m) ? "bf16" : "fp32",
+                px_gpt_cuda_fused_attention(g->m) ? "fused" : "unfused");
 }
 
 /* The streams, the events, the pinned mirror, and the state uploaded. */

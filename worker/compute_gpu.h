@@ -16,7 +16,7 @@ typedef struct px_compute_gpu px_compute_gpu_t;
 /* px_compute_warm's work on GPU rank % devices (a no-op without CUDA). */
 void px_compute_gpu_warm(int rank);
 /* px_compute_set_math's work (a no-op without CUDA). */
-void px_compute_gpu_set_math(px_precision_t precision, int tf32);
+void px_compute_gpu_set_math(px_precision_t precision, int tf32, int unfused_attention);
 /* 1 when a GPU can run this build's kernels; else 0 with the reason. */
 int px_compute_gpu_usable(char *why, size_t len);
 /* The model of `host` on GPU rank % devices, its params, m and v uploaded

@@ -18,7 +18,9 @@ int px_compute_gpu_usable(char *why, size_t len) {
 
 void px_compute_gpu_warm(int rank) { (void)rank; }
 
-void px_compute_gpu_set_math(px_precision_t precision, int tf32) { (void)precision, (void)tf32; }
+void px_compute_gpu_set_math(px_precision_t precision, int tf32, int unfused_attention) {
+    (void)precision, (void)tf32, (void)unfused_attention;
+}
 
 px_compute_gpu_t *px_compute_gpu_new(px_gpt_t *host, int rank, char *err, size_t errlen) {
     (void)host, (void)rank;

@@ -214,7 +214,7 @@ int px_standalone_main(int argc, char **argv) {
         return 2;
     }
     char err[PX_ERRLEN];
-    px_compute_set_math(tc->precision, tc->tf32);
+    px_compute_set_math(tc->precision, tc->tf32, tc->unfused_attention);
     px_compute_t *dev = px_compute_new(tc->device, model, NULL, 0, err, sizeof err);
     if (!dev) {
         fprintf(stderr, "%s: --device %s: %s\n", PROG, tc->device == PX_DEVICE_CUDA ? "cuda" : "cpu", err);

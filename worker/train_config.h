@@ -74,6 +74,7 @@ typedef struct {
     px_precision_t precision; /* with PX_DEVICE_CUDA: PX_PRECISION_BF16 computes on bf16 tensor cores
                                  (px_compute_set_math); the state stays FP32 */
     int tf32;                 /* with PX_DEVICE_CUDA and fp32: matmul products in TF32 */
+    int unfused_attention;    /* with PX_DEVICE_CUDA and bf16: the unfused attention, not the fused kernels */
     px_train_mode_t mode;
     int inner_steps;          /* DiLoCo: inner steps per outer step (H) */
     int fragments;            /* Streaming DiLoCo: fragments F (1: every parameter at every outer step) */

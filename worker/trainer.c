@@ -401,7 +401,7 @@ static int setup(trainer_t *t) {
     if (rc == PX_RESTORE_LOADED) px_agent_set_progress(t->agent, t->st.step, PHALANX__MEMBER_STATE__JOINING, 0);
     if (diloco(t)) px_diloco_start_round(t); /* the local parameters from the (restored) global ones */
     /* on a GPU this uploads the state restored or built above */
-    px_compute_set_math(cfg->precision, cfg->tf32);
+    px_compute_set_math(cfg->precision, cfg->tf32, cfg->unfused_attention);
     if (!(t->dev = px_compute_new(cfg->device, t->model, t->shard, cfg->rank, err, sizeof err))) {
         px_log_error("--device %s: %s", cfg->device == PX_DEVICE_CUDA ? "cuda" : "cpu", err);
         return -1;

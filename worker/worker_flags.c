@@ -27,6 +27,7 @@ static const char *const SCHEDULES[] = {[PX_SCHED_GPIPE] = "gpipe", [PX_SCHED_1F
 static const char *const RECOMPUTE[] = {"none", "block", NULL};  /* cfg.recompute 0, 1 */
 static const char *const COPIES[] = {"held", "overlap", NULL};   /* cfg.checkpoint_overlap 0, 1 */
 static const char *const WHEN_BUSY[] = {"defer", "wait", NULL};  /* cfg.checkpoint_wait 0, 1 */
+static const char *const ATTENTION[] = {"fused", "unfused", NULL}; /* cfg.unfused_attention 0, 1 */
 static const char *const LIVENESS[] = {"rank", "group", NULL};   /* cfg.liveness_group 0, 1 */
 
 /* --model-config: a file that can be read (its keys are checked with the
@@ -95,11 +96,17 @@ static const px_flag_t TRAIN[] = {
              "memory); not with --bucket-mb; no usable GPU is a configuration error (exit 2)",
      TC(device)},
     {"--precision", PX_FLAG_CHOICE, .words = PRECISIONS, .def = "fp32",
-     .help = "how --device cuda computes. fp32: FP32 throughout, bitwise reproducible; bf16: matmul and "
-             "attention inputs rounded to bf16 on tensor cores with FP32 accumulation, attention by the fused "
-             "kernel, while weights, AdamW moments, loss, softmax and LayerNorm statistics stay FP32 (what "
-             "checkpoints, heals and checksums cover); --device cpu computes in fp32 only",
+     .help = "how --device cuda computes. fp32: FP32 throughout, bitwise reproducible; bf16: activations "
+             "stored in bf16 and matmuls on bf16 tensor cores with FP32 accumulation, attention by the fused "
+             "kernel (see --attention), while the residual stream, weights, gradients, AdamW moments, loss, "
+             "softmax and LayerNorm statistics stay FP32 (what checkpoints, heals and checksums cover); "
+             "--device cpu computes in fp32 only",
      TC(precision)},
+    {"--attention", PX_FLAG_CHOICE, .words = ATTENTION, .def = "fused",
+     .help = "with --device cuda --precision bf16: fused (one pass on tensor cores, no (B,NH,T,T) tensor; head "
+             "sizes 16, 32, 64, 128, else unfused) or unfused (batched GEMMs around a stored bf16 (B,NH,T,T) "
+             "probability matrix); fp32 and TF32 always run unfused",
+     TC(unfused_attention)},
     {"--tf32", PX_FLAG_SWITCH,
      .help = "with --device cuda --precision fp32: matmul products on TF32 tensor cores (FP32 storage and "
              "accumulation; faster, no longer close to the CPU path)",
@@ -276,6 +283,11 @@ int px_train_flags_check(px_trainer_config_t *c, char *err, size_t len) {
     }
     if (c->tf32 && c->precision == PX_PRECISION_BF16) {
         snprintf(err, len, "--tf32 with --precision bf16: give one (bf16 already computes on tensor cores)");
+        return -1;
+    }
+    if (c->unfused_attention && (c->device != PX_DEVICE_CUDA || c->precision != PX_PRECISION_BF16)) {
+        snprintf(err, len, "--attention unfused needs --device cuda --precision bf16: the other precisions "
+                           "always run the unfused attention");
         return -1;
     }
     if (c->min_lr > c->lr) {

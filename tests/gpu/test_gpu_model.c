@@ -321,7 +321,8 @@ static void check_stages(const char *name, const px_gpt_config_t *cfg, const flo
  * model, losses within 2e-2 and gradient norms within 5e-2 of it (bf16
  * inputs to every product: 8 significant bits), then a second GPU model
  * replaying them bitwise. Activations are bf16 in every config; head
- * sizes 16 and 64 take the fused attention, 24 the unfused one. */
+ * sizes 16 and 64 take the fused attention (unless turned off), 24 the
+ * unfused one. */
 static void run_bf16(const char *name, const px_gpt_config_t *cfg, int B, int T) {
     char tag[160];
     px_cuda_ops_set_math(PX_CUDA_MATH_BF16);
@@ -329,12 +330,15 @@ static void run_bf16(const char *name, const px_gpt_config_t *cfg, int B, int T)
     size_t np = cpu->num_params, BT = (size_t)B * T;
     px_gpt_cuda_t *gpu = px_gpt_cuda_new(cfg), *gpu2 = px_gpt_cuda_new(cfg);
     if (!gpu || !gpu2 || px_gpt_cuda_set_recompute(gpu2, 1) != 0) exit(1); /* the replay recomputes */
-    snprintf(tag, sizeof tag, "%s bf16 activations", name);
+    int hs = cfg->channels / cfg->num_heads;
+    int fused = px_cuda_ops_fused_attention() && (hs == 16 || hs == 32 || hs == 64 || hs == 128);
+    snprintf(tag, sizeof tag, "%s bf16 activations, %s attention", name, fused ? "fused" : "unfused");
     gt_checks++;
-    if (px_gpt_cuda_bf16_activations(gpu) == 1) {
+    if (px_gpt_cuda_bf16_activations(gpu) == 1 && px_gpt_cuda_fused_attention(gpu) == fused) {
         printf("ok   %s\n", tag);
     } else {
-        printf("FAIL %s: the model says %d\n", tag, px_gpt_cuda_bf16_activations(gpu));
+        printf("FAIL %s: the model says bf16 %d fused %d\n", tag, px_gpt_cuda_bf16_activations(gpu),
+               px_gpt_cuda_fused_attention(gpu));
         gt_failures++;
     }
     char stages[96];
@@ -434,5 +438,8 @@ int main(void) {
     px_gpt_config_t hs64 = {.max_seq_len = 200, .vocab_size = 256, .padded_vocab_size = 256,
                             .num_layers = 2, .num_heads = 2, .channels = 128};
     run_bf16("hs64", &hs64, 2, 200);
+    px_cuda_ops_set_fused_attention(0); /* --attention unfused */
+    run_bf16("hs64 unfused", &hs64, 2, 200);
+    px_cuda_ops_set_fused_attention(1);
     return gt_finish("test_gpu_model");
 }

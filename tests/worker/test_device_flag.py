@@ -13,7 +13,8 @@ does not retry) and a message that names the problem. Runs on every machine.
   4. --device with a bad value names the accepted ones.
   5. --precision bf16 and --tf32 need --device cuda (the CPU path computes
      in FP32), in the distributed worker and --standalone alike; --tf32 with
-     --precision bf16 is refused as two answers to one question."""
+     --precision bf16 is refused as two answers to one question; --attention
+     unfused needs --device cuda --precision bf16 (the only fused choice)."""
 import os
 import subprocess
 import sys
@@ -79,11 +80,15 @@ def test(bindir):
     r = subprocess.run([os.path.join(bindir, "phalanx-worker"), "--help"], stdout=subprocess.PIPE, text=True)
     check("--device cpu|cuda" in r.stdout, "--help documents --device")
     check("--precision fp32|bf16" in r.stdout and "--tf32" in r.stdout, "--help documents --precision and --tf32")
+    check("--attention fused|unfused" in r.stdout, "--help documents --attention")
 
     standalone = [os.path.join(bindir, "phalanx-worker"), "--standalone", "--steps", "1"]
     for argv, want in ((["--precision", "bf16"], "--precision bf16 needs --device cuda"),
                        (["--device", "cpu", "--tf32"], "--tf32 needs --device cuda"),
-                       (["--device", "cuda", "--precision", "bf16", "--tf32"], "--tf32 with --precision bf16")):
+                       (["--device", "cuda", "--precision", "bf16", "--tf32"], "--tf32 with --precision bf16"),
+                       (["--attention", "unfused"], "--attention unfused needs --device cuda --precision bf16"),
+                       (["--device", "cuda", "--attention", "unfused"],
+                        "--attention unfused needs --device cuda --precision bf16")):
         rc, err = worker(bindir, *argv)
         check(rc == 2 and err.startswith(PREFIX + want), "%s: exit 2 naming the flag, got %d: %r" % (argv, rc, err))
         r = subprocess.run(standalone + argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
