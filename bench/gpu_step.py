@@ -6,8 +6,10 @@ sequence length, in the same script. Both sides do forward, backward,
 gradient clipping at 1.0 and AdamW, at one --precision:
   fp32  full FP32 (TF32 off on the PyTorch side, as phalanx's cuBLAS calls
         use CUBLAS_COMPUTE_32F);
-  bf16  phalanx --precision bf16; PyTorch's forward under autocast to
-        bfloat16 (flash SDPA, fused AdamW, FP32 weights and moments).
+  bf16  phalanx --precision bf16 (--attention fused, unfused, or both:
+        two phalanx runs and their ratio);
+        PyTorch's forward under autocast to bfloat16 (flash SDPA, fused
+        AdamW, FP32 weights and moments).
 
 Each line also gives MFU: the model's FLOPs per step (6 x parameters +
 12 x layers x channels x T per token, the PaLM count) over --peak-tflops
@@ -23,6 +25,7 @@ after --warmup untimed ones.
 
     python3 bench/gpu_step.py --bindir build/bin --data DIR [--model gpt2-124m]
                               [--batch 4] [--seq 1024] [--precision fp32|bf16] [--compile]
+                              [--attention fused|unfused|both] [--phalanx-only]
 """
 import argparse
 import json
@@ -79,11 +82,13 @@ def used_mib():
         return None
 
 
-def phalanx(args):
+def phalanx(args, attention):
     n = args.warmup + args.steps
     cmd = [os.path.join(args.bindir, "phalanx-worker"), "--standalone", "--device", "cuda",
            "--model", args.model, "--batch", str(args.batch), "--seq", str(args.seq),
            "--steps", str(n), "--eval-batches", "0", "--data", args.data, "--precision", args.precision]
+    if args.precision == "bf16":
+        cmd += ["--attention", attention]
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
     if r.returncode != 0:
         sys.exit("phalanx-worker failed (%d):\n%s" % (r.returncode, r.stdout[-3000:]))
@@ -161,6 +166,9 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--compile", action="store_true", help="also time PyTorch under torch.compile")
     ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="both sides' precision")
+    ap.add_argument("--attention", choices=["fused", "unfused", "both"], default="fused",
+                    help="phalanx's attention under --precision bf16 (both: a run of each)")
+    ap.add_argument("--phalanx-only", action="store_true", help="time phalanx alone (no PyTorch side)")
     ap.add_argument("--peak-tflops", type=float, default=989.0, help="the GPU's peak, for MFU (H100 dense bf16)")
     ap.add_argument("--side", choices=["torch-eager", "torch-compile"], help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -172,11 +180,22 @@ def main():
     tokens = args.batch * args.seq
     flops, peak = flops_per_step(cfg, args.batch, args.seq), args.peak_tflops
 
-    with MemPeak() as mem:
-        ms, loss, config = phalanx(args)
-    print(config, flush=True)
-    px = line("phalanx-cuda-%s" % args.precision, ms, tokens, flops, peak, mem.gib())
-    print("phalanx first_loss=%.4f" % loss, flush=True)
+    kinds = ["fused", "unfused"] if args.attention == "both" else [args.attention]
+    if args.precision != "bf16":
+        kinds = kinds[:1]  # fp32 has one attention
+    runs = {}
+    for kind in kinds:
+        with MemPeak() as mem:
+            ms, loss, config = phalanx(args, kind)
+        print(config, flush=True)
+        name = "phalanx-cuda-%s" % args.precision + ("-%s" % kind if args.precision == "bf16" else "")
+        runs[kind] = line(name, ms, tokens, flops, peak, mem.gib())
+        print("phalanx first_loss=%.4f" % loss, flush=True)
+    if len(runs) == 2:
+        print("ratio phalanx_unfused/phalanx_fused=%.2f" % (runs["unfused"] / runs["fused"]), flush=True)
+    px = min(runs.values())
+    if args.phalanx_only:
+        return 0
     with MemPeak() as mem:
         t, kind, ver, gpu = pytorch_process(args, False)
     print("gpu=%r torch=%s optimizer=adamw-%s precision=%s tf32=off B=%d T=%d" %
