@@ -9,6 +9,9 @@
 #              model, FP32 and bf16 math
 #   emu_reference  tests/gpu/test_gpu_reference.c: the CUDA model against
 #              the PyTorch fixture of tests/reference
+#   emu_gpu_ops_bench  bench/gpu_ops.cpp (the GPU per-op benchmark) at a
+#              tiny shape: every call of a step in each precision runs, and
+#              bench/gpu_ops_check.py finds every table and the summary whole
 # The same sources run on a real GPU as gpu_flash, gpu_ops, gpu_model and
 # gpu_reference; the emulator shows nothing of speed, of the hardware's
 # memory model or of cuBLAS's own kernels (see
@@ -58,3 +61,10 @@ add_test(NAME emu_model COMMAND test_emu_model)
 add_test(NAME emu_reference COMMAND test_emu_reference ${CMAKE_CURRENT_LIST_DIR}/reference)
 set_tests_properties(emu_flash emu_ops emu_model emu_reference PROPERTIES TIMEOUT 600)
 px_tier(unit emu_flash emu_ops emu_model emu_reference)
+
+add_executable(bench_emu_gpu_ops ${CMAKE_SOURCE_DIR}/bench/gpu_ops.cpp)
+target_link_libraries(bench_emu_gpu_ops PRIVATE px_kernels_emu)
+px_add_py_test(emu_gpu_ops_bench ${CMAKE_SOURCE_DIR}/bench/gpu_ops_check.py $<TARGET_FILE:bench_emu_gpu_ops>
+               --preset tiny --B 2 --T 64 --reps 2 --warmup 1)
+set_tests_properties(emu_gpu_ops_bench PROPERTIES TIMEOUT 120)
+px_tier(unit emu_gpu_ops_bench)

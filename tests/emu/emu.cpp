@@ -1,7 +1,8 @@
 /* The kernel emulator's runtime (include/cuda_emu_device.h says what it
  * models): the fiber scheduler behind launches and barriers, and the CUDA
- * host API of include/cuda_runtime_api.h over host memory. cuBLAS is
- * cublas.cpp's; the ops' own context (kernels/cuda_context.cu) runs as it is.
+ * host API of include/cuda_runtime_api.h over host memory, events on the
+ * host's clock. cuBLAS is cublas.cpp's; the ops' own context
+ * (kernels/cuda_context.cu) runs as it is.
  *
  * Scheduling: the fibers of a block are ranked by a permutation drawn
  * afresh for every launch (xorshift, seeded by PX_EMU_SEED or 1); the first
@@ -15,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <ucontext.h>
 
 #include <vector>
@@ -318,6 +320,33 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
 }
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
     (void)s;
+    return cudaSuccess;
+}
+/* Every call returns with its work done, so an event is the time it was recorded. */
+struct px_emu_event {
+    double ms; /* CLOCK_MONOTONIC; < 0 until recorded */
+};
+cudaError_t cudaEventCreate(cudaEvent_t *e) {
+    *e = (cudaEvent_t)malloc(sizeof **e);
+    if (!*e) return cudaErrorMemoryAllocation;
+    (*e)->ms = -1.0;
+    return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    free(e);
+    return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+    (void)s;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    e->ms = (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+    return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t e) { return e->ms < 0 ? cudaErrorInvalidValue : cudaSuccess; }
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {
+    if (start->ms < 0 || end->ms < 0) return cudaErrorInvalidValue;
+    *ms = (float)(end->ms - start->ms);
     return cudaSuccess;
 }
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int dev) {

@@ -1,7 +1,9 @@
 /* The CUDA runtime's host API as the kernel emulator provides it (see
  * tests/emu/emu.cpp): "device" memory is host memory, every call is
  * synchronous and succeeds unless its arguments are wrong, and the one
- * "device" reports compute capability 9.0. C and C++. */
+ * "device" reports compute capability 9.0. An event records the host's
+ * monotonic clock when it is recorded (the work before it is done by then),
+ * so elapsed times are the CPU's. C and C++. */
 #ifndef PX_EMU_CUDA_RUNTIME_API_H
 #define PX_EMU_CUDA_RUNTIME_API_H
 
@@ -42,6 +44,7 @@ typedef enum {
 } cudaDeviceAttr;
 typedef enum { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 } cudaFuncAttribute;
 typedef struct px_emu_stream *cudaStream_t;
+typedef struct px_emu_event *cudaEvent_t;
 
 const char *cudaGetErrorString(cudaError_t e);
 cudaError_t cudaGetLastError(void);
@@ -61,6 +64,12 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags);
 cudaError_t cudaStreamDestroy(cudaStream_t s);
 #define cudaStreamNonBlocking 0x01
+cudaError_t cudaEventCreate(cudaEvent_t *e);
+cudaError_t cudaEventDestroy(cudaEvent_t e);
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s);
+cudaError_t cudaEventSynchronize(cudaEvent_t e);
+/* ms between two recorded events; cudaErrorInvalidValue when either was never recorded. */
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end);
 
 #ifdef __cplusplus
 }
