@@ -4,7 +4,9 @@
 # libraries (cudart, cuBLAS, NCCL) on that machine, and runs every test of
 # tests/gpu.cmake directly (ctest's files name this machine's paths), each
 # bounded by a timeout, then bench/gpu_step.py (fp32 at B=4; bf16 at B=4
-# and B=16: gpu_step_bf16) and bench/checkpoint.py's
+# and B=16: gpu_step_bf16), bench_gpu_ops (bench/gpu_ops.cpp: each CUDA
+# op's share of a gpt2-124m step at B=16, T=1024 in fp32, bf16 math and bf16
+# storage: gpu_ops_bench) and bench/checkpoint.py's
 # step-time overhead of saving on the GPU (gpu_ckpt_overhead).
 #
 #   [BASELINE_BUNDLE=OLD.tar.xz] [CKPT_SHAPES="4x1024x30 ..."] [BASELINE_SHAPES=...]
@@ -20,7 +22,8 @@
 # 124 timed out), OUT_DIR/tests.log (the end of each test's output) and
 # OUT_DIR/logs.tgz (each test's whole output and the job folders of the
 # distributed tests). Few files: a lent machine sends back at most 8.
-# With TEST names, runs only those (names as in tests/gpu.cmake, or gpu_step).
+# With TEST names, runs only those (names as in tests/gpu.cmake, or gpu_step,
+# gpu_step_bf16, gpu_ops_bench, gpu_ckpt_overhead).
 # PX_KEEP_SCRATCH=1 keeps the distributed tests' job folders (worker logs,
 # events) in logs.tgz even when they pass.
 set -u
@@ -95,6 +98,7 @@ fi
 run gpu_step 180 python3 bench/gpu_step.py --bindir "$bin" --data "$data" --compile
 run gpu_step_bf16 300 sh -c "python3 bench/gpu_step.py --bindir '$bin' --data '$data' --precision bf16 --compile &&
   python3 bench/gpu_step.py --bindir '$bin' --data '$data' --precision bf16 --batch 16 --compile"
+run gpu_ops_bench 240 "$bin/bench_gpu_ops" --preset gpt2-124m --B 16 --T 1024
 if [ ${#selected[@]} -eq 0 ] || wanted gpu_ckpt_overhead; then
   ckpt_bench() {  # ckpt_bench NAME BINDIR SHAPE
     local name=$1_${3%x*}
