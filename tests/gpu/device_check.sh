@@ -3,8 +3,8 @@
 # libraries: unpacks the bundle of scripts/gpu-bundle.sh, finds CUDA's own
 # libraries (cudart, cuBLAS, NCCL) on that machine, and runs every test of
 # tests/gpu.cmake directly (ctest's files name this machine's paths), each
-# bounded by a timeout, then bench/gpu_step.py (fp32 at B=4; bf16 at B=4
-# and B=16: gpu_step_bf16), bench_gpu_ops (bench/gpu_ops.cpp: each CUDA
+# bounded by a timeout, then bench/gpu_step.py (fp32 at B=4; bf16 at B=4,
+# and at B=16 with each attention: gpu_step_bf16), bench_gpu_ops (bench/gpu_ops.cpp: each CUDA
 # op's share of a gpt2-124m step at B=16, T=1024 in fp32, bf16 math and bf16
 # storage: gpu_ops_bench) and bench/checkpoint.py's
 # step-time overhead of saving on the GPU (gpu_ckpt_overhead).
@@ -97,7 +97,7 @@ if [ ${#selected[@]} -eq 0 ] || wanted gpu_step || wanted gpu_step_bf16 || wante
 fi
 run gpu_step 180 python3 bench/gpu_step.py --bindir "$bin" --data "$data" --compile
 run gpu_step_bf16 300 sh -c "python3 bench/gpu_step.py --bindir '$bin' --data '$data' --precision bf16 --compile &&
-  python3 bench/gpu_step.py --bindir '$bin' --data '$data' --precision bf16 --batch 16 --compile"
+  python3 bench/gpu_step.py --bindir '$bin' --data '$data' --precision bf16 --batch 16 --attention both --compile"
 run gpu_ops_bench 240 "$bin/bench_gpu_ops" --preset gpt2-124m --B 16 --T 1024
 if [ ${#selected[@]} -eq 0 ] || wanted gpu_ckpt_overhead; then
   ckpt_bench() {  # ckpt_bench NAME BINDIR SHAPE
