@@ -380,18 +380,6 @@ static gemm_weights_t<__nv_bfloat16> gemm_weights(const shape_t &s, const bufs_t
     return gemm_weights_t<__nv_bfloat16>{j[0].dst, j[1].dst, j[2].dst, j[3].dst, j[4].dst, j[5].dst, b.w_outer};
 }
 
-/* The LayerNorm backward as the model calls it: with bf16 storage it also
- * writes dres's bf16 copy for the GEMMs. */
-static void ln_backward(float *dres, float *, float *dw, float *db, const float *dout, const float *inp,
-                        const float *w, const float *mean, const float *rstd, int B, int T, int C, cudaStream_t st) {
-    layernorm_backward_cuda(dres, dw, db, dout, inp, w, mean, rstd, B, T, C, st);
-}
-static void ln_backward(float *dres, __nv_bfloat16 *dres_x, float *dw, float *db, const float *dout,
-                        const float *inp, const float *w, const float *mean, const float *rstd, int B, int T, int C,
-                        cudaStream_t st) {
-    layernorm_backward_cuda(dres, dres_x, dw, db, dout, inp, w, mean, rstd, B, T, C, st);
-}
-
 /* A step's distinct calls in the model's order (gpt_cuda.cu: stage_forward,
  * layer_forward_with, stage_backward, layer_backward, then the clipping and
  * px_gpt_cuda_adamw_step), X the storage type. flash: the fused attention;
@@ -475,7 +463,8 @@ static std::vector<op_t> step_ops(const shape_t &s, const bufs_t &b, int flash, 
         [=] { matmul_backward_set_cuda(b.dbtc, g.wte, NULL, x.logits, 1.0f, x.ln1, w.wte, B, T, C, Vp, st); });
     add("cudaMemsetAsync", "dres", 1, [=] { CK(cudaMemsetAsync(b.dres, 0, BT * C * sizeof(float), st)); });
     add("layernorm_backward_cuda", "lnf,ln2,ln1", 2 * L + 1, [=] {
-        ln_backward(b.dres, x.dres_x, g.ln2w, g.ln2b, b.dbtc, b.residual2, p.ln2w, b.mean2, b.rstd2, B, T, C, st);
+        layernorm_backward_cuda(b.dres, x.dres_x, g.ln2w, g.ln2b, b.dbtc, b.residual2, p.ln2w, b.mean2, b.rstd2, B, T,
+                                C, st);
     });
     /* a layer's backward (L times) */
     if (fused) {

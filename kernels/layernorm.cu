@@ -175,6 +175,15 @@ void layernorm_backward_cuda(float *dinp, bf16 *dinp_bf16, float *dweight, float
     px_cuda_colsum_add(dbias, part_b, nb, C, stream);
 }
 
+void layernorm_backward_cuda(float *dinp, float *dinp_fp32, float *dweight, float *dbias, const float *dout,
+                             const float *inp, const float *weight, const float *mean, const float *rstd, int B,
+                             int T, int C, cudaStream_t stream) {
+    if (dinp_fp32 != dinp)
+        px_cuda_fail(__FILE__, __LINE__, "layernorm_backward_cuda", "cuda", 0,
+                     "an FP32 copy of dinp must be dinp itself (FP32 storage keeps one)");
+    layernorm_backward_cuda(dinp, (bf16 *)NULL, dweight, dbias, dout, inp, weight, mean, rstd, B, T, C, stream);
+}
+
 extern "C" void layernorm_backward_cuda(float *dinp, float *dweight, float *dbias,
                                         const float *dout, const float *inp, const float *weight,
                                         const float *mean, const float *rstd, int B, int T, int C,

@@ -309,7 +309,8 @@ template <typename I, typename O>
 static void forward(O *out, const I *inp, const I *weight, const O *bias, int BT, int C, int OC,
                     cudaStream_t stream) {
     cudaDataType_t ab = px_data_type<I>(), dt = px_data_type<O>();
-    if (bias && px_cuda_lt_enabled() && lt_matmul(LT_BIAS, out, inp, weight, bias, NULL, ab, dt, BT, C, OC, stream) == 0)
+    if (bias && px_cuda_lt_enabled() &&
+        lt_matmul(LT_BIAS, out, inp, weight, bias, NULL, ab, dt, BT, C, OC, stream) == 0)
         return;
     px_cuda_gemm_ex(stream, CUBLAS_OP_T, CUBLAS_OP_N, OC, BT, C, 1.0f, weight, C, inp, C, ab, 0.0f, out, OC, dt);
     if (bias) {

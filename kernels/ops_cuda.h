@@ -240,6 +240,11 @@ void residual_layernorm_forward_cuda(float *res, __nv_bfloat16 *out, float *mean
 void layernorm_backward_cuda(float *dinp, __nv_bfloat16 *dinp_bf16, float *dweight, float *dbias, const float *dout,
                              const float *inp, const float *weight, const float *mean, const float *rstd, int B,
                              int T, int C, cudaStream_t stream);
+/* Its form for FP32 storage, where the GEMMs read dinp itself: dinp_fp32
+ * must be dinp (so storage-generic code calls one name). */
+void layernorm_backward_cuda(float *dinp, float *dinp_fp32, float *dweight, float *dbias, const float *dout,
+                             const float *inp, const float *weight, const float *mean, const float *rstd, int B,
+                             int T, int C, cudaStream_t stream);
 
 void matmul_forward_cuda(__nv_bfloat16 *out, const __nv_bfloat16 *inp, const __nv_bfloat16 *weight,
                          const __nv_bfloat16 *bias, int B, int T, int C, int OC, cudaStream_t stream);

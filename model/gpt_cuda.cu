@@ -560,21 +560,11 @@ static const __nv_bfloat16 *classifier_weight(px_gpt_cuda_t *self, const px_gpt_
     return self->w_outer;
 }
 
-/* LayerNorm backward into dres (+=), and into its X copy for the GEMMs
- * (with X float the copy is dres itself). */
-static void ln_backward(float *dres, float *, float *dw, float *db, const float *dout, const float *inp,
-                        const float *w, const float *mean, const float *rstd, int B, int T, int C, cudaStream_t st) {
-    layernorm_backward_cuda(dres, dw, db, dout, inp, w, mean, rstd, B, T, C, st);
-}
-static void ln_backward(float *dres, __nv_bfloat16 *dres_x, float *dw, float *db, const float *dout,
-                        const float *inp, const float *w, const float *mean, const float *rstd, int B, int T, int C,
-                        cudaStream_t st) {
-    layernorm_backward_cuda(dres, dres_x, dw, db, dout, inp, w, mean, rstd, B, T, C, st);
-}
-
 /* dres's X copy after dres was set from outside (a later stage's gradient). */
 static void mirror(float *, const float *, size_t, cudaStream_t) {}
-static void mirror(__nv_bfloat16 *dst, const float *src, size_t n, cudaStream_t st) { px_cuda_to_bf16(dst, src, n, st); }
+static void mirror(__nv_bfloat16 *dst, const float *src, size_t n, cudaStream_t st) {
+    px_cuda_to_bf16(dst, src, n, st);
+}
 
 /* ----------------------------------------------------------------- forward */
 
@@ -789,19 +779,23 @@ static int layer_backward(px_gpt_cuda_t *self, acts_t *a, dims_t d, int i, bwd_p
     if (!w) PX_CUDA_CHECK(cudaMemcpyAsync(x.dfc, d4a, BT * d.H * xs, cudaMemcpyDeviceToDevice, st));
     matmul_backward_set_cuda(a->dbtc, w ? g.fcw : NULL, w ? g.fcb : NULL, d4a, 1.0f, x.ln2, wx.fcw, B, T, C, d.H, st);
     if (tp_sum(self, a->dbtc, BT * C) != 0) return -1;
-    ln_backward(a->dres, dres_x, g.ln2w, g.ln2b, a->dbtc, x.residual2, p.ln2w, x.ln2_mean, x.ln2_rstd, B, T, C, st);
+    layernorm_backward_cuda(a->dres, dres_x, g.ln2w, g.ln2b, a->dbtc, x.residual2, p.ln2w, x.ln2_mean, x.ln2_rstd,
+                            B, T, C, st);
     /* dres now holds d(residual2); residual2 = residual + attproj. */
     if (!w) PX_CUDA_CHECK(cudaMemcpyAsync(x.dattproj, dres_x, BT * C * xs, cudaMemcpyDeviceToDevice, st));
     matmul_backward_set_cuda(datt_x, w ? g.attprojw : NULL, w ? g.attprojb : NULL, dres_x, 1.0f, x.atty, wx.attprojw,
                              B, T, d.Ca, C, st);
     X *dqkv = d4a;
-    if (self->flash) flash_attention_backward_set_cuda(dqkv, datt_x, x.qkv, x.atty, (float *)x.att, B, T, d.Ca, d.NHa, st);
-    else attention_backward_set(dqkv, datt_x, x.qkv, (X *)x.att, B, T, d.Ca, d.NHa, st);
+    if (self->flash)
+        flash_attention_backward_set_cuda(dqkv, datt_x, x.qkv, x.atty, (float *)x.att, B, T, d.Ca, d.NHa, st);
+    else
+        attention_backward_set(dqkv, datt_x, x.qkv, (X *)x.att, B, T, d.Ca, d.NHa, st);
     if (!w) PX_CUDA_CHECK(cudaMemcpyAsync(x.dqkv, dqkv, BT * 3 * d.Ca * xs, cudaMemcpyDeviceToDevice, st));
     matmul_backward_set_cuda(a->dbtc, w ? g.qkvw : NULL, w ? g.qkvb : NULL, dqkv, 1.0f, x.ln1, wx.qkvw, B, T, C,
                              3 * d.Ca, st);
     if (tp_sum(self, a->dbtc, BT * C) != 0) return -1;
-    ln_backward(a->dres, dres_x, g.ln1w, g.ln1b, a->dbtc, x.residual, p.ln1w, x.ln1_mean, x.ln1_rstd, B, T, C, st);
+    layernorm_backward_cuda(a->dres, dres_x, g.ln1w, g.ln1b, a->dbtc, x.residual, p.ln1w, x.ln1_mean, x.ln1_rstd,
+                            B, T, C, st);
     return unit_release(self, unit, PX_GPT_BWD);
 }
 
@@ -846,8 +840,8 @@ static int stage_backward(px_gpt_cuda_t *self, acts_t *a, const float *dout, flo
         matmul_backward_set_cuda(a->dbtc, part == BWD_WHOLE ? g.wte : NULL, NULL, dlogits, a->dlogits_scale, lnf,
                                  classifier_weight(self, p, (const X *)NULL), B, T, C, Vp, st);
         PX_CUDA_CHECK(cudaMemsetAsync(a->dres, 0, BT * C * sizeof(float), st));
-        ln_backward(a->dres, (X *)a->dres_x, g.lnfw, g.lnfb, a->dbtc, stage_out(self, a), p.lnfw, a->lnf_mean,
-                    a->lnf_rstd, B, T, C, st);
+        layernorm_backward_cuda(a->dres, (X *)a->dres_x, g.lnfw, g.lnfb, a->dbtc, stage_out(self, a), p.lnfw,
+                                a->lnf_mean, a->lnf_rstd, B, T, C, st);
     } else if (part != BWD_WEIGHT) {
         PX_CUDA_CHECK(cudaMemcpyAsync(a->dres, dout, BT * C * sizeof(float), cudaMemcpyDeviceToDevice, st));
         mirror((X *)a->dres_x, a->dres, BT * C, st);
