@@ -502,16 +502,14 @@ static std::vector<op_t> step_ops(const shape_t &s, const bufs_t &b, int flash, 
         [=] { matmul_backward_set_cuda(b.dbtc, g.qkvw, g.qkvb, x.d4a, 1.0f, x.ln1, w.qkvw, B, T, C, 3 * C, st); });
     add("encoder_backward_cuda", "wte,wpe", 1,
         [=] { encoder_backward_cuda(g.wte, g.wpe, b.dres, b.inputs, b.plan, b.plan_groups, B, T, C, st); });
-    /* clipping at a norm, then AdamW: one launch per tensor */
+    /* clipping at a norm, then AdamW over every tensor in one launch */
     add("norm_squared_cuda", "grads", 1, [=] { (void)norm_squared_cuda(b.grads, np, st); });
     add("scale_inplace_cuda", "grads", 1, [=] { scale_inplace_cuda(b.grads, np, 0.99f, st); });
-    add("adamw_update_cuda", "16_tensors", 1, [=] {
-        for (int i = 0; i < PX_GPT_NUM_TENSORS; i++) {
-            size_t o = s.offsets[i];
-            float wd = px_gpt_tensor_is_matrix(i) ? 0.1f : 0.0f;
-            adamw_update_cuda(b.params + o, b.m + o, b.v + o, b.grads + o, s.sizes[i], 6e-4f, 0.9f, 0.95f, 1e-8f, wd,
-                              1, st);
-        }
+    add("adamw_update_tensors_cuda", "16_tensors", 1, [=] {
+        int decay[PX_GPT_NUM_TENSORS];
+        for (int i = 0; i < PX_GPT_NUM_TENSORS; i++) decay[i] = px_gpt_tensor_is_matrix(i);
+        adamw_update_tensors_cuda(b.params, b.m, b.v, b.grads, s.sizes, decay, PX_GPT_NUM_TENSORS, 6e-4f, 0.9f, 0.95f,
+                                  1e-8f, 0.1f, 1, st);
     });
     return ops;
 }

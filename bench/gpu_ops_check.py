@@ -26,7 +26,7 @@ COMMON = [
     ("matmul_backward_set_cuda", "fc", 1, 0), ("matmul_backward_set_cuda", "attproj", 1, 0),
     ("matmul_backward_set_cuda", "qkv", 1, 0), ("encoder_backward_cuda", "wte,wpe", 0, 1),
     ("norm_squared_cuda", "grads", 0, 1), ("scale_inplace_cuda", "grads", 0, 1),
-    ("adamw_update_cuda", "16_tensors", 0, 1),
+    ("adamw_update_tensors_cuda", "16_tensors", 0, 1),
 ]
 # By math: bf16 fuses the classifier's loss and the GELU into GEMM epilogues.
 MATH = {

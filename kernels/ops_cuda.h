@@ -195,6 +195,14 @@ void crossentropy_fused_cuda(float *losses, float *lse, float *logits, const int
 void adamw_update_cuda(float *params, float *m, float *v, const float *grads, size_t n, float lr,
                        float beta1, float beta2, float eps, float weight_decay, int t,
                        cudaStream_t stream);
+/* adamw_update_cuda over ntensors (<= PX_ADAMW_TENSORS) tensors laid end to
+ * end from the buffers' starts, sizes[i] elements each, tensor i with
+ * weight decay when decay[i] (else 0): one launch for all of them, bitwise
+ * the same as one adamw_update_cuda per tensor. */
+#define PX_ADAMW_TENSORS 32
+void adamw_update_tensors_cuda(float *params, float *m, float *v, const float *grads, const size_t *sizes,
+                               const int *decay, int ntensors, float lr, float beta1, float beta2, float eps,
+                               float weight_decay, int t, cudaStream_t stream);
 
 /* ---- global gradient norm and clipping ---- */
 /* Sum of squares of x (n) in double: per 16384-element block (as the CPU), then

@@ -1,6 +1,6 @@
-/* The optimizer ops on the GPU: AdamW, the squared gradient norm and the
- * in-place scale used for clipping (adamw_update, norm_squared, scale_inplace
- * of ops.h).
+/* The optimizer ops on the GPU: AdamW (per tensor, or all of a model's
+ * tensors in one launch), the squared gradient norm and the in-place scale
+ * used for clipping (adamw_update, norm_squared, scale_inplace of ops.h).
  *
  * AdamW: the step's coefficients come from px_adamw_coef on the host (double
  * precision, as PyTorch computes them in Python) and every element goes
@@ -11,6 +11,8 @@
  * block (a fixed tree inside it), and one final block adds the block sums in a
  * fixed tree. Same blocking, a different but fixed order inside each: equal
  * to the CPU to double rounding, bitwise reproducible run to run. */
+#include <string.h>
+
 #include "cuda_common.cuh"
 #include "ops_math.h"
 
@@ -19,6 +21,26 @@
 __global__ void adamw_kernel(float *params, float *m, float *v, const float *grads, size_t n,
                              px_adamw_coef_t c) {
     PX_GRID_STRIDE(i, n) { px_adamw_element(&params[i], &m[i], &v[i], grads[i], &c); }
+}
+
+/* The tensors of adamw_update_tensors_cuda: where each ends in the
+ * buffers, and whether it takes weight decay (passed by value). */
+typedef struct {
+    size_t end[PX_ADAMW_TENSORS];
+    int decay[PX_ADAMW_TENSORS];
+    int n;
+} adamw_table_t;
+
+/* Each element finds its tensor (a short scan of the ends) and takes that
+ * tensor's coefficients: with decay (cd) or without (c0). */
+__global__ void adamw_tensors_kernel(float *params, float *m, float *v, const float *grads, adamw_table_t tab,
+                                     px_adamw_coef_t cd, px_adamw_coef_t c0) {
+    size_t n = tab.end[tab.n - 1];
+    PX_GRID_STRIDE(i, n) {
+        int k = 0;
+        while (i >= tab.end[k]) k++;
+        px_adamw_element(&params[i], &m[i], &v[i], grads[i], tab.decay[k] ? &cd : &c0);
+    }
 }
 
 /* Fixed-tree sum of one double per thread over a block of PX_THREADS. */
@@ -61,6 +83,28 @@ extern "C" void adamw_update_cuda(float *params, float *m, float *v, const float
                                   float weight_decay, int t, cudaStream_t stream) {
     px_adamw_coef_t c = px_adamw_coef(lr, beta1, beta2, eps, weight_decay, t);
     adamw_kernel<<<px_grid(n), PX_THREADS, 0, stream>>>(params, m, v, grads, n, c);
+    PX_CUDA_LAUNCH_CHECK();
+}
+
+extern "C" void adamw_update_tensors_cuda(float *params, float *m, float *v, const float *grads, const size_t *sizes,
+                                          const int *decay, int ntensors, float lr, float beta1, float beta2,
+                                          float eps, float weight_decay, int t, cudaStream_t stream) {
+    if (ntensors < 1 || ntensors > PX_ADAMW_TENSORS)
+        px_cuda_fail(__FILE__, __LINE__, "adamw_update_tensors_cuda", "cuda", 0,
+                     "the tensor count is not in 1..PX_ADAMW_TENSORS");
+    adamw_table_t tab;
+    memset(&tab, 0, sizeof tab);
+    size_t end = 0;
+    for (int i = 0; i < ntensors; i++) {
+        end += sizes[i];
+        tab.end[i] = end;
+        tab.decay[i] = decay[i] != 0;
+    }
+    tab.n = ntensors;
+    if (end == 0) return;
+    px_adamw_coef_t cd = px_adamw_coef(lr, beta1, beta2, eps, weight_decay, t);
+    px_adamw_coef_t c0 = px_adamw_coef(lr, beta1, beta2, eps, 0.0f, t);
+    adamw_tensors_kernel<<<px_grid(end), PX_THREADS, 0, stream>>>(params, m, v, grads, tab, cd, c0);
     PX_CUDA_LAUNCH_CHECK();
 }
 

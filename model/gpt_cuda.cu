@@ -952,11 +952,10 @@ float px_gpt_cuda_clip_grads(px_gpt_cuda_t *self, float max_norm) {
 
 void px_gpt_cuda_adamw_step(px_gpt_cuda_t *self, float lr, float beta1, float beta2, float eps,
                             float weight_decay, int t) {
-    for (int i = 0; self->buf[PX_GPT_CUDA_PARAMS] && i < PX_GPT_NUM_TENSORS; i++) {
-        size_t off = self->offsets[i];
-        float wd = px_gpt_tensor_is_matrix(i) ? weight_decay : 0.0f;
-        adamw_update_cuda(self->buf[PX_GPT_CUDA_PARAMS] + off, self->buf[PX_GPT_CUDA_M] + off,
-                          self->buf[PX_GPT_CUDA_V] + off, self->buf[PX_GPT_CUDA_GRADS] + off,
-                          self->sizes[i], lr, beta1, beta2, eps, wd, t, self->stream);
-    }
+    if (!self->buf[PX_GPT_CUDA_PARAMS]) return; /* sharded: the source's owner steps its shards */
+    int decay[PX_GPT_NUM_TENSORS];
+    for (int i = 0; i < PX_GPT_NUM_TENSORS; i++) decay[i] = px_gpt_tensor_is_matrix(i);
+    adamw_update_tensors_cuda(self->buf[PX_GPT_CUDA_PARAMS], self->buf[PX_GPT_CUDA_M], self->buf[PX_GPT_CUDA_V],
+                              self->buf[PX_GPT_CUDA_GRADS], self->sizes, decay, PX_GPT_NUM_TENSORS, lr, beta1, beta2,
+                              eps, weight_decay, t, self->stream);
 }

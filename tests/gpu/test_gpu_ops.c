@@ -590,6 +590,42 @@ static void test_adamw(size_t n) {
     cudaFree(d_v);
 }
 
+/* adamw_update_tensors_cuda against one adamw_update_cuda per tensor, from
+ * the same state: bitwise, decay per tensor (sizes of 1, odd, and 0). */
+static void test_adamw_tensors(void) {
+    const size_t sizes[5] = {1000, 1, 3333, 0, 65537};
+    const int decay[5] = {1, 0, 1, 0, 0};
+    size_t n = 0;
+    for (int i = 0; i < 5; i++) n += sizes[i];
+    float *p = gt_random(n, 1.0f), *g = gt_random(n, 0.1f), *zeros = (float *)calloc(n, sizeof(float));
+    float *one[4] = {gt_upf(p, n), gt_upf(zeros, n), gt_upf(zeros, n), gt_upf(g, n)};
+    float *all[4] = {gt_upf(p, n), gt_upf(zeros, n), gt_upf(zeros, n), gt_upf(g, n)};
+    for (int t = 1; t <= 2; t++) {
+        size_t off = 0;
+        for (int i = 0; i < 5; i++) {
+            adamw_update_cuda(one[0] + off, one[1] + off, one[2] + off, one[3] + off, sizes[i], 1e-3f, 0.9f, 0.95f,
+                              1e-8f, decay[i] ? 0.1f : 0.0f, t, 0);
+            off += sizes[i];
+        }
+        adamw_update_tensors_cuda(all[0], all[1], all[2], all[3], sizes, decay, 5, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t,
+                                  0);
+    }
+    const char *names[3] = {"adamw_update_tensors params", "adamw_update_tensors m", "adamw_update_tensors v"};
+    for (int b = 0; b < 3; b++) {
+        float *want = gt_down(one[b], n), *got = gt_down(all[b], n);
+        gt_same(names[b], got, want, n);
+        free(want);
+        free(got);
+    }
+    for (int b = 0; b < 4; b++) {
+        cudaFree(one[b]);
+        cudaFree(all[b]);
+    }
+    free(p);
+    free(g);
+    free(zeros);
+}
+
 int main(void) {
     gt_require_gpu("test_gpu_ops");
     gt_seed(20240326);
@@ -605,6 +641,7 @@ int main(void) {
     test_elementwise(100003);
     test_elementwise(1);
     test_adamw(100003);
+    test_adamw_tensors();
     px_cuda_ops_shutdown();
     return gt_finish("test_gpu_ops");
 }
