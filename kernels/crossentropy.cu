@@ -7,11 +7,15 @@
  * Backward: element-wise, (px_expf(x - lse) - onehot) * dloss, written over
  * dlogits; each element reads only its own logit first, so dlogits may be the
  * logits buffer itself (in place), as the model does.
- * Fused (crossentropy_fused_cuda): the forward's block, which then writes the
- * backward's gradient over its own row: the logits are read from memory
- * once (the second and third reads of a row mostly hit the cache) and
- * written once, where forward then backward read them twice and write once
- * more. */
+ * Fused (crossentropy_fused_cuda, the bf16 math's classifier): one block
+ * per row finds the row's maximum and its sum of exponentials in one read
+ * (each thread keeps a running maximum and rescales its sum when the
+ * maximum grows; the block then combines them: the maximum by a fixed tree,
+ * the sums rescaled to it by another), then writes the backward's gradient
+ * over the row: two passes over the logits where forward then backward
+ * make four. Its exponentials are the GPU's fast ones (__expf), not the
+ * CPU-matching px_expf: the fused path is bf16's, which is not compared
+ * bitwise with the CPU. */
 #include <math.h>
 
 #include "cuda_common.cuh"
@@ -35,8 +39,9 @@ __global__ void crossentropy_forward_kernel(float *losses, float *lse, const flo
     }
 }
 
-/* As crossentropy_forward_kernel, then logits[row] = its gradient (dloss).
- * X: the logits' storage (FP32 or bf16); the arithmetic is FP32. */
+/* The forward's losses and lse in one read of the row (the online
+ * softmax), then logits[row] = its gradient (dloss). X: the logits'
+ * storage (FP32 or bf16); the arithmetic is FP32. */
 template <typename X>
 __global__ void crossentropy_fused_kernel(float *losses, float *lse, X *logits, const int *targets, float dloss,
                                           int V, int Vp) {
@@ -45,12 +50,18 @@ __global__ void crossentropy_fused_kernel(float *losses, float *lse, X *logits, 
     X *x = logits + row * (size_t)Vp;
     int target = targets[row];
     float xt = px_ld(x[target]); /* read before any thread of the block writes the row */
-    float mx = -INFINITY;
-    for (int i = threadIdx.x; i < V; i += PX_THREADS) mx = fmaxf(mx, px_ld(x[i]));
-    mx = px_block_max(mx, shared);
-    float s = 0.0f;
-    for (int i = threadIdx.x; i < V; i += PX_THREADS) s += px_expf(px_ld(x[i]) - mx);
-    s = px_block_sum(s, shared); /* ends with every thread past its reads of x */
+    float m = -INFINITY, s = 0.0f; /* this thread's running maximum, and its sum of exp(x - m) */
+    for (int i = threadIdx.x; i < V; i += PX_THREADS) {
+        float v = px_ld(x[i]);
+        if (v > m) {
+            s = s * __expf(m - v) + 1.0f; /* m = -inf at first: s is 0 then */
+            m = v;
+        } else if (m != -INFINITY) { /* (-inf - -inf is no number) */
+            s += __expf(v - m);
+        }
+    }
+    float mx = px_block_max(m, shared);
+    s = px_block_sum(m == -INFINITY ? 0.0f : s * __expf(m - mx), shared); /* every thread past its reads of x */
     float l = mx + logf(s);
     if (threadIdx.x == 0) {
         lse[row] = l;
@@ -59,7 +70,7 @@ __global__ void crossentropy_fused_kernel(float *losses, float *lse, X *logits, 
     for (int i = threadIdx.x; i < Vp; i += PX_THREADS) {
         float d = 0.0f;
         if (i < V) {
-            d = px_expf(px_ld(x[i]) - l) * dloss;
+            d = __expf(px_ld(x[i]) - l) * dloss;
             if (i == target) d -= dloss;
         }
         px_st(&x[i], d);
