@@ -5,8 +5,9 @@
  * tile stays in shared memory while the key/value tiles at or before it
  * stream through; the scores of a tile are formed on bf16 tensor cores
  * (wmma 16x16x16, FP32 accumulation), the softmax is online (a running row
- * maximum and sum in FP32, the output rescaled when the maximum grows), and
- * the probabilities, rounded to bf16, multiply V into an FP32 output tile.
+ * maximum and sum in FP32; the output, held in registers, rescaled when the
+ * maximum grows by more than a margin), and the probabilities, rounded to
+ * bf16, multiply V into the FP32 output.
  * What the backward keeps of a row is its log-sum-exp, so memory is
  * O(B*NH*T): no (B,NH,T,T) tensor ever exists.
  *
@@ -139,13 +140,24 @@ __device__ void add_rows(X *dst, size_t stride, int t0, int T, acc_t *acc, float
 
 /* ---------------------------------------------------------------- forward */
 
+/* How far a row's maximum may grow past the one its exponentials are
+ * taken against before the output is rescaled: exp(s - m) stays below
+ * e^8 ~ 3000 (no overflow in FP32 sums, bf16 keeps its 8 bits), and a
+ * row's maximum rarely jumps that far after its first tile, so the output
+ * mostly stays in registers. The result is the same softmax: lse and the
+ * normalization use the maximum the sums were taken against. */
+#define FA_RESCALE_MARGIN 8.0f
+
 template <int D>
 __host__ __device__ constexpr size_t fwd_smem_bytes() {
     return 3 * FA_TILE * D * sizeof(bf16) + FA_TILE * FA_TILE * (sizeof(bf16) + sizeof(float)) +
-           FA_TILE * D * sizeof(float) + 2 * FA_TILE * sizeof(float);
+           FA_TILE * D * sizeof(float) + 3 * FA_TILE * sizeof(float);
 }
 
-/* grid (query tiles, B*NH), FA_THREADS threads, fwd_smem_bytes<D>(). */
+/* grid (query tiles, B*NH), FA_THREADS threads, fwd_smem_bytes<D>().
+ * A warp's 16 output rows stay in accumulator fragments (registers) across
+ * the key tiles; they go through shared memory only to be rescaled (a
+ * row's maximum grew past FA_RESCALE_MARGIN) and at the end. */
 template <int D, typename X>
 __global__ void __launch_bounds__(FA_THREADS)
     flash_fwd_kernel(X *out, float *lse, const X *qkv, int T, int C, int NH, float scale) {
@@ -155,7 +167,7 @@ __global__ void __launch_bounds__(FA_THREADS)
     extern __shared__ __align__(128) unsigned char smem[];
     bf16 *Qs = (bf16 *)smem, *Ks = Qs + FA_TILE * D, *Vs = Ks + FA_TILE * D, *Ps = Vs + FA_TILE * D;
     float *Ss = (float *)(Ps + FA_TILE * FA_TILE), *Os = Ss + FA_TILE * FA_TILE;
-    float *row_m = Os + FA_TILE * D, *row_l = row_m + FA_TILE;
+    float *row_m = Os + FA_TILE * D, *row_l = row_m + FA_TILE, *row_c = row_l + FA_TILE;
 
     int qt = blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh - b * NH;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r0 = 16 * warp;
@@ -164,8 +176,10 @@ __global__ void __launch_bounds__(FA_THREADS)
     const X *base = qkv + (size_t)b * T * s3 + (size_t)h * D;
 
     load_tile<D>(Qs, base, s3, q0, T);
-    for (int i = threadIdx.x; i < FA_TILE * D; i += FA_THREADS) Os[i] = 0.0f;
     if (threadIdx.x < FA_TILE) row_m[threadIdx.x] = -INFINITY, row_l[threadIdx.x] = 0.0f;
+    acc_t o[D / 16]; /* the warp's 16 output rows, unnormalized */
+#pragma unroll
+    for (int j = 0; j < D / 16; j++) wmma::fill_fragment(o[j], 0.0f);
 
     /* Lanes 2i and 2i+1 share row r0+i: half the keys each, then combined. */
     int r = r0 + (lane >> 1), half = lane & 1, q = q0 + r;
@@ -190,7 +204,11 @@ __global__ void __launch_bounds__(FA_THREADS)
             mx = fmaxf(mx, s);
         }
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        float m_old = row_m[r], m_new = fmaxf(m_old, mx);
+        /* the maximum the exponentials are taken against moves only when
+         * the row's grows past it by the margin (or is not yet set) */
+        float m_old = row_m[r];
+        int move = mx > -INFINITY && (m_old == -INFINITY || mx > m_old + FA_RESCALE_MARGIN);
+        float m_new = move ? mx : m_old;
         float sum = 0.0f;
         bf16 *prow = Ps + r * FA_TILE;
         for (int j = 0; j < 32; j++) {
@@ -200,31 +218,45 @@ __global__ void __launch_bounds__(FA_THREADS)
             sum += p;
         }
         sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        float corr = m_old == -INFINITY ? 0.0f : __expf(m_old - m_new);
-        float *orow = Os + r * D;
-        for (int j = 0; j < D / 2; j++) orow[half * (D / 2) + (j + lane) % (D / 2)] *= corr;
+        float corr = !move ? 1.0f : m_old == -INFINITY ? 0.0f : __expf(m_old - m_new);
         __syncwarp(); /* both lanes of a row have read row_m */
-        if (!half) row_m[r] = m_new, row_l[r] = row_l[r] * corr + sum;
+        if (!half) row_m[r] = m_new, row_l[r] = row_l[r] * corr + sum, row_c[r] = corr;
         __syncwarp();
 
-        /* O rows += P rows V, through the FP32 tile in shared memory */
+        /* Rescale the output rows whose maximum moved, through shared memory
+         * (the first tile's output is all zeros: nothing to rescale). */
+        int any = 0;
+        for (int i = 0; i < 16; i++) any |= row_c[r0 + i] != 1.0f;
+        if (any && kt > 0) {
+#pragma unroll
+            for (int j = 0; j < D / 16; j++)
+                wmma::store_matrix_sync(Os + r0 * D + 16 * j, o[j], D, wmma::mem_row_major);
+            __syncwarp();
+            for (int i = lane; i < 16 * D; i += 32) Os[r0 * D + i] *= row_c[r0 + i / D];
+            __syncwarp();
+#pragma unroll
+            for (int j = 0; j < D / 16; j++)
+                wmma::load_matrix_sync(o[j], Os + r0 * D + 16 * j, D, wmma::mem_row_major);
+        }
+
+        /* O rows += P rows V */
 #pragma unroll
         for (int j = 0; j < D / 16; j++) {
-            acc_t acc;
-            wmma::load_matrix_sync(acc, Os + r0 * D + 16 * j, D, wmma::mem_row_major);
 #pragma unroll
             for (int kk = 0; kk < FA_TILE; kk += 16) {
                 a_row_t fa;
                 b_row_t fb;
                 wmma::load_matrix_sync(fa, Ps + r0 * FA_TILE + kk, FA_TILE);
                 wmma::load_matrix_sync(fb, Vs + (size_t)kk * D + 16 * j, D);
-                wmma::mma_sync(acc, fa, fb, acc);
+                wmma::mma_sync(o[j], fa, fb, o[j]);
             }
-            wmma::store_matrix_sync(Os + r0 * D + 16 * j, acc, D, wmma::mem_row_major);
         }
         __syncwarp();
     }
 
+#pragma unroll
+    for (int j = 0; j < D / 16; j++) wmma::store_matrix_sync(Os + r0 * D + 16 * j, o[j], D, wmma::mem_row_major);
+    __syncwarp();
     for (int i = lane; i < 16 * D; i += 32) {
         int rr = r0 + i / D, d = i % D, t = q0 + rr;
         if (t < T) px_st(&out[((size_t)b * T + t) * C + (size_t)h * D + d], Os[rr * D + d] / row_l[rr]);

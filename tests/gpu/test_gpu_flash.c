@@ -1,7 +1,9 @@
 /* The fused causal attention (flash_attention_*_cuda) against the CPU's
  * attention (kernels/ops.h), which materializes the (B,NH,T,T)
  * probabilities, for T in {1, 63, 64, 256, 1024, 2048} and head sizes 64
- * and 128 (and 16, 32: the small presets' heads).
+ * and 128 (and 16, 32: the small presets' heads), and two shapes whose keys
+ * grow along the sequence, so that rows' maxima keep rising tile after
+ * tile (the forward's output rescaling).
  *
  * The inputs (qkv and the output gradient) are drawn, then rounded to bf16
  * on the host, so both sides start from the same numbers and what differs
@@ -30,12 +32,14 @@
 
 typedef struct {
     int B, T, NH, hs;
+    int grow; /* keys scaled up along the sequence: each row's maximum keeps growing, tile after tile */
 } shape_t;
 
 static const shape_t g_shapes[] = {
-    {2, 1, 2, 64},    {2, 63, 2, 64},   {1, 64, 3, 64},   {2, 256, 2, 64},  {1, 1024, 2, 64}, {1, 2048, 2, 64},
-    {2, 1, 2, 128},   {2, 63, 2, 128},  {1, 64, 3, 128},  {2, 256, 2, 128}, {1, 1024, 2, 128}, {1, 2048, 2, 128},
-    {2, 100, 4, 16},  {2, 130, 2, 32},
+    {2, 1, 2, 64, 0},   {2, 63, 2, 64, 0},   {1, 64, 3, 64, 0},   {2, 256, 2, 64, 0},  {1, 1024, 2, 64, 0},
+    {1, 2048, 2, 64, 0}, {2, 1, 2, 128, 0},  {2, 63, 2, 128, 0},  {1, 64, 3, 128, 0},  {2, 256, 2, 128, 0},
+    {1, 1024, 2, 128, 0}, {1, 2048, 2, 128, 0}, {2, 100, 4, 16, 0}, {2, 130, 2, 32, 0}, {2, 256, 2, 64, 1},
+    {1, 200, 2, 32, 1},
 };
 
 /* Rounds to the nearest bf16 (ties to even), kept in a float. */
@@ -86,9 +90,15 @@ static void test_shape(const shape_t *s) {
     int B = s->B, T = s->T, NH = s->NH, hs = s->hs, C = NH * hs;
     size_t BT = (size_t)B * T, btc = BT * C, n3 = 3 * btc, nrow = (size_t)B * NH * T;
     size_t natt = nrow * (size_t)T;
-#define TAG(name) snprintf(tag, sizeof tag, "%s B=%d T=%d NH=%d hs=%d", name, B, T, NH, hs)
+#define TAG(name) snprintf(tag, sizeof tag, "%s B=%d T=%d NH=%d hs=%d%s", name, B, T, NH, hs, s->grow ? " grow" : "")
 
     float *qkv = random_bf16(n3, 1.5f), *dout = random_bf16(btc, 1.0f), *dqkv = gt_random(n3, 1.0f);
+    if (s->grow) /* key t times 1 + t/16: the fused forward must rescale its output along the way */
+        for (size_t bt = 0; bt < BT; bt++)
+            for (int c = 0; c < C; c++) {
+                float *k = &qkv[bt * 3 * C + C + c];
+                *k = to_bf16(*k * (1.0f + (float)(bt % T) / 16.0f));
+            }
     float *out = (float *)malloc(btc * sizeof(float)), *att = (float *)malloc(natt * sizeof(float));
     if (!out || !att) exit(1);
     attention_forward(out, att, qkv, B, T, C, NH);
