@@ -490,13 +490,9 @@ static std::vector<op_t> step_ops(const shape_t &s, const bufs_t &b, int flash, 
         add("flash_attention_backward_set_cuda", "attention", L, [=] {
             flash_attention_backward_set_cuda(x.d4a, x.datt_x, x.qkv, x.atty, (float *)b.att, B, T, C, NH, st);
         });
-    } else if constexpr (bf16) {
+    } else {
         add("attention_backward_set_cuda", "attention", L,
             [=] { attention_backward_set_cuda(x.d4a, x.datt_x, x.qkv, (const X *)b.att, B, T, C, NH, st); });
-    } else { /* the FP32 backward accumulates: dqkv zeroed first */
-        add("cudaMemsetAsync", "dqkv", L, [=] { CK(cudaMemsetAsync(x.d4a, 0, BT * 3 * C * sizeof(float), st)); });
-        add("attention_backward_cuda", "attention", L,
-            [=] { attention_backward_cuda(x.d4a, x.datt_x, x.qkv, (const X *)b.att, B, T, C, NH, st); });
     }
     add("matmul_backward_set_cuda", "qkv", L,
         [=] { matmul_backward_set_cuda(b.dbtc, g.qkvw, g.qkvb, x.d4a, 1.0f, x.ln1, w.qkvw, B, T, C, 3 * C, st); });

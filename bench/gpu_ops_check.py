@@ -43,22 +43,18 @@ MATH = {
 # By storage: bf16 rounds the weights at each pass's acquire (a layer's
 # forward and backward, the classifier's two).
 STORAGE = {"fp32": [], "bf16": [("px_cuda_to_bf16_many", "layer_weights", 2, 0), ("px_cuda_to_bf16", "wte", 0, 2)]}
-# By attention and storage: the FP32 unfused backward accumulates, so dqkv is zeroed first.
+# By attention (the same for both storages).
 ATTENTION = {
-    ("fused", "fp32"): [("flash_attention_forward_cuda", "attention", 1, 0),
-                        ("flash_attention_backward_set_cuda", "attention", 1, 0)],
-    ("unfused", "fp32"): [("attention_forward_cuda", "attention", 1, 0), ("cudaMemsetAsync", "dqkv", 1, 0),
-                          ("attention_backward_cuda", "attention", 1, 0)],
-    ("unfused", "bf16"): [("attention_forward_cuda", "attention", 1, 0),
-                          ("attention_backward_set_cuda", "attention", 1, 0)],
+    "fused": [("flash_attention_forward_cuda", "attention", 1, 0),
+              ("flash_attention_backward_set_cuda", "attention", 1, 0)],
+    "unfused": [("attention_forward_cuda", "attention", 1, 0), ("attention_backward_set_cuda", "attention", 1, 0)],
 }
-ATTENTION[("fused", "bf16")] = ATTENTION[("fused", "fp32")]
 # Each configuration's math and storage; its attention is read from its header.
 CONFIGS = {"fp32": ("fp32", "fp32"), "bf16math": ("bf16", "fp32"), "bf16": ("bf16", "bf16")}
 
 
 def expected(math, storage, attention):
-    return COMMON + MATH[math] + STORAGE[storage] + ATTENTION[(attention, storage)]
+    return COMMON + MATH[math] + STORAGE[storage] + ATTENTION[attention]
 
 
 def table(lines, config):

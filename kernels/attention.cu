@@ -219,3 +219,7 @@ void attention_backward_set_cuda(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, 
                                  int NH, cudaStream_t stream) {
     backward(dqkv, dout, qkv, att, B, T, C, NH, 0, stream);
 }
+void attention_backward_set_cuda(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T,
+                                 int C, int NH, cudaStream_t stream) {
+    backward(dqkv, dout, qkv, att, B, T, C, NH, 0, stream);
+}

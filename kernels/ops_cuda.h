@@ -274,12 +274,14 @@ void matmul_backward_set_cuda(__nv_bfloat16 *dinp, float *dweight, float *dbias,
                               float scale, const __nv_bfloat16 *inp, const __nv_bfloat16 *weight, int B, int T, int C,
                               int OC, cudaStream_t stream);
 
-/* The unfused attention on bf16: att (B,NH,T,T) bf16 too; the backward
- * overwrites dqkv (=). */
+/* The unfused attention on bf16: att (B,NH,T,T) bf16 too. Its backward,
+ * on either storage, overwriting dqkv (=) rather than accumulating. */
 void attention_forward_cuda(__nv_bfloat16 *out, __nv_bfloat16 *att, const __nv_bfloat16 *qkv, int B, int T, int C,
                             int NH, cudaStream_t stream);
 void attention_backward_set_cuda(__nv_bfloat16 *dqkv, const __nv_bfloat16 *dout, const __nv_bfloat16 *qkv,
                                  const __nv_bfloat16 *att, int B, int T, int C, int NH, cudaStream_t stream);
+void attention_backward_set_cuda(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T,
+                                 int C, int NH, cudaStream_t stream);
 void flash_attention_forward_cuda(__nv_bfloat16 *out, float *lse, const __nv_bfloat16 *qkv, int B, int T, int C,
                                   int NH, cudaStream_t stream);
 void flash_attention_backward_set_cuda(__nv_bfloat16 *dqkv, const __nv_bfloat16 *dout, const __nv_bfloat16 *qkv,

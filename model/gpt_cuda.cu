@@ -578,17 +578,6 @@ static int check_tokens(const int *x, size_t n, int V, const char *what) {
     return 0;
 }
 
-/* The unfused attention's backward, overwriting dqkv. */
-static void attention_backward_set(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T,
-                                   int C, int NH, cudaStream_t st) {
-    PX_CUDA_CHECK(cudaMemsetAsync(dqkv, 0, (size_t)B * T * 3 * C * sizeof(float), st));
-    attention_backward_cuda(dqkv, dout, qkv, att, B, T, C, NH, st);
-}
-static void attention_backward_set(__nv_bfloat16 *dqkv, const __nv_bfloat16 *dout, const __nv_bfloat16 *qkv,
-                                   const __nv_bfloat16 *att, int B, int T, int C, int NH, cudaStream_t st) {
-    attention_backward_set_cuda(dqkv, dout, qkv, att, B, T, C, NH, st);
-}
-
 template <typename X>
 constexpr bool is_fp32() {
     return sizeof(X) == sizeof(float);
@@ -789,7 +778,7 @@ static int layer_backward(px_gpt_cuda_t *self, acts_t *a, dims_t d, int i, bwd_p
     if (self->flash)
         flash_attention_backward_set_cuda(dqkv, datt_x, x.qkv, x.atty, (float *)x.att, B, T, d.Ca, d.NHa, st);
     else
-        attention_backward_set(dqkv, datt_x, x.qkv, (X *)x.att, B, T, d.Ca, d.NHa, st);
+        attention_backward_set_cuda(dqkv, datt_x, x.qkv, (X *)x.att, B, T, d.Ca, d.NHa, st);
     if (!w) PX_CUDA_CHECK(cudaMemcpyAsync(x.dqkv, dqkv, BT * 3 * d.Ca * xs, cudaMemcpyDeviceToDevice, st));
     matmul_backward_set_cuda(a->dbtc, w ? g.qkvw : NULL, w ? g.qkvb : NULL, dqkv, 1.0f, x.ln1, wx.qkvw, B, T, C,
                              3 * d.Ca, st);
