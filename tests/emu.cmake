@@ -5,6 +5,8 @@
 # reductions and the model's wiring run on every machine, GPU or not:
 #   emu_flash  tests/gpu/test_gpu_flash.c: the fused attention, T <= 256
 #   emu_ops    tests/gpu/test_gpu_ops.c: every op against the CPU's
+#   emu_ops_bf16  tests/gpu/test_gpu_ops_bf16.cpp: every bf16 overload
+#              against the FP32 CUDA op of the same name
 #   emu_model  tests/gpu/test_gpu_model.c: the CUDA model against the CPU
 #              model, FP32 and bf16 math
 #   emu_reference  tests/gpu/test_gpu_reference.c: the CUDA model against
@@ -12,9 +14,9 @@
 #   emu_gpu_ops_bench  bench/gpu_ops.cpp (the GPU per-op benchmark) at a
 #              tiny shape: every call of a step in each precision runs, and
 #              bench/gpu_ops_check.py finds every table and the summary whole
-# The same sources run on a real GPU as gpu_flash, gpu_ops, gpu_model and
-# gpu_reference; the emulator shows nothing of speed, of the hardware's
-# memory model or of cuBLAS's own kernels (see
+# The same sources run on a real GPU as gpu_flash, gpu_ops, gpu_ops_bf16,
+# gpu_model and gpu_reference; the emulator shows nothing of speed, of the
+# hardware's memory model or of cuBLAS's own kernels (see
 # tests/emu/include/cuda_emu_device.h). Needs no CUDA toolkit: the .cu files
 # are rewritten to C++ (tests/emu/cu2cpp.py) and built with the host
 # compiler.
@@ -55,12 +57,15 @@ foreach(t flash ops model reference)
   target_link_libraries(test_emu_${t} PRIVATE px_kernels_emu)
   set_target_properties(test_emu_${t} PROPERTIES LINKER_LANGUAGE CXX)
 endforeach()
+add_executable(test_emu_ops_bf16 ${CMAKE_CURRENT_LIST_DIR}/gpu/test_gpu_ops_bf16.cpp)
+target_link_libraries(test_emu_ops_bf16 PRIVATE px_kernels_emu)
 add_test(NAME emu_flash COMMAND test_emu_flash 256)
 add_test(NAME emu_ops COMMAND test_emu_ops)
+add_test(NAME emu_ops_bf16 COMMAND test_emu_ops_bf16)
 add_test(NAME emu_model COMMAND test_emu_model)
 add_test(NAME emu_reference COMMAND test_emu_reference ${CMAKE_CURRENT_LIST_DIR}/reference)
-set_tests_properties(emu_flash emu_ops emu_model emu_reference PROPERTIES TIMEOUT 600)
-px_tier(unit emu_flash emu_ops emu_model emu_reference)
+set_tests_properties(emu_flash emu_ops emu_ops_bf16 emu_model emu_reference PROPERTIES TIMEOUT 600)
+px_tier(unit emu_flash emu_ops emu_ops_bf16 emu_model emu_reference)
 
 add_executable(bench_emu_gpu_ops ${CMAKE_SOURCE_DIR}/bench/gpu_ops.cpp)
 target_link_libraries(bench_emu_gpu_ops PRIVATE px_kernels_emu)

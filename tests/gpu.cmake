@@ -5,6 +5,8 @@
 #                       pass) with or without a GPU; links every public CUDA
 #                       function
 #   gpu_ops             each CUDA op against its CPU twin (needs px_kernels)
+#   gpu_ops_bf16        each bf16-storage overload against the FP32 CUDA op of
+#                       the same name on the same bf16-rounded inputs
 #   gpu_flash           the fused attention (bf16 tensor cores) against the CPU
 #                       attention, T up to 2048, head sizes 16 to 128; reruns
 #                       bitwise equal (needs px_kernels)
@@ -50,7 +52,7 @@
 # A test binary exits 77 when no usable GPU is present (SKIP_RETURN_CODE).
 # That every .cu file compiles is proven by the build itself: px_kernels_cuda
 # and px_model_cuda are part of `all` wherever nvcc exists.
-set(PX_GPU_TESTS gpu_cuda_available gpu_ops gpu_flash gpu_model gpu_reference gpu_distributed_parity
+set(PX_GPU_TESTS gpu_cuda_available gpu_ops gpu_ops_bf16 gpu_flash gpu_model gpu_reference gpu_distributed_parity
                 gpu_distributed_kill gpu_distributed_ranks2 gpu_distributed_checkpoint gpu_distributed_sharded
                 gpu_distributed_sharded_kill gpu_distributed_sharded_checkpoint gpu_distributed_pipeline
                 gpu_distributed_pipeline_kill gpu_distributed_recompute gpu_distributed_diloco
@@ -76,6 +78,12 @@ endif()
 target_link_libraries(test_cuda_available PRIVATE px_model_cuda px_kernels_cuda)
 add_test(NAME gpu_cuda_available COMMAND test_cuda_available)
 set_tests_properties(gpu_cuda_available PROPERTIES LABELS gpu TIMEOUT 120)
+
+# The bf16 overloads against the FP32 CUDA ops: needs only the CUDA side.
+add_executable(test_gpu_ops_bf16 ${CMAKE_CURRENT_LIST_DIR}/gpu/test_gpu_ops_bf16.cpp)
+target_link_libraries(test_gpu_ops_bf16 PRIVATE px_kernels_cuda m)
+add_test(NAME gpu_ops_bf16 COMMAND test_gpu_ops_bf16)
+set_tests_properties(gpu_ops_bf16 PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu TIMEOUT 300)
 
 if(TARGET px_kernels)
   add_executable(test_gpu_ops ${CMAKE_CURRENT_LIST_DIR}/gpu/test_gpu_ops.c)
