@@ -18,8 +18,8 @@ case "${1:-}" in -h|--help) sed -n '2,/^set -eu/p' "$0" | sed '$d; s/^# \{0,1\}/
 build=${1:-build}
 out=${2:-build-gpu-bundle}
 command -v patchelf >/dev/null || { echo "gpu-bundle: needs patchelf (apt-get install patchelf)" >&2; exit 2; }
-bins="test_cuda_available test_gpu_ops test_gpu_flash test_gpu_model test_gpu_reference bench_gpu_ops
-      phalanx-worker phalanx-coordinator phalanx-launch phalanx-data phalanxctl"
+bins="test_cuda_available test_gpu_ops test_gpu_ops_bf16 test_gpu_flash test_gpu_model test_gpu_reference
+      bench_gpu_ops phalanx-worker phalanx-coordinator phalanx-launch phalanx-data phalanxctl"
 for b in $bins; do
   [ -x "$build/bin/$b" ] || { echo "gpu-bundle: $build/bin/$b missing: build with nvcc present first" >&2; exit 2; }
 done

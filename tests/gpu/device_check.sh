@@ -71,6 +71,8 @@ run() {  # run NAME SECONDS COMMAND...
 run gpu_cuda_available 60 "$bin/test_cuda_available"
 run gpu_ops 120 "$bin/test_gpu_ops" ||
   { [ $? -ne 77 ] && run gpu_ops_memcheck 120 compute-sanitizer --tool memcheck --print-limit 20 "$bin/test_gpu_ops"; }
+run gpu_ops_bf16 120 "$bin/test_gpu_ops_bf16" ||
+  { [ $? -ne 77 ] && run gpu_ops_bf16_memcheck 120 compute-sanitizer --tool memcheck --print-limit 20 "$bin/test_gpu_ops_bf16"; }
 run gpu_flash 300 "$bin/test_gpu_flash" ||
   { [ $? -ne 77 ] && run gpu_flash_memcheck 300 compute-sanitizer --tool memcheck --print-limit 20 "$bin/test_gpu_flash"; }
 run gpu_model 120 "$bin/test_gpu_model"
