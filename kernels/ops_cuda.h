@@ -21,8 +21,11 @@
  *   orders differ. Run to run on one GPU model, every op is bitwise
  *   reproducible: no float atomics anywhere; reductions use fixed trees; cuBLAS
  *   is reproducible by NVIDIA's documentation (same GPU architecture, SM count
- *   and toolkit, one stream per handle at a time). TF32 is not used: matmuls
- *   are full FP32, to stay comparable with the CPU.
+ *   and toolkit, one stream per handle at a time). In the default math mode
+ *   (px_cuda_ops_set_math) matmuls are full FP32, no TF32, to stay
+ *   comparable with the CPU.
+ * - For C++ callers, the end of this header overloads the ops on bf16
+ *   tensors (the model's bf16 activation storage).
  *
  * Usage rules: call px_cuda_ops_init() (or any op: they init lazily) with the
  * device you want current; issue ops from one host thread on one stream at a
