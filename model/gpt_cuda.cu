@@ -15,17 +15,18 @@
  * read and write (LayerNorm outputs, qkv, the attention output, the MLP's
  * hidden units, the logits and the gradients fed back into GEMMs). X is
  * float, except with bf16 math, where it is bf16: half the activation
- * memory and traffic, and GEMMs on bf16 operands. The residual stream and its gradient, LayerNorm
- * statistics, losses, and every parameter, gradient and moment stay FP32
- * either way: with bf16 storage each unit's GEMM weights are rounded to a
- * bf16 copy when the unit is acquired (one pass over its parameters, so
- * the FP32 state stays the only state, whoever owns it: this model, a
- * shard source, a heal or a restore). The backward keeps a bf16 copy of the
- * residual gradient beside the FP32 one, for the GEMMs.
+ * memory and traffic, and GEMMs on bf16 operands. The residual stream and
+ * its gradient, LayerNorm statistics, losses, and every parameter, gradient
+ * and moment stay FP32 either way: with bf16 storage each unit's GEMM
+ * weights are rounded to a bf16 copy when the unit is acquired (one pass
+ * over its parameters, so the FP32 state stays the only state, whoever
+ * owns it: this model, a shard source, a heal or a restore). The backward
+ * keeps a bf16 copy of the residual gradient beside the FP32 one, for the
+ * GEMMs.
  *
- * Host/device traffic per step: the token ids in, the per-position losses out
- * (B*T floats, summed on the host in double in order, as the CPU does), and
- * one double for the gradient norm.
+ * Host/device traffic per step: the token ids and the embedding backward's
+ * plan in, the per-position losses out (B*T floats, summed on the host in
+ * double in order, as the CPU does), and one double for the gradient norm.
  *
  * Errors: CUDA calls go through PX_CUDA_CHECK from kernels/cuda_common.cuh
  * (log file:line and exit); bad arguments are logged and returned. */
