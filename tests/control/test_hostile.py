@@ -208,14 +208,18 @@ def test_late_adoption(bindir):
     """A restarted coordinator adopts its workers' quorum during its recovery
     window only: afterwards a quorum id claimed in a registration changes
     nothing (before the fix the adopted flag stayed set for good)."""
-    job = control_job(bindir, "lateadopt", ["g0", "g1"])
+    # The recovery window is one heartbeat timeout from the coordinator's
+    # start: 4 s rather than the default 1 s, so that both workers, noticing
+    # the restart on a loaded machine, re-register inside it.
+    window = ["--heartbeat-timeout-ms", "4000"]
+    job = control_job(bindir, "lateadopt", ["g0", "g1"], window)
     try:
         qid = job.status()["quorum"]["id"]
         job.coord.send_signal(signal.SIGKILL)
         job.coord.wait()
-        job.start_coordinator()
+        job.start_coordinator(window)
         wait_until(lambda: events(job, "quorum_adopted", quorum_id=qid, group="g1"), 10, "the restarted coordinator adopts")
-        time.sleep(1.5)  # past the recovery window (one heartbeat timeout)
+        time.sleep(4.5)  # past the recovery window
         check(job.status()["quorum"]["id"] == qid, "adopted quorum kept")
         out = Rogue(job, ["--group", "zz", "--quorum-id", "999999", "--step", "5", "--hold-ms", "1500"]).wait()
         check(lines_of(out, "register")[:1] and lines_of(out, "register")[0].startswith("ok"), "registered: %r" % out)
