@@ -115,9 +115,9 @@ struct px_gpt_cuda {
     px_gpt_stage_t stage;   /* the whole model unless px_gpt_cuda_set_stage */
     int split;              /* the backward may run as two halves */
     int flash;              /* attention by the fused kernels (bf16 math, a head size they take) */
-    int fused;              /* bf16 math: the classifier's loss and gradient in one pass at the forward, and
-                             * the MLP's GELU (and its gradient) in cuBLASLt epilogues */
-    int bf16;               /* activations stored in bf16 (X = bf16): bf16 math */
+    int bf16;               /* bf16 math: activations stored in bf16 (X = bf16), the classifier's loss and
+                             * gradient in one pass at the forward, the MLP's GELU (and its gradient) in
+                             * cuBLASLt epilogues (is_bf16<X>) */
     __nv_bfloat16 *w_layer; /* bf16: one layer's GEMM weights and their biases, rounded at its acquire */
     __nv_bfloat16 *w_outer; /* bf16: wte rounded, for the classifier */
     int recompute;          /* block recomputation (px_gpt_cuda_set_recompute) */
@@ -325,8 +325,7 @@ static px_gpt_cuda_t *new_bare(const px_gpt_config_t *cfg, px_gpt_tp_t tp) {
     px_cuda_ops_init();
     self->flash = px_cuda_ops_math() == PX_CUDA_MATH_BF16 && px_cuda_ops_fused_attention() &&
                   flash_attention_supported(cfg->channels / cfg->num_heads);
-    self->fused = px_cuda_ops_math() == PX_CUDA_MATH_BF16;
-    self->bf16 = self->fused;
+    self->bf16 = px_cuda_ops_math() == PX_CUDA_MATH_BF16;
     PX_CUDA_CHECK(cudaStreamCreateWithFlags(&self->stream, cudaStreamNonBlocking));
     if (self->bf16 && alloc_bf16_weights(self) != 0) {
         px_gpt_cuda_destroy(&self);
@@ -579,9 +578,10 @@ static int check_tokens(const int *x, size_t n, int V, const char *what) {
     return 0;
 }
 
+/* bf16 storage, and with it the fused classifier and GELU epilogues. */
 template <typename X>
-constexpr bool is_fp32() {
-    return sizeof(X) == sizeof(float);
+constexpr bool is_bf16() {
+    return sizeof(X) == sizeof(__nv_bfloat16);
 }
 
 /* The stage's i-th layer's forward with its parameters p (and their GEMM
@@ -604,7 +604,7 @@ static int layer_forward_with(px_gpt_cuda_t *self, acts_t *a, dims_t d, int i, c
     if (tp_sum(self, a->proj, BT * C) != 0) return -1;
     residual_layernorm_forward_cuda(x.residual2, x.ln2, x.ln2_mean, x.ln2_rstd, x.residual, a->proj, p.ln2w, p.ln2b,
                                     B, T, C, st);
-    if (self->fused) {
+    if constexpr (is_bf16<X>()) {
         matmul_forward_gelu_cuda(x.fch_gelu, x.fch, x.ln2, w.fcw, w.fcb, B, T, C, d.H, st);
     } else {
         matmul_forward_cuda(x.fch, x.ln2, w.fcw, w.fcb, B, T, C, d.H, st);
@@ -686,12 +686,11 @@ static float stage_forward(px_gpt_cuda_t *self, acts_t *a, const int *inputs, co
         return -1.0f;
     }
     PX_CUDA_CHECK(cudaMemcpyAsync(a->targets, targets, BT * sizeof(int), cudaMemcpyHostToDevice, st));
-    if constexpr (is_fp32<X>()) {
-        if (!self->fused) crossentropy_softmax_forward_cuda(a->losses, a->lse, logits, a->targets, B, T, V, Vp, st);
-    }
-    if (self->fused) { /* the backward's gradient now, for loss scale 1 (the backward scales it) */
+    if constexpr (is_bf16<X>()) { /* the backward's gradient now, for loss scale 1 (the backward scales it) */
         crossentropy_fused_cuda(a->losses, a->lse, logits, a->targets, 1.0f / (float)BT, B, T, V, Vp, st);
         a->have_dlogits = 1;
+    } else {
+        crossentropy_softmax_forward_cuda(a->losses, a->lse, logits, a->targets, B, T, V, Vp, st);
     }
     download(self, a->host_losses, a->losses, BT);
     double sum = 0.0;
@@ -756,7 +755,7 @@ static int layer_backward(px_gpt_cuda_t *self, acts_t *a, dims_t d, int i, bwd_p
     /* residual3 = residual2 + fcproj passes dres to both. */
     if (!w) PX_CUDA_CHECK(cudaMemcpyAsync(x.dfcproj, dres_x, BT * C * xs, cudaMemcpyDeviceToDevice, st));
     /* The input gradients below are written (=), not added: nothing to zero first. */
-    if (self->fused) { /* d4a: d(fch), by the GEMM's GELU-gradient epilogue */
+    if constexpr (is_bf16<X>()) { /* d4a: d(fch), by the GEMM's GELU-gradient epilogue */
         matmul_backward_dgelu_cuda(d4a, dres_x, x.fch, wx.fcprojw, B, T, d.H, C, st);
         if (w)
             matmul_backward_set_cuda((float *)NULL, g.fcprojw, g.fcprojb, dres_x, 1.0f, x.fch_gelu, wx.fcprojw, B, T,
@@ -819,12 +818,11 @@ static int stage_backward(px_gpt_cuda_t *self, acts_t *a, const float *dout, flo
         matmul_backward_set_cuda((float *)NULL, g.wte, NULL, dlogits, a->dlogits_scale, lnf, (const X *)NULL, B, T, C,
                                  Vp, st);
     } else if (sg->last) {
-        if (a->have_dlogits) { /* the fused classifier's, for loss scale 1 */
+        if constexpr (is_bf16<X>()) { /* the fused classifier's, for loss scale 1 */
             a->dlogits_scale = loss_scale;
         } else {
-            if constexpr (is_fp32<X>())
-                crossentropy_softmax_backward_cuda(dlogits, dlogits, a->lse, a->targets, loss_scale / (float)BT, B, T,
-                                                   V, Vp, st);
+            crossentropy_softmax_backward_cuda(dlogits, dlogits, a->lse, a->targets, loss_scale / (float)BT, B, T, V,
+                                               Vp, st);
             a->dlogits_scale = 1.0f;
         }
         matmul_backward_set_cuda(a->dbtc, part == BWD_WHOLE ? g.wte : NULL, NULL, dlogits, a->dlogits_scale, lnf,
