@@ -736,12 +736,13 @@ static int layer_backward(px_gpt_cuda_t *self, acts_t *a, dims_t d, int i, bwd_p
     X *dres_x = (X *)a->dres_x, *datt_x = (X *)a->datt_x, *d4a = (X *)a->d4a;
     const X *none = NULL;
     px_gpt_tensors_t p, g;
-    layer_weights_t<X> wx;
+    layer_weights_t<X> wx = {};
     if (unit_acquire(self, unit, PX_GPT_BWD, &p, &g) != 0) return -1;
-    layer_weights(self, d, p, &wx);
     /* recompute: the layer's activations again, from its input (both halves of a split backward need them),
      * unless still there (the stage's last layer, right after the forward) */
-    if (self->recompute && a->held != i && layer_forward_with<X>(self, a, d, i, p, wx) != 0) return -1;
+    int again = self->recompute && a->held != i;
+    if (part != BWD_WEIGHT || again) layer_weights(self, d, p, &wx); /* the weight half reads no weights */
+    if (again && layer_forward_with<X>(self, a, d, i, p, wx) != 0) return -1;
     if (part == BWD_WEIGHT) {
         float *nd = NULL; /* no input gradients: the input half made them */
         matmul_backward_cuda(nd, g.fcprojw, g.fcprojb, x.dfcproj, x.fch_gelu, none, B, T, d.H, C, st);
